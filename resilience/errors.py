@@ -1,0 +1,67 @@
+"""One error hierarchy. Errors a user sees also inherit the stdlib type that fits."""
+from __future__ import annotations
+
+
+class ResilienceError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class ConfigError(ResilienceError, ValueError):
+    """Bad input: a topology, a model spec, a scenario, a flag. Names the field and the fix."""
+
+    def __init__(self, field: str, problem: str, fix: str = ""):
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        msg = f"{field}: {problem}"
+        if fix:
+            msg += f" ({fix})"
+        super().__init__(msg)
+
+
+class InvalidCombination(ConfigError):
+    """A (type, format, io) combination that one layer forbids."""
+
+
+class TopologyChangeRefused(ResilienceError, ValueError):
+    """The checkpoint's semantics do not allow loading on this topology."""
+
+
+class CheckpointNotFound(ResilienceError, FileNotFoundError):
+    """No loadable checkpoint in a folder."""
+
+
+class IntegrityError(ResilienceError, OSError):
+    """A checkpoint file failed a check: names the file and the check."""
+
+    def __init__(self, path: str, check: str, detail: str = ""):
+        self.path = path
+        self.check = check
+        self.detail = detail
+        msg = f"{path}: {check} failed"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+
+class AsyncSaveFailed(ResilienceError, RuntimeError):
+    """A background write failed; raised at the next finalize."""
+
+
+class SaveInProgress(ResilienceError, RuntimeError):
+    """A new save was asked for while an async save is still in flight."""
+
+
+class RankFailure(ResilienceError, RuntimeError):
+    """One or more rank processes failed. `failures` maps rank -> what happened."""
+
+    def __init__(self, failures: dict, what: str = "rank processes failed"):
+        self.failures = dict(sorted(failures.items()))
+        lines = [f"{what}: failures={{{', '.join(str(r) for r in self.failures)}}}"]
+        for rank, failure in self.failures.items():
+            lines.append(f"--- rank {rank}: {failure}")
+        super().__init__("\n".join(lines))
+
+
+class RankTimeout(RankFailure, TimeoutError):
+    """A multi-process step did not finish in time; every rank was stopped."""

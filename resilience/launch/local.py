@@ -1,0 +1,210 @@
+"""Rank processes forked from a parent that already imported torch, on gloo over loopback.
+
+Forking costs ~0.1 s per group where spawning costs ~2.5 s of imports per rank. The parent hosts the
+TCPStore on a port the OS picks, so parallel runs (pytest-xdist workers) never collide."""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from ..errors import ConfigError, RankFailure, RankTimeout
+from .base import JobOutcome, RankContext, RankOutcome
+
+TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
+
+
+def _rank_main(rank: int, world: int, port: int, fn: Callable, args: tuple, kwargs: dict, conn,
+               init_timeout: float, log_dir: str | None) -> None:
+    os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
+    status = 0
+    try:
+        if log_dir:
+            fd = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            os.close(fd)
+        torch.set_num_threads(1)  # the parent's OpenMP pool does not survive fork; ranks share 2 cores anyway
+        store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=init_timeout))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                                timeout=timedelta(seconds=init_timeout))
+        result = fn(RankContext(rank, world, os.getpid()), *args, **kwargs)
+        conn.send(("ok", result))
+    except BaseException as e:  # a rank reports everything, SystemExit included
+        status = 1
+        try:
+            conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
+        except Exception:
+            pass
+    finally:
+        try:
+            conn.close()
+        finally:
+            os._exit(status)  # never run the parent's atexit handlers (pytest's, the store's) in a child
+
+
+class Job:
+    """N rank processes running `fn`. Start, optionally poke at them (a nemesis), then wait."""
+
+    def __init__(self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None,
+                 timeout: float = 120.0, init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None):
+        if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+            raise ConfigError("world", f"must be a positive integer, got {world!r}")
+        if timeout <= 0:
+            raise ConfigError("timeout", f"must be positive, got {timeout!r}")
+        self.fn, self.world, self.args, self.kwargs = fn, world, args, kwargs or {}
+        self.timeout, self.init_timeout = timeout, init_timeout
+        self.log_dir = str(log_dir) if log_dir else None
+        self.procs: list[mp.Process] = []
+        self.conns: list = []
+        self.outcome = JobOutcome([RankOutcome(r) for r in range(world)])
+        self._store = None
+        self._started = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def start(self) -> "Job":
+        if self.log_dir:
+            Path(self.log_dir).mkdir(parents=True, exist_ok=True)
+        ctx = mp.get_context("fork")
+        self._store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
+                                    timeout=timedelta(seconds=self.init_timeout))
+        self._started = time.monotonic()
+        try:
+            for rank in range(self.world):
+                parent_end, child_end = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
+                                args=(rank, self.world, self._store.port, self.fn, self.args, self.kwargs,
+                                      child_end, self.init_timeout, self.log_dir))
+                p.start()
+                child_end.close()
+                self.procs.append(p)
+                self.conns.append(parent_end)
+        except BaseException:
+            self.teardown()
+            raise
+        return self
+
+    def wait(self, timeout: float | None = None) -> JobOutcome:
+        """Wait for every rank; after the first failure tear the others down as torchrun would."""
+        deadline = self._started + (timeout if timeout is not None else self.timeout)
+        pending = {p.sentinel: r for r, p in enumerate(self.procs)}
+        readers = {c: r for r, c in enumerate(self.conns)}
+        failed = False
+        try:
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.outcome.timed_out = True
+                    for r in pending.values():
+                        self.outcome.outcomes[r].status = "timeout"
+                    break
+                ready = wait(list(pending) + list(readers), timeout=min(left, 0.5))
+                for obj in ready:
+                    if obj in readers:
+                        self._receive(readers.pop(obj), obj)
+                    elif obj in pending:
+                        rank = pending.pop(obj)
+                        conn = self.conns[rank]
+                        if conn in readers:  # the result may still sit in the pipe
+                            self._receive(readers.pop(conn), conn)
+                        self._exited(rank)
+                        failed = failed or not self.outcome.outcomes[rank].ok
+                if failed and pending:
+                    for r in pending.values():
+                        self.outcome.outcomes[r].status = "torn_down"
+                    break
+        finally:
+            self.teardown()
+        self.outcome.seconds = time.monotonic() - self._started
+        return self.outcome
+
+    def _receive(self, rank: int, conn) -> None:
+        out = self.outcome.outcomes[rank]
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] == "ok":
+            out.status, out.result = "ok", msg[1]
+        else:
+            out.status, out.error, out.traceback = "error", msg[1], msg[2]
+        out.seconds = time.monotonic() - self._started
+
+    def _exited(self, rank: int) -> None:
+        p, out = self.procs[rank], self.outcome.outcomes[rank]
+        p.join(timeout=5)
+        out.exitcode = p.exitcode
+        if p.exitcode is not None and p.exitcode < 0:
+            out.status, out.signal = "signal", -p.exitcode
+        elif out.status == "running":
+            out.status = "exit"
+
+    def kill(self, rank: int, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to one rank process (the nemesis)."""
+        os.kill(self.procs[rank].pid, sig)
+
+    def teardown(self) -> None:
+        """Stop every rank and everything it started; reap them all. Safe to call twice."""
+        groups = []
+        for p in self.procs:
+            if p.pid is None:
+                continue
+            try:
+                kids = psutil.Process(p.pid).children(recursive=True)
+            except psutil.Error:
+                kids = []
+            groups.append((p, kids))
+            if p.is_alive():
+                _signal_group(p.pid, signal.SIGTERM)
+        end = time.monotonic() + TEARDOWN_GRACE
+        for p, _ in groups:
+            p.join(timeout=max(0.0, end - time.monotonic()))
+        for p, kids in groups:
+            _signal_group(p.pid, signal.SIGKILL)
+            for k in kids:
+                try:
+                    k.kill()
+                except psutil.Error:
+                    pass
+            p.join(timeout=5)
+            _signal_group(p.pid, signal.SIGCONT)  # a stopped process only dies once continued
+        for c in self.conns:
+            c.close()
+        self.conns = []
+        self._store = None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run_ranks(fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None, timeout: float = 120.0,
+              init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None) -> list[Any]:
+    """Run `fn(ctx, *args, **kwargs)` on `world` rank processes; return their results in rank order.
+    Raises RankFailure (or RankTimeout) with `failures: {rank: ...}` when any rank fails."""
+    outcome = Job(fn, world, args=args, kwargs=kwargs, timeout=timeout, init_timeout=init_timeout,
+                  log_dir=log_dir).start().wait()
+    if outcome.timed_out:
+        raise RankTimeout(outcome.failures, f"ranks did not finish within {timeout:g} s")
+    if not outcome.ok:
+        raise RankFailure(outcome.failures)
+    return outcome.results

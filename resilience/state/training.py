@@ -1,0 +1,211 @@
+"""One rank's shard of a Megatron-style training state, and a topology-invariant training step.
+
+Every element's update depends only on its key, global index, value and the step, and uses only
+correctly rounded operations (+ - * / sqrt), so N steps give bit-identical global state on any topology."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .model import ModelSpec, ParamLayout
+from .sharding import Record, ShardedObject, ShardedTensor
+from .topology import Coords, Topology
+from .values import element_values, global_index
+
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+RNG_KEY = "rng"
+TOPOLOGY_BOUND_KEYS = (RNG_KEY,)  # state that only means something on the topology that saved it
+
+
+@dataclass
+class Piece:
+    """This rank's piece of one parameter: where it sits in the global tensor."""
+
+    layout: ParamLayout
+    global_shape: tuple[int, ...]
+    offset: tuple[int, ...]
+    local_shape: tuple[int, ...]
+    logical_rows: int | None  # real rows of a vocab-parallel tensor; the rest is padding
+    param_replica: int
+    # distributed optimizer: the rows of this piece that this dp rank owns
+    opt_rows: tuple[int, int]
+    opt_replica: int
+
+
+class ParallelGroups:
+    """This rank's data-parallel process group (created collectively on every rank)."""
+
+    def __init__(self, topo: Topology, rank: int):
+        self.dp_group = None
+        self.dp_ranks = [rank]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            for ranks in topo.dp_groups():  # every rank must create every group, in the same order
+                group = dist.new_group(ranks)
+                if rank in ranks:
+                    self.dp_group, self.dp_ranks = group, ranks
+
+
+class TrainingState:
+    """Model, optimizer, scheduler, data position, iteration and RNG of one rank."""
+
+    def __init__(self, spec: ModelSpec, topo: Topology, rank: int, groups: ParallelGroups | None = None):
+        spec.check_topology(topo)
+        self.spec, self.topo = spec, topo
+        self.coords: Coords = topo.coords(rank)
+        self.groups = groups or ParallelGroups(topo, rank)
+        self.iteration = 0
+        self.consumed_samples = 0
+        self.opt_step = 0
+        self.pieces = [self._piece(p) for p in spec.params_of_stage(topo.tp, self.coords.pp, topo.pp)]
+        self.params: dict[str, torch.Tensor] = {}
+        self.exp_avg: dict[str, torch.Tensor] = {}
+        self.exp_avg_sq: dict[str, torch.Tensor] = {}
+        self.main: dict[str, torch.Tensor] = {}
+        dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+        for piece in self.pieces:
+            key = piece.layout.key
+            fp32 = self._initial(piece)
+            self.params[key] = fp32.to(dtype)
+            lo, hi = self._opt_slice(piece)
+            self.exp_avg[key] = torch.zeros_like(fp32[lo:hi])
+            self.exp_avg_sq[key] = torch.zeros_like(fp32[lo:hi])
+            if spec.dtype == "bf16":
+                self.main[key] = fp32[lo:hi].clone()
+        self.rng = torch.Generator().manual_seed(spec.seed * 1_000_003 + self.coords.pp * 1009 + self.coords.tp)
+
+    # ---- layout ---------------------------------------------------------------------------------
+    def _piece(self, layout: ParamLayout) -> Piece:
+        c, topo = self.coords, self.topo
+        shape = layout.shape
+        offset, local = [0] * len(shape), list(shape)
+        if layout.tp_dim is not None:
+            d = layout.tp_dim
+            local[d] = shape[d] // topo.tp
+            offset[d] = c.tp * local[d]
+            param_replica = c.dp
+        else:
+            param_replica = c.dp * topo.tp + c.tp
+        if self.spec.optimizer == "distributed":
+            # Megatron's distributed optimizer: optimizer state of a piece split across dp ranks.
+            rows = local[0]
+            lo, hi = rows * c.dp // topo.dp, rows * (c.dp + 1) // topo.dp
+            opt_replica = 0 if layout.tp_dim is not None else c.tp
+        else:
+            lo, hi, opt_replica = 0, local[0], param_replica
+        return Piece(layout, tuple(shape), tuple(offset), tuple(local),
+                     self.spec.vocab if layout.vocab_parallel else None, param_replica, (lo, hi), opt_replica)
+
+    def _opt_slice(self, piece: Piece) -> tuple[int, int]:
+        return piece.opt_rows
+
+    def _padding_mask(self, piece: Piece, rows: tuple[int, int] | None = None) -> torch.Tensor | None:
+        """True on real rows of a vocab-parallel piece (optionally a row range of it)."""
+        if piece.logical_rows is None:
+            return None
+        lo, hi = rows or (0, piece.local_shape[0])
+        g = torch.arange(piece.offset[0] + lo, piece.offset[0] + hi)
+        return (g < piece.logical_rows).view(-1, *([1] * (len(piece.local_shape) - 1)))
+
+    def _values(self, piece: Piece, salt: int, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        lo, hi = rows or (0, piece.local_shape[0])
+        offset = (piece.offset[0] + lo,) + piece.offset[1:]
+        local = (hi - lo,) + piece.local_shape[1:]
+        v = element_values(self.spec.seed + salt, piece.layout.key, global_index(piece.global_shape, offset, local))
+        mask = self._padding_mask(piece, rows)
+        return v if mask is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype))
+
+    def _initial(self, piece: Piece) -> torch.Tensor:
+        return self._values(piece, 0)
+
+    # ---- training -----------------------------------------------------------------------------
+    def lr(self, step: int) -> float:
+        return self.spec.lr * max(0.1, 1.0 - step / 1000.0)
+
+    def train(self, steps: int = 1) -> None:
+        for _ in range(steps):
+            self.step()
+
+    def step(self) -> None:
+        self.opt_step += 1
+        t = self.opt_step
+        scale = 1.0 + (t % 4) * 0.25
+        bc1, bc2, lr = 1.0 - BETA1 ** t, 1.0 - BETA2 ** t, self.lr(t)
+        torch.rand(8, generator=self.rng)  # stands in for dropout: advances the RNG like a real step
+        for piece in self.pieces:
+            key = piece.layout.key
+            lo, hi = self._opt_slice(piece)
+            param = self.params[key]
+            main = self.main[key] if key in self.main else param[lo:hi]
+            target = self._values(piece, 7919, (lo, hi))
+            grad = (param[lo:hi].float() - target) * scale
+            mask = self._padding_mask(piece, (lo, hi))
+            if mask is not None:  # padding rows are never looked up: zero gradient
+                grad = torch.where(mask, grad, torch.zeros((), dtype=grad.dtype))
+            if self.spec.optimizer != "distributed" and self.groups.dp_group is not None:
+                # replicas computed equal gradients; MAX keeps them bit-exact while running the collective
+                dist.all_reduce(grad, op=dist.ReduceOp.MAX, group=self.groups.dp_group)
+            m, v = self.exp_avg[key], self.exp_avg_sq[key]
+            m.copy_(m * BETA1 + grad * (1.0 - BETA1))
+            v.copy_(v * BETA2 + (grad * grad) * (1.0 - BETA2))
+            update = (m / bc1) / ((v / bc2).sqrt() + EPS)
+            main.copy_(main - update * lr)
+            if key in self.main:
+                param[lo:hi].copy_(main.to(param.dtype))
+            if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
+                self._gather_rows(piece, param)
+        self.iteration += 1
+        self.consumed_samples += self.spec.global_batch_size
+
+    def _gather_rows(self, piece: Piece, param: torch.Tensor) -> None:
+        """Distributed optimizer: every dp rank updated its rows; all-gather the full piece."""
+        rows, dp = piece.local_shape[0], self.topo.dp
+        bounds = [(rows * d // dp, rows * (d + 1) // dp) for d in range(dp)]
+        width = max(hi - lo for lo, hi in bounds)
+        lo, hi = piece.opt_rows
+        send = torch.zeros((width,) + piece.local_shape[1:], dtype=param.dtype)
+        send[: hi - lo] = param[lo:hi]
+        out = [torch.empty_like(send) for _ in range(dp)]
+        dist.all_gather(out, send, group=self.groups.dp_group)
+        for (a, b), got in zip(bounds, out):
+            param[a:b].copy_(got[: b - a])
+
+    # ---- sharded state dict -------------------------------------------------------------------
+    def sharded_state_dict(self) -> list[Record]:
+        """Every piece of this rank's state as sharded records sharing storage with the live state,
+        so a loader can fill them in place."""
+        c, topo = self.coords, self.topo
+        out: list[Record] = []
+        for piece in self.pieces:
+            key = piece.layout.key
+            logical = (piece.logical_rows,) + piece.global_shape[1:] if piece.logical_rows else None
+            out.append(ShardedTensor(f"model.{key}", self.params[key], piece.global_shape, piece.offset,
+                                     piece.param_replica, logical))
+            lo, _ = piece.opt_rows
+            opt_offset = (piece.offset[0] + lo,) + piece.offset[1:]
+            for name, table in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("main_param", self.main)):
+                if key in table:
+                    out.append(ShardedTensor(f"optimizer.{name}.{key}", table[key], piece.global_shape, opt_offset,
+                                             piece.opt_replica, logical))
+        common = c.rank  # rank 0 writes state every rank holds the same
+        out += [
+            ShardedObject("iteration", self.iteration, replica_id=common),
+            ShardedObject("optimizer.step", self.opt_step, replica_id=common),
+            ShardedObject("scheduler", {"num_steps": self.opt_step, "base_lr": self.spec.lr,
+                                        "lr": self.lr(self.opt_step)}, replica_id=common),
+            ShardedObject("data.consumed_samples", self.consumed_samples, replica_id=common),
+            ShardedObject(RNG_KEY, self.rng.get_state(), (topo.pp, topo.tp), (c.pp, c.tp), c.dp),
+        ]
+        return out
+
+    def load_objects(self, objects: dict[str, object]) -> None:
+        """Set non-tensor state from loaded objects (tensor records are filled in place)."""
+        if "iteration" in objects:
+            self.iteration = int(objects["iteration"])
+        if "optimizer.step" in objects:
+            self.opt_step = int(objects["optimizer.step"])
+        if "data.consumed_samples" in objects:
+            self.consumed_samples = int(objects["data.consumed_samples"])
+        if objects.get(RNG_KEY) is not None:
+            self.rng.set_state(objects[RNG_KEY])

@@ -1,0 +1,91 @@
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+from resilience.errors import ConfigError, RankFailure, RankTimeout
+from resilience.launch import Job, run_ranks
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _all_reduce_rank(ctx):
+    t = torch.tensor([float(ctx.rank)])
+    dist.all_reduce(t)
+    return ctx.rank, t.item(), os.getpid()
+
+
+def test_eight_ranks_run_a_real_collective():
+    results = run_ranks(_all_reduce_rank, 8, timeout=60)
+    assert [r[0] for r in results] == list(range(8))
+    assert {r[1] for r in results} == {28.0}
+    assert len({r[2] for r in results}) == 8 and os.getpid() not in {r[2] for r in results}
+
+
+def _fail_on_rank_3(ctx):
+    if ctx.rank == 3:
+        raise ValueError("rank three is broken")
+    dist.barrier()
+
+
+def test_exception_comes_back_with_its_traceback():
+    with pytest.raises(RankFailure) as e:
+        run_ranks(_fail_on_rank_3, 4, timeout=60)
+    assert "ValueError: rank three is broken" in e.value.failures[3]
+    assert "_fail_on_rank_3" in e.value.failures[3]  # the traceback names the function
+
+
+def _sigkill_rank_1(ctx):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_killed_rank_is_reported_with_its_signal_and_others_torn_down():
+    outcome = Job(_sigkill_rank_1, 3, timeout=60).start().wait()
+    assert outcome.outcomes[1].status == "signal" and outcome.outcomes[1].signal == signal.SIGKILL
+    assert outcome.first_failure().rank == 1
+    assert {outcome.outcomes[r].status for r in (0, 2)} <= {"torn_down", "error", "signal"}
+
+
+def _hang_on_rank_2(ctx):
+    if ctx.rank == 2:
+        time.sleep(3600)
+    return ctx.rank
+
+
+def test_hung_rank_is_stopped_by_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(RankTimeout) as e:
+        run_ranks(_hang_on_rank_2, 3, timeout=3)
+    assert time.monotonic() - start < 30
+    assert list(e.value.failures) == [2]
+
+
+def _start_grandchild(ctx):
+    import subprocess
+    proc = subprocess.Popen(["sleep", "3600"])
+    if ctx.rank == 0:
+        raise RuntimeError(f"left {proc.pid}")
+    time.sleep(3600)
+
+
+def test_teardown_leaves_no_process_behind_even_grandchildren():
+    outcome = Job(_start_grandchild, 2, timeout=30).start().wait()
+    pid = int(outcome.outcomes[0].error.rsplit(" ", 1)[1])
+    time.sleep(0.2)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_rank_logs_are_kept(tmp_path):
+    run_ranks(_all_reduce_rank, 2, log_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.log", "rank1.log"]
+
+
+def test_bad_world_is_a_clear_error():
+    with pytest.raises(ConfigError, match="world"):
+        run_ranks(_all_reduce_rank, 0)

@@ -1,0 +1,96 @@
+import pytest
+from hypothesis import given, strategies as st
+
+from resilience.errors import ConfigError
+from resilience.state import ModelSpec, Topology, Transition, validate_sharding_integrity
+from resilience.state.sharding import ShardingIntegrityError
+from resilience.state.training import TrainingState
+
+
+def test_megatron_rank_order_tp_fastest_then_dp_then_pp():
+    topo = Topology(tp=2, pp=2, dp=2)
+    assert [(c.tp, c.dp, c.pp) for c in topo.all_coords()] == [
+        (0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)]
+    assert topo.tp_groups()[0] == [0, 1]
+    assert topo.dp_groups()[0] == [0, 2]
+    assert topo.pp_groups()[0] == [0, 4]
+    assert all(topo.rank_of(c.tp, c.pp, c.dp) == c.rank for c in topo.all_coords())
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"tp": 0}, "topology.tp"), ({"pp": -1}, "topology.pp"), ({"dp": 1.5}, "topology.dp"),
+    ({"tp": 8, "pp": 4, "dp": 4}, "topology"),
+])
+def test_impossible_topology_names_the_field(kwargs, field):
+    with pytest.raises(ConfigError) as e:
+        Topology(**kwargs)
+    assert e.value.field == field
+
+
+@pytest.mark.parametrize("spec, topo, field", [
+    (ModelSpec(num_layers=3), Topology(pp=2), "model.num_layers"),
+    (ModelSpec(heads=4, hidden=32), Topology(tp=8), "model.heads"),
+    (ModelSpec(ffn_hidden=66, heads=4), Topology(tp=4), "model.ffn_hidden"),
+])
+def test_model_that_cannot_split_names_the_field(spec, topo, field):
+    with pytest.raises(ConfigError) as e:
+        spec.check_topology(topo)
+    assert e.value.field == field
+
+
+def test_bad_model_fields_are_named():
+    with pytest.raises(ConfigError, match="model.hidden"):
+        ModelSpec(hidden=30, heads=4)
+    with pytest.raises(ConfigError, match="model.dtype"):
+        ModelSpec(dtype="fp8")
+    with pytest.raises(ConfigError, match="model.bogus"):
+        ModelSpec.from_dict({"bogus": 1})
+
+
+def test_parse_topology_and_transition():
+    assert Topology.parse("tp2pp1dp4") == Topology(2, 1, 4) == Topology.parse("2,1,4")
+    t = Transition.parse("tp2pp2dp1->tp1pp2dp2")
+    assert str(t) == "tp2pp2dp1->tp1pp2dp2" and t.changed == ("tp", "dp")
+    with pytest.raises(ConfigError, match="tp2pp1dp4"):
+        Topology.parse("two")
+
+
+def test_vocab_padding_follows_megatron():
+    spec = ModelSpec(vocab=100, make_vocab_size_divisible_by=8)
+    assert [spec.padded_vocab(tp) for tp in (1, 2, 4)] == [104, 112, 128]
+
+
+@st.composite
+def topologies_and_specs(draw):
+    tp = draw(st.sampled_from([1, 2, 4]))
+    pp = draw(st.integers(1, 4))
+    dp = draw(st.integers(1, max(1, 8 // (tp * pp))))
+    heads = tp * draw(st.integers(1, 3))
+    spec = ModelSpec(num_layers=pp * draw(st.integers(1, 2)), heads=heads, hidden=heads * draw(st.integers(1, 3)),
+                     ffn_hidden=tp * draw(st.integers(1, 6)), vocab=draw(st.integers(1, 70)),
+                     make_vocab_size_divisible_by=draw(st.sampled_from([1, 2, 8])),
+                     optimizer=draw(st.sampled_from(["adam", "distributed"])),
+                     dtype=draw(st.sampled_from(["fp32", "bf16"])))
+    return Topology(tp, pp, dp), spec
+
+
+@given(topologies_and_specs())
+def test_shards_cover_every_element_once(case):
+    topo, spec = case
+    descriptions = []
+    for rank in range(topo.world):
+        state = TrainingState(spec, topo, rank)
+        descriptions += [r.describe() for r in state.sharded_state_dict()]
+    validate_sharding_integrity(descriptions)
+
+
+def test_integrity_check_fails_on_a_gap_and_an_overlap():
+    spec, topo = ModelSpec(), Topology(tp=2)
+    descriptions = [r.describe() for rank in range(2) for r in TrainingState(spec, topo, rank).sharded_state_dict()]
+    qkv = "model.decoder.layers.0.self_attention.linear_qkv.weight"
+    gap = [d for d in descriptions if not (d["key"] == qkv and d["global_offset"][0] > 0)]
+    with pytest.raises(ShardingIntegrityError, match="cover"):
+        validate_sharding_integrity(gap)
+    overlap = [dict(d, global_offset=[0, 0]) if d["key"] == qkv else d for d in descriptions]
+    with pytest.raises(ShardingIntegrityError, match="same elements"):
+        validate_sharding_integrity(overlap)
