@@ -1,0 +1,1 @@
+"""Benchmarks: figures and ratios, not tests. Run with `python -m benchmarks [name ...]`."""

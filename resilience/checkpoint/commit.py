@@ -1,0 +1,110 @@
+"""Atomic commit on a POSIX filesystem: stage, fsync, manifest, rename into place, fsync, tracker.
+
+A save is visible only once its folder is renamed into place with a complete manifest inside; the
+tracker is written after, atomically, and is a hint: loaders trust folders with valid manifests."""
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+from .. import storage
+
+TRACKER = "latest_checkpointed_iteration.txt"
+STAGING_PREFIX = ".staging-"
+_ITER = re.compile(r"iter_(\d{7})")
+
+
+def iter_name(iteration: int) -> str:
+    return f"iter_{iteration:07d}"
+
+
+def staging_name(iteration: int) -> str:
+    return f"{STAGING_PREFIX}{iter_name(iteration)}-{uuid.uuid4().hex[:8]}"
+
+
+def list_iterations(root: str) -> list[tuple[int, str]]:
+    """Committed-looking folders (iter_NNNNNNN), newest first. Whether each is valid is for the loader."""
+    fs = storage.current()
+    if not fs.is_dir(root):
+        return []
+    out = []
+    for name in fs.listdir(root):
+        m = _ITER.fullmatch(name)
+        if m and fs.is_dir(os.path.join(root, name)):
+            out.append((int(m.group(1)), os.path.join(root, name)))
+    return sorted(out, reverse=True)
+
+
+def stale_staging(root: str) -> list[str]:
+    fs = storage.current()
+    if not fs.is_dir(root):
+        return []
+    return [os.path.join(root, n) for n in fs.listdir(root) if n.startswith(STAGING_PREFIX)]
+
+
+def fsync_tree_dirs(folder: str) -> None:
+    """fsync a folder and every folder below it, so the entries of the files in them are durable."""
+    fs = storage.current()
+    for dirpath, dirnames, _ in os.walk(folder):
+        for d in dirnames:
+            fs.fsync_dir(os.path.join(dirpath, d))
+    fs.fsync_dir(folder)
+
+
+def publish(staging: str, final: str) -> None:
+    """Make a fully written, fsynced staging folder the checkpoint at `final`, atomically.
+    An existing checkpoint at `final` is swapped out in one step, never torn, then removed."""
+    fs = storage.current()
+    parent = os.path.dirname(final)
+    if fs.exists(final):
+        fs.exchange(staging, final)
+        fs.fsync_dir(parent)
+        fs.rmtree(staging)  # now holds the replaced checkpoint
+    else:
+        fs.rename(staging, final)
+    fs.fsync_dir(parent)
+
+
+def write_tracker(root: str, iteration: int) -> None:
+    """Megatron's tracker file, replaced atomically: temp file, fsync, rename, fsync the folder."""
+    fs = storage.current()
+    tmp = os.path.join(root, f".{TRACKER}.tmp")
+    with fs.open_write(tmp) as f:
+        f.write(str(iteration).encode())
+    fs.rename(tmp, os.path.join(root, TRACKER))
+    fs.fsync_dir(root)
+
+
+def read_tracker(root: str) -> tuple[int | None, str | None]:
+    """(iteration, None) or (None, why the tracker cannot be used)."""
+    fs = storage.current()
+    path = os.path.join(root, TRACKER)
+    if not fs.exists(path):
+        return None, f"{path}: tracker missing"
+    with fs.open_read(path) as f:
+        raw = f.read()
+    text = raw.decode("utf-8", "replace").strip()
+    if not text:
+        return None, f"{path}: tracker is empty"
+    if not text.isdigit():
+        return None, f"{path}: tracker is not a number ({text[:20]!r})"
+    return int(text), None
+
+
+def apply_retention(root: str, keep_last: int, newest_valid: int) -> list[str]:
+    """Delete all but the newest `keep_last` checkpoints, never `newest_valid`; remove stale staging
+    folders. Returns what was removed."""
+    fs = storage.current()
+    removed = []
+    keep = {it for it, _ in list_iterations(root)[:keep_last]} | {newest_valid}
+    for it, path in list_iterations(root):
+        if it not in keep:
+            fs.rmtree(path)
+            removed.append(path)
+    for path in stale_staging(root):
+        fs.rmtree(path)
+        removed.append(path)
+    if removed:
+        fs.fsync_dir(root)
+    return removed

@@ -1,0 +1,42 @@
+"""What a checkpoint format does: write one rank's records into a folder, read them back.
+
+The driver (reference.py) owns staging, manifests, checksums, commit and fallback; a format only
+lays bytes out. Every call is made on every rank, in the same order."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ...state import ModelSpec, Topology
+from ...state.sharding import Record
+from ...state.topology import Coords
+from ..combos import Combination
+from ..manifest import Manifest
+
+
+@dataclass
+class RankInfo:
+    """Who is writing or reading: this rank, the job's topology, and the groups it may use."""
+
+    rank: int
+    world: int
+    topo: Topology
+    coords: Coords
+    spec: ModelSpec
+    combo: Combination
+    group: Any = None      # process group for the format's collectives (a dedicated one for async writes)
+    dp_group: Any = None   # this rank's data-parallel group (legacy gathers the distributed optimizer)
+
+
+class Format(Protocol):
+    layout: str  # "global": one folder per checkpoint; "local": one folder per rank per checkpoint
+
+    def write(self, info: RankInfo, records: list[Record], folder: str) -> None:
+        """Write this rank's share of `records` into `folder` through the storage seam."""
+
+    def check_topology(self, saved: Topology, info: RankInfo) -> None:
+        """Raise TopologyChangeRefused if a checkpoint saved on `saved` cannot load on info.topo."""
+
+    def read(self, info: RankInfo, records: list[Record], folder: str, manifest: Manifest) -> dict[str, Any]:
+        """Fill the tensors of `records` in place; return ShardedObject values by key. The RNG key is
+        returned only when it can be restored exactly on this topology."""

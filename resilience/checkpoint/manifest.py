@@ -1,0 +1,119 @@
+"""Our own metadata: a versioned JSON manifest with a digest over its body, and safe paths."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+
+import torch
+import xxhash
+
+from .. import storage
+from ..errors import IntegrityError
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+CHUNK = 8 << 20
+
+
+def safe_relpath(rel: str, where: str) -> str:
+    """A path read from a checkpoint file: relative, no '..', no absolute, no backslash tricks."""
+    norm = os.path.normpath(rel)
+    if (not rel or os.path.isabs(rel) or norm.startswith("..") or "\\" in rel or "\x00" in rel
+            or norm != rel.rstrip("/") and norm != rel):
+        raise IntegrityError(where, "path safety", f"path {rel!r} escapes the checkpoint folder")
+    return norm
+
+
+def file_digest(path: str) -> tuple[int, str]:
+    """(size, xxh3-128) of a file, read through the seam."""
+    h = xxhash.xxh3_128()
+    size = 0
+    with storage.current().open_read(path) as f:
+        while True:
+            block = f.read(CHUNK)
+            if not block:
+                break
+            size += len(block)
+            h.update(block)
+    return size, h.hexdigest()
+
+
+def versions() -> dict:
+    from .. import __version__
+    return {"python": platform.python_version(), "torch": torch.__version__, "resilience": __version__}
+
+
+@dataclass
+class Manifest:
+    """What a committed checkpoint holds: combination, topology, model, iteration, every file."""
+
+    combination: dict
+    topology: dict
+    model: dict
+    iteration: int
+    files: dict[str, dict] = field(default_factory=dict)  # relpath -> {"size", "xxh3_128"}
+    extra: dict = field(default_factory=dict)
+    writer: dict = field(default_factory=versions)
+    created: float = field(default_factory=time.time)
+
+    def body(self) -> dict:
+        return {"combination": self.combination, "topology": self.topology, "model": self.model,
+                "iteration": self.iteration, "files": dict(sorted(self.files.items())), "extra": self.extra,
+                "writer": self.writer, "created": self.created}
+
+    def to_json(self) -> str:
+        body = self.body()
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        return json.dumps({"kind": "resilience-checkpoint-manifest", "format_version": FORMAT_VERSION,
+                           "digest": xxhash.xxh3_128_hexdigest(canonical.encode()), "body": body}, indent=1)
+
+    def write(self, folder: str) -> None:
+        """Write and fsync manifest.json into `folder` (a staging folder: not yet visible)."""
+        fs = storage.current()
+        with fs.open_write(os.path.join(folder, MANIFEST)) as f:
+            f.write(self.to_json().encode())
+
+    @classmethod
+    def read(cls, folder: str) -> "Manifest":
+        path = os.path.join(folder, MANIFEST)
+        fs = storage.current()
+        if not fs.exists(path):
+            raise IntegrityError(path, "manifest present", "the folder has no manifest.json: an uncommitted save")
+        with fs.open_read(path) as f:
+            raw = f.read()
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            body = doc["body"]
+            version = doc["format_version"]
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+            raise IntegrityError(path, "manifest parse", f"not a manifest ({type(e).__name__}: {e})") from None
+        if not isinstance(version, int) or version > FORMAT_VERSION:
+            raise IntegrityError(path, "manifest version", f"format_version {version!r} is newer than "
+                                 f"{FORMAT_VERSION}; upgrade checkpoint-resilience to read it")
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if doc.get("digest") != xxhash.xxh3_128_hexdigest(canonical.encode()):
+            raise IntegrityError(path, "manifest checksum", "the manifest body does not match its digest")
+        try:
+            files = {safe_relpath(k, path): {"size": int(v["size"]), "xxh3_128": str(v["xxh3_128"])}
+                     for k, v in body["files"].items()}
+            return cls(body["combination"], body["topology"], body["model"], int(body["iteration"]), files,
+                       body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise IntegrityError(path, "manifest fields", f"{type(e).__name__}: {e}") from None
+
+
+def verify_file(folder: str, rel: str, expected: dict) -> None:
+    """Size then checksum of one listed file; IntegrityError naming the file and the check."""
+    path = os.path.join(folder, safe_relpath(rel, os.path.join(folder, MANIFEST)))
+    fs = storage.current()
+    if not fs.exists(path):
+        raise IntegrityError(path, "file present", "listed in the manifest but missing")
+    size = fs.size(path)
+    if size != expected["size"]:
+        raise IntegrityError(path, "size", f"{size} bytes, manifest says {expected['size']}")
+    _, digest = file_digest(path)
+    if digest != expected["xxh3_128"]:
+        raise IntegrityError(path, "checksum", f"xxh3-128 {digest}, manifest says {expected['xxh3_128']}")

@@ -1,0 +1,424 @@
+"""The reference checkpoint implementation: every valid combination, atomic, durable, verified.
+
+Save (every rank): stage -> write own files (fsynced on close) -> fsync folders -> gather results ->
+(coordinator) manifest with every file's size and checksum -> rename into place -> fsync -> tracker.
+Load: newest candidate first; manifest, topology, then every file's checksum (each file hashed by one
+rank); on a failed check warn and fall back to the next older one, or raise when strict."""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from .. import storage
+from ..errors import AsyncSaveFailed, CheckpointNotFound, IntegrityError, RankFailure, TopologyChangeRefused
+from ..state import Topology, TrainingState
+from ..state.sharding import ShardedObject, ShardedTensor
+from . import commit, phases
+from .combos import CkptFormat, Combination, CheckpointType, IOMode
+from .formats.base import Format, RankInfo
+from .manifest import Manifest, verify_file
+from .recorder import recording
+
+log = logging.getLogger("resilience.checkpoint")
+
+
+@dataclass
+class LoadResult:
+    iteration: int
+    path: str
+    rng_restored: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckpointInfo:
+    iteration: int
+    path: str
+    complete: bool
+    manifest: Manifest | None = None
+    problem: str = ""
+
+
+def make_format(combo: Combination) -> Format:
+    if combo.type is CheckpointType.LEGACY:
+        from .formats.legacy import LegacyFormat
+        return LegacyFormat()
+    if combo.type is CheckpointType.LOCAL:
+        from .formats.local import LocalFormat
+        return LocalFormat()
+    if combo.format is CkptFormat.TORCH_DIST:
+        from .formats.torch_dist import TorchDistFormat
+        return TorchDistFormat()
+    from .formats.torch_dcp import TorchDcpFormat
+    return TorchDcpFormat()
+
+
+# ---- small collectives that also work with one process and no process group ----------------------
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def all_gather(obj, group=None) -> list:
+    if _world() == 1:
+        return [obj]
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def broadcast(obj, group=None, src: int = 0):
+    if _world() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src, group=group)
+    return box[0]
+
+
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+class _Pending:
+    """An async save whose files are being written by a background thread."""
+
+    def __init__(self, iteration: int, root: str, staging: str):
+        self.iteration, self.root, self.staging = iteration, root, staging
+        self.thread: threading.Thread | None = None
+        self.files: dict = {}
+        self.error: str | None = None
+
+
+class ReferenceBackend:
+    """Save / finalize / load / list for one valid combination. Every method is collective."""
+
+    def __init__(self, combo: Combination, *, keep_last: int | None = None, strict: bool = False):
+        self.combo = combo
+        self.format = make_format(combo)
+        self.keep_last = keep_last
+        self.strict = strict
+        self.name = f"reference:{combo}"
+        self._pending: _Pending | None = None
+        self._async_group = None
+
+    # ---- save ------------------------------------------------------------------------------------
+    def _info(self, state: TrainingState, group=None) -> RankInfo:
+        return RankInfo(_rank(), _world(), state.topo, state.coords, state.spec, self.combo, group,
+                        state.groups.dp_group)
+
+    def save(self, state: TrainingState, root: str) -> None:
+        """Sync: returns once the checkpoint is committed. Async: returns once the state is staged;
+        a save still in flight is finalized first (waits)."""
+        if self._pending is not None:
+            self.finalize()
+        root = os.path.abspath(root)
+        if self.format.layout == "local":
+            return self._save_local(state, root)
+        iteration = state.iteration
+        staging = None
+        if _rank() == 0:
+            storage.current().mkdir(root)
+            staging = os.path.join(root, commit.staging_name(iteration))
+        staging = broadcast(staging)
+        phases.reached("staging", iteration=iteration, path=staging)
+        records = state.sharded_state_dict()
+        if self.combo.is_async:
+            return self._start_async(state, records, root, staging)
+        info = self._info(state)
+        files, error = self._write(info, records, staging)
+        self._commit(state, iteration, root, staging, files, error)
+
+    def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:
+        try:
+            with recording() as rec:
+                phases.reached("write", path=staging)
+                storage.current().mkdir(staging)
+                self.format.write(info, records, staging)
+            commit.fsync_tree_dirs(staging)
+            return rec.files(staging), None
+        except Exception as e:
+            log.debug("rank %d write failed", info.rank, exc_info=True)
+            return {}, _describe(e)
+
+    def _commit(self, state: TrainingState, iteration: int, root: str, staging: str, files: dict,
+                error: str | None, group=None) -> None:
+        gathered = all_gather((files, error), group)
+        outcome = None
+        if _rank() == 0:
+            failures = {r: err for r, (_, err) in enumerate(gathered) if err}
+            if failures:
+                storage.current().rmtree(staging)
+                outcome = ("failed", failures)
+            else:
+                try:
+                    merged = {}
+                    for per_rank, _ in gathered:
+                        merged.update(per_rank)
+                    phases.reached("manifest", iteration=iteration, path=staging)
+                    Manifest(self.combo.to_dict(), state.topo.to_dict(), state.spec.to_dict(), iteration,
+                             merged).write(staging)
+                    storage.current().fsync_dir(staging)
+                    phases.reached("commit_rename", iteration=iteration, path=staging)
+                    commit.publish(staging, os.path.join(root, commit.iter_name(iteration)))
+                    phases.reached("tracker_update", iteration=iteration, path=root)
+                    commit.write_tracker(root, iteration)
+                    if self.keep_last:
+                        phases.reached("retention", iteration=iteration, path=root)
+                        commit.apply_retention(root, self.keep_last, iteration)
+                    outcome = ("ok", None)
+                except Exception as e:
+                    outcome = ("failed", {0: _describe(e)})
+        status, failures = broadcast(outcome, group)
+        if status != "ok":
+            cls = AsyncSaveFailed if self.combo.is_async else RankFailure
+            raise cls(failures, f"save of iteration {iteration} failed, nothing committed")
+
+    # ---- async -----------------------------------------------------------------------------------
+    def _start_async(self, state: TrainingState, records, root: str, staging: str) -> None:
+        if self._async_group is None and _world() > 1:
+            # the background writer's collectives must not interleave with training's on one group
+            self._async_group = dist.new_group(backend="gloo")
+        staged = _stage(records)  # the only part the training step waits for
+        info = self._info(state, self._async_group)
+        pending = _Pending(state.iteration, root, staging)
+
+        def write():
+            pending.files, pending.error = self._write(info, staged, staging)
+
+        pending.thread = threading.Thread(target=write, name=f"ckpt-writer-{state.iteration}", daemon=True)
+        pending.thread.start()
+        self._pending = pending
+        self._pending_state = state
+
+    def finalize(self, *, blocking: bool = True) -> bool:
+        """Commit a finished async save. Non-blocking: returns False while the write still runs (on any
+        rank). A failed background write raises AsyncSaveFailed here, on every rank."""
+        pending = self._pending
+        if pending is None:
+            return True
+        if not blocking:
+            done = all(all_gather(not pending.thread.is_alive(), self._async_group))
+            if not done:
+                return False
+        phases.reached("async_finalize", iteration=pending.iteration, path=pending.staging)
+        pending.thread.join()
+        self._pending = None
+        self._commit(self._pending_state, pending.iteration, pending.root, pending.staging, pending.files,
+                     pending.error, self._async_group)
+        return True
+
+    @property
+    def in_flight(self) -> bool:
+        return self._pending is not None
+
+    # ---- local layout ------------------------------------------------------------------------------
+    def _local_root(self, root: str, rank: int) -> str:
+        return os.path.join(root, "local", f"rank_{rank:05d}")
+
+    def _save_local(self, state: TrainingState, root: str) -> None:
+        """No collective and no rank-0 dependency: each rank commits its own folder."""
+        rank_root = self._local_root(root, _rank())
+        fs = storage.current()
+        fs.mkdir(rank_root)
+        staging = os.path.join(rank_root, commit.staging_name(state.iteration))
+        phases.reached("staging", iteration=state.iteration, path=staging)
+        files, error = self._write(self._info(state), state.sharded_state_dict(), staging)
+        if error:
+            fs.rmtree(staging)
+            raise RankFailure({_rank(): error}, f"local save of iteration {state.iteration} failed")
+        phases.reached("manifest", iteration=state.iteration, path=staging)
+        Manifest(self.combo.to_dict(), state.topo.to_dict(), state.spec.to_dict(), state.iteration, files,
+                 {"rank": _rank()}).write(staging)
+        fs.fsync_dir(staging)
+        phases.reached("commit_rename", iteration=state.iteration, path=staging)
+        commit.publish(staging, os.path.join(rank_root, commit.iter_name(state.iteration)))
+        phases.reached("tracker_update", iteration=state.iteration, path=rank_root)
+        commit.write_tracker(rank_root, state.iteration)
+        if self.keep_last:
+            phases.reached("retention", iteration=state.iteration, path=rank_root)
+            commit.apply_retention(rank_root, self.keep_last, state.iteration)
+
+    # ---- load ------------------------------------------------------------------------------------
+    def load(self, state: TrainingState, root: str) -> LoadResult:
+        """Load the newest valid checkpoint under `root` into `state`."""
+        if self._pending is not None:
+            self.finalize()
+        root = os.path.abspath(root)
+        if self.format.layout == "local":
+            return self._load_local(state, root)
+        warnings: list[str] = []
+        plan = None
+        if _rank() == 0:
+            plan = self._candidates(root, warnings)
+        candidates, warnings = broadcast((plan, warnings))
+        info = self._info(state)
+        for iteration, path, manifest, problem in candidates:
+            if problem is None:
+                problem = self._check_candidate(info, path, manifest)
+            if problem is not None:
+                self._fallback(warnings, path, problem)
+                continue
+            objects = self._read(info, state, path, manifest, warnings)
+            if objects is None:
+                continue
+            state.load_objects(objects)
+            return LoadResult(iteration, path, "rng" in objects, warnings)
+        raise CheckpointNotFound(f"{root}: no loadable {self.combo} checkpoint"
+                                 + ("".join(f"\n  {w}" for w in warnings) if warnings else ""))
+
+    def _candidates(self, root: str, warnings: list[str]) -> list[tuple]:
+        """(iteration, path, manifest or None, problem or None), newest first (coordinator)."""
+        tracked, why = commit.read_tracker(root) if storage.current().is_dir(root) else (None, None)
+        found = commit.list_iterations(root)
+        if why and found:
+            warnings.append(f"{why}; scanning the folders instead")
+        elif tracked is not None and tracked not in {it for it, _ in found}:
+            warnings.append(f"{os.path.join(root, commit.TRACKER)}: tracker names iteration {tracked}, "
+                            f"which has no checkpoint folder; scanning the folders instead")
+        out = []
+        for iteration, path in found:
+            try:
+                manifest = Manifest.read(path)
+                problem = None
+                if manifest.iteration != iteration:
+                    raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
+            except IntegrityError as e:
+                manifest, problem = None, str(e)
+            out.append((iteration, path, manifest, problem))
+        return out
+
+    def _fallback(self, warnings: list[str], path: str, problem: str) -> None:
+        if self.strict:
+            raise IntegrityError(path, "checkpoint", problem)
+        msg = f"{problem}; falling back to an older checkpoint"
+        warnings.append(msg)
+        if _rank() == 0:
+            log.warning(msg)
+
+    def _check_candidate(self, info: RankInfo, path: str, manifest: Manifest) -> str | None:
+        """None if every file checks out (each file hashed by one rank); else the first problem.
+        A topology the combination cannot load on raises: an older checkpoint would not help."""
+        saved = (manifest.combination.get("type"), manifest.combination.get("format"))
+        if saved != (self.combo.type.value, self.combo.format.value):  # sync and async read each other
+            raise TopologyChangeRefused(
+                f"{path}: written as {manifest.combination}, cannot be read as {self.combo}")
+        self.format.check_topology(Topology.from_dict(manifest.topology), info)
+        if manifest.model != state_model(info):
+            raise TopologyChangeRefused(f"{path}: saved with model {manifest.model}, loading {state_model(info)}")
+        problem = None
+        for i, (rel, expected) in enumerate(sorted(manifest.files.items())):
+            if i % info.world == info.rank:
+                try:
+                    verify_file(path, rel, expected)
+                except IntegrityError as e:
+                    problem = str(e)
+                    break
+        problems = [p for p in all_gather(problem) if p]
+        return problems[0] if problems else None
+
+    def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings) -> dict | None:
+        records = state.sharded_state_dict()
+        error = None
+        objects = {}
+        try:
+            objects = self.format.read(info, records, path, manifest)
+        except (TopologyChangeRefused,) as e:
+            error = e
+        except Exception as e:
+            error = IntegrityError(path, "read", _describe(e))
+        errors = [e for e in all_gather(str(error) if error else None) if e]
+        if isinstance(error, TopologyChangeRefused):
+            raise error
+        if errors:
+            self._fallback(warnings, path, errors[0])
+            return None
+        return objects
+
+    def _load_local(self, state: TrainingState, root: str) -> LoadResult:
+        """Each rank checks its own checkpoints; the newest iteration valid on every rank is loaded."""
+        info = self._info(state)
+        rank_root = self._local_root(root, info.rank)
+        valid, warnings, refused = {}, [], None
+        for iteration, path in commit.list_iterations(rank_root):
+            try:
+                manifest = Manifest.read(path)
+                self.format.check_topology(Topology.from_dict(manifest.topology), info)
+                for rel, expected in manifest.files.items():
+                    verify_file(path, rel, expected)
+                valid[iteration] = (path, manifest)
+            except TopologyChangeRefused as e:
+                refused = str(e)
+            except IntegrityError as e:
+                warnings.append(f"rank {info.rank}: {e}")
+        gathered = all_gather((sorted(valid), warnings, refused))
+        refusals = [r for _, _, r in gathered if r]
+        if refusals:
+            raise TopologyChangeRefused(refusals[0])
+        common = set(gathered[0][0])
+        for its, _, _ in gathered[1:]:
+            common &= set(its)
+        all_warnings = [w for _, ws, _ in gathered for w in ws]
+        newest_anywhere = max((max(its) for its, _, _ in gathered if its), default=None)
+        for iteration in sorted(common, reverse=True):
+            if newest_anywhere is not None and iteration < newest_anywhere:
+                all_warnings.append(f"iteration {newest_anywhere} is not present and valid on every rank; "
+                                    f"loading iteration {iteration}")
+                newest_anywhere = None
+            if self.strict and all_warnings:
+                raise IntegrityError(root, "local checkpoint", "; ".join(all_warnings))
+            path, manifest = valid[iteration]
+            objects = self._read(info, state, path, manifest, all_warnings)
+            if objects is not None:
+                state.load_objects(objects)
+                return LoadResult(iteration, path, "rng" in objects, all_warnings)
+        raise CheckpointNotFound(f"{root}: no local checkpoint present and valid on every rank"
+                                 + "".join(f"\n  {w}" for w in all_warnings))
+
+    # ---- listing -----------------------------------------------------------------------------------
+    def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
+        """Every checkpoint folder under `root` (this process, no collective), newest first."""
+        return list_checkpoints(root)
+
+
+def state_model(info: RankInfo) -> dict:
+    return info.spec.to_dict()
+
+
+def _stage(records):
+    """Copy tensors to host buffers the training step will not touch (what async waits for)."""
+    out = []
+    for r in records:
+        if isinstance(r, ShardedTensor):
+            out.append(ShardedTensor(r.key, r.data.detach().clone(), r.global_shape, r.global_offset, r.replica_id,
+                                     r.logical_shape))
+        elif isinstance(r, ShardedObject):
+            v = r.value.clone() if isinstance(r.value, torch.Tensor) else r.value
+            out.append(ShardedObject(r.key, v, r.global_shape, r.global_offset, r.replica_id))
+    return out
+
+
+def list_checkpoints(root: str) -> list[CheckpointInfo]:
+    """Global and local checkpoints under `root` with completeness and integrity (single process)."""
+    out = []
+    roots = [root]
+    local = os.path.join(root, "local")
+    if storage.current().is_dir(local):
+        roots += [os.path.join(local, n) for n in storage.current().listdir(local)]
+    for r in roots:
+        for iteration, path in commit.list_iterations(r):
+            try:
+                manifest = Manifest.read(path)
+                for rel, expected in manifest.files.items():
+                    verify_file(path, rel, expected)
+                out.append(CheckpointInfo(iteration, path, True, manifest))
+            except IntegrityError as e:
+                out.append(CheckpointInfo(iteration, path, False, None, str(e)))
+    return out
