@@ -1,7 +1,8 @@
 """Rank processes forked from a parent that already imported torch, on gloo over loopback.
 
-Forking costs ~0.1 s per group where spawning costs ~2.5 s of imports per rank. The parent hosts the
-TCPStore on a port the OS picks, so parallel runs (pytest-xdist workers) never collide."""
+Forking costs ~0.1 s per group where spawning costs ~2.5 s of imports per rank. The parent binds the
+store's socket on a port the OS picks (rank 0 serves it), so parallel runs (pytest-xdist workers) never
+collide, and the parent starts no thread that a fork could catch holding a lock."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -14,6 +15,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
+import socket
+
 import psutil
 import torch
 import torch.distributed as dist
@@ -24,7 +27,7 @@ from .base import JobOutcome, RankContext, RankOutcome
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
 
 
-def _rank_main(rank: int, world: int, port: int, fn: Callable, args: tuple, kwargs: dict, conn,
+def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, args: tuple, kwargs: dict, conn,
                init_timeout: float, log_dir: str | None) -> None:
     os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
     status = 0
@@ -35,7 +38,14 @@ def _rank_main(rank: int, world: int, port: int, fn: Callable, args: tuple, kwar
             os.dup2(fd, 2)
             os.close(fd)
         torch.set_num_threads(1)  # the parent's OpenMP pool does not survive fork; ranks share 2 cores anyway
-        store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=init_timeout))
+        port = listener.getsockname()[1]
+        if rank == 0:  # rank 0 serves the store on the socket the parent bound: no port race
+            store = dist.TCPStore("127.0.0.1", port, world, is_master=True, timeout=timedelta(seconds=init_timeout),
+                                  wait_for_workers=False, master_listen_fd=listener.fileno(), use_libuv=False)
+        else:
+            listener.close()
+            store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
+                                  timeout=timedelta(seconds=init_timeout))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=init_timeout))
         result = fn(RankContext(rank, world, os.getpid()), *args, **kwargs)
@@ -68,7 +78,7 @@ class Job:
         self.procs: list[mp.Process] = []
         self.conns: list = []
         self.outcome = JobOutcome([RankOutcome(r) for r in range(world)])
-        self._store = None
+        self._listener: socket.socket | None = None
         self._started = 0.0
 
     @property
@@ -79,14 +89,16 @@ class Job:
         if self.log_dir:
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
         ctx = mp.get_context("fork")
-        self._store = dist.TCPStore("127.0.0.1", 0, self.world, is_master=True, wait_for_workers=False,
-                                    timeout=timedelta(seconds=self.init_timeout))
+        # The parent only binds the store's socket; it starts no thread, so forking it stays safe.
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
         self._started = time.monotonic()
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
-                                args=(rank, self.world, self._store.port, self.fn, self.args, self.kwargs,
+                                args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
                                       child_end, self.init_timeout, self.log_dir))
                 p.start()
                 child_end.close()
@@ -184,7 +196,9 @@ class Job:
         for c in self.conns:
             c.close()
         self.conns = []
-        self._store = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
 
 def _signal_group(pid: int, sig: int) -> None:
