@@ -1,0 +1,35 @@
+"""Integrity: corruption is detected (fallback or a clear error) or avoided; never loaded as wrong values."""
+from __future__ import annotations
+
+from .base import FAIL, NA, PASS, Evidence, Verdict
+
+
+class Integrity:
+    name = "integrity"
+
+    def check(self, ev: Evidence) -> Verdict:
+        if not ev.corruptions:
+            return Verdict(self.name, NA, "no corruption in this scenario")
+        first = min(c["index"] for c in ev.corruptions)
+        after = [ld for ld in ev.loads if ld.index > first]
+        if not after:
+            return Verdict(self.name, NA, "no load after the corruption")
+        bad, detected = [], 0
+        hit = {c.get("iteration") for c in ev.corruptions}
+        for ld in after:
+            if ld.status != "ok":
+                detected += 1  # a clear refusal is a correct answer to damage
+                continue
+            saved = {s.fingerprint for s in ev.saved(ld.iteration)}
+            if ld.fingerprint not in saved:
+                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
+                            "expected": sorted(saved), "found": ld.fingerprint, "corruption": ev.corruptions,
+                            "problem": "damaged checkpoint loaded as wrong values"})
+            elif ld.iteration in hit and not ld.warnings:
+                pass  # loaded the damaged iteration with right values: the damage missed what was read
+            else:
+                detected += 1
+        if bad:
+            return Verdict(self.name, FAIL, f"{len(bad)} loads returned wrong values after corruption", bad)
+        return Verdict(self.name, PASS, f"corruption detected or avoided on {len(after)} loads",
+                       [{"warnings": ld.warnings[:3], "error": ld.error} for ld in after if ld.warnings or ld.error])

@@ -1,0 +1,46 @@
+"""Resume equivalence: the state after a resume is the state saved, bit-exact, and training continued
+after the resume ends bit-identical to training that never stopped."""
+from __future__ import annotations
+
+from ..state import Topology
+from .base import FAIL, NA, PASS, Evidence, Verdict
+
+
+class ResumeEquivalence:
+    name = "resume_equivalence"
+
+    def check(self, ev: Evidence) -> Verdict:
+        loads = [ld for ld in ev.loads if ld.status == "ok"]
+        if not loads:
+            return Verdict(self.name, NA, "no checkpoint was loaded")
+        bad = []
+        for ld in loads:
+            saves = ev.saved(ld.iteration)
+            if ld.fingerprint not in {s.fingerprint for s in saves}:
+                bad.append({"load_job": ld.job, "iteration": ld.iteration, "problem": "state differs from the save",
+                            "expected": sorted({str(s.fingerprint) for s in saves}), "found": ld.fingerprint})
+            if ld.fingerprint != ev.expected(ld.iteration):
+                bad.append({"load_job": ld.job, "iteration": ld.iteration,
+                            "problem": "state differs from training that never stopped",
+                            "expected": ev.expected(ld.iteration), "found": ld.fingerprint})
+            same_tp_pp = _same_tp_pp(ev.save_topology, ld.topology)
+            if ld.rng_restored and not same_tp_pp:
+                bad.append({"load_job": ld.job, "problem": f"RNG reported restored across {ev.save_topology}->"
+                            f"{ld.topology}, where it cannot be exact"})
+            if ld.rng_restored and same_tp_pp and ld.rng not in {s.rng for s in saves}:
+                bad.append({"load_job": ld.job, "problem": "RNG state differs from the save",
+                            "expected": sorted({str(s.rng) for s in saves}), "found": ld.rng})
+            for iteration, fp in ld.continued:
+                if fp != ev.expected(iteration):
+                    bad.append({"load_job": ld.job, "iteration": iteration,
+                                "problem": "training continued after the resume diverged from training that never stopped",
+                                "expected": ev.expected(iteration), "found": fp})
+        if bad:
+            return Verdict(self.name, FAIL, f"{len(bad)} mismatches after resume", bad)
+        cont = sum(len(ld.continued) for ld in loads)
+        return Verdict(self.name, PASS, f"{len(loads)} resumes bit-exact, {cont} continued runs equal to never stopping")
+
+
+def _same_tp_pp(a: Topology, b: str) -> bool:
+    t = Topology.parse(b)
+    return (a.tp, a.pp) == (t.tp, t.pp)

@@ -1,0 +1,117 @@
+"""What every rank runs for one job of a scenario: build the state, then train / save / finalize /
+load as the plan says, writing each operation to its own history file as it goes."""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from ..checkpoint.combos import Combination
+from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
+from ..state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint
+from .backends import make_backend
+from .history import EventLog
+
+
+@dataclass
+class RankPlan:
+    """One job: the same plan on every rank."""
+
+    spec: ModelSpec
+    topo: Topology
+    combo: Combination
+    root: str                 # checkpoint folder
+    history_dir: str          # rank{r}.jsonl go here
+    ops: list[dict]           # {"op": "load"|"train"|"save"|"finalize", ...}
+    job: int = 0
+    backend: str = "reference"
+    faults: list[dict] = field(default_factory=list)  # in-process faults, installed on each rank
+    fault_log: str = ""       # where fired faults are reported
+    record_ops: bool = False  # keep every file operation for the power-loss states
+
+
+def digests_of(state: TrainingState) -> tuple[str, str | None]:
+    """(fingerprint of the topology-invariant state, digest of the RNG); collective."""
+    d = fingerprint(state.sharded_state_dict())
+    return combine(d, TOPOLOGY_BOUND_KEYS), d.get("rng")
+
+
+def run_plan(ctx, plan: RankPlan) -> dict:
+    log = EventLog(os.path.join(plan.history_dir, f"rank{ctx.rank}.jsonl"), plan.job, ctx.rank)
+    lead = ctx.rank == 0
+    state = TrainingState(plan.spec, plan.topo, ctx.rank)
+    backend = make_backend(plan.backend, plan.combo)
+    with _faults(plan, ctx.rank):
+        for op in plan.ops:
+            kind = op["op"]
+            if kind == "train":
+                state.train(int(op.get("steps", 1)))
+                if lead:
+                    log.ok("train", steps=op.get("steps", 1), iteration=state.iteration)
+            elif kind == "save":
+                fp, rng = digests_of(state)
+                log.invoke("save", iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {}))
+                try:
+                    backend.save(state, plan.root)
+                except Exception as e:
+                    log.fail("save", iteration=state.iteration, error=f"{type(e).__name__}: {e}")
+                    raise
+                if plan.combo.is_async:
+                    log.ok("stage", iteration=state.iteration)
+                else:
+                    log.ok("save", iteration=state.iteration)
+            elif kind == "finalize":
+                pending = getattr(backend, "_pending", None)
+                iteration = pending.iteration if pending is not None else None
+                log.invoke("finalize", iteration=iteration)
+                try:
+                    backend.finalize()
+                except Exception as e:
+                    log.fail("finalize", iteration=iteration, error=f"{type(e).__name__}: {e}")
+                    if iteration is not None:
+                        log.fail("save", iteration=iteration, error=f"{type(e).__name__}: {e}")
+                    raise
+                log.ok("finalize", iteration=iteration)
+                if iteration is not None:
+                    log.ok("save", iteration=iteration, via="finalize")
+            elif kind == "load":
+                if not _load(log, lead, state, backend, plan):
+                    break
+            elif kind == "continue":  # train after a resume and fingerprint, for "never stopped" equality
+                state.train(int(op.get("steps", 1)))
+                fp, _ = digests_of(state)
+                if lead:
+                    log.ok("continue", steps=op.get("steps", 1), iteration=state.iteration, fingerprint=fp)
+            else:
+                raise ValueError(f"unknown rank op {kind!r}")
+    log.close()
+    return {"iteration": state.iteration}
+
+
+def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPlan) -> bool:
+    log.invoke("load", topology=str(plan.topo))
+    try:
+        result = backend.load(state, plan.root)
+    except TopologyChangeRefused as e:
+        log.fail("load", refused=True, error=f"{type(e).__name__}: {e}", topology=str(plan.topo))
+        return False
+    except (CheckpointNotFound, IntegrityError) as e:
+        log.fail("load", refused=False, error=f"{type(e).__name__}: {e}", topology=str(plan.topo))
+        return False
+    fp, rng = digests_of(state)
+    value = {"iteration": result.iteration, "path": os.path.relpath(result.path, plan.root),
+             "rng_restored": result.rng_restored, "warnings": result.warnings, "topology": str(plan.topo)}
+    if lead:
+        value.update(fingerprint=fp, rng=rng)
+    log.ok("load", **value)
+    return True
+
+
+@contextlib.contextmanager
+def _faults(plan: RankPlan, rank: int):
+    if not plan.faults:
+        yield
+        return
+    from .faultplan import rank_faults
+    with rank_faults(plan.faults, rank, plan.fault_log):
+        yield
