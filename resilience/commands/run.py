@@ -1,0 +1,77 @@
+"""`resilience run`: run scenario files (or folders of them) and write a run folder with the verdicts."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from .common import combination_arg
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run scenario files and judge them")
+    p.add_argument("scenarios", nargs="+", help="scenario .yaml files or folders of them")
+    p.add_argument("--combos", nargs="+", type=combination_arg, help="only these combinations (TYPE/format/io)")
+    p.add_argument("--backend", default=None, help="'reference' (default) or package.module:factory")
+    p.add_argument("--out", default="runs", help="where run folders go (default: runs/)")
+    p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
+    p.add_argument("--tag", action="append", help="only scenarios carrying this tag")
+    p.set_defaults(func=run)
+
+
+def scenario_files(paths: list[str]) -> list[str]:
+    from ..errors import ConfigError
+    out = []
+    for p in paths:
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith((".yaml", ".yml")))
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise ConfigError("scenario", f"{p} does not exist", "give .yaml files or folders holding them")
+    return out
+
+
+def run(args) -> int:
+    from ..report import make_run_dir, write_run_files
+    from ..runner.run import run_case
+    from ..runner.scenario import load_file
+    from .progress import Progress
+
+    scenarios = [load_file(f) for f in scenario_files(args.scenarios)]  # all validated before anything runs
+    if args.tag:
+        scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]
+    work = []
+    for s in scenarios:
+        if args.seed is not None:
+            s.seed = args.seed
+        for combo in s.combinations:
+            if not args.combos or combo in args.combos:
+                work.append((s, combo))
+    if not work:
+        print("resilience run: nothing to run (no scenario has the combinations or tags asked for)", file=sys.stderr)
+        return 2
+    name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
+    run_dir = make_run_dir(args.out, name)
+    command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
+    print(f"run folder {run_dir}; {len(work)} cases; seeds {sorted({s.seed for s, _ in work})}")
+    rows = []
+    with Progress(len(work), "cases") as bar:
+        for i, (s, combo) in enumerate(work):
+            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{s.name}-{str(combo).replace('/', '-')}")
+            result = run_case(s, combo, case_dir, backend=args.backend)
+            rows.append(dict(result.to_row(), column=s.name))
+            bar.note(f"{s.name:<32} {str(combo):<26} {result.verdict}")
+            bar.update()
+    paths = write_run_files(run_dir, rows, {"title": f"resilience run: {name}", "seed": sorted({s.seed for s, _ in work}),
+                                           "backend": args.backend or "reference", "command": command})
+    return summarize(rows, paths)
+
+
+def summarize(rows: list[dict], paths: dict) -> int:
+    bad = [r for r in rows if r["verdict"] in ("FAIL", "UNKNOWN", "UNPROBED")]
+    for r in bad:
+        print(f"{r['verdict']}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
+    print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")
+    print(f"report: {paths['report.md']}  ({paths['report.html']}, {paths['results.json']}, {paths['junit.xml']})")
+    return 1 if bad else 0

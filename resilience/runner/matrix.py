@@ -1,0 +1,91 @@
+"""The seed's table, measured: combinations x faults x transitions as generated scenarios."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..checkpoint.combos import Combination
+from ..errors import ConfigError
+from ..state import ModelSpec, Transition
+from .scenario import Scenario, Step
+
+MODEL = ModelSpec(num_layers=4, hidden=32, ffn_hidden=64, heads=4, vocab=100, optimizer="distributed")
+BASE = "tp2pp1dp1"
+
+# fault column -> the steps that exercise it (after train 2, save, train 1)
+FAULTS: dict[str, list[dict]] = {
+    "save/load": [{"save": None}],
+    "kill": [{"crash": {"rank": 1, "after_bytes": 256}}, {"save": None}],
+    "truncate": [{"save": None}, {"corrupt": {"kind": "truncate"}}],
+    "bitflip": [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
+    "metadata": [{"save": None}, {"corrupt": {"kind": "metadata"}}],
+    "lost_unsynced": [{"crash": {"rank": "all", "phase": "tracker_update"}}, {"save": None},
+                      {"lose_unsynced": {"max_states": 6}}],
+}
+TRANSITIONS: dict[str, str] = {
+    "tp": "tp2pp1dp1->tp1pp1dp1",
+    "pp": "tp1pp2dp1->tp1pp1dp1",
+    "dp": "tp1pp1dp2->tp1pp1dp3",
+    "tp+pp+dp": "tp2pp2dp1->tp1pp2dp2",
+}
+
+
+@dataclass
+class Case:
+    scenario: Scenario
+    combo: Combination
+    column: str
+    fault: str | None
+    transition: str | None
+
+
+def _steps(raw: list[dict]) -> list[Step]:
+    out = []
+    for d in raw:
+        (kind, args), = d.items()
+        out.append(Step(kind, {"steps": args} if kind == "train" else dict(args or {})))
+    return out
+
+
+def fault_scenario(name: str, seed: int) -> Scenario:
+    if name not in FAULTS:
+        raise ConfigError("--faults", f"unknown fault column {name!r}", f"use {', '.join(FAULTS)}")
+    steps = _steps([{"train": 2}, {"save": None}, {"train": 1}] + FAULTS[name] + [{"resume": {"continue": 2}}])
+    return Scenario(f"matrix-{name}", steps, MODEL, _topo(BASE), seed=seed, tags=["matrix"])
+
+
+def transition_scenario(label: str, text: str, seed: int) -> Scenario:
+    t = Transition.parse(text)
+    MODEL.check_topology(t.save)
+    MODEL.check_topology(t.load)
+    steps = _steps([{"train": 2}, {"save": None}, {"train": 1}, {"save": None},
+                    {"resume": {"topology": str(t.load), "continue": 2}}])
+    return Scenario(f"matrix-{label}", steps, MODEL, t.save, seed=seed, tags=["matrix"])
+
+
+def _topo(text):
+    from ..state import Topology
+    return Topology.parse(text)
+
+
+def cases(combos: list[Combination], faults: list[str], transitions: dict[str, str], seed: int) -> list[Case]:
+    out = []
+    for combo in combos:
+        for f in faults:
+            out.append(Case(fault_scenario(f, seed), combo, f, f, None))
+        for label, text in transitions.items():
+            out.append(Case(transition_scenario(label, text, seed), combo, label, None, str(Transition.parse(text))))
+    return out
+
+
+def parse_transitions(items: list[str] | None) -> dict[str, str]:
+    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2'."""
+    if not items:
+        return dict(TRANSITIONS)
+    out = {}
+    for item in items:
+        if item in TRANSITIONS:
+            out[item] = TRANSITIONS[item]
+        else:
+            t = Transition.parse(item)
+            out[str(t)] = str(t)
+    return out
