@@ -19,7 +19,7 @@ from ..errors import AsyncSaveFailed, CheckpointNotFound, IntegrityError, RankFa
 from ..state import Topology, TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
 from . import commit, phases
-from .combos import CkptFormat, Combination, CheckpointType, IOMode
+from .combos import CkptFormat, Combination, CheckpointType, IOMode, combination
 from .formats.base import Format, RankInfo
 from .manifest import Manifest, verify_file
 from .recorder import recording
@@ -101,7 +101,8 @@ class ReferenceBackend:
     """Save / finalize / load / list for one valid combination. Every method is collective."""
 
     def __init__(self, combo: Combination, *, keep_last: int | None = None, strict: bool = False):
-        self.combo = combo
+        # Combination(...) itself does not validate: reject an invalid one here, before any byte is written
+        self.combo = combo = combination(combo.type, combo.format, combo.io)
         self.format = make_format(combo)
         self.keep_last = keep_last
         self.strict = strict
