@@ -44,6 +44,8 @@ class Step:
     line: int | None = None
 
     def to_dict(self) -> dict:
+        if self.kind == "train":
+            return {"train": self.args["steps"]}
         return {self.kind: self.args or None}
 
 
@@ -80,6 +82,7 @@ def _plain(node, lines: dict, path: tuple):
         for k, v in node.value:
             key = yaml.safe_load(yaml.serialize(k)) if not isinstance(k, yaml.ScalarNode) else k.value
             out[key] = _plain(v, lines, path + (key,))
+            lines[path + (key,)] = k.start_mark.line + 1  # errors point at the key's line
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_plain(v, lines, path + (i,)) for i, v in enumerate(node.value)]
