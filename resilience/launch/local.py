@@ -67,7 +67,10 @@ class Job:
     """N rank processes running `fn`. Start, optionally poke at them (a nemesis), then wait."""
 
     def __init__(self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None,
-                 timeout: float = 120.0, init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None):
+                 timeout: float = 120.0, init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None,
+                 start_method: str = "fork"):
+        if start_method not in ("fork", "spawn", "forkserver"):
+            raise ConfigError("start_method", f"unknown {start_method!r}", "use fork, spawn or forkserver")
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise ConfigError("world", f"must be a positive integer, got {world!r}")
         if timeout <= 0:
@@ -75,6 +78,7 @@ class Job:
         self.fn, self.world, self.args, self.kwargs = fn, world, args, kwargs or {}
         self.timeout, self.init_timeout = timeout, init_timeout
         self.log_dir = str(log_dir) if log_dir else None
+        self.start_method = start_method  # fork is the fast path; spawn is kept to measure against
         self.procs: list[mp.Process] = []
         self.conns: list = []
         self.outcome = JobOutcome([RankOutcome(r) for r in range(world)])
@@ -88,7 +92,7 @@ class Job:
     def start(self) -> "Job":
         if self.log_dir:
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context(self.start_method)
         # The parent only binds the store's socket; it starts no thread, so forking it stays safe.
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
@@ -212,11 +216,12 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 def run_ranks(fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None, timeout: float = 120.0,
-              init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None) -> list[Any]:
+              init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None,
+              start_method: str = "fork") -> list[Any]:
     """Run `fn(ctx, *args, **kwargs)` on `world` rank processes; return their results in rank order.
     Raises RankFailure (or RankTimeout) with `failures: {rank: ...}` when any rank fails."""
     outcome = Job(fn, world, args=args, kwargs=kwargs, timeout=timeout, init_timeout=init_timeout,
-                  log_dir=log_dir).start().wait()
+                  log_dir=log_dir, start_method=start_method).start().wait()
     if outcome.timed_out:
         raise RankTimeout(outcome.failures, f"ranks did not finish within {timeout:g} s")
     if not outcome.ok:

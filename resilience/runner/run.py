@@ -45,7 +45,7 @@ def replay_command(scenario_file: str, combo: Combination, backend: str = "refer
 
 
 def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: str | None = None,
-             fault: str | None = None, transition: str | None = None) -> CaseResult:
+             fault: str | None = None, transition: str | None = None, start_method: str = "fork") -> CaseResult:
     """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`."""
     backend = backend or scenario.backend
     start = time.monotonic()
@@ -65,7 +65,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     job_no = 0
     for spec in jobs:
         faults_configured += [f["fault"] for f in spec.faults] + spec.kills
-        outcome = _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend)
+        outcome = _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend, start_method=start_method)
         if outcome is not None:
             unexpected += outcome
         for action in spec.after:
@@ -81,7 +81,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                     probe = JobSpec(spec.topo, "crash_state", [{"op": "load"}])
                     crash_roots[job_no] = os.path.basename(state_root)
                     _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
-                             crash_state=os.path.basename(state_root))
+                             crash_state=os.path.basename(state_root), start_method=start_method)
                 lost.append({"states": len(states["states"]), "explored": states["explored"]})
         job_no += 1
     history.close()
@@ -104,7 +104,8 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
 
 
 def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
-             history: EventLog, backend: str, crash_state: str | None = None) -> list[dict] | None:
+             history: EventLog, backend: str, crash_state: str | None = None,
+             start_method: str = "fork") -> list[dict] | None:
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
@@ -113,7 +114,7 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     history.append(INVOKE, "job", job=job_no, kind=spec.kind, topology=str(spec.topo), ops=spec.ops,
                    crash_state=crash_state)
     job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
-              log_dir=os.path.join(case_dir, "logs", f"job{job_no}")).start()
+              log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method).start()
     nemesis = None
     if spec.kills:
         from . import faultplan
