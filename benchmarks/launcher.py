@@ -35,7 +35,7 @@ TARGET_WORLD = 4
 TARGET_FORK_SECONDS = 0.5  # fork launcher: group up and torn down, median
 TARGET_SPEEDUP = 10.0  # spawn median / fork median, measured beside it
 INIT_TIMEOUT = 60.0  # seconds for a rendezvous; a run that hangs fails instead of stalling the benchmark
-RUN_TIMEOUT = 300.0  # seconds for one whole run (8 spawned ranks take ~20 s on 2 cores)
+RUN_TIMEOUT = 300.0  # seconds for one whole run (8 spawned ranks take up to ~20 s on 2 cores)
 PORT_ATTEMPTS = 3  # a free port picked by the parent can be taken before rank 0 binds it
 
 
@@ -127,7 +127,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fork-repeats", type=_positive_int, default=5, metavar="N",
                         help="runs per group size with the fork launcher (default: 5)")
     parser.add_argument("--spawn-repeats", type=_positive_int, default=3, metavar="N",
-                        help="runs per group size with spawn, ~8 s each for 4 ranks on 2 cores (default: 3)")
+                        help="runs per group size with spawn, seconds each: every rank imports torch (default: 3)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
 
