@@ -45,7 +45,7 @@ def run(args) -> int:
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
         for i, case in enumerate(work):
-            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{str(case.combo).replace('/', '-')}-{case.column}")
+            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{str(case.combo).replace('/', '-')}-{case.column.replace('/', '-')}")
             result = run_case(case.scenario, case.combo, case_dir, backend=args.backend, fault=case.fault,
                               transition=case.transition)
             rows.append(dict(result.to_row(), column=case.column))

@@ -8,10 +8,13 @@ from ..errors import ConfigError
 
 
 def make_backend(name: str, combo: Combination):
-    """'reference' or 'package.module:factory' (factory(combo) -> backend)."""
+    """'reference', 'broken:NAME' (resilience.broken) or 'package.module:factory' (factory(combo) -> backend)."""
     if name in ("", "reference"):
         from ..checkpoint.reference import ReferenceBackend
         return ReferenceBackend(combo)
+    if name.startswith("broken:"):
+        from ..broken import make
+        return make(name.split(":", 1)[1], combo)
     if ":" not in name:
         raise ConfigError("backend", f"cannot read {name!r}", "use 'reference' or 'package.module:factory'")
     module, attr = name.split(":", 1)

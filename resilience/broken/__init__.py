@@ -1,0 +1,50 @@
+"""Deliberately broken checkpoint implementations: each a small variation of the reference with one
+bug real systems have had. They prove every checker can fail. Select one with
+`--backend broken:NAME`; `CATALOGUE` says what each breaks and which checker should catch it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BrokenImpl:
+    name: str
+    bug: str
+    caught_by: str       # the checker expected to catch it
+    column: str          # the matrix column (fault or transition) that reveals it
+    combos: tuple[str, ...] = ()  # combinations it applies to (empty: every combination)
+
+
+CATALOGUE = {b.name: b for b in [
+    BrokenImpl("tracker_before_data", "writes the tracker before the data and trusts it blindly on load",
+               "durability", "kill"),
+    BrokenImpl("no_fsync", "never fsyncs files or folders", "durability", "lost_unsynced"),
+    BrokenImpl("no_dir_fsync", "fsyncs files but never the folders holding them", "durability", "lost_unsynced"),
+    BrokenImpl("no_checksum", "does not verify checksums on load", "integrity", "bitflip"),
+    BrokenImpl("in_place_overwrite", "writes straight into the final folder, no staging", "durability", "kill"),
+    BrokenImpl("commit_before_all_ranks", "the coordinator commits without waiting for the other ranks",
+               "durability", "kill"),
+    BrokenImpl("swallowed_async_error", "finalize swallows a failed background write and reports success",
+               "durability", "kill", ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async")),
+    BrokenImpl("ignores_topology", "the legacy loader ignores a tp/pp change and loads what overlaps",
+               "topology_independence", "tp", ("LEGACY/torch/sync",)),
+    BrokenImpl("wrong_dedup", "treats distributed-optimizer state as replicated over dp and keeps dp rank 0's",
+               "durability", "dp", ("LEGACY/torch/sync",)),
+    BrokenImpl("rng_across_tp", "claims the RNG restored after a tp or pp change", "resume_equivalence", "tp",
+               ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/sync",
+                "TORCH_DCP/torch_dcp/async")),
+    BrokenImpl("retention_deletes_newest", "keep-last-1 retention that keeps the oldest instead", "durability",
+               "save/load"),
+    BrokenImpl("manifest_not_durable", "writes the manifest without fsync", "durability", "lost_unsynced"),
+    BrokenImpl("async_no_snapshot", "async save reads the live tensors when the writer runs, no snapshot",
+               "atomic_commit", "save/load", ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async")),
+]}
+
+
+def make(name: str, combo):
+    """The broken backend `name` for `combo`."""
+    from ..errors import ConfigError
+    from . import impls
+    if name not in CATALOGUE:
+        raise ConfigError("backend", f"no broken implementation {name!r}", f"choose from {', '.join(CATALOGUE)}")
+    return getattr(impls, name)(combo)

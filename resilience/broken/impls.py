@@ -1,0 +1,225 @@
+"""The broken implementations: subclasses of the reference, each changing one thing."""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+from .. import storage
+from ..checkpoint import commit, manifest as manifest_mod
+from ..checkpoint.reference import ReferenceBackend, _Pending, _rank, _stage, broadcast
+from ..checkpoint.formats import torchfile
+from ..errors import AsyncSaveFailed
+from ..state.sharding import ShardedTensor
+
+
+@contextlib.contextmanager
+def patched(obj, name: str, value):
+    before = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, before)
+
+
+class _Forward:
+    """A filesystem wrapper that forwards everything it does not override."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _NoFsync(_Forward):
+    def open_write(self, path, *, sync=True):
+        return self.inner.open_write(path, sync=False)
+
+    def fsync_dir(self, path):
+        pass
+
+
+class _NoDirFsync(_Forward):
+    def fsync_dir(self, path):
+        pass
+
+
+class _Wrapped(ReferenceBackend):
+    wrapper = None
+
+    def save(self, state, root):
+        with storage.use(self.wrapper(storage.current())):
+            return super().save(state, root)
+
+    def finalize(self, *, blocking=True):
+        with storage.use(self.wrapper(storage.current())):
+            return super().finalize(blocking=blocking)
+
+
+class no_fsync(_Wrapped):
+    wrapper = _NoFsync
+
+
+class no_dir_fsync(_Wrapped):
+    wrapper = _NoDirFsync
+
+
+class no_checksum(ReferenceBackend):
+    def _check_candidate(self, info, path, manifest):
+        with patched(ReferenceBackend, "_verify_files", lambda *a, **k: None) if hasattr(
+                ReferenceBackend, "_verify_files") else patched(manifest_mod, "verify_file", lambda *a: None):
+            import resilience.checkpoint.reference as ref
+            with patched(ref, "verify_file", lambda *a: None):
+                return super()._check_candidate(info, path, manifest)
+
+
+class tracker_before_data(ReferenceBackend):
+    """Megatron's order turned worse: the tracker first, then the data; the loader trusts the tracker."""
+
+    def save(self, state, root):
+        root = os.path.abspath(root)
+        if _rank() == 0:
+            storage.current().mkdir(root)
+            commit.write_tracker(root, state.iteration)
+        return super().save(state, root)
+
+    def _candidates(self, root, warnings):
+        candidates, tracker = super()._candidates(root, warnings)
+        tracked, _ = commit.read_tracker(root)
+        only = [c for c in candidates if c[0] == tracked]
+        if not only:
+            only = [(tracked, os.path.join(root, commit.iter_name(tracked or 0)), None, "tracked iteration missing")]
+        return only, None
+
+
+class in_place_overwrite(ReferenceBackend):
+    """No staging folder: files go straight into iter_N, the manifest last."""
+
+    def save(self, state, root):
+        root = os.path.abspath(root)
+        final = os.path.join(root, commit.iter_name(state.iteration))
+        with patched(commit, "staging_name", lambda it: commit.iter_name(it)), \
+                patched(commit, "publish", lambda staging, final: None):
+            return super().save(state, root)
+
+
+class commit_before_all_ranks(ReferenceBackend):
+    """The coordinator commits with its own files only, without waiting for the other ranks."""
+
+    def _commit(self, state, iteration, root, staging, files, error, group=None):
+        if _rank() != 0:
+            return
+        import resilience.checkpoint.reference as ref
+        with patched(ref, "all_gather", lambda obj, group=None: [obj]), \
+                patched(ref, "broadcast", lambda obj, group=None, src=0: obj):
+            return super()._commit(state, iteration, root, staging, files, error, group)
+
+
+class swallowed_async_error(ReferenceBackend):
+    def finalize(self, *, blocking=True):
+        try:
+            return super().finalize(blocking=blocking)
+        except AsyncSaveFailed:
+            return True  # the bug: the failure is dropped and the save counts as done
+
+
+class retention_deletes_newest(ReferenceBackend):
+    def __init__(self, combo):
+        super().__init__(combo, keep_last=1)
+
+    def save(self, state, root):
+        def keep_oldest(root, keep_last, newest_valid):
+            found = commit.list_iterations(root)
+            for _, path in found[:-keep_last]:  # newest first: deletes the newest ones
+                storage.current().rmtree(path)
+        with patched(commit, "apply_retention", keep_oldest):
+            return super().save(state, root)
+
+
+class manifest_not_durable(ReferenceBackend):
+    def save(self, state, root):
+        def write(self_, folder):
+            with storage.current().open_write(os.path.join(folder, manifest_mod.MANIFEST), sync=False) as f:
+                f.write(self_.to_json().encode())
+        with patched(manifest_mod.Manifest, "write", write), \
+                patched(storage.current(), "fsync_dir", lambda path: None) if False else contextlib.nullcontext():
+            return super().save(state, root)
+
+
+class async_no_snapshot(ReferenceBackend):
+    """The writer runs at finalize on the live tensors (on CPU, Megatron's preload copies nothing)."""
+
+    def _start_async(self, state, records, root, staging):
+        import resilience.checkpoint.reference as ref
+        with patched(ref, "_stage", lambda records: records), patched(threading.Thread, "start", _deferred_start):
+            super()._start_async(state, records, root, staging)
+
+    def finalize(self, *, blocking=True):
+        pending = self._pending
+        if pending is not None and getattr(pending.thread, "_deferred", False):
+            threading.Thread.start(pending.thread)
+        return super().finalize(blocking=True)
+
+
+def _deferred_start(thread):
+    thread._deferred = True  # started by finalize, so training runs in between
+
+
+class ignores_topology(ReferenceBackend):
+    """LEGACY loader that accepts any tp/pp and copies whatever overlaps."""
+
+    def __init__(self, combo):
+        super().__init__(combo)
+        fmt = self.format
+        fmt.check_topology = lambda saved, info: None
+        real_read = fmt.read
+
+        def read(info, records, folder, manifest):
+            from ..checkpoint.formats import legacy
+            sub = os.path.join(folder, legacy.rank_folder(min(info.coords.tp, manifest.topology["tp"] - 1),
+                                                          min(info.coords.pp, manifest.topology["pp"] - 1),
+                                                          _SavedTopo(manifest.topology)))
+            doc = torchfile.load(os.path.join(sub, legacy.MODEL_FILE))
+            tensors = dict(doc["tensors"])
+            dist_file = os.path.join(sub, legacy.DIST_OPT_FILE)
+            if storage.current().exists(dist_file):
+                tensors.update(torchfile.load(dist_file)["tensors"])
+            for r in records:
+                if isinstance(r, ShardedTensor) and r.key in tensors:
+                    src = tensors[r.key]["data"]
+                    n = [min(a, b) for a, b in zip(src.shape, r.data.shape)]
+                    r.data[tuple(slice(0, k) for k in n)].copy_(src[tuple(slice(0, k) for k in n)])
+            return {k: v for k, v in doc["objects"].items() if k != "rng"}
+        fmt.read = read
+
+
+class _SavedTopo:
+    def __init__(self, d):
+        self.tp, self.pp, self.dp = d["tp"], d["pp"], d["dp"]
+
+
+class wrong_dedup(ReferenceBackend):
+    """Distributed-optimizer state treated as replicated over dp: only dp rank 0's rows are kept."""
+
+    def __init__(self, combo):
+        super().__init__(combo)
+        self.format._gather_rows = lambda info, r: torchfile.entry(r)
+
+
+class rng_across_tp(ReferenceBackend):
+    """After a tp or pp change, hands back the current RNG and says it was restored."""
+
+    def __init__(self, combo):
+        super().__init__(combo)
+        real_read = self.format.read
+
+        def read(info, records, folder, manifest):
+            objects = real_read(info, records, folder, manifest)
+            if "rng" not in objects:
+                rng = [r for r in records if r.key == "rng"]
+                if rng:
+                    objects["rng"] = rng[0].value
+            return objects
+        self.format.read = read
