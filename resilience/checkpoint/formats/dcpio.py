@@ -1,0 +1,114 @@
+"""What the two DCP-based formats share: DCP's errors as ordinary exceptions, load plans that are
+checked for full coverage and dtype (DCP checks neither), and objects loaded with weights_only=True."""
+from __future__ import annotations
+
+import contextlib
+from math import prod
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
+
+from ...errors import RankFailure, ResilienceError
+
+
+class CheckpointContentError(ResilienceError, ValueError):
+    """The checkpoint does not hold what this rank needs. A plain one-message exception: DCP pickles
+    exceptions raised inside its steps to send them to the coordinator, so it keeps one argument."""
+
+
+def is_distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def all_gather(obj, group=None) -> list:
+    """all_gather_object that also works in a single process with no process group."""
+    if not is_distributed():
+        return [obj]
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+@contextlib.contextmanager
+def dcp_errors(what: str) -> Iterator[None]:
+    """DCP raises CheckpointException, a BaseException that `except Exception` misses (and that would
+    end a background writer thread silently): re-raise it as RankFailure naming every failed rank."""
+    try:
+        yield
+    except CheckpointException as e:
+        failures = {rank: f"{type(exc).__name__}: {exc}" for rank, (exc, _) in e.failures.items()}
+        raise RankFailure(failures or {-1: str(e)}, what) from e
+
+
+def stored_tensor(metadata: Metadata, fqn: str, where: str) -> TensorStorageMetadata:
+    """The checkpoint's metadata of tensor `fqn`, or CheckpointContentError naming what is wrong."""
+    md = metadata.state_dict_metadata.get(fqn)
+    if md is None:
+        raise CheckpointContentError(f"{where}: the checkpoint has no {fqn!r}")
+    if not isinstance(md, TensorStorageMetadata):
+        raise CheckpointContentError(f"{where}: {fqn!r} is stored as an object, not a tensor")
+    return md
+
+
+def check_dtype(md: TensorStorageMetadata, fqn: str, dtype: torch.dtype, where: str) -> None:
+    # DCP would copy_ across dtypes without a word (fp32 into bf16)
+    if md.properties.dtype != dtype:
+        raise CheckpointContentError(f"{where}: {fqn}: stored as {md.properties.dtype}, expected {dtype}")
+
+
+def _local_numel(value: torch.Tensor) -> int:
+    local = value.to_local() if hasattr(value, "to_local") else value
+    return local.numel()
+
+
+def check_plan(plan: LoadPlan, targets: dict[str, Any], metadata: Metadata, where: str) -> None:
+    """Every element of every tensor target is read exactly once, from a tensor of the same dtype."""
+    read: dict[str, int] = {}
+    for item in plan.items:
+        if item.type is not LoadItemType.BYTE_IO:
+            read[item.dest_index.fqn] = read.get(item.dest_index.fqn, 0) + prod(item.lengths)
+    for fqn, value in targets.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        md = stored_tensor(metadata, fqn, where)
+        check_dtype(md, fqn, value.dtype, where)
+        want, got = _local_numel(value), read.get(fqn, 0)
+        if want != got:
+            raise CheckpointContentError(
+                f"{where}: {fqn}: the checkpoint covers {got} of the {want} elements this rank needs")
+
+
+def _set_path(root: dict, path, value) -> None:
+    for step in path[:-1]:
+        root = root[step]
+    root[path[-1]] = value
+
+
+class CheckedLoadPlanner(DefaultLoadPlanner):
+    """DCP's default load planner, refusing plans that leave a target partly unread or read another
+    dtype, and loading objects with weights_only=True."""
+
+    def __init__(self, where: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.where = where
+
+    def create_local_plan(self) -> LoadPlan:
+        plan = super().create_local_plan()
+        check_plan(plan, self.state_dict, self.metadata, self.where)
+        return plan
+
+    def load_bytes(self, read_item, value) -> None:
+        obj = torch.load(value, weights_only=True)
+        if self.flatten_state_dict:
+            _set_path(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = obj
+
+
+def is_bytes(metadata: Metadata, fqn: str) -> bool:
+    return isinstance(metadata.state_dict_metadata.get(fqn), BytesStorageMetadata)

@@ -1,0 +1,167 @@
+"""GLOBAL + torch_dist: Megatron's sharded-tensor checkpoint, written with torch.distributed.checkpoint.
+
+Every tensor record is saved as a piece of its global tensor (global shape and offset), and only
+replica 0 of each piece is written, so each global element is stored exactly once. Vocab-parallel
+tensors are saved without their padding rows: their saved shape is the logical one, the same on every
+tp. Objects are saved under their unique key (key + grid position) by replica 0. Beside DCP's
+`.metadata` and `__R_N.distcp` files sits Megatron's `metadata.json`.
+
+Loading reads each local piece by its global offset, whatever pieces the checkpoint holds, so any
+tp / pp / dp change loads. An object whose grid changed (RNG: (pp, tp)) is left out."""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed._shard.metadata import ShardMetadata
+from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor as TorchShardedTensor
+from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+
+from ... import storage
+from ...errors import IntegrityError
+from ...state import Topology, validate_sharding_integrity
+from ...state.sharding import ShardedObject, ShardedTensor
+from ...state.training import TOPOLOGY_BOUND_KEYS
+from ...storage.dcp import SeamReader, SeamWriter
+from .base import RankInfo
+from .dcpio import (CheckedLoadPlanner, CheckpointContentError, all_gather, check_plan, dcp_errors, is_bytes,
+                    is_distributed)
+
+METADATA_JSON = "metadata.json"
+BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
+
+
+def _logical_rows(r: ShardedTensor) -> int:
+    """How many leading rows of the piece hold real (not padding) elements."""
+    if r.logical_shape is None:
+        return r.local_shape[0]
+    return max(0, min(r.local_shape[0], r.logical_shape[0] - r.global_offset[0]))
+
+
+class _PieceLoadPlanner(CheckedLoadPlanner):
+    """Reads every target piece by its global offset; objects by key (tensor or bytes, as stored)."""
+
+    def __init__(self, where: str, offsets: dict[str, tuple[int, ...]]) -> None:
+        super().__init__(where, flatten_state_dict=False, flatten_sharded_tensors=False)
+        self.offsets = offsets
+
+    def create_local_plan(self) -> LoadPlan:
+        md = self.metadata.state_dict_metadata
+        items = []
+        for fqn, target in list(self.state_dict.items()):
+            if fqn not in md:
+                raise CheckpointContentError(f"{self.where}: the checkpoint has no {fqn!r}")
+            if fqn not in self.offsets and is_bytes(self.metadata, fqn):
+                items.append(ReadItem(LoadItemType.BYTE_IO, MetadataIndex(fqn), torch.Size((0,)),
+                                      MetadataIndex(fqn), torch.Size((0,)), torch.Size((0,))))
+                continue
+            if fqn not in self.offsets:  # an object stored as a tensor (RNG state): read it whole
+                stored = md[fqn]
+                self.state_dict[fqn] = target = torch.empty(stored.size, dtype=stored.properties.dtype)
+                self.offsets[fqn] = (0,) * len(stored.size)
+            chunk = ChunkStorageMetadata(torch.Size(self.offsets[fqn]), target.size())
+            items += create_read_items_for_chunk_list(fqn, md[fqn], [chunk])
+        plan = LoadPlan(items)
+        check_plan(plan, self.state_dict, self.metadata, self.where)
+        return plan
+
+    def lookup_tensor(self, index: MetadataIndex) -> torch.Tensor:
+        return self.state_dict[index.fqn]  # one piece per key on a rank; read items carry local offsets
+
+
+class TorchDistFormat:
+    """GLOBAL/torch_dist: loads under any tp, pp and dp change."""
+
+    layout = "global"
+
+    # ---- write -----------------------------------------------------------------------------------
+    def write(self, info: RankInfo, records, folder: str) -> None:
+        """Collective over info.group: one metadata gather, then dcp.save; rank 0 adds metadata.json."""
+        pieces = {}
+        for r in records:
+            if isinstance(r, ShardedTensor) and r.replica_id == 0:
+                rows = _logical_rows(r)
+                data = r.data.detach()[:rows] if r.data.dim() else r.data.detach()
+                if data.numel():
+                    pieces[r.key] = (r, data.contiguous())
+        rank = dist.get_rank() if is_distributed() else 0
+        mine = [{"key": k, "global_shape": list(r.logical), "global_offset": list(r.global_offset),
+                 "local_shape": list(d.shape), "replica_id": 0, "rank": rank} for k, (r, d) in pieces.items()]
+        everyone = [d for per_rank in all_gather(mine, info.group) for d in per_rank]
+        validate_sharding_integrity(everyone)  # the same data on every rank: all raise or none does
+        by_key: dict[str, list[dict]] = {}
+        for d in everyone:
+            by_key.setdefault(d["key"], []).append(d)
+        state: dict = {}
+        for key, (r, data) in pieces.items():
+            state[key] = self._sharded(r, data, by_key[key], rank, info.group)
+        for r in records:
+            if isinstance(r, ShardedObject) and r.replica_id == 0:
+                state[r.unique_key] = r.value
+        with dcp_errors(f"torch_dist save into {folder}"):
+            # flat keys: an object's value (a dict) is stored whole under its unique key
+            dcp.save(state, storage_writer=SeamWriter(folder), planner=DefaultSavePlanner(flatten_state_dict=False),
+                     process_group=info.group)
+        if info.rank == 0:
+            with storage.current().open_write(os.path.join(folder, METADATA_JSON)) as f:
+                f.write(json.dumps(BACKEND).encode())
+
+    @staticmethod
+    def _sharded(r: ShardedTensor, data: torch.Tensor, pieces: list[dict], rank: int, group):
+        if not is_distributed():
+            return data  # one process holds every piece: the whole logical tensor
+        shards = [ShardMetadata(d["global_offset"], d["local_shape"], f"rank:{d['rank']}/cpu") for d in pieces]
+        local = next(s for s, d in zip(shards, pieces) if d["rank"] == rank)
+        meta = ShardedTensorMetadata(shards, torch.Size(r.logical), TensorProperties(dtype=data.dtype))
+        return TorchShardedTensor._init_from_local_shards_and_global_metadata(
+            [Shard(data, local)], meta, process_group=group)
+
+    # ---- load ------------------------------------------------------------------------------------
+    def check_topology(self, saved: Topology, info: RankInfo) -> None:
+        """Every tp, pp and dp change loads."""
+
+    def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
+        """Fill every tensor record (all replicas) from the pieces it overlaps; padding rows become zero."""
+        self._check_backend(folder)
+        saved = Topology.from_dict(manifest.topology)
+        same_grid = (saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)
+        state, offsets, names = {}, {}, {}
+        for r in records:
+            if isinstance(r, ShardedTensor):
+                rows = _logical_rows(r)
+                if r.logical_shape is not None:
+                    r.data[rows:].zero_()  # padding rows are not in the checkpoint
+                if r.data.numel() and rows:
+                    state[r.key] = r.data[:rows] if r.data.dim() else r.data
+                    offsets[r.key] = tuple(r.global_offset)
+            elif isinstance(r, ShardedObject):
+                if r.key in TOPOLOGY_BOUND_KEYS and not same_grid:
+                    continue  # saved for another (pp, tp) grid: not restorable here
+                state[r.unique_key] = None
+                names[r.unique_key] = r.key
+        planner = _PieceLoadPlanner(folder, offsets)
+        with dcp_errors(f"torch_dist load from {folder}"):
+            dcp.load(state, storage_reader=SeamReader(folder), planner=planner, process_group=info.group)
+        return {names[k]: v for k, v in planner.state_dict.items() if k in names}
+
+    @staticmethod
+    def _check_backend(folder: str) -> None:
+        path = os.path.join(folder, METADATA_JSON)
+        fs = storage.current()
+        if not fs.exists(path):
+            raise IntegrityError(path, "file present", "a torch_dist checkpoint needs metadata.json")
+        with fs.open_read(path) as f:
+            raw = f.read()
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise IntegrityError(path, "parse", f"{type(e).__name__}: {e}") from None
+        if not isinstance(doc, dict) or doc.get("sharded_backend") != "torch_dist":
+            raise IntegrityError(path, "sharded_backend", f"expected torch_dist, found {doc!r}")

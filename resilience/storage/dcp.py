@@ -1,0 +1,127 @@
+"""The I/O seam for torch.distributed.checkpoint: DCP's file operations go through storage.current().
+
+DCP's FileSystemWriter and FileSystemReader hard-code a plain FileSystem; the subclasses here install
+SeamFileSystem instead (after the stock __init__, the way DCP's fsspec writer does). Streams opened for
+writing are the seam's WriteStreams: they fsync on close and hash what they write, so DCP's own
+os.fsync is turned off (sync_files=False) and the driver takes checksums from the streams."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import pickle
+import threading
+from typing import Iterator
+
+from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
+
+from . import base
+
+
+@contextlib.contextmanager
+def _shippable() -> Iterator[None]:
+    """DCP pickles a rank's exception to send it to the coordinator; one that cannot be unpickled (a
+    custom __init__) would leave the other ranks waiting. Such errors travel as a plain OSError."""
+    try:
+        yield
+    except Exception as e:
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            raise OSError(getattr(e, "errno", None) or errno.EIO, f"{type(e).__name__}: {e}") from e
+        raise
+
+
+def _shipped(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _shippable():
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class SeamFileSystem(FileSystemBase):
+    """DCP's filesystem operations routed through the current storage seam (read at each call, so a
+    fault injector installed with storage.use() sees every byte)."""
+
+    def __init__(self) -> None:
+        self._written: dict[str, object] = {}  # path -> stream, to follow DCP's rename of .metadata.tmp
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode: str) -> Iterator:
+        path = os.fspath(path)
+        with _shippable():
+            if "w" in mode or "a" in mode:
+                stream = base.current().open_write(path)
+                with self._lock:
+                    self._written[path] = stream
+            elif "r" in mode:
+                stream = base.current().open_read(path)
+            else:
+                raise ValueError(f"{path}: unsupported stream mode {mode!r}")
+            try:
+                yield stream
+            finally:
+                stream.close()
+
+    def concat_path(self, path, suffix: str) -> str:
+        return os.path.join(os.fspath(path), suffix)
+
+    def init_path(self, path) -> str:
+        return os.fspath(path)
+
+    @_shipped
+    def rename(self, path, new_path) -> None:
+        src, dst = os.fspath(path), os.fspath(new_path)
+        base.current().rename(src, dst)
+        with self._lock:
+            stream = self._written.pop(src, None)
+        if stream is not None:
+            # the stream's record (size, checksum) now describes the renamed file
+            stream.path = dst
+            with self._lock:
+                self._written[dst] = stream
+
+    @_shipped
+    def mkdir(self, path) -> None:
+        base.current().mkdir(os.fspath(path))
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return "://" not in os.fspath(checkpoint_id)
+
+    @_shipped
+    def exists(self, path) -> bool:
+        return base.current().exists(os.fspath(path))
+
+    @_shipped
+    def rm_file(self, path) -> None:
+        base.current().unlink(os.fspath(path))
+
+    @_shipped
+    def ls(self, path) -> list[str]:
+        folder = os.fspath(path)
+        return [os.path.join(folder, name) for name in base.current().listdir(folder)]
+
+
+class SeamWriter(FileSystemWriter):
+    """DCP's stock file writer, writing through the storage seam. Files are fsynced by the seam's
+    streams on close, so DCP's own fsync is off."""
+
+    def __init__(self, path, **kwargs) -> None:
+        kwargs["sync_files"] = False
+        super().__init__(path, **kwargs)
+        self.fs = SeamFileSystem()
+        self.path = self.fs.init_path(path)
+
+
+class SeamReader(FileSystemReader):
+    """DCP's stock file reader, reading through the storage seam."""
+
+    def __init__(self, path, **kwargs) -> None:
+        super().__init__(path, **kwargs)
+        self.fs = SeamFileSystem()
+        self.path = self.fs.init_path(path)
