@@ -1,0 +1,30 @@
+"""Faults of a real cluster, precise and replayable.
+
+- records: every fault is a small frozen record (kind, target, trigger, seed); `faults_from` reads a list.
+- in process: `inject(faults, rank=...)` wraps this rank's checkpoint I/O (errors with a real errno, short,
+  torn and slow writes, SIGKILL at a byte, an operation or a phase) and logs operations for crash states.
+- crash states: `crash_states(snapshot, oplog_dir, out_dir)` builds the disks a power loss can leave.
+- nemesis: `Nemesis(job, faults, folder=...)` kills or stops rank processes from outside.
+- at rest: `corrupt(fault, root)` truncates, flips, deletes, garbles, forges.
+A fault that fired is recorded (`FaultReport`); `unprobed(faults, firings)` lists those that never did."""
+from .base import (KINDS, OPS, THREADS, Fault, FaultLayer, Target, Trigger, fault_from_dict, faults_from,
+                   faults_from_text, matches_path, with_layer)
+from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, IOFailure, LeftoverStaging,
+                    LostUnsyncedWrites, MetadataDamage, RankCrash, RankHang, RankKill, ShortWrite, SlowWrite, TornWrite,
+                    TrackerDamage, Truncate)
+from .report import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
+from .oplog import Op, OpLog, read_ops
+from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
+from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
+from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ranks
+from .corruption import Damage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
+
+__all__ = [
+    "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault",
+    "FaultLayer", "FaultReport", "FaultyFileSystem", "FaultyWriteStream", "IOFailure", "KINDS", "LeftoverStaging",
+    "LostUnsyncedWrites", "MetadataDamage", "Nemesis", "OPS", "Op", "OpLog", "RankCrash", "RankHang", "RankKill",
+    "ShortWrite", "SlowWrite", "Snapshot", "THREADS", "Target", "TornWrite", "TrackerDamage", "Trigger", "Truncate",
+    "UNPROBED", "checkpoint_folders", "corrupt", "corrupt_all", "crash_states", "fault_from_dict", "faults_from",
+    "faults_from_text", "file_sizes", "files_of_rank", "fired", "firing", "inject", "kill_ranks", "matches_path",
+    "open_positions", "power_loss_states", "read_firings", "read_ops", "sigkill_self", "signal_ranks", "unprobed",
+    "with_layer"]

@@ -1,0 +1,299 @@
+"""Corruption at rest: pure file operations on a checkpoint root, no processes.
+
+Each function damages exactly one thing and returns a Damage record of exactly what it did (file, offset,
+bits, old and new size or content) for the history. Which checkpoint, which rank's files, which file,
+offset and bit come from the fault's target, and whatever it leaves open is drawn from
+random.Random(fault.seed), so the same record always does the same damage."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from dataclasses import asdict, dataclass
+
+import xxhash
+
+from ..checkpoint.commit import STAGING_PREFIX, TRACKER, iter_name
+from ..checkpoint.manifest import MANIFEST, Manifest
+from ..errors import ConfigError
+from ..state import Topology
+from .base import Fault, faults_from, matches_path
+from .kinds import (METADATA_FILES, BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, LeftoverStaging,
+                    MetadataDamage, TrackerDamage, Truncate)
+
+_ITER = re.compile(r"iter_(\d{7})")
+_LOCAL_RANK = re.compile(r"rank_(\d{5})")
+_DCP_RANK = re.compile(r"__(\d+)_\d+\.distcp")
+
+
+@dataclass(frozen=True)
+class Damage:
+    """What one corruption did. Paths are absolute; `rel` is relative to the checkpoint root."""
+
+    kind: str
+    action: str
+    file: str
+    rel: str
+    offset: int | None = None
+    bits: tuple[int, ...] | None = None
+    old_size: int | None = None
+    new_size: int | None = None
+    old: str | None = None         # the byte (hex) or text before
+    new: str | None = None         # and after
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in (None, "")}
+
+    def __str__(self) -> str:
+        d = self.to_dict()
+        return " ".join([self.action, self.rel] + [f"{k}={v}" for k, v in d.items()
+                                                    if k not in ("kind", "action", "file", "rel")])
+
+
+# ---- where: checkpoints, ranks, files -------------------------------------------------------------
+def checkpoint_folders(root: str) -> list[tuple[int, str, int | None]]:
+    """(iteration, folder, rank of a local checkpoint or None) of every iter_ folder under `root`."""
+    out = []
+    for base, rank in [(root, None)] + _local_roots(root):
+        if os.path.isdir(base):
+            for name in sorted(os.listdir(base)):
+                m = _ITER.fullmatch(name)
+                if m and os.path.isdir(os.path.join(base, name)):
+                    out.append((int(m.group(1)), os.path.join(base, name), rank))
+    return out
+
+
+def _local_roots(root: str) -> list[tuple[str, int]]:
+    local = os.path.join(root, "local")
+    if not os.path.isdir(local):
+        return []
+    return [(os.path.join(local, n), int(m.group(1))) for n in sorted(os.listdir(local))
+            if (m := _LOCAL_RANK.fullmatch(n))]
+
+
+def files_of_rank(folder: str, rank: int) -> list[str]:
+    """The files rank `rank` wrote in a global checkpoint folder: DCP's __<rank>_<n>.distcp, or the
+    legacy mp_rank_TT[_PPP] folder of its (tp, pp) when its dp rank is 0 (topology from the manifest)."""
+    files = _all_files(folder)
+    dcp = [p for p in files if (m := _DCP_RANK.fullmatch(os.path.basename(p))) and int(m.group(1)) == rank]
+    if dcp or any(_DCP_RANK.fullmatch(os.path.basename(p)) for p in files):
+        return dcp
+    try:
+        with open(os.path.join(folder, MANIFEST)) as f:
+            topo = Topology.from_dict(json.load(f)["body"]["topology"])
+        c = topo.coords(rank)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError("target.rank", f"cannot tell which files rank {rank} wrote in {folder}: {e}",
+                          "choose the file with target.path instead") from None
+    if c.dp != 0:
+        return []
+    sub = f"mp_rank_{c.tp:02d}" + (f"_{c.pp:03d}" if topo.pp > 1 else "")
+    return [p for p in files if os.path.relpath(p, folder).split(os.sep)[0] == sub]
+
+
+def _all_files(folder: str) -> list[str]:
+    out = []
+    for dirpath, _, names in os.walk(folder):
+        out += [os.path.join(dirpath, n) for n in names]
+    return sorted(out)
+
+
+def _pick_folder(root: str, fault: Fault, rng: random.Random) -> tuple[str, int | None]:
+    found = checkpoint_folders(root)
+    rank = fault.target.rank
+    if rank is not None and any(r is not None for _, _, r in found):
+        found = [x for x in found if x[2] == rank]
+    if not found:
+        raise ConfigError("target", f"no checkpoint folder under {root}"
+                          + (f" for rank {rank}" if rank is not None else ""))
+    iteration = fault.target.iteration if fault.target.iteration is not None else max(it for it, _, _ in found)
+    chosen = sorted((p, r) for it, p, r in found if it == iteration)
+    if not chosen:
+        raise ConfigError("target.iteration", f"no checkpoint of iteration {iteration} under {root}",
+                          f"saved: {sorted({it for it, _, _ in found})}")
+    return chosen[rng.randrange(len(chosen))] if len(chosen) > 1 else chosen[0]
+
+
+def _pick_shard(root: str, fault: Fault, rng: random.Random) -> str:
+    folder, local_rank = _pick_folder(root, fault, rng)
+    if fault.target.rank is not None and local_rank is None:
+        files = files_of_rank(folder, fault.target.rank)
+    else:
+        files = _all_files(folder)
+    files = [p for p in files if matches_path(fault.target.path, p, os.path.relpath(p, root))
+             and (fault.target.path is not None or os.path.basename(p) not in METADATA_FILES)]
+    if not files:
+        raise ConfigError("target", f"no file in {folder} matches {fault}")
+    return files[rng.randrange(len(files))]
+
+
+def _tracker_root(root: str, fault: Fault, rng: random.Random) -> str:
+    local = _local_roots(root)
+    if not local:
+        return root
+    if fault.target.rank is not None:
+        for base, r in local:
+            if r == fault.target.rank:
+                return base
+        raise ConfigError("target.rank", f"no local checkpoints of rank {fault.target.rank} under {root}")
+    return local[rng.randrange(len(local))][0]
+
+
+# ---- what -------------------------------------------------------------------------------------------
+def _record(fault: Fault, action: str, root: str, path: str, **kw) -> Damage:
+    return Damage(fault.kind, action, path, os.path.relpath(path, root), **kw)
+
+
+def truncate(root: str, fault: Truncate, rng: random.Random) -> Damage:
+    path = _pick_shard(root, fault, rng)
+    old = os.path.getsize(path)
+    new = fault.length if fault.length is not None else (rng.randrange(old) if old else 0)
+    if new > old:
+        raise ConfigError("length", f"{new} is longer than {path} ({old} bytes)", "truncate cuts; use a smaller length")
+    os.truncate(path, new)
+    return _record(fault, "truncate", root, path, old_size=old, new_size=new)
+
+
+def bit_flip(root: str, fault: BitFlip, rng: random.Random) -> Damage:
+    path = _pick_shard(root, fault, rng)
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ConfigError("target", f"{path} is empty: no bit to flip")
+    offset = fault.target.offset if fault.target.offset is not None else rng.randrange(size)
+    if offset >= size:
+        raise ConfigError("target.offset", f"{offset} is past the end of {path} ({size} bytes)")
+    bits = fault.bits if fault.bits is not None else (rng.randrange(8),)
+    mask = 0
+    for b in bits:
+        mask |= 1 << b
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        old = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([old ^ mask]))
+    return _record(fault, "flip", root, path, offset=offset, bits=tuple(bits), old_size=size, new_size=size,
+                   old=f"{old:02x}", new=f"{old ^ mask:02x}")
+
+
+def delete_file(root: str, fault: DeleteFile, rng: random.Random) -> Damage:
+    path = _pick_shard(root, fault, rng)
+    old = os.path.getsize(path)
+    os.unlink(path)
+    return _record(fault, "delete", root, path, old_size=old)
+
+
+def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Damage:
+    folder, _ = _pick_folder(root, fault, rng)
+    path = os.path.join(folder, fault.name)
+    if not os.path.isfile(path):
+        raise ConfigError("name", f"{folder} has no {fault.name}",
+                          f"this checkpoint holds: {', '.join(n for n in METADATA_FILES if os.path.exists(os.path.join(folder, n)))}")
+    old = os.path.getsize(path)
+    if fault.how == "delete":
+        os.unlink(path)
+        return _record(fault, "delete", root, path, old_size=old)
+    if fault.how == "garble":
+        lo, hi = old // 3, max(old // 3 + 1, 2 * old // 3)
+        noise = rng.randbytes(hi - lo)
+        with open(path, "r+b") as f:
+            f.seek(lo)
+            f.write(noise)
+        return _record(fault, "garble", root, path, offset=lo, old_size=old, new_size=max(old, hi),
+                       detail=f"bytes {lo}..{hi} replaced by seeded noise")
+    new = old // 2 if fault.how == "truncate" else 0
+    os.truncate(path, new)
+    return _record(fault, fault.how, root, path, old_size=old, new_size=new)
+
+
+def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random) -> Damage:
+    """A manifest whose file list names a path outside the folder, rewritten so its digest still matches."""
+    folder, _ = _pick_folder(root, fault, rng)
+    path = os.path.join(folder, MANIFEST)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        body = json.loads(raw)["body"]
+    except (ValueError, KeyError) as e:
+        raise ConfigError("target", f"{path} is not a manifest to rewrite: {e}") from None
+    files = dict(body["files"])
+    files[fault.escape] = {"size": 0, "xxh3_128": xxhash.xxh3_128_hexdigest(b"")}
+    forged = Manifest(body["combination"], body["topology"], body["model"], body["iteration"], files,
+                      body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
+    data = forged.to_json().encode()
+    with open(path, "wb") as f:
+        f.write(data)
+    return _record(fault, "rewrite manifest", root, path, old_size=len(raw), new_size=len(data),
+                   detail=f"file list now names {fault.escape!r}; digest recomputed")
+
+
+def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damage:
+    base = _tracker_root(root, fault, rng)
+    path = os.path.join(base, TRACKER)
+    old = open(path, "rb").read().decode("utf-8", "replace") if os.path.exists(path) else None
+    iterations = sorted(int(m.group(1)) for n in (os.listdir(base) if os.path.isdir(base) else [])
+                        if (m := _ITER.fullmatch(n)))
+    newest = iterations[-1] if iterations else 0
+    if fault.how == "delete":
+        if old is None:
+            raise ConfigError("how", f"{path} does not exist: nothing to delete")
+        os.unlink(path)
+        return _record(fault, "delete", root, path, old=old)
+    text = {"stale": str(iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)), "empty": "",
+            "non_numeric": "not-a-number", "future": str(newest + 1000)}[fault.how]
+    with open(path, "w") as f:
+        f.write(text)
+    return _record(fault, fault.how, root, path, old=old, new=text)
+
+
+def leftover_staging(root: str, fault: LeftoverStaging, rng: random.Random) -> Damage:
+    """A staging folder for the next iteration holding the newest checkpoint's files, the last one cut in
+    half, and no manifest: what a save killed mid-write leaves."""
+    base = _tracker_root(root, fault, rng)
+    iterations = [(it, p) for it, p, r in checkpoint_folders(root) if os.path.dirname(p) == base]
+    newest, src = max(iterations) if iterations else (0, None)
+    staging = os.path.join(base, f"{STAGING_PREFIX}{iter_name(newest + 1)}-{rng.randbytes(4).hex()}")
+    os.makedirs(staging)
+    copied = []
+    if src is not None:
+        files = [p for p in _all_files(src) if os.path.basename(p) != MANIFEST]
+        for p in files:
+            dst = os.path.join(staging, os.path.relpath(p, src))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copyfile(p, dst)
+            copied.append(dst)
+        if copied:
+            os.truncate(copied[-1], os.path.getsize(copied[-1]) // 2)
+    return _record(fault, "create staging", root, staging, detail=f"{len(copied)} files, last one cut in half")
+
+
+def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
+    folder, _ = _pick_folder(root, fault, rng)
+    path = os.path.join(folder, fault.name)
+    if os.path.exists(path):
+        raise ConfigError("name", f"{path} already exists", "choose another name")
+    with open(path, "wb") as f:
+        f.write(rng.randbytes(fault.length))
+    return _record(fault, "create", root, path, new_size=fault.length)
+
+
+_ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
+            EscapingManifestPath: escaping_path, TrackerDamage: tracker_damage, LeftoverStaging: leftover_staging,
+            ExtraFile: extra_file}
+
+
+def corrupt(fault: Fault | dict, root: str | os.PathLike) -> Damage:
+    """Carry out one at-rest fault on the checkpoint root `root`; the record of exactly what it did."""
+    fault = faults_from([fault], where="fault")[0]
+    if fault.layer != "at_rest":
+        raise ConfigError("fault.kind", f"{fault.kind} is not a corruption at rest",
+                          f"use one of {', '.join(c.kind for c in _ACTIONS)}")
+    root = os.path.abspath(str(root))
+    return _ACTIONS[type(fault)](root, fault, random.Random(fault.seed))
+
+
+def corrupt_all(faults, root: str | os.PathLike) -> list[Damage]:
+    """Every at-rest fault of a list, in order."""
+    return [corrupt(f, root) for f in faults_from(faults) if f.layer == "at_rest"]

@@ -1,0 +1,367 @@
+"""The in-process injector: a FileSystem that wraps the current one and carries out a rank's faults.
+
+Installed per rank with `inject(...)` (storage.use under the hood, plus a phase listener). For each
+operation of the seam, in order: slow it down, fail it with an errno, crash before it, do it (a write
+maybe short, torn, or cut at a byte), log it, crash after it. Writes go through to the OS at once, so
+the operation log and the file agree at any crash point. A crash is a real SIGKILL of the rank itself,
+after the firing is fsynced to the report."""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import threading
+import time
+from typing import Callable, Iterable, Iterator
+
+from .. import storage
+from ..checkpoint import phases
+from ..errors import ConfigError
+from .base import Fault, faults_from, matches_path
+from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWrite, TornWrite
+from .oplog import OpLog
+from .report import FaultReport, firing
+
+
+def sigkill_self() -> None:
+    """Die now, as a kernel OOM kill or a node failure would: no handler, no cleanup, no flush."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    while True:  # the signal is delivered asynchronously; never return into the code under test
+        time.sleep(1)
+
+
+def _thread() -> str:
+    return "main" if threading.current_thread() is threading.main_thread() else "writer"
+
+
+def _is_crash(f: Fault) -> bool:
+    return isinstance(f, (RankCrash, LostUnsyncedWrites))
+
+
+def _op_triggered(f: Fault, op: str) -> bool:
+    """Does this fault count operations of kind `op`?"""
+    if isinstance(f, IOFailure):
+        return f.target.op in (None, op)
+    if isinstance(f, SlowWrite):
+        return (f.target.op or "write") == op
+    if isinstance(f, (ShortWrite, TornWrite)):
+        return op == "write"
+    if _is_crash(f):
+        return f.trigger.phase is None and f.trigger.at_byte is None and f.target.op == op
+    return False
+
+
+class FaultyWriteStream:
+    """A WriteStream whose writes, fsync and close go through the injector."""
+
+    def __init__(self, fs: "FaultyFileSystem", inner, path: str, sync: bool, stream_id: str | None,
+                 armed: list[Fault]):
+        self._fs, self.inner, self.path, self.sync = fs, inner, path, sync
+        self.stream_id, self.armed = stream_id, armed
+        self.closed = False
+
+    size = property(lambda self: self.inner.size)
+    digest = property(lambda self: self.inner.digest)
+
+    def write(self, data) -> int:
+        return self._fs._write(self, memoryview(data).cast("B"))
+
+    def fsync(self) -> None:
+        self._fs._run("fsync", (self.path,), self.inner.fsync, path=self.path, stream=self.stream_id)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        if self.sync:
+            self.fsync()
+        self.closed = True
+        self._fs._run("close", (self.path,), self.inner.close, path=self.path, stream=self.stream_id)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def tell(self) -> int:
+        return self.inner.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.inner.seek(offset, whence)
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class FaultyFileSystem:
+    """Wraps a FileSystem; carries out the in-process faults aimed at `rank`. `kill` (default: SIGKILL this
+    process) and `sleep` are injected so the logic can be tested in one process."""
+
+    def __init__(self, inner, faults: Iterable[Fault], *, rank: int = 0, report: FaultReport | None = None,
+                 oplog: OpLog | None = None, kill: Callable[[], None] = sigkill_self,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.inner = inner
+        self.rank = rank
+        self.faults = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
+        self.report, self.oplog, self._kill, self._sleep = report, oplog, kill, sleep
+        self._count = [0] * len(self.faults)
+        self._slowed = [0] * len(self.faults)
+        self._fired: list[dict] = []
+        self._done: set[int] = set()
+        self._lock = threading.RLock()
+
+    # ---- bookkeeping ------------------------------------------------------------------------------
+    def firings(self) -> list[dict]:
+        """What fired in this process so far."""
+        return list(self._fired)
+
+    def _fire(self, i: int, action: str, **detail) -> dict:
+        rec = firing(self.faults[i], action, rank=self.rank, thread=_thread(), **detail)
+        with self._lock:
+            self._fired.append(rec)
+            self._done.add(i)
+        if self.report is not None:
+            self.report.append(rec)
+        return rec
+
+    def _die(self, i: int, **detail) -> None:
+        action = "power_loss" if isinstance(self.faults[i], LostUnsyncedWrites) else "sigkill"
+        self._fire(i, action, **detail)
+        self._kill()
+
+    def _applies(self, f: Fault, path: str) -> bool:
+        thread = f.target.thread
+        return matches_path(f.target.path, path) and (thread is None or thread == _thread())
+
+    def _hits(self, op: str, paths: tuple[str, ...]) -> list[tuple[int, int]]:
+        """(fault index, how many matching operations it has now seen) for faults counting this op."""
+        hits = []
+        with self._lock:
+            for i, f in enumerate(self.faults):
+                if not _op_triggered(f, op) or not any(self._applies(f, p) for p in paths):
+                    continue
+                if i in self._done and not isinstance(f, SlowWrite):
+                    continue
+                self._count[i] += 1
+                hits.append((i, self._count[i]))
+        return hits
+
+    def _before(self, op: str, paths: tuple[str, ...]) -> list[tuple[int, int]]:
+        hits = self._hits(op, paths)
+        where = {"op": op, "path": paths[0]}
+        if len(paths) > 1:
+            where["dst"] = paths[1]
+        for i, n in hits:
+            f = self.faults[i]
+            if isinstance(f, SlowWrite) and n >= f.trigger.nth and (f.times is None or self._slowed[i] < f.times):
+                self._slowed[i] += 1
+                if self._slowed[i] == 1:
+                    self._fire(i, "slow", delay=f.delay, **where)
+                self._sleep(f.delay)
+        for i, n in hits:
+            f = self.faults[i]
+            if isinstance(f, IOFailure) and n == f.trigger.nth:
+                self._fire(i, f"raise {f.errno}", errno=f.errno, **where)
+                raise OSError(f.code, f"{os.strerror(f.code)} (injected: {f})", paths[0])
+        for i, n in hits:
+            f = self.faults[i]
+            if _is_crash(f) and f.trigger.when == "before" and n == f.trigger.nth:
+                self._die(i, when="before", **where)
+        return hits
+
+    def _after(self, op: str, paths: tuple[str, ...], hits: list[tuple[int, int]]) -> None:
+        for i, n in hits:
+            f = self.faults[i]
+            if _is_crash(f) and f.trigger.when == "after" and n == f.trigger.nth:
+                self._die(i, when="after", op=op, path=paths[0])
+
+    def _run(self, op: str, paths: tuple[str, ...], do: Callable, **log):
+        hits = self._before(op, paths)
+        result = do()
+        if self.oplog is not None:
+            self.oplog.record(op, **log)
+        self._after(op, paths, hits)
+        return result
+
+    # ---- phases ----------------------------------------------------------------------------------
+    def on_phase(self, phase: str, info: dict) -> None:
+        """checkpoint.phases listener: crash as the nth matching phase begins."""
+        due = None
+        with self._lock:
+            for i, f in enumerate(self.faults):
+                if not _is_crash(f) or f.trigger.phase != phase or i in self._done:
+                    continue
+                if f.target.thread is not None and f.target.thread != _thread():
+                    continue
+                self._count[i] += 1
+                if self._count[i] == f.trigger.nth and due is None:
+                    due = i
+        if due is not None:
+            self._die(due, phase=phase, **{k: v for k, v in info.items() if isinstance(v, (int, str))})
+
+    # ---- writes ----------------------------------------------------------------------------------
+    def _write(self, s: FaultyWriteStream, data: memoryview) -> int:
+        n = len(data)
+        offset = s.inner.tell()
+        hits = self._before("write", (s.path,))
+        keep, torn = n, None
+        for i, c in hits:
+            f = self.faults[i]
+            if isinstance(f, (ShortWrite, TornWrite)) and c == f.trigger.nth:
+                k = min(n, n // 2 if f.keep is None else f.keep)
+                if isinstance(f, ShortWrite):
+                    keep = min(keep, k)
+                    self._fire(i, "short", path=s.path, offset=offset, length=n, kept=k)
+                else:
+                    torn = (i, k)
+        cut = None
+        for f in s.armed:  # crash once the file holds at_byte bytes
+            if offset < f.trigger.at_byte <= offset + keep:
+                keep, cut = f.trigger.at_byte - offset, f
+                break
+        on_disk = data[:keep]
+        if torn is not None:
+            i, k = torn
+            f = self.faults[i]
+            s.inner.write(data)  # the stream hashes what the writer meant to write
+            fill = bytes(n - k) if f.fill == "zeros" else random.Random(f.seed).randbytes(n - k)
+            s.inner.flush()
+            os.pwrite(s.inner.fileno(), fill, offset + k)
+            on_disk = bytes(data[:k]) + fill
+            self._fire(i, "torn", path=s.path, offset=offset, length=n, kept=k, fill=f.fill)
+        else:
+            s.inner.write(on_disk)
+        s.inner.flush()  # write through, so the log and the file agree at any crash point
+        if self.oplog is not None:
+            self.oplog.record("write", s.path, data=on_disk, stream=s.stream_id, offset=offset)
+        if cut is not None:
+            self._die(self.faults.index(cut), op="write", path=s.path, offset=offset, bytes=offset + keep)
+        self._after("write", (s.path,), hits)
+        return n if torn is not None else keep
+
+    # ---- the FileSystem protocol ---------------------------------------------------------------------
+    def open_write(self, path: str, *, sync: bool = True) -> FaultyWriteStream:
+        path = str(path)
+        hits = self._before("create", (path,))
+        inner = self.inner.open_write(path, sync=False)  # the wrapper fsyncs at close, through the faults
+        sid = self.oplog.new_stream() if self.oplog is not None else None
+        if self.oplog is not None:
+            self.oplog.record("create", path, stream=sid)
+        armed = []
+        with self._lock:
+            for i, f in enumerate(self.faults):
+                if _is_crash(f) and f.trigger.at_byte is not None and i not in self._done and self._applies(f, path):
+                    self._count[i] += 1
+                    if self._count[i] == f.trigger.nth:
+                        armed.append(f)
+        stream = FaultyWriteStream(self, inner, path, sync, sid, armed)
+        for f in armed:
+            if f.trigger.at_byte == 0:
+                self._die(self.faults.index(f), op="create", path=path, bytes=0)
+        self._after("create", (path,), hits)
+        return stream
+
+    def open_read(self, path: str):
+        self._before("read", (str(path),))
+        return self.inner.open_read(path)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._run("rename", (str(src), str(dst)), lambda: self.inner.rename(src, dst), path=src, dst=dst)
+
+    def exchange(self, a: str, b: str) -> None:
+        self._run("exchange", (str(a), str(b)), lambda: self.inner.exchange(a, b), path=a, dst=b)
+
+    def mkdir(self, path: str) -> None:
+        path = os.path.abspath(str(path))
+        hits = self._before("mkdir", (path,))
+        missing, p = [], path
+        while p and not os.path.isdir(p):
+            missing.append(p)
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+        self.inner.mkdir(path)
+        if self.oplog is not None:
+            for p in reversed(missing):
+                self.oplog.record("mkdir", p)
+        self._after("mkdir", (path,), hits)
+
+    def unlink(self, path: str) -> None:
+        self._run("unlink", (str(path),), lambda: self.inner.unlink(path), path=path)
+
+    def rmtree(self, path: str) -> None:
+        existed = self.inner.exists(path)
+        hits = self._before("rmtree", (str(path),))
+        self.inner.rmtree(path)
+        if self.oplog is not None and existed:
+            self.oplog.record("rmtree", path)
+        self._after("rmtree", (str(path),), hits)
+
+    def fsync_dir(self, path: str) -> None:
+        self._run("fsync_dir", (str(path),), lambda: self.inner.fsync_dir(path), path=path)
+
+    def listdir(self, path: str) -> list[str]:
+        return self.inner.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        return self.inner.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return self.inner.is_dir(path)
+
+    def size(self, path: str) -> int:
+        return self.inner.size(path)
+
+    def __getattr__(self, name):  # anything else the wrapped filesystem offers
+        return getattr(self.inner, name)
+
+    # ---- end of injection ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """A lost_unsynced_writes fault with no crash point fires here: power is lost after the last
+        recorded operation (the process goes on; the runner builds the crash states)."""
+        for i, f in enumerate(self.faults):
+            if isinstance(f, LostUnsyncedWrites) and i not in self._done and f.trigger.phase is None \
+                    and f.trigger.at_byte is None and f.target.op is None:
+                self._fire(i, "power_loss", when="after the last operation")
+        if self.oplog is not None:
+            self.oplog.close()
+
+
+@contextlib.contextmanager
+def inject(faults, *, rank: int, world: int | None = None, report: str | os.PathLike | None = None,
+           oplog_dir: str | os.PathLike | None = None,
+           kill: Callable[[], None] = sigkill_self) -> Iterator[FaultyFileSystem]:
+    """Carry out `faults` (records or dicts) aimed at `rank` on this process's checkpoint I/O for the
+    duration. Firings are appended to `report` (JSON lines, fsynced); operations to `oplog_dir`."""
+    faults = faults_from(faults, world=world)
+    mine = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
+    if oplog_dir is None and any(isinstance(f, LostUnsyncedWrites) for f in mine):
+        raise ConfigError("oplog_dir", "lost_unsynced_writes needs the operation log",
+                          "pass oplog_dir so the crash states can be built from it")
+    fs = FaultyFileSystem(storage.current(), mine, rank=rank,
+                          report=FaultReport(report) if report is not None else None,
+                          oplog=OpLog(oplog_dir, rank) if oplog_dir is not None else None, kill=kill)
+    remove = phases.listen(fs.on_phase)
+    try:
+        with storage.use(fs):
+            yield fs
+    finally:
+        remove()
+        fs.close()

@@ -1,0 +1,175 @@
+"""The external nemesis: kill or stop rank processes from the parent, with no help from the code under test.
+
+A Nemesis runs in the parent while a launch.Job runs (one polling thread, started after the ranks are
+forked and joined before anything else forks). Each RankKill / RankHang fault fires once: `after` seconds,
+or once a matching file under the watched folder reaches `size` bytes, seen either as the file's size or
+as the write position of a rank's open descriptor (/proc/<pid>/fdinfo, through psutil). After a single
+rank dies the Job tears the others down, as torchrun does."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Callable, Iterable
+
+import psutil
+
+from ..errors import ConfigError
+from .base import Fault, faults_from, matches_path
+from .kinds import RankHang, RankKill
+from .report import FaultReport, firing
+
+
+def signal_ranks(pids: Iterable[int], sig: int, *, tree: bool = False) -> list[int]:
+    """Send `sig` to each live pid (and, with tree, to everything it started); the pids reached."""
+    reached = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            targets = ([proc] + proc.children(recursive=True)) if tree else [proc]
+            for p in targets:
+                try:
+                    p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+            reached.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return reached
+
+
+def kill_ranks(job, ranks: Iterable[int] | None = None, sig: int = signal.SIGKILL) -> list[int]:
+    """SIGKILL (or `sig`) some ranks of a started Job; None: all of them (a preemption, children too)."""
+    ranks = list(range(job.world)) if ranks is None else list(ranks)
+    return signal_ranks([job.pids[r] for r in ranks], sig, tree=len(ranks) == job.world)
+
+
+def open_positions(pid: int) -> dict[str, int]:
+    """path -> current offset of every regular file `pid` has open (from /proc/<pid>/fdinfo)."""
+    try:
+        return {f.path: f.position for f in psutil.Process(pid).open_files()}
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return {}
+
+
+def file_sizes(folder: str, pattern: str | None) -> dict[str, int]:
+    """path -> size of every file under `folder` matching `pattern` (relative or base name)."""
+    out = {}
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            if matches_path(pattern, path, os.path.relpath(path, folder)):
+                try:
+                    out[path] = os.stat(path).st_size
+                except FileNotFoundError:
+                    continue
+    return out
+
+
+class Nemesis:
+    """Runs the nemesis faults of a scenario against a started Job; use as a context manager around
+    job.wait(). `firings()` says what it did; a fault whose trigger never came is left unfired."""
+
+    def __init__(self, job, faults, *, folder: str | os.PathLike | None = None, poll: float = 0.002,
+                 timeout: float | None = None, report: str | os.PathLike | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.job = job
+        self.faults = [f for f in faults_from(faults, world=job.world) if f.layer == "nemesis"]
+        for f in self.faults:
+            if f.trigger.size is not None and folder is None:
+                raise ConfigError("folder", f"{f}: a size trigger needs the folder to watch",
+                                  "pass folder=<the checkpoint root>")
+        self.folder = os.path.abspath(str(folder)) if folder is not None else None
+        self.poll, self.clock = poll, clock
+        self.timeout = job.timeout if timeout is None else timeout
+        self.report = FaultReport(report) if report is not None else None
+        self._fired: list[dict] = []
+        self._pending = list(self.faults)
+        self._resume: list[tuple[float, list[int], Fault]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start = 0.0
+
+    def firings(self) -> list[dict]:
+        return list(self._fired)
+
+    def start(self) -> "Nemesis":
+        if not self.job.procs:
+            raise RuntimeError("start the Job before its nemesis")
+        self._start = self.clock()
+        self._thread = threading.Thread(target=self._loop, name="nemesis", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        for _, pids, _ in self._resume:  # never leave a rank stopped behind us
+            signal_ranks(pids, signal.SIGCONT)
+        self._resume = []
+
+    def __enter__(self) -> "Nemesis":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def _alive(self) -> list[int]:
+        return [p.pid for p in self.job.procs if p.is_alive()]
+
+    def _loop(self) -> None:
+        deadline = self._start + self.timeout
+        while not self._stop.is_set() and self.clock() < deadline:
+            now = self.clock() - self._start
+            for due in [r for r in self._resume if r[0] <= now]:
+                signal_ranks(due[1], signal.SIGCONT)
+                self._resume.remove(due)
+            for f in list(self._pending):
+                seen = self._due(f, now)
+                if seen is not None:
+                    self._pending.remove(f)
+                    self._act(f, now, seen)
+            if not self._pending and not self._resume:
+                return
+            if not self._alive():
+                return
+            self._stop.wait(self.poll)
+
+    def _due(self, f: Fault, now: float) -> dict | None:
+        """What was observed when the trigger of `f` has come, else None."""
+        g = f.trigger
+        if g.after is not None and now < g.after:
+            return None
+        if g.size is None:
+            return {"elapsed": round(now, 4)}
+        for path, size in file_sizes(self.folder, f.target.path).items():
+            if size >= g.size:
+                return {"elapsed": round(now, 4), "observed": "size", "file": path, "bytes": size}
+        for rank in f.target.ranks(self.job.world):
+            pid = self.job.pids[rank]
+            for path, pos in open_positions(pid).items():
+                rel = os.path.relpath(path, self.folder)
+                if not rel.startswith("..") and matches_path(f.target.path, path, rel) and pos >= g.size:
+                    return {"elapsed": round(now, 4), "observed": "fdinfo", "file": path, "bytes": pos, "of_rank": rank}
+        return None
+
+    def _act(self, f: Fault, now: float, seen: dict) -> None:
+        ranks = f.target.ranks(self.job.world)
+        pids = [self.job.pids[r] for r in ranks]
+        everyone = len(ranks) == self.job.world
+        if isinstance(f, RankKill):
+            reached = signal_ranks(pids, f.signum, tree=everyone)
+            action = "preempt" if everyone else f"signal {f.signal}"
+        else:
+            reached = signal_ranks(pids, signal.SIGSTOP, tree=everyone)
+            action = "stop"
+            if isinstance(f, RankHang) and f.resume_after is not None:
+                self._resume.append((now + f.resume_after, pids, f))
+        rec = firing(f, action, ranks=ranks, pids=pids, reached=reached, **seen)
+        self._fired.append(rec)
+        if self.report is not None:
+            self.report.append(rec)

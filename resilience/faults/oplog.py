@@ -1,0 +1,118 @@
+"""The operation log: every seam operation of a rank with its persistence points, for crash states.
+
+One folder per run; each rank appends `ops.rank<R>.jsonl` (one JSON line per operation) and
+`ops.rank<R>.bin` (the bytes of its writes). Both are written with os.write on O_APPEND descriptors, so
+a process that SIGKILLs itself loses nothing it logged. Operations of all ranks are merged by a
+machine-wide monotonic clock (collectives separate the ranks' dependent operations anyway)."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+# op names: create (open for writing; truncates an existing file), write, fsync (a file), close,
+# fsync_dir, rename (src -> dst, replacing dst), exchange (a <-> b), mkdir (one folder), unlink, rmtree
+LOGGED = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One recorded operation. `stream` identifies the open file a write/fsync/close acts on (its path may
+    have been renamed since); `blob` is where the written bytes sit in the rank's .bin file."""
+
+    op: str
+    rank: int
+    seq: int
+    t: int
+    path: str
+    thread: str = "main"
+    dst: str | None = None
+    stream: str | None = None
+    offset: int | None = None
+    length: int | None = None
+    blob: int | None = None
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    def __str__(self) -> str:
+        where = f"{self.path} -> {self.dst}" if self.dst else self.path
+        extra = f" @{self.offset}+{self.length}" if self.op == "write" else ""
+        return f"r{self.rank}#{self.seq} {self.op} {where}{extra}"
+
+
+def _thread() -> str:
+    return "main" if threading.current_thread() is threading.main_thread() else "writer"
+
+
+class OpLog:
+    """Appends one rank's operations to its files in `folder`."""
+
+    def __init__(self, folder: str | os.PathLike, rank: int):
+        self.folder = str(folder)
+        self.rank = rank
+        os.makedirs(self.folder, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        self._meta = os.open(os.path.join(self.folder, f"ops.rank{rank}.jsonl"), flags, 0o644)
+        self._data = os.open(os.path.join(self.folder, f"ops.rank{rank}.bin"), flags, 0o644)
+        self._pos = os.fstat(self._data).st_size
+        self._seq = 0
+        self._streams = 0
+        self._lock = threading.Lock()
+
+    def new_stream(self) -> str:
+        with self._lock:
+            self._streams += 1
+            return f"{self.rank}:{os.getpid()}:{self._streams}"
+
+    def record(self, op: str, path: str, data=None, **fields) -> None:
+        with self._lock:
+            self._seq += 1
+            rec = {"op": op, "rank": self.rank, "seq": self._seq, "t": time.monotonic_ns(),
+                   "path": os.path.abspath(path), "thread": _thread()}
+            rec.update({k: (os.path.abspath(v) if k == "dst" else v) for k, v in fields.items() if v is not None})
+            if data is not None:
+                view = memoryview(data).cast("B")
+                rec["blob"], rec["length"] = self._pos, len(view)
+                done = 0
+                while done < len(view):
+                    done += os.write(self._data, view[done:])
+                self._pos += len(view)
+            line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+            os.write(self._meta, line)
+
+    def close(self) -> None:
+        for fd in (self._meta, self._data):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def read_ops(folder: str | os.PathLike) -> list[Op]:
+    """Every rank's operations in one global order (clock, then rank, then sequence)."""
+    folder = str(folder)
+    ops = []
+    if not os.path.isdir(folder):
+        return ops
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("ops.rank") and name.endswith(".jsonl")):
+            continue
+        with open(os.path.join(folder, name), "rb") as f:
+            for line in f:
+                try:
+                    ops.append(Op(**json.loads(line)))
+                except (ValueError, TypeError):
+                    continue  # a torn last line
+    return sorted(ops, key=lambda o: (o.t, o.rank, o.seq))
+
+
+def read_blob(folder: str | os.PathLike, op: Op) -> bytes:
+    """The bytes a logged write wrote."""
+    if op.blob is None or not op.length:
+        return b""
+    with open(os.path.join(str(folder), f"ops.rank{op.rank}.bin"), "rb") as f:
+        f.seek(op.blob)
+        return f.read(op.length)
