@@ -189,6 +189,9 @@ class ReferenceBackend:
             self._async_group = dist.new_group(backend="gloo")
         staged = _stage(records)  # the only part the training step waits for
         info = self._info(state, self._async_group)
+        prepare = getattr(self.format, "prepare", None)
+        if prepare is not None:  # a format's collective set-up (device meshes, groups) stays on this thread
+            prepare(info)
         pending = _Pending(state.iteration, root, staging)
 
         def write():

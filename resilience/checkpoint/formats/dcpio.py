@@ -35,6 +35,20 @@ def all_gather(obj, group=None) -> list:
 
 
 @contextlib.contextmanager
+def agreed(what: str, group=None) -> Iterator[None]:
+    """Run a rank-local step, then agree on its outcome: every rank raises if any failed. Steps that
+    come before DCP's collectives need this, or one rank failing alone leaves the others waiting."""
+    error = None
+    try:
+        yield
+    except Exception as e:
+        error = f"{type(e).__name__}: {e}"
+    failures = {rank: err for rank, err in enumerate(all_gather(error, group)) if err}
+    if failures:
+        raise RankFailure(failures, what)
+
+
+@contextlib.contextmanager
 def dcp_errors(what: str) -> Iterator[None]:
     """DCP raises CheckpointException, a BaseException that `except Exception` misses (and that would
     end a background writer thread silently): re-raise it as RankFailure naming every failed rank."""

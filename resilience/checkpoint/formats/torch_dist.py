@@ -31,8 +31,8 @@ from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import TOPOLOGY_BOUND_KEYS
 from ...storage.dcp import SeamReader, SeamWriter
 from .base import RankInfo
-from .dcpio import (CheckedLoadPlanner, CheckpointContentError, all_gather, check_plan, dcp_errors, is_bytes,
-                    is_distributed)
+from .dcpio import (CheckedLoadPlanner, CheckpointContentError, agreed, all_gather, check_plan, dcp_errors,
+                    is_bytes, is_distributed)
 
 METADATA_JSON = "metadata.json"
 BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
@@ -129,7 +129,8 @@ class TorchDistFormat:
 
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
         """Fill every tensor record (all replicas) from the pieces it overlaps; padding rows become zero."""
-        self._check_backend(folder)
+        with agreed(f"torch_dist load from {folder}", info.group):
+            self._check_backend(folder)
         saved = Topology.from_dict(manifest.topology)
         same_grid = (saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)
         state, offsets, names = {}, {}, {}

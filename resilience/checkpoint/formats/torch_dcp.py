@@ -1,0 +1,232 @@
+"""TORCH_DCP + torch_dcp: DCP's own object-graph checkpoint.
+
+The state is a nested dict {"model": {...}, "optimizer": {...}, "scheduler": {...}, "iteration": n,
+"data": {...}, "rng": {...}} (a record key is split at its first dot) whose tensors are DTensors on the
+(dp, tp) device mesh of the rank's pipeline stage: Replicate over dp, Shard(tp dim) over tp. DCP
+deduplicates the replicas and reshards on load.
+
+Distributed-optimizer state (each dp rank holds some rows of a tp piece) is gathered over dp to the
+whole tp piece before saving and sliced after loading, as DCP users do. When a tp change changes the
+padded vocabulary's size, that tensor is loaded whole at its saved shape and its real rows are copied.
+RNG is saved per (pp, tp) grid cell and restored only on the same grid."""
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+from ...state import Topology
+from ...state.sharding import ShardedObject, ShardedTensor
+from ...state.training import RNG_KEY
+from ...storage.dcp import SeamReader, SeamWriter
+from .base import RankInfo
+from .dcpio import CheckedLoadPlanner, CheckpointContentError, agreed, check_dtype, dcp_errors, is_distributed, \
+    stored_tensor
+
+OPTIMIZER = "optimizer."
+
+
+def _nest(state: dict, key: str, value) -> None:
+    head, _, rest = key.partition(".")
+    if rest:
+        state.setdefault(head, {})[rest] = value
+    else:
+        state[key] = value
+
+
+def _get(state: dict, key: str):
+    head, _, rest = key.partition(".")
+    return state[head][rest] if rest else state[key]
+
+
+def _rng_path(info: RankInfo) -> str:
+    return f"{RNG_KEY}.pp{info.coords.pp}_tp{info.coords.tp}"
+
+
+def _strides(shape) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
+class TorchDcpFormat:
+    """TORCH_DCP/torch_dcp: loads under any tp, pp and dp change."""
+
+    layout = "global"
+
+    def __init__(self) -> None:
+        self._mesh = None
+        self._mesh_topo: Topology | None = None
+
+    def prepare(self, info: RankInfo) -> None:
+        """Collective, on every rank, on the training thread: build the device mesh (and its process
+        groups) once per topology. The driver calls it before an async write starts, so the background
+        writer never creates process groups while training runs collectives."""
+        if not is_distributed() or self._mesh_topo == info.topo:
+            return
+        t = info.topo
+        root = init_device_mesh("cpu", (t.pp, t.dp, t.tp), mesh_dim_names=("pp", "dp", "tp"))
+        self._mesh, self._mesh_topo = root["dp", "tp"], t
+
+    def check_topology(self, saved: Topology, info: RankInfo) -> None:
+        """Every tp, pp and dp change loads."""
+
+    # ---- layout ----------------------------------------------------------------------------------
+    def _split(self, info: RankInfo, records) -> dict[str, ShardedTensor]:
+        """Optimizer records that hold only this dp rank's rows of a tp piece -> that piece's param.
+        Decided by topology alone, so every dp rank lists the same keys in the same order."""
+        if info.spec.optimizer != "distributed" or info.topo.dp == 1:
+            return {}
+        params = {r.key[len("model."):]: r for r in records if isinstance(r, ShardedTensor)
+                  and r.key.startswith("model.")}
+        out = {}
+        for r in records:
+            if isinstance(r, ShardedTensor) and r.key.startswith(OPTIMIZER):
+                param = params.get(r.key[len(OPTIMIZER):].partition(".")[2])
+                if param is not None:
+                    out[r.key] = param
+        return dict(sorted(out.items()))
+
+    def _dtensor(self, info: RankInfo, data: torch.Tensor, shape, offset):
+        if self._mesh is None:
+            return data  # one process: the tensor is whole
+        dims = [d for d, (g, n) in enumerate(zip(shape, data.shape)) if g != n]
+        if len(dims) > 1 or any(offset[d] != info.coords.tp * data.shape[d] for d in dims):
+            raise CheckpointContentError(f"piece {tuple(data.shape)} at {tuple(offset)} of {tuple(shape)} is not "
+                                         f"an even tp shard")
+        placements = [Replicate(), Shard(dims[0]) if dims else Replicate()]
+        return DTensor.from_local(data, self._mesh, placements, run_check=False, shape=torch.Size(shape),
+                                  stride=_strides(shape))
+
+    def _dp_group(self, info: RankInfo):
+        group = self._mesh.get_group("dp")
+        # a dp dimension spanning the whole world is the default group, which the training thread uses
+        return info.group if group.group_name == dist.group.WORLD.group_name else group
+
+    # ---- write -----------------------------------------------------------------------------------
+    def write(self, info: RankInfo, records, folder: str) -> None:
+        """Collective over info.group (and the mesh's dp group): gather split optimizer state, dcp.save."""
+        self.prepare(info)
+        split = self._split(info, records)
+        whole = self._gather_rows(info, {r.key: r for r in records if r.key in split}, split) if split else {}
+        state: dict = {}
+        for r in records:
+            if isinstance(r, ShardedTensor):
+                if r.key in split:
+                    data, offset = whole[r.key], split[r.key].global_offset
+                else:
+                    data, offset = r.data.detach(), r.global_offset
+                _nest(state, r.key, self._dtensor(info, data, r.global_shape, offset))
+            elif isinstance(r, ShardedObject):
+                _nest(state, _rng_path(info) if r.key == RNG_KEY else r.key, r.value)
+        with dcp_errors(f"torch_dcp save into {folder}"):
+            dcp.save(state, storage_writer=SeamWriter(folder), process_group=info.group)
+
+    def _gather_rows(self, info: RankInfo, parts: dict[str, ShardedTensor],
+                     split: dict[str, ShardedTensor]) -> dict[str, torch.Tensor]:
+        """All-gather every dp rank's rows of each split piece (as bytes, in two collectives)."""
+        group = self._dp_group(info)
+        keys = list(split)
+        bounds = torch.tensor([[parts[k].global_offset[0] - split[k].global_offset[0], 0] for k in keys],
+                              dtype=torch.int64)
+        bounds[:, 1] = bounds[:, 0] + torch.tensor([parts[k].local_shape[0] for k in keys], dtype=torch.int64)
+        dp = info.topo.dp
+        all_bounds = [torch.empty_like(bounds) for _ in range(dp)]
+        dist.all_gather(all_bounds, bounds, group=group)
+        row_bytes = [split[k].data[0:1].numel() * parts[k].data.element_size() for k in keys]
+        sizes = [sum(int(b[i, 1] - b[i, 0]) * row_bytes[i] for i in range(len(keys))) for b in all_bounds]
+        send = torch.zeros(max(1, *sizes), dtype=torch.uint8)
+        mine = [parts[k].data.detach().contiguous().view(-1).view(torch.uint8) for k in keys]
+        if mine:
+            flat = torch.cat(mine)
+            send[: flat.numel()] = flat
+        received = [torch.empty_like(send) for _ in range(dp)]
+        dist.all_gather(received, send, group=group)
+        whole = {k: torch.empty(split[k].local_shape, dtype=parts[k].data.dtype) for k in keys}
+        for b, buf in zip(all_bounds, received):
+            at = 0
+            for i, k in enumerate(keys):
+                lo, hi = int(b[i, 0]), int(b[i, 1])
+                n = (hi - lo) * row_bytes[i]
+                whole[k][lo:hi] = buf[at:at + n].view(whole[k].dtype).view((hi - lo,) + whole[k].shape[1:])
+                at += n
+        return whole
+
+    # ---- read ------------------------------------------------------------------------------------
+    def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
+        """Fill every tensor record from the checkpoint, resharding as needed; objects by key."""
+        self.prepare(info)
+        reader = SeamReader(folder)
+        state, after, names = {}, [], {}
+        with agreed(f"torch_dcp load from {folder}", info.group):
+            metadata = reader.read_metadata()
+            saved = Topology.from_dict(manifest.topology)
+            same_grid = (saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)
+            self._targets(info, records, metadata, folder, state, after)
+            for r in records:
+                if not isinstance(r, ShardedObject):
+                    continue
+                if r.key == RNG_KEY:
+                    if not same_grid:
+                        continue  # saved for another (pp, tp) grid: not restorable here
+                    names[r.key] = _rng_path(info)
+                else:
+                    names[r.key] = r.key
+                value = torch.empty_like(r.value) if isinstance(r.value, torch.Tensor) else copy.deepcopy(r.value)
+                _nest(state, names[r.key], value)
+        with dcp_errors(f"torch_dcp load from {folder}"):
+            dcp.load(state, storage_reader=reader, planner=CheckedLoadPlanner(folder), process_group=info.group)
+        for step in after:
+            step()
+        return {key: _get(state, path) for key, path in names.items()}
+
+    def _targets(self, info: RankInfo, records, metadata, folder: str, state: dict,
+                 after: list[Callable[[], Any]]) -> None:
+        """Put a load target for every tensor record into `state`; steps to finish it into `after`."""
+        split = self._split(info, records)
+        for r in records:
+            if not isinstance(r, ShardedTensor):
+                continue
+            if r.key in split:  # load the whole tp piece, then keep this dp rank's rows
+                param = split[r.key]
+                buf, offset = torch.empty(param.local_shape, dtype=r.data.dtype), param.global_offset
+                lo = r.global_offset[0] - offset[0]
+            else:
+                buf, offset, lo = r.data, r.global_offset, None
+            stored = stored_tensor(metadata, r.key, folder)
+            check_dtype(stored, r.key, buf.dtype, folder)
+            if tuple(stored.size) == tuple(r.global_shape):
+                _nest(state, r.key, self._dtensor(info, buf, r.global_shape, offset))
+            else:
+                full = torch.empty(stored.size, dtype=buf.dtype)
+                self._check_padding_only(r, tuple(stored.size), folder)
+                _nest(state, r.key, full)
+                after.append(functools.partial(_copy_real_rows, full, buf, offset, r.logical[0]))
+            if lo is not None:
+                after.append(functools.partial(_copy_rows, r.data, buf, lo))
+
+    @staticmethod
+    def _check_padding_only(r: ShardedTensor, saved: tuple[int, ...], folder: str) -> None:
+        """A saved shape may differ from ours only in the padding rows of a vocab-parallel tensor."""
+        if r.logical_shape is None or saved[1:] != tuple(r.global_shape[1:]) or saved[0] < r.logical[0]:
+            raise CheckpointContentError(f"{folder}: {r.key}: saved shape {saved} does not fit {tuple(r.global_shape)}")
+
+
+def _copy_real_rows(full: torch.Tensor, buf: torch.Tensor, offset, logical_rows: int) -> None:
+    """buf (a piece at `offset` of a padded tensor) <- the real rows of `full`; padding rows zero."""
+    k = max(0, min(buf.shape[0], logical_rows - offset[0]))
+    box = (slice(offset[0], offset[0] + k),) + tuple(slice(o, o + n) for o, n in zip(offset[1:], buf.shape[1:]))
+    buf[:k].copy_(full[box])
+    buf[k:].zero_()
+
+
+def _copy_rows(dst: torch.Tensor, whole: torch.Tensor, lo: int) -> None:
+    dst.copy_(whole[lo:lo + dst.shape[0]])
