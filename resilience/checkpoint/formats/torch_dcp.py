@@ -16,6 +16,7 @@ import functools
 from typing import Any, Callable
 
 import torch
+import torch._dynamo  # noqa: F401  DTensor imports it on first use (~1.5 s): a parent that forks ranks pays once
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
