@@ -1,0 +1,125 @@
+"""Faults as data: records round-trip through YAML/JSON, print in one line, and bad specs name the field."""
+import json
+
+import pytest
+import yaml
+
+from resilience.checkpoint.phases import PHASES
+from resilience.errors import ConfigError
+from resilience.faults import (KINDS, BitFlip, FaultReport, IOFailure, RankCrash, RankKill, Target, Trigger,
+                               fault_from_dict, faults_from, faults_from_text, firing, read_firings, unprobed)
+
+EXAMPLES = [
+    {"kind": "io_error", "errno": "ENOSPC", "target": {"rank": 1, "op": "write", "path": "*.pt"}, "trigger": {"nth": 2}},
+    {"kind": "short_write", "keep": 10, "target": {"rank": 0}},
+    {"kind": "torn_write", "keep": 3, "fill": "garbage", "target": {"path": "*.distcp"}, "seed": 7},
+    {"kind": "slow_write", "delay": 0.5, "times": 3, "target": {"rank": [0, 1], "thread": "writer"}},
+    {"kind": "rank_crash", "target": {"rank": 1, "path": "*.pt"}, "trigger": {"at_byte": 4096}},
+    {"kind": "rank_crash", "target": {"op": "rename"}, "trigger": {"when": "after"}},
+    {"kind": "rank_crash", "target": {"rank": 0, "thread": "main"}, "trigger": {"phase": "commit_rename", "nth": 2}},
+    {"kind": "lost_unsynced_writes", "max_states": 8, "torn": False},
+    {"kind": "rank_kill", "signal": "SIGKILL", "target": {"rank": 1, "path": "*.pt"}, "trigger": {"size": 100}},
+    {"kind": "rank_kill", "trigger": {"after": 1.5}},
+    {"kind": "rank_hang", "resume_after": 0.2, "target": {"rank": 1}, "trigger": {"after": 0.1}},
+    {"kind": "truncate", "length": 0, "target": {"rank": 1, "iteration": 2}},
+    {"kind": "bit_flip", "bits": [0, 7], "target": {"path": "*.distcp", "offset": 100}},
+    {"kind": "delete_file", "target": {"path": "*mp_rank_01*"}},
+    {"kind": "metadata_damage", "name": ".metadata", "how": "truncate"},
+    {"kind": "escaping_path", "escape": "../../etc/passwd"},
+    {"kind": "tracker_damage", "how": "future"},
+    {"kind": "leftover_staging"},
+    {"kind": "extra_file", "name": "x.bin", "length": 3},
+]
+
+
+def test_every_kind_has_an_example():
+    assert {e["kind"] for e in EXAMPLES} == set(KINDS)
+
+
+@pytest.mark.parametrize("spec", EXAMPLES, ids=lambda e: e["kind"])
+def test_round_trip_through_json_and_yaml(spec):
+    fault = fault_from_dict(spec, world=2)
+    assert fault_from_dict(json.loads(json.dumps(fault.to_dict()))) == fault
+    assert faults_from_text(yaml.safe_dump([fault.to_dict()]))[0] == fault
+    assert fault_from_dict(fault.to_dict()).to_dict() == fault.to_dict()
+    text = str(fault)
+    assert "\n" not in text and text.startswith(fault.kind + " ") and text.endswith(f"seed={fault.seed}")
+    with pytest.raises(Exception):
+        fault.seed = 3  # frozen
+
+
+def test_one_line_says_everything():
+    f = fault_from_dict(EXAMPLES[0])
+    assert str(f) == "io_error errno=ENOSPC rank=1 path=*.pt op=write nth=2 seed=0"
+    assert isinstance(f, IOFailure) and f.code == 28 and f.target == Target(rank=1, path="*.pt", op="write")
+
+
+def test_flat_keys_are_read_as_target_and_trigger():
+    f = fault_from_dict({"kind": "rank_crash", "rank": 1, "path": "*.pt", "at_byte": 10})
+    assert f == RankCrash(target=Target(rank=1, path="*.pt"), trigger=Trigger(at_byte=10))
+
+
+def test_faults_from_a_scenario_document():
+    doc = "faults:\n  - kind: bit_flip\n    target: {offset: 3}\n    bits: [1]\n  - {kind: rank_kill, after: 1}\n"
+    a, b = faults_from_text(doc)
+    assert a == BitFlip(target=Target(offset=3), bits=(1,)) and isinstance(b, RankKill) and b.trigger.after == 1
+
+
+@pytest.mark.parametrize("spec, field, words", [
+    ({"kind": "meltdown"}, "faults[0].kind", "unknown fault kind"),
+    ({"kind": "rank_crash", "rank": 2, "at_byte": 1}, "faults[0].target.rank", "out of range for world size 2"),
+    ({"kind": "rank_crash", "rank": [0, 5], "at_byte": 1}, "faults[0].target.rank", "out of range"),
+    ({"kind": "rank_crash", "rank": -1, "at_byte": 1}, "faults[0].target.rank", "negative"),
+    ({"kind": "bit_flip", "target": {"offset": -4}}, "faults[0].target.offset", "negative"),
+    ({"kind": "rank_crash", "at_byte": -1}, "faults[0].trigger.at_byte", "negative"),
+    ({"kind": "rank_crash", "phase": "flush"}, "faults[0].trigger.phase", "unknown value 'flush'"),
+    ({"kind": "io_error", "errno": "EWHATEVER"}, "faults[0].errno", "unknown errno"),
+    ({"kind": "io_error", "op": "chmod"}, "faults[0].target.op", "unknown value 'chmod'"),
+    ({"kind": "io_error", "phase": "write"}, "faults[0].trigger.phase", "io_error does not use phase"),
+    ({"kind": "io_error", "nth": 0}, "faults[0].trigger.nth", "less than 1"),
+    ({"kind": "io_error", "colour": "red"}, "faults[0].colour", "has no field 'colour'"),
+    ({"kind": "io_error", "target": {"rnak": 1}}, "faults[0].target.rnak", "unknown field"),
+    ({"kind": "rank_crash"}, "faults[0].trigger", "says nowhere to crash"),
+    ({"kind": "rank_crash", "phase": "write", "op": "fsync"}, "faults[0].target.op", "phase trigger"),
+    ({"kind": "short_write", "op": "rename"}, "faults[0].target.op", "acts on writes"),
+    ({"kind": "slow_write", "delay": -1}, "faults[0].delay", "negative"),
+    ({"kind": "rank_kill"}, "faults[0].trigger", "says nothing about when"),
+    ({"kind": "rank_kill", "size": 10}, "faults[0].target.path", "needs the file to watch"),
+    ({"kind": "rank_kill", "after": 1, "signal": "SIGFOO"}, "faults[0].signal", "unknown value"),
+    ({"kind": "bit_flip", "bits": [8]}, "faults[0].bits", "not in a byte"),
+    ({"kind": "truncate", "length": -3}, "faults[0].length", "negative"),
+    ({"kind": "metadata_damage", "how": "shred"}, "faults[0].how", "unknown value"),
+    ({"kind": "tracker_damage", "how": "late"}, "faults[0].how", "unknown value"),
+    ({"kind": "escaping_path", "escape": "inside/file"}, "faults[0].escape", "does not leave"),
+    ({"kind": "truncate", "target": {"rank": [0, 1]}}, "faults[0].target.rank", "picks one rank"),
+    ({"kind": "lost_unsynced_writes", "max_states": 0}, "faults[0].max_states", "less than 1"),
+    ("rank_crash", "faults[0]", "must be a mapping"),
+])
+def test_bad_spec_names_the_field(spec, field, words):
+    with pytest.raises(ConfigError) as e:
+        faults_from([spec], world=2)
+    assert e.value.field == field, str(e.value)
+    assert words in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_not_a_list_is_an_error():
+    with pytest.raises(ConfigError, match="must be a list"):
+        faults_from({"kind": "truncate"})
+
+
+def test_every_phase_is_a_valid_crash_point():
+    for phase in PHASES:
+        assert fault_from_dict({"kind": "rank_crash", "phase": phase}).trigger.phase == phase
+
+
+def test_report_lines_and_unprobed(tmp_path):
+    a, b = faults_from(EXAMPLES[:2])
+    report = FaultReport(tmp_path / "fired.jsonl")
+    report.append(firing(a, "raise ENOSPC", rank=1, path="/x"))
+    with open(report.path, "ab") as f:
+        f.write(b'{"torn line')  # a crash in the middle of a line loses only that line
+    got = read_firings(report.path)
+    assert len(got) == 1 and got[0]["rank"] == 1 and got[0]["text"] == str(a)
+    assert unprobed([a, b], got) == [b]
+    assert read_firings(tmp_path / "absent.jsonl") == []
