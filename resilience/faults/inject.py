@@ -162,11 +162,13 @@ class FaultyFileSystem:
                 hits.append((i, self._count[i]))
         return hits
 
+    @staticmethod
+    def _where(op: str, paths: tuple[str, ...]) -> dict:
+        return {"op": op, "path": paths[0], **({"dst": paths[1]} if len(paths) > 1 else {})}
+
     def _before(self, op: str, paths: tuple[str, ...]) -> list[tuple[int, int]]:
         hits = self._hits(op, paths)
-        where = {"op": op, "path": paths[0]}
-        if len(paths) > 1:
-            where["dst"] = paths[1]
+        where = self._where(op, paths)
         for i, n in hits:
             f = self.faults[i]
             if isinstance(f, SlowWrite) and n >= f.trigger.nth and (f.times is None or self._slowed[i] < f.times):
@@ -189,7 +191,7 @@ class FaultyFileSystem:
         for i, n in hits:
             f = self.faults[i]
             if _is_crash(f) and f.trigger.when == "after" and n == f.trigger.nth:
-                self._die(i, when="after", op=op, path=paths[0])
+                self._die(i, when="after", **self._where(op, paths))
 
     def _run(self, op: str, paths: tuple[str, ...], do: Callable, **log):
         hits = self._before(op, paths)

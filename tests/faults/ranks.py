@@ -68,9 +68,10 @@ def _fp(state: TrainingState) -> str:
 
 # ---- rank functions ----------------------------------------------------------------------------------
 def save_under_faults(ctx, combo: str, root: str, faults, report=None, oplog=None, snapshot=None, clean: int = 1,
-                      keep_last=None, train_between: int = 1):
+                      keep_last=None, train_between: int = 1, then_load: bool = False):
     """Save `clean` checkpoints (iterations 1..clean), then one more under `faults`. Returns how the
-    faulty save ended on this rank."""
+    faulty save ended on this rank (and, with then_load, what load_each says about `root` afterwards:
+    saves a second job when every rank survives)."""
     state = TrainingState(SPEC, TOPO, ctx.rank)
     backend = ReferenceBackend(Combination.parse(combo), keep_last=keep_last)
     for _ in range(clean):
@@ -89,7 +90,16 @@ def save_under_faults(ctx, combo: str, root: str, faults, report=None, oplog=Non
             outcome = "ok"
         except Exception as e:
             outcome = f"{type(e).__name__}: {e}"
-    return {"outcome": outcome, "seconds": time.monotonic() - start, "iteration": state.iteration}
+    out = {"outcome": outcome, "seconds": time.monotonic() - start, "iteration": state.iteration}
+    if then_load:
+        out["loaded"] = load_each(ctx, combo, [root])[0]
+    return out
+
+
+def save_cases(ctx, combo: str, cases):
+    """save_under_faults(..., then_load=True) for each (root, faults, report) in turn: faults every rank
+    survives, many per job."""
+    return [save_under_faults(ctx, combo, root, faults, report, then_load=True) for root, faults, report in cases]
 
 
 def save_forever(ctx, combo: str, root: str, faults=(), until: int = 1000, slow_from: int | None = None):
