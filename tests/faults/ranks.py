@@ -62,6 +62,16 @@ def shard_glob(combo: str, rank: int) -> str:
     return f"*/__{rank}_*.distcp"
 
 
+def staging_glob(combo: str, rank: int, iteration: int) -> str:
+    """A glob for the file rank `rank` writes while iteration `iteration` is still being staged."""
+    staging = f".staging-iter_{iteration:07d}-*"
+    if combo.startswith("LEGACY/"):
+        return f"*/{staging}/mp_rank_{rank:02d}/model_optim_rng.pt"
+    if is_local(combo):
+        return f"*/rank_{rank:05d}/{staging}/model_optim_rng.pt"
+    return f"*/{staging}/__{rank}_*.distcp"
+
+
 def _fp(state: TrainingState) -> str:
     return combine(fingerprint(state.sharded_state_dict()), TOPOLOGY_BOUND_KEYS)
 
@@ -79,6 +89,7 @@ def save_under_faults(ctx, combo: str, root: str, faults, report=None, oplog=Non
         backend.save(state, root)
     backend.finalize()
     state.train(train_between)
+    dist.barrier()  # a local save has no collective: every rank's checkpoint must be on disk first
     if snapshot is not None and ctx.rank == 0:
         Snapshot.take(root, snapshot)
     dist.barrier()
