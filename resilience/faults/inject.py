@@ -57,12 +57,26 @@ class FaultyWriteStream:
 
     def __init__(self, fs: "FaultyFileSystem", inner, path: str, sync: bool, stream_id: str | None,
                  armed: list[Fault]):
-        self._fs, self.inner, self.path, self.sync = fs, inner, path, sync
+        self._fs, self.inner, self._path, self.sync = fs, inner, path, sync
         self.stream_id, self.armed = stream_id, armed
         self.closed = False
 
     size = property(lambda self: self.inner.size)
     digest = property(lambda self: self.inner.digest)
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @path.setter
+    def path(self, value: str) -> None:
+        # DCP's seam re-points a stream at its file's new name after a rename; a recorder below us
+        # holds the inner stream, so it must follow too
+        self._path = value
+        try:
+            self.inner.path = value
+        except AttributeError:
+            pass
 
     def write(self, data) -> int:
         return self._fs._write(self, memoryview(data).cast("B"))

@@ -113,18 +113,15 @@ def save_cases(ctx, combo: str, cases):
     return [save_under_faults(ctx, combo, root, faults, report, then_load=True) for root, faults, report in cases]
 
 
-def save_forever(ctx, combo: str, root: str, faults=(), until: int = 1000, slow_from: int | None = None):
-    """Save every iteration until killed (a nemesis target); from `slow_from` on, under `faults`."""
+def save_forever(ctx, combo: str, root: str, faults=(), until: int = 1000):
+    """Save every iteration until killed (a nemesis target), under `faults` all along."""
     state = TrainingState(SPEC, TOPO, ctx.rank)
     backend = ReferenceBackend(Combination.parse(combo))
-    for it in range(1, until + 1):
-        state.train(1)
-        if slow_from is not None and it >= slow_from:
-            with inject(faults, rank=ctx.rank, world=ctx.world):
-                backend.save(state, root)
-        else:
+    with inject(faults, rank=ctx.rank, world=ctx.world):
+        for _ in range(until):
+            state.train(1)
             backend.save(state, root)
-    backend.finalize()
+        backend.finalize()
     return state.iteration
 
 
@@ -156,6 +153,10 @@ def load_each(ctx, combo: str, roots: list[str]):
 def run_job(fn, *args, timeout: float = 60.0, **kwargs):
     """Start and wait for a Job; the outcome (ranks may have died)."""
     return Job(fn, WORLD, args=args, kwargs=kwargs, timeout=timeout).start().wait()
+
+
+def start_job(fn, *args, timeout: float = 60.0, **kwargs) -> Job:
+    return Job(fn, WORLD, args=args, kwargs=kwargs, timeout=timeout).start()
 
 
 def load_all(combo: str, roots) -> list[dict]:
