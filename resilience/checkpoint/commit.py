@@ -9,6 +9,7 @@ import re
 import uuid
 
 from .. import storage
+from ..errors import IntegrityError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STAGING_PREFIX = ".staging-"
@@ -41,6 +42,19 @@ def stale_staging(root: str) -> list[str]:
     if not fs.is_dir(root):
         return []
     return [os.path.join(root, n) for n in fs.listdir(root) if n.startswith(STAGING_PREFIX)]
+
+
+def ensure_dir(path: str, top: str) -> None:
+    """Create `path` and make its entry durable: fsync every folder from its parent up to `top`.
+    A folder created and never fsynced in its parent can vanish at a power loss with all it holds."""
+    fs = storage.current()
+    if fs.is_dir(path):
+        return
+    fs.mkdir(path)
+    path, top = os.path.abspath(path), os.path.abspath(top)
+    while path != top and path.startswith(top):
+        path = os.path.dirname(path)
+        fs.fsync_dir(path)
 
 
 def fsync_tree_dirs(folder: str) -> None:
@@ -90,6 +104,23 @@ def read_tracker(root: str) -> tuple[int | None, str | None]:
     if not text.isdigit():
         return None, f"{path}: tracker is not a number ({text[:20]!r})"
     return int(text), None
+
+
+def check_tracker(root: str, iterations: list[int]) -> IntegrityError | None:
+    """Why the tracker disagrees with the iter_ folders found (the folders win), or None.
+    No folders: nothing to disagree with."""
+    if not iterations:
+        return None
+    path = os.path.join(root, TRACKER)
+    tracked, why = read_tracker(root)
+    if why is not None:
+        return IntegrityError(path, "tracker", why.removeprefix(f"{path}: tracker ").removeprefix(f"{path}: "))
+    newest = max(iterations)
+    if tracked not in iterations:
+        return IntegrityError(path, "tracker", f"names iteration {tracked}, which has no checkpoint folder")
+    if tracked != newest:
+        return IntegrityError(path, "tracker", f"names iteration {tracked}, but iteration {newest} is newer (stale)")
+    return None
 
 
 def apply_retention(root: str, keep_last: int, newest_valid: int) -> list[str]:

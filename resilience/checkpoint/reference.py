@@ -126,7 +126,7 @@ class ReferenceBackend:
         iteration = state.iteration
         staging = None
         if _rank() == 0:
-            storage.current().mkdir(root)
+            commit.ensure_dir(root, os.path.dirname(root))
             staging = os.path.join(root, commit.staging_name(iteration))
         staging = broadcast(staging)
         phases.reached("staging", iteration=iteration, path=staging)
@@ -140,8 +140,18 @@ class ReferenceBackend:
     def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:
         try:
             with recording() as rec:
-                phases.reached("write", path=staging)
-                storage.current().mkdir(staging)
+                error = None
+                try:
+                    phases.reached("write", path=staging)
+                    storage.current().mkdir(staging)
+                except Exception as e:
+                    error = _describe(e)
+                if self.format.layout == "global":
+                    # a format's collectives must not start unless every rank is there to join them
+                    if any(all_gather(error, info.group)):
+                        return {}, error
+                elif error:
+                    return {}, error
                 self.format.write(info, records, staging)
             commit.fsync_tree_dirs(staging)
             return rec.files(staging), None
@@ -231,7 +241,7 @@ class ReferenceBackend:
         """No collective and no rank-0 dependency: each rank commits its own folder."""
         rank_root = self._local_root(root, _rank())
         fs = storage.current()
-        fs.mkdir(rank_root)
+        commit.ensure_dir(rank_root, root)
         staging = os.path.join(rank_root, commit.staging_name(state.iteration))
         phases.reached("staging", iteration=state.iteration, path=staging)
         files, error = self._write(self._info(state), state.sharded_state_dict(), staging)
@@ -248,7 +258,9 @@ class ReferenceBackend:
         commit.write_tracker(rank_root, state.iteration)
         if self.keep_last:
             phases.reached("retention", iteration=state.iteration, path=rank_root)
-            commit.apply_retention(rank_root, self.keep_last, state.iteration)
+            # Another rank may not have committed this iteration (no collective here), so the newest
+            # checkpoint every rank has may be the previous one: keep one more than asked.
+            commit.apply_retention(rank_root, self.keep_last + 1, state.iteration)
 
     # ---- load ------------------------------------------------------------------------------------
     def load(self, state: TrainingState, root: str) -> LoadResult:
@@ -262,7 +274,9 @@ class ReferenceBackend:
         plan = None
         if _rank() == 0:
             plan = self._candidates(root, warnings)
-        candidates, warnings = broadcast((plan, warnings))
+        (candidates, tracker), warnings = broadcast((plan, warnings))
+        if tracker is not None and self.strict:
+            raise IntegrityError(*tracker)
         info = self._info(state)
         for iteration, path, manifest, problem in candidates:
             if problem is None:
@@ -278,15 +292,14 @@ class ReferenceBackend:
         raise CheckpointNotFound(f"{root}: no loadable {self.combo} checkpoint"
                                  + ("".join(f"\n  {w}" for w in warnings) if warnings else ""))
 
-    def _candidates(self, root: str, warnings: list[str]) -> list[tuple]:
-        """(iteration, path, manifest or None, problem or None), newest first (coordinator)."""
-        tracked, why = commit.read_tracker(root) if storage.current().is_dir(root) else (None, None)
+    def _candidates(self, root: str, warnings: list[str]) -> tuple[list[tuple], tuple | None]:
+        """(iteration, path, manifest or None, problem or None), newest first, and the tracker's problem
+        as (path, check, detail) or None (coordinator)."""
         found = commit.list_iterations(root)
-        if why and found:
-            warnings.append(f"{why}; scanning the folders instead")
-        elif tracked is not None and tracked not in {it for it, _ in found}:
-            warnings.append(f"{os.path.join(root, commit.TRACKER)}: tracker names iteration {tracked}, "
-                            f"which has no checkpoint folder; scanning the folders instead")
+        tracker = commit.check_tracker(root, [it for it, _ in found])
+        if tracker is not None:
+            warnings.append(f"{tracker}; scanning the folders instead")
+            tracker = (tracker.path, tracker.check, tracker.detail)
         out = []
         for iteration, path in found:
             try:
@@ -297,7 +310,7 @@ class ReferenceBackend:
             except IntegrityError as e:
                 manifest, problem = None, str(e)
             out.append((iteration, path, manifest, problem))
-        return out
+        return out, tracker
 
     def _fallback(self, warnings: list[str], path: str, problem: str) -> None:
         if self.strict:
@@ -351,7 +364,11 @@ class ReferenceBackend:
         info = self._info(state)
         rank_root = self._local_root(root, info.rank)
         valid, warnings, refused = {}, [], None
-        for iteration, path in commit.list_iterations(rank_root):
+        found = commit.list_iterations(rank_root)
+        tracker = commit.check_tracker(rank_root, [it for it, _ in found])
+        if tracker is not None:
+            warnings.append(f"rank {info.rank}: {tracker}; scanning the folders instead")
+        for iteration, path in found:
             try:
                 manifest = Manifest.read(path)
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)

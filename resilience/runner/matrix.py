@@ -11,15 +11,20 @@ from .scenario import Scenario, Step
 MODEL = ModelSpec(num_layers=4, hidden=32, ffn_hidden=64, heads=4, vocab=100, optimizer="distributed")
 BASE = "tp2pp1dp1"
 
-# fault column -> the steps that exercise it (after train 2, save, train 1)
+# fault column -> the steps that exercise it; every case ends with a resume on the same topology
+_TWO_SAVES = [{"train": 2}, {"save": None}, {"train": 1}]
 FAULTS: dict[str, list[dict]] = {
-    "save/load": [{"save": None}],
-    "kill": [{"crash": {"rank": 1, "after_bytes": 256}}, {"save": None}],
-    "truncate": [{"save": None}, {"corrupt": {"kind": "truncate"}}],
-    "bitflip": [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
-    "metadata": [{"save": None}, {"corrupt": {"kind": "metadata"}}],
-    "lost_unsynced": [{"crash": {"rank": "all", "phase": "tracker_update"}}, {"save": None},
-                      {"lose_unsynced": {"max_states": 6}}],
+    "save/load": _TWO_SAVES + [{"save": None}],
+    # rank 1 straggles, then dies mid-write of the second save (the first save's async writer is done)
+    "kill": _TWO_SAVES + [{"finalize": None}, {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2}},
+                          {"crash": {"rank": 1, "after_bytes": 256}}, {"save": None}],
+    "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
+    "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
+    "metadata": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "metadata"}}],
+    # every file operation of both saves recorded; power lost while rank 1 writes the second one
+    "lost_unsynced": [{"train": 2}, {"lose_unsynced": {"rank": 1, "after_bytes": 200, "file": "*iter_0000003*",
+                                                       "max_states": 8}},
+                      {"save": None}, {"train": 1}, {"finalize": None}, {"save": None}],
 }
 TRANSITIONS: dict[str, str] = {
     "tp": "tp2pp1dp1->tp1pp1dp1",
@@ -42,14 +47,14 @@ def _steps(raw: list[dict]) -> list[Step]:
     out = []
     for d in raw:
         (kind, args), = d.items()
-        out.append(Step(kind, {"steps": args} if kind == "train" else dict(args or {})))
+        out.append(Step(kind, {"steps": args} if kind == "train" else dict(args or {})))  # as the YAML loader does
     return out
 
 
 def fault_scenario(name: str, seed: int) -> Scenario:
     if name not in FAULTS:
         raise ConfigError("--faults", f"unknown fault column {name!r}", f"use {', '.join(FAULTS)}")
-    steps = _steps([{"train": 2}, {"save": None}, {"train": 1}] + FAULTS[name] + [{"resume": {"continue": 2}}])
+    steps = _steps(FAULTS[name] + [{"resume": {"continue": 2}}])
     return Scenario(f"matrix-{name}", steps, MODEL, _topo(BASE), seed=seed, tags=["matrix"])
 
 

@@ -5,56 +5,64 @@ from dataclasses import dataclass, field
 
 from ..checkpoint.combos import Combination
 from ..state import Topology
-from .scenario import Scenario
+from .faultplan import record_of
+from .scenario import FAULT_STEPS, Scenario
+
+LAYER = {"crash": "inject", "kill": "nemesis", "corrupt": "at_rest", "lose_unsynced": "inject"}
 
 
 @dataclass
 class JobSpec:
     topo: Topology
-    kind: str                                          # "train", "resume" or "probe"
+    kind: str                                          # "train", "resume", "probe" or "crash_state"
     ops: list[dict] = field(default_factory=list)
-    faults: list[dict] = field(default_factory=list)   # {"fault": {...}, "arm_at": op index}
-    kills: list[dict] = field(default_factory=list)    # external nemesis during this job
-    after: list[dict] = field(default_factory=list)    # runner actions once the job ended: corrupt, lose_unsynced
-    record_ops: bool = False                           # keep each rank's file operations (lost unsynced writes)
+    faults: list[dict] = field(default_factory=list)   # {"record": {...}, "arm_at": op index}
+    kills: list[dict] = field(default_factory=list)    # nemesis records, beside the whole job
+    after: list[dict] = field(default_factory=list)    # at-rest records and power losses, once the job ended
+
+    @property
+    def power_loss(self) -> dict | None:
+        return next((f["record"] for f in self.faults if f["record"]["kind"] == "lost_unsynced_writes"), None)
+
+
+def layer_of(step_kind: str, record: dict) -> str:
+    if step_kind in LAYER:
+        return LAYER[step_kind]
+    from ..faults import KINDS
+    return KINDS[record["kind"]].layer
 
 
 def plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     cur = JobSpec(scenario.topology, "train")
     topo = scenario.topology
-
-    def close():
-        nonlocal cur
-        jobs.append(cur)
-
     for step in scenario.steps:
         k, a = step.kind, step.args
-        if k in ("train", "save", "finalize") and cur.after:
-            close()  # training goes on after runner actions: a new job that first resumes
+        if k in ("train", "save", "finalize") and any("corrupt" in a for a in cur.after):
+            jobs.append(cur)  # training goes on after runner actions: a new job that first resumes
             cur = JobSpec(topo, "resume", [{"op": "load"}])
         if k == "train":
             cur.ops.append({"op": "train", "steps": a["steps"]})
-        elif k == "save":
-            cur.ops.append({"op": "save"})
-        elif k == "finalize":
-            cur.ops.append({"op": "finalize"})
-        elif k in ("crash", "fault"):
-            cur.faults.append({"fault": dict(a, kind=a.get("kind", "crash")) if k == "crash" else dict(a),
-                               "arm_at": len(cur.ops), "line": step.line})
-        elif k == "kill":
-            cur.kills.append(dict(a, line=step.line))
-        elif k in ("corrupt", "lose_unsynced"):
-            cur.after.append({"kind": k, **a, "line": step.line})
-            if k == "lose_unsynced":
-                cur.record_ops = True
+        elif k in ("save", "finalize"):
+            cur.ops.append({"op": k})
+        elif k in FAULT_STEPS:
+            record = record_of(k, a)
+            layer = layer_of(k, record)
+            if layer == "inject":
+                cur.faults.append({"record": record, "arm_at": len(cur.ops)})
+                if record["kind"] == "lost_unsynced_writes":
+                    cur.after.append({"power_loss": record})
+            elif layer == "nemesis":
+                cur.kills.append(record)
+            else:
+                cur.after.append({"corrupt": record})
         elif k == "resume":
-            close()
+            jobs.append(cur)
             topo = scenario.topology if a.get("topology", "same") == "same" else Topology.parse(a["topology"])
             cur = JobSpec(topo, "resume", [{"op": "load"}])
             if a.get("continue", 2):
                 cur.ops.append({"op": "continue", "steps": a.get("continue", 2)})
-    close()
+    jobs.append(cur)
     for job in jobs:
         if combo.is_async and any(op["op"] == "save" for op in job.ops):
             job.ops.append({"op": "finalize"})  # a training loop finalizes before it exits

@@ -25,9 +25,10 @@ class RankPlan:
     ops: list[dict]           # {"op": "load"|"train"|"save"|"finalize", ...}
     job: int = 0
     backend: str = "reference"
-    faults: list[dict] = field(default_factory=list)  # in-process faults, installed on each rank
+    faults: list[dict] = field(default_factory=list)  # {"record", "arm_at"}: in-process faults
     fault_log: str = ""       # where fired faults are reported
-    record_ops: bool = False  # keep every file operation for the power-loss states
+    oplog_dir: str = ""       # where each rank logs its file operations (power-loss states)
+    snapshot_dir: str = ""    # where rank 0 copies the folder as it was before those operations
 
 
 def digests_of(state: TrainingState) -> tuple[str, str | None]:
@@ -41,8 +42,9 @@ def run_plan(ctx, plan: RankPlan) -> dict:
     lead = ctx.rank == 0
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
     backend = make_backend(plan.backend, plan.combo)
-    with _faults(plan, ctx.rank):
-        for op in plan.ops:
+    with contextlib.ExitStack() as armed:
+        for index, op in enumerate(plan.ops + [{"op": "end"}]):
+            _arm(armed, plan, ctx.rank, index)
             kind = op["op"]
             if kind == "train":
                 state.train(int(op.get("steps", 1)))
@@ -82,7 +84,7 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 fp, _ = digests_of(state)
                 if lead:
                     log.ok("continue", steps=op.get("steps", 1), iteration=state.iteration, fingerprint=fp)
-            else:
+            elif kind != "end":
                 raise ValueError(f"unknown rank op {kind!r}")
     log.close()
     return {"iteration": state.iteration}
@@ -107,11 +109,19 @@ def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPl
     return True
 
 
-@contextlib.contextmanager
-def _faults(plan: RankPlan, rank: int):
-    if not plan.faults:
-        yield
+def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> None:
+    """Install the in-process faults armed at this op: from here on they watch this rank's I/O."""
+    records = [f["record"] for f in plan.faults if f["arm_at"] == index]
+    if not records:
         return
-    from .faultplan import rank_faults
-    with rank_faults(plan.faults, rank, plan.fault_log):
-        yield
+    from .faultplan import needs_oplog, rank_faults
+    oplog = None
+    if needs_oplog(records):
+        import torch.distributed as dist
+        from ..faults import Snapshot
+        dist.barrier()  # the folder as it is now is what survives a power loss; snapshot it once
+        if rank == 0:
+            Snapshot.take(plan.root, plan.snapshot_dir)
+        dist.barrier()
+        oplog = plan.oplog_dir
+    stack.enter_context(rank_faults(records, rank, plan.topo.world, plan.fault_log, oplog))

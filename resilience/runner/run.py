@@ -8,10 +8,13 @@ import time
 from dataclasses import dataclass, field
 
 from ..checkers import ALL, FAIL, NA, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Verdict, run_checker, worst
-from ..checkpoint.combos import Combination
+from ..checkpoint.combos import CheckpointType, Combination
+from ..state import Topology
 from ..launch import Job
+from .backends import make_backend
 from .expected import never_stopped
 from .history import FAIL as FAILED, INFO, INVOKE, OK, EventLog, close_open_invokes, read_events
+from . import faultplan
 from .plan import JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario
@@ -49,6 +52,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`."""
     backend = backend or scenario.backend
     start = time.monotonic()
+    make_backend(backend, combo)  # imports the implementation here, once, not in every forked rank
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     with open(scenario_file, "w") as f:
@@ -57,36 +61,36 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend)
     root = os.path.join(case_dir, "ckpt")
     unexpected: list[dict] = []
-    faults_configured: list[dict] = []
-    corruptions: list[dict] = []
+    configured: list[dict] = []
     lost: list[dict] = []
-    crash_roots: dict[int, str] = {}
-    jobs = plan_jobs(scenario, combo)
+    fault_log = os.path.join(case_dir, "faults.jsonl")
     job_no = 0
-    for spec in jobs:
-        faults_configured += [f["fault"] for f in spec.faults] + spec.kills
-        outcome = _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend, start_method=start_method)
-        if outcome is not None:
-            unexpected += outcome
+    for spec in plan_jobs(scenario, combo):
+        configured += [f["record"] for f in spec.faults] + spec.kills
+        unexpected += _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend,
+                               start_method=start_method)
+        this_job = job_no
         for action in spec.after:
-            from . import faultplan
-            if action["kind"] == "corrupt":
-                record = faultplan.corrupt(root, action, scenario.seed)
-                history.ok("corrupt", **record)
-            elif action["kind"] == "lose_unsynced":
-                states = faultplan.crash_states(root, case_dir, job_no, action)
-                history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"])
-                for i, state_root in enumerate(states["states"]):
+            if "corrupt" in action:
+                history.ok("corrupt", **faultplan.corrupt(root, action["corrupt"]))
+            elif not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")):
+                history.info("lose_unsynced", armed=False, why="the job ended before the power-loss fault was armed")
+            else:
+                states = faultplan.power_loss(action["power_loss"], _snapshot(root, case_dir, this_job),
+                                              os.path.join(case_dir, "oplog", f"job{this_job}"),
+                                              os.path.join(case_dir, "states", f"job{this_job}"))
+                history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
+                           summary=states["summary"])
+                lost.append(states)
+                for state_root in states["states"]:
                     job_no += 1
                     probe = JobSpec(spec.topo, "crash_state", [{"op": "load"}])
-                    crash_roots[job_no] = os.path.basename(state_root)
-                    _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
-                             crash_state=os.path.basename(state_root), start_method=start_method)
-                lost.append({"states": len(states["states"]), "explored": states["explored"]})
+                    unexpected += _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
+                                           crash_state=os.path.basename(state_root), start_method=start_method)
         job_no += 1
     history.close()
     events = read_events(os.path.join(case_dir, "history.jsonl"))
-    ev = evidence(events, scenario, combo, faults_configured)
+    ev = evidence(events, scenario, combo, configured)
     ev.lost_unsynced = lost
     verdicts = [run_checker(c, ev) for c in ALL]
     verdicts += _expectations(scenario, ev)
@@ -95,7 +99,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     if unexpected and overall != FAIL:
         overall, detail = UNKNOWN, f"a rank failed unexpectedly: {unexpected[0]['error'][:300]}"
         verdicts.append(Verdict("run", UNKNOWN, detail, unexpected))
-    unfired = _unfired(faults_configured, ev)
+    unfired = faultplan.unfired(configured, fault_log)
     if unfired and overall not in (FAIL, UNKNOWN):
         overall, detail = UNPROBED, f"configured fault never fired: {unfired[0]}"
         verdicts.append(Verdict("faults", UNPROBED, detail, [{"fault": u} for u in unfired]))
@@ -109,16 +113,15 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
-    plan = RankPlan(scenario.model, spec.topo, combo, root, rank_dir, spec.ops, job_no, backend,
-                    spec.faults, fault_log, spec.record_ops)
+    plan = RankPlan(scenario.model, spec.topo, combo, root, rank_dir, spec.ops, job_no, backend, spec.faults,
+                    fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"),
+                    os.path.join(case_dir, "snapshots", f"job{job_no}"))
+    fired_before = len(faultplan.firings(fault_log))
     history.append(INVOKE, "job", job=job_no, kind=spec.kind, topology=str(spec.topo), ops=spec.ops,
                    crash_state=crash_state)
     job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
               log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method).start()
-    nemesis = None
-    if spec.kills:
-        from . import faultplan
-        nemesis = faultplan.start_nemesis(job, spec.kills, root, history)
+    nemesis = faultplan.start_nemesis(job, spec.kills, root, fault_log) if spec.kills else None
     try:
         outcome = job.wait()
     finally:
@@ -131,6 +134,8 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
         if crash_state:
             e.value["crash_state"] = crash_state
         history.write(e)
+    for rec in faultplan.firings(fault_log)[fired_before:]:
+        history.append(INFO, "fault", **rec)
     first = outcome.first_failure()
     why = f"rank {first.rank}: {first.describe().splitlines()[0]}" if first else ""
     for e in close_open_invokes(events, why or "job ended"):
@@ -139,7 +144,8 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     signals = {o.rank: o.signal for o in outcome.outcomes if o.signal}
     history.append(OK if outcome.ok else INFO, "job", job=job_no, statuses=statuses, signals=signals,
                    timed_out=outcome.timed_out, seconds=round(outcome.seconds, 3))
-    planned_kill = bool(spec.kills) or any(f["fault"].get("kind") in ("crash", "kill") for f in spec.faults)
+    planned_kill = bool(spec.kills) or any(f["record"]["kind"] in ("rank_crash", "lost_unsynced_writes")
+                                           for f in spec.faults)
     unexpected = []
     for o in outcome.outcomes:
         if o.status == "error" and not _is_logged_failure(events, o.rank):
@@ -159,6 +165,8 @@ def evidence(events, scenario: Scenario, combo: Combination, faults_configured: 
     corruptions, crashes, fired = [], [], []
     topo_of_job: dict[int, str] = {}
     current_load: LoadRecord | None = None
+    ok_ranks: dict[tuple, set] = {}
+    local = combo.type is CheckpointType.LOCAL
     for i, e in enumerate(events):
         v = e.value
         if e.f == "job" and e.type == INVOKE:
@@ -172,7 +180,12 @@ def evidence(events, scenario: Scenario, combo: Combination, faults_configured: 
             if e.type == INVOKE and v.get("fingerprint"):
                 rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
             elif e.type == OK and rec.status != OK:
-                rec.status, rec.index = OK, i
+                ok_ranks.setdefault(key, set()).add(e.process)
+                # a LOCAL save is done only once every rank has its part (nothing ties the ranks together);
+                # elsewhere one rank's success means the coordinator committed
+                world = Topology.parse(rec.topology).world if rec.topology else 1
+                if not local or len(ok_ranks[key]) == world:
+                    rec.status, rec.index = OK, i
             elif e.type == FAILED:
                 rec.status = FAILED
         elif e.f == "load" and e.process == 0 and e.type in (OK, FAILED):
@@ -206,6 +219,6 @@ def _expectations(scenario: Scenario, ev: Evidence) -> list[Verdict]:
     return out
 
 
-def _unfired(configured: list[dict], ev: Evidence) -> list[str]:
-    from . import faultplan
-    return faultplan.unfired(configured, ev.faults_fired, ev.crashes)
+def _snapshot(root: str, case_dir: str, job_no: int):
+    from ..faults import Snapshot
+    return Snapshot(os.path.abspath(root), os.path.join(case_dir, "snapshots", f"job{job_no}"))

@@ -19,10 +19,12 @@ STEP_KINDS = {
     "fault": "an in-process fault record: {kind, ...} (see resilience.faults)",
     "kill": "the runner SIGKILLs ranks during the next save: {rank, when: {file, size} | {after: seconds}}",
     "corrupt": "damage the newest checkpoint at rest: {kind, file, ...}",
-    "lose_unsynced": "after a crash, also check every on-disk state a power loss could leave: {max_states}",
+    "lose_unsynced": "record file operations from here on; at the power loss (a phase, at_byte, or the job's "
+                     "end) check every on-disk state it could leave: {phase, max_states}",
     "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue}",
     "verify": "a marker: checkers always run at the end",
 }
+FAULT_STEPS = ("crash", "fault", "kill", "corrupt", "lose_unsynced")
 TOP_FIELDS = {"name", "description", "seed", "model", "topology", "combinations", "steps", "expect", "timeout",
               "backend", "tags"}
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
@@ -188,6 +190,12 @@ def _step(raw, i: int, err, lines: dict, model: ModelSpec) -> Step:
     args = {} if args is None else args
     if not isinstance(args, dict):
         raise err(path + (kind,), f"takes a mapping of options, got {args!r}", STEP_KINDS[kind])
+    if kind in FAULT_STEPS:
+        from .faultplan import record_of, validate
+        try:
+            validate(record_of(kind, args), world=1 << 16)
+        except ConfigError as e:
+            raise err(path + (kind, e.field.removeprefix("fault.")), e.problem, e.fix) from None
     if kind == "resume":
         try:
             topo = Topology.parse(args.get("topology", "same")) if args.get("topology", "same") != "same" else None
