@@ -135,3 +135,37 @@ def test_a_reference_save_leaves_only_durable_states(tmp_path, point, newest):
     for s in got.states:
         complete = [i.iteration for i in list_checkpoints(s.path) if i.complete]
         assert complete and max(complete) == newest, (s.how, complete)
+
+
+def test_overwriting_a_checkpoint_by_exchange_never_loses_it(tmp_path):
+    """Saving an iteration that exists swaps the new folder in atomically (RENAME_EXCHANGE): a power loss
+    right after the swap leaves the old or the new copy, never neither."""
+    root = str(tmp_path / "ckpt")
+    state = TrainingState(SPEC, Topology(), 0)
+    backend = ReferenceBackend(combination("LEGACY", "torch", "sync"))
+    state.train(1)
+    backend.save(state, root)
+    snap = Snapshot.take(root, tmp_path / "snap")
+
+    class Crashed(BaseException):
+        pass
+
+    def crash():
+        raise Crashed()
+
+    with pytest.raises(Crashed):
+        with inject([{"kind": "lost_unsynced_writes", "op": "exchange", "when": "after"}], rank=0,
+                    oplog_dir=tmp_path / "ops", kill=crash):
+            backend.save(state, root)
+    got = crash_states(snap, tmp_path / "ops", tmp_path / "states", max_states=16)
+    assert any(o.op == "exchange" for o in got.ops) and got.unsynced
+    for s in got.states:
+        assert [i.iteration for i in list_checkpoints(s.path) if i.complete] == [1], s.how
+
+
+def test_read_errors_reach_the_loader(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    with inject([{"kind": "io_error", "errno": "EIO", "op": "read", "nth": 2}], rank=0):
+        storage.current().open_read(str(tmp_path / "f")).close()
+        with pytest.raises(OSError, match="Input/output error"):
+            storage.current().open_read(str(tmp_path / "f"))
