@@ -87,9 +87,14 @@ class FaultyWriteStream:
     def close(self) -> None:
         if self.closed:
             return
-        if self.sync:
-            self.fsync()
         self.closed = True
+        if self.sync:
+            try:
+                self.fsync()
+            except Exception:  # a failed fsync still releases the file, as close(2) would
+                with contextlib.suppress(Exception):
+                    self.inner.close()
+                raise
         self._fs._run("close", (self.path,), self.inner.close, path=self.path, stream=self.stream_id)
 
     def flush(self) -> None:
