@@ -1,7 +1,6 @@
 """The injector in one process: each fault fires at exactly the configured operation, byte or phase.
 (A crash here calls a stand-in for SIGKILL; the multi-rank tests use the real one.)"""
 import errno
-import os
 import threading
 import time
 

@@ -1,7 +1,5 @@
 """The external nemesis kills or stops rank processes from outside, on observed progress or on time;
 afterwards the reference resumes from the newest durable valid checkpoint."""
-import os
-import signal
 import time
 
 import pytest
