@@ -18,6 +18,9 @@ class ConfigError(ResilienceError, ValueError):
             msg += f" ({fix})"
         super().__init__(msg)
 
+    def __reduce__(self):  # errors cross process boundaries (DCP pickles them): keep them picklable
+        return type(self), (self.field, self.problem, self.fix)
+
 
 class InvalidCombination(ConfigError):
     """A (type, format, io) combination that one layer forbids."""
@@ -43,6 +46,9 @@ class IntegrityError(ResilienceError, OSError):
             msg += f": {detail}"
         super().__init__(msg)
 
+    def __reduce__(self):
+        return type(self), (self.path, self.check, self.detail)
+
 
 class AsyncSaveFailed(ResilienceError, RuntimeError):
     """A background write failed; raised at the next finalize."""
@@ -57,10 +63,14 @@ class RankFailure(ResilienceError, RuntimeError):
 
     def __init__(self, failures: dict, what: str = "rank processes failed"):
         self.failures = dict(sorted(failures.items()))
+        self.what = what
         lines = [f"{what}: failures={{{', '.join(str(r) for r in self.failures)}}}"]
         for rank, failure in self.failures.items():
             lines.append(f"--- rank {rank}: {failure}")
         super().__init__("\n".join(lines))
+
+    def __reduce__(self):
+        return type(self), (self.failures, self.what)
 
 
 class RankTimeout(RankFailure, TimeoutError):

@@ -155,7 +155,9 @@ class ReferenceBackend:
                 self.format.write(info, records, staging)
             commit.fsync_tree_dirs(staging)
             return rec.files(staging), None
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # DCP's CheckpointException is a BaseException; a writer must report it
             log.debug("rank %d write failed", info.rank, exc_info=True)
             return {}, _describe(e)
 

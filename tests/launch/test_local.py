@@ -89,3 +89,13 @@ def test_rank_logs_are_kept(tmp_path):
 def test_bad_world_is_a_clear_error():
     with pytest.raises(ConfigError, match="world"):
         run_ranks(_all_reduce_rank, 0)
+
+
+def test_errors_survive_pickling_across_processes():
+    import pickle
+
+    from resilience.errors import ConfigError, IntegrityError, InvalidCombination
+    for e in (ConfigError("a", "b", "c"), IntegrityError("p", "checksum", "d"), RankFailure({1: "x"}, "w"),
+              RankTimeout({2: "y"}, "z"), InvalidCombination("format", "p", "f")):
+        again = pickle.loads(pickle.dumps(e))
+        assert type(again) is type(e) and str(again) == str(e)
