@@ -1,0 +1,244 @@
+"""Inspect a checkpoint folder without loading it: every checkpoint, its completeness and integrity.
+
+Single process, no torch.distributed: what a user runs on a cluster's checkpoint folder. Global
+checkpoints are `DIR/iter_NNNNNNN`; LOCAL ones are `DIR/local/rank_RRRRR/iter_NNNNNNN`, and a LOCAL
+iteration counts only when every rank of its topology has it, intact."""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+from .. import storage
+from ..errors import CheckpointNotFound, ConfigError, IntegrityError
+from . import commit
+from .combos import Combination
+from .manifest import MANIFEST, Manifest, verify_file
+
+
+@dataclass
+class Problem:
+    """One failed check: which file and which check."""
+
+    path: str
+    check: str
+    detail: str = ""
+
+    @classmethod
+    def from_error(cls, e: IntegrityError) -> "Problem":
+        return cls(e.path, e.check, e.detail)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.check} failed" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass
+class FolderReport:
+    """One iter_ folder: a whole global checkpoint, or one rank's part of a LOCAL one."""
+
+    path: str
+    iteration: int
+    rank: int | None = None          # LOCAL: the rank folder it sits in
+    committed: bool = False          # has a manifest (a save renames its folder into place with one)
+    combination: str | None = None
+    topology: dict | None = None
+    files: int = 0
+    bytes: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        return self.committed and not self.problems
+
+
+@dataclass
+class CheckpointReport:
+    """One checkpoint: a global folder, or one iteration of a LOCAL checkpoint over all its ranks."""
+
+    layout: str                      # "global" or "local"
+    iteration: int
+    combination: str | None
+    topology: dict | None
+    complete: bool                   # committed (and, LOCAL, present on every rank of its topology)
+    verified: bool                   # manifest and every listed file passed their checks
+    folders: list[FolderReport]
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def loadable(self) -> bool:
+        return self.complete and self.verified
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["loadable"] = self.loadable
+        for f, folder in zip(d["folders"], self.folders):
+            f["verified"] = folder.verified
+        return d
+
+
+@dataclass
+class TrackerReport:
+    path: str
+    iteration: int | None
+    problem: Problem | None = None
+
+
+@dataclass
+class Inspection:
+    """Everything `resilience inspect` reports about one folder."""
+
+    root: str
+    checkpoints: list[CheckpointReport]      # newest first, global before local at equal iteration
+    trackers: list[TrackerReport]
+    staging: list[str]                       # leftovers of interrupted saves
+
+    def newest(self) -> list[CheckpointReport]:
+        """The newest checkpoint of each layout present (what a loader tries first)."""
+        out = {}
+        for c in self.checkpoints:
+            out.setdefault(c.layout, c)
+        return list(out.values())
+
+    @property
+    def ok(self) -> bool:
+        """The newest checkpoint of every layout present is loadable."""
+        return all(c.loadable for c in self.newest())
+
+    def fallback(self, layout: str) -> CheckpointReport | None:
+        """The checkpoint a loader would fall back to: the newest loadable one of `layout`."""
+        return next((c for c in self.checkpoints if c.layout == layout and c.loadable), None)
+
+    def to_dict(self) -> dict:
+        return {"root": self.root, "ok": self.ok,
+                "newest": [{"layout": c.layout, "iteration": c.iteration, "loadable": c.loadable}
+                           for c in self.newest()],
+                "checkpoints": [c.to_dict() for c in self.checkpoints],
+                "trackers": [asdict(t) for t in self.trackers], "staging": list(self.staging)}
+
+
+def _combination_text(manifest: Manifest) -> str:
+    try:
+        return str(Combination.from_dict(manifest.combination))
+    except (ConfigError, KeyError, TypeError, AttributeError):
+        return f"unknown {manifest.combination!r}"
+
+
+def inspect_folder(path: str, iteration: int, rank: int | None = None) -> FolderReport:
+    """Read the manifest of one iter_ folder and verify every file it lists (all failures, not the first)."""
+    report = FolderReport(path, iteration, rank)
+    try:
+        manifest = Manifest.read(path)
+    except IntegrityError as e:
+        report.committed = e.check != "manifest present"
+        report.problems.append(Problem.from_error(e))
+        return report
+    except OSError as e:
+        report.problems.append(Problem(os.path.join(path, MANIFEST), "manifest readable", str(e)))
+        return report
+    report.committed = True
+    report.combination = _combination_text(manifest)
+    report.topology = dict(manifest.topology) if isinstance(manifest.topology, dict) else None
+    report.files = len(manifest.files)
+    report.bytes = sum(f["size"] for f in manifest.files.values())
+    if manifest.iteration != iteration:
+        report.problems.append(Problem(os.path.join(path, MANIFEST), "iteration",
+                                       f"manifest says {manifest.iteration}, folder says {iteration}"))
+    if rank is not None and manifest.extra.get("rank", rank) != rank:
+        report.problems.append(Problem(os.path.join(path, MANIFEST), "rank",
+                                       f"manifest says rank {manifest.extra.get('rank')}, folder is rank {rank}"))
+    for rel, expected in sorted(manifest.files.items()):
+        try:
+            verify_file(path, rel, expected)
+        except IntegrityError as e:
+            report.problems.append(Problem.from_error(e))
+        except OSError as e:
+            report.problems.append(Problem(os.path.join(path, rel), "readable", str(e)))
+    return report
+
+
+def inspect_tracker(root: str, iterations: list[int]) -> TrackerReport:
+    tracked, _ = commit.read_tracker(root)
+    problem = commit.check_tracker(root, iterations)
+    return TrackerReport(os.path.join(root, commit.TRACKER), tracked,
+                         Problem.from_error(problem) if problem else None)
+
+
+def _world(topology: dict | None) -> int | None:
+    try:
+        return int(topology["tp"]) * int(topology["pp"]) * int(topology["dp"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _local_checkpoint(iteration: int, folders: list[FolderReport], rank_roots: dict[int, str]) -> CheckpointReport:
+    """One LOCAL iteration: loadable only when every rank of its topology has it and all agree."""
+    problems = [p for f in folders for p in f.problems]
+    combos = {f.combination for f in folders if f.committed and f.combination}
+    topos = {tuple(sorted(f.topology.items())) for f in folders if f.committed and f.topology}
+    combination = next(iter(combos)) if len(combos) == 1 else None
+    topology = next((f.topology for f in folders if f.committed and f.topology), None) if len(topos) == 1 else None
+    complete = all(f.committed for f in folders)
+    if len(combos) > 1 or len(topos) > 1:
+        problems.append(Problem(os.path.dirname(os.path.dirname(folders[0].path)), "ranks agree",
+                                f"ranks disagree on combination {sorted(combos)} or topology "
+                                f"{[dict(t) for t in sorted(topos)]}"))
+    world = _world(topology)
+    if world is not None:
+        have = {f.rank for f in folders}
+        missing = [r for r in range(world) if r not in have]
+        if missing:
+            complete = False
+            name = commit.iter_name(iteration)
+            where = rank_roots.get(missing[0], os.path.join(os.path.dirname(os.path.dirname(folders[0].path)),
+                                                           f"rank_{missing[0]:05d}"))
+            problems.append(Problem(os.path.join(where, name), "present on every rank",
+                                    f"missing on rank{'s' if len(missing) > 1 else ''} "
+                                    f"{', '.join(map(str, missing))} of {world}"))
+    elif complete:
+        complete = False
+    verified = all(f.verified for f in folders) and not any(p.check == "ranks agree" for p in problems)
+    return CheckpointReport("local", iteration, combination, topology, complete, verified, folders, problems)
+
+
+def inspect(root: str) -> Inspection:
+    """Inspect every checkpoint under `root`. CheckpointNotFound when `root` is missing or holds none."""
+    fs = storage.current()
+    root = os.path.abspath(root)
+    if not fs.exists(root):
+        raise CheckpointNotFound(f"{root}: no such folder")
+    if not fs.is_dir(root):
+        raise CheckpointNotFound(f"{root}: not a folder")
+    checkpoints: list[CheckpointReport] = []
+    trackers: list[TrackerReport] = []
+    staging = commit.stale_staging(root)
+
+    found = commit.list_iterations(root)
+    for iteration, path in found:
+        f = inspect_folder(path, iteration)
+        checkpoints.append(CheckpointReport("global", iteration, f.combination, f.topology, f.committed,
+                                            f.verified, [f], list(f.problems)))
+    if found:
+        trackers.append(inspect_tracker(root, [it for it, _ in found]))
+
+    local = os.path.join(root, "local")
+    rank_roots: dict[int, str] = {}
+    if fs.is_dir(local):
+        for name in fs.listdir(local):
+            if name.startswith("rank_") and name[5:].isdigit() and fs.is_dir(os.path.join(local, name)):
+                rank_roots[int(name[5:])] = os.path.join(local, name)
+    by_iteration: dict[int, list[FolderReport]] = {}
+    for rank, rank_root in sorted(rank_roots.items()):
+        its = commit.list_iterations(rank_root)
+        for iteration, path in its:
+            by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank))
+        if its:
+            trackers.append(inspect_tracker(rank_root, [it for it, _ in its]))
+        staging += commit.stale_staging(rank_root)
+    for iteration, folders in by_iteration.items():
+        checkpoints.append(_local_checkpoint(iteration, folders, rank_roots))
+
+    if not checkpoints:
+        extra = f" ({len(staging)} leftover staging folder(s) of interrupted saves)" if staging else ""
+        raise CheckpointNotFound(f"{root}: no checkpoint found: no iter_NNNNNNN folder here or under "
+                                 f"local/rank_NNNNN/{extra}")
+    checkpoints.sort(key=lambda c: (-c.iteration, c.layout != "global"))
+    return Inspection(root, checkpoints, trackers, sorted(staging))

@@ -1,0 +1,637 @@
+"""The reference implementation on real ranks: round trip, topology table, integrity, fallback, re-save,
+retention, LOCAL agreement, and `resilience inspect` on what it wrote.
+
+Tests that hold for every combination are parametrized over valid_combinations(); a combination whose
+format module is not written yet is skipped and starts running once the module exists."""
+import errno
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from resilience import storage
+from resilience.checkpoint import ReferenceBackend, valid_combinations
+from resilience.checkpoint import phases
+from resilience.checkpoint.combos import CheckpointType, CkptFormat
+from resilience.cli import main
+from resilience.errors import AsyncSaveFailed, RankFailure
+from resilience.launch import run_ranks
+from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, fingerprint
+
+pytestmark = pytest.mark.multiprocess
+
+TIMEOUT = 120
+FORMAT_MODULE = {CkptFormat.TORCH_DIST: "torch_dist", CkptFormat.TORCH_DCP: "torch_dcp"}
+DISTOPT = ModelSpec(dtype="bf16", optimizer="distributed")
+
+
+def _combos(*types):
+    out = []
+    for c in valid_combinations():
+        if types and c.type not in types:
+            continue
+        marks = []
+        module = FORMAT_MODULE.get(c.format)
+        if module and importlib.util.find_spec(f"resilience.checkpoint.formats.{module}") is None:
+            marks.append(pytest.mark.skip(reason=f"resilience/checkpoint/formats/{module}.py does not exist yet"))
+        elif module:  # imported once here, not by every forked rank of every test
+            importlib.import_module(f"resilience.checkpoint.formats.{module}")
+        out.append(pytest.param(c, id=str(c).replace("/", "-"), marks=marks))
+    return out
+
+
+ALL = _combos()
+
+
+def _is_local(combo) -> bool:
+    return combo.type is CheckpointType.LOCAL
+
+
+def _strip(fp: dict) -> dict:
+    return {k: v for k, v in fp.items() if k not in TOPOLOGY_BOUND_KEYS}
+
+
+# ---- rank functions (run on every rank; rank 0's result is what the tests read) ----------------------
+def _save(ctx, combo, spec, topo, root, iterations, keep_last=None, continue_steps=0):
+    """Train to each iteration in turn and save it; fingerprints by iteration (and after more steps)."""
+    state = TrainingState(spec, topo, ctx.rank)
+    backend = ReferenceBackend(combo, keep_last=keep_last)
+    fps = {}
+    for it in iterations:
+        state.train(it - state.iteration)
+        backend.save(state, root)
+        backend.finalize()
+        fps[it] = fingerprint(state.sharded_state_dict())
+    out = {"fps": fps}
+    if continue_steps:
+        state.train(continue_steps)
+        out["continued"] = fingerprint(state.sharded_state_dict())
+    return out
+
+
+def _load_one(ctx, combo, spec, topo, root, strict, train_after=0):
+    state = TrainingState(spec, topo, ctx.rank)
+    try:
+        result = ReferenceBackend(combo, strict=strict).load(state, root)
+    except Exception as e:
+        return {"error": type(e).__name__, "message": str(e), "iteration": state.iteration,
+                "fp": fingerprint(state.sharded_state_dict())}
+    out = {"iteration": result.iteration, "warnings": result.warnings, "rng_restored": result.rng_restored,
+           "fp": fingerprint(state.sharded_state_dict())}
+    if train_after:
+        state.train(train_after)
+        out["after"] = fingerprint(state.sharded_state_dict())
+    return out
+
+
+def _load(ctx, combo, spec, topo, root, stricts=(False,), train_after=0):
+    """One load per strict mode, each into a fresh state; {strict: outcome}."""
+    return {strict: _load_one(ctx, combo, spec, topo, root, strict, train_after) for strict in stricts}
+
+
+def _run(fn, topo, *args, **kwargs):
+    results = run_ranks(fn, topo.world, args=args, kwargs=kwargs, timeout=TIMEOUT)
+    return results
+
+
+def _agreed(results, strict=False):
+    """Every rank loaded the same iteration (or raised the same error type); rank 0's outcome."""
+    outs = [r[strict] for r in results]
+    assert len({(o.get("iteration"), o.get("error")) for o in outs}) == 1, outs
+    return outs[0]
+
+
+# ---- round trip -------------------------------------------------------------------------------------
+def _round_trip(ctx, combo, spec, topo, root):
+    saved = _save(ctx, combo, spec, topo, root, [2, 3], continue_steps=2)
+    loaded = _load_one(ctx, combo, spec, topo, root, strict=True, train_after=2)
+    return saved, loaded
+
+
+@pytest.mark.parametrize("topo, spec", [
+    (Topology(2, 1, 1), ModelSpec()),
+    (Topology(1, 2, 1), ModelSpec()),
+    (Topology(1, 1, 2), DISTOPT),
+    (Topology(2, 1, 2), DISTOPT),
+], ids=["tp2", "pp2", "dp2-distopt-bf16", "tp2dp2-distopt-bf16"])
+@pytest.mark.parametrize("combo", ALL)
+def test_round_trip_is_bit_exact(combo, topo, spec, tmp_path):
+    results = _run(_round_trip, topo, combo, spec, topo, str(tmp_path))
+    saved, loaded = results[0]
+    assert "error" not in loaded, loaded
+    assert {r[1]["iteration"] for r in results} == {3}
+    assert loaded["fp"] == saved["fps"][3]       # model, optimizer, scheduler, data position, iteration, RNG
+    assert loaded["rng_restored"]
+    assert loaded["after"] == saved["continued"]  # training on ends as if it had never stopped
+    assert loaded["warnings"] == []
+
+
+# ---- topology changes: the table of DESIGN.md --------------------------------------------------------
+TRANSITIONS = [
+    (Topology(1, 1, 2), Topology(1, 1, 1)),
+    (Topology(1, 1, 1), Topology(1, 1, 2)),
+    (Topology(2, 1, 1), Topology(1, 1, 2)),
+    (Topology(1, 2, 1), Topology(1, 1, 2)),
+    (Topology(2, 1, 1), Topology(1, 2, 1)),
+]
+
+
+def _allowed(combo, save, load) -> bool:
+    changed = {d for d in ("tp", "pp", "dp") if getattr(save, d) != getattr(load, d)}
+    if combo.type is CheckpointType.LEGACY:
+        return changed <= {"dp"}
+    if combo.type is CheckpointType.LOCAL:
+        return not changed
+    return True
+
+
+def _save_then(ctx, combo, spec, topo, root):
+    return _save(ctx, combo, spec, topo, root, [2], continue_steps=2)
+
+
+@pytest.mark.parametrize("spec", [ModelSpec(), DISTOPT], ids=["adam-fp32", "distopt-bf16"])
+@pytest.mark.parametrize("save, load", TRANSITIONS, ids=[f"{a}-{b}" for a, b in TRANSITIONS])
+@pytest.mark.parametrize("combo", ALL)
+def test_topology_change(combo, save, load, spec, tmp_path):
+    root = str(tmp_path)
+    saved = _run(_save_then, save, combo, spec, save, root)[0]
+    out = _agreed(_run(_load, load, combo, spec, load, root, train_after=2))
+    changed = [d for d in ("tp", "pp", "dp") if getattr(save, d) != getattr(load, d)]
+    if _allowed(combo, save, load):
+        assert "error" not in out, out
+        assert out["iteration"] == 2
+        same_grid = (save.tp, save.pp) == (load.tp, load.pp)
+        assert out["rng_restored"] is same_grid  # RNG restored exactly where it means something, else reported
+        compare = (lambda fp: fp) if same_grid else _strip
+        assert compare(out["fp"]) == compare(saved["fps"][2])
+        assert compare(out["after"]) == compare(saved["continued"])
+    else:
+        assert out["error"] == "TopologyChangeRefused", out
+        assert out["iteration"] == 0  # refused before anything was loaded
+        if combo.type is CheckpointType.LEGACY:
+            for d in changed:
+                if d != "dp":
+                    assert f"{d} {getattr(save, d)} -> {getattr(load, d)}" in out["message"]
+        else:
+            assert str(save) in out["message"] and str(load) in out["message"]
+        assert "GLOBAL/torch_dist" in out["message"]  # says which combination would allow it
+
+
+# ---- integrity: each corruption detected, fallback to the newest older valid one, strict raises ---------
+BASE_TOPO = Topology(2, 1, 1)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """Per combination, once per worker: checkpoints at iterations 2 and 4 and their fingerprints."""
+    cache = {}
+
+    def get(combo):
+        if combo not in cache:
+            root = tmp_path_factory.mktemp(str(combo).replace("/", "-"))
+            fps = _run(_save, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, str(root), [2, 4])[0]["fps"]
+            cache[combo] = (str(root), fps)
+        return cache[combo]
+    return get
+
+
+@pytest.fixture
+def copy_of(base, tmp_path):
+    def get(combo):
+        src, fps = base(combo)
+        dst = str(tmp_path / "ckpt")
+        shutil.copytree(src, dst)
+        return dst, fps
+    return get
+
+
+def _folders(root, combo, iteration):
+    """The folders of one checkpoint: the global one, or every rank's."""
+    name = f"iter_{iteration:07d}"
+    if _is_local(combo):
+        local = os.path.join(root, "local")
+        return [os.path.join(local, r, name) for r in sorted(os.listdir(local))
+                if os.path.isdir(os.path.join(local, r, name))]
+    return [os.path.join(root, name)]
+
+
+def _tracker(root, combo):
+    """The tracker a corruption hits: the global one, or the last rank's."""
+    if _is_local(combo):
+        local = os.path.join(root, "local")
+        return os.path.join(local, sorted(os.listdir(local))[-1], "latest_checkpointed_iteration.txt")
+    return os.path.join(root, "latest_checkpointed_iteration.txt")
+
+
+def _manifest_doc(folder):
+    with open(os.path.join(folder, "manifest.json")) as f:
+        return json.load(f)
+
+
+def _write_manifest(folder, doc, redigest=True):
+    import xxhash
+    if redigest:  # a consistent manifest: only the content check can catch what it says
+        canonical = json.dumps(doc["body"], sort_keys=True, separators=(",", ":"))
+        doc["digest"] = xxhash.xxh3_128_hexdigest(canonical.encode())
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        json.dump(doc, f)
+
+
+def _data_file(folder):
+    """The largest file the manifest lists."""
+    files = _manifest_doc(folder)["body"]["files"]
+    rel = max(sorted(files), key=lambda r: files[r]["size"])
+    return os.path.join(folder, rel)
+
+
+def _truncate(folder):
+    path = _data_file(folder)
+    os.truncate(path, os.path.getsize(path) // 2)
+    return path, "size"
+
+
+def _bit_flip(folder):
+    path = _data_file(folder)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0x10]))
+    return path, "checksum"
+
+
+def _missing_file(folder):
+    path = _data_file(folder)
+    os.unlink(path)
+    return path, "file present"
+
+
+def _empty_file(folder):
+    path = _data_file(folder)
+    os.truncate(path, 0)
+    return path, "size"
+
+
+def _garbled_manifest(folder):
+    path = os.path.join(folder, "manifest.json")
+    with open(path, "r+b") as f:
+        f.write(b"{\x00garbled")
+    return path, "manifest parse"
+
+
+def _edited_manifest(folder):
+    doc = _manifest_doc(folder)
+    rel = sorted(doc["body"]["files"])[0]
+    doc["body"]["files"][rel]["size"] += 1
+    _write_manifest(folder, doc, redigest=False)
+    return os.path.join(folder, "manifest.json"), "manifest checksum"
+
+
+def _manifest_deleted(folder):
+    path = os.path.join(folder, "manifest.json")
+    os.unlink(path)
+    return path, "manifest present"
+
+
+def _escape(target):
+    def corrupt(folder):
+        doc = _manifest_doc(folder)
+        doc["body"]["files"][target] = {"size": 1, "xxh3_128": "0" * 32}
+        _write_manifest(folder, doc)
+        return os.path.join(folder, "manifest.json"), "path safety"
+    corrupt.__name__ = f"_escape_{'absolute' if target.startswith('/') else 'relative'}"
+    return corrupt
+
+
+FILE_CORRUPTIONS = [_truncate, _bit_flip, _missing_file, _empty_file, _garbled_manifest, _edited_manifest,
+                    _manifest_deleted, _escape("../x"), _escape("/etc/hostname")]
+TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None}
+
+
+@pytest.mark.parametrize("corrupt", FILE_CORRUPTIONS, ids=lambda f: f.__name__.strip("_").replace("_", "-"))
+@pytest.mark.parametrize("combo", ALL)
+def test_corruption_is_detected_and_the_loader_falls_back(combo, corrupt, copy_of):
+    root, fps = copy_of(combo)
+    path, check = corrupt(_folders(root, combo, 4)[-1])  # LOCAL: only the last rank's part
+    results = _run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(False, True))
+
+    out = _agreed(results)
+    assert "error" not in out, out
+    assert out["iteration"] == 2
+    assert out["fp"] == fps[2]  # the older checkpoint's values exactly: never wrong values
+    assert any(path in w and f"{check} failed" in w for w in out["warnings"]), out["warnings"]
+
+    strict = _agreed(results, strict=True)
+    assert strict["error"] == "IntegrityError", strict
+    assert path in strict["message"] and f"{check} failed" in strict["message"]
+    assert strict["iteration"] == 0
+
+
+@pytest.mark.parametrize("kind", list(TRACKER_CORRUPTIONS))
+@pytest.mark.parametrize("combo", ALL)
+def test_bad_tracker_is_reported_and_the_folders_win(combo, kind, copy_of):
+    root, fps = copy_of(combo)
+    tracker = _tracker(root, combo)
+    if TRACKER_CORRUPTIONS[kind] is None:
+        os.unlink(tracker)
+    else:
+        with open(tracker, "wb") as f:
+            f.write(TRACKER_CORRUPTIONS[kind])
+    results = _run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(False, True))
+
+    out = _agreed(results)
+    assert "error" not in out, out
+    assert out["iteration"] == 4 and out["fp"] == fps[4]  # the newest complete, verified checkpoint
+    assert any(tracker in w and "tracker failed" in w for w in out["warnings"]), out["warnings"]
+
+    strict = _agreed(results, strict=True)
+    assert strict["error"] == "IntegrityError" and tracker in strict["message"], strict
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_every_checkpoint_corrupt_is_not_found_with_every_problem(combo, copy_of):
+    root, _ = copy_of(combo)
+    p4, _ = _bit_flip(_folders(root, combo, 4)[-1])
+    p2, _ = _truncate(_folders(root, combo, 2)[0])
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+    assert out["error"] == "CheckpointNotFound", out
+    assert p4 in out["message"] and p2 in out["message"]
+    assert out["iteration"] == 0
+
+
+# ---- re-save, failed saves, retention ----------------------------------------------------------------
+def _resave(ctx, combo, spec, topo, root, fail_phase=None):
+    """Save iteration 2 (A), change the state, save iteration 2 again (B), optionally failing at a phase."""
+    state = TrainingState(spec, topo, ctx.rank)
+    backend = ReferenceBackend(combo)
+    state.train(2)
+    backend.save(state, root)
+    backend.finalize()
+    a = fingerprint(state.sharded_state_dict())
+    state.train(1)
+    state.iteration = 2  # same iteration, different content
+    b = fingerprint(state.sharded_state_dict())
+    error = None
+
+    def fail(phase, info):
+        if phase == fail_phase:
+            raise OSError(f"injected failure at {phase}")
+    remove = phases.listen(fail)
+    try:
+        backend.save(state, root)
+        backend.finalize()
+    except Exception as e:
+        error = type(e).__name__
+    finally:
+        remove()
+    return {"a": a, "b": b, "error": error}
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_resave_of_an_existing_iteration_replaces_it_whole(combo, tmp_path):
+    root = str(tmp_path)
+    saved = _run(_resave, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root)[0]
+    assert saved["error"] is None and saved["a"] != saved["b"]
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(True,)), strict=True)
+    assert out["iteration"] == 2 and out["fp"] == saved["b"]
+    leftovers = [d for dirpath, dirs, _ in os.walk(root) for d in dirs if d.startswith(".staging-")]
+    assert leftovers == []
+    assert all(len([d for d in os.listdir(os.path.dirname(f)) if d.startswith("iter_")]) == 1
+               for f in _folders(root, combo, 2))
+
+
+@pytest.mark.parametrize("phase, expect", [("write", "a"), ("manifest", "a"), ("commit_rename", "a"),
+                                           ("tracker_update", "b")])
+@pytest.mark.parametrize("combo", ALL)
+def test_failed_resave_never_tears_the_existing_checkpoint(combo, phase, expect, tmp_path):
+    root = str(tmp_path)
+    saved = _run(_resave, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, fail_phase=phase)[0]
+    assert saved["error"] is not None
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+    assert out["iteration"] == 2
+    assert out["fp"] == saved[expect]  # before the swap: the old one whole; after it: the new one whole
+
+
+def _retention(ctx, combo, spec, topo, root):
+    return _save(ctx, combo, spec, topo, root, [1, 2, 3, 4], keep_last=2)
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_retention_keeps_the_last_k_and_cleans_stale_staging(combo, tmp_path):
+    root = str(tmp_path)
+    roots = [os.path.join(root, "local", f"rank_{r:05d}") for r in range(BASE_TOPO.world)] if _is_local(combo) \
+        else [root]
+    for r in roots:  # what a crashed save leaves behind
+        os.makedirs(os.path.join(r, ".staging-iter_0000009-deadbeef", "mp_rank_00"))
+    fps = _run(_retention, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root)[0]["fps"]
+    # LOCAL keeps one more: the newest checkpoint every rank has may be the one before this rank's newest
+    kept = ["iter_0000002"] * _is_local(combo) + ["iter_0000003", "iter_0000004"]
+    for r in roots:
+        assert sorted(n for n in os.listdir(r) if not n.endswith(".txt")) == kept
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(True,)), strict=True)
+    assert out["iteration"] == 4 and out["fp"] == fps[4]
+
+
+def _resume_and_save(ctx, combo, spec, topo, root, keep_last):
+    """Resume (falling back past a corrupt newest checkpoint), train one step, save with retention."""
+    state = TrainingState(spec, topo, ctx.rank)
+    backend = ReferenceBackend(combo, keep_last=keep_last)
+    loaded = backend.load(state, root).iteration
+    state.train(1)
+    backend.save(state, root)
+    backend.finalize()
+    return {"loaded": loaded, "iteration": state.iteration, "fp": fingerprint(state.sharded_state_dict())}
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_retention_never_deletes_the_newest_valid_checkpoint(combo, copy_of):
+    root, fps = copy_of(combo)
+    _bit_flip(_folders(root, combo, 4)[-1])
+    saved = _run(_resume_and_save, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, 1)[0]
+    assert saved["loaded"] == 2 and saved["iteration"] == 3
+    assert _folders(root, combo, 3)
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+    assert out["iteration"] == 3 and out["fp"] == saved["fp"]
+
+
+class _DiskFull:
+    """The storage seam of a rank whose disk is full: every file open for writing fails."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def open_write(self, path, *, sync=True):
+        raise OSError(errno.ENOSPC, "injected: no space left on device", path)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _save_fails_on_last_rank(ctx, combo, spec, topo, root, keep_last, how):
+    state = TrainingState(spec, topo, ctx.rank)
+    backend = ReferenceBackend(combo, keep_last=keep_last)
+    state.train(2)
+    backend.save(state, root)
+    backend.finalize()
+    fp2 = fingerprint(state.sharded_state_dict())
+    state.train(2)
+    last = ctx.rank == ctx.world - 1
+
+    def fail(phase, info):
+        if phase == "write" and last:
+            raise OSError("injected: failure on the last rank as it starts writing")
+    remove = phases.listen(fail) if how == "phase" else lambda: None
+    error = None
+    try:
+        with storage.use(_DiskFull(storage.current()) if how == "disk-full" and last else storage.current()):
+            backend.save(state, root)
+            backend.finalize()
+    except (RankFailure, AsyncSaveFailed) as e:
+        error = str(e)
+    finally:
+        remove()
+    fingerprint(state.sharded_state_dict())  # a collective: every rank is past its save
+    return {"fp2": fp2, "error": error}
+
+
+@pytest.mark.parametrize("how", ["phase", "disk-full"])
+@pytest.mark.parametrize("combo", ALL)
+def test_a_save_failing_on_one_rank_keeps_the_previous_checkpoint_loadable(combo, how, tmp_path):
+    # keep_last=1: the rank(s) that did commit must not delete the only checkpoint every rank has
+    root = str(tmp_path)
+    results = _run(_save_fails_on_last_rank, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, 1, how)
+    assert results[-1]["error"] is not None
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+    assert "error" not in out, out
+    assert out["iteration"] == 2 and out["fp"] == results[0]["fp2"]
+
+
+# ---- LOCAL: a checkpoint counts only when every rank has it ----------------------------------------
+LOCAL = _combos(CheckpointType.LOCAL)
+
+
+@pytest.mark.parametrize("combo", LOCAL)
+def test_local_checkpoint_missing_on_one_rank_is_not_used(combo, copy_of):
+    root, fps = copy_of(combo)
+    missing = _folders(root, combo, 4)[-1]
+    shutil.rmtree(missing)
+    results = _run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(False, True))
+    out = _agreed(results)
+    assert out["iteration"] == 2 and out["fp"] == fps[2]
+    assert any("iteration 4 is not present and valid on every rank" in w for w in out["warnings"])
+    assert _agreed(results, strict=True)["error"] == "IntegrityError"
+
+
+@pytest.mark.parametrize("combo", LOCAL)
+def test_local_rank_folder_missing_entirely_is_not_found(combo, copy_of):
+    root, _ = copy_of(combo)
+    shutil.rmtree(os.path.dirname(_folders(root, combo, 4)[-1]))
+    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+    assert out["error"] == "CheckpointNotFound", out
+
+
+# ---- resilience inspect --------------------------------------------------------------------------
+def _inspect(capsys, *args):
+    code = main(["inspect", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_inspect_good_folder(combo, copy_of, capsys):
+    root, _ = copy_of(combo)
+    code, out, err = _inspect(capsys, root)
+    assert code == 0 and err == ""
+    assert str(combo) in out and str(BASE_TOPO) in out and "OK: the newest" in out
+
+    code, out, _ = _inspect(capsys, root, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] is True
+    assert [c["iteration"] for c in doc["checkpoints"]] == [4, 2]
+    for c in doc["checkpoints"]:
+        assert c["combination"] == str(combo) and c["topology"] == BASE_TOPO.to_dict()
+        assert c["complete"] and c["verified"] and c["loadable"] and c["problems"] == []
+        assert c["layout"] == ("local" if _is_local(combo) else "global")
+    assert all(t["problem"] is None for t in doc["trackers"]) and doc["staging"] == []
+
+
+@pytest.mark.parametrize("corrupt", [_bit_flip, _truncate, _missing_file, _manifest_deleted, _escape("../x")],
+                         ids=lambda f: f.__name__.strip("_").replace("_", "-"))
+@pytest.mark.parametrize("combo", ALL)
+def test_inspect_names_the_file_and_check_and_fails_when_the_newest_is_broken(combo, corrupt, copy_of, capsys):
+    root, _ = copy_of(combo)
+    path, check = corrupt(_folders(root, combo, 4)[-1])
+    code, out, _ = _inspect(capsys, root)
+    assert code == 1
+    assert os.path.relpath(path, root) in out and f"{check} failed" in out
+    assert "NOT LOADABLE" in out and "falls back to iteration 2" in out
+
+    code, out, _ = _inspect(capsys, root, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False
+    newest, older = doc["checkpoints"]
+    assert newest["iteration"] == 4 and not newest["loadable"] and older["loadable"]
+    assert {"path": path, "check": check} in [{"path": p["path"], "check": p["check"]} for p in newest["problems"]]
+    assert newest["complete"] is (check != "manifest present")
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_inspect_older_broken_newest_fine_exits_zero(combo, copy_of, capsys):
+    root, _ = copy_of(combo)
+    path, _ = _bit_flip(_folders(root, combo, 2)[0])
+    code, out, _ = _inspect(capsys, root)
+    assert code == 0 and os.path.relpath(path, root) in out and "checksum failed" in out
+
+
+@pytest.mark.parametrize("combo", ALL)
+def test_inspect_reports_tracker_and_staging_leftovers(combo, copy_of, capsys):
+    root, _ = copy_of(combo)
+    tracker = _tracker(root, combo)
+    with open(tracker, "w") as f:
+        f.write("2")
+    leftover = os.path.join(os.path.dirname(tracker), ".staging-iter_0000006-0badc0de")
+    os.makedirs(leftover)
+    code, out, _ = _inspect(capsys, root)
+    assert code == 0
+    assert "stale" in out and os.path.relpath(leftover, root) in out
+    doc = json.loads(_inspect(capsys, root, "--json")[1])
+    assert doc["staging"] == [leftover]
+    bad = [t for t in doc["trackers"] if t["problem"]]
+    assert [t["path"] for t in bad] == [tracker] and bad[0]["iteration"] == 2
+
+
+@pytest.mark.parametrize("combo", LOCAL)
+def test_inspect_local_missing_on_one_rank(combo, copy_of, capsys):
+    root, _ = copy_of(combo)
+    shutil.rmtree(_folders(root, combo, 4)[-1])
+    code, out, _ = _inspect(capsys, root)
+    assert code == 1 and "present on every rank failed" in out and "falls back to iteration 2" in out
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "file", "staging-only"])
+def test_inspect_without_a_checkpoint_is_one_clear_error(make, tmp_path, capsys):
+    target = tmp_path / "ckpt"
+    if make == "empty":
+        target.mkdir()
+    elif make == "file":
+        target.write_text("not a folder")
+    elif make == "staging-only":
+        (target / ".staging-iter_0000002-12345678").mkdir(parents=True)
+    code, out, err = _inspect(capsys, str(target))
+    assert code == 2 and out == ""
+    assert err.startswith("resilience inspect: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert str(target) in err
+
+
+@pytest.mark.parametrize("combo", _combos(CheckpointType.LEGACY))
+def test_inspect_command_exit_status(combo, copy_of):
+    root, _ = copy_of(combo)
+    cmd = [sys.executable, "-m", "resilience.cli", "inspect", root]
+    assert subprocess.run(cmd, capture_output=True, timeout=120).returncode == 0
+    _bit_flip(_folders(root, combo, 4)[-1])
+    done = subprocess.run(cmd + ["--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and json.loads(done.stdout)["ok"] is False
