@@ -373,6 +373,8 @@ class ReferenceBackend:
         for iteration, path in found:
             try:
                 manifest = Manifest.read(path)
+                if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
+                    raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
                 for rel, expected in manifest.files.items():
                     verify_file(path, rel, expected)

@@ -2,7 +2,9 @@
 retention, LOCAL agreement, and `resilience inspect` on what it wrote.
 
 Tests that hold for every combination are parametrized over valid_combinations(); a combination whose
-format module is not written yet is skipped and starts running once the module exists."""
+format module is not written yet is skipped and starts running once the module exists. To keep the
+suite fast, the cases of one scenario run in one job per combination (a module-scoped cache) and
+each case is still its own test."""
 import errno
 import importlib.util
 import json
@@ -14,8 +16,7 @@ import sys
 import pytest
 
 from resilience import storage
-from resilience.checkpoint import ReferenceBackend, valid_combinations
-from resilience.checkpoint import phases
+from resilience.checkpoint import ReferenceBackend, phases, valid_combinations
 from resilience.checkpoint.combos import CheckpointType, CkptFormat
 from resilience.cli import main
 from resilience.errors import AsyncSaveFailed, RankFailure
@@ -27,6 +28,8 @@ pytestmark = pytest.mark.multiprocess
 TIMEOUT = 120
 FORMAT_MODULE = {CkptFormat.TORCH_DIST: "torch_dist", CkptFormat.TORCH_DCP: "torch_dcp"}
 DISTOPT = ModelSpec(dtype="bf16", optimizer="distributed")
+TOPO = Topology(2, 1, 1)  # LEGACY: two mp_rank files; LOCAL: two rank folders
+SPEC = ModelSpec()
 
 
 def _combos(*types):
@@ -45,6 +48,7 @@ def _combos(*types):
 
 
 ALL = _combos()
+LOCAL = _combos(CheckpointType.LOCAL)
 
 
 def _is_local(combo) -> bool:
@@ -55,10 +59,10 @@ def _strip(fp: dict) -> dict:
     return {k: v for k, v in fp.items() if k not in TOPOLOGY_BOUND_KEYS}
 
 
-# ---- rank functions (run on every rank; rank 0's result is what the tests read) ----------------------
-def _save(ctx, combo, spec, topo, root, iterations, keep_last=None, continue_steps=0):
+# ---- rank functions (run on every rank) ------------------------------------------------------------
+def _save(ctx, combo, spec, topo, root, iterations, keep_last=None, continue_steps=0, state=None):
     """Train to each iteration in turn and save it; fingerprints by iteration (and after more steps)."""
-    state = TrainingState(spec, topo, ctx.rank)
+    state = state or TrainingState(spec, topo, ctx.rank)
     backend = ReferenceBackend(combo, keep_last=keep_last)
     fps = {}
     for it in iterations:
@@ -73,7 +77,8 @@ def _save(ctx, combo, spec, topo, root, iterations, keep_last=None, continue_ste
     return out
 
 
-def _load_one(ctx, combo, spec, topo, root, strict, train_after=0):
+def _load_one(ctx, combo, spec, topo, root, strict=False, train_after=0):
+    """Load into a fresh state: what it loaded and its fingerprint, or the error it raised."""
     state = TrainingState(spec, topo, ctx.rank)
     try:
         result = ReferenceBackend(combo, strict=strict).load(state, root)
@@ -88,28 +93,37 @@ def _load_one(ctx, combo, spec, topo, root, strict, train_after=0):
     return out
 
 
-def _load(ctx, combo, spec, topo, root, stricts=(False,), train_after=0):
-    """One load per strict mode, each into a fresh state; {strict: outcome}."""
-    return {strict: _load_one(ctx, combo, spec, topo, root, strict, train_after) for strict in stricts}
+def _load_many(ctx, combo, spec, topo, roots, stricts=(False, True)):
+    """{name: {strict: outcome}} for every named root."""
+    return {name: {s: _load_one(ctx, combo, spec, topo, root, s) for s in stricts} for name, root in roots.items()}
 
 
 def _run(fn, topo, *args, **kwargs):
-    results = run_ranks(fn, topo.world, args=args, kwargs=kwargs, timeout=TIMEOUT)
-    return results
+    return run_ranks(fn, topo.world, args=args, kwargs=kwargs, timeout=TIMEOUT)
 
 
-def _agreed(results, strict=False):
-    """Every rank loaded the same iteration (or raised the same error type); rank 0's outcome."""
-    outs = [r[strict] for r in results]
+def _agreed(outs: list[dict]) -> dict:
+    """Every rank loaded the same iteration (or raised the same error); rank 0's outcome."""
     assert len({(o.get("iteration"), o.get("error")) for o in outs}) == 1, outs
     return outs[0]
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory):
+    """cached(name, combo, build): build(folder) once per module and worker."""
+    cache = {}
+
+    def get(name, combo, build):
+        if (name, combo) not in cache:
+            cache[name, combo] = build(str(tmp_path_factory.mktemp(f"{name}-{combo}".replace("/", "-"))))
+        return cache[name, combo]
+    return get
 
 
 # ---- round trip -------------------------------------------------------------------------------------
 def _round_trip(ctx, combo, spec, topo, root):
     saved = _save(ctx, combo, spec, topo, root, [2, 3], continue_steps=2)
-    loaded = _load_one(ctx, combo, spec, topo, root, strict=True, train_after=2)
-    return saved, loaded
+    return saved, _load_one(ctx, combo, spec, topo, root, strict=True, train_after=2)
 
 
 @pytest.mark.parametrize("topo, spec", [
@@ -130,85 +144,47 @@ def test_round_trip_is_bit_exact(combo, topo, spec, tmp_path):
     assert loaded["warnings"] == []
 
 
-# ---- topology changes: the table of DESIGN.md --------------------------------------------------------
+# ---- topology changes (LEGACY and LOCAL; the DCP formats' transitions: test_dcp_formats.py) ------------
 TRANSITIONS = [
-    (Topology(1, 1, 2), Topology(1, 1, 1)),
-    (Topology(1, 1, 1), Topology(1, 1, 2)),
-    (Topology(2, 1, 1), Topology(1, 1, 2)),
-    (Topology(1, 2, 1), Topology(1, 1, 2)),
-    (Topology(2, 1, 1), Topology(1, 2, 1)),
+    (Topology(1, 1, 2), Topology(1, 1, 1), SPEC),
+    (Topology(1, 1, 2), Topology(1, 1, 1), DISTOPT),
+    (Topology(1, 1, 1), Topology(1, 1, 2), DISTOPT),
+    (Topology(2, 1, 1), Topology(1, 1, 2), SPEC),
+    (Topology(1, 2, 1), Topology(1, 1, 2), SPEC),
+    (Topology(2, 1, 1), Topology(1, 2, 1), SPEC),
 ]
-
-
-def _allowed(combo, save, load) -> bool:
-    changed = {d for d in ("tp", "pp", "dp") if getattr(save, d) != getattr(load, d)}
-    if combo.type is CheckpointType.LEGACY:
-        return changed <= {"dp"}
-    if combo.type is CheckpointType.LOCAL:
-        return not changed
-    return True
 
 
 def _save_then(ctx, combo, spec, topo, root):
     return _save(ctx, combo, spec, topo, root, [2], continue_steps=2)
 
 
-@pytest.mark.parametrize("spec", [ModelSpec(), DISTOPT], ids=["adam-fp32", "distopt-bf16"])
-@pytest.mark.parametrize("save, load", TRANSITIONS, ids=[f"{a}-{b}" for a, b in TRANSITIONS])
-@pytest.mark.parametrize("combo", ALL)
+@pytest.mark.parametrize("save, load, spec", TRANSITIONS,
+                         ids=[f"{a}-{b}-{s.optimizer}-{s.dtype}" for a, b, s in TRANSITIONS])
+@pytest.mark.parametrize("combo", _combos(CheckpointType.LEGACY, CheckpointType.LOCAL))
 def test_topology_change(combo, save, load, spec, tmp_path):
     root = str(tmp_path)
     saved = _run(_save_then, save, combo, spec, save, root)[0]
-    out = _agreed(_run(_load, load, combo, spec, load, root, train_after=2))
+    out = _agreed(_run(_load_one, load, combo, spec, load, root, train_after=2))
     changed = [d for d in ("tp", "pp", "dp") if getattr(save, d) != getattr(load, d)]
-    if _allowed(combo, save, load):
+    allowed = changed == ["dp"] if combo.type is CheckpointType.LEGACY else not changed
+    if allowed:  # LEGACY, dp only: the distributed optimizer's state is re-split
         assert "error" not in out, out
-        assert out["iteration"] == 2
-        same_grid = (save.tp, save.pp) == (load.tp, load.pp)
-        assert out["rng_restored"] is same_grid  # RNG restored exactly where it means something, else reported
-        compare = (lambda fp: fp) if same_grid else _strip
-        assert compare(out["fp"]) == compare(saved["fps"][2])
-        assert compare(out["after"]) == compare(saved["continued"])
+        assert out["iteration"] == 2 and out["rng_restored"]
+        assert out["fp"] == saved["fps"][2]
+        assert out["after"] == saved["continued"]
     else:
         assert out["error"] == "TopologyChangeRefused", out
         assert out["iteration"] == 0  # refused before anything was loaded
         if combo.type is CheckpointType.LEGACY:
-            for d in changed:
-                if d != "dp":
-                    assert f"{d} {getattr(save, d)} -> {getattr(load, d)}" in out["message"]
+            for d in (d for d in changed if d != "dp"):  # names the dimension that forbids it
+                assert f"{d} {getattr(save, d)} -> {getattr(load, d)}" in out["message"]
         else:
             assert str(save) in out["message"] and str(load) in out["message"]
         assert "GLOBAL/torch_dist" in out["message"]  # says which combination would allow it
 
 
-# ---- integrity: each corruption detected, fallback to the newest older valid one, strict raises ---------
-BASE_TOPO = Topology(2, 1, 1)
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    """Per combination, once per worker: checkpoints at iterations 2 and 4 and their fingerprints."""
-    cache = {}
-
-    def get(combo):
-        if combo not in cache:
-            root = tmp_path_factory.mktemp(str(combo).replace("/", "-"))
-            fps = _run(_save, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, str(root), [2, 4])[0]["fps"]
-            cache[combo] = (str(root), fps)
-        return cache[combo]
-    return get
-
-
-@pytest.fixture
-def copy_of(base, tmp_path):
-    def get(combo):
-        src, fps = base(combo)
-        dst = str(tmp_path / "ckpt")
-        shutil.copytree(src, dst)
-        return dst, fps
-    return get
-
-
+# ---- corrupting a checkpoint on disk ------------------------------------------------------------------
 def _folders(root, combo, iteration):
     """The folders of one checkpoint: the global one, or every rank's."""
     name = f"iter_{iteration:07d}"
@@ -303,159 +279,244 @@ def _escape(target):
         doc["body"]["files"][target] = {"size": 1, "xxh3_128": "0" * 32}
         _write_manifest(folder, doc)
         return os.path.join(folder, "manifest.json"), "path safety"
-    corrupt.__name__ = f"_escape_{'absolute' if target.startswith('/') else 'relative'}"
     return corrupt
 
 
-FILE_CORRUPTIONS = [_truncate, _bit_flip, _missing_file, _empty_file, _garbled_manifest, _edited_manifest,
-                    _manifest_deleted, _escape("../x"), _escape("/etc/hostname")]
+def _older_copied_over(folder):
+    """The folder holds a complete, intact older checkpoint (an operator's copy, a bad sync)."""
+    older = os.path.join(os.path.dirname(folder), "iter_0000002")
+    shutil.rmtree(folder)
+    shutil.copytree(older, folder)
+    return folder, "iteration"
+
+
+FILE_CORRUPTIONS = {"truncated": _truncate, "bit-flip": _bit_flip, "missing-file": _missing_file,
+                    "empty-file": _empty_file, "garbled-manifest": _garbled_manifest,
+                    "edited-manifest": _edited_manifest, "manifest-deleted": _manifest_deleted,
+                    "escape-relative": _escape("../x"), "escape-absolute": _escape("/etc/hostname"),
+                    "older-copied-over": _older_copied_over}
 TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None}
 
 
-@pytest.mark.parametrize("corrupt", FILE_CORRUPTIONS, ids=lambda f: f.__name__.strip("_").replace("_", "-"))
-@pytest.mark.parametrize("combo", ALL)
-def test_corruption_is_detected_and_the_loader_falls_back(combo, corrupt, copy_of):
-    root, fps = copy_of(combo)
-    path, check = corrupt(_folders(root, combo, 4)[-1])  # LOCAL: only the last rank's part
-    results = _run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(False, True))
-
-    out = _agreed(results)
-    assert "error" not in out, out
-    assert out["iteration"] == 2
-    assert out["fp"] == fps[2]  # the older checkpoint's values exactly: never wrong values
-    assert any(path in w and f"{check} failed" in w for w in out["warnings"]), out["warnings"]
-
-    strict = _agreed(results, strict=True)
-    assert strict["error"] == "IntegrityError", strict
-    assert path in strict["message"] and f"{check} failed" in strict["message"]
-    assert strict["iteration"] == 0
-
-
-@pytest.mark.parametrize("kind", list(TRACKER_CORRUPTIONS))
-@pytest.mark.parametrize("combo", ALL)
-def test_bad_tracker_is_reported_and_the_folders_win(combo, kind, copy_of):
-    root, fps = copy_of(combo)
+def _corrupt_tracker(root, combo, kind):
     tracker = _tracker(root, combo)
     if TRACKER_CORRUPTIONS[kind] is None:
         os.unlink(tracker)
     else:
         with open(tracker, "wb") as f:
             f.write(TRACKER_CORRUPTIONS[kind])
-    results = _run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(False, True))
+    return tracker, "tracker"
 
-    out = _agreed(results)
+
+def _base(cached, combo):
+    """Checkpoints at iterations 2 and 4 (on TOPO) and the fingerprints saved at each."""
+    def build(root):
+        return root, _run(_save, TOPO, combo, SPEC, TOPO, root, [2, 4])[0]["fps"]
+    return cached("base", combo, build)
+
+
+@pytest.fixture
+def copy_of(cached, tmp_path):
+    def get(combo):
+        src, fps = _base(cached, combo)
+        dst = str(tmp_path / "ckpt")
+        shutil.copytree(src, dst)
+        return dst, fps
+    return get
+
+
+def _integrity(cached, combo):
+    """Every corruption on its own copy of the base checkpoints, all loaded (strict and not) in one job.
+    {case: (outcomes of every rank, file, check)}, plus the base fingerprints."""
+    def build(folder):
+        src, fps = _base(cached, combo)
+        roots, expect = {}, {}
+        for case in [*FILE_CORRUPTIONS, *(f"tracker-{k}" for k in TRACKER_CORRUPTIONS), "all-corrupt",
+                     *(["missing-on-one-rank", "rank-folder-missing"] if _is_local(combo) else [])]:
+            root = roots[case] = os.path.join(folder, case)
+            shutil.copytree(src, root)
+            if case in FILE_CORRUPTIONS:  # LOCAL: only the last rank's part of iteration 4
+                expect[case] = FILE_CORRUPTIONS[case](_folders(root, combo, 4)[-1])
+            elif case.startswith("tracker-"):
+                expect[case] = _corrupt_tracker(root, combo, case.removeprefix("tracker-"))
+            elif case == "all-corrupt":
+                expect[case] = (_bit_flip(_folders(root, combo, 4)[-1])[0],
+                                _truncate(_folders(root, combo, 2)[0])[0])
+            elif case == "missing-on-one-rank":
+                shutil.rmtree(_folders(root, combo, 4)[-1])
+            else:
+                shutil.rmtree(os.path.dirname(_folders(root, combo, 4)[-1]))
+        results = _run(_load_many, TOPO, combo, SPEC, TOPO, roots)
+        return {case: ([r[case] for r in results], expect.get(case)) for case in roots}, fps
+    return cached("integrity", combo, build)
+
+
+@pytest.mark.parametrize("case", list(FILE_CORRUPTIONS))
+@pytest.mark.parametrize("combo", ALL)
+def test_corruption_is_detected_and_the_loader_falls_back(combo, case, cached):
+    cases, fps = _integrity(cached, combo)
+    outs, (path, check) = cases[case]
+
+    out = _agreed([o[False] for o in outs])
+    assert "error" not in out, out
+    assert out["iteration"] == 2
+    assert out["fp"] == fps[2]  # the older checkpoint's values exactly: never wrong values
+    assert any(path in w and f"{check} failed" in w for w in out["warnings"]), out["warnings"]
+
+    strict = _agreed([o[True] for o in outs])
+    assert strict["error"] == "IntegrityError", strict
+    assert path in strict["message"] and f"{check} failed" in strict["message"]
+    assert strict["iteration"] == 0 and strict["fp"] != fps[2]  # nothing loaded
+
+
+@pytest.mark.parametrize("kind", list(TRACKER_CORRUPTIONS))
+@pytest.mark.parametrize("combo", ALL)
+def test_bad_tracker_is_reported_and_the_folders_win(combo, kind, cached):
+    cases, fps = _integrity(cached, combo)
+    outs, (tracker, _) = cases[f"tracker-{kind}"]
+
+    out = _agreed([o[False] for o in outs])
     assert "error" not in out, out
     assert out["iteration"] == 4 and out["fp"] == fps[4]  # the newest complete, verified checkpoint
     assert any(tracker in w and "tracker failed" in w for w in out["warnings"]), out["warnings"]
 
-    strict = _agreed(results, strict=True)
+    strict = _agreed([o[True] for o in outs])
     assert strict["error"] == "IntegrityError" and tracker in strict["message"], strict
 
 
 @pytest.mark.parametrize("combo", ALL)
-def test_every_checkpoint_corrupt_is_not_found_with_every_problem(combo, copy_of):
-    root, _ = copy_of(combo)
-    p4, _ = _bit_flip(_folders(root, combo, 4)[-1])
-    p2, _ = _truncate(_folders(root, combo, 2)[0])
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+def test_every_checkpoint_corrupt_is_not_found_with_every_problem(combo, cached):
+    cases, _ = _integrity(cached, combo)
+    outs, (p4, p2) = cases["all-corrupt"]
+    out = _agreed([o[False] for o in outs])
     assert out["error"] == "CheckpointNotFound", out
     assert p4 in out["message"] and p2 in out["message"]
     assert out["iteration"] == 0
 
 
-# ---- re-save, failed saves, retention ----------------------------------------------------------------
-def _resave(ctx, combo, spec, topo, root, fail_phase=None):
-    """Save iteration 2 (A), change the state, save iteration 2 again (B), optionally failing at a phase."""
-    state = TrainingState(spec, topo, ctx.rank)
-    backend = ReferenceBackend(combo)
-    state.train(2)
-    backend.save(state, root)
-    backend.finalize()
-    a = fingerprint(state.sharded_state_dict())
-    state.train(1)
-    state.iteration = 2  # same iteration, different content
-    b = fingerprint(state.sharded_state_dict())
-    error = None
+@pytest.mark.parametrize("combo", LOCAL)
+def test_local_checkpoint_missing_on_one_rank_is_not_used(combo, cached):
+    cases, fps = _integrity(cached, combo)
+    outs, _ = cases["missing-on-one-rank"]
+    out = _agreed([o[False] for o in outs])
+    assert out["iteration"] == 2 and out["fp"] == fps[2]
+    assert any("iteration 4 is not present and valid on every rank" in w for w in out["warnings"])
+    assert _agreed([o[True] for o in outs])["error"] == "IntegrityError"
 
-    def fail(phase, info):
-        if phase == fail_phase:
-            raise OSError(f"injected failure at {phase}")
-    remove = phases.listen(fail)
-    try:
+
+@pytest.mark.parametrize("combo", LOCAL)
+def test_local_rank_folder_missing_entirely_is_not_found(combo, cached):
+    cases, _ = _integrity(cached, combo)
+    outs, _ = cases["rank-folder-missing"]
+    assert _agreed([o[False] for o in outs])["error"] == "CheckpointNotFound"
+
+
+# ---- re-save, failed saves, retention ----------------------------------------------------------------
+RESAVE_FAILURES = {None: "b", "write": "a", "manifest": "a", "commit_rename": "a", "tracker_update": "b"}
+
+
+def _resave(ctx, combo, spec, topo, folder):
+    """Per failure phase, in its own root: save iteration 2 (A), change the state, save iteration 2 again
+    (B) failing at that phase, then load. Before the swap the old one must load whole; after it, the new."""
+    out = {}
+    for phase in RESAVE_FAILURES:
+        root = os.path.join(folder, str(phase))
+        state = TrainingState(spec, topo, ctx.rank)
+        backend = ReferenceBackend(combo)
+        state.train(2)
         backend.save(state, root)
         backend.finalize()
-    except Exception as e:
-        error = type(e).__name__
-    finally:
-        remove()
-    return {"a": a, "b": b, "error": error}
+        a = fingerprint(state.sharded_state_dict())
+        state.train(1)
+        state.iteration = 2  # same iteration, different content
+        b = fingerprint(state.sharded_state_dict())
+
+        def fail(reached, info, phase=phase):
+            if reached == phase:
+                raise OSError(f"injected failure at {reached}")
+        remove = phases.listen(fail)
+        error = None
+        try:
+            backend.save(state, root)
+            backend.finalize()
+        except Exception as e:
+            error = type(e).__name__
+        finally:
+            remove()
+        out[phase] = {"a": a, "b": b, "error": error, "load": _load_one(ctx, combo, spec, topo, root, strict=True)}
+    return out
+
+
+def _resaved(cached, combo):
+    return cached("resave", combo, lambda folder: (folder, _run(_resave, TOPO, combo, SPEC, TOPO, folder)))
 
 
 @pytest.mark.parametrize("combo", ALL)
-def test_resave_of_an_existing_iteration_replaces_it_whole(combo, tmp_path):
-    root = str(tmp_path)
-    saved = _run(_resave, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root)[0]
-    assert saved["error"] is None and saved["a"] != saved["b"]
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(True,)), strict=True)
-    assert out["iteration"] == 2 and out["fp"] == saved["b"]
+def test_resave_of_an_existing_iteration_replaces_it_whole(combo, cached):
+    folder, results = _resaved(cached, combo)
+    got = results[0][None]
+    assert got["error"] is None and got["a"] != got["b"]
+    out = _agreed([r[None]["load"] for r in results])
+    assert out["iteration"] == 2 and out["fp"] == got["b"] and out["warnings"] == []
+    root = os.path.join(folder, "None")
     leftovers = [d for dirpath, dirs, _ in os.walk(root) for d in dirs if d.startswith(".staging-")]
     assert leftovers == []
-    assert all(len([d for d in os.listdir(os.path.dirname(f)) if d.startswith("iter_")]) == 1
-               for f in _folders(root, combo, 2))
+    for f in _folders(root, combo, 2):
+        assert [d for d in os.listdir(os.path.dirname(f)) if d.startswith("iter_")] == ["iter_0000002"]
 
 
-@pytest.mark.parametrize("phase, expect", [("write", "a"), ("manifest", "a"), ("commit_rename", "a"),
-                                           ("tracker_update", "b")])
+@pytest.mark.parametrize("phase", [p for p in RESAVE_FAILURES if p])
 @pytest.mark.parametrize("combo", ALL)
-def test_failed_resave_never_tears_the_existing_checkpoint(combo, phase, expect, tmp_path):
-    root = str(tmp_path)
-    saved = _run(_resave, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, fail_phase=phase)[0]
-    assert saved["error"] is not None
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+def test_failed_resave_never_tears_the_existing_checkpoint(combo, phase, cached):
+    _, results = _resaved(cached, combo)
+    got = results[0][phase]
+    assert got["error"] is not None
+    out = _agreed([r[phase]["load"] for r in results])
+    assert "error" not in out, out
     assert out["iteration"] == 2
-    assert out["fp"] == saved[expect]  # before the swap: the old one whole; after it: the new one whole
+    assert out["fp"] == got[RESAVE_FAILURES[phase]]  # before the swap the old one whole; after it the new one
 
 
 def _retention(ctx, combo, spec, topo, root):
-    return _save(ctx, combo, spec, topo, root, [1, 2, 3, 4], keep_last=2)
+    saved = _save(ctx, combo, spec, topo, root, [1, 2, 3, 4], keep_last=2)
+    return saved["fps"], _load_one(ctx, combo, spec, topo, root, strict=True)
 
 
 @pytest.mark.parametrize("combo", ALL)
 def test_retention_keeps_the_last_k_and_cleans_stale_staging(combo, tmp_path):
     root = str(tmp_path)
-    roots = [os.path.join(root, "local", f"rank_{r:05d}") for r in range(BASE_TOPO.world)] if _is_local(combo) \
+    roots = [os.path.join(root, "local", f"rank_{r:05d}") for r in range(TOPO.world)] if _is_local(combo) \
         else [root]
     for r in roots:  # what a crashed save leaves behind
         os.makedirs(os.path.join(r, ".staging-iter_0000009-deadbeef", "mp_rank_00"))
-    fps = _run(_retention, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root)[0]["fps"]
+    results = _run(_retention, TOPO, combo, SPEC, TOPO, root)
+    fps, _ = results[0]
     # LOCAL keeps one more: the newest checkpoint every rank has may be the one before this rank's newest
     kept = ["iter_0000002"] * _is_local(combo) + ["iter_0000003", "iter_0000004"]
     for r in roots:
         assert sorted(n for n in os.listdir(r) if not n.endswith(".txt")) == kept
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(True,)), strict=True)
+    out = _agreed([r[1] for r in results])
     assert out["iteration"] == 4 and out["fp"] == fps[4]
 
 
 def _resume_and_save(ctx, combo, spec, topo, root, keep_last):
-    """Resume (falling back past a corrupt newest checkpoint), train one step, save with retention."""
+    """Resume (falling back past a corrupt newest checkpoint), train one step, save with retention, load."""
     state = TrainingState(spec, topo, ctx.rank)
-    backend = ReferenceBackend(combo, keep_last=keep_last)
-    loaded = backend.load(state, root).iteration
-    state.train(1)
-    backend.save(state, root)
-    backend.finalize()
-    return {"loaded": loaded, "iteration": state.iteration, "fp": fingerprint(state.sharded_state_dict())}
+    loaded = ReferenceBackend(combo).load(state, root).iteration
+    saved = _save(ctx, combo, spec, topo, root, [state.iteration + 1], keep_last=keep_last, state=state)
+    return {"loaded": loaded, "saved": saved["fps"], "load": _load_one(ctx, combo, spec, topo, root)}
 
 
 @pytest.mark.parametrize("combo", ALL)
 def test_retention_never_deletes_the_newest_valid_checkpoint(combo, copy_of):
     root, fps = copy_of(combo)
     _bit_flip(_folders(root, combo, 4)[-1])
-    saved = _run(_resume_and_save, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, 1)[0]
-    assert saved["loaded"] == 2 and saved["iteration"] == 3
+    results = _run(_resume_and_save, TOPO, combo, SPEC, TOPO, root, 1)
+    got = results[0]
+    assert got["loaded"] == 2 and list(got["saved"]) == [3]
     assert _folders(root, combo, 3)
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
-    assert out["iteration"] == 3 and out["fp"] == saved["fp"]
+    out = _agreed([r["load"] for r in results])
+    assert out["iteration"] == 3 and out["fp"] == got["saved"][3]
 
 
 class _DiskFull:
@@ -471,67 +532,51 @@ class _DiskFull:
         return getattr(self.inner, name)
 
 
-def _save_fails_on_last_rank(ctx, combo, spec, topo, root, keep_last, how):
-    state = TrainingState(spec, topo, ctx.rank)
-    backend = ReferenceBackend(combo, keep_last=keep_last)
-    state.train(2)
-    backend.save(state, root)
-    backend.finalize()
-    fp2 = fingerprint(state.sharded_state_dict())
-    state.train(2)
-    last = ctx.rank == ctx.world - 1
-
-    def fail(phase, info):
-        if phase == "write" and last:
-            raise OSError("injected: failure on the last rank as it starts writing")
-    remove = phases.listen(fail) if how == "phase" else lambda: None
-    error = None
-    try:
-        with storage.use(_DiskFull(storage.current()) if how == "disk-full" and last else storage.current()):
-            backend.save(state, root)
-            backend.finalize()
-    except (RankFailure, AsyncSaveFailed) as e:
-        error = str(e)
-    finally:
-        remove()
-    fingerprint(state.sharded_state_dict())  # a collective: every rank is past its save
-    return {"fp2": fp2, "error": error}
+FAIL_HOW = ("phase", "disk-full")
 
 
-@pytest.mark.parametrize("how", ["phase", "disk-full"])
+def _save_fails_on_last_rank(ctx, combo, spec, topo, folder, keep_last):
+    """Per way of failing, in its own root: save 2, then save 4 failing on the last rank only, then load."""
+    out = {}
+    for how in FAIL_HOW:
+        root = os.path.join(folder, how)
+        state = TrainingState(spec, topo, ctx.rank)
+        backend = ReferenceBackend(combo, keep_last=keep_last)
+        state.train(2)
+        backend.save(state, root)
+        backend.finalize()
+        fp2 = fingerprint(state.sharded_state_dict())
+        state.train(2)
+        last = ctx.rank == ctx.world - 1
+
+        def fail(phase, info):
+            if phase == "write" and last:
+                raise OSError("injected: failure on the last rank as it starts writing")
+        remove = phases.listen(fail) if how == "phase" else lambda: None
+        fs = _DiskFull(storage.current()) if how == "disk-full" and last else storage.current()
+        error = None
+        try:
+            with storage.use(fs):
+                backend.save(state, root)
+                backend.finalize()
+        except (RankFailure, AsyncSaveFailed) as e:
+            error = str(e)
+        finally:
+            remove()
+        out[how] = {"fp2": fp2, "error": error, "load": _load_one(ctx, combo, spec, topo, root)}
+    return out
+
+
+@pytest.mark.parametrize("how", FAIL_HOW)
 @pytest.mark.parametrize("combo", ALL)
-def test_a_save_failing_on_one_rank_keeps_the_previous_checkpoint_loadable(combo, how, tmp_path):
+def test_a_save_failing_on_one_rank_keeps_the_previous_checkpoint_loadable(combo, how, cached):
     # keep_last=1: the rank(s) that did commit must not delete the only checkpoint every rank has
-    root = str(tmp_path)
-    results = _run(_save_fails_on_last_rank, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, 1, how)
-    assert results[-1]["error"] is not None
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
+    results = cached("fail-one-rank", combo,
+                     lambda folder: _run(_save_fails_on_last_rank, TOPO, combo, SPEC, TOPO, folder, 1))
+    assert results[-1][how]["error"] is not None
+    out = _agreed([r[how]["load"] for r in results])
     assert "error" not in out, out
-    assert out["iteration"] == 2 and out["fp"] == results[0]["fp2"]
-
-
-# ---- LOCAL: a checkpoint counts only when every rank has it ----------------------------------------
-LOCAL = _combos(CheckpointType.LOCAL)
-
-
-@pytest.mark.parametrize("combo", LOCAL)
-def test_local_checkpoint_missing_on_one_rank_is_not_used(combo, copy_of):
-    root, fps = copy_of(combo)
-    missing = _folders(root, combo, 4)[-1]
-    shutil.rmtree(missing)
-    results = _run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root, stricts=(False, True))
-    out = _agreed(results)
-    assert out["iteration"] == 2 and out["fp"] == fps[2]
-    assert any("iteration 4 is not present and valid on every rank" in w for w in out["warnings"])
-    assert _agreed(results, strict=True)["error"] == "IntegrityError"
-
-
-@pytest.mark.parametrize("combo", LOCAL)
-def test_local_rank_folder_missing_entirely_is_not_found(combo, copy_of):
-    root, _ = copy_of(combo)
-    shutil.rmtree(os.path.dirname(_folders(root, combo, 4)[-1]))
-    out = _agreed(_run(_load, BASE_TOPO, combo, ModelSpec(), BASE_TOPO, root))
-    assert out["error"] == "CheckpointNotFound", out
+    assert out["iteration"] == 2 and out["fp"] == results[0][how]["fp2"]
 
 
 # ---- resilience inspect --------------------------------------------------------------------------
@@ -546,25 +591,24 @@ def test_inspect_good_folder(combo, copy_of, capsys):
     root, _ = copy_of(combo)
     code, out, err = _inspect(capsys, root)
     assert code == 0 and err == ""
-    assert str(combo) in out and str(BASE_TOPO) in out and "OK: the newest" in out
+    assert str(combo) in out and str(TOPO) in out and "OK: the newest" in out
 
     code, out, _ = _inspect(capsys, root, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["ok"] is True
     assert [c["iteration"] for c in doc["checkpoints"]] == [4, 2]
     for c in doc["checkpoints"]:
-        assert c["combination"] == str(combo) and c["topology"] == BASE_TOPO.to_dict()
+        assert c["combination"] == str(combo) and c["topology"] == TOPO.to_dict()
         assert c["complete"] and c["verified"] and c["loadable"] and c["problems"] == []
         assert c["layout"] == ("local" if _is_local(combo) else "global")
     assert all(t["problem"] is None for t in doc["trackers"]) and doc["staging"] == []
 
 
-@pytest.mark.parametrize("corrupt", [_bit_flip, _truncate, _missing_file, _manifest_deleted, _escape("../x")],
-                         ids=lambda f: f.__name__.strip("_").replace("_", "-"))
+@pytest.mark.parametrize("case", ["bit-flip", "truncated", "missing-file", "manifest-deleted", "escape-relative"])
 @pytest.mark.parametrize("combo", ALL)
-def test_inspect_names_the_file_and_check_and_fails_when_the_newest_is_broken(combo, corrupt, copy_of, capsys):
+def test_inspect_names_the_file_and_check_and_fails_when_the_newest_is_broken(combo, case, copy_of, capsys):
     root, _ = copy_of(combo)
-    path, check = corrupt(_folders(root, combo, 4)[-1])
+    path, check = FILE_CORRUPTIONS[case](_folders(root, combo, 4)[-1])
     code, out, _ = _inspect(capsys, root)
     assert code == 1
     assert os.path.relpath(path, root) in out and f"{check} failed" in out
@@ -590,9 +634,7 @@ def test_inspect_older_broken_newest_fine_exits_zero(combo, copy_of, capsys):
 @pytest.mark.parametrize("combo", ALL)
 def test_inspect_reports_tracker_and_staging_leftovers(combo, copy_of, capsys):
     root, _ = copy_of(combo)
-    tracker = _tracker(root, combo)
-    with open(tracker, "w") as f:
-        f.write("2")
+    tracker, _ = _corrupt_tracker(root, combo, "stale")
     leftover = os.path.join(os.path.dirname(tracker), ".staging-iter_0000006-0badc0de")
     os.makedirs(leftover)
     code, out, _ = _inspect(capsys, root)
