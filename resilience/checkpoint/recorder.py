@@ -1,6 +1,7 @@
 """Collect (size, checksum) of every file a rank writes, from the streams themselves."""
 from __future__ import annotations
 
+import errno
 import os
 
 from .. import storage
@@ -17,7 +18,7 @@ class RecordingFileSystem:
     def open_write(self, path, *, sync=True):
         s = self.inner.open_write(path, sync=sync)
         self.streams.append(s)
-        return s
+        return WriteAll(s)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -37,6 +38,43 @@ class RecordingFileSystem:
         return out
 
 
+class WriteAll:
+    """torch.save and DCP ignore the count write() returns; a short write would leave a committed but
+    truncated file. This stream writes the rest, and fails when the filesystem makes no progress."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            n = self._inner.write(view)
+            if n is None:  # a raw stream that could not write now: never for files, be safe
+                n = 0
+            if n <= 0:
+                raise OSError(errno.EIO, f"write made no progress on {self._inner.path}", self._inner.path)
+            view = view[n:]
+        return total
+
+    @property
+    def path(self) -> str:
+        return self._inner.path
+
+    @path.setter
+    def path(self, value: str) -> None:  # DCP's rename of .metadata.tmp: the record follows the file
+        self._inner.path = value
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
 def recording():
-    """Context manager: route writes through a recorder; yields it."""
-    return storage.use(RecordingFileSystem(storage.current()))
+    """Context manager: route this thread's writes through a recorder; yields it."""
+    return storage.use(RecordingFileSystem(storage.current()), this_thread=True)

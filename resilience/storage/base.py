@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import BinaryIO, Iterator, Protocol, runtime_checkable
 
 
@@ -41,11 +42,15 @@ class FileSystem(Protocol):
 
 
 _current: FileSystem | None = None
+_thread = threading.local()  # per-thread overrides, e.g. the async writer's recorder
 
 
 def current() -> FileSystem:
-    """The filesystem this process's checkpoint code uses now."""
+    """The filesystem the calling thread's checkpoint code uses now."""
     global _current
+    mine = getattr(_thread, "fs", None)
+    if mine is not None:
+        return mine
     if _current is None:
         from .local import LocalFileSystem
         _current = LocalFileSystem()
@@ -53,10 +58,19 @@ def current() -> FileSystem:
 
 
 @contextlib.contextmanager
-def use(fs: FileSystem) -> Iterator[FileSystem]:
-    """Route this process's checkpoint I/O through `fs` (an injector) for the duration."""
+def use(fs: FileSystem, *, this_thread: bool = False) -> Iterator[FileSystem]:
+    """Route checkpoint I/O through `fs` for the duration: the whole process's (an injector), or only
+    the calling thread's, so a background writer's wrapper never swaps the training thread's."""
     global _current
-    before = current()
+    if this_thread:
+        before = getattr(_thread, "fs", None)
+        _thread.fs = fs
+        try:
+            yield fs
+        finally:
+            _thread.fs = before
+        return
+    before = _current if _current is not None else current()
     _current = fs
     try:
         yield fs
