@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
 from .. import storage
 from ..errors import AsyncSaveFailed, CheckpointNotFound, IntegrityError, RankFailure, TopologyChangeRefused
@@ -155,9 +156,7 @@ class ReferenceBackend:
                 self.format.write(info, records, staging)
             commit.fsync_tree_dirs(staging)
             return rec.files(staging), None
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # DCP's CheckpointException is a BaseException; a writer must report it
+        except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
             log.debug("rank %d write failed", info.rank, exc_info=True)
             return {}, _describe(e)
 
