@@ -238,6 +238,8 @@ def inspect(root: str) -> Inspection:
 
     if not checkpoints:
         extra = f" ({len(staging)} leftover staging folder(s) of interrupted saves)" if staging else ""
+        if fs.exists(os.path.join(root, MANIFEST)):
+            extra += "; this looks like one checkpoint's own folder: give the folder that holds it"
         raise CheckpointNotFound(f"{root}: no checkpoint found: no iter_NNNNNNN folder here or under "
                                  f"local/rank_NNNNN/{extra}")
     checkpoints.sort(key=lambda c: (-c.iteration, c.layout != "global"))

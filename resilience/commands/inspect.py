@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+
+from ..errors import ResilienceError
 
 
 def register(sub) -> None:
@@ -19,7 +22,13 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..checkpoint.inspect import inspect
 
-    result = inspect(args.dir)  # CheckpointNotFound: one clear error, exit 2 (cli.main)
+    try:
+        result = inspect(args.dir)  # CheckpointNotFound: one clear error, exit 2 (cli.main)
+    except OSError as e:
+        if isinstance(e, ResilienceError):
+            raise
+        print(f"resilience inspect: error: {args.dir}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
     else:
@@ -76,7 +85,7 @@ def render(result) -> str:
 
     lines.append("")
     for t in result.trackers:
-        state = f"iteration {t.iteration}" if t.iteration is not None else "unreadable"
+        state = f"iteration {t.iteration}" if t.iteration is not None else "no usable iteration"
         note = f"  WARNING: {t.problem.check} failed: {t.problem.detail} (loaders scan the folders)" if t.problem else ""
         lines.append(f"tracker {rel(t.path)}: {state}{note}")
     if result.staging:
