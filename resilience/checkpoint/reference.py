@@ -234,6 +234,11 @@ class ReferenceBackend:
     def in_flight(self) -> bool:
         return self._pending is not None
 
+    @property
+    def in_flight_iteration(self) -> int | None:
+        """The iteration of the async save still being written (CheckpointBackend protocol)."""
+        return self._pending.iteration if self._pending is not None else None
+
     # ---- local layout ------------------------------------------------------------------------------
     def _local_root(self, root: str, rank: int) -> str:
         return os.path.join(root, "local", f"rank_{rank:05d}")

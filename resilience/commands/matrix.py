@@ -14,10 +14,12 @@ def register(sub) -> None:
     from ..runner.matrix import FAULTS, TRANSITIONS
     p = sub.add_parser("matrix", help="measure every combination under every fault and topology change")
     p.add_argument("--combos", nargs="+", type=combination_arg, help="combinations (default: all six valid)")
-    p.add_argument("--faults", nargs="+", help=f"fault columns (default: all): {', '.join(FAULTS)}")
+    p.add_argument("--faults", nargs="+", help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}")
     p.add_argument("--transitions", nargs="+",
-                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (default: all named)")
-    p.add_argument("--backend", default="reference", help="'reference' or package.module:factory")
+                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (default: all named; none: no "
+                        "transition column)")
+    p.add_argument("--backend", default="reference",
+                   help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory")
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=int, default=0)
@@ -28,14 +30,15 @@ def run(args) -> int:
     from ..checkpoint.combos import valid_combinations
     from ..report import make_run_dir, write_run_files
     from ..report.table import text_table
+    from ..runner.backends import supported_combinations
     from ..runner.matrix import FAULTS, cases, parse_transitions
     from ..runner.run import run_case
     from .progress import Progress
     from .run import summarize
 
-    faults = args.faults or list(FAULTS)
+    faults = [f for f in args.faults or list(FAULTS) if f != "none"]
     transitions = parse_transitions(args.transitions)
-    combos = args.combos or valid_combinations()
+    combos = args.combos or supported_combinations(args.backend) or valid_combinations()
     work = cases(combos, faults, transitions, args.seed)
     run_dir = make_run_dir(args.out, "matrix")
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"

@@ -1,4 +1,5 @@
-"""Which checkpoint implementation a run tests: the reference, or an adapter named module:factory."""
+"""Which checkpoint implementation a run tests: the single entry point every command, the runner's rank
+processes and the pytest plugin use to turn a backend name into a CheckpointBackend."""
 from __future__ import annotations
 
 import importlib
@@ -6,20 +7,53 @@ import importlib
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError
 
+# short names for the adapters this project ships
+ALIASES = {
+    "dcp": "resilience.backends.stock_dcp:make",
+    "dcp-threads": "resilience.backends.stock_dcp:make_threaded",
+    "megatron": "resilience.backends.megatron:make",
+}
+
+
+def resolve(name: str) -> str:
+    """The backend name with aliases spelled out."""
+    return ALIASES.get(name, name)
+
+
+def _factory(name: str):
+    name = resolve(name)
+    if ":" not in name:
+        raise ConfigError("backend", f"cannot read {name!r}",
+                          f"use 'reference', 'broken:NAME', {', '.join(map(repr, ALIASES))} or 'package.module:factory'")
+    module, attr = name.split(":", 1)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError("backend", f"cannot import {name!r}: {e}", "check the module path and factory name") from None
+
 
 def make_backend(name: str, combo: Combination):
-    """'reference', 'broken:NAME' (resilience.broken) or 'package.module:factory' (factory(combo) -> backend)."""
+    """The backend `name` for `combo`, as a full CheckpointBackend (resilience.backends.base):
+    'reference', 'broken:NAME' (resilience.broken), an alias from ALIASES, or 'package.module:factory'
+    (factory(combo) -> backend)."""
+    from ..backends.base import with_defaults
     if name in ("", "reference"):
         from ..checkpoint.reference import ReferenceBackend
         return ReferenceBackend(combo)
     if name.startswith("broken:"):
         from ..broken import make
         return make(name.split(":", 1)[1], combo)
-    if ":" not in name:
-        raise ConfigError("backend", f"cannot read {name!r}", "use 'reference' or 'package.module:factory'")
-    module, attr = name.split(":", 1)
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ConfigError("backend", f"cannot import {name!r}: {e}", "check the module path and factory name") from None
-    return factory(combo)
+    return with_defaults(_factory(name)(combo), f"backend {name}")
+
+
+def supported_combinations(name: str) -> list[Combination] | None:
+    """The combinations a backend's factory declares (its `combinations` attribute), or None: all."""
+    if name in ("", "reference") or name.startswith("broken:"):
+        if name.startswith("broken:"):
+            from ..broken import CATALOGUE
+            impl = CATALOGUE.get(name.split(":", 1)[1])
+            if impl is not None and impl.combos:
+                return [Combination.parse(c) for c in impl.combos]
+        return None
+    declared = getattr(_factory(name), "combinations", None)
+    return [Combination.parse(c) for c in declared] if declared else None

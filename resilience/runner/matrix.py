@@ -18,6 +18,9 @@ FAULTS: dict[str, list[dict]] = {
     # rank 1 straggles, then dies mid-write of the second save (the first save's async writer is done)
     "kill": _TWO_SAVES + [{"finalize": None}, {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2}},
                           {"crash": {"rank": 1, "after_bytes": 256}}, {"save": None}],
+    # rank 1's first write of the second save fails (disk full): that save must not count as done
+    "io_error": _TWO_SAVES + [{"finalize": None}, {"fault": {"kind": "io_error", "rank": 1, "errno": "ENOSPC",
+                                                           "op": "write"}}, {"save": None}],
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
     "metadata": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "metadata"}}],
@@ -83,11 +86,13 @@ def cases(combos: list[Combination], faults: list[str], transitions: dict[str, s
 
 
 def parse_transitions(items: list[str] | None) -> dict[str, str]:
-    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2'."""
+    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2'; 'none' for no transition column."""
     if not items:
         return dict(TRANSITIONS)
     out = {}
     for item in items:
+        if item == "none":
+            continue
         if item in TRANSITIONS:
             out[item] = TRANSITIONS[item]
         else:

@@ -63,8 +63,7 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 else:
                     log.ok("save", iteration=state.iteration)
             elif kind == "finalize":
-                pending = getattr(backend, "_pending", None)
-                iteration = pending.iteration if pending is not None else None
+                iteration = backend.in_flight_iteration
                 log.invoke("finalize", iteration=iteration)
                 try:
                     backend.finalize()
