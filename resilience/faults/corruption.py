@@ -24,6 +24,7 @@ from .kinds import (METADATA_FILES, BitFlip, DeleteFile, EscapingManifestPath, E
                     MetadataDamage, TrackerDamage, Truncate)
 
 _ITER = re.compile(r"iter_(\d{7})")
+_FOLDER = re.compile(r"iter_(\d{7})|step-(\d+)")  # ours and Megatron's, and torchtitan's DCP step folders
 _LOCAL_RANK = re.compile(r"rank_(\d{5})")
 _DCP_RANK = re.compile(r"__(\d+)_\d+\.distcp")
 
@@ -55,14 +56,15 @@ class Damage:
 
 # ---- where: checkpoints, ranks, files -------------------------------------------------------------
 def checkpoint_folders(root: str) -> list[tuple[int, str, int | None]]:
-    """(iteration, folder, rank of a local checkpoint or None) of every iter_ folder under `root`."""
+    """(iteration, folder, rank of a local checkpoint or None) of every iter_N (or step-N) folder under
+    `root`."""
     out = []
     for base, rank in [(root, None)] + _local_roots(root):
         if os.path.isdir(base):
             for name in sorted(os.listdir(base)):
-                m = _ITER.fullmatch(name)
+                m = _FOLDER.fullmatch(name)
                 if m and os.path.isdir(os.path.join(base, name)):
-                    out.append((int(m.group(1)), os.path.join(base, name), rank))
+                    out.append((int(m.group(1) or m.group(2)), os.path.join(base, name), rank))
     return out
 
 

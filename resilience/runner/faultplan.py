@@ -20,7 +20,7 @@ CORRUPT_KINDS = {"truncate": "truncate", "bitflip": "bit_flip", "bit_flip": "bit
                  "tracker": "tracker_damage", "tracker_damage": "tracker_damage", "staging": "leftover_staging",
                  "leftover_staging": "leftover_staging", "extra": "extra_file", "extra_file": "extra_file",
                  "escape": "escaping_path", "escaping_path": "escaping_path"}
-_ITER = re.compile(r"iter_(\d{7})")
+_ITER = re.compile(r"iter_(\d{7})|step-(\d+)")
 
 
 def record_of(kind: str, args: dict) -> dict:
@@ -78,7 +78,7 @@ def corrupt(root: str, record: dict) -> dict:
     """Damage the checkpoint under `root`; what was done, with the iteration it hit (or None)."""
     damage = corrupt_at_rest(record, root).to_dict()
     m = _ITER.search(damage.get("rel") or "")
-    damage["iteration"] = int(m.group(1)) if m else None
+    damage["iteration"] = int(m.group(1) or m.group(2)) if m else None
     damage["fault"] = record
     return damage
 

@@ -1,0 +1,311 @@
+"""megatron-core's dist_checkpointing (torch_dist), with Megatron-LM's folder management: an adapter.
+
+Optional: `pip install checkpoint-resilience[megatron]` (megatron-core). Select it with
+`--backend megatron` (or resilience.backends.megatron:make) for GLOBAL/torch_dist/sync and /async.
+
+What it does, as Megatron-LM's training loop does (written here, not imported from Megatron-LM):
+- state: one megatron ShardedTensor per tensor record (global shape and offset, replica_id; only
+  replica 0 is written), `allow_shape_mismatch=True` on the vocab-parallel tensors as Megatron sets it,
+  so a tp change that changes the padded vocabulary loads the overlap; distributed-optimizer rows
+  gathered over dp to the whole tp piece first (replica_id = dp rank). One ShardedObject per object
+  record (RNG: global shape (pp, tp), replica_id = dp rank). The topology goes into the common state
+  ("args", common.pt) as Megatron-LM stores its args;
+- save: `dist_checkpointing.save(sd, <root>/iter_%07d)` (default torch_dist strategy); then a barrier
+  and rank 0 writes `latest_checkpointed_iteration.txt` with a plain open('w') (no temp file, rename or
+  fsync), Megatron-LM's commit point. Async: `save(..., async_sharded_save=True)`, the request given
+  to an `AsyncCallsQueue` with the tracker write as a finalize function, finalized with
+  `maybe_finalize_async_calls(blocking=True)`;
+- load: read the tracker, load `iter_%07d` with `dist_checkpointing.load`; the RNG only when the saved
+  args have this tp and pp (Megatron-LM's rule). No fallback: a missing or unreadable tracker means no
+  checkpoint (Megatron-LM then starts from scratch).
+
+The CPU compatibility shim (`cpu_shim`), active only around megatron-core calls, in the rank processes,
+and only when CUDA is not available: `torch.cuda.synchronize` becomes a no-op (megatron calls it after
+its device-to-host copies, of which there are none on CPU) and `torch.cuda.current_device` returns
+"cpu" (megatron places the one-element tensors of its failure broadcast and async-finalize all-reduce
+on it; gloo needs them on the CPU). Nothing else is changed.
+
+What the framework can observe: the tracker goes through the storage seam (faults and power loss apply
+to it); megatron-core writes its data files from forked writer processes with its own open(), which
+the in-process injector does not reach, so in-process write faults on them are reported UNPROBED.
+Faults at rest, kills from outside and topology changes apply in full."""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+from .. import storage
+from ..checkpoint.combos import CkptFormat, CheckpointType, Combination, combination
+from ..checkpoint.formats.base import RankInfo
+from ..checkpoint.reference import CheckpointInfo, LoadResult
+from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
+from ..state import TrainingState
+from ..state.sharding import ShardedObject, ShardedTensor
+from ..state.training import RNG_KEY
+
+TRACKER = "latest_checkpointed_iteration.txt"
+ARGS = "args"
+
+
+def available() -> bool:
+    try:
+        import megatron.core.dist_checkpointing  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _require():
+    try:
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
+            from megatron.core import dist_checkpointing
+    except ImportError as e:
+        raise ConfigError("backend", f"megatron-core is not installed ({e})",
+                          "pip install 'checkpoint-resilience[megatron]'") from None
+    return dist_checkpointing
+
+
+@contextlib.contextmanager
+def cpu_shim() -> Iterator[None]:
+    """While megatron-core runs on a machine without CUDA: torch.cuda.synchronize is a no-op and
+    torch.cuda.current_device() returns "cpu". Restored afterwards; nothing else changes."""
+    if torch.cuda.is_available():
+        yield
+        return
+    sync, current = torch.cuda.synchronize, torch.cuda.current_device
+    torch.cuda.synchronize = lambda *args, **kwargs: None
+    torch.cuda.current_device = lambda: "cpu"
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize, torch.cuda.current_device = sync, current
+
+
+@contextlib.contextmanager
+def may_fork() -> Iterator[None]:
+    """Our launcher's rank processes are daemonic multiprocessing children (torchrun's are not), and
+    Python forbids a daemonic process to start children; megatron-core starts writer processes. The
+    rank counts as non-daemonic while megatron-core runs."""
+    import multiprocessing
+    config = multiprocessing.current_process()._config
+    before = config.get("daemon")
+    config["daemon"] = False
+    try:
+        yield
+    finally:
+        if before is not None:
+            config["daemon"] = before
+
+
+@contextlib.contextmanager
+def megatron_calls() -> Iterator[None]:
+    with cpu_shim(), may_fork():
+        yield
+
+
+def iter_folder(root: str, iteration: int) -> str:
+    return os.path.join(root, f"iter_{iteration:07d}")
+
+
+def read_tracker(root: str) -> int | None:
+    path = os.path.join(root, TRACKER)
+    fs = storage.current()
+    if not fs.exists(path):
+        return None
+    with fs.open_read(path) as f:
+        text = f.read().decode("utf-8", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _failures(e: BaseException) -> dict:
+    failures = getattr(e, "failures", None)
+    if isinstance(failures, dict) and failures:
+        return {r: f"{type(x[0]).__name__}: {x[0]}" if isinstance(x, tuple) else str(x) for r, x in failures.items()}
+    return {_rank(): f"{type(e).__name__}: {e}"}
+
+
+class MegatronBackend:
+    """GLOBAL/torch_dist through megatron-core, sync or async."""
+
+    SUPPORTED = ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async")
+
+    def __init__(self, combo: Combination):
+        combo = combination(combo.type, combo.format, combo.io)
+        if (combo.type, combo.format) != (CheckpointType.GLOBAL, CkptFormat.TORCH_DIST):
+            raise ConfigError("combination", f"the megatron-core adapter does not implement {combo}",
+                              f"use one of {', '.join(self.SUPPORTED)}")
+        self.dc = _require()
+        self.combo = combo
+        self.name = f"megatron:{combo}"
+        self._queue = None
+        self._pending: int | None = None
+        from ..checkpoint.formats.torch_dcp import TorchDcpFormat
+        self.layout = TorchDcpFormat()  # only its dp gather of distributed-optimizer rows
+
+    def _info(self, state: TrainingState) -> RankInfo:
+        return RankInfo(_rank(), _world(), state.topo, state.coords, state.spec, self.combo, None,
+                        state.groups.dp_group)
+
+    # ---- state -----------------------------------------------------------------------------------
+    def sharded_state_dict(self, state: TrainingState, records, *, for_load: bool = False) -> tuple[dict, dict]:
+        """megatron's sharded state dict (flat, keyed by record key), and for split records the
+        (whole tp piece buffer, row offset) a load fills before copying this rank's rows."""
+        from megatron.core.dist_checkpointing import ShardedObject as MObject, ShardedTensor as MTensor
+        info = self._info(state)
+        fmt = self.layout
+        split = {}
+        if state.spec.optimizer == "distributed" and state.topo.dp > 1:
+            fmt.prepare(info)
+            split = fmt._split(info, records)
+        whole = {}
+        if split and not for_load:
+            whole = fmt._gather_rows(info, {r.key: r for r in records if r.key in split}, split)
+        sd, buffers = {}, {}
+        for r in records:
+            if isinstance(r, ShardedTensor):
+                if r.key in split:
+                    piece = split[r.key]
+                    data = whole[r.key] if not for_load else torch.empty(piece.local_shape, dtype=r.data.dtype)
+                    offset, replica = piece.global_offset, state.coords.dp
+                    if for_load:
+                        buffers[r.key] = (data, r.global_offset[0] - offset[0])
+                else:
+                    data, offset, replica = r.data, r.global_offset, r.replica_id
+                frags = tuple(g // n for g, n in zip(r.global_shape, data.shape))
+                sd[r.key] = MTensor(r.key, data, data.dtype, tuple(data.shape), tuple(r.global_shape),
+                                    tuple(offset), frags, replica, allow_shape_mismatch=r.logical_shape is not None)
+            elif isinstance(r, ShardedObject):
+                sd[r.key] = MObject(r.key, r.value, tuple(r.global_shape), tuple(r.global_offset), r.replica_id)
+        sd[ARGS] = {"tp": state.topo.tp, "pp": state.topo.pp, "dp": state.topo.dp}
+        return sd, buffers
+
+    # ---- save ------------------------------------------------------------------------------------
+    def save(self, state: TrainingState, root: str) -> None:
+        if self._pending is not None:
+            self.finalize()
+        root = os.path.abspath(root)
+        folder = iter_folder(root, state.iteration)
+        iteration = state.iteration
+        if _rank() == 0:
+            os.makedirs(folder, exist_ok=True)  # Megatron-LM's ensure_directory_exists
+        if _world() > 1:
+            dist.barrier()
+        sd, _ = self.sharded_state_dict(state, state.sharded_state_dict())
+        with megatron_calls():
+            try:
+                if self.combo.is_async:
+                    request = self.dc.save(sd, folder, async_sharded_save=True)
+                    request.finalize_fns.append(lambda: self._commit(root, iteration))
+                    if self._queue is None:
+                        from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+                        self._queue = AsyncCallsQueue()
+                    self._queue.schedule_async_request(request)
+                    self._pending = iteration
+                    return
+                self.dc.save(sd, folder)
+            except Exception as e:
+                raise RankFailure(_failures(e), f"megatron save into {folder}") from e
+        self._commit(root, iteration)
+
+    def _commit(self, root: str, iteration: int) -> None:
+        """Megatron-LM: barrier, then rank 0 writes the tracker with a plain open('w')."""
+        if _world() > 1:
+            dist.barrier()
+        if _rank() == 0:
+            with storage.current().open_write(os.path.join(root, TRACKER), sync=False) as f:
+                f.write(str(iteration).encode())
+
+    def finalize(self, *, blocking: bool = True) -> bool:
+        if self._pending is None:
+            return True
+        iteration = self._pending
+        with megatron_calls():
+            try:
+                self._queue.maybe_finalize_async_calls(blocking=blocking)
+            except Exception as e:
+                self._pending = None
+                raise AsyncSaveFailed(_failures(e), f"async megatron save of iteration {iteration} failed") from e
+        if self._queue.get_num_unfinalized_calls():
+            return False
+        self._pending = None
+        return True
+
+    @property
+    def in_flight_iteration(self) -> int | None:
+        return self._pending
+
+    # ---- load ------------------------------------------------------------------------------------
+    def load(self, state: TrainingState, root: str) -> LoadResult:
+        if self._pending is not None:
+            self.finalize()
+        root = os.path.abspath(root)
+        iteration = read_tracker(root)
+        if iteration is None:
+            raise CheckpointNotFound(f"{root}: no readable {TRACKER} (Megatron-LM would start from scratch)")
+        folder = iter_folder(root, iteration)
+        records = state.sharded_state_dict()
+        with megatron_calls():
+            try:
+                common = self.dc.load_common_state_dict(folder)
+                saved = common.get(ARGS, {}) if isinstance(common, dict) else {}
+                same_grid = (saved.get("tp"), saved.get("pp")) == (state.topo.tp, state.topo.pp)
+                keep = [r for r in records if same_grid or r.key != RNG_KEY]
+                sd, buffers = self.sharded_state_dict(state, keep, for_load=True)
+                loaded = self.dc.load(sd, folder)
+            except (Exception, torch.distributed.checkpoint.CheckpointException) as e:
+                raise IntegrityError(folder, "dist_checkpointing.load", str(_failures(e))[:2000]) from None
+        objects = {}
+        for r in keep:
+            value = loaded.get(r.key)
+            if isinstance(r, ShardedTensor):
+                if r.key in buffers:
+                    buf, lo = buffers[r.key]
+                    src = value if value is not None else buf
+                    r.data.copy_(src[lo:lo + r.data.shape[0]])
+                elif value is not None and value.data_ptr() != r.data.data_ptr():
+                    n = [min(a, b) for a, b in zip(value.shape, r.data.shape)]
+                    r.data[tuple(slice(0, k) for k in n)].copy_(value[tuple(slice(0, k) for k in n)])
+            else:
+                objects[r.key] = value
+        state.load_objects(objects)
+        return LoadResult(int(objects.get("iteration", iteration)), folder, RNG_KEY in objects, [])
+
+    # ---- listing ---------------------------------------------------------------------------------
+    def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
+        fs = storage.current()
+        root = os.path.abspath(root)
+        tracked = read_tracker(root)
+        out = []
+        if fs.is_dir(root):
+            for name in fs.listdir(root):
+                if name.startswith("iter_") and name[5:].isdigit():
+                    it = int(name[5:])
+                    path = os.path.join(root, name)
+                    complete = fs.exists(os.path.join(path, "metadata.json"))
+                    problem = "" if complete else "no metadata.json"
+                    if it == tracked:
+                        problem = (problem + "; " if problem else "") + "tracked"
+                    out.append(CheckpointInfo(it, path, complete, None, problem))
+        return sorted(out, key=lambda c: -c.iteration)
+
+
+def make(combo: Combination) -> MegatronBackend:
+    """megatron-core dist_checkpointing with its default torch_dist strategy."""
+    return MegatronBackend(combo)
+
+
+make.combinations = MegatronBackend.SUPPORTED

@@ -1,0 +1,423 @@
+"""Stock torch.distributed.checkpoint, used the way its users use it: the adapter under test.
+
+What a DCP user writes, and nothing more:
+- the state: a nested state dict {"model": {...}, "optimizer": {...}, "scheduler", "iteration", "data",
+  "rng"} whose tensors are DTensors on the (dp, tp) device mesh of the rank's pipeline stage (Replicate
+  over dp, Shard over tp), built by the same helpers as the reference's TORCH_DCP format (so both test
+  the same state); distributed-optimizer rows gathered over dp first; RNG one plain tensor per (pp, tp);
+- saving: `dcp.save(state, storage_writer=FileSystemWriter(step folder))` with the writer's default
+  options (sync_files, one file per rank, one thread, overwrite), or `make_threaded`: thread_count=4;
+  async: `dcp.async_save` (thread executor, the writer as stager, a gloo group of its own as torchtitan
+  makes), finalized with `future.result()`;
+- folders as torchtitan manages them: `<root>/step-<N>/`; load picks the highest step whose folder has a
+  `.metadata` file, every rank on its own, and calls `dcp.load` with the default planner. No manifest,
+  no checksum, no fallback to an older step, no retention;
+- on a tp change Megatron's padded vocabulary changes the embedding's global size, which DCP's planner
+  refuses ("Size mismatch"); the adapter reads the stored size from `.metadata` and loads that tensor
+  whole, then keeps the real rows, as a DCP user of a Megatron-style model must. The RNG is restored
+  only when the checkpoint holds exactly this (pp, tp) grid's RNG cells.
+
+How the framework observes it, without changing what DCP does (see docs/adapters.md):
+- the writer's and reader's `fs` is replaced after __init__ (DCP's documented seam, as its fsspec
+  writer does) by `ObservedFileSystem`, which sends each operation to the storage seam (so the fault
+  injector and the power-loss recorder see it) with the same semantics as DCP's own FileSystem: streams
+  opened without an added fsync, buffered like `open("wb")` (a BufferedWriter of the file's block size);
+- DCP calls `os.fsync(stream.fileno())` itself; the `os` name inside torch's filesystem module is given
+  a stand-in that forwards everything to the real `os` and sends that one fsync to the same seam stream,
+  so it is recorded and can fail as injected. It is installed once per process, by the first adapter.
+- DCP's errors become ours where the runner needs them (CheckpointException is a BaseException): a
+  failed save raises RankFailure, a failed async write AsyncSaveFailed at finalize, a failed load
+  IntegrityError naming the folder. Nothing is retried or hidden."""
+from __future__ import annotations
+
+import copy
+import functools
+import io
+import os
+import re
+import threading
+from concurrent.futures import Future
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import CheckpointException, FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import filesystem as dcp_filesystem
+from torch.distributed.checkpoint.filesystem import FileSystemBase
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from .. import storage
+from ..checkpoint.combos import CheckpointType, Combination, combination
+from ..checkpoint.formats.base import RankInfo
+from ..checkpoint.formats.torch_dcp import TorchDcpFormat, _copy_real_rows, _copy_rows, _get, _nest, _rng_path
+from ..checkpoint.reference import CheckpointInfo, LoadResult
+from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
+from ..state import TrainingState
+from ..state.sharding import ShardedObject, ShardedTensor
+from ..state.training import RNG_KEY
+
+STEP = re.compile(r"step-(\d+)")
+METADATA = ".metadata"
+
+
+# ---- observation: DCP's file operations through the storage seam, unchanged -------------------------
+class _RawSeamStream(io.RawIOBase):
+    """A seam WriteStream as the raw layer under a BufferedWriter."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        n = self.stream.write(b)
+        return len(memoryview(b)) if n is None else n
+
+    def tell(self) -> int:
+        return self.stream.tell()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if (offset, whence) == (0, io.SEEK_CUR):
+            return self.stream.tell()
+        return self.stream.seek(offset, whence)
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def close(self) -> None:
+        if not self.closed:
+            try:
+                self.stream.close()
+            finally:
+                super().close()
+
+
+class _FsyncRouter:
+    """Stands in for `os` inside torch.distributed.checkpoint.filesystem: the real module, except that
+    fsync of a descriptor opened through ObservedFileSystem goes to that seam stream's fsync."""
+
+    def __init__(self, real):
+        self._real = real
+        self._streams: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def register(self, fd: int, stream) -> None:
+        with self._lock:
+            self._streams[fd] = stream
+
+    def forget(self, fd: int) -> None:
+        with self._lock:
+            self._streams.pop(fd, None)
+
+    def fsync(self, fd: int) -> None:
+        with self._lock:
+            stream = self._streams.get(fd)
+        if stream is None:
+            return self._real.fsync(fd)
+        stream.fsync()
+
+
+def install_fsync_router() -> _FsyncRouter:
+    """Idempotent, per process."""
+    if not isinstance(dcp_filesystem.os, _FsyncRouter):
+        dcp_filesystem.os = _FsyncRouter(dcp_filesystem.os)
+    return dcp_filesystem.os
+
+
+class ObservedFileSystem(FileSystemBase):
+    """DCP's FileSystem semantics (pathlib open/rename/mkdir -p/exists/unlink, no fsync of its own,
+    no directory fsync) carried out through storage.current()."""
+
+    def __init__(self):
+        self.router = install_fsync_router()
+
+    def create_stream(self, path, mode: str):
+        return self._stream(os.fspath(path), mode)
+
+    @staticmethod
+    def _blksize(fd: int) -> int:
+        size = os.fstat(fd).st_blksize
+        return size if size > 1 else io.DEFAULT_BUFFER_SIZE
+
+    def _stream(self, path: str, mode: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def opened():
+            if "w" in mode:
+                raw = storage.current().open_write(path, sync=False)
+                fd = raw.fileno()
+                stream = io.BufferedWriter(_RawSeamStream(raw), buffer_size=self._blksize(fd))
+                self.router.register(fd, raw)
+                try:
+                    yield stream
+                finally:
+                    try:
+                        stream.close()
+                    finally:
+                        self.router.forget(fd)
+            elif "r" in mode:
+                with storage.current().open_read(path) as stream:
+                    yield stream
+            else:
+                raise ValueError(f"{path}: unsupported stream mode {mode!r}")
+        return opened()
+
+    def concat_path(self, path, suffix: str) -> str:
+        return os.path.join(os.fspath(path), suffix)
+
+    def init_path(self, path) -> str:
+        return os.fspath(path)
+
+    def rename(self, path, new_path) -> None:
+        storage.current().rename(os.fspath(path), os.fspath(new_path))
+
+    def mkdir(self, path) -> None:
+        storage.current().mkdir(os.fspath(path))
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
+        return "://" not in os.fspath(checkpoint_id)
+
+    def exists(self, path) -> bool:
+        return storage.current().exists(os.fspath(path))
+
+    def rm_file(self, path) -> None:
+        storage.current().unlink(os.fspath(path))
+
+    def ls(self, path) -> list[str]:
+        folder = os.fspath(path)
+        return [os.path.join(folder, n) for n in storage.current().listdir(folder)]
+
+
+def writer(folder: str, **options) -> FileSystemWriter:
+    w = FileSystemWriter(folder, **options)
+    w.fs = ObservedFileSystem()
+    w.path = w.fs.init_path(folder)
+    return w
+
+
+def reader(folder: str) -> FileSystemReader:
+    r = FileSystemReader(folder)
+    r.fs = ObservedFileSystem()
+    r.path = r.fs.init_path(folder)
+    return r
+
+
+def _failures(e: CheckpointException) -> dict:
+    return {rank: f"{type(exc).__name__}: {exc}" for rank, (exc, _) in e.failures.items()} or {-1: str(e)}
+
+
+# ---- folders, as torchtitan manages them -----------------------------------------------------------
+def step_folder(root: str, iteration: int) -> str:
+    return os.path.join(root, f"step-{iteration}")
+
+
+def find_load_step(root: str) -> int | None:
+    """The highest step whose folder holds a .metadata file (torchtitan's rule)."""
+    fs = storage.current()
+    if not fs.is_dir(root):
+        return None
+    steps = []
+    for name in fs.listdir(root):
+        m = STEP.search(name)
+        if m and fs.exists(os.path.join(root, name, METADATA)) and not fs.is_dir(os.path.join(root, name, METADATA)):
+            steps.append(int(m.group(1)))
+    return max(steps) if steps else None
+
+
+def _world() -> int:
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+# ---- the backend -----------------------------------------------------------------------------------
+class StockDcpBackend:
+    """TORCH_DCP/torch_dcp, sync or async, with stock DCP and torchtitan-style step folders."""
+
+    SUPPORTED = ("TORCH_DCP/torch_dcp/sync", "TORCH_DCP/torch_dcp/async")
+
+    def __init__(self, combo: Combination, *, thread_count: int = 1):
+        combo = combination(combo.type, combo.format, combo.io)
+        if combo.type is not CheckpointType.TORCH_DCP:
+            raise ConfigError("combination", f"stock DCP does not implement {combo}",
+                              f"use one of {', '.join(self.SUPPORTED)}")
+        self.combo = combo
+        self.options = {"thread_count": thread_count} if thread_count != 1 else {}
+        self.name = "dcp" + (f"(thread_count={thread_count})" if thread_count != 1 else "") + f":{combo}"
+        self.layout = TorchDcpFormat()  # DTensor helpers: mesh, dp gather, even-shard check
+        self._future: Future | None = None
+        self._future_iteration: int | None = None
+        self._async_group = None
+        install_fsync_router()
+
+    def _info(self, state: TrainingState) -> RankInfo:
+        return RankInfo(_rank(), _world(), state.topo, state.coords, state.spec, self.combo, None,
+                        state.groups.dp_group)
+
+    # ---- save ------------------------------------------------------------------------------------
+    def state_dict(self, info: RankInfo, records) -> dict:
+        """The nested DTensor state dict a DCP user saves."""
+        fmt = self.layout
+        fmt.prepare(info)
+        split = fmt._split(info, records)
+        whole = fmt._gather_rows(info, {r.key: r for r in records if r.key in split}, split) if split else {}
+        state: dict = {}
+        for r in records:
+            if isinstance(r, ShardedTensor):
+                if r.key in split:
+                    data, offset = whole[r.key], split[r.key].global_offset
+                else:
+                    data, offset = r.data.detach(), r.global_offset
+                _nest(state, r.key, fmt._dtensor(info, data, r.global_shape, offset))
+            elif isinstance(r, ShardedObject):
+                _nest(state, _rng_path(info) if r.key == RNG_KEY else r.key, r.value)
+        return state
+
+    def save(self, state: TrainingState, root: str) -> None:
+        if self._future is not None:
+            self.finalize()  # torchtitan waits for the previous async save before starting the next
+        root = os.path.abspath(root)
+        info = self._info(state)
+        folder = step_folder(root, state.iteration)
+        sd = self.state_dict(info, state.sharded_state_dict())
+        try:
+            if self.combo.is_async:
+                if self._async_group is None and _world() > 1:
+                    self._async_group = dist.new_group(backend="gloo")
+                self._future = dcp.async_save(sd, storage_writer=writer(folder, **self.options),
+                                              process_group=self._async_group)
+                self._future_iteration = state.iteration
+            else:
+                dcp.save(sd, storage_writer=writer(folder, **self.options))
+        except CheckpointException as e:
+            raise RankFailure(_failures(e), f"dcp save into {folder}") from e
+
+    def finalize(self, *, blocking: bool = True) -> bool:
+        future = self._future
+        if future is None:
+            return True
+        if not blocking:
+            done = [None] * _world()
+            if _world() > 1:
+                dist.all_gather_object(done, future.done(), group=self._async_group)
+            else:
+                done = [future.done()]
+            if not all(done):
+                return False
+        iteration = self._future_iteration
+        self._future, self._future_iteration = None, None
+        try:
+            future.result()
+        except CheckpointException as e:
+            raise AsyncSaveFailed(_failures(e), f"async dcp save of iteration {iteration} failed") from e
+        except Exception as e:
+            raise AsyncSaveFailed({_rank(): f"{type(e).__name__}: {e}"},
+                                  f"async dcp save of iteration {iteration} failed") from e
+        return True
+
+    @property
+    def in_flight_iteration(self) -> int | None:
+        return self._future_iteration
+
+    # ---- load ------------------------------------------------------------------------------------
+    def load(self, state: TrainingState, root: str) -> LoadResult:
+        if self._future is not None:
+            self.finalize()
+        root = os.path.abspath(root)
+        step = find_load_step(root)
+        if step is None:
+            raise CheckpointNotFound(f"{root}: no step-N folder with {METADATA}")
+        folder = step_folder(root, step)
+        info = self._info(state)
+        records = state.sharded_state_dict()
+        try:
+            metadata = reader(folder).read_metadata()
+        except Exception as e:
+            raise IntegrityError(folder, "read .metadata", f"{type(e).__name__}: {e}") from None
+        target, after, names = self._targets(info, records, metadata)
+        try:
+            dcp.load(target, storage_reader=reader(folder))
+        except CheckpointException as e:
+            first = next(iter(_failures(e).values()))
+            raise IntegrityError(folder, "dcp.load", first[:2000]) from None
+        for step_fn in after:
+            step_fn()
+        objects = {key: _get(target, path) for key, path in names.items()}
+        state.load_objects(objects)
+        return LoadResult(int(objects.get("iteration", step)), folder, RNG_KEY in objects, [])
+
+    def _targets(self, info: RankInfo, records, metadata) -> tuple[dict, list, dict]:
+        """Load targets for every record; steps to finish padded and split tensors; object key -> path."""
+        fmt = self.layout
+        fmt.prepare(info)
+        split = fmt._split(info, records)
+        stored = metadata.state_dict_metadata
+        state, after, names = {}, [], {}
+        for r in records:
+            if isinstance(r, ShardedTensor):
+                if r.key in split:  # the whole tp piece, then this dp rank's rows
+                    param = split[r.key]
+                    buf, offset = torch.empty(param.local_shape, dtype=r.data.dtype), param.global_offset
+                    after.append(functools.partial(_copy_rows, r.data, buf, r.global_offset[0] - offset[0]))
+                else:
+                    buf, offset = r.data, r.global_offset
+                md = stored.get(r.key)
+                if isinstance(md, TensorStorageMetadata) and tuple(md.size) != tuple(r.global_shape) \
+                        and r.logical_shape is not None:
+                    full = torch.empty(md.size, dtype=md.properties.dtype)  # padded vocabulary of another tp
+                    _nest(state, r.key, full)
+                    after.insert(0, functools.partial(_copy_real_rows, full, buf, offset, r.logical[0]))
+                else:
+                    _nest(state, r.key, fmt._dtensor(info, buf, r.global_shape, offset))
+            elif isinstance(r, ShardedObject):
+                if r.key == RNG_KEY:
+                    cells = {k for k in stored if k.startswith(RNG_KEY + ".")}
+                    grid = {f"{RNG_KEY}.pp{p}_tp{t}" for p in range(info.topo.pp) for t in range(info.topo.tp)}
+                    if cells != grid:
+                        continue  # saved on another (pp, tp) grid: not restorable here
+                    names[r.key] = _rng_path(info)
+                else:
+                    names[r.key] = r.key
+                value = torch.empty_like(r.value) if isinstance(r.value, torch.Tensor) else copy.deepcopy(r.value)
+                _nest(state, names[r.key], value)
+        return state, after, names
+
+    # ---- listing ---------------------------------------------------------------------------------
+    def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
+        fs = storage.current()
+        root = os.path.abspath(root)
+        out = []
+        if fs.is_dir(root):
+            for name in fs.listdir(root):
+                m = STEP.fullmatch(name)
+                if m:
+                    path = os.path.join(root, name)
+                    complete = fs.exists(os.path.join(path, METADATA))
+                    out.append(CheckpointInfo(int(m.group(1)), path, complete, None,
+                                              "" if complete else f"no {METADATA}"))
+        return sorted(out, key=lambda c: -c.iteration)
+
+
+def make(combo: Combination) -> StockDcpBackend:
+    """Stock DCP with FileSystemWriter's default options."""
+    return StockDcpBackend(combo)
+
+
+def make_threaded(combo: Combination) -> StockDcpBackend:
+    """The common variant: FileSystemWriter(thread_count=4), several writer threads per rank."""
+    return StockDcpBackend(combo, thread_count=4)
+
+
+make.combinations = make_threaded.combinations = StockDcpBackend.SUPPORTED
