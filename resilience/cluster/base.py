@@ -1,0 +1,216 @@
+"""What a cluster validation run is: its plan, the torchrun environment of a rank, and the layout of the
+shared folder every node writes its evidence to."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+from ..checkpoint.combos import Combination, valid_combinations
+from ..checkpoint.phases import PHASES
+from ..errors import ConfigError
+from ..state import ModelSpec, Topology
+
+PLAN_VERSION = 1
+KILL_POLICIES = ("each", "last")
+# Iterations of the save phase: two saves that must survive, then one cut by the kill.
+TRAIN_BEFORE = (2, 1, 1)
+CONTINUE_STEPS = 2
+
+
+def slug(combo: Combination | str) -> str:
+    """A folder name for a combination: GLOBAL-torch_dist-async."""
+    return str(combo).replace("/", "-")
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """The same on every rank and every attempt: which combinations, where the kill strikes, what model.
+
+    kill: "each" cuts the final save of every combination (one torchrun restart per combination);
+    "last" only that of the last one (one restart)."""
+
+    combos: tuple[str, ...] = tuple(str(c) for c in valid_combinations())
+    kill: str = "each"
+    kill_phase: str = "write"
+    kill_rank: int | None = None        # None: the last rank (on the last node)
+    tp: int | None = None               # None: 2 when the world is even, else 1
+    pp: int = 1
+    model: dict = field(default_factory=lambda: ModelSpec(optimizer="distributed").to_dict())
+    backend: str = "reference"
+    version: int = PLAN_VERSION
+
+    def __post_init__(self):
+        if not self.combos:
+            raise ConfigError("combos", "no combination given", "leave it out for all six")
+        for c in self.combos:
+            Combination.parse(c)  # InvalidCombination names the layer
+        if len(set(self.combos)) != len(self.combos):
+            raise ConfigError("combos", "a combination is given twice")
+        if self.kill not in KILL_POLICIES:
+            raise ConfigError("kill", f"unknown policy {self.kill!r}", f"use one of {', '.join(KILL_POLICIES)}")
+        if self.kill_phase not in PHASES:
+            raise ConfigError("kill_phase", f"unknown phase {self.kill_phase!r}", f"use one of {', '.join(PHASES)}")
+        for name in ("tp", "kill_rank"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "tp" else 0)):
+                raise ConfigError(name, f"must be a {'positive' if name == 'tp' else 'non-negative'} integer, got {v!r}")
+        if isinstance(self.pp, bool) or not isinstance(self.pp, int) or self.pp < 1:
+            raise ConfigError("pp", f"must be a positive integer, got {self.pp!r}")
+        ModelSpec.from_dict(self.model)
+
+    @property
+    def combinations(self) -> list[Combination]:
+        return [Combination.parse(c) for c in self.combos]
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec.from_dict(self.model)
+
+    def killed(self) -> list[str]:
+        """Combinations whose final save is cut by a kill, in order."""
+        return list(self.combos) if self.kill == "each" else [self.combos[-1]]
+
+    def restarts_needed(self) -> int:
+        return len(self.killed())
+
+    def topology(self, world: int) -> Topology:
+        """tp x pp x dp for `world` ranks; ConfigError when it does not divide or the model cannot split."""
+        tp = self.tp if self.tp is not None else (2 if world % 2 == 0 else 1)
+        if world % (tp * self.pp):
+            raise ConfigError("tp/pp", f"tp={tp} x pp={self.pp} does not divide the world size {world}",
+                              "choose tp and pp whose product divides nodes x processes per node")
+        topo = Topology(tp, self.pp, world // (tp * self.pp))
+        self.spec.check_topology(topo)
+        return topo
+
+    def kill_target(self, world: int) -> int:
+        rank = world - 1 if self.kill_rank is None else self.kill_rank
+        if rank >= world:
+            raise ConfigError("kill_rank", f"rank {rank} is out of range for world size {world}",
+                              f"use 0..{world - 1}")
+        return rank
+
+    def kill_record(self, world: int) -> dict:
+        """The in-process fault: the target rank SIGKILLs itself as the save reaches the phase."""
+        return {"kind": "rank_crash", "target": {"rank": self.kill_target(world)},
+                "trigger": {"phase": self.kill_phase}}
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["combos"] = list(self.combos)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ClusterPlan":
+        d = dict(d)
+        if d.get("version", PLAN_VERSION) > PLAN_VERSION:
+            raise ConfigError("plan.version", f"{d['version']} is newer than {PLAN_VERSION}",
+                              "validate with the same checkpoint-resilience version on every node")
+        d["combos"] = tuple(d.get("combos", ()))
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TorchrunEnv:
+    """What torchrun tells each worker, read from the environment."""
+
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    group_rank: int
+    restart_count: int     # this node's count: a node restarted for a membership change does not count it
+    max_restarts: int
+    run_id: str
+
+    @classmethod
+    def from_environ(cls, environ=os.environ) -> "TorchrunEnv":
+        missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in environ]
+        if missing:
+            raise ConfigError("environment", f"{', '.join(missing)} not set: this runs under torchrun",
+                              "start it with torchrun (`resilience validate` prints the command lines)")
+
+        def num(key: str, default: int) -> int:
+            try:
+                return int(environ.get(key, default))
+            except ValueError:
+                raise ConfigError(key, f"not an integer: {environ.get(key)!r}") from None
+
+        world = num("WORLD_SIZE", 1)
+        return cls(num("RANK", 0), world, num("LOCAL_RANK", 0), num("LOCAL_WORLD_SIZE", world),
+                   num("GROUP_RANK", 0), num("TORCHELASTIC_RESTART_COUNT", 0), num("TORCHELASTIC_MAX_RESTARTS", 0),
+                   environ.get("TORCHELASTIC_RUN_ID", ""))
+
+
+class Layout:
+    """The shared folder of one validation run (every node sees the same path)."""
+
+    def __init__(self, shared: str):
+        self.root = os.path.abspath(shared)
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    @property
+    def plan(self) -> str:
+        return self.path("plan.json")
+
+    def ckpt(self, combo: str) -> str:
+        return self.path("ckpt", slug(combo))
+
+    def state(self, combo: str) -> str:
+        return self.path("state", f"{slug(combo)}.json")
+
+    def result(self, combo: str) -> str:
+        return self.path("results", f"{slug(combo)}.json")
+
+    def history(self, rank: int) -> str:
+        return self.path("history", f"rank{rank}.jsonl")
+
+    def faults(self, combo: str, rank: int) -> str:
+        return self.path("faults", f"{slug(combo)}.rank{rank}.jsonl")
+
+    def fault_files(self, combo: str) -> list[str]:
+        folder = self.path("faults")
+        if not os.path.isdir(folder):
+            return []
+        pat = re.compile(re.escape(slug(combo)) + r"\.rank\d+\.jsonl")
+        return sorted(os.path.join(folder, n) for n in os.listdir(folder) if pat.fullmatch(n))
+
+    @property
+    def summary(self) -> str:
+        return self.path("summary.json")
+
+    @property
+    def report(self) -> str:
+        return self.path("report")
+
+    def make(self) -> None:
+        for sub in ("ckpt", "state", "results", "history", "faults", "report"):
+            os.makedirs(self.path(sub), exist_ok=True)
+
+
+def write_json(path: str, obj) -> None:
+    """Write durably and atomically (tmp, fsync, rename, fsync the folder): shared storage may be read by
+    another node right after, and a kill may follow at once."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_json(path: str, default=None):
+    if not os.path.exists(path):
+        return default
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

@@ -1,0 +1,196 @@
+"""Judging a cluster validation: per combination, from rank 0's history on the shared folder, the fault
+firings and the disk; then the summary of the whole run (rank 0, last attempt)."""
+from __future__ import annotations
+
+import os
+import time
+
+from ..checkers import (FAIL, NA, PASS, UNKNOWN, UNPROBED, AtomicCommit, Durability, Evidence, LoadRecord,
+                        ResumeEquivalence, SaveRecord, Verdict, run_checker, worst)
+from ..checkpoint.combos import CheckpointType, Combination
+from ..checkpoint.manifest import versions
+from ..checkpoint.reference import list_checkpoints
+from ..faults import read_firings
+from ..runner.history import FAIL as FAILED, INVOKE, OK, read_events
+from ..state import Topology
+from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json
+from .expected import NeverStoppedLocal
+
+SUMMARY_FORMAT = "resilience-cluster-validation"
+SUMMARY_VERSION = 1
+
+
+def newest_valid(root: str, combo: Combination) -> int | None:
+    """The newest iteration a correct loader must pick: complete and verified (LOCAL: on every rank)."""
+    found = [c for c in list_checkpoints(root) if c.complete]
+    if combo.type is CheckpointType.LOCAL:
+        local = os.path.join(root, "local")
+        folders = sorted(os.listdir(local)) if os.path.isdir(local) else []
+        per_rank = [{c.iteration for c in found if os.path.dirname(c.path) == os.path.join(local, f)}
+                    for f in folders]
+        common = set.intersection(*per_rank) if per_rank else set()
+        return max(common, default=None)
+    top = [c.iteration for c in found if os.path.dirname(c.path) == os.path.abspath(root)]
+    return max(top, default=None)
+
+
+def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, firings: list[dict]) -> Evidence:
+    events = [e for e in read_events(layout.history(0)) if e.value.get("combo") == combo]
+    # A LOCAL save is done only once every rank has its part (no collective ties them): count every rank's ok
+    local = Combination.parse(combo).type is CheckpointType.LOCAL
+    acked: dict[tuple, set] = {}
+    for r in range(topo.world) if local else ():
+        for e in read_events(layout.history(r)):
+            if e.value.get("combo") == combo and e.f == "save" and e.type == OK:
+                acked.setdefault((e.job, e.value["iteration"]), set()).add(r)
+    saves: dict[tuple, SaveRecord] = {}
+    loads: list[LoadRecord] = []
+    for i, e in enumerate(events):
+        v = e.value
+        if e.f == "save":
+            key = (e.job, v["iteration"])
+            rec = saves.setdefault(key, SaveRecord(e.job, v["iteration"], str(topo), None, None, "info", i))
+            if e.type == INVOKE:
+                rec.fingerprint, rec.rng = v.get("fingerprint"), v.get("rng")
+            elif e.type == OK and (not local or len(acked.get(key, ())) == topo.world):
+                rec.status, rec.index = "ok", i
+            elif e.type == FAILED:
+                rec.status = "fail"
+        elif e.f == "load" and e.type in (OK, FAILED):
+            loads.append(LoadRecord(e.job, v.get("topology", str(topo)), e.type, i, v.get("iteration"),
+                                    v.get("fingerprint"), v.get("rng"), bool(v.get("rng_restored")),
+                                    list(v.get("warnings") or []), v.get("error", ""), bool(v.get("refused")),
+                                    v.get("path", "")))
+        elif e.f == "continue" and loads:
+            loads[-1].continued.append((v["iteration"], v["fingerprint"]))
+    crashes = [{"job": f.get("attempt"), "index": 0, "signals": {f.get("rank"): 9}} for f in firings]
+    return Evidence(Combination.parse(combo), topo, sorted(saves.values(), key=lambda s: s.index), loads, [],
+                    crashes, [], NeverStoppedLocal(plan.spec), [], firings)
+
+
+def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt: int, newest: int | None,
+          after: int | None, seconds: float, command: str = "") -> dict:
+    """The result row of one combination, after its resume phase (rank 0)."""
+    st = read_json(layout.state(combo), {})
+    firings = [f for path in layout.fault_files(combo) for f in read_firings(path)]
+    for f in firings:
+        f["attempt"] = st.get("save_started")
+    ev = _evidence(plan, layout, combo, topo, firings)
+    verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence())]
+    verdicts.append(_restart_verdict(plan, combo, st, firings, attempt))
+    load = ev.loads[-1] if ev.loads else None
+    verdicts.append(_newest_verdict(load, newest, after))
+    status = worst(v.status for v in verdicts)
+    return row_of(plan, layout, combo, status, _detail(status, verdicts, load, newest, st, firings), verdicts,
+                  seconds, command)
+
+
+def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict], attempt: int) -> Verdict:
+    name = "kill_and_restart"
+    saved_on = st.get("save_started")
+    if firings:
+        f = firings[0]
+        where = f.get("phase") or f.get("op") or "?"
+        if attempt <= (saved_on or 0):
+            return Verdict(name, FAIL, f"resumed on attempt {attempt}, not after the kill of attempt {saved_on}")
+        return Verdict(name, PASS, f"rank {f.get('rank')} SIGKILLed itself at phase {where} of the save of "
+                                   f"iteration {sum(TRAIN_BEFORE)} on attempt {saved_on}; torchrun restarted the "
+                                   f"group and attempt {attempt} resumed", firings[:1])
+    if "save_done" not in st:
+        return Verdict(name, UNKNOWN, f"the save phase of attempt {saved_on} was cut short by a failure other than "
+                                      f"the planned kill (see the node logs)")
+    if st.get("kill_armed"):
+        return Verdict(name, UNPROBED, f"the planned kill ({plan.kill_phase} on rank "
+                                       f"{plan.kill_rank if plan.kill_rank is not None else 'last'}) never fired: "
+                                       f"{combo} does not reach that phase")
+    if attempt > (saved_on or 0):
+        return Verdict(name, PASS, f"saved on attempt {saved_on} (no kill planned for it); resumed on attempt "
+                                   f"{attempt} after torchrun restarted the group")
+    return Verdict(name, NA, "no kill planned for this combination")
+
+
+def _newest_verdict(load: LoadRecord | None, newest: int | None, after: int | None) -> Verdict:
+    name = "newest_valid"
+    if load is None or load.status != "ok":
+        why = load.error if load is not None else "no load was recorded"
+        return Verdict(name, FAIL, f"nothing was loaded although iteration {newest} is valid on disk: {why}"
+                       if newest is not None else f"no valid checkpoint on disk and nothing loaded: {why}")
+    if load.iteration != newest:
+        return Verdict(name, FAIL, f"loaded iteration {load.iteration}, but the newest valid checkpoint on disk "
+                                   f"is iteration {newest}")
+    want = load.iteration + CONTINUE_STEPS
+    if after != want:
+        return Verdict(name, FAIL, f"the save of iteration {want} after the resume did not become the newest "
+                                   f"valid checkpoint (newest: {after})")
+    return Verdict(name, PASS, f"loaded iteration {newest}, the newest valid on disk; iteration {want}, saved "
+                               f"after training on, is now the newest")
+
+
+def _detail(status: str, verdicts: list[Verdict], load: LoadRecord | None, newest, st: dict,
+            firings: list[dict]) -> str:
+    if status not in (PASS, NA):
+        return "; ".join(f"{v.checker}: {v.detail}" for v in verdicts if v.status == status)[:600]
+    killed = sum(TRAIN_BEFORE)
+    cut = (f"the save of iteration {killed} was cut by the kill at {firings[0].get('phase') or firings[0].get('op')}"
+           if firings else "no kill in this combination")
+    return (f"{cut}; resumed iteration {load.iteration} (newest valid) on attempt {load.job}, bit-exact; "
+            f"{CONTINUE_STEPS} more steps equal to training that never stopped; saved iteration "
+            f"{load.iteration + CONTINUE_STEPS}")
+
+
+def row_of(plan: ClusterPlan, layout: Layout, combo: str, status: str, detail: str, verdicts: list[Verdict],
+           seconds: float, command: str = "") -> dict:
+    """A results.json row (the schema of `resilience run` / `matrix`)."""
+    return {"scenario": "cluster-kill-resume", "combo": combo, "column": f"kill@{plan.kill_phase}",
+            "fault": f"rank_crash phase={plan.kill_phase}", "transition": None, "verdict": status,
+            "detail": detail, "seconds": round(seconds, 3), "checkers": [v.to_dict() for v in verdicts],
+            "case_dir": layout.ckpt(combo), "replay": command or read_json(layout.plan, {}).get("command", "")}
+
+
+def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -> int:
+    """Rank 0: once every combination has a result, write the report and the summary; the exit status."""
+    from ..report import write_run_files
+
+    missing = [c for c in plan.combos if not os.path.exists(layout.result(c))]
+    if missing:
+        print(f"[attempt {attempt}] no result yet for {', '.join(missing)}", flush=True)
+        return 1
+    rows = [read_json(layout.result(c)) for c in plan.combos]
+    recorded = read_json(layout.plan, {})
+    meta = {"title": "resilience validate: cluster kill and resume", "seed": plan.spec.seed,
+            "backend": plan.backend, "command": command or recorded.get("command", "")}
+    paths = write_run_files(layout.report, rows, meta)
+    bad = [r for r in rows if r["verdict"] != PASS]
+    summary = {"format": SUMMARY_FORMAT, "version": SUMMARY_VERSION, "ok": not bad, "exit_status": 1 if bad else 0,
+               "run_id": recorded.get("run_id"), "world": recorded.get("world"), "topology": recorded.get("topology"),
+               "attempts": attempt + 1, "finished": time.time(), "versions": versions(), "plan": plan.to_dict(),
+               "results": [{k: r[k] for k in ("combo", "verdict", "detail")} for r in rows],
+               "report": {k: os.path.relpath(v, layout.root) for k, v in paths.items()}}
+    write_json(layout.summary, summary)
+    print(render_summary(summary, layout.root), flush=True)
+    return summary["exit_status"]
+
+
+def render_summary(summary: dict, root: str) -> str:
+    """What a person reads at the end of a validation run."""
+    width = max(len(r["combo"]) for r in summary["results"])
+    lines = [f"cluster validation {summary.get('run_id') or ''}: world {summary.get('world')} as "
+             f"{Topology.from_dict(summary['topology']) if summary.get('topology') else '?'}, "
+             f"{summary.get('attempts')} torchrun attempts; "
+             + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())]
+    for r in summary["results"]:
+        lines.append(f"  {r['combo']:<{width}}  {r['verdict']:<8}  {r['detail'][:200]}")
+    passed = sum(r["verdict"] == PASS for r in summary["results"])
+    lines.append(f"{passed} of {len(summary['results'])} combinations passed; report: "
+                 f"{os.path.join(root, summary['report']['report.md'])}")
+    return "\n".join(lines)
+
+
+def read_summary(layout: Layout) -> dict | None:
+    doc = read_json(layout.summary)
+    if doc is not None and (doc.get("format") != SUMMARY_FORMAT or doc.get("version", 0) > SUMMARY_VERSION):
+        return None
+    return doc
+
+
+__all__ = ["finish", "judge", "newest_valid", "read_summary", "render_summary", "row_of"]

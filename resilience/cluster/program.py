@@ -1,0 +1,222 @@
+"""What every rank runs in one torchrun attempt of a cluster validation.
+
+An attempt first runs the save phase of every combination not yet saved (train, save, train, save, train,
+save: the last save cut by a rank that SIGKILLs itself at the injection point, on the first attempt of that
+combination only), then the resume phase of every combination saved before (load the newest valid
+checkpoint, check it against what was saved and against training that never stopped, train on, save
+again). A kill ends the attempt; torchrun restarts the group (--max-restarts) and the next attempt carries
+on from what the shared folder records. No phase runs twice: one cut short by something other than the
+planned kill is judged UNKNOWN."""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+
+from ..checkers import UNKNOWN, Verdict
+from ..checkpoint.combos import Combination
+from ..checkpoint.reference import broadcast
+from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
+from ..runner.backends import make_backend
+from ..runner.history import EventLog
+from ..runner.rankprog import digests_of
+from ..state import ParallelGroups, Topology, TrainingState
+from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, TorchrunEnv, read_json, write_json
+from .judge import finish, judge, newest_valid, row_of
+
+
+def group_attempt(env: TorchrunEnv) -> int:
+    """The attempt of the whole group: the largest restart count of any node. A node whose agent restarted
+    its workers only because another node rejoined keeps its old count (torch elastic counts failures per
+    node), so one node's count alone can say 0 on the second attempt."""
+    t = torch.tensor([env.restart_count], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command: str = "") -> int:
+    """One attempt on this rank; returns the process exit status (the same on every rank)."""
+    attempt = group_attempt(env)
+    who = (env.rank, env.restart_count, env.group_rank, socket.gethostname(), os.getpid())
+    everyone = [None] * env.world
+    dist.all_gather_object(everyone, who)
+    lead = env.rank == 0
+    decision = None
+    if lead:
+        decision = _decide(env, plan, layout, attempt, everyone, command)
+    decision = broadcast(decision)
+    if decision.get("error"):
+        if lead:
+            print(f"resilience validate: error: {decision['error']}", flush=True)
+        return 2
+    topo = Topology.from_dict(decision["topology"])
+    groups = ParallelGroups(topo, env.rank)  # every rank creates every group, once per attempt
+    log = EventLog(layout.history(env.rank), attempt, env.rank)
+    try:
+        for combo in decision["save"]:
+            _save_phase(env, plan, layout, topo, groups, log, attempt, combo, combo in decision["kill"])
+        # every combination saved and not yet resumed: those of earlier attempts, and any whose kill never fired
+        resume = broadcast(_resumable(plan, layout) if lead else None)
+        for combo in resume:
+            _resume_phase(env, plan, layout, topo, groups, log, attempt, combo)
+    finally:
+        log.close()
+    status = None
+    if lead:
+        status = finish(plan, layout, attempt, command)
+    return int(broadcast(status))
+
+
+# ---- coordinator: what this attempt does --------------------------------------------------------------
+def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, everyone: list,
+            command: str) -> dict:
+    try:
+        topo = plan.topology(env.world)
+        plan.kill_record(env.world)
+    except Exception as e:
+        return {"error": str(e)}
+    layout.make()
+    recorded = read_json(layout.plan)
+    if recorded is None:
+        write_json(layout.plan, {"plan": plan.to_dict(), "run_id": env.run_id, "world": env.world,
+                                 "topology": topo.to_dict(), "started": time.time(), "command": command})
+    elif recorded.get("plan") != plan.to_dict() or recorded.get("world") != env.world \
+            or recorded.get("run_id") != env.run_id:
+        return {"error": f"{layout.root} holds another validation run (run id {recorded.get('run_id')!r}, "
+                         f"world {recorded.get('world')}); give each run an empty shared folder"}
+    _append_attempt(layout, attempt, everyone)
+    save = []
+    for combo in plan.combos:
+        if os.path.exists(layout.result(combo)):
+            continue
+        st = read_json(layout.state(combo), {})
+        if "resume_started" in st:
+            _interrupted(plan, layout, combo, st, attempt, command)
+        elif "save_started" not in st:
+            save.append(combo)
+    kills = [c for c in save if c in plan.killed()]
+    left = env.max_restarts - attempt
+    if len(kills) > left:
+        return {"error": f"{len(kills)} planned kills still to come but only {left} torchrun restarts left "
+                         f"(attempt {attempt}, --max-restarts {env.max_restarts}); run torchrun with "
+                         f"--max-restarts {attempt + len(kills)} or more"}
+    print(f"[attempt {attempt}] world {env.world} as {topo}; to save: {', '.join(save) or 'nothing'}; "
+          f"kill armed in: {', '.join(kills) or 'none'}", flush=True)
+    return {"topology": topo.to_dict(), "save": save, "kill": kills}
+
+
+def _resumable(plan: ClusterPlan, layout: Layout) -> list[str]:
+    out = []
+    for combo in plan.combos:
+        st = read_json(layout.state(combo), {})
+        if "save_started" in st and "resume_started" not in st and not os.path.exists(layout.result(combo)):
+            out.append(combo)
+    return out
+
+
+def _append_attempt(layout: Layout, attempt: int, everyone: list) -> None:
+    path = layout.path("attempts.json")
+    attempts = read_json(path, [])
+    attempts.append({"attempt": attempt, "time": time.time(),
+                     "ranks": [{"rank": r, "restart_count": c, "group_rank": g, "host": h, "pid": p}
+                               for r, c, g, h, p in everyone]})
+    write_json(path, attempts)
+
+
+def _interrupted(plan: ClusterPlan, layout: Layout, combo: str, st: dict, attempt: int, command: str) -> None:
+    why = (f"the resume phase started on attempt {st['resume_started']} was cut short by a failure other "
+           f"than the planned kill (see the node logs); a phase never runs twice")
+    v = Verdict("run", UNKNOWN, why)
+    write_json(layout.result(combo), row_of(plan, layout, combo, UNKNOWN, why, [v], 0.0, command))
+
+
+def _mark(layout: Layout, combo: str, **fields) -> None:
+    st = read_json(layout.state(combo), {})
+    st.update(fields)
+    write_json(layout.state(combo), st)
+
+
+# ---- the phases (every rank) ---------------------------------------------------------------------------
+def _save_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topology, groups, log: EventLog,
+                attempt: int, combo_text: str, armed: bool) -> None:
+    from ..faults import inject
+
+    lead = env.rank == 0
+    combo = Combination.parse(combo_text)
+    root = layout.ckpt(combo_text)
+    if lead:
+        _mark(layout, combo_text, save_started=attempt, kill_armed=armed, topology=str(topo),
+              host=platform.node())
+    dist.barrier()
+    backend = make_backend(plan.backend, combo)
+    state = TrainingState(plan.spec, topo, env.rank, groups)
+    for i, steps in enumerate(TRAIN_BEFORE):
+        state.train(steps)
+        fp, rng = digests_of(state)
+        log.invoke("save", combo=combo_text, iteration=state.iteration,
+                   **({"fingerprint": fp, "rng": rng} if lead else {}))
+        last = i == len(TRAIN_BEFORE) - 1
+        faults = inject([plan.kill_record(env.world)], rank=env.rank, world=env.world,
+                        report=layout.faults(combo_text, env.rank)) if last and armed else contextlib.nullcontext()
+        with faults:
+            backend.save(state, root)
+            if combo.is_async:
+                log.ok("stage", combo=combo_text, iteration=state.iteration)
+                backend.finalize()
+        log.ok("save", combo=combo_text, iteration=state.iteration)
+    if lead:
+        _mark(layout, combo_text, save_done=attempt)
+        print(f"[attempt {attempt}] {combo_text}: saved iterations "
+              f"{[sum(TRAIN_BEFORE[:k + 1]) for k in range(len(TRAIN_BEFORE))]}"
+              + ("; the planned kill never fired" if armed else ""), flush=True)
+    dist.barrier()
+
+
+def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topology, groups, log: EventLog,
+                  attempt: int, combo_text: str) -> None:
+    lead = env.rank == 0
+    combo = Combination.parse(combo_text)
+    root = layout.ckpt(combo_text)
+    started = time.monotonic()
+    newest = None
+    if lead:
+        _mark(layout, combo_text, resume_started=attempt)
+        newest = newest_valid(root, combo)
+    newest = broadcast(newest)
+    backend = make_backend(plan.backend, combo)
+    state = TrainingState(plan.spec, topo, env.rank, groups)
+    log.invoke("load", combo=combo_text, topology=str(topo), newest_valid=newest)
+    try:
+        result = backend.load(state, root)
+    except (TopologyChangeRefused, CheckpointNotFound, IntegrityError) as e:
+        log.fail("load", combo=combo_text, topology=str(topo), refused=isinstance(e, TopologyChangeRefused),
+                 error=f"{type(e).__name__}: {e}")
+        result = None
+    after = None
+    if result is not None:
+        fp, rng = digests_of(state)
+        log.ok("load", combo=combo_text, topology=str(topo), iteration=result.iteration,
+               path=os.path.relpath(result.path, root), rng_restored=result.rng_restored, warnings=result.warnings,
+               **({"fingerprint": fp, "rng": rng} if lead else {}))
+        state.train(CONTINUE_STEPS)
+        fp, rng = digests_of(state)
+        log.ok("continue", combo=combo_text, steps=CONTINUE_STEPS, iteration=state.iteration,
+               **({"fingerprint": fp} if lead else {}))
+        log.invoke("save", combo=combo_text, iteration=state.iteration,
+                   **({"fingerprint": fp, "rng": rng} if lead else {}))
+        backend.save(state, root)
+        backend.finalize()
+        log.ok("save", combo=combo_text, iteration=state.iteration)
+        dist.barrier()
+        if lead:
+            after = newest_valid(root, combo)
+    if lead:
+        row = judge(plan, layout, combo_text, topo, attempt, newest, after, time.monotonic() - started)
+        write_json(layout.result(combo_text), row)
+        print(f"[attempt {attempt}] {combo_text}: {row['verdict']}: {row['detail'][:300]}", flush=True)
+    dist.barrier()

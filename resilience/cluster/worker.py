@@ -1,0 +1,122 @@
+"""The rank side of a cluster validation, started by torchrun on every node:
+
+    torchrun --nnodes N --nproc-per-node P --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID \\
+        --max-restarts R -m resilience.cluster.worker --shared /shared/path [options]
+
+Reads RANK / WORLD_SIZE / TORCHELASTIC_RESTART_COUNT from torchrun, joins the gloo group through env://
+and runs one attempt (resilience.cluster.program). Exit status 0 once every combination passed, 1 when any
+did not (or results are still missing), 2 on a configuration error."""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from datetime import timedelta
+
+from ..checkpoint.phases import PHASES
+from ..errors import ConfigError, ResilienceError
+from ..state import ModelSpec
+from .base import KILL_POLICIES, ClusterPlan, Layout, TorchrunEnv
+
+DEFAULT_TIMEOUT = 300.0
+STORE_FIX = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """The options that make a ClusterPlan (shared by the worker and `resilience validate`)."""
+    g = p.add_argument_group("what to validate")
+    g.add_argument("--combos", nargs="+", metavar="TYPE/format/io",
+                   help="combinations to validate (default: all six valid ones)")
+    g.add_argument("--kill", choices=KILL_POLICIES, default="each",
+                   help="each: cut the final save of every combination by a kill, one torchrun restart each; "
+                        "last: only the last combination's, one restart (default: each)")
+    g.add_argument("--kill-phase", choices=PHASES, default="write",
+                   help="the phase of the save at which the rank kills itself (default: write)")
+    g.add_argument("--kill-rank", type=int, help="the rank that kills itself (default: the last rank)")
+    g.add_argument("--tp", type=int, help="tensor parallel size (default: 2 when the world is even, else 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline parallel size (default: 1); dp is the rest")
+    g.add_argument("--hidden", type=int, default=32, help="hidden size of the model (default: 32; raise it to "
+                                                          "push more bytes through the shared storage)")
+    g.add_argument("--layers", type=int, default=4, help="number of layers (default: 4)")
+    g.add_argument("--optimizer", choices=("adam", "distributed"), default="distributed",
+                   help="Adam state sharded like its parameter, or split over dp (default: distributed)")
+    g.add_argument("--backend", default="reference", help="'reference' or package.module:factory")
+
+
+def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
+    from ..checkpoint.combos import Combination, valid_combinations
+
+    combos = [str(Combination.parse(c)) for c in args.combos] if args.combos else [str(c) for c in valid_combinations()]
+    spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden,
+                     optimizer=args.optimizer)
+    return ClusterPlan(tuple(combos), args.kill, args.kill_phase, args.kill_rank, args.tp, args.pp, spec.to_dict(),
+                       args.backend)
+
+
+def plan_argv(plan: ClusterPlan) -> list[str]:
+    """Worker options that rebuild `plan` (the inverse of plan_from_args)."""
+    spec = plan.spec
+    out = ["--combos", *plan.combos, "--kill", plan.kill, "--kill-phase", plan.kill_phase]
+    if plan.kill_rank is not None:
+        out += ["--kill-rank", str(plan.kill_rank)]
+    if plan.tp is not None:
+        out += ["--tp", str(plan.tp)]
+    if plan.pp != 1:
+        out += ["--pp", str(plan.pp)]
+    if spec.hidden != 32:
+        out += ["--hidden", str(spec.hidden)]
+    if spec.num_layers != 4:
+        out += ["--layers", str(spec.num_layers)]
+    if spec.optimizer != "distributed":
+        out += ["--optimizer", spec.optimizer]
+    if plan.backend != "reference":
+        out += ["--backend", plan.backend]
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m resilience.cluster.worker", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shared", required=True, help="a folder every node sees at the same path: checkpoints, "
+                                                   "history, results and the summary go there")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})")
+    add_plan_arguments(p)
+    return p
+
+
+def check_restart_store(env: TorchrunEnv, environ=os.environ) -> None:
+    """torch 2.13's c10d rendezvous hands its own TCPStore to the workers and keeps it across restarts, with
+    no per-attempt prefix: after a restart gloo reads the addresses of the dead attempt and cannot connect.
+    A fresh store per attempt (hosted by rank 0) avoids it."""
+    if env.max_restarts > 0 and environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise ConfigError("environment", "torchrun shares its rendezvous store with the workers, so a restarted "
+                          "gloo group would connect to the ranks of the failed attempt",
+                          f"set {STORE_FIX}=1 for torchrun on every node")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    import torch.distributed as dist
+
+    try:
+        plan = plan_from_args(args)
+        env = TorchrunEnv.from_environ()
+        check_restart_store(env)
+        plan.topology(env.world)
+    except ResilienceError as e:
+        print(f"resilience.cluster.worker: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    from .program import run_attempt
+
+    command = " ".join(shlex.quote(a) for a in ["python", "-m", "resilience.cluster.worker", *sys.argv[1:]])
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
+    try:
+        return run_attempt(env, plan, Layout(args.shared), command=command)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

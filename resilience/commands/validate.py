@@ -1,0 +1,133 @@
+"""`resilience validate`: prove on the cluster itself that checkpoints survive a killed rank and torchrun's
+restart. Prints the torchrun command line of every node; --local runs two node agents on loopback here;
+--show prints the summary of a finished run from its shared folder."""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+
+def register(sub) -> None:
+    from ..cluster.worker import DEFAULT_TIMEOUT, add_plan_arguments
+
+    p = sub.add_parser("validate", help="validate a cluster: train, save, a rank kills itself mid-save, torchrun "
+                                        "restarts the group, which resumes from the newest valid checkpoint; "
+                                        "prints what to run on each node (--local: runs it here)")
+    p.add_argument("--shared", help="a folder every node sees at the same path, empty for each run (--local: "
+                                    "default a new folder under runs/)")
+    p.add_argument("--nnodes", type=int, help="number of nodes (--local: default 2)")
+    p.add_argument("--nproc-per-node", type=int, help="rank processes per node (--local: default 2)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="the first node's address and a free port: it "
+                                                                "serves the c10d rendezvous (--local: loopback)")
+    p.add_argument("--rdzv-id", help="a name for this run, the same on every node (default: generated)")
+    p.add_argument("--max-restarts", type=int, help="torchrun restarts (default: one per planned kill)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--local", action="store_true", help="run the node agents here, on 127.0.0.1, and report")
+    p.add_argument("--run-timeout", type=float, default=900.0,
+                   help="--local: stop everything after this many seconds (default: 900)")
+    p.add_argument("--show", metavar="SHARED", help="print the summary of a finished run and exit with its status")
+    add_plan_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..cluster import Layout
+    from ..cluster.judge import read_summary, render_summary
+    from ..cluster.worker import plan_from_args
+    from ..errors import ConfigError
+
+    if args.show:
+        summary = read_summary(Layout(args.show))
+        if summary is None:
+            raise ConfigError("show", f"{args.show} holds no finished validation (no summary.json)",
+                              "wait for the last attempt to end, or read its node logs")
+        print(render_summary(summary, Layout(args.show).root))
+        return summary["exit_status"]
+    plan = plan_from_args(args)
+    if args.local:
+        return _run_local(args, plan)
+    if not args.shared or not args.nnodes or not args.nproc_per_node or not args.rdzv_endpoint:
+        raise ConfigError("validate", "to print the command lines it needs --shared, --nnodes, --nproc-per-node "
+                                      "and --rdzv-endpoint", "or use --local to run two node agents here")
+    print(instructions(args, plan))
+    return 0
+
+
+def _commands(args, plan, *, shared: str, nnodes: int, nproc: int, endpoint: str, rdzv_id: str, torchrun=None):
+    from ..cluster.nodes import torchrun_commands
+    return torchrun_commands(plan, shared=shared, nnodes=nnodes, nproc_per_node=nproc, rdzv_endpoint=endpoint,
+                             rdzv_id=rdzv_id, max_restarts=args.max_restarts, timeout=args.timeout,
+                             torchrun=torchrun)
+
+
+def instructions(args, plan) -> str:
+    from ..cluster.nodes import new_run_id
+    from ..cluster.worker import STORE_FIX
+
+    rdzv_id = args.rdzv_id or new_run_id()
+    cmds = _commands(args, plan, shared=args.shared, nnodes=args.nnodes, nproc=args.nproc_per_node,
+                     endpoint=args.rdzv_endpoint, rdzv_id=rdzv_id)
+    world = args.nnodes * args.nproc_per_node
+    host = args.rdzv_endpoint.rpartition(":")[0]
+    shared = os.path.abspath(args.shared)
+    lines = [
+        f"Cluster validation {rdzv_id}: {args.nnodes} nodes x {args.nproc_per_node} ranks = world {world} as "
+        f"{plan.topology(world)}; {len(plan.combos)} combination(s); kill: {plan.kill} at phase {plan.kill_phase} "
+        f"on rank {plan.kill_target(world)}; {cmds[0].argv[cmds[0].argv.index('--max-restarts') + 1]} torchrun "
+        f"restarts.",
+        "",
+        "Before: install the same checkpoint-resilience and torch on every node; make "
+        f"{shared} an empty folder that every node sees at that path; {host} must be reachable from every node.",
+        "",
+        "Run at the same time, one line per node:",
+    ]
+    for c in cmds:
+        role = f" (serves the rendezvous at {args.rdzv_endpoint})" if c.node_rank == 0 else ""
+        lines += ["", f"# node {c.node_rank}{role}", c.shell()]
+    template = cmds[0].shell().replace("--node-rank 0", "--node-rank $NODE_RANK").replace(
+        os.path.join("logs", "node0"), os.path.join("logs", "node$NODE_RANK"))
+    lines += [
+        "",
+        "Under a scheduler, the same line on every node, e.g. with Slurm (one task per node):",
+        f"  srun --nodes {args.nnodes} --ntasks-per-node 1 bash -c "
+        f"{shlex.quote(template.replace('$NODE_RANK', '$SLURM_NODEID'))}",
+        "",
+        f"{STORE_FIX}=1 gives each attempt a fresh store: torch 2.13 otherwise keeps the addresses of the "
+        "killed attempt and the restarted gloo group cannot connect. If gloo picks the wrong network "
+        "interface, set GLOO_SOCKET_IFNAME too.",
+        "",
+        f"The last attempt prints a summary; rank 0 writes it to {os.path.join(shared, 'summary.json')} and a "
+        f"report (results.json, report.md, report.html, junit.xml) to {os.path.join(shared, 'report')}. Exit "
+        f"status is 0 only if every combination passed. Afterwards: resilience validate --show {shlex.quote(shared)}",
+    ]
+    return "\n".join(lines)
+
+
+def _run_local(args, plan) -> int:
+    from ..cluster import Layout
+    from ..cluster.judge import read_summary, render_summary
+    from ..cluster.nodes import free_port, new_run_id, run_local, this_python_torchrun
+    from ..report import make_run_dir
+
+    nnodes, nproc = args.nnodes or 2, args.nproc_per_node or 2
+    shared = os.path.abspath(args.shared or make_run_dir("runs", "validate"))
+    endpoint = args.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+    rdzv_id = args.rdzv_id or new_run_id()
+    cmds = _commands(args, plan, shared=shared, nnodes=nnodes, nproc=nproc, endpoint=endpoint, rdzv_id=rdzv_id,
+                     torchrun=this_python_torchrun())
+    print(f"validate --local: {nnodes} torchrun node agents x {nproc} ranks on loopback, rendezvous {endpoint}; "
+          f"shared folder {shared}", flush=True)
+    for c in cmds:
+        print(f"  node {c.node_rank}: {c.shell()}", flush=True)
+    outcome = run_local(cmds, timeout=args.run_timeout, log_dir=os.path.join(shared, "logs"),
+                        tmp_dir=os.path.join(shared, "tmp"))
+    summary = read_summary(Layout(shared))
+    print(f"agents exited with {outcome.exit_codes} after {outcome.seconds:.1f} s"
+          + (f"; stopped at the --run-timeout of {args.run_timeout:g} s" if outcome.timed_out else ""))
+    if summary is None:
+        print(f"no summary: the run did not finish; node logs: {', '.join(outcome.logs)}", file=sys.stderr)
+        return 1
+    print(render_summary(summary, shared))
+    return 0 if outcome.ok and summary["exit_status"] == 0 else 1
