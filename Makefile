@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml ci/constraints.txt
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/resilience demo
+	$(BIN)/resilience matrix
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n auto -q

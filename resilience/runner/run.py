@@ -3,6 +3,7 @@ checkers, and a verdict with evidence. Every job is bounded in time; nothing is 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from . import faultplan
 from .plan import JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario
+
+
+_ITER = re.compile(r"iter_(\d{7})")
 
 
 @dataclass
@@ -200,6 +204,11 @@ def evidence(events, scenario: Scenario, combo: Combination, faults_configured: 
             corruptions.append(dict(v, index=i))
         elif e.f == "fault" and e.type in (OK, INFO):
             fired.append(v)
+            if v.get("kind") == "torn_write":
+                # a write that reports success but lands damaged is silent corruption of that save: no
+                # writer can know, so it is judged like damage at rest (detected, never loaded wrong)
+                m = _ITER.search(str(v.get("path", "")))
+                corruptions.append(dict(v, index=i, iteration=int(m.group(1)) if m else None))
     return Evidence(combo, scenario.topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
                     crashes, [], never_stopped(scenario.model), faults_configured, fired, scenario.expect)
 
