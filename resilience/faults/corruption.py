@@ -189,9 +189,11 @@ def delete_file(root: str, fault: DeleteFile, rng: random.Random) -> Damage:
 
 def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Damage:
     folder, _ = _pick_folder(root, fault, rng)
-    path = os.path.join(folder, fault.name)
+    # another implementation's checkpoint (stock DCP, megatron-core) has no manifest.json: its own metadata
+    name = fault.name or next((n for n in METADATA_FILES if os.path.isfile(os.path.join(folder, n))), METADATA_FILES[0])
+    path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        raise ConfigError("name", f"{folder} has no {fault.name}",
+        raise ConfigError("name", f"{folder} has no {name}",
                           f"this checkpoint holds: {', '.join(n for n in METADATA_FILES if os.path.exists(os.path.join(folder, n)))}")
     old = os.path.getsize(path)
     if fault.how == "delete":

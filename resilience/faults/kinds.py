@@ -248,12 +248,12 @@ METADATA_DAMAGE = ("garble", "truncate", "empty", "delete")
 @dataclass(frozen=True)
 class MetadataDamage(Fault):
     """Garble, truncate, empty or delete a checkpoint's metadata: our manifest.json, DCP's .metadata,
-    Megatron's metadata.json."""
+    Megatron's metadata.json (None: the first of them the checkpoint has)."""
 
     kind: ClassVar[str] = "metadata_damage"
     layer: ClassVar[str] = "at_rest"
     uses: ClassVar[frozenset[str]] = frozenset({"rank", "iteration"})
-    name: str = "manifest.json"
+    name: str | None = None
     how: str = "garble"
 
     def _check(self, where):
