@@ -9,7 +9,6 @@ from ..checkers import (FAIL, NA, PASS, UNKNOWN, UNPROBED, AtomicCommit, Durabil
                         ResumeEquivalence, SaveRecord, Verdict, run_checker, worst)
 from ..checkpoint.combos import CheckpointType, Combination
 from ..checkpoint.manifest import versions
-from ..checkpoint.reference import list_checkpoints
 from ..faults import read_firings
 from ..runner.history import FAIL as FAILED, INVOKE, OK, read_events
 from ..state import Topology
@@ -20,18 +19,19 @@ SUMMARY_FORMAT = "resilience-cluster-validation"
 SUMMARY_VERSION = 1
 
 
-def newest_valid(root: str, combo: Combination) -> int | None:
-    """The newest iteration a correct loader must pick: complete and verified (LOCAL: on every rank)."""
-    found = [c for c in list_checkpoints(root) if c.complete]
+def newest_valid(backend, root: str, combo: Combination) -> int | None:
+    """The newest iteration a correct loader must pick, from the backend's own listing (this process only):
+    complete, and for LOCAL present in every rank's folder."""
+    found = [c for c in backend.list_checkpoints(root) if c.complete]
     if combo.type is CheckpointType.LOCAL:
-        local = os.path.join(root, "local")
-        folders = sorted(os.listdir(local)) if os.path.isdir(local) else []
-        per_rank = [{c.iteration for c in found if os.path.dirname(c.path) == os.path.join(local, f)}
-                    for f in folders]
-        common = set.intersection(*per_rank) if per_rank else set()
-        return max(common, default=None)
-    top = [c.iteration for c in found if os.path.dirname(c.path) == os.path.abspath(root)]
-    return max(top, default=None)
+        folders: dict[str, set] = {}
+        for c in found:
+            folders.setdefault(os.path.dirname(c.path), set()).add(c.iteration)
+        local = os.path.join(os.path.abspath(root), "local")
+        ranks = [n for n in os.listdir(local)] if os.path.isdir(local) else []
+        per_rank = [folders.get(os.path.join(local, n), set()) for n in ranks] or list(folders.values())
+        return max(set.intersection(*per_rank), default=None) if per_rank else None
+    return max((c.iteration for c in found), default=None)
 
 
 def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, firings: list[dict]) -> Evidence:

@@ -20,8 +20,8 @@ import torch.distributed as dist
 
 from ..checkers import UNKNOWN, Verdict
 from ..checkpoint.combos import Combination
-from ..checkpoint.reference import broadcast
-from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
+from ..checkpoint.reference import all_gather, broadcast
+from ..errors import TopologyChangeRefused
 from ..runner.backends import make_backend
 from ..runner.history import EventLog
 from ..runner.rankprog import digests_of
@@ -183,19 +183,21 @@ def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Top
     combo = Combination.parse(combo_text)
     root = layout.ckpt(combo_text)
     started = time.monotonic()
+    backend = make_backend(plan.backend, combo)
     newest = None
     if lead:
         _mark(layout, combo_text, resume_started=attempt)
-        newest = newest_valid(root, combo)
+        newest = newest_valid(backend, root, combo)
     newest = broadcast(newest)
-    backend = make_backend(plan.backend, combo)
     state = TrainingState(plan.spec, topo, env.rank, groups)
     log.invoke("load", combo=combo_text, topology=str(topo), newest_valid=newest)
     try:
         result = backend.load(state, root)
-    except (TopologyChangeRefused, CheckpointNotFound, IntegrityError) as e:
+    except Exception as e:  # any failure is a failed load to judge; the ranks agree below whether to go on
         log.fail("load", combo=combo_text, topology=str(topo), refused=isinstance(e, TopologyChangeRefused),
                  error=f"{type(e).__name__}: {e}")
+        result = None
+    if not all(all_gather(result is not None)):
         result = None
     after = None
     if result is not None:
@@ -214,7 +216,7 @@ def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Top
         log.ok("save", combo=combo_text, iteration=state.iteration)
         dist.barrier()
         if lead:
-            after = newest_valid(root, combo)
+            after = newest_valid(backend, root, combo)
     if lead:
         row = judge(plan, layout, combo_text, topo, attempt, newest, after, time.monotonic() - started)
         write_json(layout.result(combo_text), row)

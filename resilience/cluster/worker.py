@@ -46,8 +46,12 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
     from ..checkpoint.combos import Combination, valid_combinations
+    from ..runner.backends import supported_combinations
 
-    combos = [str(Combination.parse(c)) for c in args.combos] if args.combos else [str(c) for c in valid_combinations()]
+    if args.combos:
+        combos = [str(Combination.parse(c)) for c in args.combos]
+    else:  # a backend that declares its combinations is validated on those
+        combos = [str(c) for c in supported_combinations(args.backend) or valid_combinations()]
     spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden,
                      optimizer=args.optimizer)
     return ClusterPlan(tuple(combos), args.kill, args.kill_phase, args.kill_rank, args.tp, args.pp, spec.to_dict(),
