@@ -82,13 +82,16 @@ class Manifest:
         fs = storage.current()
         if not fs.exists(path):
             raise IntegrityError(path, "manifest present", "the folder has no manifest.json: an uncommitted save")
-        with fs.open_read(path) as f:
-            raw = f.read()
+        try:  # any failure here must be an IntegrityError: an uncaught one on one rank hangs the others
+            with fs.open_read(path) as f:
+                raw = f.read()
+        except OSError as e:
+            raise IntegrityError(path, "manifest readable", f"{type(e).__name__}: {e}") from None
         try:
             doc = json.loads(raw.decode("utf-8"))
             body = doc["body"]
             version = doc["format_version"]
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise IntegrityError(path, "manifest parse", f"not a manifest ({type(e).__name__}: {e})") from None
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise IntegrityError(path, "manifest version", f"format_version {version!r} is newer than "
@@ -111,9 +114,13 @@ def verify_file(folder: str, rel: str, expected: dict) -> None:
     fs = storage.current()
     if not fs.exists(path):
         raise IntegrityError(path, "file present", "listed in the manifest but missing")
-    size = fs.size(path)
+    try:
+        size = fs.size(path)
+        if size == expected["size"]:
+            _, digest = file_digest(path)
+    except OSError as e:
+        raise IntegrityError(path, "readable", f"{type(e).__name__}: {e}") from None
     if size != expected["size"]:
         raise IntegrityError(path, "size", f"{size} bytes, manifest says {expected['size']}")
-    _, digest = file_digest(path)
     if digest != expected["xxh3_128"]:
         raise IntegrityError(path, "checksum", f"xxh3-128 {digest}, manifest says {expected['xxh3_128']}")

@@ -25,7 +25,7 @@ from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingS
 
 pytestmark = pytest.mark.multiprocess
 
-TIMEOUT = 120
+TIMEOUT = 60
 FORMAT_MODULE = {CkptFormat.TORCH_DIST: "torch_dist", CkptFormat.TORCH_DCP: "torch_dcp"}
 DISTOPT = ModelSpec(dtype="bf16", optimizer="distributed")
 TOPO = Topology(2, 1, 1)  # LEGACY: two mp_rank files; LOCAL: two rank folders
@@ -267,6 +267,20 @@ def _edited_manifest(folder):
     return os.path.join(folder, "manifest.json"), "manifest checksum"
 
 
+def _manifest_nested(folder):
+    path = os.path.join(folder, "manifest.json")
+    with open(path, "w") as f:
+        f.write("[" * 100_000)  # deeper than any JSON parser recurses
+    return path, "manifest parse"
+
+
+def _manifest_is_a_folder(folder):
+    path = os.path.join(folder, "manifest.json")
+    os.unlink(path)
+    os.mkdir(path)
+    return path, "manifest readable"
+
+
 def _manifest_deleted(folder):
     path = os.path.join(folder, "manifest.json")
     os.unlink(path)
@@ -293,6 +307,7 @@ def _older_copied_over(folder):
 FILE_CORRUPTIONS = {"truncated": _truncate, "bit-flip": _bit_flip, "missing-file": _missing_file,
                     "empty-file": _empty_file, "garbled-manifest": _garbled_manifest,
                     "edited-manifest": _edited_manifest, "manifest-deleted": _manifest_deleted,
+                    "nested-manifest": _manifest_nested, "manifest-is-a-folder": _manifest_is_a_folder,
                     "escape-relative": _escape("../x"), "escape-absolute": _escape("/etc/hostname"),
                     "older-copied-over": _older_copied_over}
 TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None}
