@@ -52,11 +52,12 @@ ARGS = "args"
 
 
 def available() -> bool:
+    """Is megatron-core installed? (Does not import it.)"""
+    import importlib.util
     try:
-        import megatron.core.dist_checkpointing  # noqa: F401
+        return importlib.util.find_spec("megatron.core.dist_checkpointing") is not None
     except ImportError:
         return False
-    return True
 
 
 def _require():

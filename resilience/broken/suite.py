@@ -1,0 +1,102 @@
+"""Run the broken implementations through the matrix and say which checker caught each.
+
+For every implementation of the catalogue: `resilience matrix --backend broken:NAME` restricted to its
+column and combinations (only its witness combination unless `full`), the same cases and runner as the
+matrix command. An implementation is caught when at least one case FAILs; the checkers that gave FAIL
+are what caught it."""
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+
+from ..checkpoint.combos import Combination, valid_combinations
+from ..errors import ConfigError
+from . import CATALOGUE, BrokenImpl
+
+
+@dataclass
+class SuiteResult:
+    impl: BrokenImpl
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def caught(self) -> bool:
+        return any(r["verdict"] == "FAIL" for r in self.rows)
+
+    @property
+    def caught_by(self) -> list[str]:
+        """Checkers that gave FAIL in any case, in checker order."""
+        seen: list[str] = []
+        for r in self.rows:
+            for c in r["checkers"]:
+                if c["status"] == "FAIL" and c["checker"] not in seen:
+                    seen.append(c["checker"])
+        return seen
+
+    @property
+    def expected_caught(self) -> bool:
+        return self.impl.caught_by in self.caught_by
+
+    def matrix_command(self, full: bool) -> str:
+        impl = self.impl
+        combos = combos_of(impl, full)
+        from ..runner.matrix import FAULTS
+        col = ["--faults", impl.column, "--transitions", "none"] if impl.column in FAULTS else \
+            ["--faults", "none", "--transitions", impl.column]
+        return " ".join(shlex.quote(a) for a in ["resilience", "matrix", "--backend", f"broken:{impl.name}",
+                                                 "--combos", *map(str, combos), *col])
+
+
+def combos_of(impl: BrokenImpl, full: bool) -> list[Combination]:
+    if not full and impl.witness:
+        return [Combination.parse(impl.witness)]
+    return [Combination.parse(c) for c in impl.combos] if impl.combos else valid_combinations()
+
+
+def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0,
+              progress=None) -> list[SuiteResult]:
+    """Run each named implementation (default: all) in its own folder under `out_dir`."""
+    from ..runner.matrix import FAULTS, TRANSITIONS, cases
+    from ..runner.run import run_case
+    names = names or list(CATALOGUE)
+    for n in names:
+        if n not in CATALOGUE:
+            raise ConfigError("--names", f"no broken implementation {n!r}", f"choose from {', '.join(CATALOGUE)}")
+    results = []
+    for name in names:
+        impl = CATALOGUE[name]
+        faults = [impl.column] if impl.column in FAULTS else []
+        transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
+        res = SuiteResult(impl)
+        for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed)):
+            case_dir = os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}")
+            r = run_case(case.scenario, case.combo, case_dir, backend=f"broken:{name}", fault=case.fault,
+                         transition=case.transition)
+            res.rows.append(dict(r.to_row(), column=case.column, broken=name))
+            if progress is not None:
+                progress()
+        results.append(res)
+    return results
+
+
+def render(results: list[SuiteResult], full: bool) -> str:
+    """The report: which checker caught which implementation, with the command that shows it."""
+    lines = ["# Broken implementations: which checker caught which", "",
+             f"{sum(r.caught for r in results)} of {len(results)} caught "
+             f"({'every catalogued combination' if full else 'witness combination only'}).", "",
+             "| implementation | bug | column | combinations | FAIL | caught by | expected |",
+             "|---|---|---|---|---|---|---|"]
+    for r in results:
+        fails = sum(row["verdict"] == "FAIL" for row in r.rows)
+        lines.append(f"| `{r.impl.name}` | {r.impl.bug} | {r.impl.column} | "
+                     f"{', '.join(row['combo'] for row in r.rows)} | {fails}/{len(r.rows)} | "
+                     f"{', '.join(r.caught_by) or '**not caught**'} | {r.impl.caught_by}"
+                     f"{'' if r.expected_caught else ' (missed)'} |")
+    lines += ["", "Replay one implementation: `" + (results[0].matrix_command(full) if results else "") + "`", ""]
+    for r in results:
+        lines.append(f"- `{r.impl.name}`: `{r.matrix_command(full)}`")
+        for row in r.rows:
+            lines.append(f"  - {row['combo']} {row['column']}: {row['verdict']}: {row['detail'][:200]}")
+            lines.append(f"    replay: `{row['replay']}`")
+    return "\n".join(lines) + "\n"

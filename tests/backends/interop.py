@@ -1,0 +1,110 @@
+"""Interop between the reference's GLOBAL/torch_dist checkpoints and megatron-core's loader, both ways.
+
+Rank functions: train, save with one implementation, then (another job) load with the other and compare
+the loaded state with training that never stopped. Each returns what happened, never raises, so the
+result is reported either way."""
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from resilience.checkpoint import Combination, ReferenceBackend
+from resilience.launch import run_ranks
+from resilience.runner.expected import never_stopped
+from resilience.runner.rankprog import digests_of
+from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.state.sharding import ShardedObject, ShardedTensor
+from resilience.state.training import RNG_KEY
+
+SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=50, optimizer="distributed")
+COMBO = Combination.parse("GLOBAL/torch_dist/sync")
+STEPS = 3
+
+
+def _writer(name: str):
+    if name == "reference":
+        return ReferenceBackend(COMBO)
+    from resilience.backends.megatron import MegatronBackend
+    return MegatronBackend(COMBO)
+
+
+def save_rank(ctx, writer: str, topo: Topology, root: str) -> None:
+    state = TrainingState(SPEC, topo, ctx.rank)
+    state.train(STEPS)
+    _writer(writer).save(state, root)
+
+
+def _megatron_strategy_load(state: TrainingState, folder: str) -> dict:
+    """megatron-core's torch_dist sharded-strategy loader alone (no common.pt step)."""
+    from resilience.backends.megatron import MegatronBackend, megatron_calls
+    from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
+    backend = MegatronBackend(COMBO)
+    records = [r for r in state.sharded_state_dict() if r.key != RNG_KEY]
+    sd, _ = backend.sharded_state_dict(state, records, for_load=True)
+    sd.pop("args")
+    with megatron_calls():
+        loaded = get_default_load_sharded_strategy(folder).load(sd, folder)
+    for r in records:
+        if isinstance(r, ShardedTensor) and loaded.get(r.key) is not None:
+            r.data.copy_(loaded[r.key])
+    objects = {r.key: loaded.get(r.key) for r in records if isinstance(r, ShardedObject)}
+    state.load_objects(objects)
+    return objects
+
+
+def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology) -> dict:
+    """Load with `reader`: first its ordinary loader, then (if that refuses) the format-level reader
+    alone; report each step."""
+    steps = []
+    state = TrainingState(SPEC, topo, ctx.rank)
+    root = os.path.abspath(root)
+    try:
+        if reader == "megatron":
+            from resilience.backends.megatron import MegatronBackend, iter_folder, read_tracker
+            try:
+                MegatronBackend(COMBO).load(state, root)
+                steps.append("MegatronBackend.load (dist_checkpointing.load): loaded")
+            except Exception as e:
+                steps.append(f"MegatronBackend.load (dist_checkpointing.load) failed: {_short(e)}")
+                state = TrainingState(SPEC, topo, ctx.rank)
+                objects = _megatron_strategy_load(state, iter_folder(root, read_tracker(root)))
+                steps.append(f"torch_dist sharded strategy alone: loaded, objects came back as "
+                             f"{sorted({type(v).__name__ for v in objects.values()})}")
+        else:
+            try:
+                ReferenceBackend(COMBO).load(state, root)
+                steps.append("ReferenceBackend.load: loaded")
+            except Exception as e:
+                steps.append(f"ReferenceBackend.load refused: {_short(e)}")
+                from resilience.backends.megatron import iter_folder, read_tracker
+                from resilience.checkpoint.formats.torch_dist import TorchDistFormat
+                from resilience.checkpoint.formats.base import RankInfo
+                state = TrainingState(SPEC, topo, ctx.rank)
+                info = RankInfo(ctx.rank, topo.world, topo, state.coords, SPEC, COMBO, None, state.groups.dp_group)
+                folder = iter_folder(root, read_tracker(root))
+                objects = TorchDistFormat().read(info, state.sharded_state_dict(), folder,
+                                                 SimpleNamespace(topology=saved_topo.to_dict()))
+                kinds = sorted({type(v).__name__ for v in objects.values()})
+                try:
+                    state.load_objects(objects)
+                    steps.append(f"TorchDistFormat.read alone: loaded, objects as {kinds}")
+                except Exception as e2:
+                    steps.append(f"TorchDistFormat.read alone: tensors read, objects as {kinds}: {_short(e2)}")
+                    state.load_objects({k: v[0] if isinstance(v, list) and len(v) == 1 else v
+                                        for k, v in objects.items()})
+                    steps.append("with each object taken out of its one-element list: loaded")
+    except BaseException as e:
+        steps.append(f"failed: {_short(e)}")
+        return {"ok": False, "steps": steps}
+    fp, _ = digests_of(state)
+    return {"ok": True, "steps": steps, "iteration": state.iteration, "exact": fp == never_stopped(SPEC)(STEPS)}
+
+
+def _short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+
+
+def interop(writer: str, reader: str, root: str, save_topo: Topology, load_topo: Topology) -> dict:
+    """Save with `writer` on save_topo, load with `reader` on load_topo; rank 0's answer."""
+    run_ranks(save_rank, save_topo.world, args=(writer, save_topo, root), timeout=180)
+    return run_ranks(load_rank, load_topo.world, args=(reader, load_topo, root, save_topo), timeout=180)[0]

@@ -1,0 +1,73 @@
+"""Every deliberately broken implementation is caught: `resilience matrix --backend broken:NAME`, on the
+catalogue's column, gives at least one FAIL, and the checker the catalogue names is among those that
+gave it. Default: each implementation on its witness combination; -m slow: every catalogued combination,
+through the `resilience broken` command that writes the caught-by report."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from resilience.broken import CATALOGUE
+from resilience.checkpoint.combos import valid_combinations
+from resilience.cli import main
+from resilience.runner.matrix import FAULTS, TRANSITIONS
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_catalogue_is_complete():
+    assert len(CATALOGUE) >= 12
+    valid = {str(c) for c in valid_combinations()}
+    checkers = {"atomic_commit", "durability", "integrity", "resume_equivalence", "topology_independence"}
+    for impl in CATALOGUE.values():
+        assert impl.column in FAULTS or impl.column in TRANSITIONS, impl
+        assert impl.caught_by in checkers, impl
+        assert set(impl.combos) <= valid, impl
+        assert impl.witness in (impl.combos or valid), impl
+
+
+def _matrix_rows(tmp_path, name: str) -> list[dict]:
+    impl = CATALOGUE[name]
+    column = ["--faults", impl.column, "--transitions", "none"] if impl.column in FAULTS else \
+        ["--faults", "none", "--transitions", impl.column]
+    out = tmp_path / "rows.json"
+    code = main(["matrix", "--backend", f"broken:{name}", "--combos", impl.witness, *column,
+                 "--out", str(tmp_path / "runs"), "--json", str(out)])
+    assert code == 1, "a matrix with a FAIL exits 1"
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("name", sorted(CATALOGUE))
+def test_broken_implementation_is_caught(tmp_path, name):
+    rows = _matrix_rows(tmp_path, name)
+    assert [r["verdict"] for r in rows] == ["FAIL"], rows[0]["detail"]
+    failed = [c["checker"] for c in rows[0]["checkers"] if c["status"] == "FAIL"]
+    assert CATALOGUE[name].caught_by in failed, f"caught by {failed}, catalogue says {CATALOGUE[name].caught_by}"
+    assert f"--backend broken:{name}" in rows[0]["replay"]
+
+
+@pytest.mark.slow
+def test_whole_suite_report(tmp_path, capsys):
+    code = main(["broken", "--full", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    caught = json.loads((run_dir / "caught.json").read_text())
+    assert code == 0, out
+    assert set(caught) == set(CATALOGUE)
+    for name, c in caught.items():
+        assert c["caught"] and c["expected"] in c["caught_by"], (name, c)
+    report = (run_dir / "broken.md").read_text()
+    assert f"{len(CATALOGUE)} of {len(CATALOGUE)} caught" in report
+    assert os.path.exists(run_dir / "results.json")
+
+
+def test_broken_command_on_one(tmp_path, capsys):
+    code = main(["broken", "--names", "rng_across_tp", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "rng_across_tp" in out and "caught by resume_equivalence" in out
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    report = (run_dir / "broken.md").read_text()
+    assert "| `rng_across_tp` |" in report and "resume_equivalence" in report
