@@ -96,8 +96,11 @@ def read_tracker(root: str) -> tuple[int | None, str | None]:
     path = os.path.join(root, TRACKER)
     if not fs.exists(path):
         return None, f"{path}: tracker missing"
-    with fs.open_read(path) as f:
-        raw = f.read()
+    try:
+        with fs.open_read(path) as f:
+            raw = f.read()
+    except OSError as e:  # a folder, an I/O error: a problem to report, not to raise on one rank
+        return None, f"{path}: tracker unreadable ({type(e).__name__}: {e.strerror or e})"
     text = raw.decode("utf-8", "replace").strip()
     if not text:
         return None, f"{path}: tracker is empty"

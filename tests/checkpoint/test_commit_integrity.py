@@ -310,13 +310,17 @@ FILE_CORRUPTIONS = {"truncated": _truncate, "bit-flip": _bit_flip, "missing-file
                     "nested-manifest": _manifest_nested, "manifest-is-a-folder": _manifest_is_a_folder,
                     "escape-relative": _escape("../x"), "escape-absolute": _escape("/etc/hostname"),
                     "older-copied-over": _older_copied_over}
-TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None}
+TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None,
+                       "a-folder": "folder"}
 
 
 def _corrupt_tracker(root, combo, kind):
     tracker = _tracker(root, combo)
     if TRACKER_CORRUPTIONS[kind] is None:
         os.unlink(tracker)
+    elif TRACKER_CORRUPTIONS[kind] == "folder":
+        os.unlink(tracker)
+        os.mkdir(tracker)
     else:
         with open(tracker, "wb") as f:
             f.write(TRACKER_CORRUPTIONS[kind])
