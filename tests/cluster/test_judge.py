@@ -1,0 +1,113 @@
+"""The judge of a cluster run on hand-made evidence: what passes, and that each way of failing is caught."""
+import json
+
+import pytest
+
+from resilience.cluster import ClusterPlan, Layout
+from resilience.cluster.base import write_json
+from resilience.cluster.expected import NeverStoppedLocal
+from resilience.cluster.judge import finish, judge
+from resilience.faults import FaultReport
+from resilience.runner.history import EventLog
+from resilience.state import ModelSpec, Topology
+
+SPEC = ModelSpec(num_layers=2, hidden=8, heads=2, ffn_hidden=16, vocab=20, optimizer="distributed")
+TOPO = Topology(2, 1, 2)
+EXPECTED = NeverStoppedLocal(SPEC)
+
+
+def _run(tmp_path, combo="GLOBAL/torch_dist/sync", *, loaded=3, load_fp=None, continued_fp=None, kill=True,
+         acked_by=None):
+    """The evidence a run leaves: saves 2 and 3 acknowledged, 4 cut by rank 3's kill on attempt 0, a resume on
+    attempt 1 that loaded `loaded`."""
+    plan = ClusterPlan(combos=(combo,), model=SPEC.to_dict())
+    layout = Layout(str(tmp_path / "shared"))
+    layout.make()
+    write_json(layout.plan, {"plan": plan.to_dict(), "run_id": "r", "world": 4, "topology": TOPO.to_dict(),
+                             "command": "torchrun ..."})
+    write_json(layout.state(combo), {"save_started": 0, "kill_armed": kill, "resume_started": 1,
+                                     **({} if kill else {"save_done": 0})})
+    logs = {r: EventLog(layout.history(r), 0, r) for r in range(4)}
+    for it in (2, 3, 4):
+        logs[0].invoke("save", combo=combo, iteration=it, fingerprint=EXPECTED(it), rng="rng%d" % it)
+        if it < 4 or not kill:
+            for r in (acked_by if acked_by is not None else range(4)):
+                logs[r].ok("save", combo=combo, iteration=it)
+    for r in range(4):
+        logs[r].close()
+    if kill:
+        FaultReport(layout.faults(combo, 3)).append({"kind": "rank_crash", "action": "sigkill", "rank": 3,
+                                                    "phase": "write"})
+    log = EventLog(layout.history(0), 1, 0)
+    log.ok("load", combo=combo, topology=str(TOPO), iteration=loaded, fingerprint=load_fp or EXPECTED(loaded),
+           rng="rng%d" % loaded, rng_restored=True, path=f"iter_{loaded:07d}", warnings=[])
+    log.ok("continue", combo=combo, iteration=loaded + 2, fingerprint=continued_fp or EXPECTED(loaded + 2))
+    log.invoke("save", combo=combo, iteration=loaded + 2, fingerprint=EXPECTED(loaded + 2), rng="x")
+    log.ok("save", combo=combo, iteration=loaded + 2)
+    log.close()
+    return plan, layout
+
+
+def _statuses(row):
+    return {v["checker"]: v["status"] for v in row["checkers"]}
+
+
+def test_a_correct_resume_passes_every_check(tmp_path):
+    plan, layout = _run(tmp_path)
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=3, after=5, seconds=1.0)
+    assert row["verdict"] == "PASS", row
+    assert set(_statuses(row).values()) == {"PASS"}
+    assert "cut by the kill at write" in row["detail"] and "resumed iteration 3" in row["detail"]
+    assert row["replay"] == "torchrun ..."
+
+
+@pytest.mark.parametrize("change, checker", [
+    ({"load_fp": "0" * 32}, "resume_equivalence"),            # wrong values loaded
+    ({"continued_fp": "1" * 32}, "resume_equivalence"),       # training on diverged
+    ({"loaded": 2}, "durability"),                             # an acknowledged save lost
+])
+def test_each_wrong_resume_fails(tmp_path, change, checker):
+    plan, layout = _run(tmp_path, **change)
+    newest = change.get("loaded", 3)
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=newest, after=newest + 2, seconds=1.0)
+    assert row["verdict"] == "FAIL" and _statuses(row)[checker] == "FAIL", row
+
+
+def test_not_the_newest_valid_checkpoint_fails(tmp_path):
+    plan, layout = _run(tmp_path)
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=4, after=5, seconds=1.0)
+    assert _statuses(row)["newest_valid"] == "FAIL" and "newest valid checkpoint on disk is iteration 4" in row["detail"]
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=3, after=3, seconds=1.0)
+    assert _statuses(row)["newest_valid"] == "FAIL"
+
+
+def test_a_kill_that_never_fired_is_unprobed_and_a_resume_in_the_same_attempt_fails(tmp_path):
+    plan, layout = _run(tmp_path)
+    row = judge(plan, layout, plan.combos[0], TOPO, 0, newest=3, after=5, seconds=1.0)
+    assert _statuses(row)["kill_and_restart"] == "FAIL"
+    plan, layout = _run(tmp_path / "b", kill=False, loaded=4)
+    write_json(layout.state(plan.combos[0]), {"save_started": 0, "save_done": 0, "kill_armed": True})
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=4, after=6, seconds=1.0)
+    assert row["verdict"] == "UNPROBED" and "never fired" in row["detail"]
+
+
+def test_local_saves_count_only_once_every_rank_has_its_part(tmp_path):
+    # rank 3 never acknowledged iteration 3: loading 2 is then no lost save
+    plan, layout = _run(tmp_path, "LOCAL/torch/sync", loaded=2, acked_by=[0, 1, 2])
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=2, after=4, seconds=1.0)
+    assert _statuses(row)["durability"] in ("PASS", "N/A"), row
+    plan, layout = _run(tmp_path / "g", "GLOBAL/torch_dist/sync", loaded=2, acked_by=[0, 1, 2])
+    row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=2, after=4, seconds=1.0)
+    assert _statuses(row)["durability"] == "FAIL"
+
+
+def test_summary_and_exit_status(tmp_path, capsys):
+    plan, layout = _run(tmp_path)
+    assert finish(plan, layout, 1) == 1  # no result yet
+    write_json(layout.result(plan.combos[0]), judge(plan, layout, plan.combos[0], TOPO, 1, 3, 5, 1.0))
+    assert finish(plan, layout, 1) == 0
+    summary = json.loads(open(layout.summary).read())
+    assert summary["ok"] and summary["attempts"] == 2 and summary["results"][0]["verdict"] == "PASS"
+    for name in ("results.json", "report.md", "junit.xml"):
+        assert (tmp_path / "shared" / "report" / name).is_file()
+    assert "1 of 1 combinations passed" in capsys.readouterr().out
