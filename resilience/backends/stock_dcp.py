@@ -402,8 +402,8 @@ class StockDcpBackend:
         if fs.is_dir(root):
             for name in fs.listdir(root):
                 m = STEP.fullmatch(name)
-                if m:
-                    path = os.path.join(root, name)
+                path = os.path.join(root, name)
+                if m and fs.is_dir(path):
                     complete = fs.exists(os.path.join(path, METADATA))
                     out.append(CheckpointInfo(int(m.group(1)), path, complete, None,
                                               "" if complete else f"no {METADATA}"))

@@ -53,11 +53,14 @@ def run_plan(ctx, plan: RankPlan) -> dict:
             elif kind == "save":
                 fp, rng = digests_of(state)
                 log.invoke("save", iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {}))
+                previous = backend.in_flight_iteration  # a save first finalizes the one still in flight
                 try:
                     backend.save(state, plan.root)
                 except Exception as e:
                     log.fail("save", iteration=state.iteration, error=f"{type(e).__name__}: {e}")
                     raise
+                if previous is not None and previous != state.iteration:
+                    log.ok("save", iteration=previous, via="next save")
                 if plan.combo.is_async:
                     log.ok("stage", iteration=state.iteration)
                 else:
