@@ -12,6 +12,8 @@ import xxhash
 
 from .. import storage
 from ..errors import IntegrityError
+from ..state.topology import Topology
+from .combos import Combination
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -102,6 +104,9 @@ class Manifest:
         try:
             files = {safe_relpath(k, path): {"size": int(v["size"]), "xxh3_128": str(v["xxh3_128"])}
                      for k, v in body["files"].items()}
+            # readers build these on every rank; a bad one must fail here, as an IntegrityError, not there
+            Topology.from_dict(body["topology"])
+            Combination.from_dict(body["combination"])
             return cls(body["combination"], body["topology"], body["model"], int(body["iteration"]), files,
                        body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
         except (KeyError, TypeError, ValueError, AttributeError) as e:

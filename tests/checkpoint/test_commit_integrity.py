@@ -281,6 +281,13 @@ def _manifest_is_a_folder(folder):
     return path, "manifest readable"
 
 
+def _nonsense_topology(folder):
+    doc = _manifest_doc(folder)
+    doc["body"]["topology"] = {"tp": "two"}
+    _write_manifest(folder, doc)  # digest matches: only the field check can catch it
+    return os.path.join(folder, "manifest.json"), "manifest fields"
+
+
 def _manifest_deleted(folder):
     path = os.path.join(folder, "manifest.json")
     os.unlink(path)
@@ -307,7 +314,7 @@ def _older_copied_over(folder):
 FILE_CORRUPTIONS = {"truncated": _truncate, "bit-flip": _bit_flip, "missing-file": _missing_file,
                     "empty-file": _empty_file, "garbled-manifest": _garbled_manifest,
                     "edited-manifest": _edited_manifest, "manifest-deleted": _manifest_deleted,
-                    "nested-manifest": _manifest_nested, "manifest-is-a-folder": _manifest_is_a_folder,
+                    "nested-manifest": _manifest_nested, "nonsense-topology": _nonsense_topology, "manifest-is-a-folder": _manifest_is_a_folder,
                     "escape-relative": _escape("../x"), "escape-absolute": _escape("/etc/hostname"),
                     "older-copied-over": _older_copied_over}
 TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None,
