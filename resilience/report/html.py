@@ -15,7 +15,9 @@ def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None) 
     for r in rows:
         by_cell.setdefault((r["combo"], column_of(r)), []).append(r)
     e = html.escape
-    head = "".join(f"<th>{e(c)}</th>" for c in cols)
+    subtitle = {column_of(r): r["transition"] for r in rows if r.get("transition")}
+    head = "".join(f"<th>{e(c)}" + (f"<br><small>{e(subtitle[c]).replace('-&gt;', '→')}</small>" if c in subtitle else "") + "</th>"
+                   for c in cols)
     body = []
     for combo in combos:
         tds = []
@@ -47,7 +49,8 @@ pre{{background:#f4f4f4;padding:.5em}}
 <h1>{e(meta.get('title', 'Resilience run'))}</h1>
 <p>seed <code>{e(str(meta.get('seed')))}</code> · backend <code>{e(str(meta.get('backend', 'reference')))}</code> ·
 {len(rows)} cases · <code>{e(meta.get('command', ''))}</code></p>
-<p>{legend}</p>
+<p>{legend}<br><small>REFUSED: the load was refused with a clear error, as the combination's semantics
+require; -: nothing to judge. Hover a cell for the evidence.</small></p>
 <table><tr><th>combination</th>{head}</tr>{''.join(body)}</table>
 {''.join(details)}
 </body></html>
