@@ -1,0 +1,138 @@
+"""`resilience fuzz`: generated scenarios and the lifecycle state machine on real ranks, shrunk to
+minimal failures. Exit status 1 when anything failed, 0 otherwise."""
+from __future__ import annotations
+
+import argparse
+
+from .common import combination_arg
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _max_world(text: str) -> int:
+    from ..state.topology import MAX_WORLD
+    value = _positive_int(text)
+    if value > MAX_WORLD:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORLD}, got {value}")
+    return value
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fuzz", help="run generated scenarios and the checkpoint lifecycle state machine on real "
+                                    "ranks; keep each failure as a minimal scenario with its replay command")
+    p.add_argument("--examples", type=_positive_int, default=50, metavar="N",
+                   help="examples per mode (default: 50)")
+    p.add_argument("--seed", type=_seed, default=None, metavar="S",
+                   help="seed of the run (default: a random one, printed); the same seed replays the same examples")
+    p.add_argument("--combos", nargs="+", type=combination_arg, metavar="TYPE/format/io",
+                   help="combinations to draw from (default: all six valid)")
+    p.add_argument("--max-world", type=_max_world, default=2, metavar="W",
+                   help="largest world size (tp*pp*dp) drawn (default: 2)")
+    p.add_argument("--max-steps", type=_positive_int, default=6, metavar="K",
+                   help="actions per generated scenario and rules per state-machine run (default: 6)")
+    p.add_argument("--time-budget", type=_seconds, default=None, metavar="T",
+                   help="seconds of generating, shared by the modes; no new example starts after it "
+                        "(default: no limit)")
+    p.add_argument("--shrink-budget", type=_seconds, default=120.0, metavar="S",
+                   help="seconds a found failure may spend shrinking, per mode (default: 120)")
+    p.add_argument("--all-bugs", action="store_true",
+                   help="shrink each failing checker's failure separately (slower); default: one per mode")
+    p.add_argument("--backend", default="reference",
+                   help="implementation under test: reference, broken:NAME or package.module:factory")
+    p.add_argument("--faults", nargs="*", metavar="KIND",
+                   help="fault kinds to draw (default: every deterministic kind; give none for no faults)")
+    p.add_argument("--mode", nargs="+", choices=("scenarios", "machine"), default=["scenarios", "machine"],
+                   help="generated scenarios, the state machine, or both (default: both)")
+    p.add_argument("--profile", default="fuzz", help="Hypothesis settings profile the run starts from (default: fuzz)")
+    p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
+    from ..runner.backends import make_backend
+    from .progress import Progress
+
+    opts = FuzzOptions(examples=args.examples, seed=args.seed, combos=args.combos, max_world=args.max_world,
+                       time_budget=args.time_budget, shrink_budget=args.shrink_budget, all_bugs=args.all_bugs,
+                       backend=args.backend, out=args.out, modes=tuple(args.mode),
+                       faults=args.faults, max_steps=args.max_steps, profile=args.profile)
+    _check(opts)
+    make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now
+    print(f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
+          f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else ""))
+    print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
+    found: set[str] = set()
+    with Progress(opts.examples * len(opts.modes), "cases") as bar:
+        def progress(mode, result):
+            bar.update()
+            if result is not None and result.verdict in ("FAIL", "UNKNOWN"):
+                key = f"{mode}:{result.verdict}:{result.detail[:60]}"
+                if not found:
+                    bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
+                found.add(key)
+        outcome = fuzz(opts, progress=progress)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(outcome.counts.items())) or "no cases"
+    print(f"{counts} ({outcome.seconds:.1f} s)")
+    for f in outcome.failures:
+        print(f"{f.verdict} ({f.mode}, {f.kind}): {f.combo}: {f.detail[:300]}")
+        print(f"  minimal scenario ({f.steps} steps): {f.scenario_file}")
+        print(f"  replay: {f.replay}")
+    for e in outcome.errors:
+        print(f"error: {e[:1000]}")
+    print(f"run folder: {outcome.run_dir}")
+    if outcome.ok:
+        print("no failure found")
+        return 0
+    print(f"{len(outcome.failures)} failure{'s' if len(outcome.failures) != 1 else ''}"
+          + (f", {len(outcome.errors)} errors" if outcome.errors else ""))
+    return 1
+
+
+def _first_combo():
+    from ..checkpoint.combos import valid_combinations
+    return valid_combinations()[0]
+
+
+def _check(opts) -> None:
+    """Bad --faults or --profile: one clear error before anything runs."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    from ..errors import ConfigError
+    from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
+    from ..fuzz.strategies import scenarios
+    try:
+        settings.get_profile(opts.profile)
+    except InvalidArgument:
+        raise ConfigError("--profile", f"no Hypothesis profile {opts.profile!r}", "use ci, dev or fuzz") from None
+    scenarios(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults, max_steps=opts.max_steps,
+              backend=opts.backend)

@@ -1,0 +1,312 @@
+"""A fuzzing run: generated scenarios and the lifecycle state machine, judged on real ranks, with a
+time budget, the Hypothesis example database and every minimal failure kept in one run folder.
+
+    runs/<time>-fuzz/
+      run.json results.json report.md report.html junit.xml   (as every run folder)
+      fuzz.json          seed, options, counts, failures
+      hypothesis/        the example database (Hypothesis replays what it holds first)
+      hypothesis.log     what Hypothesis printed (falsifying examples, the rule sequences)
+      failures/NNN-<mode>-<what>.yaml   each minimal failing scenario, its replay command on line 2
+      failures/NNN-<mode>-<what>/       the evidence of its last run (history, ranks' logs, checkpoint)
+
+The same seed and options give the same examples in the same order, so a run replays exactly as long
+as the time budget does not cut it short."""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.reporting import with_reporter
+from hypothesis.stateful import run_state_machine_as_test
+
+from ..checkpoint.combos import Combination
+from ..errors import ConfigError
+from ..runner.run import CaseResult, run_case
+from ..runner.scenario import Scenario
+from . import profiles  # noqa: F401  (registers the profiles)
+from .judge import BAD, failure_class, write_failure
+from .machine import lifecycle_machine
+from .strategies import scenarios
+
+MODES = ("scenarios", "machine")
+
+
+@dataclass
+class FuzzOptions:
+    examples: int = 50                 # per mode
+    seed: int | None = None            # None: a fresh random seed, printed so the run can be repeated
+    combos: list[Combination] | None = None
+    max_world: int = 2
+    time_budget: float | None = None   # seconds for the whole run, shared by the modes
+    shrink_budget: float = 120.0       # seconds a found failure may spend shrinking
+    all_bugs: bool = False             # shrink each failing checker separately (slower), not one failure per mode
+    backend: str = "reference"
+    out: str = "runs"
+    modes: tuple[str, ...] = MODES
+    faults: list[str] | None = None    # fault kinds to draw (default: the deterministic ones)
+    max_steps: int = 6                 # actions per scenario, rules per machine run
+    profile: str = "fuzz"
+
+    def __post_init__(self):
+        if self.seed is None:
+            self.seed = secrets.randbelow(2**32)
+        for m in self.modes:
+            if m not in MODES:
+                raise ConfigError("--mode", f"unknown mode {m!r}", f"use {', '.join(MODES)} or both")
+
+
+@dataclass
+class FuzzFailure:
+    mode: str
+    kind: str            # the failure class, e.g. FailInDurability
+    verdict: str
+    combo: str
+    detail: str
+    scenario_file: str
+    replay: str
+    case_dir: str
+    steps: int
+
+
+@dataclass
+class FuzzOutcome:
+    run_dir: str
+    seed: int
+    options: dict
+    counts: dict = field(default_factory=dict)
+    failures: list[FuzzFailure] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # what Hypothesis raised besides our failures
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and not self.errors
+
+    def to_dict(self) -> dict:
+        return {"run_dir": self.run_dir, "seed": self.seed, "options": self.options, "counts": self.counts,
+                "failures": [asdict(f) for f in self.failures], "errors": self.errors,
+                "seconds": round(self.seconds, 3)}
+
+
+class _Judge:
+    """Runs every example's scenario, keeps the evidence of failures only, and applies the budget."""
+
+    def __init__(self, opts: FuzzOptions, run_dir: str, on_case: Callable[[str, CaseResult | None], None]):
+        self.opts, self.run_dir, self.on_case = opts, run_dir, on_case
+        self.work = os.path.join(run_dir, "work")
+        self.start = time.monotonic()
+        self.counts: Counter = Counter()
+        self.latest: dict[tuple[str, str], tuple[Scenario, CaseResult]] = {}  # (mode, class) -> last failure
+        self.last: dict[str, tuple[str, str]] = {}  # mode -> the (mode, class) failing last
+        self.failing: set[str] = set()
+        self.first_failure: float | None = None
+        self.n = 0
+
+    def begin(self, mode: str) -> None:
+        """Each mode gets its share of the time budget and its own shrink budget."""
+        self.start, self.first_failure = time.monotonic(), None
+        self.budget = None if self.opts.time_budget is None else self.opts.time_budget / len(self.opts.modes)
+
+    def _may_run(self, key: str) -> bool:
+        """Known failures always run (Hypothesis replays its minimal example last); anything else only
+        within the time budget, or once something failed, within the shrink budget."""
+        if key in self.failing:
+            return True
+        now = time.monotonic()
+        if self.first_failure is not None:
+            return now - self.first_failure < self.opts.shrink_budget
+        return self.budget is None or now - self.start < self.budget
+
+    def failures(self) -> list[tuple[str, str, Scenario, CaseResult]]:
+        """(mode, class, scenario, result) of each failure to report: every class with all_bugs,
+        else the one each mode shrank last."""
+        keys = sorted(self.latest) if self.opts.all_bugs else sorted(self.last.values())
+        return [(mode, kind, *self.latest[(mode, kind)]) for mode, kind in keys]
+
+    def __call__(self, mode: str, scenario: Scenario, combo: Combination) -> CaseResult | None:
+        key = f"{combo}\n{scenario.to_yaml()}"
+        if not self._may_run(key):
+            self.counts["skipped (time budget)"] += 1
+            return None
+        self.n += 1
+        case_dir = os.path.join(self.work, f"{self.n:05d}")
+        try:
+            result = run_case(scenario, combo, case_dir, backend=self.opts.backend)
+        except ConfigError:
+            # the runner could not carry out a generated fault (no file left to damage): not an example
+            shutil.rmtree(case_dir, ignore_errors=True)
+            self.counts["rejected"] += 1
+            self.on_case(mode, None)
+            reject()
+        self.counts[result.verdict] += 1
+        self.on_case(mode, result)
+        if result.verdict in BAD:
+            cls = failure_class(result)
+            previous = self.latest.get((mode, cls.__name__))
+            if previous is not None and previous[1].case_dir != case_dir:
+                shutil.rmtree(previous[1].case_dir, ignore_errors=True)
+            # Hypothesis replays each minimal failure last: the last one recorded per class is the minimal one
+            self.latest[(mode, cls.__name__)] = (scenario, result)
+            self.last[mode] = (mode, cls.__name__)
+            self.failing.add(key)
+            if self.first_failure is None:
+                self.first_failure = time.monotonic()
+            raise cls(scenario, result)
+        shutil.rmtree(case_dir, ignore_errors=True)
+        return result
+
+
+def _settings(opts: FuzzOptions, database: str) -> settings:
+    return settings(settings.get_profile(opts.profile), max_examples=opts.examples, deadline=None,
+                    database=DirectoryBasedExampleDatabase(database), derandomize=False,
+                    suppress_health_check=list(HealthCheck), report_multiple_bugs=opts.all_bugs,
+                    stateful_step_count=opts.max_steps, print_blob=False)
+
+
+def _seeded(test, seed: int):
+    # what hypothesis.seed() does, minus switching the example database off: the run keeps its database
+    test._hypothesis_internal_use_seed = seed
+    return test
+
+
+def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None] | None = None,
+         run_dir: str | None = None) -> FuzzOutcome:
+    """Run the fuzzer; `progress(mode, result)` is called after each case (result None: rejected)."""
+    from ..report import make_run_dir
+    run_dir = run_dir or make_run_dir(opts.out, "fuzz")
+    started = time.monotonic()
+    judge = _Judge(opts, run_dir, progress or (lambda mode, result: None))
+    outcome = FuzzOutcome(run_dir, opts.seed, _options(opts))
+    log_path = os.path.join(run_dir, "hypothesis.log")
+    with open(log_path, "w", encoding="utf-8") as log, with_reporter(lambda text: log.write(f"{text}\n")):
+        for mode in opts.modes:
+            judge.begin(mode)
+            try:
+                if mode == "scenarios":
+                    _fuzz_scenarios(opts, judge, os.path.join(run_dir, "hypothesis"))
+                else:
+                    _fuzz_machine(opts, judge, os.path.join(run_dir, "hypothesis"))
+            except Exception as e:  # our failures (one or a group of them), or Hypothesis' own complaint
+                log.write(f"{mode}: {type(e).__name__}: {e}\n")
+                for x in _flatten(e):  # Hypothesis attaches the falsifying example as notes
+                    log.write("".join(f"{note}\n" for note in getattr(x, "__notes__", [])))
+                    log.write(f"{type(x).__name__}: {x}\n\n")
+                leftover = [x for x in _flatten(e) if not _is_failure(x)]
+                outcome.errors += [f"{mode}: {type(x).__name__}: {str(x)[:2000]}" for x in leftover]
+    outcome.failures = _keep_failures(judge, run_dir)
+    outcome.counts = dict(judge.counts)
+    outcome.seconds = time.monotonic() - started
+    shutil.rmtree(judge.work, ignore_errors=True)
+    _write(outcome, opts)
+    return outcome
+
+
+def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
+    strategy = scenarios(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults,
+                         max_steps=opts.max_steps, backend=opts.backend, name="fuzz-scenario")
+
+    @_settings(opts, database)
+    @given(strategy)
+    def fuzz_scenarios(scenario):
+        judge("scenarios", scenario, scenario.combinations[0])
+
+    _seeded(fuzz_scenarios, opts.seed)()
+
+
+def _fuzz_machine(opts: FuzzOptions, judge: _Judge, database: str) -> None:
+    def judge_with(scenario: Scenario, combo: Combination):
+        return judge("machine", scenario, combo)
+
+    machine = lifecycle_machine(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults,
+                                backend=opts.backend, judge_with=judge_with)
+    machine.name = "fuzz-machine"
+    run_state_machine_as_test(_seeded(machine, opts.seed), settings=_settings(opts, database))
+
+
+def _flatten(e: BaseException) -> list[BaseException]:
+    inner = getattr(e, "exceptions", None)
+    if inner:
+        return [x for sub in inner for x in _flatten(sub)]
+    return [e]
+
+
+def _is_failure(e: BaseException) -> bool:
+    from .judge import ScenarioFailed
+    return isinstance(e, ScenarioFailed)
+
+
+def _keep_failures(judge: _Judge, run_dir: str) -> list[FuzzFailure]:
+    out = []
+    folder = os.path.join(run_dir, "failures")
+    keep = {id(result) for *_, result in judge.failures()}
+    for *_, result in [(m, k, *v) for (m, k), v in judge.latest.items()]:
+        if id(result) not in keep:
+            shutil.rmtree(result.case_dir, ignore_errors=True)
+    for i, (mode, kind, scenario, result) in enumerate(judge.failures(), 1):
+        stem = f"{i:03d}-{mode}-{kind}"
+        scenario.name = stem
+        path, command = write_failure(folder, stem, scenario, result)
+        evidence = os.path.join(folder, stem)
+        if os.path.isdir(result.case_dir):
+            shutil.move(result.case_dir, evidence)
+        out.append(FuzzFailure(mode, kind, result.verdict, result.combo, result.detail, path, command, evidence,
+                               len(scenario.steps)))
+    return out
+
+
+def _options(opts: FuzzOptions) -> dict:
+    d = asdict(opts)
+    d["combos"] = [str(c) for c in opts.combos] if opts.combos else None
+    d["modes"] = list(opts.modes)
+    return d
+
+
+def _write(outcome: FuzzOutcome, opts: FuzzOptions) -> None:
+    from ..report import write_run_files
+    rows = [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
+             "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": [], "case_dir": f.case_dir,
+             "replay": f.replay, "column": f.mode} for f in outcome.failures]
+    ran = sum(v for k, v in outcome.counts.items() if k not in ("skipped (time budget)", "rejected"))
+    if not outcome.failures:
+        rows.append({"scenario": "fuzz", "combo": ", ".join(map(str, opts.combos or [])) or "all", "fault": None,
+                     "transition": None, "verdict": "FAIL" if outcome.errors else "PASS",
+                     "detail": (outcome.errors[0][:300] if outcome.errors else f"{ran} cases, no failure"),
+                     "seconds": round(outcome.seconds, 3), "checkers": [], "case_dir": outcome.run_dir,
+                     "replay": replay_fuzz(opts), "column": "fuzz"})
+    write_run_files(outcome.run_dir, rows, {"title": "resilience fuzz", "seed": outcome.seed, "backend": opts.backend,
+                                            "command": replay_fuzz(opts)}, None)
+    with open(os.path.join(outcome.run_dir, "fuzz.json"), "w", encoding="utf-8") as f:
+        json.dump(outcome.to_dict(), f, indent=1)
+
+
+def replay_fuzz(opts: FuzzOptions) -> str:
+    """The command that runs this fuzzing run again, example for example."""
+    import shlex
+    cmd = ["resilience", "fuzz", "--seed", str(opts.seed), "--examples", str(opts.examples),
+           "--max-world", str(opts.max_world), "--max-steps", str(opts.max_steps)]
+    if opts.combos:
+        cmd += ["--combos", *map(str, opts.combos)]
+    if opts.faults is not None:
+        cmd += ["--faults", *opts.faults]
+    if tuple(opts.modes) != MODES:
+        cmd += ["--mode", *opts.modes]
+    if opts.backend != "reference":
+        cmd += ["--backend", opts.backend]
+    if opts.time_budget is not None:
+        cmd += ["--time-budget", f"{opts.time_budget:g}"]
+    if opts.shrink_budget != FuzzOptions.shrink_budget:
+        cmd += ["--shrink-budget", f"{opts.shrink_budget:g}"]
+    if opts.all_bugs:
+        cmd += ["--all-bugs"]
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+__all__ = ["FuzzFailure", "FuzzOptions", "FuzzOutcome", "MODES", "fuzz", "replay_fuzz"]

@@ -1,0 +1,178 @@
+"""The checkpoint lifecycle as a Hypothesis state machine.
+
+Rules: train n steps, save, finalize an async save, crash a rank during a save, a write fault during a
+save, corrupt a file at rest, lose unsynced writes, resume (on the same or another topology), delete
+old checkpoints. The combination, topologies and model are chosen once, at the start. The rules build
+up one scenario; whenever a resume has loaded something (and once more at the end) the scenario so far
+runs on real ranks and every checker must hold: atomic commit, durability, integrity, resume
+equivalence, topology independence. A failure prints as the minimal sequence of rules, and as the
+scenario YAML with the `resilience run` command that replays it.
+
+    from resilience.fuzz.machine import lifecycle_machine
+    TestLifecycle = lifecycle_machine(combinations=["GLOBAL/torch_dist/sync"], max_world=2).TestCase
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from ..checkpoint.combos import Combination
+from ..runner.run import CaseResult
+from ..runner.scenario import Scenario, from_dict
+from . import lifecycle as lc
+from . import strategies as rst
+from .judge import judge
+
+Judge = Callable[[Scenario, Combination], CaseResult]
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    """Base of the machines lifecycle_machine() builds; holds the model and judges the scenario."""
+
+    backend = "reference"
+    name = "lifecycle"
+
+    def __init__(self):
+        super().__init__()
+        self.life: lc.Lifecycle | None = None
+        self.model = None
+        self.judged_steps = 0
+        self.judged_loads = 0
+        self.failed = False
+        self.results: list[CaseResult] = []
+
+    # ---- the scenario built so far ---------------------------------------------------------------
+    def scenario(self) -> Scenario:
+        life = self.life
+        return from_dict({"name": self.name, "topology": str(life.base), "model": self.model.to_dict(),
+                          "combinations": [str(life.combo)], "steps": life.steps, "backend": self.backend,
+                          "tags": ["generated", "state-machine"]}, source=f"<{self.name}>")
+
+    def judge_scenario(self, scenario: Scenario, combo: Combination) -> CaseResult:
+        """Run and judge; raise ScenarioFailed on FAIL or UNKNOWN. Replaced by the fuzz run."""
+        return judge(scenario, combo)
+
+    def _judge(self) -> None:
+        if self.life is None or not self.life.saves or len(self.life.steps) == self.judged_steps:
+            return
+        self.judged_steps, self.judged_loads = len(self.life.steps), self.life.loads
+        try:
+            self.results.append(self.judge_scenario(self.scenario(), self.life.combo))
+        except BaseException:
+            self.failed = True
+            raise
+
+    def _do(self, action) -> None:
+        self.life.apply(action)
+
+    def _allows(self, action) -> bool:
+        return self.life is not None and self.life.allows(action)
+
+    # ---- invariants --------------------------------------------------------------------------------
+    @invariant()
+    def checkers_hold(self):
+        """After a resume loaded a checkpoint, everything so far passes every checker."""
+        if self.life is not None and self.life.loads > self.judged_loads:
+            self._judge()
+
+    def teardown(self):
+        if not self.failed:
+            self._judge()  # the planner ends the scenario with a load: the last steps are judged too
+
+
+def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None, max_world: int = 2,
+                      faults: Iterable[str] | None = None, moves: bool = True, backend: str = "reference",
+                      judge_with: Judge | None = None) -> type[LifecycleMachine]:
+    """A state machine class over the given combinations, world size, fault kinds (names of
+    resilience.faults kinds, default: the deterministic ones) and backend. `judge_with(scenario, combo)`
+    replaces the default judge (run on real ranks, raise ScenarioFailed on FAIL or UNKNOWN)."""
+    combos = rst.combinations(among=combinations) if combinations is not None else rst.combinations()
+    topos = rst.topologies(max_world=max_world)
+    kinds = frozenset(rst.SCENARIO_FAULTS if faults is None else faults)
+    bad = [k for k in kinds if k not in rst.SCENARIO_FAULTS + rst.OPTIONAL_FAULTS]
+    if bad:
+        raise rst.InvalidStrategyArgument("faults", f"the state machine cannot draw {bad[0]!r}",
+                                          f"use some of {', '.join(rst.SCENARIO_FAULTS + rst.OPTIONAL_FAULTS)}")
+    rank = st.integers(0, 7)
+    seed = st.integers(0, 1000)
+    crash_points = st.one_of(
+        st.tuples(st.just("phase"), st.sampled_from(lc.CRASH_PHASES)), st.tuples(st.just("byte"), st.integers(1, 1024)),
+        st.tuples(st.just("op"), st.sampled_from(lc.CRASH_OPS), st.sampled_from(("before", "after"))))
+    writes = [k for k in lc.WRITE_FAULTS if k in kinds]
+    rest = [k for k in lc.CORRUPTIONS if k in kinds]
+
+    @st.composite
+    def setups(draw):
+        combo = draw(combos)
+        base = draw(topos)
+        others = draw(st.lists(topos.filter(lambda t: t != base), max_size=2, unique=True)) if moves else []
+        model = draw(rst.model_specs(topologies=[base, *others], max_layers=2, max_heads=2, max_vocab=32))
+        return combo, base, others, model
+
+    def enabled(drawn: bool, action):
+        return precondition(lambda self: drawn and self._allows(action))
+
+    class CheckpointLifecycle(LifecycleMachine):
+        __doc__ = LifecycleMachine.__doc__
+
+        @initialize(setup=setups())
+        def start(self, setup):
+            combo, base, others, model = setup
+            self.life, self.model = lc.Lifecycle(combo, base, list(others)), model
+
+        @precondition(lambda self: self._allows(lc.Train()))
+        @rule(steps=st.integers(1, 3))
+        def train(self, steps):
+            self._do(lc.Train(steps))
+
+        @precondition(lambda self: self._allows(lc.Save()))
+        @rule()
+        def save(self):
+            self._do(lc.Save())
+
+        @precondition(lambda self: self._allows(lc.Finalize()))
+        @rule()
+        def finalize(self):
+            self._do(lc.Finalize())
+
+        @enabled("rank_crash" in kinds, lc.CrashDuringSave())
+        @rule(rank=rank, point=crash_points)
+        def crash_rank_during_save(self, rank, point):
+            self._do(lc.CrashDuringSave(rank, point))
+
+        @enabled(bool(writes), lc.FaultDuringSave())
+        @rule(kind=st.sampled_from(writes or ["short_write"]), rank=rank, nth=st.integers(1, 2),
+              detail=st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")), errno=st.sampled_from(lc.ERRNOS))
+        def write_fault_during_save(self, kind, rank, nth, detail, errno):
+            self._do(lc.FaultDuringSave(kind, rank, nth, detail, errno))
+
+        @enabled(bool(rest), lc.Corrupt(rest[0] if rest else "truncate"))
+        @rule(kind=st.sampled_from(rest or ["truncate"]), rank=rank, seed=seed, how=st.sampled_from(lc.METADATA_HOW + lc.TRACKER_HOW),
+              dcp_metadata=st.booleans())
+        def corrupt_file(self, kind, rank, seed, how, dcp_metadata):
+            self._do(lc.Corrupt(kind, rank, seed, how, dcp_metadata))
+
+        @enabled("lost_unsynced_writes" in kinds, lc.PowerLoss())
+        @rule(rank=rank, phase=st.none() | st.sampled_from(lc.CRASH_PHASES), max_states=st.integers(1, 3))
+        def lose_unsynced_writes(self, rank, phase, max_states):
+            self._do(lc.PowerLoss(rank, phase, max_states))
+
+        @precondition(lambda self: self.life is not None)
+        @rule(where=st.none() | st.integers(0, 3) if moves else st.none(), cont=st.integers(0, 2))
+        def resume(self, where, cont):
+            self._do(lc.Resume(where, cont))
+
+        @enabled("delete_file" in kinds, lc.DeleteOld())
+        @rule(which=st.integers(0, 3), seed=seed)
+        def delete_old_checkpoints(self, which, seed):
+            self._do(lc.DeleteOld(which, seed))
+
+    CheckpointLifecycle.backend = backend
+    if judge_with is not None:
+        CheckpointLifecycle.judge_scenario = lambda self, scenario, combo: judge_with(scenario, combo)
+    return CheckpointLifecycle
+
+
+__all__ = ["LifecycleMachine", "lifecycle_machine"]

@@ -1,0 +1,21 @@
+"""Hypothesis strategies for checkpoint resilience tests: the public facade.
+
+    from hypothesis import given
+    import resilience.strategies as rst
+
+    @given(rst.scenarios(max_world=2, faults=["truncate", "bit_flip"]))
+    def test_my_checkpoint(scenario):
+        rst.judge(scenario, backend="my_package.adapter:factory")   # raises ScenarioFailed with the replay
+
+Every strategy takes keyword-only arguments, draws only valid values and shrinks toward the simplest
+one; a bad argument raises InvalidStrategyArgument (a hypothesis InvalidArgument and a
+resilience ConfigError). The state machine of the checkpoint lifecycle is lifecycle_machine()."""
+from .fuzz.judge import ScenarioFailed, judge, judge_all
+from .fuzz.machine import lifecycle_machine
+from .fuzz.strategies import (OPTIONAL_FAULTS, SCENARIO_FAULTS, TIMED_FAULTS, InvalidStrategyArgument, combinations,
+                              dtypes, fault_schedules, faults, model_specs, optimizers, scenarios, topologies,
+                              transitions)
+
+__all__ = ["InvalidStrategyArgument", "OPTIONAL_FAULTS", "SCENARIO_FAULTS", "ScenarioFailed", "TIMED_FAULTS",
+           "combinations", "dtypes", "fault_schedules", "faults", "judge", "judge_all", "lifecycle_machine",
+           "model_specs", "optimizers", "scenarios", "topologies", "transitions"]
