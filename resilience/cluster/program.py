@@ -55,6 +55,7 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
             print(f"resilience validate: error: {decision['error']}", flush=True)
         return 2
     topo = Topology.from_dict(decision["topology"])
+    layout.make()  # rank 0 made the folders; on a network filesystem another node may not see them yet
     groups = ParallelGroups(topo, env.rank)  # every rank creates every group, once per attempt
     log = EventLog(layout.history(env.rank), attempt, env.rank)
     try:

@@ -48,7 +48,7 @@ def _run(tmp_path, plan: ClusterPlan, timeout: float = 300.0):
     return shared, outcome
 
 
-def test_kill_restart_and_resume_from_the_newest_valid_checkpoint(tmp_path):
+def test_kill_restart_and_resume_from_the_newest_valid_checkpoint(tmp_path, capsys):
     # LEGACY is saved whole on attempt 0; the async GLOBAL save after it is cut by rank 3's kill
     plan = ClusterPlan(combos=("LEGACY/torch/sync", "GLOBAL/torch_dist/async"), kill="last")
     shared, outcome = _run(tmp_path, plan)
@@ -76,6 +76,8 @@ def test_kill_restart_and_resume_from_the_newest_valid_checkpoint(tmp_path):
         assert checks["kill_and_restart"]["status"] == "PASS"
     assert "SIGKILLed itself at phase write" in results["GLOBAL/torch_dist/async"]["checkers"][3]["detail"]
     assert (shared / "report" / "junit.xml").is_file()
+    assert main(["validate", "--show", str(shared)]) == 0
+    assert "2 of 2 combinations passed" in capsys.readouterr().out
 
     assert os.listdir(tmp_path / "tmp") == []      # torchrun and torch left no temp file
     assert _ours(str(shared)) == []                 # no agent or worker left, orphans included
