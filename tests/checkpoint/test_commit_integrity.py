@@ -6,9 +6,11 @@ format module is not written yet is skipped and starts running once the module e
 suite fast, the cases of one scenario run in one job per combination (a module-scoped cache) and
 each case is still its own test."""
 import errno
+import fcntl
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -110,13 +112,26 @@ def _agreed(outs: list[dict]) -> dict:
 
 @pytest.fixture(scope="module")
 def cached(tmp_path_factory):
-    """cached(name, combo, build): build(folder) once per module and worker."""
-    cache = {}
+    """cached(name, combo, build): build(folder) once per run, shared by the xdist workers (a file lock:
+    whichever worker comes first builds, the other reads its result)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    memo = {}
 
     def get(name, combo, build):
-        if (name, combo) not in cache:
-            cache[name, combo] = build(str(tmp_path_factory.mktemp(f"{name}-{combo}".replace("/", "-"))))
-        return cache[name, combo]
+        key = f"cached-{name}-{combo}".replace("/", "-")
+        if key not in memo:
+            folder, done = shared / key, shared / f"{key}.pickle"
+            with open(shared / f"{key}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if done.exists():
+                    memo[key] = pickle.loads(done.read_bytes())
+                else:
+                    shutil.rmtree(folder, ignore_errors=True)  # what a failed build left
+                    folder.mkdir()
+                    memo[key] = build(str(folder))
+                    done.write_bytes(pickle.dumps(memo[key]))
+        return memo[key]
     return get
 
 
