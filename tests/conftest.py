@@ -4,8 +4,8 @@ import psutil
 import pytest
 from hypothesis import settings
 
-settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, print_blob=True)
-settings.register_profile("dev", max_examples=50, deadline=None)
+import resilience.fuzz.profiles  # noqa: F401  (registers ci / dev / fuzz, as the pytest plugin does)
+
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
