@@ -153,7 +153,7 @@ class async_no_snapshot(ReferenceBackend):
 
     def _start_async(self, state, records, root, staging):
         import resilience.checkpoint.reference as ref
-        with patched(ref, "_stage", lambda records: records), patched(threading.Thread, "start", _deferred_start):
+        with patched(ref, "_stage", lambda records, **_: records), patched(threading.Thread, "start", _deferred_start):
             super()._start_async(state, records, root, staging)
 
     def finalize(self, *, blocking=True):

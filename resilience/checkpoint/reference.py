@@ -110,6 +110,7 @@ class ReferenceBackend:
         self.name = f"reference:{combo}"
         self._pending: _Pending | None = None
         self._async_group = None
+        self._staging_buffers: dict[str, torch.Tensor] = {}  # async: host copies reused from save to save
 
     # ---- save ------------------------------------------------------------------------------------
     def _info(self, state: TrainingState, group=None) -> RankInfo:
@@ -198,7 +199,9 @@ class ReferenceBackend:
         if self._async_group is None and _world() > 1:
             # the background writer's collectives must not interleave with training's on one group
             self._async_group = dist.new_group(backend="gloo")
-        staged = _stage(records)  # the only part the training step waits for
+        # the only part the training step waits for; the previous save's writer has finished (save()
+        # finalized it), so its buffers are free to reuse
+        staged = _stage(records, buffers=self._staging_buffers)
         info = self._info(state, self._async_group)
         prepare = getattr(self.format, "prepare", None)
         if prepare is not None:  # a format's collective set-up (device meshes, groups) stays on this thread
@@ -421,16 +424,29 @@ def state_model(info: RankInfo) -> dict:
     return info.spec.to_dict()
 
 
-def _stage(records):
-    """Copy tensors to host buffers the training step will not touch (what async waits for)."""
+def _stage(records, buffers: dict[str, torch.Tensor] | None = None):
+    """Copy tensors to host buffers the training step will not touch (what async waits for).
+
+    With `buffers` (key -> tensor, updated in place), a tensor is copied into the buffer the previous
+    save used for its key when shape, dtype and strides match: fresh memory costs a page fault per 4 KiB,
+    several times the copy itself. The caller must not reuse buffers a writer may still be reading."""
     out = []
+    kept = {}
     for r in records:
         if isinstance(r, ShardedTensor):
-            out.append(ShardedTensor(r.key, r.data.detach().clone(), r.global_shape, r.global_offset, r.replica_id,
-                                     r.logical_shape))
+            data = r.data.detach()
+            buf = buffers.get(r.key) if buffers is not None else None
+            if buf is None or (buf.shape, buf.dtype, buf.stride()) != (data.shape, data.dtype, data.stride()):
+                buf = torch.empty_like(data)
+            buf.copy_(data)
+            kept[r.key] = buf
+            out.append(ShardedTensor(r.key, buf, r.global_shape, r.global_offset, r.replica_id, r.logical_shape))
         elif isinstance(r, ShardedObject):
             v = r.value.clone() if isinstance(r.value, torch.Tensor) else r.value
             out.append(ShardedObject(r.key, v, r.global_shape, r.global_offset, r.replica_id))
+    if buffers is not None:  # keys no longer saved release their buffers
+        buffers.clear()
+        buffers.update(kept)
     return out
 
 
