@@ -9,6 +9,8 @@ import sys
 # name -> module exposing `main(argv: list[str]) -> int`, which prints its figures
 BENCHMARKS = {
     "launcher": "benchmarks.launcher",
+    "checkpoint": "benchmarks.checkpoint",
+    "scenario": "benchmarks.scenario",
 }
 
 

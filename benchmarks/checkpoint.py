@@ -1,0 +1,623 @@
+"""Checkpoint save and load: the reference backend's six combinations against stock torch on one state.
+
+One job of 4 rank processes (the fork launcher) builds a GPT-like state once (fp32 weights and Adam's two
+moments, one training step taken so every moment is non-zero) and, round after round, measures:
+
+- each of the six combinations: save, then load, with `ReferenceBackend` (checksums on, as shipped);
+  async: how long save() blocks (what a training step waits for: staging) and save() + finalize();
+- stock `torch.distributed.checkpoint.save/load` of the same pieces: a state dict of torch ShardedTensors
+  (each rank's replica-0 pieces with their global shape and offset), `checkpoint_id=folder`, defaults;
+  run right after GLOBAL/torch_dist/sync, the combination it is compared with;
+- per-rank `torch.save` / `torch.load(weights_only=True)` + copy into the state, of the same records;
+  the fsync a plain torch.save never does is timed on its own;
+- checksum overhead: each sync combination saved again with hashing disabled, through the storage seam
+  (a LocalFileSystem whose write streams skip xxh3; nothing outside this file changes); the load side's
+  checksum cost is the verification pass alone (every file of a GLOBAL checkpoint hashed, split over ranks);
+- a diagnostic: GLOBAL/torch_dist/sync saved with torch.save's own CRC32 turned off.
+
+A warm-up round (not counted) first runs every path once: allocator, page cache, DCP's first plans, the
+device mesh; an async save's first, cold staging is reported from it. Rounds alternate the order of the
+methods. Every figure is the median over rounds of the wall time until the last rank finished (async
+blocking: the slowest rank's save() call); targets are judged on ratios of medians, and the median of
+the round-by-round ratios is printed beside them. CPU seconds summed over ranks are printed too: on a
+shared machine they show the work done whatever else runs. Loads read files just written (page cache).
+Every checkpoint is written to a fresh folder under a temp dir that is removed at the end.
+
+    python -m benchmarks checkpoint [--size-gib 1.0] [--repeats 3] [--warmup 1] [--dir DIR] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from math import prod
+
+import psutil
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import xxhash
+
+from resilience import storage
+from resilience.checkpoint import ReferenceBackend, valid_combinations
+from resilience.checkpoint.manifest import Manifest, file_digest
+from resilience.errors import ConfigError
+from resilience.launch import run_ranks
+from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.state.sharding import ShardedObject, ShardedTensor
+from resilience.storage.local import LocalFileSystem, LocalWriteStream
+
+TARGET_GLOBAL_VS_DCP = 1.0  # GLOBAL/torch_dist/sync save time / stock DCP save time, at most
+TARGET_ASYNC_BLOCKING = 0.10  # async save() blocking time / the sync save time, at most
+TARGET_CHECKSUM_OVERHEAD = 0.15  # save time with checksums / without, minus 1, at most
+GLOBAL_SYNC = "GLOBAL/torch_dist/sync"
+ASYNC_OF = {"GLOBAL/torch_dist/async": "GLOBAL/torch_dist/sync",
+            "TORCH_DCP/torch_dcp/async": "TORCH_DCP/torch_dcp/sync"}
+BYTES_PER_PARAM = 12  # fp32 weight + Adam's exp_avg and exp_avg_sq
+
+
+# ---- the state ------------------------------------------------------------------------------------
+def held_bytes(spec: ModelSpec, topo: Topology) -> int:
+    """Bytes of tensor state held over all ranks: replicas (tp-replicated norms, dp copies) included."""
+    total = 0
+    for p in spec.params(topo.tp):
+        copies = topo.dp * (topo.tp if p.tp_dim is None else 1)
+        total += prod(p.shape) * copies * BYTES_PER_PARAM
+    return total
+
+
+def spec_for(size_gib: float, topo: Topology) -> ModelSpec:
+    """A GPT-like spec (hidden 768, ffn 3072, 12 heads, vocab 32000) with the fewest layers (a multiple of
+    pp) whose fp32 Adam state is at least `size_gib`; below that size the width shrinks instead."""
+    want = size_gib * (1 << 30)
+    hidden = 768
+    while hidden > 64 and held_bytes(_spec(hidden, topo.pp), topo) > 2 * want:
+        hidden //= 2
+    layers = topo.pp
+    while held_bytes(_spec(hidden, layers), topo) < want:
+        layers += topo.pp
+    return _spec(hidden, layers)
+
+
+def _spec(hidden: int, layers: int) -> ModelSpec:
+    return ModelSpec(num_layers=layers, hidden=hidden, ffn_hidden=4 * hidden, heads=max(4, hidden // 64),
+                     vocab=32000 if hidden >= 512 else 4000, dtype="fp32", optimizer="adam")
+
+
+# ---- checksums off, through the storage seam ---------------------------------------------------------
+class _NoHash:
+    def update(self, data) -> None:
+        pass
+
+    def hexdigest(self) -> str:
+        return "0" * 32
+
+
+class UnhashedWriteStream(LocalWriteStream):
+    """LocalWriteStream with its xxh3 replaced by nothing: everything else (buffering, fsync) unchanged.
+    Its digest is a placeholder, so nothing re-reads the file either."""
+
+    def __init__(self, path: str, sync: bool = True):
+        super().__init__(path, sync)
+        if not hasattr(self, "_hash"):
+            raise RuntimeError("LocalWriteStream no longer keeps its hash in _hash: update this benchmark")
+        self._hash = _NoHash()
+
+    def close(self) -> None:
+        super().close()
+        self.digest = _NoHash().hexdigest()
+
+
+class UnhashedFileSystem(LocalFileSystem):
+    def open_write(self, path: str, *, sync: bool = True) -> UnhashedWriteStream:
+        return UnhashedWriteStream(str(path), sync)
+
+
+# ---- timing inside the ranks ----------------------------------------------------------------------
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this rank, the writer's included
+    return r.ru_utime + r.ru_stime
+
+
+class Clock:
+    """Times collective steps. Every rank starts together; a step's wall time ends when the last rank is
+    done (rank 0's clock). Each rank's own duration and CPU seconds are kept too: CPU time shows the
+    work done whatever else runs on the machine."""
+
+    def __init__(self, rank: int, world: int):
+        self.rank, self.world = rank, world
+        self.runs: dict[str, list[dict]] = {}
+
+    def run(self, name: str, fn):
+        dist.barrier()
+        cpu0, t0 = _cpu_seconds(), time.perf_counter()
+        result = fn()
+        own, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+        dist.barrier()
+        wall = time.perf_counter() - t0
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, (own, cpu))
+        self.runs.setdefault(name, []).append({"wall": wall, "own": [o for o, _ in everyone],
+                                               "cpu": [c for _, c in everyone]})
+        return result
+
+    def last(self, name: str) -> float:
+        return self.runs[name][-1]["wall"]
+
+    def progress(self, text: str) -> None:
+        if self.rank == 0:
+            print(f"  {text}", file=sys.stderr, flush=True)
+
+
+def _remove(rank: int, path: str) -> None:
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    gc.collect()
+    dist.barrier()
+
+
+@contextlib.contextmanager
+def _torch_crc32(on: bool):
+    """torch.save's own CRC32 of every zip record (on by default; torch.load never checks it)."""
+    from torch.utils.serialization import config
+    before = config.save.compute_crc32
+    config.save.compute_crc32 = on
+    try:
+        yield
+    finally:
+        config.save.compute_crc32 = before
+
+
+def _stock_state(records, group=None) -> dict:
+    """The same replica-0 pieces as torch ShardedTensors, and the objects, as a DCP user would save them."""
+    from torch.distributed._shard.metadata import ShardMetadata
+    from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor as TorchShardedTensor
+    from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
+
+    rank = dist.get_rank()
+    mine = [(r.key, list(r.global_shape), list(r.global_offset), list(r.local_shape)) for r in records
+            if isinstance(r, ShardedTensor) and r.replica_id == 0]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    by_key: dict[str, list] = {}
+    for owner, pieces in enumerate(everyone):
+        for key, shape, offset, local in pieces:
+            by_key.setdefault(key, []).append((owner, shape, offset, local))
+    state = {}
+    for r in records:
+        if isinstance(r, ShardedTensor) and r.replica_id == 0:
+            shards = [ShardMetadata(off, local, f"rank:{owner}/cpu") for owner, _, off, local in by_key[r.key]]
+            meta = ShardedTensorMetadata(shards, torch.Size(r.global_shape), TensorProperties(dtype=r.data.dtype))
+            local = next(s for s, (owner, *_) in zip(shards, by_key[r.key]) if owner == rank)
+            state[r.key] = TorchShardedTensor._init_from_local_shards_and_global_metadata(
+                [Shard(r.data, local)], meta, process_group=group)
+        elif isinstance(r, ShardedObject) and r.replica_id == 0:
+            state[r.unique_key] = r.value
+    return state
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class RankBench:
+    """Everything one rank measures, block by block; blocks run in reverse order on odd repeats so no
+    method always runs first, and the stock DCP block runs next to GLOBAL/torch_dist/sync."""
+
+    def __init__(self, ctx, spec: ModelSpec, topo: Topology, root: str):
+        self.rank, self.world, self.root = ctx.rank, ctx.world, root
+        self.clock = Clock(ctx.rank, ctx.world)
+        self.clock.progress(f"building the state on {ctx.world} ranks ({spec.num_layers} layers, "
+                            f"hidden {spec.hidden})")
+        self.state = TrainingState(spec, topo, ctx.rank)
+        self.state.train(1)  # non-zero moments: every page of the state is real data
+        self.records = self.state.sharded_state_dict()
+        self.stock = _stock_state(self.records)
+        self.backends = {str(c): ReferenceBackend(c) for c in valid_combinations()}
+
+    def sizes(self) -> tuple[int, int]:
+        tensors = [r for r in self.records if isinstance(r, ShardedTensor)]
+        return (sum(r.data.numel() * r.data.element_size() for r in tensors),
+                sum(r.data.numel() * r.data.element_size() for r in tensors if r.replica_id == 0))
+
+    def blocks(self) -> list:
+        out = []
+        for name in self.backends:
+            out.append(lambda rep, name=name: self.combination(name, rep))
+            if name == GLOBAL_SYNC:
+                out.append(self.stock_dcp)
+        return out + [self.torch_save]
+
+    def round(self, rep: int) -> None:
+        blocks = self.blocks()
+        for block in blocks[::-1] if rep % 2 else blocks:
+            block(rep)
+
+    def _folder(self, rep: int, name: str) -> str:
+        return os.path.join(self.root, f"rep{rep}", name.replace("/", "-").replace(" ", "-"))
+
+    def combination(self, name: str, rep: int) -> None:
+        backend, state, clock = self.backends[name], self.state, self.clock
+        folder = self._folder(rep, name)
+        state.iteration = 1000 + rep
+        if backend.combo.is_async:
+            clock.run(f"{name} blocking", lambda: backend.save(state, folder))
+            clock.run(f"{name} finalize", backend.finalize)
+            clock.progress(f"{name:<27} save() blocked {max(clock.runs[f'{name} blocking'][-1]['own']):6.3f} s, "
+                           f"with finalize {clock.last(f'{name} blocking') + clock.last(f'{name} finalize'):6.3f} s")
+            self._load(name, folder)
+            return
+        variants = ["save", "save unhashed"] + (["save crc32 off"] if name == GLOBAL_SYNC else [])
+        for variant in variants[::-1] if rep % 2 else variants:
+            if variant == "save":
+                clock.run(f"{name} save", lambda: backend.save(state, folder))
+                clock.progress(f"{name:<27} save {clock.last(f'{name} save'):6.3f} s")
+                self._load(name, folder)
+            elif variant == "save unhashed":
+                with storage.use(UnhashedFileSystem()):
+                    clock.run(f"{name} save unhashed", lambda: backend.save(state, folder))
+                clock.progress(f"{name:<27} save, hashing off {clock.last(f'{name} save unhashed'):6.3f} s")
+                _remove(self.rank, folder)
+            else:
+                with _torch_crc32(False):
+                    clock.run(f"{name} save crc32 off", lambda: backend.save(state, folder))
+                seconds = clock.last(f"{name} save crc32 off")
+                clock.progress(f"{name:<27} save, torch.save's CRC32 off {seconds:6.3f} s")
+                _remove(self.rank, folder)
+
+    def _load(self, name: str, folder: str) -> None:
+        backend, clock = self.backends[name], self.clock
+        clock.run(f"{name} load", lambda: backend.load(self.state, folder))
+        clock.progress(f"{name:<27} load {clock.last(f'{name} load'):6.3f} s")
+        if name == GLOBAL_SYNC:
+            path = os.path.join(folder, f"iter_{self.state.iteration:07d}")
+            clock.run("verify checksums", lambda: self._verify(path))
+            clock.progress(f"{'  checksum pass of its load':<27} {clock.last('verify checksums'):6.3f} s")
+        _remove(self.rank, folder)
+
+    def _verify(self, folder: str) -> None:
+        """The load path's checksum pass on its own: every listed file hashed, files split over ranks."""
+        manifest = Manifest.read(folder)
+        for i, rel in enumerate(sorted(manifest.files)):
+            if i % self.world == self.rank:
+                file_digest(os.path.join(folder, rel))
+
+    def stock_dcp(self, rep: int) -> None:
+        clock, folder = self.clock, self._folder(rep, "dcp")
+        clock.run("dcp save", lambda: dcp.save(self.stock, checkpoint_id=folder))
+        clock.progress(f"{'stock dcp.save':<27} save {clock.last('dcp save'):6.3f} s")
+        clock.run("dcp load", lambda: dcp.load(self.stock, checkpoint_id=folder))
+        clock.progress(f"{'stock dcp.load':<27} load {clock.last('dcp load'):6.3f} s")
+        _remove(self.rank, folder)
+
+    def torch_save(self, rep: int) -> None:
+        clock, folder = self.clock, self._folder(rep, "torch")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"rank{self.rank}.pt")
+        doc = {"tensors": {r.key: r.data for r in self.records if isinstance(r, ShardedTensor)},
+               "objects": {r.key: r.value for r in self.records if isinstance(r, ShardedObject)}}
+        clock.run("torch.save save", lambda: torch.save(doc, path))
+        clock.run("torch.save fsync", lambda: _fsync(path))
+
+        def load():
+            loaded = torch.load(path, weights_only=True)
+            for r in self.records:
+                if isinstance(r, ShardedTensor):
+                    r.data.copy_(loaded["tensors"][r.key])
+            self.state.load_objects(loaded["objects"])
+
+        clock.run("torch.save load", load)
+        clock.progress(f"{'per-rank torch.save':<27} save {clock.last('torch.save save'):6.3f} s "
+                       f"(+ fsync {clock.last('torch.save fsync'):.3f} s), "
+                       f"load {clock.last('torch.save load'):6.3f} s")
+        _remove(self.rank, folder)
+
+
+def bench_rank(ctx, spec: ModelSpec, topo: Topology, root: str, repeats: int, warmup: int) -> dict | None:
+    # torch's own deprecation notice for ShardedTensor, printed by every rank at every stock save and load
+    warnings.filterwarnings("ignore", message=".*ShardedTensor.*", category=FutureWarning)
+    bench = RankBench(ctx, spec, topo, root)
+    sizes = [None] * ctx.world
+    dist.all_gather_object(sizes, bench.sizes())
+    warm, loads = {}, []
+    for rep in range(-warmup, repeats):
+        if rep == 0 and warmup:  # first use of every path (allocator, page cache, DCP, device mesh): apart
+            warm, bench.clock.runs = bench.clock.runs, {}
+        loads.append(os.getloadavg()[0])
+        bench.clock.progress(f"warm-up round {rep + warmup + 1}/{warmup}, not counted" if rep < 0
+                             else f"repeat {rep + 1}/{repeats} (load average {loads[-1]:.1f})")
+        bench.round(rep)
+    if ctx.rank != 0:
+        return None
+    return {"runs": bench.clock.runs, "warmup": warm, "load_average_1min": loads,
+            "held_bytes": sum(s[0] for s in sizes), "written_bytes": sum(s[1] for s in sizes),
+            "per_rank_bytes": [s[0] for s in sizes]}
+
+
+# ---- parent side --------------------------------------------------------------------------------------
+def xxh3_throughput(nbytes: int = 256 << 20) -> float:
+    """GiB/s of xxh3-128 over `nbytes` in memory, one core, best of 3 (what the write streams do)."""
+    data = torch.arange(nbytes // 4, dtype=torch.int32).numpy().tobytes()
+    view = memoryview(data)
+    best = float("inf")
+    for _ in range(3):
+        h = xxhash.xxh3_128()
+        t0 = time.perf_counter()
+        for at in range(0, nbytes, 8 << 20):
+            h.update(view[at:at + (8 << 20)])
+        h.hexdigest()
+        best = min(best, time.perf_counter() - t0)
+    return nbytes / best / (1 << 30)
+
+
+def _median(xs) -> float:
+    return statistics.median(xs)
+
+
+class Figures:
+    """Medians over repeats of what the ranks measured."""
+
+    def __init__(self, runs: dict[str, list[dict]]):
+        self.runs = runs
+
+    def walls(self, name: str) -> list[float]:
+        return [r["wall"] for r in self.runs[name]]
+
+    def wall(self, name: str) -> float:
+        return _median(self.walls(name))
+
+    def cpu(self, name: str) -> float:
+        """CPU seconds summed over ranks."""
+        return _median(sum(r["cpu"]) for r in self.runs[name])
+
+    def blocking(self, name: str) -> list[float]:
+        """The slowest rank's own time, per run."""
+        return [max(r["own"]) for r in self.runs[name]]
+
+    def add(self, name: str, a: str, b: str) -> None:
+        """A derived measurement: a then b, run after run (async save() and its finalize)."""
+        self.runs[name] = [{"wall": x["wall"] + y["wall"], "own": [p + q for p, q in zip(x["own"], y["own"])],
+                            "cpu": [p + q for p, q in zip(x["cpu"], y["cpu"])]}
+                           for x, y in zip(self.runs[a], self.runs[b])]
+
+
+def _paired(a: list[float], b: list[float]) -> float:
+    """Median of the run-by-run ratios a/b: each pair ran minutes apart at most, the same load around."""
+    return _median(x / y for x, y in zip(a, b))
+
+
+def summarize(raw: dict) -> dict:
+    f = Figures(raw["runs"])
+    for name in ASYNC_OF:
+        f.add(f"{name} save", f"{name} blocking", f"{name} finalize")
+    dcp_save, ts_save = f.wall("dcp save"), f.wall("torch.save save")
+    dcp_load, ts_load = f.wall("dcp load"), f.wall("torch.save load")
+    methods = [(str(c), f"{c} save", f"{c} load") for c in valid_combinations()]
+    methods += [("stock dcp.save/dcp.load", "dcp save", "dcp load"),
+                ("per-rank torch.save/torch.load", "torch.save save", "torch.save load")]
+    rows = []
+    for method, save, load in methods:
+        s, lo = f.wall(save), f.wall(load)
+        rows.append({"method": method, "save_s": s, "load_s": lo, "save_cpu_s": f.cpu(save), "load_cpu_s": f.cpu(load),
+                     "save_vs_dcp": s / dcp_save, "load_vs_dcp": lo / dcp_load,
+                     "save_vs_torch_save": s / ts_save, "load_vs_torch_load": lo / ts_load,
+                     "save_vs_dcp_paired": _paired(f.walls(save), f.walls("dcp save")),
+                     "save_runs": f.walls(save), "load_runs": f.walls(load)})
+    fsync = {"fsync_s": f.wall("torch.save fsync"), "runs": f.walls("torch.save fsync")}
+    asyncs = []
+    for name, sync_name in ASYNC_OF.items():
+        blocking = f.blocking(f"{name} blocking")
+        first = Figures(raw["warmup"]).blocking(f"{name} blocking")[0] if raw["warmup"] else blocking[0]
+        b, sync = _median(blocking), f.wall(f"{sync_name} save")
+        asyncs.append({"method": name, "blocking_s": b, "first_blocking_s": first, "blocking_runs": blocking,
+                       "save_and_finalize_s": f.wall(f"{name} save"), "sync": sync_name, "sync_save_s": sync,
+                       "blocking_vs_sync": b / sync,
+                       "blocking_vs_sync_paired": _paired(blocking, f.walls(f"{sync_name} save"))})
+    checksums = []
+    for c in valid_combinations():
+        if c.is_async:
+            continue
+        on, off = f"{c} save", f"{c} save unhashed"
+        checksums.append({"method": str(c), "save_s": f.wall(on), "save_unhashed_s": f.wall(off),
+                          "overhead": f.wall(on) / f.wall(off) - 1,
+                          "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
+                          "cpu_s": f.cpu(on), "cpu_unhashed_s": f.cpu(off), "cpu_overhead": f.cpu(on) / f.cpu(off) - 1,
+                          "unhashed_runs": f.walls(off)})
+    crc = f"{GLOBAL_SYNC} save crc32 off"
+    crc32 = {"method": GLOBAL_SYNC, "save_s": f.wall(f"{GLOBAL_SYNC} save"), "save_crc32_off_s": f.wall(crc),
+             "crc32_off_vs_dcp": f.wall(crc) / dcp_save,
+             "crc32_off_vs_dcp_paired": _paired(f.walls(crc), f.walls("dcp save")),
+             "cpu_s": f.cpu(f"{GLOBAL_SYNC} save"), "cpu_crc32_off_s": f.cpu(crc), "dcp_cpu_s": f.cpu("dcp save"),
+             "runs": f.walls(crc)}
+    verify = {"method": GLOBAL_SYNC, "verify_s": f.wall("verify checksums"), "load_s": f.wall(f"{GLOBAL_SYNC} load"),
+              "share_of_load": f.wall("verify checksums") / f.wall(f"{GLOBAL_SYNC} load"),
+              "runs": f.walls("verify checksums")}
+    g = next(r for r in rows if r["method"] == GLOBAL_SYNC)
+    targets = {
+        "global_sync_save_vs_dcp": {"value": g["save_vs_dcp"], "paired": g["save_vs_dcp_paired"],
+                                    "limit": TARGET_GLOBAL_VS_DCP, "met": g["save_vs_dcp"] <= TARGET_GLOBAL_VS_DCP},
+        "async_blocking_vs_sync": {a["method"]: {"value": a["blocking_vs_sync"],
+                                                 "paired": a["blocking_vs_sync_paired"],
+                                                 "limit": TARGET_ASYNC_BLOCKING,
+                                                 "met": a["blocking_vs_sync"] <= TARGET_ASYNC_BLOCKING}
+                                   for a in asyncs},
+        "checksum_overhead": {c["method"]: {"value": c["overhead"], "paired": c["overhead_paired"],
+                                            "limit": TARGET_CHECKSUM_OVERHEAD,
+                                            "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD} for c in checksums},
+    }
+    return {"rows": rows, "torch_save_fsync": fsync, "async": asyncs, "checksums": checksums, "crc32": crc32,
+            "load_verify": verify, "targets": targets}
+
+
+def _met(t: dict) -> str:
+    return "met" if t["met"] else "MISSED"
+
+
+def report(fig: dict) -> None:
+    print(f"{'median of repeats':<32}{'save s':>8}{'load s':>8}{'save/dcp':>10}{'load/dcp':>10}{'save/t.save':>13}"
+          f"{'load/t.load':>13}{'save cpu s':>12}{'load cpu s':>12}")
+    for r in fig["rows"]:
+        print(f"{r['method']:<32}{r['save_s']:>8.3f}{r['load_s']:>8.3f}{r['save_vs_dcp']:>10.2f}"
+              f"{r['load_vs_dcp']:>10.2f}{r['save_vs_torch_save']:>13.2f}{r['load_vs_torch_load']:>13.2f}"
+              f"{r['save_cpu_s']:>12.2f}{r['load_cpu_s']:>12.2f}")
+    print(f"  cpu s: CPU seconds summed over ranks. Per-rank torch.save does not fsync; an fsync afterwards "
+          f"took {fig['torch_save_fsync']['fsync_s']:.3f} s more")
+    print()
+    print(f"{'async':<32}{'blocks s':>9}{'first s':>9}{'+finalize s':>13}{'sync save s':>13}{'blocks/sync':>13}")
+    for a in fig["async"]:
+        print(f"{a['method']:<32}{a['blocking_s']:>9.3f}{a['first_blocking_s']:>9.3f}"
+              f"{a['save_and_finalize_s']:>13.3f}{a['sync_save_s']:>13.3f}{a['blocking_vs_sync']:>13.1%}")
+    print("  blocks: the slowest rank's save() call; first: the first async save of a backend (fresh buffers)")
+    print()
+    print(f"{'checksums (save)':<32}{'on s':>8}{'off s':>8}{'overhead':>10}{'cpu on s':>10}{'cpu off s':>11}"
+          f"{'cpu +':>8}")
+    for c in fig["checksums"]:
+        print(f"{c['method']:<32}{c['save_s']:>8.3f}{c['save_unhashed_s']:>8.3f}{c['overhead']:>10.1%}"
+              f"{c['cpu_s']:>10.2f}{c['cpu_unhashed_s']:>11.2f}{c['cpu_overhead']:>8.1%}")
+    v, k = fig["load_verify"], fig["crc32"]
+    print(f"  load side: {v['method']} verifies every file's xxh3 in {v['verify_s']:.3f} s, "
+          f"{v['share_of_load']:.0%} of its {v['load_s']:.3f} s load")
+    print(f"  torch.save's own CRC32 (never checked by torch.load) off: {k['method']} saves in "
+          f"{k['save_crc32_off_s']:.3f} s ({k['crc32_off_vs_dcp']:.2f}x stock dcp.save; "
+          f"cpu {k['cpu_crc32_off_s']:.2f} s against {k['cpu_s']:.2f} s with it and {k['dcp_cpu_s']:.2f} s "
+          f"for stock dcp.save)")
+    print()
+    t = fig["targets"]
+    g = t["global_sync_save_vs_dcp"]
+    print(f"target {GLOBAL_SYNC} save no slower than stock dcp.save: {g['value']:.2f}x "
+          f"(run by run {g['paired']:.2f}x), {_met(g)}")
+    for name, a in t["async_blocking_vs_sync"].items():
+        print(f"target {name} save() blocks <= {a['limit']:.0%} of the sync save: {a['value']:.1%} "
+              f"(run by run {a['paired']:.1%}), {_met(a)}")
+    for name, c in t["checksum_overhead"].items():
+        print(f"target {name} checksums add <= {c['limit']:.0%} to save: {c['value']:+.1%} "
+              f"(run by run {c['paired']:+.1%}), {_met(c)}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks checkpoint", description=__doc__.split("\n")[0])
+    parser.add_argument("--size-gib", type=_positive_float, default=1.0, metavar="GIB",
+                        help="tensor state held over all ranks, at least (default: 1.0)")
+    parser.add_argument("--topology", type=Topology.parse, default=Topology(2, 2, 1), metavar="TOPO",
+                        help="tp, pp, dp (default: tp2pp2dp1, 4 ranks, nothing replicated)")
+    parser.add_argument("--repeats", type=_positive_int, default=3, metavar="N",
+                        help="runs of every measurement, interleaved (default: 3)")
+    parser.add_argument("--warmup", type=_nonnegative_int, default=1, metavar="N",
+                        help="rounds run first and not counted (default: 1)")
+    parser.add_argument("--dir", metavar="DIR",
+                        help="make the temp folder under DIR (default: the system temp dir); removed at the end")
+    parser.add_argument("--timeout", type=_positive_float, default=3600.0, metavar="S",
+                        help="for the whole job (default: 3600)")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    spec = spec_for(args.size_gib, args.topology)
+    try:
+        spec.check_topology(args.topology)  # one clear error here rather than one per rank
+    except ConfigError as e:
+        print(f"python -m benchmarks checkpoint: {e}", file=sys.stderr)
+        return 2
+    load_before = os.getloadavg()
+    config = {
+        "topology": str(args.topology), "ranks": args.topology.world, "repeats": args.repeats,
+        "warmup_rounds": args.warmup,
+        "model": spec.to_dict(), "size_gib_asked": args.size_gib,
+        "stock_dcp": "dcp.save/dcp.load(checkpoint_id=folder), default planner and FileSystemWriter "
+                     "(sync_files=True, one thread), state dict of torch ShardedTensors (replica-0 pieces)",
+        "torch_save": "per rank torch.save of every tensor record and object to its own file, no fsync "
+                      "(timed apart); torch.load(weights_only=True) + copy_ into the state",
+        "checksum_off": "storage seam: LocalFileSystem whose write streams skip xxh3 (benchmark-only)",
+        "crc32_off": "torch.utils.serialization.config.save.compute_crc32 = False around one GLOBAL save "
+                     "(diagnostic, benchmark-only)",
+        "timed": "wall time until the last rank finished, median over interleaved repeats; async blocking: "
+                 "the slowest rank's save() call",
+        "launcher": "resilience.launch.run_ranks (fork), gloo", "torch": torch.__version__,
+        "python": platform.python_version(), "platform": f"{platform.system()} {platform.machine()}",
+        "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
+    }
+    print("checkpoint benchmark (state values from seed 1234)")
+    for key, value in config.items():
+        print(f"  {key:<13} {value}")
+    print(f"  load average  {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1, 5, 15 min) at start")
+    xxh = xxh3_throughput()
+    print(f"  xxh3-128      {xxh:.2f} GiB/s on one core, in memory")
+    tmp = tempfile.mkdtemp(prefix="bench-checkpoint-", dir=args.dir)
+    started = time.monotonic()
+    try:
+        raw = run_ranks(bench_rank, args.topology.world,
+                        args=(spec, args.topology, tmp, args.repeats, args.warmup),
+                        timeout=args.timeout, init_timeout=120.0)[0]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = time.monotonic() - started
+    load_after = os.getloadavg()
+    fig = summarize(raw)
+    print()
+    loads = raw["load_average_1min"]
+    print(f"state: {raw['held_bytes'] / (1 << 30):.3f} GiB held over {args.topology.world} ranks "
+          f"({', '.join(f'{b / (1 << 20):.0f}' for b in raw['per_rank_bytes'])} MiB), "
+          f"{raw['written_bytes'] / (1 << 30):.3f} GiB of it replica 0; {args.warmup} + {args.repeats} rounds in "
+          f"{seconds:.0f} s")
+    print(f"machine: 1-min load average {min(loads):.1f} to {max(loads):.1f} at the rounds' starts, "
+          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (1, 5, 15 min) at the end, "
+          f"on {os.cpu_count()} cpus")
+    report(fig)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"benchmark": "checkpoint", "version": 1, "config": config, "xxh3_gib_per_s": xxh,
+                       "load_average": {"start": load_before, "end": load_after, "rounds_1min": loads},
+                       "seconds": seconds,
+                       "held_bytes": raw["held_bytes"], "written_bytes": raw["written_bytes"],
+                       "per_rank_bytes": raw["per_rank_bytes"], **fig,
+                       "raw_runs": raw["runs"], "warmup_runs": raw["warmup"]}, fh, indent=2)
+            fh.write("\n")
+        print(f"figures written to {args.json}")
+    return 0
