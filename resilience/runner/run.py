@@ -67,6 +67,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     unexpected: list[dict] = []
     configured: list[dict] = []
     lost: list[dict] = []
+    unobserved: list[str] = []  # power losses that could not be modelled (writes outside the seam)
     fault_log = os.path.join(case_dir, "faults.jsonl")
     job_no = 0
     for spec in plan_jobs(scenario, combo):
@@ -85,6 +86,8 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                                               os.path.join(case_dir, "states", f"job{this_job}"))
                 history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
                            summary=states["summary"])
+                if states.get("unobserved"):
+                    unobserved.append(states["summary"])
                 lost.append(states)
                 for state_root in states["states"]:
                     job_no += 1
@@ -103,6 +106,9 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     if unexpected and overall != FAIL:
         overall, detail = UNKNOWN, f"a rank failed unexpectedly: {unexpected[0]['error'][:300]}"
         verdicts.append(Verdict("run", UNKNOWN, detail, unexpected))
+    if unobserved and overall not in (FAIL, UNKNOWN):
+        overall, detail = UNPROBED, unobserved[0]
+        verdicts.append(Verdict("faults", UNPROBED, detail, [{"power_loss": u} for u in unobserved]))
     unfired = faultplan.unfired(configured, fault_log)
     if unfired and overall not in (FAIL, UNKNOWN):
         overall, detail = UNPROBED, f"configured fault never fired: {unfired[0]}"

@@ -6,13 +6,15 @@ result is reported either way."""
 from __future__ import annotations
 
 import os
+
+import torch
 from types import SimpleNamespace
 
 from resilience.checkpoint import Combination, ReferenceBackend
 from resilience.launch import run_ranks
 from resilience.runner.expected import never_stopped
 from resilience.runner.rankprog import digests_of
-from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, differences, fingerprint
 from resilience.state.sharding import ShardedObject, ShardedTensor
 from resilience.state.training import RNG_KEY
 
@@ -34,19 +36,31 @@ def save_rank(ctx, writer: str, topo: Topology, root: str) -> None:
     _writer(writer).save(state, root)
 
 
-def _megatron_strategy_load(state: TrainingState, folder: str) -> dict:
+def tensors_exact(state: TrainingState) -> bool:
+    """Every tensor record equals training that never stopped, on this rank."""
+    fresh = TrainingState(SPEC, state.topo, state.coords.rank, state.groups)
+    fresh.train(STEPS)
+    want = {r.key: r.data for r in fresh.sharded_state_dict() if isinstance(r, ShardedTensor)}
+    return all(torch.equal(r.data, want[r.key]) for r in state.sharded_state_dict() if isinstance(r, ShardedTensor))
+
+
+def _megatron_strategy_load(state: TrainingState, folder: str, objects: bool = True) -> dict:
     """megatron-core's torch_dist sharded-strategy loader alone (no common.pt step)."""
     from resilience.backends.megatron import MegatronBackend, megatron_calls
     from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
     backend = MegatronBackend(COMBO)
-    records = [r for r in state.sharded_state_dict() if r.key != RNG_KEY]
-    sd, _ = backend.sharded_state_dict(state, records, for_load=True)
+    records = [r for r in state.sharded_state_dict() if r.key != RNG_KEY and (objects or isinstance(r, ShardedTensor))]
+    sd, buffers = backend.sharded_state_dict(state, records, for_load=True)
     sd.pop("args")
     with megatron_calls():
         loaded = get_default_load_sharded_strategy(folder).load(sd, folder)
     for r in records:
         if isinstance(r, ShardedTensor) and loaded.get(r.key) is not None:
-            r.data.copy_(loaded[r.key])
+            if r.key in buffers:
+                lo = buffers[r.key][1]
+                r.data.copy_(loaded[r.key][lo:lo + r.data.shape[0]])
+            else:
+                r.data.copy_(loaded[r.key])
     objects = {r.key: loaded.get(r.key) for r in records if isinstance(r, ShardedObject)}
     state.load_objects(objects)
     return objects
@@ -67,9 +81,17 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
             except Exception as e:
                 steps.append(f"MegatronBackend.load (dist_checkpointing.load) failed: {_short(e)}")
                 state = TrainingState(SPEC, topo, ctx.rank)
-                objects = _megatron_strategy_load(state, iter_folder(root, read_tracker(root)))
-                steps.append(f"torch_dist sharded strategy alone: loaded, objects came back as "
-                             f"{sorted({type(v).__name__ for v in objects.values()})}")
+                folder = iter_folder(root, read_tracker(root))
+                try:
+                    objects = _megatron_strategy_load(state, folder)
+                    steps.append(f"torch_dist sharded strategy alone: loaded, objects came back as "
+                                 f"{sorted({type(v).__name__ for v in objects.values()})}")
+                except Exception as e2:
+                    steps.append(f"torch_dist sharded strategy alone failed: {_short(e2)}")
+                    state = TrainingState(SPEC, topo, ctx.rank)
+                    _megatron_strategy_load(state, folder, objects=False)
+                    steps.append(f"tensors only: loaded, tensors exact: {tensors_exact(state)}")
+                    return {"ok": False, "steps": steps, "tensors_exact": tensors_exact(state)}
         else:
             try:
                 ReferenceBackend(COMBO).load(state, root)
@@ -89,7 +111,8 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
                     state.load_objects(objects)
                     steps.append(f"TorchDistFormat.read alone: loaded, objects as {kinds}")
                 except Exception as e2:
-                    steps.append(f"TorchDistFormat.read alone: tensors read, objects as {kinds}: {_short(e2)}")
+                    steps.append(f"TorchDistFormat.read alone: tensors read (exact: {tensors_exact(state)}), "
+                                 f"objects as {kinds}: {_short(e2)}")
                     state.load_objects({k: v[0] if isinstance(v, list) and len(v) == 1 else v
                                         for k, v in objects.items()})
                     steps.append("with each object taken out of its one-element list: loaded")
@@ -97,7 +120,12 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
         steps.append(f"failed: {_short(e)}")
         return {"ok": False, "steps": steps}
     fp, _ = digests_of(state)
-    return {"ok": True, "steps": steps, "iteration": state.iteration, "exact": fp == never_stopped(SPEC)(STEPS)}
+    fresh = TrainingState(SPEC, topo, ctx.rank, state.groups)
+    fresh.train(STEPS)
+    differ = differences(fingerprint(state.sharded_state_dict()), fingerprint(fresh.sharded_state_dict()),
+                         TOPOLOGY_BOUND_KEYS)
+    return {"ok": True, "steps": steps, "iteration": state.iteration, "exact": fp == never_stopped(SPEC)(STEPS),
+            "tensors_exact": tensors_exact(state), "differ": differ}
 
 
 def _short(e: BaseException) -> str:
