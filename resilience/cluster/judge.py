@@ -77,7 +77,7 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
         f["attempt"] = st.get("save_started")
     ev = _evidence(plan, layout, combo, topo, firings)
     verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence())]
-    verdicts.append(_restart_verdict(plan, combo, st, firings, attempt))
+    verdicts.append(_restart_verdict(plan, combo, st, firings, attempt, topo.world))
     load = ev.loads[-1] if ev.loads else None
     verdicts.append(_newest_verdict(load, newest, after))
     status = worst(v.status for v in verdicts)
@@ -85,7 +85,8 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
                   seconds, command)
 
 
-def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict], attempt: int) -> Verdict:
+def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict], attempt: int,
+                     world: int) -> Verdict:
     name = "kill_and_restart"
     saved_on = st.get("save_started")
     if firings:
@@ -100,9 +101,9 @@ def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict
         return Verdict(name, UNKNOWN, f"the save phase of attempt {saved_on} was cut short by a failure other than "
                                       f"the planned kill (see the node logs)")
     if st.get("kill_armed"):
-        return Verdict(name, UNPROBED, f"the planned kill ({plan.kill_phase} on rank "
-                                       f"{plan.kill_rank if plan.kill_rank is not None else 'last'}) never fired: "
-                                       f"{combo} does not reach that phase")
+        return Verdict(name, UNPROBED, f"the planned kill never fired: rank {plan.kill_target(world)} does not "
+                                       f"reach phase {plan.kill_phase} in {combo} (some phases are the "
+                                       f"coordinator's only: choose another --kill-phase or --kill-rank)")
     if attempt > (saved_on or 0):
         return Verdict(name, PASS, f"saved on attempt {saved_on} (no kill planned for it); resumed on attempt "
                                    f"{attempt} after torchrun restarted the group")
