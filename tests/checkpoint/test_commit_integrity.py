@@ -44,7 +44,10 @@ def _combos(*types):
         if module and importlib.util.find_spec(f"resilience.checkpoint.formats.{module}") is None:
             marks.append(pytest.mark.skip(reason=f"resilience/checkpoint/formats/{module}.py does not exist yet"))
         elif module:  # imported once here, not by every forked rank of every test
-            importlib.import_module(f"resilience.checkpoint.formats.{module}")
+            try:
+                importlib.import_module(f"resilience.checkpoint.formats.{module}")
+            except Exception:  # broken: its own tests fail (in the ranks), the other combinations still run
+                pass
         out.append(pytest.param(c, id=str(c).replace("/", "-"), marks=marks))
     return out
 
