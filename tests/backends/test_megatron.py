@@ -23,6 +23,7 @@ def test_cpu_shim_changes_two_functions_and_restores_them():
 
 
 @pytest.mark.multiprocess
+@pytest.mark.slow
 @pytest.mark.parametrize("combo", ["GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"])
 def test_resharding_round_trip(tmp_path, combo):
     """tp2pp2dp1 -> tp1pp2dp2 through megatron-core: exact, including the padded vocabulary."""
@@ -32,3 +33,28 @@ def test_resharding_round_trip(tmp_path, combo):
     result = run_case(transition_scenario("tp+pp+dp", "tp2pp2dp1->tp1pp2dp2", 0), Combination.parse(combo),
                       str(tmp_path), backend="megatron")
     assert result.verdict == "PASS", result.detail
+
+
+@pytest.mark.multiprocess
+def test_interop_reference_to_megatron(tmp_path):
+    """Measured (docs/findings.md): megatron-core's loader cannot read the reference's torch_dist folder
+    (no common.pt; objects stored bare where megatron stores one-element lists), its tensors it can."""
+    from resilience.state import Topology
+    from tests.backends.interop import interop
+    result = interop("reference", "megatron", str(tmp_path), Topology(2, 1, 1), Topology(1, 1, 2))
+    assert not result["ok"]
+    assert "dist_checkpointing.load" in result["steps"][0]
+    assert "object of type 'int' has no len()" in result["steps"][1]
+    assert result["tensors_exact"]
+
+
+@pytest.mark.multiprocess
+def test_interop_megatron_to_reference(tmp_path):
+    """Measured: the reference refuses a folder without its manifest; its torch_dist reader reads the
+    tensors exactly, and the objects once taken out of megatron's one-element lists."""
+    from resilience.state import Topology
+    from tests.backends.interop import interop
+    result = interop("megatron", "reference", str(tmp_path), Topology(2, 1, 1), Topology(1, 1, 2))
+    assert result["ok"] and result["exact"] and result["tensors_exact"], result
+    assert result["steps"][0].startswith("ReferenceBackend.load refused")
+    assert "objects as ['list']" in result["steps"][1]
