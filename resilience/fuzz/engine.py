@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
@@ -168,7 +168,8 @@ def _settings(opts: FuzzOptions, database: str) -> settings:
     return settings(settings.get_profile(opts.profile), max_examples=opts.examples, deadline=None,
                     database=DirectoryBasedExampleDatabase(database), derandomize=False,
                     suppress_health_check=list(HealthCheck), report_multiple_bugs=opts.all_bugs,
-                    stateful_step_count=opts.max_steps, print_blob=False)
+                    stateful_step_count=opts.max_steps, print_blob=False,
+                    phases=[p for p in Phase if p is not Phase.explain])  # explaining reruns on real ranks
 
 
 def _seeded(test, seed: int):

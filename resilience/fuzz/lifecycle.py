@@ -143,14 +143,25 @@ class Lifecycle:
         return index % self.base.tp
 
     def allows(self, action) -> bool:
-        """Whether the action emits any step now (the state machine's preconditions)."""
-        return bool(Lifecycle._trial(self, action))
-
-    @staticmethod
-    def _trial(model: "Lifecycle", action) -> list[dict]:
-        import copy
-        probe = copy.deepcopy(model)
-        return probe.apply(action)
+        """Whether the action would emit any step now (the state machine's preconditions); cheap,
+        as it is asked for every rule at every step."""
+        if isinstance(action, Resume):
+            return True
+        if isinstance(action, Train):
+            return self.alive is not False
+        if isinstance(action, Save):
+            return self.alive is not False and self.can_save_here()
+        if isinstance(action, Finalize):
+            return self.combo.is_async and self.pending and self.alive is True and not self.rest_in_job
+        if isinstance(action, Corrupt):
+            data = action.kind in ("truncate", "bit_flip", "delete_file")
+            return self.any_checkpoint and not (data and self.deleted_since_save)
+        if isinstance(action, DeleteOld):
+            return len(self.folders) >= 2
+        if self.power_loss_in_job and (isinstance(action, (CrashDuringSave, PowerLoss))
+                                       or getattr(action, "kind", "") == "io_error"):
+            return False
+        return self._fault_ready(dry_run=True)
 
     # ---- actions -------------------------------------------------------------------------------
     def apply(self, action) -> list[dict]:
@@ -233,17 +244,17 @@ class Lifecycle:
         self.maybe = True
         self.alive = False
 
-    def _fault_ready(self) -> bool:
+    def _fault_ready(self, dry_run: bool = False) -> bool:
         """A fault is only armed where the save after it surely runs (else it never fires)."""
         if not self.can_save_here() or self.alive is not True:
             return False
-        if self.rest_in_job:
+        if self.rest_in_job:  # a new job resumes first: would it surely load?
             import copy
             probe = copy.deepcopy(self)
             probe._ready_for_work()
             if probe.alive is not True or not probe.can_save_here():
                 return False
-        return self._ready_for_work() and self.alive is True
+        return dry_run or (self._ready_for_work() and self.alive is True)
 
     def _crashduringsave(self, a: CrashDuringSave) -> None:
         if self.power_loss_in_job or not self._fault_ready():  # a crash would pre-empt the power loss

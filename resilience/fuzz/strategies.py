@@ -8,7 +8,7 @@ InvalidStrategyArgument (both hypothesis.errors.InvalidArgument and resilience's
 from __future__ import annotations
 
 import math
-from functools import reduce
+from functools import lru_cache, reduce
 from typing import Iterable, Sequence
 
 from hypothesis import strategies as st
@@ -86,6 +86,25 @@ def _all_topologies(min_world: int, max_world: int, fixed: dict[str, int]) -> li
     return sorted(out, key=lambda t: (t.world, t.pp, t.tp, t.dp))
 
 
+def _pick(draw, found: list[Topology], universe: list[Topology]) -> Topology:
+    """One of `found`, a dimension at a time (tp, then pp, then dp), each the i-th smallest value still
+    possible (clamped). The indices range over `universe`, so every draw makes the same choices and a
+    failure that needs tp=2 shrinks to tp2pp1dp1 whatever else was drawn."""
+    def nth(values: set, dim: str) -> int:
+        index = draw(st.integers(0, max(len({getattr(t, dim) for t in universe}) - 1, 0)))
+        ordered = sorted(values)
+        return ordered[min(index, len(ordered) - 1)]
+
+    tp = nth({t.tp for t in found}, "tp")
+    pp = nth({t.pp for t in found if t.tp == tp}, "pp")
+    dp = nth({t.dp for t in found if t.tp == tp and t.pp == pp}, "dp")
+    return Topology(tp, pp, dp)
+
+
+def _from_candidates(found: list[Topology]) -> st.SearchStrategy[Topology]:
+    return st.composite(lambda draw: _pick(draw, found, found))()
+
+
 def topologies(*, min_world: int = 1, max_world: int = 4, tp: int | None = None, pp: int | None = None,
                dp: int | None = None) -> st.SearchStrategy[Topology]:
     """Topologies with min_world <= tp*pp*dp <= max_world; `tp`, `pp`, `dp` fix a dimension.
@@ -104,7 +123,7 @@ def topologies(*, min_world: int = 1, max_world: int = 4, tp: int | None = None,
         fixes = "".join(f"{k}{v}" for k, v in fixed.items())
         raise _fail("topologies", f"no topology with {fixes} has a world size between {min_world} and {max_world}",
                     "raise max_world or change the fixed dimensions")
-    return st.sampled_from(found)
+    return _from_candidates(found)
 
 
 def transitions(*, max_world: int = 4, save: Topology | str | None = None,
@@ -128,7 +147,12 @@ def transitions(*, max_world: int = 4, save: Topology | str | None = None,
         raise _fail("changes", f"no transition within max_world={max_world} changes exactly "
                     f"{', '.join(sorted(want)) or 'nothing'}" + (f" from {save}" if save is not None else ""),
                     "raise max_world or change fewer dimensions")
-    return st.sampled_from(saves).flatmap(lambda s: st.sampled_from(pairs[s]).map(lambda t: Transition(s, t)))
+    @st.composite
+    def pick(draw) -> Transition:
+        first = _pick(draw, saves, saves)
+        return Transition(first, _pick(draw, pairs[first], loads))
+
+    return pick()
 
 
 # ---- model specs -----------------------------------------------------------------------------------
@@ -160,7 +184,12 @@ def model_specs(*, topology: Topology | str | None = None, topologies: Iterable[
     opts = _names(optimizers, "optimizers", OPTIMIZERS) if optimizers is not None else OPTIMIZERS
     tp = reduce(math.lcm, (t.tp for t in topos), 1)
     pp = reduce(math.lcm, (t.pp for t in topos), 1)
+    return _specs(tp, pp, max_layers, max_heads, max_vocab, tuple(dts), tuple(opts))
 
+
+@lru_cache(maxsize=256)
+def _specs(tp: int, pp: int, max_layers: int, max_heads: int, max_vocab: int, dts: tuple, opts: tuple):
+    # cached: scenarios() asks for one per drawn set of topologies, and building a composite compiles code
     @st.composite
     def draw_spec(draw) -> ModelSpec:
         heads = tp * draw(st.integers(1, max_heads))
