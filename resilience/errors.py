@@ -50,8 +50,6 @@ class IntegrityError(ResilienceError, OSError):
         return type(self), (self.path, self.check, self.detail)
 
 
-class AsyncSaveFailed(ResilienceError, RuntimeError):
-    """A background write failed; raised at the next finalize."""
 
 
 class SaveInProgress(ResilienceError, RuntimeError):
@@ -75,3 +73,7 @@ class RankFailure(ResilienceError, RuntimeError):
 
 class RankTimeout(RankFailure, TimeoutError):
     """A multi-process step did not finish in time; every rank was stopped."""
+
+
+class AsyncSaveFailed(RankFailure):
+    """A background write failed; raised at the next finalize, on every rank, with `failures`."""

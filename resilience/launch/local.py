@@ -48,8 +48,10 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
                                   timeout=timedelta(seconds=init_timeout))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=init_timeout))
+        store.add(_JOINED, 1)
         result = fn(RankContext(rank, world, os.getpid()), *args, **kwargs)
         conn.send(("ok", result))
+        _leave(store, rank, world, init_timeout)
     except BaseException as e:  # a rank reports everything, SystemExit included
         status = 1
         try:
@@ -61,6 +63,22 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
             conn.close()
         finally:
             os._exit(status)  # never run the parent's atexit handlers (pytest's, the store's) in a child
+
+
+_JOINED, _LEFT = "resilience/joined", "resilience/left"
+
+
+def _leave(store, rank: int, world: int, timeout: float) -> None:
+    """A rank that exits while another is still joining the group (gloo connects every pair) makes
+    that one fail, and rank 0 serves the store: wait until all joined; rank 0 also until all left."""
+    deadline = time.monotonic() + timeout
+    while store.add(_JOINED, 0) < world and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if rank != 0:
+        store.add(_LEFT, 1)
+        return
+    while store.add(_LEFT, 0) < world - 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
 
 
 class Job:
@@ -123,9 +141,13 @@ class Job:
             while pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    for conn, r in list(readers.items()):  # results sent just before the deadline count
+                        if conn.poll(0):
+                            self._receive(readers.pop(conn), conn)
                     self.outcome.timed_out = True
                     for r in pending.values():
-                        self.outcome.outcomes[r].status = "timeout"
+                        if not self.outcome.outcomes[r].ok:  # a rank that reported its result only waits to leave
+                            self.outcome.outcomes[r].status = "timeout"
                     break
                 ready = wait(list(pending) + list(readers), timeout=min(left, 0.5))
                 for obj in ready:
@@ -140,7 +162,8 @@ class Job:
                         failed = failed or not self.outcome.outcomes[rank].ok
                 if failed and pending:
                     for r in pending.values():
-                        self.outcome.outcomes[r].status = "torn_down"
+                        if not self.outcome.outcomes[r].ok:
+                            self.outcome.outcomes[r].status = "torn_down"
                     break
         finally:
             self.teardown()
