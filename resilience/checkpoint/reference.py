@@ -383,6 +383,9 @@ class ReferenceBackend:
                 if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
                     raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
+                if manifest.model != state_model(info):
+                    raise TopologyChangeRefused(f"{path}: saved with model {manifest.model}, "
+                                                f"loading {state_model(info)}")
                 for rel, expected in manifest.files.items():
                     verify_file(path, rel, expected)
                 valid[iteration] = (path, manifest)
