@@ -91,10 +91,10 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
     combos = rst.combinations(among=combinations) if combinations is not None else rst.combinations()
     topos = rst.topologies(max_world=max_world)
     kinds = frozenset(rst.SCENARIO_FAULTS if faults is None else faults)
-    bad = [k for k in kinds if k not in rst.SCENARIO_FAULTS + rst.OPTIONAL_FAULTS]
+    bad = [k for k in kinds if k not in rst.SCENARIO_FAULTS]
     if bad:
         raise rst.InvalidStrategyArgument("faults", f"the state machine cannot draw {bad[0]!r}",
-                                          f"use some of {', '.join(rst.SCENARIO_FAULTS + rst.OPTIONAL_FAULTS)}")
+                                          f"use some of {', '.join(rst.SCENARIO_FAULTS)}")
     rank = st.integers(0, 7)
     seed = st.integers(0, 1000)
     crash_points = st.one_of(

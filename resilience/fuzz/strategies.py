@@ -27,12 +27,9 @@ DIMS = ("tp", "pp", "dp")
 # Fault kinds scenarios() draws by default: deterministic ones, so every failure replays exactly.
 # The nemesis kinds (rank_kill, rank_hang) strike after a time or a file size seen from outside:
 # their outcome depends on timing, which would make a shrunk failure flaky.
-SCENARIO_FAULTS = ("rank_crash", "io_error", "short_write", "slow_write", "lost_unsynced_writes", "truncate",
-                   "bit_flip", "delete_file", "metadata_damage", "tracker_damage", "leftover_staging", "extra_file",
-                   "escaping_path")
-# torn_write: the disk acknowledges bytes it never stored. Offered, but not drawn by default: the
-# durability checker counts the save it tears as acknowledged and lost (see the README).
-OPTIONAL_FAULTS = ("torn_write",)
+SCENARIO_FAULTS = ("rank_crash", "io_error", "short_write", "torn_write", "slow_write", "lost_unsynced_writes",
+                   "truncate", "bit_flip", "delete_file", "metadata_damage", "tracker_damage", "leftover_staging",
+                   "extra_file", "escaping_path")
 TIMED_FAULTS = ("rank_kill", "rank_hang")
 
 
@@ -377,7 +374,7 @@ def scenarios(*, combinations: Iterable[Combination | str] | None = None, max_wo
     _check_int("max_layers", max_layers, 1)
     if min_steps > max_steps:
         raise _fail("min_steps", f"{min_steps} is larger than max_steps={max_steps}")
-    allowed = SCENARIO_FAULTS + OPTIONAL_FAULTS
+    allowed = SCENARIO_FAULTS
     if faults is not None:
         faults = list(faults)
         bad = [k for k in faults if k in TIMED_FAULTS]
@@ -405,5 +402,5 @@ def scenarios(*, combinations: Iterable[Combination | str] | None = None, max_wo
     return draw_scenario()
 
 
-__all__ = ["InvalidStrategyArgument", "OPTIONAL_FAULTS", "SCENARIO_FAULTS", "TIMED_FAULTS", "combinations", "dtypes",
+__all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "TIMED_FAULTS", "combinations", "dtypes",
            "fault_schedules", "faults", "model_specs", "optimizers", "scenarios", "topologies", "transitions"]
