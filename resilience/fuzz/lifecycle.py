@@ -114,6 +114,7 @@ class Lifecycle:
     rest_in_job: bool = False          # damage at rest happened since the job started
     power_loss_in_job: bool = False
     deleted_since_save: bool = False   # a shard was deleted at rest: that rank may have no file left to damage
+    tracker_gone: bool = False         # the tracker was deleted at rest (until a save writes it again)
     saves: int = 0
     clean_saves: int = 0
     loads: int = 0
@@ -157,7 +158,7 @@ class Lifecycle:
             data = action.kind in ("truncate", "bit_flip", "delete_file")
             return self.any_checkpoint and not (data and self.deleted_since_save)
         if isinstance(action, DeleteOld):
-            return len(self.folders) >= 2
+            return len(self.folders) + (self.pending and self.alive is True and self.pending_it is not None) >= 2
         if self.power_loss_in_job and (isinstance(action, (CrashDuringSave, PowerLoss))
                                        or getattr(action, "kind", "") == "io_error"):
             return False
@@ -205,7 +206,7 @@ class Lifecycle:
     def _saved(self, *, intact: bool = True) -> None:
         """Bookkeeping of a save that returned normally."""
         self.saves += 1
-        self.deleted_since_save = False
+        self.deleted_since_save = self.tracker_gone = False
         if self.combo.is_async:
             self._commit_pending()
             self.pending, self.pending_it = True, self.iteration
@@ -325,12 +326,27 @@ class Lifecycle:
             its.add(self.pending_it)
         return max(its) if its else None
 
+    def closing_steps(self) -> list[dict]:
+        """Steps that end the scenario well: the runner ends every scenario with a load on the last job's
+        topology, which after damage at rest on another topology, with nothing surely intact, would be a
+        failed load judged as a wrong answer to a topology change; load on the scenario's topology instead."""
+        if self.rest_in_job and self.topo != self.base and not self.intact:
+            return [{"resume": {"continue": 0}}]
+        return []
+
+    def _job_ends(self) -> None:
+        """Damage at rest happens once the job ended, and the training loop finalizes an async save
+        before it exits: what was in flight is committed first."""
+        if self.alive is True:
+            self._commit_pending()
+
     def _corrupt(self, a: Corrupt) -> None:
         if not self.any_checkpoint:
             return
         data = a.kind in ("truncate", "bit_flip", "delete_file")
         if data and self.deleted_since_save:
             return
+        self._job_ends()
         args: dict = {"kind": CORRUPTIONS[a.kind], "rank": self.writer_rank(a.rank)}
         if a.kind == "metadata_damage":
             args["how"] = a.how if a.how in METADATA_HOW else "garble"
@@ -338,6 +354,9 @@ class Lifecycle:
                 args["name"] = ".metadata"
         elif a.kind == "tracker_damage":
             args["how"] = a.how if a.how in TRACKER_HOW else "stale"
+            if args["how"] == "delete" and (self.tracker_gone or self.is_local):
+                args["how"] = "stale"  # nothing to delete (LOCAL keeps one tracker per rank: it may be missing)
+            self.tracker_gone = self.tracker_gone or args["how"] == "delete"
         if a.kind in ("tracker_damage", "leftover_staging", "escaping_path", "metadata_damage") and "rank" in args \
                 and not self.is_local:
             del args["rank"]  # these pick the checkpoint, not a rank's files
@@ -353,6 +372,9 @@ class Lifecycle:
                 self.intact.discard(max(self.intact))
 
     def _deleteold(self, a: DeleteOld) -> None:
+        if len(self.folders) + (self.pending and self.alive is True and self.pending_it is not None) < 2:
+            return
+        self._job_ends()
         older = sorted(self.folders)[:-1]
         if not older:
             return
@@ -408,4 +430,5 @@ def interpret(combo: Combination, base: Topology, others: list[Topology], action
         life = Lifecycle(combo, base, list(others))
         for a in [Train(1), Save()] + list(actions):
             life.apply(a)
+    life.steps += life.closing_steps()
     return life

@@ -47,7 +47,8 @@ class LifecycleMachine(RuleBasedStateMachine):
     def scenario(self) -> Scenario:
         life = self.life
         return from_dict({"name": self.name, "topology": str(life.base), "model": self.model.to_dict(),
-                          "combinations": [str(life.combo)], "steps": life.steps, "backend": self.backend,
+                          "combinations": [str(life.combo)], "steps": life.steps + life.closing_steps(),
+                          "backend": self.backend,
                           "tags": ["generated", "state-machine"]}, source=f"<{self.name}>")
 
     def judge_scenario(self, scenario: Scenario, combo: Combination) -> CaseResult:
@@ -149,7 +150,8 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
             self._do(lc.FaultDuringSave(kind, rank, nth, detail, errno))
 
         @enabled(bool(rest), lc.Corrupt(rest[0] if rest else "truncate"))
-        @rule(kind=st.sampled_from(rest or ["truncate"]), rank=rank, seed=seed, how=st.sampled_from(lc.METADATA_HOW + lc.TRACKER_HOW),
+        @rule(kind=st.sampled_from(rest or ["truncate"]), rank=rank, seed=seed,
+              how=st.sampled_from(lc.METADATA_HOW + lc.TRACKER_HOW),
               dcp_metadata=st.booleans())
         def corrupt_file(self, kind, rank, seed, how, dcp_metadata):
             self._do(lc.Corrupt(kind, rank, seed, how, dcp_metadata))

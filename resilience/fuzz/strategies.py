@@ -224,7 +224,8 @@ def combinations(*, among: Iterable[Combination | str] | None = None, types: Ite
         _names(io, "io", ("sync", "async"))
         pool = [c for c in pool if c.io.value == io]
     if not pool:
-        raise _fail("combinations", "no valid combination matches", "valid: " + "; ".join(map(str, valid_combinations())))
+        raise _fail("combinations", "no valid combination matches",
+                    "valid: " + "; ".join(map(str, valid_combinations())))
     return st.sampled_from(pool)
 
 
@@ -299,7 +300,8 @@ def _fault_dicts(kind: str, world: int) -> st.SearchStrategy[dict]:
             del d["length"]
         return d
 
-    return st.builds(build, one_rank, st.fixed_dictionaries(at_rest), st.fixed_dictionaries({}, optional=iteration), seed)
+    return st.builds(build, one_rank, st.fixed_dictionaries(at_rest), st.fixed_dictionaries({}, optional=iteration),
+                     seed)
 
 
 def faults(*, world: int, kinds: Iterable[str] | None = None) -> st.SearchStrategy[Fault]:
@@ -384,7 +386,8 @@ def scenarios(*, combinations: Iterable[Combination | str] | None = None, max_wo
     kinds = frozenset(_names(faults, "faults", allowed) if faults else ()) if faults is not None \
         else frozenset(SCENARIO_FAULTS)
     if not isinstance(backend, str) or not backend:
-        raise _fail("backend", f"must be a backend name, got {backend!r}", "'reference', 'broken:NAME' or module:factory")
+        raise _fail("backend", f"must be a backend name, got {backend!r}",
+                    "'reference', 'broken:NAME' or module:factory")
     topos = _topologies(max_world=max_world)
     actions = _actions(kinds, moves)
 

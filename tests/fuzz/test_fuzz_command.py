@@ -49,7 +49,8 @@ def test_a_failure_is_kept_as_a_minimal_scenario_with_its_replay(tmp_path, monke
     assert open(failure.scenario_file).readline().startswith("# FAIL")
     for name in ("fuzz.json", "results.json", "report.md", "junit.xml", "hypothesis.log", "hypothesis"):
         assert os.path.exists(os.path.join(out.run_dir, name)), name
-    assert json.load(open(os.path.join(out.run_dir, "fuzz.json")))["failures"][0]["scenario_file"] == failure.scenario_file
+    report = json.load(open(os.path.join(out.run_dir, "fuzz.json")))
+    assert report["failures"][0]["scenario_file"] == failure.scenario_file
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -1,5 +1,7 @@
 """The lifecycle state machine: every scenario it builds validates, a planted bug comes out as a short
 replayable sequence, and a real run on ranks passes with the reference implementation."""
+import textwrap
+
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -39,7 +41,8 @@ def test_every_judged_scenario_validates_and_plans():
 def test_a_planted_bug_prints_as_a_short_replayable_sequence():
     def judge(scenario, combo):
         if any(step.kind == "corrupt" and step.args.get("kind") == "bitflip" for step in scenario.steps):
-            raise rst.ScenarioFailed(scenario, _result(scenario, combo, FAIL, "integrity: wrong values after a bit flip"))
+            result = _result(scenario, combo, FAIL, "integrity: wrong values after a bit flip")
+            raise rst.ScenarioFailed(scenario, result)
         return _result(scenario, combo, PASS)
 
     machine = rst.lifecycle_machine(combinations=["GLOBAL/torch_dist/sync"], max_world=2,
@@ -50,7 +53,8 @@ def test_a_planted_bug_prints_as_a_short_replayable_sequence():
     assert "FAIL: scenario 'lifecycle' with GLOBAL/torch_dist/sync" in text and "replay: resilience run" in text
     steps = [s.to_dict() for s in e.value.scenario.steps]
     assert {"corrupt": {"kind": "bitflip", "rank": 0, "seed": 0}} in steps and len(steps) <= 4, steps
-    assert load_text(text.split("scenario:\n", 1)[1].split("\n\nreplay:")[0].replace("\n  ", "\n"))
+    printed = textwrap.dedent(text.split("\nscenario:\n", 1)[1].split("\n\nreplay:")[0])
+    assert load_text(printed).to_dict() == e.value.scenario.to_dict()  # the printed scenario replays
 
 
 @pytest.mark.multiprocess
