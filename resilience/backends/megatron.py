@@ -37,6 +37,7 @@ from typing import Iterator
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint import CheckpointException
 
 from .. import storage
 from ..checkpoint.combos import CkptFormat, CheckpointType, Combination, combination
@@ -202,7 +203,7 @@ class MegatronBackend:
         folder = iter_folder(root, state.iteration)
         iteration = state.iteration
         if _rank() == 0:
-            os.makedirs(folder, exist_ok=True)  # Megatron-LM's ensure_directory_exists
+            storage.current().mkdir(folder)  # Megatron-LM's ensure_directory_exists: makedirs, no fsync
         if _world() > 1:
             dist.barrier()
         sd, _ = self.sharded_state_dict(state, state.sharded_state_dict())
@@ -267,7 +268,7 @@ class MegatronBackend:
                 keep = [r for r in records if same_grid or r.key != RNG_KEY]
                 sd, buffers = self.sharded_state_dict(state, keep, for_load=True)
                 loaded = self.dc.load(sd, folder)
-            except (Exception, torch.distributed.checkpoint.CheckpointException) as e:
+            except (Exception, CheckpointException) as e:
                 raise IntegrityError(folder, "dist_checkpointing.load", str(_failures(e))[:2000]) from None
         objects = {}
         for r in keep:

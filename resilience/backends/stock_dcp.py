@@ -30,6 +30,7 @@ How the framework observes it, without changing what DCP does (see docs/adapters
   IntegrityError naming the folder. Nothing is retried or hidden."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import io
@@ -148,8 +149,6 @@ class ObservedFileSystem(FileSystemBase):
         return size if size > 1 else io.DEFAULT_BUFFER_SIZE
 
     def _stream(self, path: str, mode: str):
-        import contextlib
-
         @contextlib.contextmanager
         def opened():
             if "w" in mode:
