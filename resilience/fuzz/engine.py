@@ -24,6 +24,7 @@ from typing import Callable
 
 from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import InvalidArgument
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -41,8 +42,8 @@ MODES = ("scenarios", "machine")
 
 @dataclass
 class FuzzOptions:
-    examples: int = 50                 # per mode
-    seed: int | None = None            # None: a fresh random seed, printed so the run can be repeated
+    examples: int | None = None        # per mode; None: the profile's max_examples
+    seed: int | None = None            # None: 0 under a derandomized profile (ci), else a fresh random seed
     combos: list[Combination] | None = None
     max_world: int = 2
     time_budget: float | None = None   # seconds for the whole run, shared by the modes
@@ -53,11 +54,17 @@ class FuzzOptions:
     modes: tuple[str, ...] = MODES
     faults: list[str] | None = None    # fault kinds to draw (default: the deterministic ones)
     max_steps: int = 6                 # actions per scenario, rules per machine run
-    profile: str = "fuzz"
+    profile: str = "dev"               # ci: 25 examples, seed 0; dev: 50; fuzz: 500 (resilience.fuzz.profiles)
 
     def __post_init__(self):
+        try:
+            base = settings.get_profile(self.profile)
+        except InvalidArgument:
+            raise ConfigError("--profile", f"no Hypothesis profile {self.profile!r}", "use ci, dev or fuzz") from None
+        if self.examples is None:
+            self.examples = base.max_examples
         if self.seed is None:
-            self.seed = secrets.randbelow(2**32)
+            self.seed = 0 if base.derandomize else secrets.randbelow(2**32)
         for m in self.modes:
             if m not in MODES:
                 raise ConfigError("--mode", f"unknown mode {m!r}", f"use {', '.join(MODES)} or both")
@@ -292,6 +299,7 @@ def replay_fuzz(opts: FuzzOptions) -> str:
     """The command that runs this fuzzing run again, example for example."""
     import shlex
     cmd = ["resilience", "fuzz", "--seed", str(opts.seed), "--examples", str(opts.examples),
+           *(["--profile", opts.profile] if opts.profile != FuzzOptions.profile else []),
            "--max-world", str(opts.max_world), "--max-steps", str(opts.max_steps)]
     if opts.combos:
         cmd += ["--combos", *map(str, opts.combos)]

@@ -115,6 +115,7 @@ class Lifecycle:
     power_loss_in_job: bool = False
     deleted_since_save: bool = False   # a shard was deleted at rest: that rank may have no file left to damage
     tracker_gone: bool = False         # the tracker was deleted at rest (until a save writes it again)
+    manifest_damaged: bool = False     # the newest manifest was damaged: a rank's files can no longer be told apart
     saves: int = 0
     clean_saves: int = 0
     loads: int = 0
@@ -206,7 +207,7 @@ class Lifecycle:
     def _saved(self, *, intact: bool = True) -> None:
         """Bookkeeping of a save that returned normally."""
         self.saves += 1
-        self.deleted_since_save = self.tracker_gone = False
+        self.deleted_since_save = self.tracker_gone = self.manifest_damaged = False
         if self.combo.is_async:
             self._commit_pending()
             self.pending, self.pending_it = True, self.iteration
@@ -284,7 +285,8 @@ class Lifecycle:
             op = a.detail if a.detail in IO_ERROR_OPS else "write"
             if op == "rename" and not self.is_local:
                 rank = 0
-            record = {"kind": "io_error", "rank": rank, "op": op, "nth": a.nth, "errno": a.errno}
+            nth = a.nth if op == "write" else 1  # a save makes one folder, one rename, one file per rank
+            record = {"kind": "io_error", "rank": rank, "op": op, "nth": nth, "errno": a.errno}
         elif a.kind == "torn_write":
             record = {"kind": "torn_write", "rank": rank, "nth": a.nth,
                       "fill": a.detail if a.detail in ("zeros", "garbage") else "zeros"}
@@ -348,6 +350,8 @@ class Lifecycle:
             return
         self._job_ends()
         args: dict = {"kind": CORRUPTIONS[a.kind], "rank": self.writer_rank(a.rank)}
+        if data and self.manifest_damaged and not self.is_local:
+            del args["rank"]  # which files a rank wrote is read from the manifest: any file then
         if a.kind == "metadata_damage":
             args["how"] = a.how if a.how in METADATA_HOW else "garble"
             if a.dcp_metadata and self.combo.format.value != "torch":
@@ -364,6 +368,7 @@ class Lifecycle:
         self._emit({"corrupt": args})
         self.rest_in_job = True
         self.deleted_since_save = self.deleted_since_save or a.kind == "delete_file"
+        self.manifest_damaged = self.manifest_damaged or (a.kind == "metadata_damage" and "name" not in args)
         if a.kind not in ("tracker_damage", "leftover_staging"):
             newest = self._newest_known()
             if newest is not None:

@@ -118,10 +118,13 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
     class CheckpointLifecycle(LifecycleMachine):
         __doc__ = LifecycleMachine.__doc__
 
-        @initialize(setup=setups())
-        def start(self, setup):
+        @initialize(setup=setups(), warm_up=st.integers(0, 3))
+        def start(self, setup, warm_up):
             combo, base, others, model = setup
             self.life, self.model = lc.Lifecycle(combo, base, list(others)), model
+            if warm_up:  # most runs start from a committed checkpoint (else most would have nothing to judge)
+                self._do(lc.Train(warm_up))
+                self._do(lc.Save())
 
         @precondition(lambda self: self._allows(lc.Train()))
         @rule(steps=st.integers(1, 3))
