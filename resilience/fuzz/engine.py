@@ -30,7 +30,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError
-from ..runner.run import CaseResult, run_case
+from ..checkers import UNKNOWN, Verdict
+from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from . import profiles  # noqa: F401  (registers the profiles)
 from .judge import BAD, failure_class, write_failure
@@ -153,6 +154,8 @@ class _Judge:
             self.counts["rejected"] += 1
             self.on_case(mode, None)
             reject()
+        except Exception as e:  # the runner itself broke: never a pass, kept and shrunk like any failure
+            result = _runner_failed(scenario, combo, case_dir, self.opts.backend, e)
         self.counts[result.verdict] += 1
         self.on_case(mode, result)
         if result.verdict in BAD:
@@ -169,6 +172,15 @@ class _Judge:
             raise cls(scenario, result)
         shutil.rmtree(case_dir, ignore_errors=True)
         return result
+
+
+def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backend: str, e: Exception) -> CaseResult:
+    import traceback
+    detail = f"the runner raised {type(e).__name__}: {e}"
+    os.makedirs(case_dir, exist_ok=True)
+    return CaseResult(scenario.name, str(combo), UNKNOWN, [Verdict("runner", UNKNOWN, detail,
+                                                                   [{"traceback": traceback.format_exc()}])],
+                      0.0, case_dir, replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend), detail)
 
 
 def _settings(opts: FuzzOptions, database: str) -> settings:

@@ -107,3 +107,17 @@ def test_a_broken_implementation_is_found_and_shrunk(tmp_path, capsys):
     capsys.readouterr()
     assert main(replay[1:] + ["--out", str(tmp_path / "replay")]) == 1  # the one-line command replays the failure
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
+    def run_case(scenario, combo, case_dir, backend=None, **kw):
+        if any(step.kind == "corrupt" for step in scenario.steps):
+            raise FileExistsError(17, "File exists")
+        return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
+
+    monkeypatch.setattr(engine, "run_case", run_case)
+    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    (failure,) = out.failures
+    assert failure.verdict == "UNKNOWN" and failure.kind == "UnknownInRunner" and not out.errors
+    assert "the runner raised FileExistsError" in failure.detail
+    assert [s.kind for s in load_file(failure.scenario_file).steps] == ["train", "save", "corrupt"]
