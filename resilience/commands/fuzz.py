@@ -108,7 +108,7 @@ def run(args) -> int:
     print(f"{counts} ({outcome.seconds:.1f} s)")
     for f in outcome.failures:
         print(f"{f.verdict} ({f.mode}, {f.kind}): {f.combo}: {f.detail[:300]}")
-        print(f"  minimal scenario ({f.steps} steps): {f.scenario_file}")
+        print(f"  minimal scenario ({f.steps} step{'s' if f.steps != 1 else ''}): {f.scenario_file}")
         print(f"  replay: {f.replay}")
     for e in outcome.errors:
         print(f"error: {e[:1000]}")
