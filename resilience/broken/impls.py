@@ -7,7 +7,7 @@ import threading
 
 from .. import storage
 from ..checkpoint import commit, manifest as manifest_mod
-from ..checkpoint.reference import ReferenceBackend, _Pending, _rank, _stage, broadcast
+from ..checkpoint.reference import ReferenceBackend, _rank
 from ..checkpoint.formats import torchfile
 from ..errors import AsyncSaveFailed
 from ..state.sharding import ShardedTensor
@@ -68,11 +68,9 @@ class no_dir_fsync(_Wrapped):
 
 class no_checksum(ReferenceBackend):
     def _check_candidate(self, info, path, manifest):
-        with patched(ReferenceBackend, "_verify_files", lambda *a, **k: None) if hasattr(
-                ReferenceBackend, "_verify_files") else patched(manifest_mod, "verify_file", lambda *a: None):
-            import resilience.checkpoint.reference as ref
-            with patched(ref, "verify_file", lambda *a: None):
-                return super()._check_candidate(info, path, manifest)
+        import resilience.checkpoint.reference as ref
+        with patched(ref, "verify_file", lambda *a: None):  # the bug: listed files are never checked
+            return super()._check_candidate(info, path, manifest)
 
 
 class tracker_before_data(ReferenceBackend):
@@ -99,7 +97,6 @@ class in_place_overwrite(ReferenceBackend):
 
     def save(self, state, root):
         root = os.path.abspath(root)
-        final = os.path.join(root, commit.iter_name(state.iteration))
         with patched(commit, "staging_name", lambda it: commit.iter_name(it)), \
                 patched(commit, "publish", lambda staging, final: None):
             return super().save(state, root)
@@ -143,8 +140,7 @@ class manifest_not_durable(ReferenceBackend):
         def write(self_, folder):
             with storage.current().open_write(os.path.join(folder, manifest_mod.MANIFEST), sync=False) as f:
                 f.write(self_.to_json().encode())
-        with patched(manifest_mod.Manifest, "write", write), \
-                patched(storage.current(), "fsync_dir", lambda path: None) if False else contextlib.nullcontext():
+        with patched(manifest_mod.Manifest, "write", write):  # the bug: the manifest is never fsynced
             return super().save(state, root)
 
 
@@ -174,7 +170,6 @@ class ignores_topology(ReferenceBackend):
         super().__init__(combo)
         fmt = self.format
         fmt.check_topology = lambda saved, info: None
-        real_read = fmt.read
 
         def read(info, records, folder, manifest):
             from ..checkpoint.formats import legacy

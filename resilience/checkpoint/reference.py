@@ -20,7 +20,7 @@ from ..errors import AsyncSaveFailed, CheckpointNotFound, IntegrityError, RankFa
 from ..state import Topology, TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
 from . import commit, phases
-from .combos import CkptFormat, Combination, CheckpointType, IOMode, combination
+from .combos import CkptFormat, Combination, CheckpointType, combination
 from .formats.base import Format, RankInfo
 from .manifest import Manifest, verify_file
 from .recorder import recording

@@ -48,7 +48,8 @@ def run(args) -> int:
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
         for i, case in enumerate(work):
-            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{str(case.combo).replace('/', '-')}-{case.column.replace('/', '-')}")
+            label = f"{case.combo}-{case.column}".replace("/", "-")
+            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{label}")
             result = run_case(case.scenario, case.combo, case_dir, backend=args.backend, fault=case.fault,
                               transition=case.transition)
             rows.append(dict(result.to_row(), column=case.column))

@@ -74,7 +74,7 @@ class CrashStates:
     def summary(self) -> str:
         return (f"{len(self.states)} distinct crash states materialised, {self.explored} explored, from "
                 f"{len(self.ops)} operations ({len(self.unsynced)} not durable at the crash)"
-                + (f", stopped at max_states" if self.bounded else ""))
+                + (", stopped at max_states" if self.bounded else ""))
 
     def to_dict(self) -> dict:
         return {"states": [s.to_dict() for s in self.states], "explored": self.explored, "operations": len(self.ops),
