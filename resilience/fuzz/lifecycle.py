@@ -31,6 +31,7 @@ CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
+FAULT_FILES = {"data": None, "manifest": "*manifest.json", "tracker": "*latest_checkpointed_iteration*"}
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class FaultDuringSave:
     nth: int = 1
     detail: str = "write"      # io_error: the op; torn_write: fill; others: unused
     errno: str = "EIO"
+    file: str = "data"         # one of FAULT_FILES: a rank's data, the coordinator's manifest or tracker
 
 
 @dataclass(frozen=True)
@@ -283,19 +285,28 @@ class Lifecycle:
         if (a.kind == "io_error" and self.power_loss_in_job) or not self._fault_ready():
             return
         rank = self.writer_rank(a.rank)
+        path = FAULT_FILES.get(a.file)
+        nth = a.nth
+        if path is not None:  # the manifest and the tracker: written once, by the coordinator (each rank in LOCAL)
+            nth = 1
+            rank = rank if self.is_local else 0
         if a.kind == "io_error":
             op = a.detail if a.detail in IO_ERROR_OPS else "write"
+            if path is not None and op in ("mkdir", "rename"):
+                op = "write"
             if op == "rename" and not self.is_local:
                 rank = 0
-            nth = a.nth if op == "write" else 1  # a save makes one folder, one rename, one file per rank
+            nth = nth if op == "write" else 1  # a save makes one folder, one rename, one file per rank
             record = {"kind": "io_error", "rank": rank, "op": op, "nth": nth, "errno": a.errno}
         elif a.kind == "torn_write":
-            record = {"kind": "torn_write", "rank": rank, "nth": a.nth,
+            record = {"kind": "torn_write", "rank": rank, "nth": nth,
                       "fill": a.detail if a.detail in ("zeros", "garbage") else "zeros"}
         elif a.kind == "short_write":
-            record = {"kind": "short_write", "rank": rank, "nth": a.nth}
+            record = {"kind": "short_write", "rank": rank, "nth": nth}
         else:
-            record = {"kind": "slow_write", "rank": rank, "delay": 0.02, "times": a.nth}
+            record = {"kind": "slow_write", "rank": rank, "delay": 0.02, "times": nth}
+        if path is not None:
+            record["path"] = path
         self._emit({"fault": record}, {"save": None})
         if a.kind == "io_error":
             if self.combo.is_async:  # the background write's failure surfaces at finalize: finalize now

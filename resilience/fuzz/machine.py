@@ -148,9 +148,10 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
 
         @enabled(bool(writes), lc.FaultDuringSave())
         @rule(kind=st.sampled_from(writes or ["short_write"]), rank=rank, nth=st.integers(1, 2),
-              detail=st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")), errno=st.sampled_from(lc.ERRNOS))
-        def write_fault_during_save(self, kind, rank, nth, detail, errno):
-            self._do(lc.FaultDuringSave(kind, rank, nth, detail, errno))
+              detail=st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")), errno=st.sampled_from(lc.ERRNOS),
+              file=st.sampled_from(tuple(lc.FAULT_FILES)))
+        def write_fault_during_save(self, kind, rank, nth, detail, errno, file):
+            self._do(lc.FaultDuringSave(kind, rank, nth, detail, errno, file))
 
         @enabled(bool(rest), lc.Corrupt(rest[0] if rest else "truncate"))
         @rule(kind=st.sampled_from(rest or ["truncate"]), rank=rank, seed=seed,

@@ -344,7 +344,8 @@ def _actions(fault_kinds: frozenset[str], moves: bool) -> st.SearchStrategy:
     writes = [k for k in lc.WRITE_FAULTS if k in fault_kinds]
     if writes:
         options.append(st.builds(lc.FaultDuringSave, st.sampled_from(writes), rank, st.integers(1, 2),
-                                 st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")), st.sampled_from(lc.ERRNOS)))
+                                 st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")), st.sampled_from(lc.ERRNOS),
+                                 st.sampled_from(tuple(lc.FAULT_FILES))))
     if "lost_unsynced_writes" in fault_kinds:
         options.append(st.builds(lc.PowerLoss, rank, st.none() | st.sampled_from(lc.CRASH_PHASES), st.integers(1, 3)))
     rest = [k for k in lc.CORRUPTIONS if k in fault_kinds]
