@@ -121,3 +121,20 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
     assert failure.verdict == "UNKNOWN" and failure.kind == "UnknownInRunner" and not out.errors
     assert "the runner raised FileExistsError" in failure.detail
     assert [s.kind for s in load_file(failure.scenario_file).steps] == ["train", "save", "corrupt"]
+
+
+def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
+    import time
+    seen = []
+
+    def run_case(scenario, combo, case_dir, backend=None, **kw):
+        time.sleep(0.05)
+        seen.append(scenario)
+        return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
+
+    monkeypatch.setattr(engine, "run_case", run_case)
+    start = time.monotonic()
+    out = engine.fuzz(engine.FuzzOptions(examples=500, seed=1, time_budget=0.6, out=str(tmp_path)))
+    assert out.ok and out.counts["skipped (time budget)"] > 0
+    assert len(seen) < 40 and time.monotonic() - start < 60
+    assert "--time-budget 0.6" in engine.replay_fuzz(engine.FuzzOptions(examples=5, seed=1, time_budget=0.6))
