@@ -148,14 +148,17 @@ class _Judge:
         case_dir = os.path.join(self.work, f"{self.n:05d}")
         try:
             result = run_case(scenario, combo, case_dir, backend=self.opts.backend)
-        except ConfigError:
-            # the runner could not carry out a generated fault (no file left to damage): not an example
-            shutil.rmtree(case_dir, ignore_errors=True)
-            self.counts["rejected"] += 1
-            self.on_case(mode, None)
-            reject()
-        except Exception as e:  # the runner itself broke: never a pass, kept and shrunk like any failure
-            result = _runner_failed(scenario, combo, case_dir, self.opts.backend, e)
+        except Exception as e:
+            if not (isinstance(e, ConfigError) or _while_damaging(e)):
+                # the runner itself broke: never a pass, kept and shrunk like any failure
+                result = _runner_failed(scenario, combo, case_dir, self.opts.backend, e)
+            else:
+                # a generated corruption found nothing to damage (no file left of that rank, or a file this
+                # implementation does not write, such as our manifest.json): not an example
+                shutil.rmtree(case_dir, ignore_errors=True)
+                self.counts["rejected"] += 1
+                self.on_case(mode, None)
+                reject()
         self.counts[result.verdict] += 1
         self.on_case(mode, result)
         if result.verdict in BAD:
@@ -172,6 +175,16 @@ class _Judge:
             raise cls(scenario, result)
         shutil.rmtree(case_dir, ignore_errors=True)
         return result
+
+
+def _while_damaging(e: BaseException) -> bool:
+    """Whether the exception came out of corruption at rest (resilience/faults/corruption.py)."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("resilience/faults/corruption.py"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backend: str, e: Exception) -> CaseResult:

@@ -3,20 +3,23 @@
 Rules: train n steps, save, finalize an async save, crash a rank during a save, a write fault during a
 save, corrupt a file at rest, lose unsynced writes, resume (on the same or another topology), delete
 old checkpoints. The combination, topologies and model are chosen once, at the start. The rules build
-up one scenario; whenever a resume has loaded something (and once more at the end) the scenario so far
-runs on real ranks and every checker must hold: atomic commit, durability, integrity, resume
-equivalence, topology independence. A failure prints as the minimal sequence of rules, and as the
-scenario YAML with the `resilience run` command that replays it.
+up one scenario; at the end of each run (teardown) it runs on real ranks and every checker must hold
+over its whole history: atomic commit, durability, integrity, resume equivalence, topology independence.
+(Judging once, at the end, sees every load the run made, costs one run on real ranks per example, and
+keeps the rules Hypothesis draws independent of what the ranks did, so a failure replays and shrinks.)
+A failure prints as the minimal sequence of rules, and as the scenario YAML with the `resilience run`
+command that replays it.
 
     from resilience.fuzz.machine import lifecycle_machine
     TestLifecycle = lifecycle_machine(combinations=["GLOBAL/torch_dist/sync"], max_world=2).TestCase
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable, Iterable
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from ..checkpoint.combos import Combination
 from ..runner.run import CaseResult
@@ -38,9 +41,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         super().__init__()
         self.life: lc.Lifecycle | None = None
         self.model = None
-        self.judged_steps = 0
-        self.judged_loads = 0
-        self.failed = False
         self.results: list[CaseResult] = []
 
     # ---- the scenario built so far ---------------------------------------------------------------
@@ -56,14 +56,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         return judge(scenario, combo)
 
     def _judge(self) -> None:
-        if self.life is None or not self.life.saves or len(self.life.steps) == self.judged_steps:
+        if self.life is None or not self.life.saves:
             return
-        self.judged_steps, self.judged_loads = len(self.life.steps), self.life.loads
-        try:
-            self.results.append(self.judge_scenario(self.scenario(), self.life.combo))
-        except BaseException:
-            self.failed = True
-            raise
+        self.results.append(self.judge_scenario(self.scenario(), self.life.combo))
 
     def _do(self, action) -> None:
         self.life.apply(action)
@@ -71,16 +66,10 @@ class LifecycleMachine(RuleBasedStateMachine):
     def _allows(self, action) -> bool:
         return self.life is not None and self.life.allows(action)
 
-    # ---- invariants --------------------------------------------------------------------------------
-    @invariant()
-    def checkers_hold(self):
-        """After a resume loaded a checkpoint, everything so far passes every checker."""
-        if self.life is not None and self.life.loads > self.judged_loads:
-            self._judge()
-
     def teardown(self):
-        if not self.failed:
-            self._judge()  # the planner ends the scenario with a load: the last steps are judged too
+        """The checkers are the invariant, judged over the whole run once every rule has run."""
+        if sys.exc_info()[0] is None:  # not while a rule's exception (or Hypothesis' own) is on its way out
+            self._judge()
 
 
 def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None, max_world: int = 2,

@@ -138,3 +138,17 @@ def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
     assert out.ok and out.counts["skipped (time budget)"] > 0
     assert len(seen) < 40 and time.monotonic() - start < 60
     assert "--time-budget 0.6" in engine.replay_fuzz(engine.FuzzOptions(examples=5, seed=1, time_budget=0.6))
+
+
+def test_damage_that_finds_nothing_to_damage_is_not_an_example(tmp_path, monkeypatch):
+    # e.g. an implementation that writes no manifest.json: metadata damage cannot be carried out
+    from resilience.faults import corruption
+
+    def run_case(scenario, combo, case_dir, backend=None, **kw):
+        if any(step.kind == "corrupt" for step in scenario.steps):
+            corruption.metadata_damage(str(tmp_path / "nowhere"), None, None)  # raises inside corruption.py
+        return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
+
+    monkeypatch.setattr(engine, "run_case", run_case)
+    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    assert out.ok and out.counts["rejected"] > 0
