@@ -85,7 +85,7 @@ def write_tracker(root: str, iteration: int) -> None:
     fs = storage.current()
     tmp = os.path.join(root, f".{TRACKER}.tmp")
     with fs.open_write(tmp) as f:
-        f.write(str(iteration).encode())
+        storage.write_all(f, str(iteration).encode())
     fs.rename(tmp, os.path.join(root, TRACKER))
     fs.fsync_dir(root)
 

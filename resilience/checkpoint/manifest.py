@@ -76,7 +76,7 @@ class Manifest:
         """Write and fsync manifest.json into `folder` (a staging folder: not yet visible)."""
         fs = storage.current()
         with fs.open_write(os.path.join(folder, MANIFEST)) as f:
-            f.write(self.to_json().encode())
+            storage.write_all(f, self.to_json().encode())
 
     @classmethod
     def read(cls, folder: str) -> "Manifest":

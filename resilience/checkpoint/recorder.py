@@ -1,7 +1,6 @@
 """Collect (size, checksum) of every file a rank writes, from the streams themselves."""
 from __future__ import annotations
 
-import errno
 import os
 
 from .. import storage
@@ -46,16 +45,7 @@ class WriteAll:
         self._inner = inner
 
     def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        total = len(view)
-        while view:
-            n = self._inner.write(view)
-            if n is None:  # a raw stream that could not write now: never for files, be safe
-                n = 0
-            if n <= 0:
-                raise OSError(errno.EIO, f"write made no progress on {self._inner.path}", self._inner.path)
-            view = view[n:]
-        return total
+        return storage.write_all(self._inner, data)
 
     @property
     def path(self) -> str:

@@ -1,5 +1,5 @@
 """The one I/O seam every checkpoint byte goes through, and the default local filesystem behind it."""
-from .base import FileSystem, WriteStream, current, use
+from .base import FileSystem, WriteStream, current, use, write_all
 from .local import LocalFileSystem
 
-__all__ = ["FileSystem", "LocalFileSystem", "WriteStream", "current", "use"]
+__all__ = ["FileSystem", "LocalFileSystem", "WriteStream", "current", "use", "write_all"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import threading
 from typing import BinaryIO, Iterator, Protocol, runtime_checkable
 
@@ -76,3 +77,16 @@ def use(fs: FileSystem, *, this_thread: bool = False) -> Iterator[FileSystem]:
         yield fs
     finally:
         _current = before
+
+
+def write_all(stream: WriteStream, data) -> int:
+    """Write every byte: a short write is continued, a write that makes no progress fails. Callers such
+    as torch.save and DCP ignore the count write() returns, so a short write would go unnoticed."""
+    view = memoryview(data).cast("B")
+    total = len(view)
+    while view:
+        n = stream.write(view) or 0
+        if n <= 0:
+            raise OSError(errno.EIO, f"write made no progress on {stream.path}", stream.path)
+        view = view[n:]
+    return total
