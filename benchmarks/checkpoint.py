@@ -56,6 +56,7 @@ from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState
 from resilience.state.sharding import ShardedObject, ShardedTensor
 from resilience.storage.local import LocalFileSystem, LocalWriteStream
+from benchmarks.args import nonnegative_int, positive_float, positive_int
 
 TARGET_GLOBAL_VS_DCP = 1.0  # GLOBAL/torch_dist/sync save time / stock DCP save time, at most
 TARGET_ASYNC_BLOCKING = 0.10  # async save() blocking time / the sync save time, at most
@@ -509,49 +510,19 @@ def report(fig: dict) -> None:
               f"(run by run {c['paired']:+.1%}), {_met(c)}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks checkpoint", description=__doc__.split("\n")[0])
-    parser.add_argument("--size-gib", type=_positive_float, default=1.0, metavar="GIB",
+    parser.add_argument("--size-gib", type=positive_float, default=1.0, metavar="GIB",
                         help="tensor state held over all ranks, at least (default: 1.0)")
     parser.add_argument("--topology", type=Topology.parse, default=Topology(2, 2, 1), metavar="TOPO",
                         help="tp, pp, dp (default: tp2pp2dp1, 4 ranks, nothing replicated)")
-    parser.add_argument("--repeats", type=_positive_int, default=3, metavar="N",
+    parser.add_argument("--repeats", type=positive_int, default=3, metavar="N",
                         help="runs of every measurement, interleaved (default: 3)")
-    parser.add_argument("--warmup", type=_nonnegative_int, default=1, metavar="N",
+    parser.add_argument("--warmup", type=nonnegative_int, default=1, metavar="N",
                         help="rounds run first and not counted (default: 1)")
     parser.add_argument("--dir", metavar="DIR",
                         help="make the temp folder under DIR (default: the system temp dir); removed at the end")
-    parser.add_argument("--timeout", type=_positive_float, default=3600.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_float, default=3600.0, metavar="S",
                         help="for the whole job (default: 3600)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)

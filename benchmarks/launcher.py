@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
 from resilience.launch import run_ranks
+from benchmarks.args import positive_int
 
 TARGET_WORLD = 4
 TARGET_FORK_SECONDS = 0.5  # fork launcher: group up and torn down, median
@@ -110,23 +111,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks launcher", description=__doc__.split("\n")[0])
-    parser.add_argument("--worlds", type=_positive_int, nargs="+", default=[4, 8], metavar="N",
+    parser.add_argument("--worlds", type=positive_int, nargs="+", default=[4, 8], metavar="N",
                         help="group sizes (default: 4 8)")
-    parser.add_argument("--fork-repeats", type=_positive_int, default=5, metavar="N",
+    parser.add_argument("--fork-repeats", type=positive_int, default=5, metavar="N",
                         help="runs per group size with the fork launcher (default: 5)")
-    parser.add_argument("--spawn-repeats", type=_positive_int, default=3, metavar="N",
+    parser.add_argument("--spawn-repeats", type=positive_int, default=3, metavar="N",
                         help="runs per group size with spawn, seconds each: every rank imports torch (default: 3)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)

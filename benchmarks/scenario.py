@@ -23,8 +23,10 @@ import time
 
 import torch
 
+from benchmarks.args import nonnegative_int, positive_int
 from resilience.checkers.base import PASS, REFUSED
 from resilience.checkpoint.combos import Combination
+from resilience.commands.common import combination_arg
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
 
@@ -85,42 +87,15 @@ def measure(combo: Combination, repeats: int, spawn_repeats: int, warmup: int) -
     return {"fork": _summary(times["fork"]), "spawn": _summary(times["spawn"]), "verdicts": verdicts}
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
-    return value
-
-
-def _combination(text: str) -> Combination:
-    try:
-        return Combination.parse(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks scenario", description=__doc__.split("\n")[0])
-    p.add_argument("--combo", type=_combination, default=Combination.parse("GLOBAL/torch_dist/sync"),
+    p.add_argument("--combo", type=combination_arg, default=Combination.parse("GLOBAL/torch_dist/sync"),
                    metavar="TYPE/format/io", help="combination (default: GLOBAL/torch_dist/sync)")
-    p.add_argument("--repeats", type=_positive_int, default=7, metavar="N",
+    p.add_argument("--repeats", type=positive_int, default=7, metavar="N",
                    help="warm-launcher (fork) runs (default: 7)")
-    p.add_argument("--spawn-repeats", type=_nonnegative_int, default=2, metavar="N",
+    p.add_argument("--spawn-repeats", type=nonnegative_int, default=2, metavar="N",
                    help="spawn runs, several seconds each; 0 skips spawn and the ratio (default: 2)")
-    p.add_argument("--warmup", type=_nonnegative_int, default=1, metavar="N",
+    p.add_argument("--warmup", type=nonnegative_int, default=1, metavar="N",
                    help="fork runs first, not counted (default: 1)")
     p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return p.parse_args(argv)
