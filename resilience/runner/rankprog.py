@@ -31,9 +31,12 @@ class RankPlan:
     snapshot_dir: str = ""    # where rank 0 copies the folder as it was before those operations
 
 
-def digests_of(state: TrainingState) -> tuple[str, str | None]:
-    """(fingerprint of the topology-invariant state, digest of the RNG); collective."""
-    d = fingerprint(state.sharded_state_dict())
+def digests_of(state: TrainingState) -> tuple[str | None, str | None]:
+    """(fingerprint of the topology-invariant state, digest of the RNG); collective. Only rank 0 logs
+    them, so only rank 0 computes them: the other ranks get (None, None)."""
+    d = fingerprint(state.sharded_state_dict(), dst=0)
+    if not d:
+        return None, None
     return combine(d, TOPOLOGY_BOUND_KEYS), d.get("rng")
 
 
