@@ -4,7 +4,9 @@ One job of 4 rank processes (the fork launcher) builds a GPT-like state once (fp
 moments, one training step taken so every moment is non-zero) and, round after round, measures:
 
 - each of the six combinations: save, then load, with `ReferenceBackend` (checksums on, as shipped);
-  async: how long save() blocks (what a training step waits for: staging) and save() + finalize();
+  async: how long the training thread is blocked (the save() call, plus the staging copies the next
+  training step waits for: a tensor is copied before the step changes it), save() + finalize(), and the
+  worst case, a step that changes every tensor at once;
 - stock `torch.distributed.checkpoint.save/load` of the same pieces: a state dict of torch ShardedTensors
   (each rank's replica-0 pieces with their global shape and offset), `checkpoint_id=folder`, defaults;
   run right after GLOBAL/torch_dist/sync, the combination it is compared with;
@@ -242,7 +244,7 @@ class RankBench:
             out.append(lambda rep, name=name: self.combination(name, rep))
             if name == GLOBAL_SYNC:
                 out.append(self.stock_dcp)
-        return out + [self.torch_save]
+        return out + [self.torch_save, self.step_alone]
 
     def round(self, rep: int) -> None:
         blocks = self.blocks()
@@ -257,10 +259,7 @@ class RankBench:
         folder = self._folder(rep, name)
         state.iteration = 1000 + rep
         if backend.combo.is_async:
-            clock.run(f"{name} blocking", lambda: backend.save(state, folder))
-            clock.run(f"{name} finalize", backend.finalize)
-            clock.progress(f"{name:<27} save() blocked {max(clock.runs[f'{name} blocking'][-1]['own']):6.3f} s, "
-                           f"with finalize {clock.last(f'{name} blocking') + clock.last(f'{name} finalize'):6.3f} s")
+            self._async_save(name, folder)
             self._load(name, folder)
             return
         variants = ["save", "save unhashed"] + (["save crc32 off"] if name == GLOBAL_SYNC else [])
@@ -280,6 +279,43 @@ class RankBench:
                 seconds = clock.last(f"{name} save crc32 off")
                 clock.progress(f"{name:<27} save, torch.save's CRC32 off {seconds:6.3f} s")
                 _remove(self.rank, folder)
+
+    def _async_save(self, name: str, folder: str) -> None:
+        """save(), one training step while the write runs, finalize(). The training thread is blocked for
+        the save() call and for the copies the step waits for (Snapshot.waited). Then the worst case: a
+        step that changes every tensor before the writer copied any (the whole copy on the training thread)."""
+        backend, state, clock = self.backends[name], self.state, self.clock
+        clock.run(f"{name} blocking", lambda: backend.save(state, folder))
+        guard = state.write_guard
+        clock.run(f"{name} step", state.step)
+        self._gathered(f"{name} step waits", guard.waited if guard is not None else 0.0)
+        clock.run(f"{name} finalize", backend.finalize)
+        blocked = max(a + b for a, b in zip(clock.runs[f"{name} blocking"][-1]["own"],
+                                            clock.runs[f"{name} step waits"][-1]["own"]))
+        clock.progress(f"{name:<27} save() + the step's waits blocked {blocked:6.3f} s, with finalize "
+                       f"{clock.last(f'{name} blocking') + clock.last(f'{name} finalize'):6.3f} s; the step "
+                       f"took {clock.last(f'{name} step'):.3f} s")
+        _remove(self.rank, folder)
+
+        def save_then_change_everything():
+            backend.save(state, folder)
+            state.write_guard.before_write([r.data for r in self.records if isinstance(r, ShardedTensor)])
+
+        clock.run(f"{name} worst", save_then_change_everything)
+        clock.run(f"{name} worst finalize", backend.finalize)
+        clock.progress(f"{name:<27} worst case blocked {max(clock.runs[f'{name} worst'][-1]['own']):6.3f} s")
+
+    def _gathered(self, name: str, own: float) -> None:
+        """A per-rank figure measured inside a step (not a step of its own): kept like Clock.run's."""
+        everyone = [None] * self.world
+        dist.all_gather_object(everyone, own)
+        self.clock.runs.setdefault(name, []).append({"wall": max(everyone), "own": everyone,
+                                                     "cpu": [0.0] * self.world})
+
+    def step_alone(self, rep: int) -> None:
+        """A training step with no save in flight: what the step costs when it has the machine."""
+        self.clock.run("step alone", self.state.step)
+        self.clock.progress(f"{'training step, no save':<27} {self.clock.last('step alone'):6.3f} s")
 
     def _load(self, name: str, folder: str) -> None:
         backend, clock = self.backends[name], self.clock
@@ -386,9 +422,9 @@ class Figures:
         """CPU seconds summed over ranks."""
         return _median(sum(r["cpu"]) for r in self.runs[name])
 
-    def blocking(self, name: str) -> list[float]:
-        """The slowest rank's own time, per run."""
-        return [max(r["own"]) for r in self.runs[name]]
+    def blocking(self, *names: str) -> list[float]:
+        """The slowest rank's own time (summed over `names`, run by run), per run."""
+        return [max(map(sum, zip(*(r["own"] for r in runs)))) for runs in zip(*(self.runs[n] for n in names))]
 
     def add(self, name: str, a: str, b: str) -> None:
         """A derived measurement: a then b, run after run (async save() and its finalize)."""
@@ -422,10 +458,16 @@ def summarize(raw: dict) -> dict:
     fsync = {"fsync_s": f.wall("torch.save fsync"), "runs": f.walls("torch.save fsync")}
     asyncs = []
     for name, sync_name in ASYNC_OF.items():
-        blocking = f.blocking(f"{name} blocking")
-        first = Figures(raw["warmup"]).blocking(f"{name} blocking")[0] if raw["warmup"] else blocking[0]
+        blocked = (f"{name} blocking", f"{name} step waits")
+        blocking = f.blocking(*blocked)
+        first = Figures(raw["warmup"]).blocking(*blocked)[0] if raw["warmup"] else blocking[0]
         b, sync = _median(blocking), f.wall(f"{sync_name} save")
+        worst = _median(f.blocking(f"{name} worst"))
         asyncs.append({"method": name, "blocking_s": b, "first_blocking_s": first, "blocking_runs": blocking,
+                       "save_call_s": _median(f.blocking(f"{name} blocking")),
+                       "step_waits_s": _median(f.blocking(f"{name} step waits")),
+                       "step_s": f.wall(f"{name} step"), "step_alone_s": f.wall("step alone"),
+                       "worst_case_s": worst, "worst_case_vs_sync": worst / sync,
                        "save_and_finalize_s": f.wall(f"{name} save"), "sync": sync_name, "sync_save_s": sync,
                        "blocking_vs_sync": b / sync,
                        "blocking_vs_sync_paired": _paired(blocking, f.walls(f"{sync_name} save"))})
@@ -478,12 +520,19 @@ def report(fig: dict) -> None:
               f"{r['save_cpu_s']:>12.2f}{r['load_cpu_s']:>12.2f}")
     print(f"  cpu s: CPU seconds summed over ranks. Per-rank torch.save does not fsync; an fsync afterwards "
           f"took {fig['torch_save_fsync']['fsync_s']:.3f} s more")
+    print("  async rows: the training thread's time in save() and finalize(); the write ran during a training step")
     print()
-    print(f"{'async':<32}{'blocks s':>9}{'first s':>9}{'+finalize s':>13}{'sync save s':>13}{'blocks/sync':>13}")
+    print(f"{'async':<32}{'blocks s':>9}{'save()':>8}{'waits':>8}{'first s':>9}{'+finalize s':>13}"
+          f"{'sync save s':>13}{'blocks/sync':>13}{'worst s':>9}{'worst/sync':>12}")
     for a in fig["async"]:
-        print(f"{a['method']:<32}{a['blocking_s']:>9.3f}{a['first_blocking_s']:>9.3f}"
-              f"{a['save_and_finalize_s']:>13.3f}{a['sync_save_s']:>13.3f}{a['blocking_vs_sync']:>13.1%}")
-    print("  blocks: the slowest rank's save() call; first: the first async save of a backend (fresh buffers)")
+        print(f"{a['method']:<32}{a['blocking_s']:>9.3f}{a['save_call_s']:>8.3f}{a['step_waits_s']:>8.3f}"
+              f"{a['first_blocking_s']:>9.3f}{a['save_and_finalize_s']:>13.3f}{a['sync_save_s']:>13.3f}"
+              f"{a['blocking_vs_sync']:>13.1%}{a['worst_case_s']:>9.3f}{a['worst_case_vs_sync']:>12.1%}")
+    print("  blocks: the training thread's time in save() plus the copies the next step waited for, slowest rank;")
+    print("  first: the first async save of a backend (fresh buffers); worst: a step that changes every tensor")
+    print("  before the writer copied any. The step with a save in flight took "
+          + ", ".join(f"{a['step_s']:.2f} s ({a['method']})" for a in fig["async"])
+          + f", {fig['async'][0]['step_alone_s']:.2f} s with no save (the writer shares the cpus)")
     print()
     print(f"{'checksums (save)':<32}{'on s':>8}{'off s':>8}{'overhead':>10}{'cpu on s':>10}{'cpu off s':>11}"
           f"{'cpu +':>8}")
@@ -549,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         "crc32_off": "torch.utils.serialization.config.save.compute_crc32 = False around one GLOBAL save "
                      "(diagnostic, benchmark-only)",
         "timed": "wall time until the last rank finished, median over interleaved repeats; async blocking: "
-                 "the slowest rank's save() call",
+                 "the slowest rank's save() call plus the staging copies the next training step waited for",
         "launcher": "resilience.launch.run_ranks (fork), gloo", "torch": torch.__version__,
         "python": platform.python_version(), "platform": f"{platform.system()} {platform.machine()}",
         "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),

@@ -149,7 +149,7 @@ class async_no_snapshot(ReferenceBackend):
 
     def _start_async(self, state, records, root, staging):
         import resilience.checkpoint.reference as ref
-        with patched(ref, "_stage", lambda records, **_: records), patched(threading.Thread, "start", _deferred_start):
+        with patched(ref, "Snapshot", _LiveRecords), patched(threading.Thread, "start", _deferred_start):
             super()._start_async(state, records, root, staging)
 
     def finalize(self, *, blocking=True):
@@ -157,6 +157,19 @@ class async_no_snapshot(ReferenceBackend):
         if pending is not None and getattr(pending.thread, "_deferred", False):
             threading.Thread.start(pending.thread)
         return super().finalize(blocking=True)
+
+
+class _LiveRecords:
+    """No snapshot at all: the writer gets the live tensors, and training writes go unannounced."""
+
+    def __init__(self, records, buffers=None):
+        self.records = records
+
+    def before_write(self, tensors) -> None:
+        pass
+
+    def copy_all(self):
+        return self.records
 
 
 def _deferred_start(thread):

@@ -24,6 +24,7 @@ from .combos import CkptFormat, Combination, CheckpointType, combination
 from .formats.base import Format, RankInfo
 from .manifest import Manifest, verify_file
 from .recorder import recording
+from .staging import Snapshot
 
 log = logging.getLogger("resilience.checkpoint")
 
@@ -140,10 +141,13 @@ class ReferenceBackend:
         self._commit(state, iteration, root, staging, files, error)
 
     def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:
+        """`records`, or a function returning them (an async snapshot that is still being copied)."""
         try:
             with recording() as rec:
                 error = None
                 try:
+                    if callable(records):
+                        records = records()
                     phases.reached("write", path=staging)
                     storage.current().mkdir(staging)
                 except Exception as e:
@@ -199,9 +203,9 @@ class ReferenceBackend:
         if self._async_group is None and _world() > 1:
             # the background writer's collectives must not interleave with training's on one group
             self._async_group = dist.new_group(backend="gloo")
-        # the only part the training step waits for; the previous save's writer has finished (save()
-        # finalized it), so its buffers are free to reuse
-        staged = _stage(records, buffers=self._staging_buffers)
+        # the previous save's writer has finished (save() finalized it), so its buffers are free to reuse;
+        # the copy runs on the writer thread, and the training step copies first what it is about to change
+        snapshot = Snapshot(records, self._staging_buffers)
         info = self._info(state, self._async_group)
         prepare = getattr(self.format, "prepare", None)
         if prepare is not None:  # a format's collective set-up (device meshes, groups) stays on this thread
@@ -209,9 +213,10 @@ class ReferenceBackend:
         pending = _Pending(state.iteration, root, staging)
 
         def write():
-            pending.files, pending.error = self._write(info, staged, staging)
+            pending.files, pending.error = self._write(info, snapshot.copy_all, staging)
 
         pending.thread = threading.Thread(target=write, name=f"ckpt-writer-{state.iteration}", daemon=True)
+        state.write_guard = snapshot
         pending.thread.start()
         self._pending = pending
         self._pending_state = state
@@ -229,6 +234,8 @@ class ReferenceBackend:
         phases.reached("async_finalize", iteration=pending.iteration, path=pending.staging)
         pending.thread.join()
         self._pending = None
+        if getattr(self._pending_state, "write_guard", None) is not None:
+            self._pending_state.write_guard = None  # the writer has copied everything
         self._commit(self._pending_state, pending.iteration, pending.root, pending.staging, pending.files,
                      pending.error, self._async_group)
         return True
@@ -425,32 +432,6 @@ class ReferenceBackend:
 
 def state_model(info: RankInfo) -> dict:
     return info.spec.to_dict()
-
-
-def _stage(records, buffers: dict[str, torch.Tensor] | None = None):
-    """Copy tensors to host buffers the training step will not touch (what async waits for).
-
-    With `buffers` (key -> tensor, updated in place), a tensor is copied into the buffer the previous
-    save used for its key when shape, dtype and strides match: fresh memory costs a page fault per 4 KiB,
-    several times the copy itself. The caller must not reuse buffers a writer may still be reading."""
-    out = []
-    kept = {}
-    for r in records:
-        if isinstance(r, ShardedTensor):
-            data = r.data.detach()
-            buf = buffers.get(r.key) if buffers is not None else None
-            if buf is None or (buf.shape, buf.dtype, buf.stride()) != (data.shape, data.dtype, data.stride()):
-                buf = torch.empty_like(data)
-            buf.copy_(data)
-            kept[r.key] = buf
-            out.append(ShardedTensor(r.key, buf, r.global_shape, r.global_offset, r.replica_id, r.logical_shape))
-        elif isinstance(r, ShardedObject):
-            v = r.value.clone() if isinstance(r.value, torch.Tensor) else r.value
-            out.append(ShardedObject(r.key, v, r.global_shape, r.global_offset, r.replica_id))
-    if buffers is not None:  # keys no longer saved release their buffers
-        buffers.clear()
-        buffers.update(kept)
-    return out
 
 
 def list_checkpoints(root: str) -> list[CheckpointInfo]:

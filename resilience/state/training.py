@@ -74,6 +74,8 @@ class TrainingState:
             if spec.dtype == "bf16":
                 self.main[key] = fp32[lo:hi].clone()
         self.rng = torch.Generator().manual_seed(spec.seed * 1_000_003 + self.coords.pp * 1009 + self.coords.tp)
+        # an async save still copying the state (checkpoint.staging.Snapshot): told before a tensor changes
+        self.write_guard = None
 
     # ---- layout ---------------------------------------------------------------------------------
     def _piece(self, layout: ParamLayout) -> Piece:
@@ -147,6 +149,8 @@ class TrainingState:
                 # replicas computed equal gradients; MAX keeps them bit-exact while running the collective
                 dist.all_reduce(grad, op=dist.ReduceOp.MAX, group=self.groups.dp_group)
             m, v = self.exp_avg[key], self.exp_avg_sq[key]
+            if self.write_guard is not None:
+                self.write_guard.before_write((param, main, m, v))
             m.copy_(m * BETA1 + grad * (1.0 - BETA1))
             v.copy_(v * BETA2 + (grad * grad) * (1.0 - BETA2))
             update = (m / bc1) / ((v / bc2).sqrt() + EPS)

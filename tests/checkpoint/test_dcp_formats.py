@@ -18,6 +18,7 @@ from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.combos import Combination
 from resilience.checkpoint.formats.torch_dist import BACKEND, METADATA_JSON
 from resilience.checkpoint.manifest import Manifest
+from resilience.broken import make as make_broken
 from resilience.errors import AsyncSaveFailed
 from resilience.launch import run_ranks
 from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint
@@ -138,6 +139,31 @@ TOPOLOGIES = [Topology(tp, pp, dp) for tp in (1, 2, 4) for pp in (1, 2, 4) for d
        load=st.sampled_from(TOPOLOGIES), spec=st.sampled_from([SPEC, DISTOPT_BF16]))
 def test_any_transition_loads_bit_exact(combo, save, load, spec, tmp_path_factory):
     _transition(combo, spec, save, load, str(tmp_path_factory.mktemp("ckpt")))
+
+
+# ---- training while an async save is in flight -----------------------------------------------------------
+def _train_while_writing(ctx, combo, broken, root):
+    """Save, train at once (the writer has copied little or nothing yet), then finalize."""
+    state = TrainingState(DISTOPT_BF16, Topology(2, 1, 2), ctx.rank)
+    backend = make_broken(broken, Combination.parse(combo)) if broken else ReferenceBackend(Combination.parse(combo))
+    state.train(SAVED_AT)
+    saved = _fps(state)[0]
+    backend.save(state, root)
+    state.train(MORE)
+    backend.finalize()
+    return saved
+
+
+@pytest.mark.parametrize("combo", [DIST_ASYNC, DCP_ASYNC], ids=_ids)
+@pytest.mark.parametrize("broken", [None, "async_no_snapshot"], ids=["reference", "broken-no-snapshot"])
+def test_training_during_an_async_save_does_not_reach_it(combo, broken, tmp_path):
+    saved = run_ranks(_train_while_writing, 4, args=(combo, broken, str(tmp_path)), timeout=TIMEOUT)[0]
+    loaded = run_ranks(_load, 4, args=(combo, DISTOPT_BF16, Topology(2, 1, 2), str(tmp_path)), timeout=TIMEOUT)[0]
+    assert loaded["iteration"] == SAVED_AT
+    if broken:  # the check can fail: without a snapshot the checkpoint holds later values
+        assert loaded["loaded"][0] != saved
+    else:
+        assert loaded["loaded"][0] == saved
 
 
 # ---- async failure -------------------------------------------------------------------------------------
