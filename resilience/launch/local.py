@@ -28,10 +28,12 @@ TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (i
 
 
 def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, args: tuple, kwargs: dict, conn,
-               init_timeout: float, log_dir: str | None) -> None:
+               init_timeout: float, log_dir: str | None, pin_cpus: bool = False) -> None:
     os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
     status = 0
     try:
+        if pin_cpus:
+            _pin(rank, world)
         if log_dir:
             fd = os.open(os.path.join(log_dir, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(fd, 1)
@@ -65,6 +67,18 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
             os._exit(status)  # never run the parent's atexit handlers (pytest's, the store's) in a child
 
 
+def _pin(rank: int, world: int) -> None:
+    """With more ranks than usable CPUs, keep each rank (all its threads) on one CPU, round-robin.
+    Unpinned, every collective's hand-offs between oversubscribed ranks wake threads on the other core:
+    on 2 cores a 4-rank all_reduce took about twice as long, most of it in the kernel."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return
+    if world > len(cpus):
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
+
+
 _JOINED, _LEFT = "resilience/joined", "resilience/left"
 
 
@@ -86,7 +100,7 @@ class Job:
 
     def __init__(self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None,
                  timeout: float = 120.0, init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None,
-                 start_method: str = "fork"):
+                 start_method: str = "fork", pin_cpus: bool = False):
         if start_method not in ("fork", "spawn", "forkserver"):
             raise ConfigError("start_method", f"unknown {start_method!r}", "use fork, spawn or forkserver")
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
@@ -97,6 +111,7 @@ class Job:
         self.timeout, self.init_timeout = timeout, init_timeout
         self.log_dir = str(log_dir) if log_dir else None
         self.start_method = start_method  # fork is the fast path; spawn is kept to measure against
+        self.pin_cpus = pin_cpus  # oversubscribed ranks each stay on one CPU (see _pin)
         self.procs: list[mp.Process] = []
         self.conns: list = []
         self.outcome = JobOutcome([RankOutcome(r) for r in range(world)])
@@ -121,7 +136,7 @@ class Job:
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
                                 args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
-                                      child_end, self.init_timeout, self.log_dir))
+                                      child_end, self.init_timeout, self.log_dir, self.pin_cpus))
                 p.start()
                 child_end.close()
                 self.procs.append(p)

@@ -130,7 +130,8 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     history.append(INVOKE, "job", job=job_no, kind=spec.kind, topology=str(spec.topo), ops=spec.ops,
                    crash_state=crash_state)
     job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
-              log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method).start()
+              log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
+              pin_cpus=True).start()  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
     nemesis = faultplan.start_nemesis(job, spec.kills, root, fault_log) if spec.kills else None
     try:
         outcome = job.wait()

@@ -86,6 +86,20 @@ def test_rank_logs_are_kept(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.log", "rank1.log"]
 
 
+def _affinity_rank(ctx):
+    return sorted(os.sched_getaffinity(0))
+
+
+def test_pinned_oversubscribed_ranks_each_keep_one_cpu_round_robin():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 8:
+        pytest.skip("oversubscribing this many CPUs takes too many ranks")
+    world = len(cpus) + 1
+    pinned = Job(_affinity_rank, world, timeout=60, pin_cpus=True).start().wait().results
+    assert pinned == [[cpus[r % len(cpus)]] for r in range(world)]
+    assert Job(_affinity_rank, world, timeout=60).start().wait().results == [cpus] * world
+
+
 def test_bad_world_is_a_clear_error():
     with pytest.raises(ConfigError, match="world"):
         run_ranks(_all_reduce_rank, 0)
