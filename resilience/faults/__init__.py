@@ -17,12 +17,12 @@ from .oplog import Op, OpLog, read_ops
 from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
 from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
 from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ranks
-from .corruption import Damage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
+from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
 
 __all__ = [
     "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault",
     "FaultLayer", "FaultReport", "FaultyFileSystem", "FaultyWriteStream", "IOFailure", "KINDS", "LeftoverStaging",
-    "LostUnsyncedWrites", "MetadataDamage", "Nemesis", "OPS", "Op", "OpLog", "RankCrash", "RankHang", "RankKill",
+    "LostUnsyncedWrites", "MetadataDamage", "Nemesis", "NothingToDamage", "OPS", "Op", "OpLog", "RankCrash", "RankHang", "RankKill",
     "ShortWrite", "SlowWrite", "Snapshot", "THREADS", "Target", "TornWrite", "TrackerDamage", "Trigger", "Truncate",
     "UNPROBED", "checkpoint_folders", "corrupt", "corrupt_all", "crash_states", "fault_from_dict", "faults_from",
     "faults_from_text", "file_sizes", "files_of_rank", "fired", "firing", "inject", "kill_ranks", "matches_path",

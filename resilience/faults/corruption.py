@@ -29,6 +29,11 @@ _LOCAL_RANK = re.compile(r"rank_(\d{5})")
 _DCP_RANK = re.compile(r"__(\d+)_\d+\.distcp")
 
 
+class NothingToDamage(ConfigError):
+    """The corruption found nothing to damage (no checkpoint yet, no tracker to delete, an empty file):
+    the fault is not applied, and a run reports it unprobed rather than stopping."""
+
+
 @dataclass(frozen=True)
 class Damage:
     """What one corruption did. Paths are absolute; `rel` is relative to the checkpoint root."""
@@ -109,7 +114,7 @@ def _pick_folder(root: str, fault: Fault, rng: random.Random) -> tuple[str, int 
     if rank is not None and any(r is not None for _, _, r in found):
         found = [x for x in found if x[2] == rank]
     if not found:
-        raise ConfigError("target", f"no checkpoint folder under {root}"
+        raise NothingToDamage("target", f"no checkpoint folder under {root}"
                           + (f" for rank {rank}" if rank is not None else ""))
     iteration = fault.target.iteration if fault.target.iteration is not None else max(it for it, _, _ in found)
     chosen = sorted((p, r) for it, p, r in found if it == iteration)
@@ -128,7 +133,7 @@ def _pick_shard(root: str, fault: Fault, rng: random.Random) -> str:
     files = [p for p in files if matches_path(fault.target.path, p, os.path.relpath(p, root))
              and (fault.target.path is not None or os.path.basename(p) not in METADATA_FILES)]
     if not files:
-        raise ConfigError("target", f"no file in {folder} matches {fault}")
+        raise NothingToDamage("target", f"no file in {folder} matches {fault}")
     return files[rng.randrange(len(files))]
 
 
@@ -163,7 +168,7 @@ def bit_flip(root: str, fault: BitFlip, rng: random.Random) -> Damage:
     path = _pick_shard(root, fault, rng)
     size = os.path.getsize(path)
     if size == 0:
-        raise ConfigError("target", f"{path} is empty: no bit to flip")
+        raise NothingToDamage("target", f"{path} is empty: no bit to flip")
     offset = fault.target.offset if fault.target.offset is not None else rng.randrange(size)
     if offset >= size:
         raise ConfigError("target.offset", f"{offset} is past the end of {path} ({size} bytes)")
@@ -242,7 +247,7 @@ def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damag
     newest = iterations[-1] if iterations else 0
     if fault.how == "delete":
         if old is None:
-            raise ConfigError("how", f"{path} does not exist: nothing to delete")
+            raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
         os.unlink(path)
         return _record(fault, "delete", root, path, old=old)
     text = {"stale": str(iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)), "empty": "",
@@ -258,7 +263,12 @@ def leftover_staging(root: str, fault: LeftoverStaging, rng: random.Random) -> D
     base = _tracker_root(root, fault, rng)
     iterations = [(it, p) for it, p, r in checkpoint_folders(root) if os.path.dirname(p) == base]
     newest, src = max(iterations) if iterations else (0, None)
-    staging = os.path.join(base, f"{STAGING_PREFIX}{iter_name(newest + 1)}-{rng.randbytes(4).hex()}")
+    name = f"{STAGING_PREFIX}{iter_name(newest + 1)}-{rng.randbytes(4).hex()}"
+    staging = os.path.join(base, name)
+    n = 1
+    while os.path.exists(staging):  # the same seed again names the same folder: leave another one
+        n += 1
+        staging = os.path.join(base, f"{name}-{n}")
     os.makedirs(staging)
     copied = []
     if src is not None:

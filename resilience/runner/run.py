@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..checkers import ALL, FAIL, NA, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Verdict, run_checker, worst
 from ..checkpoint.combos import CheckpointType, Combination
+from ..faults import NothingToDamage
 from ..state import Topology
 from ..launch import Job
 from .backends import make_backend
@@ -68,6 +69,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     configured: list[dict] = []
     lost: list[dict] = []
     unobserved: list[str] = []  # power losses that could not be modelled (writes outside the seam)
+    unapplied: list[str] = []  # corruptions that found nothing to damage
     fault_log = os.path.join(case_dir, "faults.jsonl")
     job_no = 0
     for spec in plan_jobs(scenario, combo):
@@ -77,7 +79,11 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
         this_job = job_no
         for action in spec.after:
             if "corrupt" in action:
-                history.ok("corrupt", **faultplan.corrupt(root, action["corrupt"]))
+                try:
+                    history.ok("corrupt", **faultplan.corrupt(root, action["corrupt"]))
+                except NothingToDamage as e:
+                    history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
+                    unapplied.append(f"corrupt {action['corrupt']} found nothing to damage: {e}")
             elif not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")):
                 history.info("lose_unsynced", armed=False, why="the job ended before the power-loss fault was armed")
             else:
@@ -109,7 +115,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     if unobserved and overall not in (FAIL, UNKNOWN):
         overall, detail = UNPROBED, unobserved[0]
         verdicts.append(Verdict("faults", UNPROBED, detail, [{"power_loss": u} for u in unobserved]))
-    unfired = faultplan.unfired(configured, fault_log)
+    unfired = faultplan.unfired(configured, fault_log) + unapplied
     if unfired and overall not in (FAIL, UNKNOWN):
         overall, detail = UNPROBED, f"configured fault never fired: {unfired[0]}"
         verdicts.append(Verdict("faults", UNPROBED, detail, [{"fault": u} for u in unfired]))
@@ -207,7 +213,7 @@ def evidence(events, scenario: Scenario, combo: Combination, faults_configured: 
             loads.append(current_load)
         elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
             current_load.continued.append((v["iteration"], v["fingerprint"]))
-        elif e.f == "corrupt":
+        elif e.f == "corrupt" and e.type == OK:  # INFO: it found nothing to damage
             corruptions.append(dict(v, index=i))
         elif e.f == "fault" and e.type in (OK, INFO):
             fired.append(v)

@@ -9,7 +9,7 @@ from resilience.checkpoint import ReferenceBackend, combination
 from resilience.checkpoint.commit import TRACKER, read_tracker, stale_staging
 from resilience.checkpoint.manifest import Manifest
 from resilience.errors import ConfigError, IntegrityError
-from resilience.faults import checkpoint_folders, corrupt, corrupt_all, files_of_rank
+from resilience.faults import NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
 from resilience.state import ModelSpec, Topology, TrainingState
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)
@@ -109,6 +109,20 @@ def test_leftover_staging_and_extra_file(root):
     assert not os.path.exists(os.path.join(d.file, "manifest.json"))
     e = corrupt({"kind": "extra_file", "name": "stray.bin", "length": 5}, root)
     assert e.rel == "iter_0000002/stray.bin" and os.path.getsize(e.file) == 5
+
+
+def test_the_same_staging_seed_twice_leaves_two_folders(root):
+    a = corrupt({"kind": "leftover_staging", "seed": 1}, root)
+    b = corrupt({"kind": "leftover_staging", "seed": 1}, root)
+    assert a.file != b.file and sorted(stale_staging(str(root))) == sorted([a.file, b.file])
+
+
+@pytest.mark.parametrize("spec", [{"kind": "tracker_damage", "how": "delete"}, {"kind": "truncate"}])
+def test_nothing_to_damage_is_its_own_error(tmp_path, spec):
+    (tmp_path / "ckpt").mkdir()
+    with pytest.raises(NothingToDamage) as e:
+        corrupt(spec, tmp_path / "ckpt")
+    assert isinstance(e.value, ConfigError) and "ckpt" in str(e.value)
 
 
 def test_corrupt_all_in_order(root):

@@ -39,6 +39,22 @@ def test_reference_verdicts(tmp_path, combo, target, verdict):
     assert result.replay.startswith("resilience run ") and "--combos" in result.replay
 
 
+def test_a_corruption_with_nothing_to_damage_is_unprobed(tmp_path):
+    s = load_text("""
+name: nothing-yet
+topology: tp1pp1dp2
+steps:
+  - train: 1
+  - corrupt: {kind: tracker_damage, how: delete}
+  - save
+  - resume: {topology: tp1pp1dp2}
+""", "s.yaml")
+    result = run_case(s, Combination.parse("GLOBAL/torch_dist/sync"), str(tmp_path / "case"))
+    assert result.verdict == "UNPROBED" and "nothing to delete" in result.detail, result.to_row()
+    events = [json.loads(line) for line in open(tmp_path / "case" / "history.jsonl")]
+    assert any(e["f"] == "corrupt" and e["type"] == "info" and e["value"]["applied"] is False for e in events)
+
+
 def test_run_command_writes_the_run_folder(tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(SCENARIO % "tp2pp1dp2" + "combinations: [LEGACY/torch/sync]\n")
