@@ -31,8 +31,8 @@ from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import TOPOLOGY_BOUND_KEYS
 from ...storage.dcp import SeamReader, SeamWriter
 from .base import RankInfo
-from .dcpio import (CheckedLoadPlanner, CheckpointContentError, agreed, all_gather, check_plan, dcp_errors,
-                    is_bytes, is_distributed)
+from .dcpio import (CheckedLoadPlanner, CheckpointContentError, all_gather, check_plan, dcp_errors, is_bytes,
+                    is_distributed)
 
 METADATA_JSON = "metadata.json"
 BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
@@ -53,6 +53,8 @@ class _PieceLoadPlanner(CheckedLoadPlanner):
         self.offsets = offsets
 
     def create_local_plan(self) -> LoadPlan:
+        # checked inside DCP's planning step, whose errors reach every rank: no collective of its own
+        _check_backend(self.where)
         md = self.metadata.state_dict_metadata
         items = []
         for fqn, target in list(self.state_dict.items()):
@@ -128,9 +130,8 @@ class TorchDistFormat:
         """Every tp, pp and dp change loads."""
 
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
-        """Fill every tensor record (all replicas) from the pieces it overlaps; padding rows become zero."""
-        with agreed(f"torch_dist load from {folder}", info.group):
-            self._check_backend(folder)
+        """Fill every tensor record (all replicas) from the pieces it overlaps; padding rows become zero.
+        The planner checks metadata.json first."""
         saved = Topology.from_dict(manifest.topology)
         same_grid = (saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)
         state, offsets, names = {}, {}, {}
@@ -152,17 +153,18 @@ class TorchDistFormat:
             dcp.load(state, storage_reader=SeamReader(folder), planner=planner, process_group=info.group)
         return {names[k]: v for k, v in planner.state_dict.items() if k in names}
 
-    @staticmethod
-    def _check_backend(folder: str) -> None:
-        path = os.path.join(folder, METADATA_JSON)
-        fs = storage.current()
-        if not fs.exists(path):
-            raise IntegrityError(path, "file present", "a torch_dist checkpoint needs metadata.json")
-        with fs.open_read(path) as f:
-            raw = f.read()
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise IntegrityError(path, "parse", f"{type(e).__name__}: {e}") from None
-        if not isinstance(doc, dict) or doc.get("sharded_backend") != "torch_dist":
-            raise IntegrityError(path, "sharded_backend", f"expected torch_dist, found {doc!r}")
+
+def _check_backend(folder: str) -> None:
+    """metadata.json names torch_dist (every rank reads it)."""
+    path = os.path.join(folder, METADATA_JSON)
+    fs = storage.current()
+    if not fs.exists(path):
+        raise IntegrityError(path, "file present", "a torch_dist checkpoint needs metadata.json")
+    with fs.open_read(path) as f:
+        raw = f.read()
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise IntegrityError(path, "parse", f"{type(e).__name__}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("sharded_backend") != "torch_dist":
+        raise IntegrityError(path, "sharded_backend", f"expected torch_dist, found {doc!r}")

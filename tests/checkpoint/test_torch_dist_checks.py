@@ -1,0 +1,49 @@
+"""GLOBAL/torch_dist checks that sit inside DCP's own steps: a failure on any rank reaches every rank."""
+import json
+import os
+
+import pytest
+
+import resilience.checkpoint.formats.torch_dist  # noqa: F401  imported before forking: ranks skip the imports
+from resilience.checkpoint import ReferenceBackend
+from resilience.checkpoint.combos import Combination
+from resilience.checkpoint.formats.torch_dist import METADATA_JSON
+from resilience.checkpoint.manifest import Manifest, file_digest
+from resilience.errors import CheckpointNotFound
+from resilience.launch import run_ranks
+from resilience.state import ModelSpec, Topology, TrainingState
+
+pytestmark = pytest.mark.multiprocess
+
+COMBO = Combination.parse("GLOBAL/torch_dist/sync")
+SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=37)
+TOPO = Topology(2, 1, 1)
+
+
+def _save(ctx, root):
+    state = TrainingState(SPEC, TOPO, ctx.rank)
+    state.train(1)
+    ReferenceBackend(COMBO).save(state, root)
+
+
+def _load(ctx, root):
+    try:
+        ReferenceBackend(COMBO).load(TrainingState(SPEC, TOPO, ctx.rank), root)
+    except CheckpointNotFound as e:
+        return str(e)
+    return None
+
+
+def test_metadata_json_naming_another_backend_is_refused_on_every_rank(tmp_path):
+    root = str(tmp_path)
+    run_ranks(_save, TOPO.world, args=(root,), timeout=90)
+    folder = os.path.join(root, "iter_0000001")
+    with open(os.path.join(folder, METADATA_JSON), "w") as f:
+        json.dump({"sharded_backend": "zarr", "sharded_backend_version": 1}, f)
+    # the manifest vouches for the changed file, so only the format's own check stands in the way
+    manifest = Manifest.read(folder)
+    size, digest = file_digest(os.path.join(folder, METADATA_JSON))
+    manifest.files[METADATA_JSON] = {"size": size, "xxh3_128": digest}
+    manifest.write(folder)
+    errors = run_ranks(_load, TOPO.world, args=(root,), timeout=90)
+    assert all(e is not None and "sharded_backend" in e and "expected torch_dist" in e for e in errors), errors
