@@ -7,11 +7,13 @@ import pytest
 import resilience.checkpoint.formats.torch_dist  # noqa: F401  imported before forking: ranks skip the imports
 from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.combos import Combination
-from resilience.checkpoint.formats.torch_dist import METADATA_JSON
+from resilience.checkpoint.formats.base import RankInfo
+from resilience.checkpoint.formats.torch_dist import METADATA_JSON, TorchDistFormat
 from resilience.checkpoint.manifest import Manifest, file_digest
 from resilience.errors import CheckpointNotFound
 from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.state.sharding import ShardedTensor
 
 pytestmark = pytest.mark.multiprocess
 
@@ -47,3 +49,24 @@ def test_metadata_json_naming_another_backend_is_refused_on_every_rank(tmp_path)
     manifest.write(folder)
     errors = run_ranks(_load, TOPO.world, args=(root,), timeout=90)
     assert all(e is not None and "sharded_backend" in e and "expected torch_dist" in e for e in errors), errors
+
+
+def _write_overlapping(ctx, folder):
+    """Rank 1 claims rank 0's half of a tp-split tensor: two pieces write the same elements."""
+    state = TrainingState(SPEC, TOPO, ctx.rank)
+    records = state.sharded_state_dict()
+    if ctx.rank == 1:
+        r = next(r for r in records if isinstance(r, ShardedTensor) and r.global_offset[0] > 0)
+        r.global_offset = (0,) + tuple(r.global_offset[1:])
+    info = RankInfo(ctx.rank, ctx.world, TOPO, state.coords, SPEC, COMBO)
+    try:
+        TorchDistFormat().write(info, records, folder)
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def test_pieces_writing_the_same_elements_fail_the_write_on_every_rank_before_any_data(tmp_path):
+    errors = run_ranks(_write_overlapping, TOPO.world, args=(str(tmp_path),), timeout=90)
+    assert all(e is not None and "ShardingIntegrityError" in e and "same elements" in e for e in errors), errors
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".distcp")]

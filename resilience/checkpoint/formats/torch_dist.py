@@ -14,15 +14,12 @@ import json
 import os
 
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed._shard.metadata import ShardMetadata
-from torch.distributed._shard.sharded_tensor import Shard, ShardedTensor as TorchShardedTensor
-from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
-from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
-from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
+from torch.distributed.checkpoint.planner import (LoadItemType, LoadPlan, ReadItem, SavePlan, TensorWriteData,
+                                                  WriteItem, WriteItemType)
+from torch.distributed.checkpoint.planner_helpers import _create_write_items, create_read_items_for_chunk_list
 
 from ... import storage
 from ...errors import IntegrityError
@@ -31,8 +28,7 @@ from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import TOPOLOGY_BOUND_KEYS
 from ...storage.dcp import SeamReader, SeamWriter
 from .base import RankInfo
-from .dcpio import (CheckedLoadPlanner, CheckpointContentError, all_gather, check_plan, dcp_errors, is_bytes,
-                    is_distributed)
+from .dcpio import CheckedLoadPlanner, CheckpointContentError, check_plan, dcp_errors, is_bytes
 
 METADATA_JSON = "metadata.json"
 BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
@@ -78,6 +74,42 @@ class _PieceLoadPlanner(CheckedLoadPlanner):
         return self.state_dict[index.fqn]  # one piece per key on a rank; read items carry local offsets
 
 
+class _PieceSavePlanner(DefaultSavePlanner):
+    """Writes each replica-0 piece, a plain local tensor, as a chunk of its logical global tensor: what
+    DCP writes for a ShardedTensor, without gathering every rank's pieces first to build one. Before a
+    byte is written the coordinator checks that the chunks of all ranks tile every tensor exactly once;
+    an error there reaches every rank."""
+
+    def __init__(self, pieces: dict[str, ShardedTensor]) -> None:
+        super().__init__(flatten_state_dict=False)
+        self.pieces = pieces
+
+    def create_local_plan(self) -> SavePlan:
+        items = []
+        for fqn, value in self.state_dict.items():
+            r = self.pieces.get(fqn)
+            if r is None:
+                items += _create_write_items(fqn, value)  # an object: bytes
+                continue
+            offset = torch.Size(r.global_offset)
+            chunk = ChunkStorageMetadata(offset, value.size())
+            items.append(WriteItem(MetadataIndex(fqn, offset), WriteItemType.SHARD,
+                                   tensor_data=TensorWriteData(chunk, TensorProperties(dtype=value.dtype),
+                                                               torch.Size(r.logical))))
+        self.plan = SavePlan(items)
+        return self.plan
+
+    def create_global_plan(self, all_plans: list[SavePlan]):
+        validate_sharding_integrity(
+            {"key": i.index.fqn, "global_shape": list(i.tensor_data.size), "replica_id": 0,
+             "global_offset": list(i.tensor_data.chunk.offsets), "local_shape": list(i.tensor_data.chunk.sizes)}
+            for plan in all_plans for i in plan.items if i.type is WriteItemType.SHARD)
+        return super().create_global_plan(all_plans)
+
+    def lookup_object(self, index: MetadataIndex):
+        return self.state_dict[index.fqn]  # one piece per key on a rank, looked up by its global offset
+
+
 class TorchDistFormat:
     """GLOBAL/torch_dist: loads under any tp, pp and dp change."""
 
@@ -85,45 +117,23 @@ class TorchDistFormat:
 
     # ---- write -----------------------------------------------------------------------------------
     def write(self, info: RankInfo, records, folder: str) -> None:
-        """Collective over info.group: one metadata gather, then dcp.save; rank 0 adds metadata.json."""
-        pieces = {}
+        """Collective over info.group: dcp.save; rank 0 adds metadata.json."""
+        pieces: dict[str, ShardedTensor] = {}
+        state: dict = {}
         for r in records:
             if isinstance(r, ShardedTensor) and r.replica_id == 0:
                 rows = _logical_rows(r)
                 data = r.data.detach()[:rows] if r.data.dim() else r.data.detach()
                 if data.numel():
-                    pieces[r.key] = (r, data.contiguous())
-        rank = dist.get_rank() if is_distributed() else 0
-        mine = [{"key": k, "global_shape": list(r.logical), "global_offset": list(r.global_offset),
-                 "local_shape": list(d.shape), "replica_id": 0, "rank": rank} for k, (r, d) in pieces.items()]
-        everyone = [d for per_rank in all_gather(mine, info.group) for d in per_rank]
-        validate_sharding_integrity(everyone)  # the same data on every rank: all raise or none does
-        by_key: dict[str, list[dict]] = {}
-        for d in everyone:
-            by_key.setdefault(d["key"], []).append(d)
-        state: dict = {}
-        for key, (r, data) in pieces.items():
-            state[key] = self._sharded(r, data, by_key[key], rank, info.group)
-        for r in records:
-            if isinstance(r, ShardedObject) and r.replica_id == 0:
-                state[r.unique_key] = r.value
+                    pieces[r.key], state[r.key] = r, data.contiguous()
+            elif isinstance(r, ShardedObject) and r.replica_id == 0:
+                state[r.unique_key] = r.value  # flat keys: an object's value (a dict) is stored whole
         with dcp_errors(f"torch_dist save into {folder}"):
-            # flat keys: an object's value (a dict) is stored whole under its unique key
-            dcp.save(state, storage_writer=SeamWriter(folder), planner=DefaultSavePlanner(flatten_state_dict=False),
+            dcp.save(state, storage_writer=SeamWriter(folder), planner=_PieceSavePlanner(pieces),
                      process_group=info.group)
         if info.rank == 0:
             with storage.current().open_write(os.path.join(folder, METADATA_JSON)) as f:
                 f.write(json.dumps(BACKEND).encode())
-
-    @staticmethod
-    def _sharded(r: ShardedTensor, data: torch.Tensor, pieces: list[dict], rank: int, group):
-        if not is_distributed():
-            return data  # one process holds every piece: the whole logical tensor
-        shards = [ShardMetadata(d["global_offset"], d["local_shape"], f"rank:{d['rank']}/cpu") for d in pieces]
-        local = next(s for s, d in zip(shards, pieces) if d["rank"] == rank)
-        meta = ShardedTensorMetadata(shards, torch.Size(r.logical), TensorProperties(dtype=data.dtype))
-        return TorchShardedTensor._init_from_local_shards_and_global_metadata(
-            [Shard(data, local)], meta, process_group=group)
 
     # ---- load ------------------------------------------------------------------------------------
     def check_topology(self, saved: Topology, info: RankInfo) -> None:
