@@ -27,6 +27,13 @@ from .base import JobOutcome, RankContext, RankOutcome
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
 
 
+def _loopback_interface() -> str:
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
+            return name
+    return "lo"
+
+
 def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, args: tuple, kwargs: dict, conn,
                init_timeout: float, log_dir: str | None, pin_cpus: bool = False) -> None:
     os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
@@ -48,6 +55,8 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
             listener.close()
             store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
                                   timeout=timedelta(seconds=init_timeout))
+        # every rank is on this host: without this gloo looks up the host name, which a slow DNS stalls
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=init_timeout))
         store.add(_JOINED, 1)
