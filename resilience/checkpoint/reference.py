@@ -18,7 +18,6 @@ from torch.distributed.checkpoint.api import CheckpointException
 from .. import storage
 from ..errors import AsyncSaveFailed, CheckpointNotFound, IntegrityError, RankFailure, TopologyChangeRefused
 from ..state import Topology, TrainingState
-from ..state.sharding import ShardedObject, ShardedTensor
 from . import commit, phases
 from .combos import CkptFormat, Combination, CheckpointType, combination
 from .formats.base import Format, RankInfo
