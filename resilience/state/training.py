@@ -156,8 +156,8 @@ class TrainingState:
             main.copy_(main - update * lr)
             if key in self.main:
                 param[lo:hi].copy_(main.to(param.dtype))
-            if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
-                self._gather_rows(piece, param)
+        if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
+            self._gather_rows()
         self.iteration += 1
         self.consumed_samples += self.spec.global_batch_size
 
@@ -171,18 +171,30 @@ class TrainingState:
             grad = torch.where(mask, grad, torch.zeros((), dtype=grad.dtype))
         return grad
 
-    def _gather_rows(self, piece: Piece, param: torch.Tensor) -> None:
-        """Distributed optimizer: every dp rank updated its rows; all-gather the full piece."""
-        rows, dp = piece.local_shape[0], self.topo.dp
-        bounds = [(rows * d // dp, rows * (d + 1) // dp) for d in range(dp)]
-        width = max(hi - lo for lo, hi in bounds)
-        lo, hi = piece.opt_rows
-        send = torch.zeros((width,) + piece.local_shape[1:], dtype=param.dtype)
-        send[: hi - lo] = param[lo:hi]
-        out = [torch.empty_like(send) for _ in range(dp)]
-        dist.all_gather(out, send, group=self.groups.dp_group)
-        for (a, b), got in zip(bounds, out):
-            param[a:b].copy_(got[: b - a])
+    def _gather_rows(self) -> None:
+        """Distributed optimizer: every dp rank updated its rows of every piece; all-gather them, all
+        pieces in one collective (padded to the widest dp share so every rank sends the same size)."""
+        if not self.pieces:
+            return  # the whole dp group holds the same (no) pieces: nobody joins the collective
+        dp = self.topo.dp
+        sends, layout = [], []
+        for piece in self.pieces:
+            param = self.params[piece.layout.key]
+            rows = piece.local_shape[0]
+            bounds = [(rows * d // dp, rows * (d + 1) // dp) for d in range(dp)]
+            block = (max(hi - lo for lo, hi in bounds),) + piece.local_shape[1:]
+            lo, hi = piece.opt_rows
+            send = torch.zeros(block, dtype=param.dtype)
+            send[: hi - lo] = param[lo:hi]
+            sends.append(send.reshape(-1))
+            layout.append((param, bounds, block))
+        flat = torch.cat(sends)
+        out = [torch.empty_like(flat) for _ in range(dp)]
+        dist.all_gather(out, flat, group=self.groups.dp_group)
+        for d, got in enumerate(out):
+            for (param, bounds, block), part in zip(layout, got.split([s.numel() for s in sends])):
+                a, b = bounds[d]
+                param[a:b].copy_(part.view(block)[: b - a])
 
     # ---- sharded state dict -------------------------------------------------------------------
     def sharded_state_dict(self) -> list[Record]:
