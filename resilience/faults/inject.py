@@ -23,6 +23,10 @@ from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWri
 from .oplog import OpLog
 from .report import FaultReport, firing
 
+# Logged before they happen: a rank killed between the call and its record would leave a file the log
+# never made, and no crash state could be built. A failed call cancels its record.
+AHEAD = ("rename", "exchange")
+
 
 def sigkill_self() -> None:
     """Die now, as a kernel OOM kill or a node failure would: no handler, no cleanup, no flush."""
@@ -214,9 +218,13 @@ class FaultyFileSystem:
 
     def _run(self, op: str, paths: tuple[str, ...], do: Callable, **log):
         hits = self._before(op, paths)
-        result = do()
-        if self.oplog is not None:
-            self.oplog.record(op, **log)
+        if self.oplog is not None and op in AHEAD:
+            with self.oplog.ahead(op, **log):
+                result = do()
+        else:
+            result = do()
+            if self.oplog is not None:
+                self.oplog.record(op, **log)
         self._after(op, paths, hits)
         return result
 
@@ -280,10 +288,13 @@ class FaultyFileSystem:
     def open_write(self, path: str, *, sync: bool = True) -> FaultyWriteStream:
         path = str(path)
         hits = self._before("create", (path,))
-        inner = self.inner.open_write(path, sync=False)  # the wrapper fsyncs at close, through the faults
-        sid = self.oplog.new_stream() if self.oplog is not None else None
-        if self.oplog is not None:
-            self.oplog.record("create", path, stream=sid)
+        sid = None
+        if self.oplog is None:
+            inner = self.inner.open_write(path, sync=False)  # the wrapper fsyncs at close, through the faults
+        else:
+            sid = self.oplog.new_stream()
+            with self.oplog.ahead("create", path, stream=sid):
+                inner = self.inner.open_write(path, sync=False)
         armed = []
         with self._lock:
             for i, f in enumerate(self.faults):

@@ -6,14 +6,17 @@ a process that SIGKILLs itself loses nothing it logged. Operations of all ranks 
 machine-wide monotonic clock (collectives separate the ranks' dependent operations anyway)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import Iterator
 
 # op names: create (open for writing; truncates an existing file), write, fsync (a file), close,
-# fsync_dir, rename (src -> dst, replacing dst), exchange (a <-> b), mkdir (one folder), unlink, rmtree
+# fsync_dir, rename (src -> dst, replacing dst), exchange (a <-> b), mkdir (one folder), unlink, rmtree;
+# in the files only: cancel (an op recorded ahead did not happen; read_ops drops both)
 LOGGED = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree")
 
 
@@ -33,6 +36,7 @@ class Op:
     offset: int | None = None
     length: int | None = None
     blob: int | None = None
+    ref: int | None = None  # cancel: the seq of the op recorded ahead that did not happen
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -67,7 +71,18 @@ class OpLog:
             self._streams += 1
             return f"{self.rank}:{os.getpid()}:{self._streams}"
 
-    def record(self, op: str, path: str, data=None, **fields) -> None:
+    @contextlib.contextmanager
+    def ahead(self, op: str, path: str, **fields) -> Iterator[None]:
+        """Record `op` before running the block; if the block fails, record that the op did not happen."""
+        seq = self.record(op, path, **fields)
+        try:
+            yield
+        except BaseException:
+            self.record("cancel", path, ref=seq)
+            raise
+
+    def record(self, op: str, path: str, data=None, **fields) -> int:
+        """Append one operation; returns its sequence number."""
         with self._lock:
             self._seq += 1
             rec = {"op": op, "rank": self.rank, "seq": self._seq, "t": time.monotonic_ns(),
@@ -82,6 +97,7 @@ class OpLog:
                 self._pos += len(view)
             line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
             os.write(self._meta, line)
+            return self._seq
 
     def close(self) -> None:
         for fd in (self._meta, self._data):
@@ -106,6 +122,8 @@ def read_ops(folder: str | os.PathLike) -> list[Op]:
                     ops.append(Op(**json.loads(line)))
                 except (ValueError, TypeError):
                     continue  # a torn last line
+    cancelled = {(o.rank, o.ref) for o in ops if o.op == "cancel"}
+    ops = [o for o in ops if o.op != "cancel" and (o.rank, o.seq) not in cancelled]
     return sorted(ops, key=lambda o: (o.t, o.rank, o.seq))
 
 

@@ -169,3 +169,21 @@ def test_read_errors_reach_the_loader(tmp_path):
         storage.current().open_read(str(tmp_path / "f")).close()
         with pytest.raises(OSError, match="Input/output error"):
             storage.current().open_read(str(tmp_path / "f"))
+
+
+def test_operations_that_fail_leave_no_record(tmp_path):
+    """create and rename are recorded before they run (a kill in between must not leave a file the log
+    never made); when the call itself fails, its record is cancelled."""
+    root = tmp_path / "root"
+    root.mkdir()
+    with inject([], rank=0, oplog_dir=tmp_path / "ops"):
+        fs = storage.current()
+        with pytest.raises(OSError):
+            fs.open_write(str(root / "missing" / "a"))
+        with pytest.raises(OSError):
+            fs.rename(str(root / "nothing"), str(root / "b"))
+        with fs.open_write(str(root / "c"), sync=False) as f:
+            f.write(b"c")
+        fs.rename(str(root / "c"), str(root / "d"))
+    assert [(o.op, os.path.basename(o.path)) for o in read_ops(tmp_path / "ops")] == \
+        [("create", "c"), ("write", "c"), ("close", "c"), ("rename", "c")]
