@@ -1,0 +1,44 @@
+"""The benchmarks still run end to end, on small inputs (their figures are not judged here: speed is
+measured by `python -m benchmarks`, not asserted in tests), and a wrong flag is one usage error."""
+import json
+
+import pytest
+
+from benchmarks import checkpoint, launcher, scenario
+from benchmarks.__main__ import main as bench_main
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_checkpoint_benchmark_runs_every_method(tmp_path):
+    out = tmp_path / "figures.json"
+    assert checkpoint.main(["--size-gib", "0.01", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    fig = json.loads(out.read_text())
+    targets = fig["targets"]
+    assert set(targets["async_blocking_vs_sync"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"}
+    assert len(targets["checksum_overhead"]) == 4 and "met" in targets["global_sync_save_vs_dcp"]
+    for a in fig["async"]:  # blocking counts save() and the copies the next step waited for
+        assert a["blocking_s"] >= a["save_call_s"] and a["step_waits_s"] >= 0
+
+
+def test_scenario_benchmark_runs_and_checks_its_verdicts(tmp_path):
+    out = tmp_path / "figures.json"
+    assert scenario.main(["--repeats", "1", "--spawn-repeats", "0", "--warmup", "0", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())
+
+
+def test_launcher_benchmark_runs(tmp_path):
+    assert launcher.main(["--worlds", "2", "--fork-repeats", "1", "--spawn-repeats", "1"]) == 0
+
+
+@pytest.mark.parametrize("argv, names", [(["checkpoint", "--repeats", "0"], "--repeats"),
+                                         (["nosuch"], "nosuch"),
+                                         (["launcher", "scenario", "--json", "x"], "one benchmark")])
+def test_a_wrong_flag_is_one_usage_error(argv, names, capsys):
+    try:
+        code = bench_main(argv)
+    except SystemExit as e:  # argparse
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert names in err.strip().splitlines()[-1] and "Traceback" not in err
