@@ -267,22 +267,8 @@ class StockDcpBackend:
 
     # ---- save ------------------------------------------------------------------------------------
     def state_dict(self, info: RankInfo, records) -> dict:
-        """The nested DTensor state dict a DCP user saves."""
-        fmt = self.layout
-        fmt.prepare(info)
-        split = fmt._split(info, records)
-        whole = fmt._gather_rows(info, {r.key: r for r in records if r.key in split}, split) if split else {}
-        state: dict = {}
-        for r in records:
-            if isinstance(r, ShardedTensor):
-                if r.key in split:
-                    data, offset = whole[r.key], split[r.key].global_offset
-                else:
-                    data, offset = r.data.detach(), r.global_offset
-                _nest(state, r.key, fmt._dtensor(info, data, r.global_shape, offset))
-            elif isinstance(r, ShardedObject):
-                _nest(state, _rng_path(info) if r.key == RNG_KEY else r.key, r.value)
-        return state
+        """The nested DTensor state dict a DCP user saves: the same one the TORCH_DCP format writes."""
+        return self.layout.state_dict(info, records)
 
     def save(self, state: TrainingState, root: str) -> None:
         if self._future is not None:

@@ -115,6 +115,12 @@ class TorchDcpFormat:
     # ---- write -----------------------------------------------------------------------------------
     def write(self, info: RankInfo, records, folder: str) -> None:
         """Collective over info.group (and the mesh's dp group): gather split optimizer state, dcp.save."""
+        state = self.state_dict(info, records)
+        with dcp_errors(f"torch_dcp save into {folder}"):
+            dcp.save(state, storage_writer=SeamWriter(folder), process_group=info.group)
+
+    def state_dict(self, info: RankInfo, records) -> dict:
+        """The nested DTensor state dict a DCP user saves (collective: split optimizer rows are gathered)."""
         self.prepare(info)
         split = self._split(info, records)
         whole = self._gather_rows(info, {r.key: r for r in records if r.key in split}, split) if split else {}
@@ -128,8 +134,7 @@ class TorchDcpFormat:
                 _nest(state, r.key, self._dtensor(info, data, r.global_shape, offset))
             elif isinstance(r, ShardedObject):
                 _nest(state, _rng_path(info) if r.key == RNG_KEY else r.key, r.value)
-        with dcp_errors(f"torch_dcp save into {folder}"):
-            dcp.save(state, storage_writer=SeamWriter(folder), process_group=info.group)
+        return state
 
     def _gather_rows(self, info: RankInfo, parts: dict[str, ShardedTensor],
                      split: dict[str, ShardedTensor]) -> dict[str, torch.Tensor]:
