@@ -23,10 +23,9 @@ import time
 
 import torch
 
-from benchmarks.args import nonnegative_int, positive_int
 from resilience.checkers.base import PASS, REFUSED
 from resilience.checkpoint.combos import Combination
-from resilience.commands.common import combination_arg
+from resilience.commands.common import combination_arg, nonnegative_int, positive_int
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
 

@@ -28,3 +28,21 @@ def transition_arg(text: str):
         return Transition.parse(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def number_arg(kind, ok, what: str):
+    """An argparse type: `kind(text)` that passes `ok`, else one error saying what was expected."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return value
+    return parse
+
+
+positive_int = number_arg(int, lambda v: v >= 1, "a positive integer")
+nonnegative_int = number_arg(int, lambda v: v >= 0, "a non-negative integer")
+positive_float = number_arg(float, lambda v: v > 0, "a positive number")

@@ -2,53 +2,22 @@
 minimal failures. Exit status 1 when anything failed, 0 otherwise."""
 from __future__ import annotations
 
-import argparse
-
-from .common import combination_arg
+from .common import combination_arg, number_arg, positive_float, positive_int
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+# decimal, or with a base prefix (0x...), as int(text, 0) reads it
+_seed = number_arg(lambda text: int(text, 0), lambda v: v >= 0, "a non-negative integer")
 
 
 def _max_world(text: str) -> int:
-    from ..state.topology import MAX_WORLD
-    value = _positive_int(text)
-    if value > MAX_WORLD:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_WORLD}, got {value}")
-    return value
+    from ..state.topology import MAX_WORLD  # imported when used: the state package imports torch
+    return number_arg(int, lambda v: 1 <= v <= MAX_WORLD, f"a whole number of ranks from 1 to {MAX_WORLD}")(text)
 
 
 def register(sub) -> None:
     p = sub.add_parser("fuzz", help="run generated scenarios and the checkpoint lifecycle state machine on real "
                                     "ranks; keep each failure as a minimal scenario with its replay command")
-    p.add_argument("--examples", type=_positive_int, default=None, metavar="N",
+    p.add_argument("--examples", type=positive_int, default=None, metavar="N",
                    help="examples per mode (default: the profile's, 50 for dev)")
     p.add_argument("--seed", type=_seed, default=None, metavar="S",
                    help="seed of the run (default: 0 with --profile ci, else a random one, printed); the same "
@@ -57,12 +26,12 @@ def register(sub) -> None:
                    help="combinations to draw from (default: all six valid)")
     p.add_argument("--max-world", type=_max_world, default=2, metavar="W",
                    help="largest world size (tp*pp*dp) drawn (default: 2)")
-    p.add_argument("--max-steps", type=_positive_int, default=6, metavar="K",
+    p.add_argument("--max-steps", type=positive_int, default=6, metavar="K",
                    help="actions per generated scenario and rules per state-machine run (default: 6)")
-    p.add_argument("--time-budget", type=_seconds, default=None, metavar="T",
+    p.add_argument("--time-budget", type=positive_float, default=None, metavar="T",
                    help="seconds of generating, shared by the modes; no new example starts after it "
                         "(default: no limit)")
-    p.add_argument("--shrink-budget", type=_seconds, default=120.0, metavar="S",
+    p.add_argument("--shrink-budget", type=positive_float, default=120.0, metavar="S",
                    help="seconds a found failure may spend shrinking, per mode (default: 120)")
     p.add_argument("--all-bugs", action="store_true",
                    help="shrink each failing checker's failure separately (slower); default: one per mode")
