@@ -131,33 +131,14 @@ def run_local(commands: list[NodeCommand], *, timeout: float, log_dir: str, tmp_
 
 def stop(procs: list[subprocess.Popen], grace: float = STOP_GRACE) -> None:
     """Stop agents and every worker they started (workers run in sessions of their own); reap them."""
-    tree: list[psutil.Process] = []
-    for p in procs:
-        if p.poll() is None:
-            try:
-                tree += psutil.Process(p.pid).children(recursive=True)
-            except psutil.Error:
-                pass
-            try:
-                os.killpg(p.pid, signal.SIGTERM)  # torchrun forwards it: workers get their own SIGTERM
-            except ProcessLookupError:
-                pass
+    tree = _signal_groups(procs, signal.SIGTERM)  # torchrun forwards it: workers get their own SIGTERM
     end = time.monotonic() + grace
     for p in procs:
         try:
             p.wait(timeout=max(0.0, end - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    for p in procs:
-        if p.poll() is None:
-            try:
-                tree += psutil.Process(p.pid).children(recursive=True)
-            except psutil.Error:
-                pass
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    tree += _signal_groups(procs, signal.SIGKILL)
     for proc in tree:
         try:
             proc.kill()
@@ -169,6 +150,22 @@ def stop(procs: list[subprocess.Popen], grace: float = STOP_GRACE) -> None:
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+
+
+def _signal_groups(procs: list[subprocess.Popen], sig: int) -> list[psutil.Process]:
+    """Send `sig` to the process group of each agent still running; the descendants found first."""
+    tree: list[psutil.Process] = []
+    for p in procs:
+        if p.poll() is None:
+            try:
+                tree += psutil.Process(p.pid).children(recursive=True)
+            except psutil.Error:
+                pass
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+    return tree
 
 
 def this_python_torchrun() -> list[str]:
