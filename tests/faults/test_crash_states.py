@@ -103,6 +103,14 @@ def test_rename_is_durable_only_once_the_folder_is_fsynced(tmp_path):
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)
 
 
+class Crashed(BaseException):
+    """Stands in for the kill: this one process cannot SIGKILL itself and go on testing."""
+
+
+def _crash():
+    raise Crashed()
+
+
 @pytest.mark.parametrize("point, newest", [({}, 2), ({"phase": "commit_rename"}, 1), ({"phase": "tracker_update"}, 2),
                                            ({"op": "fsync", "path": "*.pt"}, 1)])
 def test_a_reference_save_leaves_only_durable_states(tmp_path, point, newest):
@@ -117,14 +125,8 @@ def test_a_reference_save_leaves_only_durable_states(tmp_path, point, newest):
     state.train(1)
     [fault] = faults_from([{"kind": "lost_unsynced_writes", "max_states": 16, **point}])
 
-    class Crashed(BaseException):
-        pass
-
-    def crash():
-        raise Crashed()
-
     try:
-        with inject([fault], rank=0, oplog_dir=tmp_path / "ops", kill=crash):
+        with inject([fault], rank=0, oplog_dir=tmp_path / "ops", kill=_crash):
             backend.save(state, root)
     except Crashed:
         pass
@@ -147,15 +149,9 @@ def test_overwriting_a_checkpoint_by_exchange_never_loses_it(tmp_path):
     backend.save(state, root)
     snap = Snapshot.take(root, tmp_path / "snap")
 
-    class Crashed(BaseException):
-        pass
-
-    def crash():
-        raise Crashed()
-
     with pytest.raises(Crashed):
         with inject([{"kind": "lost_unsynced_writes", "op": "exchange", "when": "after"}], rank=0,
-                    oplog_dir=tmp_path / "ops", kill=crash):
+                    oplog_dir=tmp_path / "ops", kill=_crash):
             backend.save(state, root)
     got = crash_states(snap, tmp_path / "ops", tmp_path / "states", max_states=16)
     assert any(o.op == "exchange" for o in got.ops) and got.unsynced
