@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .. import storage
+from ..storage.base import WriteStreamBase
 from .manifest import file_digest
 
 
@@ -37,7 +38,7 @@ class RecordingFileSystem:
         return out
 
 
-class WriteAll:
+class WriteAll(WriteStreamBase):
     """torch.save and DCP ignore the count write() returns; a short write would leave a committed but
     truncated file. This stream writes the rest, and fails when the filesystem makes no progress."""
 
@@ -54,12 +55,6 @@ class WriteAll:
     @path.setter
     def path(self, value: str) -> None:  # DCP's rename of .metadata.tmp: the record follows the file
         self._inner.path = value
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __getattr__(self, name):
         return getattr(self._inner, name)

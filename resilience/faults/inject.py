@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator
 from .. import storage
 from ..checkpoint import phases
 from ..errors import ConfigError
+from ..storage.base import WriteStreamBase
 from .base import Fault, faults_from, matches_path
 from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWrite, TornWrite
 from .oplog import OpLog
@@ -56,7 +57,7 @@ def _op_triggered(f: Fault, op: str) -> bool:
     return False
 
 
-class FaultyWriteStream:
+class FaultyWriteStream(WriteStreamBase):
     """A WriteStream whose writes, fsync and close go through the injector."""
 
     def __init__(self, fs: "FaultyFileSystem", inner, path: str, sync: bool, stream_id: str | None,
@@ -113,23 +114,8 @@ class FaultyWriteStream:
     def fileno(self) -> int:
         return self.inner.fileno()
 
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
     def __getattr__(self, name):
         return getattr(self.inner, name)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class FaultyFileSystem:

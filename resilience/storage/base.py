@@ -42,6 +42,25 @@ class FileSystem(Protocol):
     def size(self, path: str) -> int: ...
 
 
+class WriteStreamBase:
+    """What every write stream answers alike: io's capability queries, and `with` closing it."""
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 _current: FileSystem | None = None
 _thread = threading.local()  # per-thread overrides, e.g. the async writer's recorder
 

@@ -10,12 +10,14 @@ from typing import BinaryIO
 
 import xxhash
 
+from .base import WriteStreamBase
+
 HASH_PIECE = 256 << 10
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
 
-class LocalWriteStream:
+class LocalWriteStream(WriteStreamBase):
     """A file open for writing that hashes what it writes, so checksums cost no second read."""
 
     def __init__(self, path: str, sync: bool = True):
@@ -61,15 +63,6 @@ class LocalWriteStream:
     def fileno(self) -> int:
         return self._f.fileno()
 
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return False
-
     def close(self) -> None:
         if self.closed:
             return
@@ -80,12 +73,6 @@ class LocalWriteStream:
         finally:
             self._f.close()
         self.digest = None if self._seeked else self._hash.hexdigest()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 class LocalFileSystem:
