@@ -118,7 +118,6 @@ class Lifecycle:
     deleted_since_save: bool = False   # a shard was deleted at rest: that rank may have no file left to damage
     tracker_gone: bool = False         # the tracker was deleted at rest (until a save writes it again)
     manifest_damaged: bool = False     # the newest manifest was damaged: a rank's files can no longer be told apart
-    staged_at_rest: set = field(default_factory=set)  # seeds of leftover staging folders made since the last save
     saves: int = 0
     clean_saves: int = 0
     loads: int = 0
@@ -211,7 +210,6 @@ class Lifecycle:
         """Bookkeeping of a save that returned normally."""
         self.saves += 1
         self.deleted_since_save = self.tracker_gone = self.manifest_damaged = False
-        self.staged_at_rest = set()
         if self.combo.is_async:
             self._commit_pending()
             self.pending, self.pending_it = True, self.iteration
@@ -361,8 +359,6 @@ class Lifecycle:
         data = a.kind in ("truncate", "bit_flip", "delete_file")
         if data and self.deleted_since_save:
             return
-        if a.kind == "leftover_staging" and a.seed in self.staged_at_rest:
-            return  # the same seed names the same staging folder: it exists already
         self._job_ends()
         args: dict = {"kind": CORRUPTIONS[a.kind], "rank": self.writer_rank(a.rank)}
         if data and self.manifest_damaged and not self.is_local:
@@ -381,8 +377,6 @@ class Lifecycle:
             del args["rank"]  # these pick the checkpoint, not a rank's files
         args["seed"] = a.seed
         self._emit({"corrupt": args})
-        if a.kind == "leftover_staging":
-            self.staged_at_rest.add(a.seed)
         self.rest_in_job = True
         self.deleted_since_save = self.deleted_since_save or a.kind == "delete_file"
         self.manifest_damaged = self.manifest_damaged or (a.kind == "metadata_damage" and "name" not in args)
