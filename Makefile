@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml ci/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c ci/constraints.txt -e .
+	$(BIN)/python -m pip install --quiet -c ci/constraints.txt -e ".[megatron]"
 	touch $(STAMP)
 
 run: $(STAMP)
