@@ -2,10 +2,10 @@
 
 Model. The folder before the save (a Snapshot) is durable. Replaying the logged operations of every rank
 in order gives effects on objects: data effects on a file (truncate, write) and entry effects on a
-folder (add or remove a name). An effect is durable once its object is synced later: a file by an fsync
-of it, a folder by an fsync of that folder, so a create or rename is durable only after its parent folder
-is fsynced (an fsync of the file does not make its name durable). Every crash state holds all durable
-effects plus some of the unsynced ones, applied in order:
+folder (add or remove a name). Which effects are durable at the crash, and which sets of the others may
+land, is the persistence model's rule (resilience.faults.persistence: ext4 data=ordered by default, or
+the POSIX minimum). Objects keep their type, a rename lands whole or not at all. Every crash state holds
+all durable effects plus some of the unsynced ones (grown to what the model forces), applied in order:
   fsynced only; everything; in-order prefixes of the unsynced operations (CrashMonkey); each prefix whose
   last write is torn (its first half lands); all but one (one operation overtaken by later ones); only one;
   then random subsets drawn from the seed.
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from .oplog import Op, read_blob, read_ops
+from .persistence import PersistenceModel, persistence_model
 
 ROOT = "d:."
 
@@ -70,16 +71,17 @@ class CrashStates:
     bounded: bool                  # enumeration stopped at max_states
     ignored: int = 0               # operations outside the folder or on paths it never held
     notes: list[str] = field(default_factory=list)
+    model: str = "ext4_ordered"    # the persistence model the states obey
 
     def summary(self) -> str:
-        return (f"{len(self.states)} distinct crash states materialised, {self.explored} explored, from "
-                f"{len(self.ops)} operations ({len(self.unsynced)} not durable at the crash)"
+        return (f"{len(self.states)} distinct crash states materialised ({self.model}), {self.explored} explored, "
+                f"from {len(self.ops)} operations ({len(self.unsynced)} not durable at the crash)"
                 + (", stopped at max_states" if self.bounded else ""))
 
     def to_dict(self) -> dict:
         return {"states": [s.to_dict() for s in self.states], "explored": self.explored, "operations": len(self.ops),
                 "unsynced": [str(self.ops[i]) for i in self.unsynced], "bounded": self.bounded,
-                "ignored": self.ignored}
+                "ignored": self.ignored, "model": self.model}
 
 
 @dataclass
@@ -88,6 +90,7 @@ class _Step:
 
     effects: list[tuple] = field(default_factory=list)
     syncs: str | None = None       # this op is an fsync of that object
+    replaces: str | None = None    # a rename over an existing file: the id of the file moved
 
     @property
     def objects(self) -> set[str]:
@@ -100,6 +103,7 @@ class _Model:
     def __init__(self, snapshot: Snapshot):
         self.dirs: dict[str, dict[str, str]] = {ROOT: {}}
         self.origin: dict[str, str] = {}   # file id -> its pre-save copy
+        self.new_dirs: set[str] = set()    # folders the logged operations made
         if snapshot.copy:
             for dirpath, dirnames, filenames in os.walk(snapshot.copy):
                 rel = os.path.relpath(dirpath, snapshot.copy)
@@ -161,6 +165,7 @@ def _replay(snapshot: Snapshot, ops: list[Op]) -> tuple[_Model, list[_Step], int
                     new = f"n{k}"
                     if op.op == "mkdir":
                         dirs[new] = {}
+                        model.new_dirs.add(new)
                     else:
                         streams[op.stream] = new
                     step.effects.append(("add", parent, name, new))
@@ -178,6 +183,9 @@ def _replay(snapshot: Snapshot, ops: list[Op]) -> tuple[_Model, list[_Step], int
             obj = dirs[p1].get(n1) if p1 is not None else None
             if obj is not None and p2 is not None and (p1, n1) != (p2, n2):
                 step.effects += [("del", p1, n1), ("add", p2, n2, obj)]
+                replaced = dirs[p2].get(n2)
+                if replaced is not None and replaced not in dirs and obj not in dirs:
+                    step.replaces = obj
         elif op.op == "exchange":
             (pa, na), (pb, nb) = parent_of(op.path), parent_of(op.dst)
             a = dirs[pa].get(na) if pa is not None else None
@@ -201,14 +209,6 @@ def _apply_entry(dirs: dict, e: tuple) -> None:
         dirs.setdefault(e[1], {})[e[2]] = e[3]
     elif e[0] == "del":
         dirs.get(e[1], {}).pop(e[2], None)
-
-
-def _durable(steps: list[_Step]) -> list[bool]:
-    last_sync: dict[str, int] = {}
-    for k, s in enumerate(steps):
-        if s.syncs is not None:
-            last_sync[s.syncs] = k
-    return [all(last_sync.get(obj, -1) > k for obj in s.objects) for k, s in enumerate(steps)]
 
 
 def _spread(n: int) -> list[int]:
@@ -282,6 +282,8 @@ def _state(model: _Model, steps: list[_Step], durable: list[bool], persisted: fr
         for e in s.effects:
             if e[0] in ("add", "del"):
                 _apply_entry(dirs, e)
+                if e[0] == "add" and e[3] in model.new_dirs:
+                    dirs.setdefault(e[3], {})  # a folder stays a folder, also with none of its entries landed
                 if e[0] == "add" and e[3] not in dirs and e[3].startswith("n"):
                     data.setdefault(e[3], [])
             elif e[0] == "trunc":
@@ -334,14 +336,17 @@ def _materialise(model: _Model, dirs: dict, data: dict, ops: list[Op], oplog_dir
 
 
 def crash_states(snapshot: Snapshot, oplog_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
-                 max_states: int = 32, seed: int = 0, torn: bool = True) -> CrashStates:
+                 max_states: int = 32, seed: int = 0, torn: bool = True,
+                 model: str | PersistenceModel | None = None) -> CrashStates:
     """Build up to `max_states` distinct on-disk states of `snapshot.root` after a power loss at the end
-    of the logged operations; materialise each in out_dir/state_NNNN (a checkpoint root to load from)."""
+    of the logged operations, each one the persistence `model` allows (default ext4_ordered);
+    materialise each in out_dir/state_NNNN (a checkpoint root to load from)."""
+    rule = persistence_model(model)
     oplog_dir, out_dir = str(oplog_dir), str(out_dir)
     ops = [op for op in read_ops(oplog_dir) if _split(snapshot.root, op.path) is not None
            or (op.dst is not None and _split(snapshot.root, op.dst) is not None)]
-    model, steps, ignored = _replay(snapshot, ops)
-    durable = _durable(steps)
+    fs_model, steps, ignored = _replay(snapshot, ops)
+    durable = rule.durable(steps)
     unsynced = [k for k, s in enumerate(steps) if s.effects and not durable[k]]
     writes = {k for k in unsynced if any(e[0] == "write" for e in steps[k].effects)}
     rng = random.Random(seed)
@@ -353,19 +358,23 @@ def crash_states(snapshot: Snapshot, oplog_dir: str | os.PathLike, out_dir: str 
         if len(states) >= max_states or misses > 4 * max_states:
             break
         explored += 1
-        dirs, data = _state(model, steps, durable, persisted, cut)
+        persisted = rule.close(steps, durable, persisted)
+        if cut is not None and (cut in persisted or not rule.obeys(steps, durable, persisted | {cut})):
+            cut = None  # the model makes that write land whole, or forbids it landing here at all
+        dirs, data = _state(fs_model, steps, durable, persisted, cut)
         sig = _signature(dirs, data)
         if sig in seen:
             misses += 1
             continue
         seen.add(sig)
         path = os.path.join(out_dir, f"state_{len(states):04d}")
-        _materialise(model, dirs, data, ops, oplog_dir, path)
+        _materialise(fs_model, dirs, data, ops, oplog_dir, path)
         states.append(CrashState(len(states), path, how, tuple(sorted(persisted)), cut))
     bounded = len(states) >= max_states and bool(unsynced)
-    return CrashStates(states, explored, ops, unsynced, bounded, ignored)
+    return CrashStates(states, explored, ops, unsynced, bounded, ignored, model=rule.name)
 
 
 def power_loss_states(fault, snapshot: Snapshot, oplog_dir, out_dir) -> CrashStates:
-    """crash_states with the bounds of a LostUnsyncedWrites fault (max_states, torn, seed)."""
-    return crash_states(snapshot, oplog_dir, out_dir, max_states=fault.max_states, seed=fault.seed, torn=fault.torn)
+    """crash_states with the bounds of a LostUnsyncedWrites fault (max_states, torn, seed, persistence)."""
+    return crash_states(snapshot, oplog_dir, out_dir, max_states=fault.max_states, seed=fault.seed, torn=fault.torn,
+                        model=getattr(fault, "persistence", None))

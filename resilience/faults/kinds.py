@@ -129,10 +129,13 @@ class LostUnsyncedWrites(Fault):
     uses: ClassVar[frozenset[str]] = _CRASH_USES
     max_states: int = 32
     torn: bool = True
+    persistence: str = "ext4_ordered"  # what a power cut keeps: ext4_ordered or posix_minimum (faults.persistence)
 
     def _check(self, where):
         _check_crash_point(self, where, required=False)
         _int(self.max_states, f"{where}.max_states", minimum=1)
+        from .persistence import MODELS
+        _choice(self.persistence, tuple(MODELS), f"{where}.persistence")
         if not isinstance(self.torn, bool):
             raise ConfigError(f"{where}.torn", f"must be true or false, got {self.torn!r}")
 

@@ -60,7 +60,7 @@ def _expected(torn: bool) -> set:
 @pytest.mark.parametrize("torn", [True, False])
 def test_hand_checked_example_gives_the_expected_set(example, torn):
     snap, ops, tmp = example
-    got = crash_states(snap, ops, tmp / "states", max_states=64, torn=torn)
+    got = crash_states(snap, ops, tmp / "states", max_states=64, torn=torn, model="posix_minimum")
     states = [frozenset(_tree(s.path).items()) for s in got.states]
     assert len(states) == len(set(states))  # distinct
     assert set(states) == _expected(torn)
@@ -73,7 +73,7 @@ def test_hand_checked_example_gives_the_expected_set(example, torn):
 
 def test_enumeration_is_bounded_and_says_so(example):
     snap, ops, tmp = example
-    got = crash_states(snap, ops, tmp / "states", max_states=3)
+    got = crash_states(snap, ops, tmp / "states", max_states=3, model="posix_minimum")
     assert len(got.states) == 3 and got.bounded
     assert [s.how for s in got.states][:2] == ["fsynced only", "every operation landed"]
     assert sorted(os.listdir(tmp / "states")) == ["state_0000", "state_0001", "state_0002"]
@@ -94,7 +94,7 @@ def test_rename_is_durable_only_once_the_folder_is_fsynced(tmp_path):
         with fs.open_write(str(root / "t.tmp")) as f:  # fsynced on close
             f.write(b"7")
         fs.rename(str(root / "t.tmp"), str(root / "tracker"))
-    got = crash_states(Snapshot.empty(root), tmp_path / "ops", tmp_path / "states")
+    got = crash_states(Snapshot.empty(root), tmp_path / "ops", tmp_path / "states", model="posix_minimum")
     # the file's data was fsynced but no folder was: its name may not survive at all
     assert _tree(got.states[0].path) == {}
     assert {frozenset(_tree(s.path)) for s in got.states} == {frozenset(), frozenset({"t.tmp"}), frozenset({"tracker"})}
