@@ -1,13 +1,15 @@
 """Checkers: history + disk -> verdict with evidence."""
 from .atomic import AtomicCommit
-from .base import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Verdict, run_checker, worst
+from .base import (FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Status,
+                   Verdict, is_failing, run_checker, worst)
 from .durability import Durability
 from .integrity import Integrity
 from .resume import ResumeEquivalence
+from .saves import SaveOutcomes
 from .topology import TopologyIndependence, expected_loadable
 
-ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence())
+ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes())
 
-__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "FAIL", "Integrity", "LoadRecord", "NA", "PASS",
-           "REFUSED", "ResumeEquivalence", "SaveRecord", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict",
-           "expected_loadable", "run_checker", "worst"]
+__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "FAIL", "FAILING", "Integrity", "LoadRecord", "NA",
+           "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes", "SaveRecord", "Status", "TopologyIndependence",
+           "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable", "is_failing", "run_checker", "worst"]

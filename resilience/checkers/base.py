@@ -4,24 +4,56 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable, Protocol
 
 from ..checkpoint.combos import Combination
 from ..state import Topology
 
-PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = "PASS", "FAIL", "UNKNOWN", "REFUSED-AS-EXPECTED", "N/A", "UNPROBED"
+
+
+class Status(str, Enum):
+    """A verdict. A str, so rows read back from JSON compare equal to it."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    UNKNOWN = "UNKNOWN"          # could not be judged: a crashed checker, a rank that failed unexpectedly
+    REFUSED = "REFUSED-AS-EXPECTED"
+    NA = "N/A"                   # nothing to judge, and nothing was supposed to be probed
+    UNPROBED = "UNPROBED"        # a configured fault never fired or applied: nothing was tested
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @property
+    def failing(self) -> bool:
+        return self in FAILING
+
+
+PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (Status.PASS, Status.FAIL, Status.UNKNOWN, Status.REFUSED, Status.NA,
+                                              Status.UNPROBED)
+# What no command may count as passed: every summary, exit status and report uses this one set.
+FAILING = frozenset({FAIL, UNKNOWN, UNPROBED})
 SEVERITY = {FAIL: 5, UNKNOWN: 4, UNPROBED: 3, REFUSED: 1, PASS: 1, NA: 0}
+
+
+def is_failing(status) -> bool:
+    """Whether a verdict (a Status or its string, as results.json holds it) counts as not passed."""
+    return status in FAILING
 
 
 @dataclass
 class Verdict:
     checker: str
-    status: str
+    status: Status
     detail: str = ""
     evidence: list[dict] = field(default_factory=list)
 
+    def __post_init__(self):
+        self.status = Status(self.status)
+
     def to_dict(self) -> dict:
-        return {"checker": self.checker, "status": self.status, "detail": self.detail, "evidence": self.evidence}
+        return {"checker": self.checker, "status": self.status.value, "detail": self.detail, "evidence": self.evidence}
 
 
 @dataclass
@@ -31,8 +63,16 @@ class SaveRecord:
     topology: str
     fingerprint: str | None
     rng: str | None
-    status: str  # ok (committed and reported done) / fail / info (outcome unknown: cut by a crash)
-    index: int   # order in the history
+    status: str  # ok: returned on every rank / fail: raised on every rank that returned / info: indeterminate
+    index: int   # order in the history: where it became acknowledged, else where it was invoked
+    save_id: str = ""  # unique in the case: two saves of one iteration are two records
+    world: int = 0     # ranks that took part; every one must return for an acknowledgement
+    ok_ranks: list[int] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)  # rank -> what the save (or its finalize) raised
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.status == "ok"
 
 
 @dataclass
@@ -68,6 +108,8 @@ class Evidence:
     faults_configured: list[dict] = field(default_factory=list)
     faults_fired: list[dict] = field(default_factory=list)
     expect: dict = field(default_factory=dict)
+    # every save or finalize that raised: {"op", "save_id", "job", "rank", "iteration", "error", "errno", "index"}
+    errors: list[dict] = field(default_factory=list)
 
     def saved(self, iteration: int) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]
@@ -96,6 +138,6 @@ def run_checker(checker: Checker, ev: Evidence) -> Verdict:
                        [{"traceback": traceback.format_exc()}])
 
 
-def worst(statuses) -> str:
-    statuses = list(statuses) or [NA]
-    return max(statuses, key=lambda s: SEVERITY.get(s, 4))
+def worst(statuses) -> Status:
+    statuses = [Status(s) for s in statuses] or [NA]
+    return max(statuses, key=lambda s: SEVERITY[s])

@@ -6,11 +6,12 @@ import os
 import time
 
 from ..checkers import (FAIL, NA, PASS, UNKNOWN, UNPROBED, AtomicCommit, Durability, Evidence, LoadRecord,
-                        ResumeEquivalence, SaveRecord, Verdict, run_checker, worst)
+                        ResumeEquivalence, SaveOutcomes, Status, Verdict, is_failing, run_checker, worst)
 from ..checkpoint.combos import CheckpointType, Combination
 from ..checkpoint.manifest import versions
 from ..faults import read_firings
-from ..runner.history import FAIL as FAILED, INVOKE, OK, read_events
+from ..runner.evidence import evidence_from
+from ..runner.history import read_events
 from ..state import Topology
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json
 from .expected import NeverStoppedLocal
@@ -35,37 +36,14 @@ def newest_valid(backend, root: str, combo: Combination) -> int | None:
 
 
 def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, firings: list[dict]) -> Evidence:
-    events = [e for e in read_events(layout.history(0)) if e.value.get("combo") == combo]
-    # A LOCAL save is done only once every rank has its part (no collective ties them): count every rank's ok
-    local = Combination.parse(combo).type is CheckpointType.LOCAL
-    acked: dict[tuple, set] = {}
-    for r in range(topo.world) if local else ():
-        for e in read_events(layout.history(r)):
-            if e.value.get("combo") == combo and e.f == "save" and e.type == OK:
-                acked.setdefault((e.job, e.value["iteration"]), set()).add(r)
-    saves: dict[tuple, SaveRecord] = {}
-    loads: list[LoadRecord] = []
-    for i, e in enumerate(events):
-        v = e.value
-        if e.f == "save":
-            key = (e.job, v["iteration"])
-            rec = saves.setdefault(key, SaveRecord(e.job, v["iteration"], str(topo), None, None, "info", i))
-            if e.type == INVOKE:
-                rec.fingerprint, rec.rng = v.get("fingerprint"), v.get("rng")
-            elif e.type == OK and (not local or len(acked.get(key, ())) == topo.world):
-                rec.status, rec.index = "ok", i
-            elif e.type == FAILED:
-                rec.status = "fail"
-        elif e.f == "load" and e.type in (OK, FAILED):
-            loads.append(LoadRecord(e.job, v.get("topology", str(topo)), e.type, i, v.get("iteration"),
-                                    v.get("fingerprint"), v.get("rng"), bool(v.get("rng_restored")),
-                                    list(v.get("warnings") or []), v.get("error", ""), bool(v.get("refused")),
-                                    v.get("path", "")))
-        elif e.f == "continue" and loads:
-            loads[-1].continued.append((v["iteration"], v["fingerprint"]))
-    crashes = [{"job": f.get("attempt"), "index": 0, "signals": {f.get("rank"): 9}} for f in firings]
-    return Evidence(Combination.parse(combo), topo, sorted(saves.values(), key=lambda s: s.index), loads, [],
-                    crashes, [], NeverStoppedLocal(plan.spec), [], firings)
+    # every rank's history: a save is acknowledged only once it returned on every rank
+    events = sorted((e for r in range(topo.world) for e in read_events(layout.history(r))
+                     if e.value.get("combo") == combo), key=lambda e: (e.job, e.time))
+    ev = evidence_from(events, combo=Combination.parse(combo), save_topology=topo, expected=NeverStoppedLocal(plan.spec),
+                       topology=str(topo))
+    ev.crashes = [{"job": f.get("attempt"), "index": 0, "signals": {f.get("rank"): 9}} for f in firings]
+    ev.faults_fired = [dict(f, job=f.get("attempt")) for f in firings]
+    return ev
 
 
 def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt: int, newest: int | None,
@@ -76,7 +54,7 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
     for f in firings:
         f["attempt"] = st.get("save_started")
     ev = _evidence(plan, layout, combo, topo, firings)
-    verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence())]
+    verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence(), SaveOutcomes())]
     verdicts.append(_restart_verdict(plan, combo, st, firings, attempt, topo.world))
     load = ev.loads[-1] if ev.loads else None
     verdicts.append(_newest_verdict(load, newest, after))
@@ -127,7 +105,7 @@ def _newest_verdict(load: LoadRecord | None, newest: int | None, after: int | No
                                f"after training on, is now the newest")
 
 
-def _detail(status: str, verdicts: list[Verdict], load: LoadRecord | None, newest, st: dict,
+def _detail(status: Status, verdicts: list[Verdict], load: LoadRecord | None, newest, st: dict,
             firings: list[dict]) -> str:
     if status not in (PASS, NA):
         return "; ".join(f"{v.checker}: {v.detail}" for v in verdicts if v.status == status)[:600]
@@ -139,11 +117,11 @@ def _detail(status: str, verdicts: list[Verdict], load: LoadRecord | None, newes
             f"{load.iteration + CONTINUE_STEPS}")
 
 
-def row_of(plan: ClusterPlan, layout: Layout, combo: str, status: str, detail: str, verdicts: list[Verdict],
+def row_of(plan: ClusterPlan, layout: Layout, combo: str, status: Status, detail: str, verdicts: list[Verdict],
            seconds: float, command: str = "") -> dict:
     """A results.json row (the schema of `resilience run` / `matrix`)."""
     return {"scenario": "cluster-kill-resume", "combo": combo, "column": f"kill@{plan.kill_phase}",
-            "fault": f"rank_crash phase={plan.kill_phase}", "transition": None, "verdict": status,
+            "fault": f"rank_crash phase={plan.kill_phase}", "transition": None, "verdict": Status(status).value,
             "detail": detail, "seconds": round(seconds, 3), "checkers": [v.to_dict() for v in verdicts],
             "case_dir": layout.ckpt(combo), "replay": command or read_json(layout.plan, {}).get("command", "")}
 
@@ -161,7 +139,8 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
     meta = {"title": "resilience validate: cluster kill and resume", "seed": plan.spec.seed,
             "backend": plan.backend, "command": command or recorded.get("command", "")}
     paths = write_run_files(layout.report, rows, meta)
-    bad = [r for r in rows if r["verdict"] != PASS]
+    # a combination where nothing could be judged did not validate either
+    bad = [r for r in rows if is_failing(r["verdict"]) or r["verdict"] == NA]
     summary = {"format": SUMMARY_FORMAT, "version": SUMMARY_VERSION, "ok": not bad, "exit_status": 1 if bad else 0,
                "run_id": recorded.get("run_id"), "world": recorded.get("world"), "topology": recorded.get("topology"),
                "attempts": attempt + 1, "finished": time.time(), "versions": versions(), "plan": plan.to_dict(),
@@ -181,7 +160,7 @@ def render_summary(summary: dict, root: str) -> str:
              + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())]
     for r in summary["results"]:
         lines.append(f"  {r['combo']:<{width}}  {r['verdict']:<8}  {r['detail'][:200]}")
-    passed = sum(r["verdict"] == PASS for r in summary["results"])
+    passed = sum(not is_failing(r["verdict"]) and r["verdict"] != NA for r in summary["results"])
     lines.append(f"{passed} of {len(summary['results'])} combinations passed; report: "
                  f"{os.path.join(root, summary['report']['report.md'])}")
     return "\n".join(lines)

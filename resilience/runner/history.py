@@ -80,10 +80,11 @@ def read_events(path: str) -> list[Event]:
 
 
 def close_open_invokes(events: list[Event], why: str) -> list[Event]:
-    """For each process, an invoke with no ok/fail after it becomes an info event (outcome unknown)."""
+    """For each process, an invoke with no ok/fail after it becomes an info event (outcome unknown).
+    Saves are told apart by their save id: an async save stays open while the next one is invoked."""
     open_: dict[tuple, Event] = {}
     for e in events:
-        key = (e.job, e.process, e.f)
+        key = (e.job, e.process, e.f, e.value.get("save_id"))
         if e.type == INVOKE:
             open_[key] = e
         elif e.type in (OK, FAIL, INFO):

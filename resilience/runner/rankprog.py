@@ -3,6 +3,7 @@ load as the plan says, writing each operation to its own history file as it goes
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from dataclasses import dataclass, field
 
@@ -40,11 +41,22 @@ def digests_of(state: TrainingState) -> tuple[str | None, str | None]:
     return combine(d, TOPOLOGY_BOUND_KEYS), d.get("rng")
 
 
+def error_of(e: BaseException) -> dict:
+    """What a failed operation records: the exception, and its errno by name (ENOSPC, EROFS, ...)."""
+    out = {"error": f"{type(e).__name__}: {e}"}
+    code = getattr(e, "errno", None)
+    if isinstance(code, int) and code in errno.errorcode:
+        out["errno"] = errno.errorcode[code]
+    return out
+
+
 def run_plan(ctx, plan: RankPlan) -> dict:
     log = EventLog(os.path.join(plan.history_dir, f"rank{ctx.rank}.jsonl"), plan.job, ctx.rank)
     lead = ctx.rank == 0
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
     backend = make_backend(plan.backend, plan.combo)
+    saves = 0
+    in_flight: tuple[str, int] | None = None  # (save id, iteration) of the async save not yet finalized
     with contextlib.ExitStack() as armed:
         for index, op in enumerate(plan.ops + [{"op": "end"}]):
             _arm(armed, plan, ctx.rank, index)
@@ -54,33 +66,40 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 if lead:
                     log.ok("train", steps=op.get("steps", 1), iteration=state.iteration)
             elif kind == "save":
+                saves += 1
+                save_id = f"{plan.job}.{saves}"  # the same on every rank: ranks save in the same order
                 fp, rng = digests_of(state)
-                log.invoke("save", iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {}))
-                previous = backend.in_flight_iteration  # a save first finalizes the one still in flight
+                log.invoke("save", save_id=save_id, iteration=state.iteration,
+                           **({"fingerprint": fp, "rng": rng} if lead else {}))
+                # a save first finalizes the one still in flight
+                previous = in_flight if backend.in_flight_iteration is not None else None
                 try:
                     backend.save(state, plan.root)
                 except Exception as e:
-                    log.fail("save", iteration=state.iteration, error=f"{type(e).__name__}: {e}")
+                    log.fail("save", save_id=save_id, iteration=state.iteration, **error_of(e))
                     raise
-                if previous is not None and previous != state.iteration:
-                    log.ok("save", iteration=previous, via="next save")
+                if previous is not None:
+                    log.ok("save", save_id=previous[0], iteration=previous[1], via="next save")
                 if plan.combo.is_async:
-                    log.ok("stage", iteration=state.iteration)
+                    log.ok("stage", save_id=save_id, iteration=state.iteration)
+                    in_flight = (save_id, state.iteration)
                 else:
-                    log.ok("save", iteration=state.iteration)
+                    log.ok("save", save_id=save_id, iteration=state.iteration)
             elif kind == "finalize":
-                iteration = backend.in_flight_iteration
-                log.invoke("finalize", iteration=iteration)
+                pending = in_flight if backend.in_flight_iteration is not None else None
+                ids = {"save_id": pending[0], "iteration": pending[1]} if pending else {}
+                log.invoke("finalize", **ids)
                 try:
                     backend.finalize()
                 except Exception as e:
-                    log.fail("finalize", iteration=iteration, error=f"{type(e).__name__}: {e}")
-                    if iteration is not None:
-                        log.fail("save", iteration=iteration, error=f"{type(e).__name__}: {e}")
+                    log.fail("finalize", **ids, **error_of(e))
+                    if pending is not None:
+                        log.fail("save", **ids, via="finalize", **error_of(e))
                     raise
-                log.ok("finalize", iteration=iteration)
-                if iteration is not None:
-                    log.ok("save", iteration=iteration, via="finalize")
+                log.ok("finalize", **ids)
+                if pending is not None:
+                    log.ok("save", **ids, via="finalize")
+                in_flight = None
             elif kind == "load":
                 if not _load(log, lead, state, backend, plan):
                     break

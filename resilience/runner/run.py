@@ -3,33 +3,32 @@ checkers, and a verdict with evidence. Every job is bounded in time; nothing is 
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import time
 from dataclasses import dataclass, field
 
-from ..checkers import ALL, FAIL, NA, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Verdict, run_checker, worst
-from ..checkpoint.combos import CheckpointType, Combination
+from ..checkers import ALL, FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, run_checker, worst
+from ..checkpoint.combos import Combination
 from ..faults import NothingToDamage
-from ..state import Topology
 from ..launch import Job
 from .backends import make_backend
 from .expected import never_stopped
-from .history import FAIL as FAILED, INFO, INVOKE, OK, EventLog, close_open_invokes, read_events
+from .evidence import evidence_from
+from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
 from . import faultplan
 from .plan import JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario
 
-
-_ITER = re.compile(r"iter_(\d{7})")
+# what became of each configured fault (row["faults"]): anything but FIRED leaves the case UNPROBED
+FIRED, NEVER_FIRED, NOT_APPLICABLE = "fired", "never fired", "not applicable"
 
 
 @dataclass
 class CaseResult:
     scenario: str
     combo: str
-    verdict: str
+    verdict: Status
     verdicts: list[Verdict]
     seconds: float
     case_dir: str
@@ -38,11 +37,13 @@ class CaseResult:
     fault: str | None = None
     transition: str | None = None
     tags: list[str] = field(default_factory=list)
+    faults: list[dict] = field(default_factory=list)  # {"fault", "status": fired/never fired/not applicable, "detail"}
 
     def to_row(self) -> dict:
         return {"scenario": self.scenario, "combo": self.combo, "fault": self.fault, "transition": self.transition,
-                "verdict": self.verdict, "detail": self.detail, "seconds": round(self.seconds, 3),
-                "checkers": [v.to_dict() for v in self.verdicts], "case_dir": self.case_dir, "replay": self.replay}
+                "verdict": Status(self.verdict).value, "detail": self.detail, "seconds": round(self.seconds, 3),
+                "checkers": [v.to_dict() for v in self.verdicts], "faults": self.faults, "case_dir": self.case_dir,
+                "replay": self.replay}
 
 
 def replay_command(scenario_file: str, combo: Combination, backend: str = "reference") -> str:
@@ -68,8 +69,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     unexpected: list[dict] = []
     configured: list[dict] = []
     lost: list[dict] = []
-    unobserved: list[str] = []  # power losses that could not be modelled (writes outside the seam)
-    unapplied: list[str] = []  # corruptions that found nothing to damage
+    outcomes: list[dict] = []  # what became of the corruptions and power losses, beside the firings
     fault_log = os.path.join(case_dir, "faults.jsonl")
     job_no = 0
     for spec in plan_jobs(scenario, combo):
@@ -80,20 +80,24 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
         for action in spec.after:
             if "corrupt" in action:
                 try:
-                    history.ok("corrupt", **faultplan.corrupt(root, action["corrupt"]))
+                    done = faultplan.corrupt(root, action["corrupt"])
+                    history.ok("corrupt", **done)
+                    outcomes.append(_fault(action["corrupt"], FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
                 except NothingToDamage as e:
                     history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
-                    unapplied.append(f"corrupt {action['corrupt']} found nothing to damage: {e}")
+                    outcomes.append(_fault(action["corrupt"], NOT_APPLICABLE, f"found nothing to damage: {e}"))
             elif not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")):
                 history.info("lose_unsynced", armed=False, why="the job ended before the power-loss fault was armed")
+                outcomes.append(_fault(action["power_loss"], NEVER_FIRED,
+                                       "the job ended before the power-loss fault was armed"))
             else:
                 states = faultplan.power_loss(action["power_loss"], _snapshot(root, case_dir, this_job),
                                               os.path.join(case_dir, "oplog", f"job{this_job}"),
                                               os.path.join(case_dir, "states", f"job{this_job}"))
                 history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
                            summary=states["summary"])
-                if states.get("unobserved"):
-                    unobserved.append(states["summary"])
+                outcomes.append(_fault(action["power_loss"], NOT_APPLICABLE if states.get("unobserved") else FIRED,
+                                       states["summary"]))
                 lost.append(states)
                 for state_root in states["states"]:
                     job_no += 1
@@ -105,22 +109,58 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     events = read_events(os.path.join(case_dir, "history.jsonl"))
     ev = evidence(events, scenario, combo, configured)
     ev.lost_unsynced = lost
+    faults = fault_statuses(configured, fault_log, outcomes)
     verdicts = [run_checker(c, ev) for c in ALL]
     verdicts += _expectations(scenario, ev)
-    overall = worst(v.status for v in verdicts)
-    detail = "; ".join(f"{v.checker}: {v.detail}" for v in verdicts if v.status == overall and overall != NA)[:500]
-    if unexpected and overall != FAIL:
-        overall, detail = UNKNOWN, f"a rank failed unexpectedly: {unexpected[0]['error'][:300]}"
-        verdicts.append(Verdict("run", UNKNOWN, detail, unexpected))
-    if unobserved and overall not in (FAIL, UNKNOWN):
-        overall, detail = UNPROBED, unobserved[0]
-        verdicts.append(Verdict("faults", UNPROBED, detail, [{"power_loss": u} for u in unobserved]))
-    unfired = faultplan.unfired(configured, fault_log) + unapplied
-    if unfired and overall not in (FAIL, UNKNOWN):
-        overall, detail = UNPROBED, f"configured fault never fired: {unfired[0]}"
-        verdicts.append(Verdict("faults", UNPROBED, detail, [{"fault": u} for u in unfired]))
-    return CaseResult(scenario.name, str(combo), overall, verdicts, time.monotonic() - start, case_dir,
-                      replay_command(scenario_file, combo, backend), detail, fault, transition, scenario.tags)
+    overall, detail, extra = combine(verdicts, unexpected, faults)
+    return CaseResult(scenario.name, str(combo), overall, verdicts + extra, time.monotonic() - start, case_dir,
+                      replay_command(scenario_file, combo, backend), detail, fault, transition, scenario.tags, faults)
+
+
+def _fault(record: dict, status: str, detail: str) -> dict:
+    return {"fault": _fault_text(record), "status": status, "detail": detail, "record": record}
+
+
+def _fault_text(record: dict) -> str:
+    try:
+        return str(faultplan.validate(record, 1 << 16))
+    except Exception:  # a record the fault layer cannot read still gets a row
+        return ", ".join(f"{k}={v}" for k, v in record.items())
+
+
+def fault_statuses(configured: list[dict], fault_log: str, outcomes: list[dict]) -> list[dict]:
+    """Each configured fault once, with what became of it: fired, never fired, or not applicable (why)."""
+    out = []
+    for record in configured:
+        done = next((o for o in outcomes if o["record"] is record), None)
+        never = faultplan.unfired([record], fault_log)
+        if never:
+            out.append(_fault(record, NEVER_FIRED, f"its trigger never came: {never[0]}"))
+        elif done is not None:
+            out.append(done)
+        else:
+            out.append(_fault(record, FIRED, "fired"))
+    out += [o for o in outcomes if not any(o["record"] is r for r in configured)]
+    return [{k: v for k, v in f.items() if k != "record"} for f in out]
+
+
+def combine(verdicts: list[Verdict], unexpected: list[dict], faults: list[dict]) -> tuple[Status, str, list[Verdict]]:
+    """The case's verdict, its detail and the verdicts added to the checkers'. Nothing hides another: a FAIL
+    beside a fault that never fired keeps the fault's UNPROBED in the verdicts, the row and the detail."""
+    extra = []
+    if unexpected:
+        extra.append(Verdict("run", UNKNOWN, f"a rank failed unexpectedly: {unexpected[0]['error'][:300]}", unexpected))
+    unprobed = [f for f in faults if f["status"] != FIRED]
+    if unprobed:
+        f = unprobed[0]
+        extra.append(Verdict("faults", UNPROBED, f"configured fault {f['status']}: {f['fault']}: {f['detail']}"
+                             + (f"; {len(unprobed) - 1} more" if len(unprobed) > 1 else ""), unprobed))
+    every = verdicts + extra
+    overall = worst(v.status for v in every)
+    detail = "; ".join(f"{v.checker}: {v.detail}" for v in every if v.status == overall and overall != NA)
+    if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
+        detail = f"{detail[:400]}; also {UNPROBED.value}: {extra[-1].detail}"
+    return overall, detail[:600], extra
 
 
 def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
@@ -152,7 +192,7 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
             e.value["crash_state"] = crash_state
         history.write(e)
     for rec in faultplan.firings(fault_log)[fired_before:]:
-        history.append(INFO, "fault", **rec)
+        history.write(Event(INFO, "fault", "runner", rec, job_no))  # the job it fired in explains its errors
     first = outcome.first_failure()
     why = f"rank {first.rank}: {first.describe().splitlines()[0]}" if first else ""
     for e in close_open_invokes(events, why or "job ended"):
@@ -177,53 +217,9 @@ def _is_logged_failure(events, rank: int) -> bool:
 
 
 def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[dict]) -> Evidence:
-    saves: dict[tuple, SaveRecord] = {}
-    loads: list[LoadRecord] = []
-    corruptions, crashes, fired = [], [], []
-    topo_of_job: dict[int, str] = {}
-    current_load: LoadRecord | None = None
-    ok_ranks: dict[tuple, set] = {}
-    local = combo.type is CheckpointType.LOCAL
-    for i, e in enumerate(events):
-        v = e.value
-        if e.f == "job" and e.type == INVOKE:
-            topo_of_job[v["job"]] = v["topology"]
-        elif e.f == "job" and v.get("signals"):
-            crashes.append({"job": v["job"], "index": i, "signals": v["signals"]})
-        elif e.f == "save" and "iteration" in v:
-            key = (e.job, v["iteration"])
-            rec = saves.setdefault(key, SaveRecord(e.job, v["iteration"], topo_of_job.get(e.job, ""), None, None,
-                                                   INFO, i))
-            if e.type == INVOKE and v.get("fingerprint"):
-                rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
-            elif e.type == OK and rec.status != OK:
-                ok_ranks.setdefault(key, set()).add(e.process)
-                # a LOCAL save is done only once every rank has its part (nothing ties the ranks together);
-                # elsewhere one rank's success means the coordinator committed
-                world = Topology.parse(rec.topology).world if rec.topology else 1
-                if not local or len(ok_ranks[key]) == world:
-                    rec.status, rec.index = OK, i
-            elif e.type == FAILED:
-                rec.status = FAILED
-        elif e.f == "load" and e.process == 0 and e.type in (OK, FAILED):
-            current_load = LoadRecord(e.job, v.get("topology", topo_of_job.get(e.job, "")), e.type, i,
-                                      v.get("iteration"), v.get("fingerprint"), v.get("rng"),
-                                      bool(v.get("rng_restored")), list(v.get("warnings") or []), v.get("error", ""),
-                                      bool(v.get("refused")), v.get("path", ""), v.get("crash_state"))
-            loads.append(current_load)
-        elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
-            current_load.continued.append((v["iteration"], v["fingerprint"]))
-        elif e.f == "corrupt" and e.type == OK:  # INFO: it found nothing to damage
-            corruptions.append(dict(v, index=i))
-        elif e.f == "fault" and e.type in (OK, INFO):
-            fired.append(v)
-            if v.get("kind") == "torn_write":
-                # a write that reports success but lands damaged is silent corruption of that save: no
-                # writer can know, so it is judged like damage at rest (detected, never loaded wrong)
-                m = _ITER.search(str(v.get("path", "")))
-                corruptions.append(dict(v, index=i, iteration=int(m.group(1)) if m else None))
-    return Evidence(combo, scenario.topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
-                    crashes, [], never_stopped(scenario.model), faults_configured, fired, scenario.expect)
+    """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster judge uses)."""
+    return evidence_from(events, combo=combo, save_topology=scenario.topology, expected=never_stopped(scenario.model),
+                         faults_configured=faults_configured, expect=scenario.expect)
 
 
 def _expectations(scenario: Scenario, ev: Evidence) -> list[Verdict]:
@@ -232,12 +228,12 @@ def _expectations(scenario: Scenario, ev: Evidence) -> list[Verdict]:
     want = scenario.expect.get("loaded_iteration")
     if want is not None:
         got = final.iteration if final and final.status == "ok" else None
-        out.append(Verdict("expect", "PASS" if got == want else FAIL,
+        out.append(Verdict("expect", PASS if got == want else FAIL,
                            f"final load picked iteration {got}, scenario expects {want}"))
     outcome = scenario.expect.get("outcome")
     if outcome is not None:
         got = "loaded" if final and final.status == "ok" else "refused" if final and final.refused else "failed"
-        out.append(Verdict("expect", "PASS" if got == outcome else FAIL, f"final load {got}, scenario expects {outcome}"))
+        out.append(Verdict("expect", PASS if got == outcome else FAIL, f"final load {got}, scenario expects {outcome}"))
     return out
 
 

@@ -91,14 +91,16 @@ def test_a_kill_that_never_fired_is_unprobed_and_a_resume_in_the_same_attempt_fa
     assert row["verdict"] == "UNPROBED" and "never fired" in row["detail"]
 
 
-def test_local_saves_count_only_once_every_rank_has_its_part(tmp_path):
-    # rank 3 never acknowledged iteration 3: loading 2 is then no lost save
-    plan, layout = _run(tmp_path, "LOCAL/torch/sync", loaded=2, acked_by=[0, 1, 2])
+@pytest.mark.parametrize("combo", ["LOCAL/torch/sync", "GLOBAL/torch_dist/sync"])
+def test_a_save_counts_only_once_every_rank_returned(tmp_path, combo):
+    # rank 3 never returned from any save: none is acknowledged, so loading 2 loses nothing
+    plan, layout = _run(tmp_path, combo, loaded=2, acked_by=[0, 1, 2])
     row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=2, after=4, seconds=1.0)
-    assert _statuses(row)["durability"] in ("PASS", "N/A"), row
-    plan, layout = _run(tmp_path / "g", "GLOBAL/torch_dist/sync", loaded=2, acked_by=[0, 1, 2])
+    assert _statuses(row)["durability"] == "N/A" and _statuses(row)["saves"] == "UNPROBED", row
+    # every rank returned: iteration 3 is owed
+    plan, layout = _run(tmp_path / "all", combo, loaded=2)
     row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=2, after=4, seconds=1.0)
-    assert _statuses(row)["durability"] == "FAIL"
+    assert _statuses(row)["durability"] == "FAIL", row
 
 
 def test_summary_and_exit_status(tmp_path, capsys):

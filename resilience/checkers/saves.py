@@ -1,0 +1,61 @@
+"""Saves: an implementation error is never N/A.
+
+A save or finalize that raised where no planned fault explains it is the implementation failing (FAIL),
+or the environment refusing the test (UNKNOWN: a full disk, a quota, a read-only or failing device),
+named by its errno. A case whose every save failed acknowledged nothing, so durability was not probed:
+UNPROBED, never PASS."""
+from __future__ import annotations
+
+import re
+
+from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Verdict
+
+# the environment, not the code under test, refused the write: the case could not be judged
+ENVIRONMENT_ERRNOS = frozenset({"ENOSPC", "EDQUOT", "EROFS", "EIO"})
+
+
+def explained(err: dict, ev: Evidence) -> bool:
+    """A planned fault fired, or a rank was killed, in the job where the save failed."""
+    return any(f.get("job") == err.get("job") for f in ev.faults_fired) or \
+        any(c.get("job") == err.get("job") for c in ev.crashes)
+
+
+def describe(err: dict) -> str:
+    """'save raised OSError ENOSPC: No space left on device on rank 1 (save 0.2, iteration 3)'."""
+    text = err.get("error") or "an error"
+    kind, _, message = text.partition(": ")
+    message = re.sub(r"^\[Errno \d+\] ", "", message)
+    name = f" {err['errno']}" if err.get("errno") and err["errno"] not in kind else ""
+    where = f" (save {err['save_id']}, iteration {err.get('iteration')})" if err.get("save_id") else ""
+    return f"{err.get('op', 'save')} raised {kind}{name}: {message or kind} on rank {err.get('rank')}{where}"
+
+
+class SaveOutcomes:
+    name = "saves"
+
+    def check(self, ev: Evidence) -> Verdict:
+        unexplained = [err for err in ev.errors if not explained(err, ev)]
+        if unexplained:
+            first = next((err for err in unexplained if err.get("errno") in ENVIRONMENT_ERRNOS), unexplained[0])
+            status = UNKNOWN if first.get("errno") in ENVIRONMENT_ERRNOS else FAIL
+            why = " (the environment refused the write: the code under test could not be judged)" \
+                if status == UNKNOWN else ""
+            more = f"; {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
+            return Verdict(self.name, status, f"{describe(first)}{why}{more}", unexplained[:20])
+        if not ev.saves:
+            return Verdict(self.name, NA, "no save in this scenario")
+        acked = [s for s in ev.saves if s.acknowledged]
+        failed = [s for s in ev.saves if s.status == "fail"]
+        if not acked:
+            why = f": {describe(ev.errors[0])}" if ev.errors else ""
+            return Verdict(self.name, UNPROBED, f"none of {len(ev.saves)} saves was acknowledged on every rank"
+                           f"{why}; nothing durable was there to probe", [_row(s) for s in ev.saves[:20]])
+        rest = len(ev.saves) - len(acked) - len(failed)
+        return Verdict(self.name, PASS, f"{len(acked)} of {len(ev.saves)} saves acknowledged on every rank"
+                       + (f", {len(failed)} failed as a planned fault explains" if failed else "")
+                       + (f", {rest} indeterminate" if rest else ""))
+
+
+def _row(s) -> dict:
+    return {"save_id": s.save_id, "iteration": s.iteration, "status": s.status, "ok_ranks": s.ok_ranks,
+            "errors": {str(k): v for k, v in s.errors.items()}}

@@ -1,0 +1,108 @@
+"""History -> evidence: the one rule, for `resilience run` and the cluster judge alike.
+
+As Jepsen records operations: every save is an invoke and, on each rank, an ok, fail or info, tied
+together by a save id that is unique in the case (histories written without one get `job.n`, the n-th
+save invoked on that rank in that job: every rank invokes the same saves in the same order). A save
+is acknowledged only once it returned ok on every rank of its job (for an async save: once finalize
+returned); one that returned on some ranks only is indeterminate. Two saves of one iteration are two
+records, so a later save never overwrites the acknowledgement of an earlier one."""
+from __future__ import annotations
+
+import re
+from typing import Callable, Iterable
+
+from ..checkers import Evidence, LoadRecord, SaveRecord
+from ..checkpoint.combos import Combination
+from ..state import Topology
+from .history import FAIL, INFO, INVOKE, OK, Event
+
+_ITER = re.compile(r"iter_(\d{7})")
+
+
+def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology: Topology,
+                  expected: Callable[[int], str], topology: str | None = None,
+                  faults_configured: list[dict] | None = None, expect: dict | None = None) -> Evidence:
+    """The evidence of a history (events of every rank, in order). `topology` is the job topology for
+    histories without job events (the world every rank of a save must answer from)."""
+    saves: dict[str, SaveRecord] = {}
+    open_saves: dict[tuple, list[str]] = {}   # (job, rank) -> ids invoked there and not yet answered
+    invoked: dict[tuple, int] = {}
+    loads: list[LoadRecord] = []
+    corruptions, crashes, fired, errors = [], [], [], []
+    topo_of_job: dict[int, str] = {}
+    current_load: LoadRecord | None = None
+    for i, e in enumerate(events):
+        v = e.value
+        if e.f == "job" and e.type == INVOKE:
+            topo_of_job[v["job"]] = v["topology"]
+        elif e.f == "job" and v.get("signals"):
+            crashes.append({"job": v["job"], "index": i, "signals": v["signals"]})
+        elif e.f == "save":
+            sid = _save_id(e, saves, open_saves, invoked)
+            if sid is None:
+                continue
+            rec = saves.get(sid)
+            if rec is None:
+                topo = topo_of_job.get(e.job) or topology or ""
+                rec = saves[sid] = SaveRecord(e.job, v.get("iteration"), topo, None, None, INFO, i, sid,
+                                              Topology.parse(topo).world if topo else 1)
+            if e.type == INVOKE and v.get("fingerprint"):
+                rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
+            elif e.type == OK and e.process not in rec.ok_ranks:
+                rec.ok_ranks.append(e.process)
+                if len(rec.ok_ranks) >= rec.world and rec.status != OK:
+                    rec.status, rec.index = OK, i
+            elif e.type == FAIL:
+                rec.errors[e.process] = v.get("error", "")
+                errors.append(_error(e, i, "finalize" if v.get("via") == "finalize" else "save", sid))
+        elif e.f == "finalize" and e.type == FAIL and v.get("save_id") is None and v.get("iteration") is None:
+            errors.append(_error(e, i, "finalize", None))  # nothing was in flight: no save carries it
+        elif e.f == "load" and e.process == 0 and e.type in (OK, FAIL):
+            current_load = LoadRecord(e.job, v.get("topology", topo_of_job.get(e.job, topology or "")), e.type, i,
+                                      v.get("iteration"), v.get("fingerprint"), v.get("rng"),
+                                      bool(v.get("rng_restored")), list(v.get("warnings") or []), v.get("error", ""),
+                                      bool(v.get("refused")), v.get("path", ""), v.get("crash_state"))
+            loads.append(current_load)
+        elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
+            current_load.continued.append((v["iteration"], v["fingerprint"]))
+        elif e.f == "corrupt" and e.type == OK:  # INFO: it found nothing to damage
+            corruptions.append(dict(v, index=i))
+        elif e.f == "fault" and e.type in (OK, INFO):
+            fired.append(dict(v, job=e.job))
+            if v.get("kind") == "torn_write":
+                # a write that reports success but lands damaged is silent corruption of that save: no
+                # writer can know, so it is judged like damage at rest (detected, never loaded wrong)
+                m = _ITER.search(str(v.get("path", "")))
+                corruptions.append(dict(v, index=i, iteration=int(m.group(1)) if m else None))
+    for rec in saves.values():
+        if rec.status != OK and rec.errors and not rec.ok_ranks:
+            rec.status = FAIL  # raised on every rank that answered: definitely not done
+    return Evidence(combo, save_topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
+                    crashes, [], expected, list(faults_configured or []), fired, dict(expect or {}), errors)
+
+
+def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:
+    """The save an event belongs to: its own save id, else the rank's n-th save invoked in that job."""
+    if e.value.get("save_id") is not None:
+        return str(e.value["save_id"])
+    key = (e.job, e.process)
+    if e.type == INVOKE:
+        invoked[key] = invoked.get(key, 0) + 1
+        sid = f"{e.job}.{invoked[key]}"
+        open_saves.setdefault(key, []).append(sid)
+        return sid
+    iteration = e.value.get("iteration")
+    for sid in open_saves.get(key, []):  # the oldest open save of that iteration on this rank
+        if saves[sid].iteration == iteration:
+            open_saves[key].remove(sid)
+            return sid
+    for rec in saves.values():  # a rank that logged no invoke: the oldest save of that iteration it left unanswered
+        if rec.job == e.job and rec.iteration == iteration and e.process not in rec.ok_ranks | rec.errors.keys():
+            return rec.save_id
+    return None
+
+
+def _error(e: Event, index: int, op: str, save_id: str | None) -> dict:
+    v = e.value
+    return {"op": op, "save_id": save_id, "job": e.job, "rank": e.process, "iteration": v.get("iteration"),
+            "error": v.get("error", ""), "errno": v.get("errno"), "index": index}

@@ -1,0 +1,62 @@
+"""Verdicts on implementations with one error each, through the real runner and ranks: an acknowledged
+save is never forgotten, and an implementation error is never N/A."""
+import json
+
+import pytest
+
+from resilience.checkpoint.combos import Combination
+from resilience.cli import main
+from resilience.runner.run import run_case
+from resilience.runner.scenario import load_text
+
+pytestmark = pytest.mark.multiprocess
+
+FAULTY = "tests.runner.faulty_backends"
+
+RESAVE = """
+name: resave-fails
+topology: tp2pp1dp1
+steps:
+  - train: 2
+  - save
+  - fault: {kind: io_error, errno: EIO, rank: 1, op: write}
+  - save
+  - resume: {continue: 1}
+"""
+
+
+def _statuses(result):
+    return {v.checker: v.status for v in result.verdicts}
+
+
+def test_a_failed_resave_never_overwrites_the_acknowledgement_before_it(tmp_path):
+    # the second save of iteration 2 fails on rank 1 after the backend deleted the first, acknowledged copy
+    s = load_text(RESAVE, "s.yaml")
+    result = run_case(s, Combination.parse("GLOBAL/torch_dist/sync"), str(tmp_path / "case"),
+                      backend=f"{FAULTY}:destroys_on_resave")
+    assert result.verdict == "FAIL" and _statuses(result)["durability"] == "FAIL", result.to_row()
+    saves = [json.loads(line) for line in open(tmp_path / "case" / "history.jsonl")]
+    ids = {e["value"]["save_id"] for e in saves if e["f"] == "save"}
+    assert ids == {"0.1", "0.2"}  # two saves of one iteration, two records
+    # the reference keeps the first copy: the same scenario passes
+    result = run_case(s, Combination.parse("GLOBAL/torch_dist/sync"), str(tmp_path / "reference"))
+    assert result.verdict == "PASS", result.to_row()
+    assert "1 of 2 saves acknowledged" in next(v.detail for v in result.verdicts if v.checker == "saves")
+
+
+def test_a_backend_whose_every_save_raises_enospc_never_passes(tmp_path, capsys):
+    code = main(["matrix", "--backend", f"{FAULTY}:disk_full", "--combos", "GLOBAL/torch_dist/sync",
+                 "--faults", "save/load", "--transitions", "none", "--out", str(tmp_path),
+                 "--json", str(tmp_path / "rows.json")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    (row,) = json.loads((tmp_path / "rows.json").read_text())
+    assert row["verdict"] == "UNKNOWN", row
+    assert "save raised OSError ENOSPC: No space left on device on rank 1" in row["detail"], row
+
+
+def test_a_save_that_raises_a_bug_is_a_failure_with_the_error(tmp_path):
+    s = load_text(RESAVE.replace("  - fault: {kind: io_error, errno: EIO, rank: 1, op: write}\n", ""), "s.yaml")
+    result = run_case(s, Combination.parse("LEGACY/torch/sync"), str(tmp_path / "case"), backend=f"{FAULTY}:raises")
+    assert result.verdict == "FAIL" and _statuses(result)["saves"] == "FAIL", result.to_row()
+    assert "save raised ValueError: cannot serialise the optimizer state on rank" in result.detail
