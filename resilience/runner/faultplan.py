@@ -32,6 +32,8 @@ def record_of(kind: str, args: dict) -> dict:
         rec = {"kind": "rank_crash"}
     elif kind == "kill":
         rec = {"kind": "rank_kill"}
+        if isinstance(a.get("when"), dict):  # `when: {file, size}` or `when: {after: seconds}`: the flat keys
+            a.update(a.pop("when"))
     elif kind == "lose_unsynced":
         rec = {"kind": "lost_unsynced_writes"}
     elif kind == "corrupt":

@@ -1,23 +1,33 @@
-"""Declarative scenarios: YAML in, a validated Scenario out, or one error with file, line and field."""
+"""Declarative scenarios: YAML in, a validated Scenario out, or one error listing every problem of the
+file, each with its line and field.
+
+Scenario files are untrusted input. They are read with resilience.safe_yaml (size, aliases, tags,
+nesting and duplicate keys bounded), every mapping refuses keys it does not know, and every value is
+checked for type and range against the limits below, before any rank starts."""
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from .. import safe_yaml
 from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import ConfigError
 from ..state import ModelSpec, Topology
+from ..state.limits import check_fits
 
 STEP_KINDS = {
-    "train": "train N steps (N >= 1)",
+    "train": "train N steps (1 <= N <= MAX_TRAIN_STEPS)",
     "save": "save a checkpoint with the combination's IO mode",
     "finalize": "commit an async save in flight",
     "crash": "a rank kills itself during the next save: {rank, phase} or {rank, after_bytes, file}",
     "fault": "an in-process fault record: {kind, ...} (see resilience.faults)",
-    "kill": "the runner SIGKILLs ranks during the next save: {rank, when: {file, size} | {after: seconds}}",
+    "kill": "the runner SIGKILLs ranks during the next save: {rank, file, size} or {rank, after: seconds} "
+            "(also written {rank, when: {file, size}} or {rank, when: {after: seconds}})",
     "corrupt": "damage the newest checkpoint at rest: {kind, file, ...}",
     "lose_unsynced": "record file operations from here on; at the power loss (a phase, at_byte, or the job's "
                      "end) check every on-disk state it could leave: {phase, max_states}",
@@ -28,15 +38,58 @@ FAULT_STEPS = ("crash", "fault", "kill", "corrupt", "lose_unsynced")
 TOP_FIELDS = {"name", "description", "seed", "model", "topology", "combinations", "steps", "expect", "timeout",
               "backend", "tags"}
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
+OUTCOMES = ("loaded", "refused", "failed")
+RESUME_FIELDS = {"topology", "continue"}
+
+# Limits (documented in README.md, "Scenario files"); the YAML itself is bounded by resilience.safe_yaml.
+MAX_TIMEOUT = 3600.0          # seconds a job may take; also the ceiling of every delay a fault waits
+MAX_TRAIN_STEPS = 10_000      # steps of one `train` or of one resume's `continue`
+MAX_STEPS = 500               # steps listed in one scenario
+MAX_SEED = 2 ** 63            # seeds are in [0, 2**63)
+MAX_NAME = 80                 # characters of a name; names are folder names: [A-Za-z0-9_.-], no '..'
+MAX_DESCRIPTION = 10_000
+MAX_TAGS, MAX_TAG = 32, 40
+MAX_POWER_LOSS_STATES = 1024  # crash states one lose_unsynced may build
+MAX_FILE_BYTES = 64 << 20     # bytes a fault may write (extra_file length)
+MAX_COUNT = 1 << 40           # any other count or byte position in a fault record
+NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+TAG_RE = re.compile(r"[A-Za-z0-9_.:-]+")
+BACKEND_RE = re.compile(r"reference|broken:[A-Za-z0-9_.-]+|[A-Za-z0-9_-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+UNNAMED = "unnamed"
+
+
+@dataclass(frozen=True)
+class ScenarioProblem:
+    """One problem of a scenario file: its line (None: the whole file), the field and what is allowed."""
+
+    line: int | None
+    field: str
+    problem: str
+    allowed: str = ""
+
+    def text(self, source: str) -> str:
+        where = f"{source}:{self.line}" if self.line else source
+        return f"{where}: {self.field}: {self.problem}" + (f" ({self.allowed})" if self.allowed else "")
 
 
 class ScenarioError(ConfigError):
-    """A scenario file that cannot run: names the file, line and field, and what is allowed."""
+    """A scenario file that cannot run. Lists every problem found, sorted by line, each naming the file,
+    line and field, and what is allowed; `problems` holds them, `line` is the first one's."""
 
-    def __init__(self, source: str, line: int | None, field: str, problem: str, allowed: str = ""):
-        where = f"{source}:{line}" if line else source
-        super().__init__(f"{where}: {field}", problem, allowed)
-        self.source, self.line = source, line
+    def __init__(self, source: str, line: int | None = None, field: str = "", problem: str = "",
+                 allowed: str = "", problems: list[ScenarioProblem] | None = None):
+        items = list(problems) if problems else [ScenarioProblem(line, field, problem, allowed)]
+        items.sort(key=lambda p: p.line or 0)
+        first = items[0]
+        if len(items) == 1:
+            where = f"{source}:{first.line}" if first.line else source
+            super().__init__(f"{where}: {first.field}", first.problem, first.allowed)
+        else:
+            super().__init__(source, f"{len(items)} problems:\n" + "\n".join("  " + p.text(source) for p in items))
+        self.source, self.line, self.problems = source, first.line, items
+
+    def __reduce__(self):
+        return type(self), (self.source, None, "", "", "", self.problems)
 
 
 @dataclass
@@ -76,134 +129,389 @@ class Scenario:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
-# ---- YAML with line numbers -----------------------------------------------------------------------
-def _plain(node, lines: dict, path: tuple):
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        out = {}
-        for k, v in node.value:
-            key = yaml.safe_load(yaml.serialize(k)) if not isinstance(k, yaml.ScalarNode) else k.value
-            out[key] = _plain(v, lines, path + (key,))
-            lines[path + (key,)] = k.start_mark.line + 1  # errors point at the key's line
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_plain(v, lines, path + (i,)) for i, v in enumerate(node.value)]
-    return yaml.safe_load(yaml.serialize(node))
-
-
-def load_text(text: str, source: str = "<scenario>") -> Scenario:
+# ---- reading ------------------------------------------------------------------------------------------
+def load_text(text: str | bytes, source: str = "<scenario>") -> Scenario:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ScenarioError(source, mark.line + 1 if mark else None, "yaml",
-                            f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    if node is None:
+        doc = safe_yaml.load(text)
+    except safe_yaml.Refused as e:
+        raise ScenarioError(source, problems=[ScenarioProblem(p.line, "yaml" if p.line else "file",
+                                                              p.problem, p.fix) for p in e.problems]) from None
+    if doc.data is None:
         raise ScenarioError(source, None, "file", "is empty", "a scenario needs at least `steps:`")
-    lines: dict = {}
-    data = _plain(node, lines, ())
-    return from_dict(data, source, lines)
+    return from_dict(doc.data, source, doc.lines)
 
 
 def load_file(path: str | Path) -> Scenario:
     p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(str(p), None, "file", "does not exist", "give the path of a .yaml scenario")
-    scenario = load_text(p.read_text(encoding="utf-8"), str(p))
-    if scenario.name == "<unnamed>":
-        scenario.name = p.stem
+    if not p.is_file():  # also refuses FIFOs and devices, which could block the read
+        what = "is not a regular file" if p.exists() else "does not exist"
+        raise ScenarioError(str(p), None, "file", what, "give the path of a .yaml scenario")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(safe_yaml.MAX_BYTES + 1)
+    except OSError as e:
+        raise ScenarioError(str(p), None, "file", f"cannot be read: {e.strerror or e}") from None
+    if len(data) > safe_yaml.MAX_BYTES:
+        raise ScenarioError(str(p), None, "file", f"is larger than the limit of {safe_yaml.MAX_BYTES} bytes",
+                            "a scenario is a short text file")
+    scenario = load_text(data, str(p))
+    if scenario.name == UNNAMED:
+        scenario.name = safe_name(p.stem)
     return scenario
 
 
+def safe_name(text: str) -> str:
+    """A name usable as a folder name, made from any text (a file's stem): runs of characters outside
+    [A-Za-z0-9_.-] become '-', '..' becomes '.', leading dots and dashes go, at most MAX_NAME characters."""
+    out = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)
+    out = re.sub(r"\.{2,}", ".", out).lstrip(".-")[:MAX_NAME].rstrip("-")
+    return out or "scenario"
+
+
+def name_problem(name) -> str | None:
+    """Why `name` cannot name a scenario (it becomes part of folder names), or None."""
+    if not isinstance(name, str):
+        return f"must be a string, got {name!r}"
+    if not NAME_RE.fullmatch(name) or ".." in name or len(name) > MAX_NAME:
+        return (f"{name[:100]!r} is not a safe folder name: use 1-{MAX_NAME} characters of A-Z a-z 0-9 _ . -, "
+                "not starting with '.' or '-', without '..'")
+    return None
+
+
+# ---- checking -----------------------------------------------------------------------------------------
+class _Problems:
+    def __init__(self, source: str, lines: dict):
+        self.source, self.lines, self.items = source, lines, []
+
+    def add(self, path: tuple, problem: str, allowed: str = "") -> None:
+        self.items.append(ScenarioProblem(safe_yaml.line_of(self.lines, path), ".".join(map(str, path)) or "scenario",
+                                          problem, allowed))
+
+    def config(self, base: tuple, e: ConfigError, strip: str = "") -> None:
+        """A ConfigError of a lower layer, its dotted field placed under `base`."""
+        rest = e.field[len(strip):] if strip and e.field.startswith(strip) else e.field
+        self.add(base + tuple(x for x in rest.split(".") if x), e.problem, e.fix)
+
+    def raise_any(self) -> None:
+        if self.items:
+            raise ScenarioError(self.source, problems=self.items)
+
+
 def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) -> Scenario:
-    lines = lines or {}
-
-    def err(path: tuple, problem: str, allowed: str = ""):
-        line = lines.get(path) or lines.get(path[:-1]) or lines.get(())
-        return ScenarioError(source, line, ".".join(map(str, path)) or "scenario", problem, allowed)
-
+    """A Scenario from plain data, or ScenarioError listing every problem (lines from safe_yaml.load)."""
+    bad = _Problems(source, lines or {})
     if not isinstance(data, dict):
-        raise err((), "must be a mapping with `steps:`")
+        bad.add((), "must be a mapping with `steps:`", "see scenarios/*.yaml for examples")
+        bad.raise_any()
     for key in data:
         if key not in TOP_FIELDS:
-            raise err((key,), "unknown field", f"allowed: {', '.join(sorted(TOP_FIELDS))}")
-    try:
-        model = ModelSpec.from_dict(data.get("model") or {})
-    except ConfigError as e:
-        raise err(("model", e.field.split(".", 1)[-1]), e.problem, e.fix) from None
-    except TypeError as e:
-        raise err(("model",), f"must be a mapping of model fields ({e})") from None
-    try:
-        topology = Topology.parse(data.get("topology", "tp1pp1dp1"))
-        model.check_topology(topology)
-    except ConfigError as e:
-        raise err(("topology",), e.problem, e.fix) from None
-    combos = _combinations(data.get("combinations", "all"), err)
-    steps = [_step(raw, i, err, lines, model) for i, raw in enumerate(data.get("steps") or [])]
-    if not steps:
-        raise err(("steps",), "no steps", "list steps such as `- train: 2` and `- save`")
-    expect = data.get("expect") or {}
-    if not isinstance(expect, dict) or set(expect) - EXPECT_FIELDS:
-        raise err(("expect",), "unknown expectation", f"allowed: {', '.join(sorted(EXPECT_FIELDS))}")
-    timeout = data.get("timeout", 120.0)
-    if not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise err(("timeout",), f"must be a positive number of seconds, got {timeout!r}")
-    seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise err(("seed",), f"must be an integer, got {seed!r}")
-    return Scenario(str(data.get("name", "<unnamed>")), steps, model, topology, combos, seed,
-                    str(data.get("description", "")), expect, float(timeout), str(data.get("backend", "reference")),
-                    list(data.get("tags") or []), source)
+            bad.add((key,), "unknown field", f"allowed: {', '.join(sorted(TOP_FIELDS))}")
+    name = data.get("name", UNNAMED)
+    if "name" in data and name_problem(name):
+        bad.add(("name",), name_problem(name))
+    description = data.get("description") or ""
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        bad.add(("description",), f"must be a string of at most {MAX_DESCRIPTION} characters")
+    seed = _seed(data.get("seed", 0), bad)
+    timeout = _timeout(data.get("timeout", 120.0), bad)
+    backend = _backend(data.get("backend", "reference"), bad)
+    tags = _tags(data.get("tags"), bad)
+    model = _model(data.get("model"), bad)
+    topology = _topology(data.get("topology", "tp1pp1dp1"), ("topology",), model, bad)
+    combos = _combinations(data.get("combinations", "all"), bad)
+    steps = _steps(data.get("steps"), model, topology, bad)
+    expect = _expect(data.get("expect"), bad)
+    bad.raise_any()
+    return Scenario(name, steps, model, topology, combos, seed, description, expect, float(timeout), backend, tags,
+                    source)
 
 
-def _combinations(raw, err) -> list[Combination]:
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _seed(seed, bad: _Problems) -> int:
+    if not _is_int(seed) or not 0 <= seed < MAX_SEED:
+        bad.add(("seed",), f"must be an integer in [0, 2**63), got {_show(seed)}")
+        return 0
+    return seed
+
+
+def _timeout(timeout, bad: _Problems) -> float:
+    if not _is_number(timeout) or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
+        bad.add(("timeout",), f"must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {_show(timeout)}",
+                "it bounds each job of the scenario")
+        return 120.0
+    return float(timeout)
+
+
+def _backend(backend, bad: _Problems) -> str:
+    if not isinstance(backend, str) or len(backend) > 200 or not BACKEND_RE.fullmatch(backend):
+        bad.add(("backend",), f"cannot read {_show(backend)}",
+                "use 'reference', 'broken:NAME', a short alias such as 'dcp', or 'package.module:factory'")
+        return "reference"
+    return backend
+
+
+def _tags(tags, bad: _Problems) -> list[str]:
+    if tags is None:
+        return []
+    if not isinstance(tags, (list, tuple)) or len(tags) > MAX_TAGS:
+        bad.add(("tags",), f"must be a list of at most {MAX_TAGS} short names, got {_show(tags)}",
+                "write it as [fast, crash]")
+        return []
+    for i, tag in enumerate(tags):
+        if not isinstance(tag, str) or not TAG_RE.fullmatch(tag) or len(tag) > MAX_TAG:
+            bad.add(("tags", i), f"must be a name of 1-{MAX_TAG} characters of A-Z a-z 0-9 _ . : -, got {_show(tag)}")
+    return list(tags)
+
+
+def _model(raw, bad: _Problems) -> ModelSpec | None:
+    """The model, or None when it has problems (they are added)."""
+    raw = {} if raw is None else raw
+    problems = ModelSpec.problems_of(raw)
+    for e in problems:
+        bad.config(("model",), e, strip="model")
+    return None if problems else ModelSpec.from_dict(raw)
+
+
+def _topology(raw, path: tuple, model: ModelSpec | None, bad: _Problems) -> Topology | None:
+    if not isinstance(raw, str) or len(raw) > 100:
+        bad.add(path, f"must be a string like tp2pp1dp4, got {_show(raw)}")
+        return None
+    try:
+        topo = Topology.parse(raw)
+        if model is not None:
+            model.check_topology(topo)
+    except ConfigError as e:
+        bad.add(path, e.problem, e.fix)
+        return None
+    if model is not None:
+        try:
+            check_fits(model, topo)
+        except ConfigError as e:
+            bad.add(("model",), e.problem, e.fix)
+            return None
+    return topo
+
+
+def _combinations(raw, bad: _Problems) -> list[Combination]:
     if raw in ("all", None):
         return valid_combinations()
     items = [raw] if isinstance(raw, str) else raw
-    if not isinstance(items, list):
-        raise err(("combinations",), "must be `all` or a list like [GLOBAL/torch_dist/sync]")
+    if not isinstance(items, (list, tuple)) or not items:
+        bad.add(("combinations",), "must be `all` or a list like [GLOBAL/torch_dist/sync]")
+        return []
     out = []
     for i, text in enumerate(items):
+        if not isinstance(text, str) or len(text) > 100:
+            bad.add(("combinations", i), f"must be a string like GLOBAL/torch_dist/sync, got {_show(text)}")
+            continue
         try:
             out.append(Combination.parse(text))
         except ConfigError as e:
-            raise err(("combinations", i), e.problem, e.fix) from None
+            bad.add(("combinations", i), e.problem, e.fix)
     return out
 
 
-def _step(raw, i: int, err, lines: dict, model: ModelSpec) -> Step:
-    path = ("steps", i)
-    allowed = "; ".join(f"{k}: {v}" for k, v in STEP_KINDS.items())
+def _expect(raw, bad: _Problems) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        bad.add(("expect",), f"must be a mapping, got {_show(raw)}", f"allowed: {', '.join(sorted(EXPECT_FIELDS))}")
+        return {}
+    for key, value in raw.items():
+        if key not in EXPECT_FIELDS:
+            bad.add(("expect", key), "unknown expectation", f"allowed: {', '.join(sorted(EXPECT_FIELDS))}")
+        elif key == "loaded_iteration" and value is not None and (not _is_int(value) or not 0 <= value < MAX_COUNT):
+            bad.add(("expect", key), f"must be an iteration number >= 0, got {_show(value)}")
+        elif key == "outcome" and value is not None and value not in OUTCOMES:
+            bad.add(("expect", key), f"unknown outcome {_show(value)}", f"use one of {', '.join(OUTCOMES)}")
+    return dict(raw)
+
+
+# ---- steps --------------------------------------------------------------------------------------------
+def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Problems) -> list[Step]:
+    if raw is None or raw == []:
+        bad.add(("steps",), "no steps", "list steps such as `- train: 2` and `- save`")
+        return []
+    if not isinstance(raw, (list, tuple)):
+        bad.add(("steps",), f"must be a list of steps, got {_show(raw)}", "list steps such as `- train: 2` and `- save`")
+        return []
+    if len(raw) > MAX_STEPS:
+        bad.add(("steps",), f"lists {len(raw)} steps, more than {MAX_STEPS}", "train more per step")
+        return []
+    out, world = [], topology.world if topology else None
+    for i, item in enumerate(raw):
+        step = _step(item, ("steps", i), model, topology, world, bad)
+        if step is None:
+            continue
+        out.append(step)
+        if step.kind == "resume":  # later faults target the resumed job's ranks
+            raw_topo = step.args.get("topology", "same")
+            world = (topology.world if topology else None) if raw_topo == "same" else Topology.parse(raw_topo).world
+    return out
+
+
+def _step(raw, path: tuple, model: ModelSpec | None, topology: Topology | None, world: int | None,
+          bad: _Problems) -> Step | None:
     if isinstance(raw, str):
         kind, args = raw, None
     elif isinstance(raw, dict) and len(raw) == 1:
         kind, args = next(iter(raw.items()))
     else:
-        raise err(path, "a step is one kind, like `- train: 2` or `- save`", allowed)
+        got = f"{len(raw)} kinds: {', '.join(map(str, raw))}" if isinstance(raw, dict) else _show(raw)
+        bad.add(path, f"a step is one kind, like `- train: 2` or `- save`; got {got}",
+                f"allowed: {', '.join(STEP_KINDS)}")
+        return None
     if kind not in STEP_KINDS:
-        raise err(path, f"unknown step {kind!r}", f"allowed: {', '.join(STEP_KINDS)}")
-    line = lines.get(path)
+        bad.add(path, f"unknown step {_show(kind)}", f"allowed: {', '.join(STEP_KINDS)}")
+        return None
+    line = safe_yaml.line_of(bad.lines, path)
+    here = path + (kind,)
     if kind == "train":
-        if not isinstance(args, int) or isinstance(args, bool) or args < 1:
-            raise err(path + (kind,), f"train needs a positive number of steps, got {args!r}")
+        if not _is_int(args) or not 1 <= args <= MAX_TRAIN_STEPS:
+            bad.add(here, f"train needs a number of steps in 1..{MAX_TRAIN_STEPS}, got {_show(args)}")
+            return None
         return Step(kind, {"steps": args}, line)
     args = {} if args is None else args
     if not isinstance(args, dict):
-        raise err(path + (kind,), f"takes a mapping of options, got {args!r}", STEP_KINDS[kind])
-    if kind in FAULT_STEPS:
-        from .faultplan import record_of, validate
-        try:
-            validate(record_of(kind, args), world=1 << 16)
-        except ConfigError as e:
-            raise err(path + (kind, e.field.removeprefix("fault.")), e.problem, e.fix) from None
+        bad.add(here, f"takes a mapping of options, got {_show(args)}", STEP_KINDS[kind])
+        return None
+    if kind in ("save", "finalize", "verify"):
+        for key in args:
+            bad.add(here + (key,), "unknown option", f"`{kind}` takes no options")
+        return Step(kind, {}, line)
     if kind == "resume":
-        try:
-            topo = Topology.parse(args.get("topology", "same")) if args.get("topology", "same") != "same" else None
-            if topo is not None:
-                model.check_topology(topo)
-        except ConfigError as e:
-            raise err(path + (kind, "topology"), e.problem, e.fix) from None
-        cont = args.get("continue", 2)
-        if not isinstance(cont, int) or cont < 0:
-            raise err(path + (kind, "continue"), f"must be a number of steps >= 0, got {cont!r}")
-    return Step(kind, dict(args), line)
+        return _resume(args, here, line, model, topology, bad)
+    if _fault_step(kind, args, here, world, bad):
+        return Step(kind, dict(args), line)
+    return None
+
+
+def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> Step | None:
+    ok = True
+    for key in args:
+        if key not in RESUME_FIELDS:
+            bad.add(here + (key,), "unknown option", f"allowed: {', '.join(sorted(RESUME_FIELDS))}")
+            ok = False
+    raw = args.get("topology", "same")
+    topo = topology if raw == "same" else _topology(raw, here + ("topology",), model, bad)
+    if raw != "same" and topo is None:
+        ok = False
+    cont = args.get("continue", 2)
+    if not _is_int(cont) or not 0 <= cont <= MAX_TRAIN_STEPS:
+        bad.add(here + ("continue",), f"must be a number of steps in 0..{MAX_TRAIN_STEPS}, got {_show(cont)}")
+        ok = False
+    return Step("resume", dict(args), line) if ok else None
+
+
+def _fault_keys(kind: str, args: dict) -> tuple[str, set[str]] | None:
+    """The fault kind a step stands for and the option names it takes (None: the kind is unknown)."""
+    from ..faults import KINDS
+    from .faultplan import CORRUPT_KINDS
+    extra: set[str] = set()
+    if kind == "fault":
+        record_kind, extra = args.get("kind"), {"kind"}
+    elif kind == "corrupt":
+        record_kind, extra = CORRUPT_KINDS.get(args.get("kind", "truncate")), {"kind"}
+    elif kind == "kill":
+        record_kind, extra = args.get("kind", "rank_kill"), {"kind", "when"}
+        if record_kind not in ("rank_kill", "rank_hang"):
+            return None
+    else:
+        record_kind = {"crash": "rank_crash", "lose_unsynced": "lost_unsynced_writes"}[kind]
+    cls = KINDS.get(record_kind) if isinstance(record_kind, str) else None
+    if cls is None:
+        return None
+    keys = {"seed", "target", "trigger"} | set(cls.params()) | set(cls.uses) | extra
+    keys |= {"file"} if "path" in cls.uses else set()
+    keys |= {"after_bytes"} if "at_byte" in cls.uses else set()
+    return record_kind, keys
+
+
+def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Problems) -> bool:
+    from ..faults import KINDS  # noqa: F401  (registers every kind)
+    from .faultplan import CORRUPT_KINDS, record_of, validate
+    known = _fault_keys(kind, args)
+    if known is None:
+        what = args.get("kind")
+        allowed = {"fault": ", ".join(KINDS), "corrupt": ", ".join(sorted(CORRUPT_KINDS)),
+                   "kill": "rank_kill, rank_hang"}[kind]
+        bad.add(here + ("kind",), f"unknown {'corruption' if kind == 'corrupt' else 'fault kind'} {_show(what)}",
+                f"use one of {allowed}")
+        return False
+    record_kind, keys = known
+    ok = True
+    for key in args:
+        if key not in keys:
+            bad.add(here + (key,), f"unknown option of {kind} ({record_kind})", f"allowed: {', '.join(sorted(keys))}")
+            ok = False
+    when = args.get("when")
+    if kind == "kill" and "when" in args:
+        if not isinstance(when, dict):
+            bad.add(here + ("when",), f"must be a mapping, got {_show(when)}", "{file, size} or {after: seconds}")
+            return False
+        for key in when:
+            if key not in ("file", "path", "size", "after") or key in args:
+                bad.add(here + ("when", key), "unknown or repeated option", "when: {file, size} or {after: seconds}")
+                ok = False
+    for key in ("file", "path"):
+        pattern = args.get(key, when.get(key) if isinstance(when, dict) else None)
+        if isinstance(pattern, str) and (pattern.startswith("/") or ".." in pattern.split("/")):
+            bad.add(here + (key,), f"{pattern!r} leaves the checkpoint folder",
+                    "give a glob of files inside it, such as '*.pt' or '*iter_0000002*'")
+            ok = False
+    if not ok:
+        return False
+    try:
+        fault = validate(record_of(kind, args), world=world if world is not None else 1 << 16)
+    except ConfigError as e:
+        bad.add(here + _user_field(e.field, args), e.problem, e.fix)
+        return False
+    return _fault_bounds(fault, here, bad)
+
+
+_SHORTHANDS = {"at_byte": "after_bytes", "path": "file"}
+
+
+def _user_field(field: str, args: dict) -> tuple:
+    """A fault record's field ('fault[0].target.rank') as the step wrote it ('rank', or 'target.rank')."""
+    parts = tuple(p for p in re.sub(r"^fault(\[\d+\])?", "", field).split(".") if p)
+    if len(parts) == 2 and parts[0] in ("target", "trigger") and parts[0] not in args:
+        return (_SHORTHANDS[parts[1]],) if _SHORTHANDS.get(parts[1]) in args else parts[1:]
+    return parts
+
+
+def _fault_bounds(fault, here: tuple, bad: _Problems) -> bool:
+    """Ceilings the fault records leave open: a delay past the job timeout ceiling, a power loss that
+    would build more crash states than can be checked, a file too large to write."""
+    ok = True
+    seconds = {"after": fault.trigger.after, "delay": getattr(fault, "delay", None),
+               "resume_after": getattr(fault, "resume_after", None)}
+    for name, value in seconds.items():
+        if value is not None and value > MAX_TIMEOUT:
+            bad.add(here + (name,), f"{value:g} seconds is more than the ceiling of {MAX_TIMEOUT:g}")
+            ok = False
+    counts = {"max_states": (getattr(fault, "max_states", None), MAX_POWER_LOSS_STATES),
+              "length": (getattr(fault, "length", None) if fault.kind == "extra_file" else None, MAX_FILE_BYTES)}
+    for name in ("nth", "at_byte", "size"):
+        counts[name] = (getattr(fault.trigger, name), MAX_COUNT)
+    for name in ("keep", "times"):
+        counts[name] = (getattr(fault, name, None), MAX_COUNT)
+    counts["offset"] = (fault.target.offset, MAX_COUNT)
+    counts["iteration"] = (fault.target.iteration, MAX_COUNT)
+    for name, (value, ceiling) in counts.items():
+        if _is_int(value) and value > ceiling:
+            bad.add(here + (name,), f"{value} is more than the ceiling of {ceiling}")
+            ok = False
+    return ok
+
+
+def _show(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -1,6 +1,8 @@
 """A Megatron GPT-like model spec and the layout of every parameter it has."""
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import ConfigError
@@ -8,6 +10,33 @@ from .topology import Topology
 
 DTYPES = ("fp32", "bf16")
 OPTIMIZERS = ("adam", "distributed")
+# Upper bounds of single fields (what a whole model takes in memory is bounded in state/limits.py).
+SIZE_LIMITS = {"num_layers": 1024, "hidden": 1 << 20, "ffn_hidden": 1 << 22, "heads": 1 << 12, "vocab": 1 << 24,
+               "make_vocab_size_divisible_by": 1 << 12, "global_batch_size": 1 << 24}
+MAX_LR = 10.0
+MAX_MODEL_SEED = 1 << 32
+
+
+def field_problem(name: str, value) -> ConfigError | None:
+    """What is wrong with one field's value on its own (None: nothing, or a field this does not know)."""
+    where = f"model.{name}"
+    if name in SIZE_LIMITS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return ConfigError(where, f"must be a positive integer, got {value!r}")
+        if value > SIZE_LIMITS[name]:
+            return ConfigError(where, f"{value} is larger than {SIZE_LIMITS[name]}", f"use 1..{SIZE_LIMITS[name]}")
+    elif name == "dtype" and value not in DTYPES:
+        return ConfigError(where, f"unknown dtype {value!r}", f"use one of {', '.join(DTYPES)}")
+    elif name == "optimizer" and value not in OPTIMIZERS:
+        return ConfigError(where, f"unknown optimizer {value!r}", f"use one of {', '.join(OPTIMIZERS)}")
+    elif name == "lr":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or not 0 < value <= MAX_LR:
+            return ConfigError(where, f"must be a finite number in (0, {MAX_LR}], got {value!r}")
+    elif name == "seed":
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MODEL_SEED:
+            return ConfigError(where, f"must be an integer in [0, 2**32), got {value!r}")
+    return None
 
 
 @dataclass(frozen=True)
@@ -39,19 +68,13 @@ class ModelSpec:
     seed: int = 1234
 
     def __post_init__(self):
-        for f in ("num_layers", "hidden", "ffn_hidden", "heads", "vocab", "make_vocab_size_divisible_by",
-                  "global_batch_size"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"model.{f}", f"must be a positive integer, got {v!r}")
+        for f in fields(self):
+            problem = field_problem(f.name, getattr(self, f.name))
+            if problem is not None:
+                raise problem
         if self.hidden % self.heads:
             raise ConfigError("model.hidden", f"{self.hidden} is not divisible by heads={self.heads}",
                               "choose hidden as a multiple of heads")
-        if self.dtype not in DTYPES:
-            raise ConfigError("model.dtype", f"unknown dtype {self.dtype!r}", f"use one of {', '.join(DTYPES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ConfigError("model.optimizer", f"unknown optimizer {self.optimizer!r}",
-                              f"use one of {', '.join(OPTIMIZERS)}")
 
     def check_topology(self, topo: Topology) -> None:
         """Raise one clear error if this model cannot be split over `topo`."""
@@ -108,8 +131,24 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelSpec":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(f"model.{unknown[0]}", "unknown field", f"allowed: {', '.join(sorted(known))}")
+        problems = cls.problems_of(d)
+        if problems:
+            raise problems[0]
         return cls(**d)
+
+    @classmethod
+    def problems_of(cls, d: Mapping) -> list[ConfigError]:
+        """Every problem of a model mapping at once: each unknown field, each field's own value, then
+        (when those are fine) the checks across fields."""
+        if not isinstance(d, Mapping):
+            return [ConfigError("model", f"must be a mapping of model fields, got {type(d).__name__}")]
+        known = {f.name for f in fields(cls)}
+        out = [ConfigError(f"model.{k}", "unknown field", f"allowed: {', '.join(sorted(known))}")
+               for k in d if k not in known]
+        out += [p for p in (field_problem(k, v) for k, v in d.items() if k in known) if p is not None]
+        if not out:
+            try:
+                cls(**d)
+            except ConfigError as e:
+                out.append(e)
+        return out

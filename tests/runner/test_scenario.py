@@ -35,7 +35,7 @@ def test_a_good_scenario_loads_and_round_trips():
 def test_a_bad_scenario_names_file_line_and_field(text, where, field):
     with pytest.raises(ScenarioError) as e:
         load_text(text, "x.yaml")
-    assert str(e.value).startswith(f"{where}: {field}"), str(e.value)
+    assert e.value.problems[0].text("x.yaml").startswith(f"{where}: {field}"), str(e.value)
 
 
 def test_unknown_step_lists_what_is_allowed():

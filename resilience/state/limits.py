@@ -1,0 +1,53 @@
+"""How much memory a model takes on one machine, known before any rank starts, and the ceiling on it.
+
+A scenario runs every rank on this machine, and the runner replays the same training on one rank in
+its own process to know what a bit-exact resume must give. A model too large for the machine must be a
+clear error at load time, not ranks that swap, get OOM-killed, or allocate for minutes."""
+from __future__ import annotations
+
+from ..errors import ConfigError
+from .model import ModelSpec
+from .topology import Topology
+
+# Bytes per model element in one full replica, a generous estimate: fp32 values, both Adam moments, a
+# master copy, the gradient and the step's temporaries, plus the copies a save or a load holds.
+BYTES_PER_ELEMENT = 64
+MEMORY_FRACTION = 0.25  # of the machine's physical memory, for all ranks and the runner together
+
+
+def model_elements(spec: ModelSpec, tp: int = 1) -> int:
+    """Elements of every parameter of `spec` (vocabulary padded for `tp`), in closed form: no per-layer
+    list is built, so a spec with absurd sizes costs nothing to measure."""
+    h, f, v = spec.hidden, spec.ffn_hidden, spec.padded_vocab(tp)
+    per_layer = 2 * h + 4 * h * h + 2 * f * h  # two norms, qkv + proj, fc1 + fc2
+    return spec.num_layers * per_layer + h + 2 * v * h  # + final norm, embedding and output layer
+
+
+def job_bytes(spec: ModelSpec, topo: Topology) -> int:
+    """Estimated memory of a job on `topo`: tp and pp split the model, each of dp ranks holds a replica
+    (a conservative bound for the distributed optimizer), and the runner holds one more."""
+    return model_elements(spec, topo.tp) * (topo.dp + 1) * BYTES_PER_ELEMENT
+
+
+def memory_ceiling() -> int:
+    """MEMORY_FRACTION of this machine's physical memory, in bytes."""
+    import psutil
+    return int(psutil.virtual_memory().total * MEMORY_FRACTION)
+
+
+def check_fits(spec: ModelSpec, topo: Topology, ceiling: int | None = None) -> None:
+    """ConfigError when a job of `spec` on `topo` needs more than the ceiling (default: memory_ceiling())."""
+    ceiling = memory_ceiling() if ceiling is None else ceiling
+    need = job_bytes(spec, topo)
+    if need > ceiling:
+        raise ConfigError("model", f"needs about {_gib(need)} of memory on {topo} ({model_elements(spec, topo.tp):,} "
+                          f"elements), more than the ceiling of {_gib(ceiling)} "
+                          f"({MEMORY_FRACTION:.0%} of this machine's memory)",
+                          "use a smaller hidden, ffn_hidden, vocab or num_layers")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
+__all__ = ["BYTES_PER_ELEMENT", "MEMORY_FRACTION", "check_fits", "job_bytes", "memory_ceiling", "model_elements"]
