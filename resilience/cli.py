@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+import threading
 
 from .commands import COMMANDS
-from .errors import ResilienceError
+from .errors import Interrupted, ResilienceError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,10 +26,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _raise_interrupted(signum, frame) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """While in it, SIGTERM and SIGHUP end the command as Ctrl-C does, through every `finally` (rank
+    teardown, the results so far), instead of killing it on the spot. The previous handlers come back after."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    old = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with stop_on_signals():
+            return args.func(args)
+    except Interrupted as e:
+        print(f"resilience {args.command}: {e}", file=sys.stderr)
+        return 128 + int(getattr(signal, e.signal_name, signal.SIGTERM))
     except ResilienceError as e:
         print(f"resilience {args.command}: error: {e}", file=sys.stderr)
         return 2

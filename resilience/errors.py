@@ -50,6 +50,18 @@ class IntegrityError(ResilienceError, OSError):
         return type(self), (self.path, self.check, self.detail)
 
 
+class Interrupted(ResilienceError):
+    """The run was asked to stop by a signal: SIGTERM (or SIGHUP), raised from the handler the
+    `resilience` command installs, so that every `finally` runs: rank process groups are torn down and
+    the results so far can be written. Ctrl-C (SIGINT) stays Python's KeyboardInterrupt; code that ends a
+    run early catches both: `except (KeyboardInterrupt, Interrupted)`."""
+
+    def __init__(self, signal_name: str = "SIGTERM"):
+        self.signal_name = signal_name
+        super().__init__(f"interrupted by {signal_name}")
+
+    def __reduce__(self):
+        return type(self), (self.signal_name,)
 
 
 class SaveInProgress(ResilienceError, RuntimeError):

@@ -1,5 +1,5 @@
 """Rank processes running torch.distributed: forked locally over gloo."""
-from .base import JobOutcome, RankContext, RankOutcome
+from .base import MAX_JOB_TIMEOUT, JobOutcome, RankContext, RankOutcome, check_seconds
 from .local import Job, run_ranks
 
-__all__ = ["Job", "JobOutcome", "RankContext", "RankOutcome", "run_ranks"]
+__all__ = ["MAX_JOB_TIMEOUT", "Job", "JobOutcome", "RankContext", "RankOutcome", "check_seconds", "run_ranks"]

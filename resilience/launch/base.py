@@ -1,9 +1,26 @@
 """What a rank function receives and what comes back from each rank."""
 from __future__ import annotations
 
+import math
 import signal as _signal
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..errors import ConfigError
+
+MAX_JOB_TIMEOUT = 3600.0  # seconds: the ceiling on any job's timeout, so that every run ends
+
+
+def check_seconds(name: str, value) -> float:
+    """A job timeout as a float: a finite positive number of seconds, at most MAX_JOB_TIMEOUT."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(name, f"must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(name, f"must be a finite positive number of seconds, got {value!r}")
+    if value > MAX_JOB_TIMEOUT:
+        raise ConfigError(name, f"{value:g} s is above the ceiling of {MAX_JOB_TIMEOUT:g} s",
+                          f"use at most {MAX_JOB_TIMEOUT:g}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -17,7 +34,8 @@ class RankContext:
 
 @dataclass
 class RankOutcome:
-    """How one rank ended: ok (with result), error (with traceback), signal, exit, torn_down, timeout."""
+    """How one rank ended: ok (with result), error (with traceback), signal, exit, torn_down, timeout, or
+    stopped (SIGSTOPped and never continued until the job ended; then killed)."""
 
     rank: int
     status: str = "running"
@@ -42,7 +60,9 @@ class RankOutcome:
         if self.status == "torn_down":
             return "torn down after another rank failed"
         if self.status == "timeout":
-            return "still running when the timeout expired; stopped"
+            return self.error or "still running when the timeout expired; killed"
+        if self.status == "stopped":
+            return self.error or "stopped (SIGSTOP) and never continued; killed"
         return self.status
 
 
@@ -65,8 +85,9 @@ class JobOutcome:
         return {o.rank: o.describe() for o in self.outcomes if not o.ok}
 
     def first_failure(self) -> RankOutcome | None:
-        """The rank whose failure started the teardown (error or signal first, by rank)."""
-        for status in ("signal", "error", "exit", "timeout"):
+        """The rank whose failure started the teardown (a rank stopped for good first: the others' waits
+        and timeouts follow from it; then signal, error, by rank)."""
+        for status in ("stopped", "signal", "error", "exit", "timeout"):
             for o in self.outcomes:
                 if o.status == status:
                     return o

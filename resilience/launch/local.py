@@ -5,9 +5,11 @@ store's socket on a port the OS picks (rank 0 serves it), so parallel runs (pyte
 collide, and the parent starts no thread that a fork could catch holding a lock."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -22,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, RankFailure, RankTimeout
-from .base import JobOutcome, RankContext, RankOutcome
+from .base import JobOutcome, RankContext, RankOutcome, check_seconds
+from .lifetime import die_with_parent, guard_process_group
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
 
@@ -35,8 +38,13 @@ def _loopback_interface() -> str:
 
 
 def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, args: tuple, kwargs: dict, conn,
-               init_timeout: float, log_dir: str | None, pin_cpus: bool = False) -> None:
+               init_timeout: float, log_dir: str | None, pin_cpus: bool = False,
+               runner: int | None = None) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # not the runner's handlers (resilience.cli): die as a process does
+        signal.signal(sig, signal.SIG_DFL)
+    die_with_parent(runner)  # a rank never outlives the runner, even a SIGKILLed one
     os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
+    guard_process_group(f"rank{rank}-guard")  # and what the rank started ends with the rank
     status = 0
     try:
         if pin_cpus:
@@ -105,7 +113,13 @@ def _leave(store, rank: int, world: int, timeout: float) -> None:
 
 
 class Job:
-    """N rank processes running `fn`. Start, optionally poke at them (a nemesis), then wait."""
+    """N rank processes running `fn`. Start, optionally poke at them (a nemesis), then wait; or use it as a
+    context manager, which tears every rank down on the way out, an exception (Ctrl-C) included.
+
+    Every rank dies with the process that started it, and everything a rank starts dies with the rank
+    (see lifetime.py). The kernel ties that to the starting *thread*: start and wait from one thread
+    that outlives the Job (every caller here uses the main thread). Timeouts are capped at
+    MAX_JOB_TIMEOUT: no job runs unbounded, whatever a scenario asks for."""
 
     def __init__(self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None,
                  timeout: float = 120.0, init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None,
@@ -114,8 +128,8 @@ class Job:
             raise ConfigError("start_method", f"unknown {start_method!r}", "use fork, spawn or forkserver")
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
             raise ConfigError("world", f"must be a positive integer, got {world!r}")
-        if timeout <= 0:
-            raise ConfigError("timeout", f"must be positive, got {timeout!r}")
+        timeout = check_seconds("timeout", timeout)
+        init_timeout = check_seconds("init_timeout", init_timeout)
         self.fn, self.world, self.args, self.kwargs = fn, world, args, kwargs or {}
         self.timeout, self.init_timeout = timeout, init_timeout
         self.log_dir = str(log_dir) if log_dir else None
@@ -131,6 +145,12 @@ class Job:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
+    def __enter__(self) -> "Job":
+        return self.start() if not self.procs else self
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()
+
     def start(self) -> "Job":
         if self.log_dir:
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
@@ -140,12 +160,14 @@ class Job:
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(128)
         self._started = time.monotonic()
+        # a forkserver's children have the forkserver as parent (it exits with us): nothing to compare with
+        runner = os.getpid() if self.start_method != "forkserver" else None
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
                 p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
                                 args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
-                                      child_end, self.init_timeout, self.log_dir, self.pin_cpus))
+                                      child_end, self.init_timeout, self.log_dir, self.pin_cpus, runner))
                 p.start()
                 child_end.close()
                 self.procs.append(p)
@@ -157,7 +179,8 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> JobOutcome:
         """Wait for every rank; after the first failure tear the others down as torchrun would."""
-        deadline = self._started + (timeout if timeout is not None else self.timeout)
+        limit = self.timeout if timeout is None else check_seconds("timeout", timeout)
+        deadline = self._started + limit
         pending = {p.sentinel: r for r, p in enumerate(self.procs)}
         readers = {c: r for r, c in enumerate(self.conns)}
         failed = False
@@ -171,7 +194,7 @@ class Job:
                     self.outcome.timed_out = True
                     for r in pending.values():
                         if not self.outcome.outcomes[r].ok:  # a rank that reported its result only waits to leave
-                            self.outcome.outcomes[r].status = "timeout"
+                            self._ended_unfinished(r, "timeout", limit)
                     break
                 ready = wait(list(pending) + list(readers), timeout=min(left, 0.5))
                 for obj in ready:
@@ -187,12 +210,27 @@ class Job:
                 if failed and pending:
                     for r in pending.values():
                         if not self.outcome.outcomes[r].ok:
-                            self.outcome.outcomes[r].status = "torn_down"
+                            self._ended_unfinished(r, "torn_down", limit)
                     break
         finally:
             self.teardown()
         self.outcome.seconds = time.monotonic() - self._started
         return self.outcome
+
+    def _ended_unfinished(self, rank: int, status: str, limit: float) -> None:
+        """A rank still running when the job ends: timed out or torn down, unless it is stopped (SIGSTOP,
+        a hung node), which is said as such: a stopped rank explains the others' waits."""
+        out = self.outcome.outcomes[rank]
+        out.seconds = time.monotonic() - self._started
+        if _is_stopped(self.procs[rank].pid):
+            out.status = "stopped"
+            when = f"at the timeout of {limit:g} s" if status == "timeout" else "when another rank failed"
+            out.error = (f"rank {rank} was stopped (SIGSTOP, process state 'stopped') and never continued: "
+                         f"still stopped {when}; killed")
+        else:
+            out.status = status
+            if status == "timeout":
+                out.error = f"still running when the timeout of {limit:g} s expired; killed"
 
     def _receive(self, rank: int, conn) -> None:
         out = self.outcome.outcomes[rank]
@@ -220,7 +258,12 @@ class Job:
         os.kill(self.procs[rank].pid, sig)
 
     def teardown(self) -> None:
-        """Stop every rank and everything it started; reap them all. Safe to call twice."""
+        """Stop every rank and everything it started; reap them all. Safe to call twice. A second Ctrl-C or
+        SIGTERM waits until it is done (a few seconds at most) rather than cutting it short."""
+        with _signals_held():
+            self._teardown()
+
+    def _teardown(self) -> None:
         groups = []
         for p in self.procs:
             if p.pid is None:
@@ -232,6 +275,7 @@ class Job:
             groups.append((p, kids))
             if p.is_alive():
                 _signal_group(p.pid, signal.SIGTERM)
+                _signal_group(p.pid, signal.SIGCONT)  # a stopped rank acts on SIGTERM only once continued
         end = time.monotonic() + TEARDOWN_GRACE
         for p, _ in groups:
             p.join(timeout=max(0.0, end - time.monotonic()))
@@ -250,6 +294,26 @@ class Job:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM (delivered once this ends) while in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _is_stopped(pid: int | None) -> bool:
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
+    except (psutil.Error, ValueError, TypeError):
+        return False
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -177,13 +177,14 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
                    crash_state=crash_state)
     job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
               log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
-              pin_cpus=True).start()  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
-    nemesis = faultplan.start_nemesis(job, spec.kills, root, fault_log) if spec.kills else None
-    try:
-        outcome = job.wait()
-    finally:
-        if nemesis is not None:
-            nemesis.stop()
+              pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
+    with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
+        nemesis = faultplan.start_nemesis(job, spec.kills, root, fault_log) if spec.kills else None
+        try:
+            outcome = job.wait()
+        finally:
+            if nemesis is not None:
+                nemesis.stop()
     events = sorted((e for r in range(spec.topo.world) for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
                     key=lambda e: e.time)
     for e in events:
@@ -204,10 +205,10 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     planned_kill = bool(spec.kills) or any(f["record"]["kind"] in ("rank_crash", "lost_unsynced_writes")
                                            for f in spec.faults)
     unexpected = []
-    for o in outcome.outcomes:
+    for o in sorted(outcome.outcomes, key=lambda o: o.status != "stopped"):  # a stopped rank explains the rest
         if o.status == "error" and not _is_logged_failure(events, o.rank):
             unexpected.append({"job": job_no, "rank": o.rank, "error": o.describe()})
-        if o.status == "timeout" or (o.status == "signal" and not planned_kill):
+        if o.status in ("timeout", "stopped") or (o.status == "signal" and not planned_kill):
             unexpected.append({"job": job_no, "rank": o.rank, "error": o.describe()})
     return unexpected
 

@@ -113,3 +113,47 @@ def test_errors_survive_pickling_across_processes():
               RankTimeout({2: "y"}, "z"), InvalidCombination("format", "p", "f")):
         again = pickle.loads(pickle.dumps(e))
         assert type(again) is type(e) and str(again) == str(e)
+
+
+def _stop_rank_1(ctx, then: str):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # a hung node: nobody continues it
+    elif then == "fail":
+        time.sleep(1)
+        raise RuntimeError("rank 0 gave up waiting")
+    time.sleep(3600)
+
+
+def test_a_rank_stopped_for_good_is_said_so_at_the_timeout_and_killed():
+    job = Job(_stop_rank_1, 2, args=("wait",), timeout=4)
+    outcome = job.start().wait()
+    stopped, waiting = outcome.outcomes[1], outcome.outcomes[0]
+    assert outcome.timed_out and stopped.status == "stopped" and waiting.status == "timeout"
+    assert "rank 1 was stopped (SIGSTOP" in stopped.describe() and "timeout of 4 s" in stopped.describe()
+    assert outcome.first_failure().rank == 1  # the stop explains the other rank's wait
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                   for pid in job.pids)
+
+
+def test_a_rank_stopped_when_another_fails_is_not_just_torn_down():
+    outcome = Job(_stop_rank_1, 2, args=("fail",), timeout=60).start().wait()
+    assert outcome.outcomes[0].status == "error"
+    assert outcome.outcomes[1].status == "stopped" and "when another rank failed" in outcome.outcomes[1].describe()
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, 0, 3601, 1e9, "10", True])
+def test_a_job_timeout_is_a_finite_positive_number_below_the_ceiling(timeout):
+    from resilience.launch import MAX_JOB_TIMEOUT
+    assert MAX_JOB_TIMEOUT == 3600
+    with pytest.raises(ConfigError, match="timeout"):
+        Job(_all_reduce_rank, 2, timeout=timeout)
+    with pytest.raises(ConfigError, match="init_timeout"):
+        Job(_all_reduce_rank, 2, init_timeout=timeout)
+
+
+def test_a_job_used_as_a_context_tears_its_ranks_down_on_an_exception():
+    with pytest.raises(KeyboardInterrupt):
+        with Job(_hang_on_rank_2, 3, timeout=60) as job:
+            pids = job.pids
+            raise KeyboardInterrupt
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)

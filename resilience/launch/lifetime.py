@@ -1,0 +1,79 @@
+"""Rank processes never outlive their runner, however it ends (SIGKILL included), nor do their children.
+
+Two Linux mechanisms, set up at the start of every rank:
+- the rank asks the kernel for SIGKILL when its parent ends (prctl PR_SET_PDEATHSIG), then checks that
+  the parent is still the one that started it (it may have died in between);
+- the rank forks a small guard into its own process group: the guard waits for its own parent-death
+  signal and then SIGKILLs the whole group, so what the rank started (megatron-core's forked writers, a
+  subprocess) ends with it. The guard holds none of the rank's files or sockets.
+
+The kernel sends the parent-death signal when the *thread* that forked the child ends, not the process:
+a Job must be started from a thread that lives until the Job is waited for (every caller here starts
+and waits from the same thread). Elsewhere than Linux both are no-ops; the runner's teardown remains.
+
+Known gap: a guard that is itself stopped (SIGSTOP sent to a rank's whole tree) acts only once continued;
+the rank still dies with the runner, and a runner that is not SIGKILLed kills every group at teardown."""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+_GUARD_SIGNAL = signal.SIGUSR1  # the guard's parent-death signal: blocked, then waited for
+_LINUX = sys.platform.startswith("linux")
+
+
+def _prctl(option: int, arg) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent(expected_parent: int | None) -> None:
+    """SIGKILL this process when its parent ends. If the parent already changed (`expected_parent` died
+    before the request took effect), exit now: nobody is left to wait for this process."""
+    if not _LINUX:
+        return
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(1)
+
+
+def guard_process_group(name: str = "guard") -> int | None:
+    """Fork a guard that SIGKILLs this process's group once this process ends; the guard's pid.
+    Call it from the group leader's main thread (the guard watches the thread that forks it)."""
+    if not _LINUX:
+        return None
+    leader = os.getpid()
+    group = os.getpgid(0)
+    held = {_GUARD_SIGNAL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)  # blocked before the fork: the guard cannot miss it
+    try:
+        pid = os.fork()
+    except OSError:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return None
+    if pid:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return pid
+    try:  # the guard: only SIGKILL (teardown's, or its own) ends it before its leader does
+        os.closerange(3, _max_fd())
+        _prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]))
+        _prctl(_PR_SET_PDEATHSIG, int(_GUARD_SIGNAL))
+        if os.getppid() == leader:
+            signal.sigwait({_GUARD_SIGNAL})
+        os.killpg(group, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _max_fd() -> int:
+    try:
+        return min(os.sysconf("SC_OPEN_MAX"), 1 << 20)
+    except (ValueError, OSError):
+        return 1024

@@ -1,0 +1,152 @@
+"""No rank outlives its runner, however the runner ends; nor does anything a rank started."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.multiprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner_script.py")
+STARTUP = 120.0  # seconds for a runner to import torch and start its ranks on a loaded machine
+GONE = 10.0  # seconds for the kernel and the guards to end every process once the runner is gone
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def _wait_for(predicate, bound: float, what: str, proc: subprocess.Popen | None = None):
+    end = time.monotonic() + bound
+    while time.monotonic() < end:
+        got = predicate()
+        if got:
+            return got
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the runner exited ({proc.returncode}) before {what}: {_output(proc)}")
+        time.sleep(0.1)
+    pytest.fail(f"not within {bound:g} s: {what}")
+
+
+def _output(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        proc.kill()
+    out, _ = proc.communicate(timeout=30)
+    return (out or b"").decode(errors="replace")[-3000:]
+
+
+def _processes(pids):
+    """Each pid as a psutil.Process (its start time pins it: a reused pid is not mistaken for it)."""
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _running(procs):
+    running = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                running.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return running
+
+
+def _assert_all_end(procs):
+    end = time.monotonic() + GONE
+    while _running(procs) and time.monotonic() < end:
+        time.sleep(0.1)
+    left = _running(procs)
+    for p in left:  # never leave them to the next test
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    assert not left, f"outlived the runner: {[(p.pid, p.cmdline()[:3]) for p in left]}"
+
+
+def _recorded(out) -> list[int] | None:
+    names = [n for n in os.listdir(os.path.join(out, "pids")) if not n.startswith(".")] \
+        if os.path.isdir(os.path.join(out, "pids")) else []
+    if len(names) < 6:  # two ranks, each with a forked child and a subprocess
+        return None
+    return [int(open(os.path.join(out, "pids", n)).read()) for n in names]
+
+
+def _start_runner(out, start_method, *extra):
+    return subprocess.Popen([sys.executable, SCRIPT, str(out), start_method, *extra], env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.parametrize("start_method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_sigkilled_runner_leaves_no_rank_nor_any_child_of_a_rank(tmp_path, start_method):
+    runner = _start_runner(tmp_path, start_method)
+    procs = _processes(_wait_for(lambda: _recorded(tmp_path), STARTUP, "the ranks started", runner))
+    assert len(procs) == 6
+    runner.kill()
+    runner.wait(timeout=30)
+    _assert_all_end(procs)
+
+
+@pytest.mark.parametrize("sig, caught", [(signal.SIGTERM, "Interrupted"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_sigterm_and_sigint_tear_every_rank_down_before_the_runner_exits(tmp_path, sig, caught):
+    runner = _start_runner(tmp_path, "fork", "handle")
+    procs = _processes(_wait_for(lambda: _recorded(tmp_path), STARTUP, "the ranks started", runner))
+    runner.send_signal(sig)
+    try:
+        runner.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the runner did not end on {sig.name}: {_output(runner)}")
+    assert runner.returncode == 3, _output(runner)
+    after = json.loads((tmp_path / "after.json").read_text())
+    assert after == {"caught": caught, "alive": []}  # the runner's own teardown ended them all
+    _assert_all_end(procs)
+
+
+SLOW_SAVE = """
+name: slow-save
+topology: tp2pp1dp1
+combinations: [GLOBAL/torch_dist/sync]
+timeout: 300
+steps:
+  - train: 1
+  - fault: {kind: slow_write, delay: 0.5, times: 1000}
+  - save
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
+def test_resilience_run_killed_mid_save_leaves_no_rank(tmp_path, sig):
+    scenario = tmp_path / "slow.yaml"
+    scenario.write_text(SLOW_SAVE)
+    out = tmp_path / "runs"
+    cli = subprocess.Popen([sys.executable, "-m", "resilience.cli", "run", str(scenario), "--out", str(out)],
+                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def saving():
+        written = [f for root in glob.glob(str(out / "*" / "cases" / "*" / "ckpt"))
+                   for _, _, files in os.walk(root) for f in files]  # the save's staging folder is hidden
+        kids = psutil.Process(cli.pid).children(recursive=True) if cli.poll() is None else []
+        return kids if written and len(kids) >= 2 else None
+
+    kids = _wait_for(saving, STARTUP, "the save started writing", cli)
+    cli.send_signal(sig)
+    try:
+        cli.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"resilience run did not end on {sig.name}: {_output(cli)}")
+    if sig == signal.SIGTERM:
+        assert cli.returncode == 128 + signal.SIGTERM, _output(cli)
+        assert "interrupted by SIGTERM" in _output(cli)
+    _assert_all_end(kids)
