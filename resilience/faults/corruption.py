@@ -217,9 +217,10 @@ def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Dam
     return _record(fault, fault.how, root, path, old_size=old, new_size=new)
 
 
-def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random) -> Damage:
+def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random, folder: str | None = None) -> Damage:
     """A manifest whose file list names a path outside the folder, rewritten so its digest still matches."""
-    folder, _ = _pick_folder(root, fault, rng)
+    if folder is None:
+        folder, _ = _pick_folder(root, fault, rng)
     path = os.path.join(folder, MANIFEST)
     with open(path, "rb") as f:
         raw = f.read()
@@ -298,13 +299,18 @@ _ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, Meta
             ExtraFile: extra_file}
 
 
-def corrupt(fault: Fault | dict, root: str | os.PathLike) -> Damage:
-    """Carry out one at-rest fault on the checkpoint root `root`; the record of exactly what it did."""
+def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage:
+    """Carry out one at-rest fault on the checkpoint root `root`; the record of exactly what it did.
+    With a learned `layout` (faults.layout) the damage is aimed through it (layout_damage)."""
     fault = faults_from([fault], where="fault")[0]
     if fault.layer != "at_rest":
         raise ConfigError("fault.kind", f"{fault.kind} is not a corruption at rest",
                           f"use one of {', '.join(c.kind for c in _ACTIONS)}")
     root = os.path.abspath(str(root))
+    if layout is not None:
+        from .layout_damage import ACTIONS
+        if type(fault) in ACTIONS:
+            return ACTIONS[type(fault)](root, fault, layout, random.Random(fault.seed))
     return _ACTIONS[type(fault)](root, fault, random.Random(fault.seed))
 
 

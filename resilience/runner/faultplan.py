@@ -53,6 +53,76 @@ def record_of(kind: str, args: dict) -> dict:
     return rec
 
 
+# ---- aiming through the learned layout ------------------------------------------------------------------
+OUTSIDE_SEAM = ("the backend writes outside the storage seam (one clean save logged none of its files), so "
+                "in-process faults cannot reach its I/O: needs the FUSE layer")
+
+
+def needs_layout(records: list[dict]) -> bool:
+    """Any fault at all: every fault is aimed through the backend's learned layout."""
+    return bool(records)
+
+
+def layout_for(scenario, combo, backend: str, case_dir: str, start_method: str = "fork"):
+    """The backend's layout, learned once from a clean save (runner.learn), when the scenario has faults."""
+    from .plan import LAYER
+    records = [s for s in scenario.steps if s.kind in LAYER or s.kind == "fault"]
+    if not needs_layout(records):
+        return None
+    from .learn import learn_layout
+    return learn_layout(scenario.model, scenario.topology, combo, backend, os.path.join(case_dir, "layout"),
+                        start_method=start_method)
+
+
+def aim(record: dict, layout, iteration: int | None) -> tuple[dict | None, str | None]:
+    """`record` with a layout target (`path: "@data"`, "@metadata", "@pointer"; "#2": the second save
+    after the fault is armed, as the caller resolved `iteration`) made a real glob, and a phase the backend
+    does not announce made the operation the layout saw start it. (None, why) if it cannot apply."""
+    rec = dict(record)
+    path = rec.get("path") or (rec.get("target") or {}).get("path")
+    if isinstance(path, str) and path.startswith("@"):
+        role = path[1:].split("#")[0]
+        rank = rec.get("rank") if isinstance(rec.get("rank"), int) else None
+        glob = layout.write_glob(role, iteration, rank) if layout is not None else None
+        if glob is None:
+            return None, (f"rank {rank} writes no {role} file" if rank is not None else f"no {role} file") + \
+                (f" in this backend's saves ({layout.describe()})" if layout is not None else "")
+        if "path" in rec:
+            rec["path"] = glob
+        else:
+            rec["target"] = dict(rec["target"], path=glob)
+    phase = rec.get("phase")
+    if phase and layout is not None and layout.seam and phase not in layout.announced:
+        seen = layout.phases.get(phase)
+        if seen is None:
+            return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
+        from ..faults.layout import _template
+        glob = "*/" + _template(seen["path"], layout.iteration, staging=True).format(
+            iteration=iteration if iteration is not None else "*")
+        rec.pop("phase")
+        rec.update({"op": "write" if phase == "write" else seen["op"], "path": glob})
+    return rec, None
+
+
+def path_wants_save(record: dict) -> int:
+    """Which save after the arming point a layout target means (1: the next one)."""
+    path = record.get("path") or (record.get("target") or {}).get("path") or ""
+    if isinstance(path, str) and path.startswith("@") and "#" in path:
+        try:
+            return max(1, int(path.split("#", 1)[1]))
+        except ValueError:
+            return 1
+    return 1
+
+
+def describe(record: dict) -> str:
+    """A record in one line, as the fault prints itself (its raw form if it is not valid)."""
+    try:
+        return str(validate(record, 1 << 16))
+    except ConfigError:
+        return str(record)
+
+
 def validate(record: dict, world: int):
     """The Fault for a record, or ConfigError naming the field."""
     return faults_from([record], world=world, where="fault")[0]
@@ -76,11 +146,17 @@ def start_nemesis(job, records: list[dict], root: str, report: str) -> Nemesis:
     return Nemesis(job, records, folder=root, report=report).start()
 
 
-def corrupt(root: str, record: dict) -> dict:
-    """Damage the checkpoint under `root`; what was done, with the iteration it hit (or None)."""
-    damage = corrupt_at_rest(record, root).to_dict()
-    m = _ITER.search(damage.get("rel") or "")
-    damage["iteration"] = int(m.group(1) or m.group(2)) if m else None
+def corrupt(root: str, record: dict, layout=None) -> dict:
+    """Damage the checkpoint under `root` (aimed through `layout` when learned); what was done, with the
+    iteration it hit (or None). Raises NothingToDamage, or its NotApplicable when this backend has
+    nothing the fault is about."""
+    damage = corrupt_at_rest(record, root, layout).to_dict()
+    if layout is not None:
+        from ..faults.layout_damage import iteration_of
+        damage["iteration"] = iteration_of(layout, os.path.abspath(root), damage["file"])
+    else:
+        m = _ITER.search(damage.get("rel") or "")
+        damage["iteration"] = int(m.group(1) or m.group(2)) if m else None
     damage["fault"] = record
     return damage
 

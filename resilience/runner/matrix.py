@@ -11,21 +11,26 @@ from .scenario import Scenario, Step
 MODEL = ModelSpec(num_layers=4, hidden=32, ffn_hidden=64, heads=4, vocab=100, optimizer="distributed")
 BASE = "tp2pp1dp1"
 
-# fault column -> the steps that exercise it; every case ends with a resume on the same topology
+# fault column -> the steps that exercise it; every case ends with a resume on the same topology. Paths
+# starting with @ name a role in the backend's learned layout (faults.layout): "@data" is a data file of
+# the next save after the fault is armed, "@data#2" of the second one.
 _TWO_SAVES = [{"train": 2}, {"save": None}, {"train": 1}]
 FAULTS: dict[str, list[dict]] = {
     "save/load": _TWO_SAVES + [{"save": None}],
-    # rank 1 straggles, then dies mid-write of the second save (the first save's async writer is done)
-    "kill": _TWO_SAVES + [{"finalize": None}, {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2}},
-                          {"crash": {"rank": 1, "after_bytes": 256}}, {"save": None}],
-    # rank 1's first write of the second save fails (disk full): that save must not count as done
+    # rank 1 straggles, then dies mid-write of a data file of the second save (the first save's async
+    # writer is done)
+    "kill": _TWO_SAVES + [{"finalize": None},
+                          {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2, "path": "@data"}},
+                          {"crash": {"rank": 1, "after_bytes": 256, "file": "@data"}}, {"save": None}],
+    # rank 1's first write to a data file of the second save fails (disk full): that save must not count
     "io_error": _TWO_SAVES + [{"finalize": None}, {"fault": {"kind": "io_error", "rank": 1, "errno": "ENOSPC",
-                                                           "op": "write"}}, {"save": None}],
+                                                           "op": "write", "path": "@data"}}, {"save": None}],
+    # damage in the newest checkpoint: tensor payload of a data file, one of the backend's metadata files
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
     "metadata": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "metadata"}}],
-    # every file operation of both saves recorded; power lost while rank 1 writes the second one
-    "lost_unsynced": [{"train": 2}, {"lose_unsynced": {"rank": 1, "after_bytes": 200, "file": "*iter_0000003*",
+    # every file operation of both saves recorded; power lost while rank 1 writes a data file of the second
+    "lost_unsynced": [{"train": 2}, {"lose_unsynced": {"rank": 1, "after_bytes": 200, "file": "@data#2",
                                                        "max_states": 8}},
                       {"save": None}, {"train": 1}, {"finalize": None}, {"save": None}],
 }

@@ -19,6 +19,7 @@ class JobSpec:
     faults: list[dict] = field(default_factory=list)   # {"record": {...}, "arm_at": op index}
     kills: list[dict] = field(default_factory=list)    # nemesis records, beside the whole job
     after: list[dict] = field(default_factory=list)    # at-rest records and power losses, once the job ended
+    unreachable: list[dict] = field(default_factory=list)  # {"record", "why"}: faults that cannot apply here
 
     @property
     def power_loss(self) -> dict | None:
@@ -32,7 +33,61 @@ def layer_of(step_kind: str, record: dict) -> str:
     return KINDS[record["kind"]].layer
 
 
-def plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
+def plan_jobs(scenario: Scenario, combo: Combination, layout=None) -> list[JobSpec]:
+    """The jobs of `scenario`; with the backend's learned `layout` every fault is aimed through it
+    (faultplan.aim), and one that cannot apply is kept aside in `unreachable` with the reason."""
+    jobs = _plan_jobs(scenario, combo)
+    for job in jobs:
+        _aim_job(job, layout)
+    return jobs
+
+
+def _save_iteration(job: JobSpec, arm_at: int, nth: int) -> int | None:
+    """The iteration of the nth save at or after op `arm_at`, when the job starts from scratch."""
+    if job.kind != "train":
+        return None
+    iteration, count = 0, 0
+    for i, op in enumerate(job.ops):
+        if op["op"] == "train":
+            iteration += int(op.get("steps", 1))
+        elif op["op"] == "save" and i >= arm_at:
+            count += 1
+            if count == nth:
+                return iteration
+    return None
+
+
+def _aim_job(job: JobSpec, layout) -> None:
+    from .faultplan import OUTSIDE_SEAM, aim, path_wants_save
+    dropped = []
+    kept = []
+    for f in job.faults:
+        rec = f["record"]
+        if layout is not None and not layout.seam:
+            aimed, why = None, OUTSIDE_SEAM
+        else:
+            aimed, why = aim(rec, layout, _save_iteration(job, f["arm_at"], path_wants_save(rec)))
+        if aimed is None:
+            job.unreachable.append({"record": rec, "why": why})
+            dropped.append(rec)
+        else:
+            kept.append({"record": aimed, "arm_at": f["arm_at"]})
+            for action in job.after:
+                if action.get("power_loss") is rec:
+                    action["power_loss"] = aimed
+    job.faults = kept
+    job.after = [a for a in job.after if not any(a.get("power_loss") is r for r in dropped)]
+    kills = []
+    for rec in job.kills:
+        aimed, why = aim(rec, layout, _save_iteration(job, 0, path_wants_save(rec)))
+        if aimed is None:
+            job.unreachable.append({"record": rec, "why": why})
+        else:
+            kills.append(aimed)
+    job.kills = kills
+
+
+def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
     jobs: list[JobSpec] = []
     cur = JobSpec(scenario.topology, "train")
     topo = scenario.topology

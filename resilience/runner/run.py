@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 
 from ..checkers import ALL, FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, run_checker, worst
 from ..checkpoint.combos import Combination
+from ..errors import ResilienceError
 from ..faults import NothingToDamage
+from ..faults.layout_damage import NotApplicable
 from ..launch import Job
 from .backends import make_backend
 from .expected import never_stopped
@@ -22,6 +24,8 @@ from .scenario import Scenario
 
 # what became of each configured fault (row["faults"]): anything but FIRED leaves the case UNPROBED
 FIRED, NEVER_FIRED, NOT_APPLICABLE = "fired", "never fired", "not applicable"
+# ... except this one: the backend has nothing the fault is about (no tracker, no manifest): N/A, not PASS
+NOT_IN_BACKEND = "not in this backend"
 
 
 @dataclass
@@ -71,18 +75,31 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     lost: list[dict] = []
     outcomes: list[dict] = []  # what became of the corruptions and power losses, beside the firings
     fault_log = os.path.join(case_dir, "faults.jsonl")
+    try:
+        layout = faultplan.layout_for(scenario, combo, backend, case_dir, start_method)
+    except ResilienceError as e:  # the backend could not save once: the case's own jobs will show it
+        layout = None
+        history.info("layout", learned=False, why=str(e)[:500])
+    if layout is not None:
+        history.info("layout", learned=True, seam=layout.seam, layout=layout.describe())
     job_no = 0
-    for spec in plan_jobs(scenario, combo):
+    for spec in plan_jobs(scenario, combo, layout):
         configured += [f["record"] for f in spec.faults] + spec.kills
+        for u in spec.unreachable:  # aimed through the layout, nothing in this backend to aim at
+            outcomes.append(_fault(u["record"], NEVER_FIRED if u["why"] == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND,
+                                   u["why"]))
         unexpected += _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend,
                                start_method=start_method)
         this_job = job_no
         for action in spec.after:
             if "corrupt" in action:
                 try:
-                    done = faultplan.corrupt(root, action["corrupt"])
+                    done = faultplan.corrupt(root, action["corrupt"], layout)
                     history.ok("corrupt", **done)
                     outcomes.append(_fault(action["corrupt"], FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
+                except NotApplicable as e:
+                    history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
+                    outcomes.append(_fault(action["corrupt"], NOT_IN_BACKEND, str(e)))
                 except NothingToDamage as e:
                     history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
                     outcomes.append(_fault(action["corrupt"], NOT_APPLICABLE, f"found nothing to damage: {e}"))
@@ -150,14 +167,21 @@ def combine(verdicts: list[Verdict], unexpected: list[dict], faults: list[dict])
     extra = []
     if unexpected:
         extra.append(Verdict("run", UNKNOWN, f"a rank failed unexpectedly: {unexpected[0]['error'][:300]}", unexpected))
-    unprobed = [f for f in faults if f["status"] != FIRED]
+    unprobed = [f for f in faults if f["status"] not in (FIRED, NOT_IN_BACKEND)]
+    absent = [f for f in faults if f["status"] == NOT_IN_BACKEND]
+    if absent and len(absent) == len(faults):  # nothing was tested: never a PASS
+        extra.append(Verdict("faults", NA, f"the fault does not apply: {absent[0]['fault']}: {absent[0]['detail']}",
+                             absent))
     if unprobed:
         f = unprobed[0]
         extra.append(Verdict("faults", UNPROBED, f"configured fault {f['status']}: {f['fault']}: {f['detail']}"
                              + (f"; {len(unprobed) - 1} more" if len(unprobed) > 1 else ""), unprobed))
     every = verdicts + extra
     overall = worst(v.status for v in every)
-    detail = "; ".join(f"{v.checker}: {v.detail}" for v in every if v.status == overall and overall != NA)
+    if absent and len(absent) == len(faults) and overall not in (FAIL, UNKNOWN, UNPROBED):
+        overall = NA
+    detail = "; ".join(f"{v.checker}: {v.detail}" for v in every if v.status == overall
+                       and (overall != NA or v.checker == "faults"))
     if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
         detail = f"{detail[:400]}; also {UNPROBED.value}: {extra[-1].detail}"
     return overall, detail[:600], extra

@@ -1,0 +1,293 @@
+"""A backend's checkpoint layout, learned from one clean save: which files a save writes per iteration
+and per rank, and what each one is (tensor data, metadata, a pointer to the newest checkpoint).
+
+Two ways to learn it. From the operation log of the save (code that writes through the storage seam):
+every created file followed through its renames to where it ends, with the rank that wrote it and the
+path it was written at. Otherwise from a before/after scan of the checkpoint root (names, sizes, mtimes):
+the files, without ranks or write paths. Either way a file's role comes from its name and content:
+a root-level file whose text names the saved iteration is a pointer (latest.txt,
+latest_checkpointed_iteration.txt); inside the iteration's folder known metadata names, text files and
+small non-tensor files are metadata, the rest is data. An adapter may declare `layout_hints`
+({role: [glob, ...]}) that override the guess.
+
+Paths are kept as templates of the iteration (`iter_{iteration:07d}/__1_0.distcp`, `step-{iteration}`),
+so every fault and corruption targets the same role in any save (kill in a data file of the second save,
+flip bits in data, damage each metadata file) without knowing any implementation's names."""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+
+ROLES = ("data", "metadata", "pointer", "other")
+KNOWN_METADATA = ("manifest.json", ".metadata", "metadata.json", "common.pt", "index.json", "metadata.yaml")
+TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".txt", ".toml", ".ini", ".md")
+_NUMBER = re.compile(r"\d+")
+_RANDOM = re.compile(r"[0-9a-f]{8,}")     # the random part of a staging name (.staging-iter_0000003-1f2e3d4c)
+_FIELD = re.compile(r"\{iteration(?::0(\d+)d)?\}")
+
+
+@dataclass(frozen=True)
+class LayoutFile:
+    """One file of a save. `template` is its path relative to the root with `{iteration}` fields;
+    `written_as` the template of the path it was written at (None: learned from a scan)."""
+
+    template: str
+    role: str
+    rank: int | None = None
+    written_as: str | None = None
+    size: int = 0
+
+    @property
+    def per_iteration(self) -> bool:
+        return "{iteration" in self.template
+
+    def path(self, iteration: int) -> str:
+        return _fill(self.template, iteration)
+
+    def pattern(self) -> re.Pattern:
+        """A regex of the relative path; group 1.. capture the iteration."""
+        out, pos = [], 0
+        for m in _FIELD.finditer(self.template):
+            out.append(re.escape(_unbrace(self.template[pos:m.start()])))
+            out.append(r"(\d+)")
+            pos = m.end()
+        out.append(re.escape(_unbrace(self.template[pos:])))
+        return re.compile("".join(out))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one clean save of iteration `iteration` wrote. `seam`: its writes went through the storage
+    seam (the in-process fault injector and the power-loss recorder reach them)."""
+
+    iteration: int
+    files: tuple[LayoutFile, ...]
+    seam: bool
+    source: str                                   # "oplog" or "scan"
+    phases: dict = field(default_factory=dict)    # named phase -> the operation that starts it (op, role, rank)
+    announced: tuple[str, ...] = ()               # phases the backend itself announced (checkpoint.phases)
+
+    # ---- questions --------------------------------------------------------------------------------
+    def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:
+        return [f for f in self.files if f.role == role and (rank is None or f.rank is None or f.rank == rank)]
+
+    def has(self, role: str) -> bool:
+        return any(f.role == role for f in self.files)
+
+    def write_glob(self, role: str, iteration: int | None, rank: int | None = None) -> str | None:
+        """A glob (for a fault's target.path) matching the path the first `role` file of `rank` is written
+        at in the save of `iteration` (None: any iteration); None when no such file or no write path."""
+        for f in self.of(role, rank):
+            if f.per_iteration:
+                at = f.written_as or f.template  # learned from a scan: where it ends is all that is known
+                text = _FIELD.sub("*", at) if iteration is None else _fill(at, iteration)
+                return "*/" + _unbrace(text)
+        return None
+
+    def found(self, root: str, role: str | None = None, rank: int | None = None) -> list[tuple[int | None, str, LayoutFile]]:
+        """(iteration or None, absolute path, file) of every file under `root` that is a `role` file
+        of this layout, for any iteration."""
+        root = os.path.abspath(root)
+        existing = _files_under(root)
+        out = []
+        for f in self.files:
+            if (role is not None and f.role != role) or (rank is not None and f.rank not in (None, rank)):
+                continue
+            pat = f.pattern()
+            for rel in existing:
+                m = pat.fullmatch(rel)
+                if m:
+                    its = {int(g) for g in m.groups()}
+                    if len(its) <= 1:
+                        out.append((its.pop() if its else None, os.path.join(root, rel), f))
+        return sorted(out, key=lambda x: (x[0] if x[0] is not None else -1, x[1]))
+
+    def iterations(self, root: str) -> list[int]:
+        return sorted({it for it, _, _ in self.found(root) if it is not None})
+
+    def folder(self, iteration: int) -> str | None:
+        """The folder (relative) that holds the files of one iteration: the deepest common folder of them."""
+        paths = [f.path(iteration) for f in self.files if f.per_iteration]
+        if not paths:
+            return None
+        common = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
+        return common if common not in ("", ".") else None
+
+    def describe(self) -> str:
+        roles = {r: [f.template for f in self.files if f.role == r] for r in ROLES}
+        parts = [f"{r}: {', '.join(sorted(set(v)))}" for r, v in roles.items() if v]
+        return f"learned from {self.source} of iteration {self.iteration}" + \
+            ("" if self.seam else " (writes outside the storage seam)") + "; " + "; ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"format_version": 1, "iteration": self.iteration, "seam": self.seam, "source": self.source,
+                "files": [asdict(f) for f in self.files], "phases": self.phases, "announced": list(self.announced)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Layout":
+        return cls(int(d["iteration"]), tuple(LayoutFile(**f) for f in d["files"]), bool(d["seam"]), d["source"],
+                   dict(d.get("phases") or {}), tuple(d.get("announced") or ()))
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> "Layout":
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+
+# ---- learning -------------------------------------------------------------------------------------------
+def scan(root: str) -> dict[str, tuple[int, int]]:
+    """relative path -> (size, mtime_ns) of every file under `root`."""
+    root = os.path.abspath(root)
+    out = {}
+    for rel in _files_under(root):
+        st = os.stat(os.path.join(root, rel))
+        out[rel] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None = None, *,
+          oplog_dir: str | None = None, hints: dict | None = None, announced=()) -> Layout:
+    """The layout of the save of `iteration` under `root`: `before` is scan(root) taken before it (None:
+    empty), `oplog_dir` its operation log when it went through the seam."""
+    root = os.path.abspath(root)
+    before = before or {}
+    after = scan(root)
+    written = {rel for rel, sig in after.items() if before.get(rel) != sig}
+    ops = []
+    if oplog_dir is not None and os.path.isdir(oplog_dir):
+        from .oplog import read_ops
+        ops = [o for o in read_ops(oplog_dir) if _inside(root, o.path)]
+    created = _follow(root, ops)   # final rel -> (rank, written-at rel)
+    seam = bool(written) and all(rel in created for rel in written)
+    files = []
+    for rel in sorted(written):
+        rank, at = created.get(rel, (None, None)) if seam else (None, None)
+        template = _template(rel, iteration)
+        role = _role(root, rel, template, iteration, hints)
+        files.append(LayoutFile(template, role, rank, _template(at, iteration, staging=True) if at else None,
+                                after[rel][0]))
+    layout = Layout(iteration, tuple(files), seam, "oplog" if seam else "scan", {}, tuple(announced))
+    if seam:
+        layout = Layout(layout.iteration, layout.files, True, "oplog", _phases(root, ops, layout), tuple(announced))
+    return layout
+
+
+def _follow(root: str, ops) -> dict[str, tuple[int, str]]:
+    """Every file the log created, followed through renames and exchanges: final rel -> (rank, rel it was
+    written at)."""
+    live: dict[str, tuple[int, str]] = {}   # current abs path -> (rank, first rel)
+    for o in ops:
+        if o.op == "create":
+            live[o.path] = (o.rank, os.path.relpath(o.path, root))
+        elif o.op in ("rename", "exchange") and o.dst:
+            moves = [(o.path, o.dst)] + ([(o.dst, o.path)] if o.op == "exchange" else [])
+            new = {p: v for p, v in live.items() if not any(p == s or p.startswith(s + os.sep) for s, _ in moves)}
+            for src, dst in moves:
+                for p, v in live.items():
+                    if p == src or p.startswith(src + os.sep):
+                        new[dst + p[len(src):]] = v
+            live = new
+        elif o.op in ("unlink", "rmtree"):
+            live = {p: v for p, v in live.items() if not (p == o.path or p.startswith(o.path + os.sep))}
+    return {os.path.relpath(p, root): v for p, v in live.items()}
+
+
+def _template(rel: str, iteration: int, staging: bool = False) -> str:
+    """`rel` with each number equal to `iteration` replaced by an {iteration} field (keeping zero padding);
+    staging: random hex parts become '*'."""
+    parts = []
+    for comp in rel.split(os.sep):
+        comp = comp.replace("{", "{{").replace("}", "}}")
+        if staging:
+            comp = _RANDOM.sub(lambda m: m.group(0) if m.group(0).isdigit() and int(m.group(0)) == iteration
+                               else "*", comp)
+
+        def field_of(m):
+            tok = m.group(0)
+            if int(tok) != iteration:
+                return tok
+            return f"{{iteration:0{len(tok)}d}}" if tok.startswith("0") and len(tok) > 1 else "{iteration}"
+        parts.append(_NUMBER.sub(field_of, comp))
+    return "/".join(parts)
+
+
+def _role(root: str, rel: str, template: str, iteration: int, hints: dict | None) -> str:
+    name = os.path.basename(rel)
+    for role, globs in (hints or {}).items():
+        if any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(name, g) for g in globs):
+            return role
+    path = os.path.join(root, rel)
+    if "{iteration" not in template:
+        return "pointer" if _names_iteration(path, iteration) else "other"
+    if name in KNOWN_METADATA or name.endswith(TEXT_SUFFIXES):
+        return "metadata"
+    return "data"
+
+
+def _names_iteration(path: str, iteration: int) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+        text = head.decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(int(t) == iteration for t in _NUMBER.findall(text))
+
+
+def _phases(root: str, ops, layout: Layout) -> dict:
+    """Named phases of a save, from its operations: the first data write, the first metadata write, the
+    rename into place (a rename onto a file or folder of the layout), the pointer write."""
+    roles = {}
+    for f in layout.files:
+        roles[f.path(layout.iteration)] = f.role
+    created = {}
+    for o in ops:
+        if o.op == "create":
+            created[o.stream] = o
+    final = _follow(root, [o for o in ops if o.op in ("create", "rename", "exchange", "unlink", "rmtree")])
+    role_at = {at: roles.get(rel) for rel, (_, at) in final.items()}
+    out: dict[str, dict] = {}
+    for o in ops:
+        rel = os.path.relpath(o.path, root)
+        if o.op == "create" and role_at.get(rel) == "data" and "write" not in out:
+            out["write"] = {"op": "create", "path": rel, "rank": o.rank}
+        elif o.op == "create" and role_at.get(rel) == "metadata" and "manifest" not in out:
+            out["manifest"] = {"op": "create", "path": rel, "rank": o.rank}
+        elif o.op == "create" and role_at.get(rel) == "pointer" and "tracker_update" not in out:
+            out["tracker_update"] = {"op": "create", "path": rel, "rank": o.rank}
+        elif o.op in ("rename", "exchange") and o.dst:
+            dst = os.path.relpath(o.dst, root)
+            target = roles.get(dst) or ("folder" if any(p.startswith(dst + os.sep) for p in roles) else None)
+            if target == "pointer" and "tracker_update" not in out:
+                out["tracker_update"] = {"op": o.op, "path": rel, "rank": o.rank}
+            elif target is not None and "commit_rename" not in out:
+                out["commit_rename"] = {"op": o.op, "path": rel, "rank": o.rank}
+    return out
+
+
+def _fill(template: str, iteration: int) -> str:
+    return template.format(iteration=iteration)
+
+
+def _unbrace(text: str) -> str:
+    return text.replace("{{", "{").replace("}}", "}")
+
+
+def _inside(root: str, path: str) -> bool:
+    rel = os.path.relpath(os.path.abspath(path), root)
+    return rel != "." and not rel.startswith("..")
+
+
+def _files_under(root: str) -> list[str]:
+    out = []
+    if os.path.isdir(root):
+        for dirpath, _, names in os.walk(root):
+            out += [os.path.relpath(os.path.join(dirpath, n), root) for n in names]
+    return sorted(out)

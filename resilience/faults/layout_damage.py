@@ -1,0 +1,346 @@
+"""Corruption at rest aimed through a learned Layout: data damage lands in tensor payload, metadata and
+tracker damage on the files this backend has, the reference's own kinds mapped to their equivalent or
+refused as not applicable with the reason. Nothing here knows an implementation's file names."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import struct
+
+from .base import Fault, matches_path
+from .corruption import Damage, NothingToDamage, _record
+from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, LeftoverStaging, MetadataDamage,
+                    TrackerDamage, Truncate)
+from .layout import Layout, LayoutFile
+
+_LOCAL_HEADER, _CENTRAL, _END = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
+_END64, _END64_LOCATOR = b"PK\x06\x06", b"PK\x06\x07"
+_NUMBER = re.compile(r"\d+")
+
+
+class NotApplicable(NothingToDamage):
+    """This backend has nothing the fault is about (no tracker, no manifest with a file list): the case
+    is N/A with this reason, never a PASS."""
+
+
+# ---- where --------------------------------------------------------------------------------------------
+def _newest(found: list, fault: Fault, what: str, root: str) -> tuple[int | None, list]:
+    its = sorted({it for it, _, _ in found if it is not None})
+    if not its:
+        raise NothingToDamage("target", f"no {what} of any checkpoint under {root}")
+    it = fault.target.iteration if fault.target.iteration is not None else its[-1]
+    chosen = [x for x in found if x[0] == it]
+    if not chosen:
+        raise NothingToDamage("target.iteration", f"no {what} of iteration {it} under {root} (saved: {its})")
+    return it, chosen
+
+
+def _pick(root: str, fault: Fault, layout: Layout, role: str, rng: random.Random) -> tuple[int | None, str]:
+    found = layout.found(root, None if fault.target.path else role, fault.target.rank)
+    found = [x for x in found if matches_path(fault.target.path, x[1], os.path.relpath(x[1], root))]
+    what = f"file matching {fault.target.path!r}" if fault.target.path else f"{role} file"
+    if fault.target.rank is not None:
+        what += f" of rank {fault.target.rank}"
+    it, chosen = _newest(found, fault, what, root)
+    _, path, _ = chosen[rng.randrange(len(chosen))]
+    return it, path
+
+
+# ---- tensor payload -----------------------------------------------------------------------------------
+def payload_ranges(path: str) -> list[tuple[int, int]]:
+    """Byte ranges holding tensor storage: the data/ entries of every torch.save zip archive in the
+    file (a torch file is one archive; a DCP .distcp holds one per tensor), read from each archive's
+    central directory."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    out, pos = [], raw.find(_END)
+    while pos >= 0:
+        try:
+            out += _archive_payload(raw, pos)
+        except struct.error:
+            pass
+        pos = raw.find(_END, pos + 4)
+    return sorted(set(out))
+
+
+def _archive_payload(raw: bytes, end: int) -> list[tuple[int, int]]:
+    count, cd_size, cd_offset = struct.unpack_from("<HII", raw, end + 10)
+    cd_end = end
+    if raw[end - 20:end - 16] == _END64_LOCATOR and raw[end - 76:end - 72] == _END64:
+        cd_end = end - 76
+        count, cd_size, cd_offset = struct.unpack_from("<QQQ", raw, cd_end + 32)
+    start = cd_end - cd_size - cd_offset  # where this archive begins in the file
+    out, p = [], cd_end - cd_size
+    for _ in range(count):
+        if raw[p:p + 4] != _CENTRAL:
+            break
+        method, = struct.unpack_from("<H", raw, p + 10)
+        size, = struct.unpack_from("<I", raw, p + 20)
+        n, m, k = struct.unpack_from("<HHH", raw, p + 28)
+        local, = struct.unpack_from("<I", raw, p + 42)
+        name = raw[p + 46:p + 46 + n].decode("utf-8", "replace")
+        p += 46 + n + m + k
+        at = start + local
+        if method != 0 or "/data/" not in name or not size or size == 0xFFFFFFFF or raw[at:at + 4] != _LOCAL_HEADER:
+            continue
+        ln, lm = struct.unpack_from("<HH", raw, at + 26)
+        begin = at + 30 + ln + lm
+        if begin + size <= len(raw):
+            out.append((begin, begin + size))
+    return out
+
+
+def _loaded(path: str) -> list[bytes] | None:
+    """Every tensor's bytes as torch.load(weights_only=True) returns them; None if the file is not one
+    torch file (the stored values cannot be compared that way)."""
+    import torch
+    try:
+        doc = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception:
+        return None
+    out = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            out.append(x.contiguous().view(-1).view(torch.uint8).numpy().tobytes() if x.numel() else b"")
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+    walk(doc)
+    return out
+
+
+def _flip(path: str, offset: int, mask: int) -> int:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        old = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([old ^ mask]))
+    return old
+
+
+def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> Damage:
+    it, path = _pick(root, fault, layout, "data", rng)
+    size = os.path.getsize(path)
+    if size == 0:
+        raise NothingToDamage("target", f"{path} is empty: no bit to flip")
+    bits = fault.bits if fault.bits is not None else (rng.randrange(8),)
+    mask = 0
+    for b in bits:
+        mask |= 1 << b
+    if fault.target.offset is not None:
+        if fault.target.offset >= size:
+            from ..errors import ConfigError
+            raise ConfigError("target.offset", f"{fault.target.offset} is past the end of {path} ({size} bytes)")
+        old = _flip(path, fault.target.offset, mask)
+        return _record(fault, "flip", root, path, offset=fault.target.offset, bits=tuple(bits), old_size=size,
+                       new_size=size, old=f"{old:02x}", new=f"{old ^ mask:02x}", detail="at the offset asked")
+    ranges = payload_ranges(path)
+    if not ranges:
+        offset = rng.randrange(size)
+        old = _flip(path, offset, mask)
+        return _record(fault, "flip", root, path, offset=offset, bits=tuple(bits), old_size=size, new_size=size,
+                       old=f"{old:02x}", new=f"{old ^ mask:02x}",
+                       detail="no tensor payload recognised in this file: a random byte")
+    before = _loaded(path)
+    total = sum(b - a for a, b in ranges)
+    for _ in range(8):
+        k = rng.randrange(total)
+        for a, b in ranges:
+            if k < b - a:
+                offset = a + k
+                break
+            k -= b - a
+        old = _flip(path, offset, mask)
+        after = _loaded(path) if before is not None else None
+        if before is None or after != before:
+            how = "a stored tensor value changed (torch.load before and after)" if before is not None else \
+                "inside a tensor's storage bytes"
+            return _record(fault, "flip", root, path, offset=offset, bits=tuple(bits), old_size=size, new_size=size,
+                           old=f"{old:02x}", new=f"{old ^ mask:02x}", detail=f"tensor payload: {how}")
+        _flip(path, offset, mask)  # changed no loaded value: undo, draw again
+    raise NotApplicable("target", f"no bit flip drawn in {os.path.relpath(path, root)} changes a value "
+                        "torch.load returns (the bytes hold no loaded tensor data)")
+
+
+def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> Damage:
+    it, path = _pick(root, fault, layout, "data", rng)
+    old = os.path.getsize(path)
+    if old == 0:
+        raise NothingToDamage("target", f"{path} is empty: nothing to cut")
+    if fault.length is not None:
+        if fault.length > old:
+            from ..errors import ConfigError
+            raise ConfigError("length", f"{fault.length} is longer than {path} ({old} bytes)",
+                              "truncate cuts; use a smaller length")
+        new = fault.length
+    else:
+        ranges = payload_ranges(path)
+        # cut inside tensor payload when there is some: the stored tensors lose bytes, not just a trailer
+        new = rng.randrange(*ranges[rng.randrange(len(ranges))]) if ranges else rng.randrange(old)
+    os.truncate(path, new)
+    return _record(fault, "truncate", root, path, old_size=old, new_size=new)
+
+
+def delete_file(root: str, fault: DeleteFile, layout: Layout, rng: random.Random) -> Damage:
+    it, path = _pick(root, fault, layout, "data", rng)
+    old = os.path.getsize(path)
+    os.unlink(path)
+    return _record(fault, "delete", root, path, old_size=old)
+
+
+# ---- metadata and pointers ----------------------------------------------------------------------------
+def metadata_damage(root: str, fault: MetadataDamage, layout: Layout, rng: random.Random) -> Damage:
+    if not layout.has("metadata"):
+        raise NotApplicable("kind", f"this backend writes no metadata file ({layout.describe()})")
+    found = [x for x in layout.found(root, "metadata", fault.target.rank)
+             if fault.name is None or os.path.basename(x[1]) == fault.name]
+    if fault.name is not None and not found:
+        names = sorted({os.path.basename(f.template) for f in layout.of("metadata")})
+        raise NotApplicable("name", f"this backend writes no {fault.name} (its metadata files: {', '.join(names)})")
+    it, chosen = _newest(found, fault, "metadata file", root)
+    _, path, _ = chosen[rng.randrange(len(chosen))]
+    old = os.path.getsize(path)
+    if fault.how == "delete":
+        os.unlink(path)
+        return _record(fault, "delete", root, path, old_size=old)
+    if fault.how == "garble":
+        lo, hi = old // 3, max(old // 3 + 1, 2 * old // 3)
+        with open(path, "r+b") as f:
+            f.seek(lo)
+            f.write(rng.randbytes(hi - lo))
+        return _record(fault, "garble", root, path, offset=lo, old_size=old, new_size=max(old, hi),
+                       detail=f"bytes {lo}..{hi} replaced by seeded noise")
+    new = old // 2 if fault.how == "truncate" else 0
+    os.truncate(path, new)
+    return _record(fault, fault.how, root, path, old_size=old, new_size=new)
+
+
+def tracker_damage(root: str, fault: TrackerDamage, layout: Layout, rng: random.Random) -> Damage:
+    pointers = layout.of("pointer", fault.target.rank)
+    if not pointers:
+        raise NotApplicable("kind", f"this backend keeps no pointer to its newest checkpoint (no tracker such as "
+                            f"latest.txt; {layout.describe()}): tracker damage does not apply")
+    f = pointers[rng.randrange(len(pointers))]
+    path = os.path.join(root, f.template.replace("{{", "{").replace("}}", "}"))
+    old = open(path, "rb").read().decode("utf-8", "replace") if os.path.exists(path) else None
+    its = layout.iterations(root)
+    newest = its[-1] if its else 0
+    if fault.how == "delete":
+        if old is None:
+            raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
+        os.unlink(path)
+        return _record(fault, "delete", root, path, old=old)
+    if fault.how in ("empty", "non_numeric"):
+        text = "" if fault.how == "empty" else "not-a-number"
+    else:
+        value = (its[-2] if len(its) > 1 else max(newest - 1, 0)) if fault.how == "stale" else newest + 1000
+        text = _renumber(old or str(newest), newest, value)
+    with open(path, "w") as fh:
+        fh.write(text)
+    return _record(fault, fault.how, root, path, old=old, new=text)
+
+
+def _renumber(text: str, old: int, new: int) -> str:
+    """`text` with the number naming `old` replaced by `new` in the same width."""
+    def sub(m):
+        tok = m.group(0)
+        return (str(new).zfill(len(tok)) if tok.startswith("0") else str(new)) if int(tok) == old else tok
+    out = _NUMBER.sub(sub, text)
+    return out if out != text else str(new)
+
+
+def escaping_path(root: str, fault: EscapingManifestPath, layout: Layout, rng: random.Random) -> Damage:
+    found = [x for x in layout.found(root, "metadata", fault.target.rank) if _lists_files(x[1])]
+    if not found:
+        names = sorted({os.path.basename(f.template) for f in layout.of("metadata")}) or ["none"]
+        raise NotApplicable("kind", "this backend's metadata names no file list to forge a path into "
+                            f"(its metadata files: {', '.join(names)})")
+    from .corruption import escaping_path as forge
+    it, chosen = _newest(found, fault, "manifest with a file list", root)
+    return forge(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
+
+
+def _lists_files(path: str) -> bool:
+    try:
+        with open(path) as f:
+            body = json.load(f).get("body", {})
+        return isinstance(body.get("files"), dict)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def leftover_staging(root: str, fault: LeftoverStaging, layout: Layout, rng: random.Random) -> Damage:
+    """What a save killed mid-write leaves: the next iteration's files, the last data file cut in half,
+    no metadata and no pointer update: in the staging folder the backend writes into, or (a backend
+    that writes in place) in the next iteration's own folder."""
+    data = [f for f in layout.files if f.role == "data" and f.per_iteration]
+    its = layout.iterations(root)
+    if not data or not its:
+        raise NothingToDamage("target", f"no checkpoint under {root} to leave a partial copy of")
+    newest = its[-1]
+    nxt = newest + 1
+    copied = []
+    for f in data:
+        src = os.path.join(root, f.path(newest))
+        if not os.path.exists(src):
+            continue
+        where = f.written_as if f.written_as and f.written_as != f.template else f.template
+        rel = where.format(iteration=nxt).replace("*", rng.randbytes(4).hex())
+        dst = os.path.join(root, rel)
+        if os.path.exists(dst):
+            continue
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+        copied.append(dst)
+    if not copied:
+        raise NothingToDamage("target", f"the partial save of iteration {nxt} would overwrite existing files")
+    os.truncate(copied[-1], os.path.getsize(copied[-1]) // 2)
+    folder = os.path.commonpath([os.path.dirname(p) for p in copied])
+    return _record(fault, "create partial save", root, folder,
+                   detail=f"{len(copied)} data files of iteration {nxt}, last one cut in half, no metadata")
+
+
+def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) -> Damage:
+    its = layout.iterations(root)
+    if not its:
+        raise NothingToDamage("target", f"no checkpoint under {root}")
+    it = fault.target.iteration if fault.target.iteration is not None else its[-1]
+    folder = layout.folder(it)
+    if folder is None:
+        raise NotApplicable("kind", "this backend's saves have no folder of their own to put a file into")
+    path = os.path.join(root, folder, fault.name)
+    if os.path.exists(path):
+        from ..errors import ConfigError
+        raise ConfigError("name", f"{path} already exists", "choose another name")
+    with open(path, "wb") as f:
+        f.write(rng.randbytes(fault.length))
+    return _record(fault, "create", root, path, new_size=fault.length)
+
+
+ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
+           TrackerDamage: tracker_damage, EscapingManifestPath: escaping_path, LeftoverStaging: leftover_staging,
+           ExtraFile: extra_file}
+
+
+def iteration_of(layout: Layout, root: str, path: str) -> int | None:
+    """The iteration a damaged path belongs to, by the layout's templates (None: no iteration's)."""
+    rel = os.path.relpath(path, root)
+    for f in layout.files:
+        if not f.per_iteration:
+            continue
+        parts = f.template.split("/")
+        k = max(i for i, p in enumerate(parts) if "{iteration" in p)
+        m = LayoutFile("/".join(parts[:k + 1]), f.role).pattern().match(rel)
+        if m and (m.end() == len(rel) or rel[m.end()] == "/"):
+            return int(m.group(1))
+    return None
+
+
+__all__ = ["ACTIONS", "LayoutFile", "NotApplicable", "iteration_of", "payload_ranges"]

@@ -1,0 +1,94 @@
+"""Learn a backend's layout from one clean save: a short job of real ranks that trains, saves once into
+a scratch folder with every seam operation logged, and reports the phases the backend announced. The
+runner learns it once per (backend, combination, topology, model) and keeps it beside the case
+(layout.json) for faults and corruptions to aim through."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from ..checkpoint.combos import Combination
+from ..errors import RankFailure
+from ..faults.layout import Layout, learn
+from ..state import ModelSpec, Topology
+from .backends import make_backend, resolve
+
+_CACHE: dict[tuple, Layout] = {}
+
+
+@dataclass
+class ProbePlan:
+    spec: ModelSpec
+    topo: Topology
+    combo: Combination
+    backend: str
+    root: str
+    oplog_dir: str
+    iteration: int
+    phases_file: str
+
+
+def probe_iteration(world: int) -> int:
+    """An iteration number no rank, tp or pp index of this world can be mistaken for in a file name."""
+    return max(13, world + 2)
+
+
+def _probe_rank(ctx, plan: ProbePlan) -> dict:
+    import torch.distributed as dist
+    from ..checkpoint import phases
+    from ..faults import inject
+    from ..state import TrainingState
+    state = TrainingState(plan.spec, plan.topo, ctx.rank)
+    state.train(plan.iteration)
+    backend = make_backend(plan.backend, plan.combo)
+    announced: list[str] = []
+    stop = phases.listen(lambda phase, info: announced.append(phase))
+    try:
+        with inject([], rank=ctx.rank, world=plan.topo.world, oplog_dir=plan.oplog_dir):
+            backend.save(state, plan.root)
+            backend.finalize()
+    finally:
+        stop()
+    dist.barrier()
+    with open(f"{plan.phases_file}.{ctx.rank}", "w") as f:
+        json.dump(announced, f)
+    return {"iteration": state.iteration}
+
+
+def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: str, folder: str, *,
+                 timeout: float = 120.0, start_method: str = "fork") -> Layout:
+    """The layout of `backend` for `combo` on `topo`, learned in `folder` (scratch root, operation log,
+    layout.json); cached for the life of the process."""
+    key = (resolve(backend or "reference"), str(combo), str(topo), repr(spec))
+    os.makedirs(folder, exist_ok=True)
+    if key not in _CACHE:
+        from ..launch import Job
+        plan = ProbePlan(spec, topo, combo, backend or "reference", os.path.join(folder, "ckpt"),
+                         os.path.join(folder, "oplog"), probe_iteration(topo.world), os.path.join(folder, "phases"))
+        outcome = Job(_probe_rank, topo.world, args=(plan,), timeout=timeout, log_dir=os.path.join(folder, "logs"),
+                      start_method=start_method, pin_cpus=True).start().wait()
+        if not outcome.ok:
+            first = outcome.first_failure()
+            raise RankFailure({first.rank: first.describe()[:2000]} if first else {},
+                              f"one clean save of {backend} to learn its layout failed")
+        announced = set()
+        for r in range(topo.world):
+            with open(f"{plan.phases_file}.{r}") as f:
+                announced |= set(json.load(f))
+        _CACHE[key] = learn(plan.root, plan.iteration, {}, oplog_dir=plan.oplog_dir, hints=_hints(backend),
+                            announced=sorted(announced))
+    layout = _CACHE[key]
+    layout.save(os.path.join(folder, "layout.json"))
+    return layout
+
+
+def _hints(backend: str) -> dict | None:
+    """The adapter's optional `layout_hints` ({role: [glob, ...]}) on its factory."""
+    if backend in ("", "reference") or backend.startswith("broken:"):
+        return None
+    from .backends import _factory
+    return getattr(_factory(backend), "layout_hints", None)
+
+
+__all__ = ["learn_layout", "probe_iteration"]

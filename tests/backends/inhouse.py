@@ -1,0 +1,109 @@
+"""A plain in-house checkpoint library, and its adapter: code the framework did not write.
+
+What many teams have: every rank `torch.save`s its shard to iter_N/rank_R.pt, rank 0 then writes
+index.json and latest.txt. No temp files, no fsync, no checksum, plain open() (nothing goes through
+resilience.storage). Loads only on the topology it saved. Test it with
+`resilience matrix --backend tests.backends.inhouse:factory`."""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+from resilience.checkpoint.reference import CheckpointInfo, LoadResult
+from resilience.errors import CheckpointNotFound, ConfigError, IntegrityError, TopologyChangeRefused
+from resilience.state.sharding import ShardedTensor
+
+LATEST, INDEX = "latest.txt", "index.json"
+
+
+# ---- the library, as its team wrote it ---------------------------------------------------------------
+def _barrier():
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _all_ranks_agree(ok: bool) -> bool:
+    flag = torch.tensor([int(ok)])
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def save_checkpoint(shard: dict, root: str, iteration: int, rank: int, index: dict) -> None:
+    folder = os.path.join(root, f"iter_{iteration}")
+    os.makedirs(folder, exist_ok=True)
+    torch.save(shard, os.path.join(folder, f"rank_{rank}.pt"))
+    _barrier()
+    if rank == 0:
+        with open(os.path.join(folder, INDEX), "w") as f:
+            json.dump(dict(index, iteration=iteration), f)
+        with open(os.path.join(root, LATEST), "w") as f:
+            f.write(str(iteration))
+    _barrier()
+
+
+def load_checkpoint(root: str, rank: int) -> tuple[int, dict, dict]:
+    with open(os.path.join(root, LATEST)) as f:
+        iteration = int(f.read().strip())
+    folder = os.path.join(root, f"iter_{iteration}")
+    with open(os.path.join(folder, INDEX)) as f:
+        index = json.load(f)
+    return iteration, index, torch.load(os.path.join(folder, f"rank_{rank}.pt"), weights_only=True)
+
+
+# ---- the adapter (resilience.backends.base.CheckpointBackend) ----------------------------------------
+class InhouseBackend:
+    name = "inhouse"
+
+    def __init__(self, combo):
+        if str(combo) not in factory.combinations:
+            raise ConfigError("combination", f"the in-house library does not implement {combo}",
+                              f"use {', '.join(factory.combinations)}")
+
+    def save(self, state, root: str) -> None:
+        shard = {r.key: (r.data if isinstance(r, ShardedTensor) else r.value) for r in state.sharded_state_dict()}
+        save_checkpoint(shard, root, state.iteration, _rank(), {"topology": str(state.topo)})
+
+    def load(self, state, root: str) -> LoadResult:
+        if not os.path.exists(os.path.join(root, LATEST)):
+            raise CheckpointNotFound(f"{root}: no {LATEST}")
+        error = None
+        try:
+            iteration, index, shard = load_checkpoint(root, _rank())
+        except Exception as e:  # the library's own errors: a bad checkpoint, as the protocol names it
+            error = f"{type(e).__name__}: {e}"
+        if not _all_ranks_agree(error is None):  # load is collective: every rank gives up together
+            raise IntegrityError(root, "in-house load", error or "another rank could not load")
+        if index.get("topology") != str(state.topo):
+            raise TopologyChangeRefused(f"saved on {index.get('topology')}, cannot load on {state.topo}")
+        objects = {}
+        for r in state.sharded_state_dict():
+            value = shard.get(r.key)
+            if isinstance(r, ShardedTensor):
+                if not isinstance(value, torch.Tensor) or value.shape != r.data.shape or value.dtype != r.data.dtype:
+                    raise IntegrityError(root, "in-house load", f"{r.key}: stored piece does not fit")
+                r.data.copy_(value)
+            else:
+                objects[r.key] = value
+        state.load_objects(objects)
+        return LoadResult(iteration, os.path.join(root, f"iter_{iteration}"), True, [])
+
+    def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
+        names = os.listdir(root) if os.path.isdir(root) else []
+        its = sorted((int(n[5:]) for n in names if n.startswith("iter_") and n[5:].isdigit()), reverse=True)
+        return [CheckpointInfo(i, os.path.join(root, f"iter_{i}"),
+                               os.path.exists(os.path.join(root, f"iter_{i}", INDEX))) for i in its]
+
+
+def factory(combo) -> InhouseBackend:
+    return InhouseBackend(combo)
+
+
+factory.combinations = ("LOCAL/torch/sync",)

@@ -1,0 +1,72 @@
+"""Layouts learned from one clean save of real ranks, and the matrix's damage columns aimed through them
+on code the framework did not write (stock DCP, a plain in-house library)."""
+import os
+
+import pytest
+
+from resilience.checkpoint.combos import Combination
+from resilience.runner.learn import learn_layout
+from resilience.runner.matrix import MODEL, fault_scenario
+from resilience.runner.run import run_case
+from resilience.state import Topology
+
+INHOUSE = "tests.backends.inhouse:factory"
+TOPO = Topology.parse("tp2pp1dp1")
+
+
+def _roles(layout):
+    return {f.template: (f.role, f.rank) for f in layout.files}
+
+
+@pytest.mark.parametrize("backend, combo", [("reference", "GLOBAL/torch_dist/sync"), ("dcp", "TORCH_DCP/torch_dcp/sync"),
+                                            (INHOUSE, "LOCAL/torch/sync")], ids=["reference", "dcp", "inhouse"])
+def test_one_clean_save_teaches_the_layout(tmp_path, backend, combo):
+    layout = learn_layout(MODEL, TOPO, Combination.parse(combo), backend, str(tmp_path))
+    roles = _roles(layout)
+    assert os.path.isfile(tmp_path / "layout.json")
+    if backend == "reference":
+        assert layout.seam and roles["iter_{iteration:07d}/__1_0.distcp"] == ("data", 1)
+        assert roles["iter_{iteration:07d}/manifest.json"][0] == "metadata"
+        assert roles["latest_checkpointed_iteration.txt"][0] == "pointer"
+        # written in a staging folder, then renamed into place: faults aim at where the bytes are written
+        assert layout.write_glob("data", 3, 1) == "*/.staging-iter_0000003-*/__1_0.distcp"
+        assert "write" in layout.announced
+    elif backend == "dcp":
+        assert layout.seam and roles == {"step-{iteration}/__0_0.distcp": ("data", 0),
+                                         "step-{iteration}/__1_0.distcp": ("data", 1),
+                                         "step-{iteration}/.metadata": ("metadata", 0)}
+        assert layout.write_glob("data", 3, 1) == "*/step-3/__1_0.distcp"
+        # DCP announces no phase: they are read from its operations
+        assert not layout.announced and layout.phases["commit_rename"]["op"] == "rename"
+        assert layout.phases["write"]["path"].endswith(".distcp")
+    else:
+        assert not layout.seam and layout.source == "scan"
+        assert roles == {"iter_{iteration}/rank_0.pt": ("data", None), "iter_{iteration}/rank_1.pt": ("data", None),
+                         "iter_{iteration}/index.json": ("metadata", None), "latest.txt": ("pointer", None)}
+
+
+@pytest.mark.parametrize("backend, combo, column", [
+    (INHOUSE, "LOCAL/torch/sync", "bitflip"), (INHOUSE, "LOCAL/torch/sync", "truncate"),
+    (INHOUSE, "LOCAL/torch/sync", "metadata"), ("dcp", "TORCH_DCP/torch_dcp/sync", "bitflip"),
+    ("dcp", "TORCH_DCP/torch_dcp/sync", "metadata")])
+def test_damage_columns_give_a_real_verdict_on_foreign_code(tmp_path, backend, combo, column):
+    """Bit flips land in tensor payload, metadata damage in the backend's own metadata file: the damage
+    is applied and judged (PASS or FAIL), never a framework error, an abort or a PASS on nothing."""
+    result = run_case(fault_scenario(column, 0), Combination.parse(combo), str(tmp_path / "case"), backend=backend)
+    assert result.verdict in ("PASS", "FAIL"), result.detail
+    events = [e for e in _history(tmp_path / "case") if e.get("f") == "corrupt"]
+    assert [e["type"] for e in events] == ["ok"]
+    damage = events[0]["value"]
+    if column == "metadata":
+        assert os.path.basename(damage["rel"]) in ("index.json", ".metadata")
+    else:
+        assert damage["iteration"] == 3 and damage["rel"].endswith((".pt", ".distcp"))
+    if column == "bitflip":
+        # no checksum in either: a flip in tensor payload comes back as wrong values
+        assert "tensor payload" in damage["detail"] and result.verdict == "FAIL"
+
+
+def _history(case):
+    import json
+    with open(os.path.join(case, "history.jsonl")) as f:
+        return [json.loads(line) for line in f]
