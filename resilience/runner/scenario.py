@@ -17,6 +17,7 @@ import yaml
 from .. import safe_yaml
 from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import ConfigError
+from ..launch.base import MAX_JOB_TIMEOUT
 from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
 
@@ -42,7 +43,7 @@ OUTCOMES = ("loaded", "refused", "failed")
 RESUME_FIELDS = {"topology", "continue"}
 
 # Limits (documented in README.md, "Scenario files"); the YAML itself is bounded by resilience.safe_yaml.
-MAX_TIMEOUT = 3600.0          # seconds a job may take; also the ceiling of every delay a fault waits
+MAX_TIMEOUT = MAX_JOB_TIMEOUT  # seconds a job may take (the launcher's ceiling); also of every delay a fault waits
 MAX_TRAIN_STEPS = 10_000      # steps of one `train` or of one resume's `continue`
 MAX_STEPS = 500               # steps listed in one scenario
 MAX_SEED = 2 ** 63            # seeds are in [0, 2**63)
