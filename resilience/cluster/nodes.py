@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from ..errors import ConfigError
+from ..launch.lifetime import argv_dying_with_parent
 from .base import ClusterPlan
 from .worker import DEFAULT_TIMEOUT, STORE_FIX, plan_argv
 
@@ -113,7 +114,8 @@ def run_local(commands: list[NodeCommand], *, timeout: float, log_dir: str, tmp_
     try:
         for c, path in zip(commands, logs):
             with open(path, "wb") as log:
-                procs.append(subprocess.Popen(c.argv, env={**env, **c.env}, stdout=log, stderr=subprocess.STDOUT,
+                # the agent dies with us, even SIGKILLed (it runs in a session of its own)
+                procs.append(subprocess.Popen(argv_dying_with_parent(c.argv), env={**env, **c.env}, stdout=log, stderr=subprocess.STDOUT,
                                               stdin=subprocess.DEVNULL, start_new_session=True))
         if on_start is not None:
             on_start(procs)

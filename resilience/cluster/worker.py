@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from ..checkpoint.phases import PHASES
 from ..errors import ConfigError, ResilienceError
+from ..launch.lifetime import die_with_parent
 from ..state import ModelSpec
 from .base import KILL_POLICIES, ClusterPlan, Layout, TorchrunEnv
 
@@ -101,6 +102,9 @@ def check_restart_store(env: TorchrunEnv, environ=os.environ) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # torchrun starts workers in sessions of their own: without this a SIGKILLed agent leaves them running.
+    # (No parent check: torchrun may be a container's PID 1.)
+    die_with_parent(None)
     args = build_parser().parse_args(argv)
     import torch.distributed as dist
 

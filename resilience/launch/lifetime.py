@@ -44,6 +44,21 @@ def die_with_parent(expected_parent: int | None) -> None:
         os._exit(1)
 
 
+# exec'd by a small interpreter that asks for the parent-death signal first (it survives execve)
+_EXEC_DYING_WITH_PARENT = ("import ctypes, os, sys\n"
+                           "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+                           "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+                           "os.execvp(sys.argv[2], sys.argv[2:])\n")
+
+
+def argv_dying_with_parent(argv: list[str], parent: int | None = None) -> list[str]:
+    """`argv` run so that it is SIGKILLed when `parent` (default: this process) ends: for processes
+    started with subprocess (a local torchrun agent), where no Python runs between fork and exec."""
+    if not _LINUX:
+        return list(argv)
+    return [sys.executable, "-c", _EXEC_DYING_WITH_PARENT, str(parent or os.getpid()), *argv]
+
+
 def guard_process_group(name: str = "guard") -> int | None:
     """Fork a guard that SIGKILLs this process's group once this process ends; the guard's pid.
     Call it from the group leader's main thread (the guard watches the thread that forks it)."""

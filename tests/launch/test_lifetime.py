@@ -150,3 +150,28 @@ def test_resilience_run_killed_mid_save_leaves_no_rank(tmp_path, sig):
         assert cli.returncode == 128 + signal.SIGTERM, _output(cli)
         assert "interrupted by SIGTERM" in _output(cli)
     _assert_all_end(kids)
+
+
+STARTS_A_SLEEPER = """
+import subprocess, sys, time
+from resilience.launch.lifetime import argv_dying_with_parent
+sleeper = subprocess.Popen(argv_dying_with_parent(["sleep", "3600"]), start_new_session=True)
+print(sleeper.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_command_started_to_die_with_its_parent_does_even_in_its_own_session():
+    """As `validate --local` starts each torchrun agent: the agent ends with a SIGKILLed runner."""
+    runner = subprocess.Popen([sys.executable, "-c", STARTS_A_SLEEPER], env=_env(), stdout=subprocess.PIPE)
+    try:
+        line = runner.stdout.readline()
+        assert line.strip().isdigit(), _output(runner)
+        sleeper = _processes([int(line)])
+        # the wrapper execs the command: the same process becomes `sleep`
+        _wait_for(lambda: _running(sleeper) and sleeper[0].name() == "sleep", STARTUP, "sleep started", runner)
+    finally:
+        runner.kill()
+        runner.wait(timeout=30)
+        runner.stdout.close()
+    _assert_all_end(sleeper)
