@@ -49,13 +49,15 @@ def save_checkpoint(shard: dict, root: str, iteration: int, rank: int, index: di
     _barrier()
 
 
-def load_checkpoint(root: str, rank: int) -> tuple[int, dict, dict]:
+def read_latest(root: str) -> tuple[int, dict]:
     with open(os.path.join(root, LATEST)) as f:
         iteration = int(f.read().strip())
-    folder = os.path.join(root, f"iter_{iteration}")
-    with open(os.path.join(folder, INDEX)) as f:
-        index = json.load(f)
-    return iteration, index, torch.load(os.path.join(folder, f"rank_{rank}.pt"), weights_only=True)
+    with open(os.path.join(root, f"iter_{iteration}", INDEX)) as f:
+        return iteration, json.load(f)
+
+
+def load_shard(root: str, iteration: int, rank: int) -> dict:
+    return torch.load(os.path.join(root, f"iter_{iteration}", f"rank_{rank}.pt"), weights_only=True)
 
 
 # ---- the adapter (resilience.backends.base.CheckpointBackend) ----------------------------------------
@@ -74,24 +76,31 @@ class InhouseBackend:
     def load(self, state, root: str) -> LoadResult:
         if not os.path.exists(os.path.join(root, LATEST)):
             raise CheckpointNotFound(f"{root}: no {LATEST}")
-        error = None
+        error, iteration, index = None, None, {}
         try:
-            iteration, index, shard = load_checkpoint(root, _rank())
+            iteration, index = read_latest(root)
         except Exception as e:  # the library's own errors: a bad checkpoint, as the protocol names it
             error = f"{type(e).__name__}: {e}"
+        if not error and index.get("topology") != str(state.topo):
+            raise TopologyChangeRefused(f"saved on {index.get('topology')}, cannot load on {state.topo}")
+        records = state.sharded_state_dict()
+        try:
+            shard = load_shard(root, iteration, _rank()) if not error else {}
+            for r in records:
+                value = shard.get(r.key)
+                if isinstance(r, ShardedTensor) and not (isinstance(value, torch.Tensor)
+                                                         and value.shape == r.data.shape and value.dtype == r.data.dtype):
+                    raise ValueError(f"{r.key}: stored piece does not fit")
+        except Exception as e:
+            error = error or f"{type(e).__name__}: {e}"
         if not _all_ranks_agree(error is None):  # load is collective: every rank gives up together
             raise IntegrityError(root, "in-house load", error or "another rank could not load")
-        if index.get("topology") != str(state.topo):
-            raise TopologyChangeRefused(f"saved on {index.get('topology')}, cannot load on {state.topo}")
         objects = {}
-        for r in state.sharded_state_dict():
-            value = shard.get(r.key)
+        for r in records:
             if isinstance(r, ShardedTensor):
-                if not isinstance(value, torch.Tensor) or value.shape != r.data.shape or value.dtype != r.data.dtype:
-                    raise IntegrityError(root, "in-house load", f"{r.key}: stored piece does not fit")
-                r.data.copy_(value)
+                r.data.copy_(shard[r.key])
             else:
-                objects[r.key] = value
+                objects[r.key] = shard.get(r.key)
         state.load_objects(objects)
         return LoadResult(iteration, os.path.join(root, f"iter_{iteration}"), True, [])
 
