@@ -14,7 +14,9 @@ What a DCP user writes, and nothing more:
   no checksum, no fallback to an older step, no retention;
 - on a tp change Megatron's padded vocabulary changes the embedding's global size, which DCP's planner
   refuses ("Size mismatch"); the adapter reads the stored size from `.metadata` and loads that tensor
-  whole, then keeps the real rows, as a DCP user of a Megatron-style model must. The RNG is restored
+  whole, then keeps the real rows, as a DCP user of a Megatron-style model must. That look at
+  `.metadata` is the adapter's own, so it unpickles safely (resilience.storage.safe_pickle); when it
+  refuses the file, the adapter goes on without it and dcp.load reads it as stock DCP does. The RNG is restored
   only when the checkpoint holds exactly this (pp, tp) grid's RNG cells.
 
 How the framework observes it, without changing what DCP does (see docs/adapters.md):
@@ -56,6 +58,7 @@ from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, Integrity
 from ..state import TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
+from ..storage.dcp import read_metadata_safely
 
 STEP = re.compile(r"step-(\d+)")
 METADATA = ".metadata"
@@ -327,8 +330,16 @@ class StockDcpBackend:
         folder = step_folder(root, step)
         info = self._info(state)
         records = state.sharded_state_dict()
+        warnings = []
         try:
-            metadata = reader(folder).read_metadata()
+            # the adapter's own look at the stored sizes: never with plain pickle (that is DCP's to do)
+            metadata = read_metadata_safely(reader(folder))
+        except IntegrityError as e:
+            if e.check not in ("safe unpickling", "path safety", "metadata fields", "metadata type"):
+                raise
+            metadata = None  # what stock DCP makes of this file is what is under test: dcp.load reads it
+            warnings.append(f"the adapter's safe read refused {e.path}: {e.check} failed: {e.detail}; "
+                            f"dcp.load reads it with pickle")
         except Exception as e:
             raise IntegrityError(folder, "read .metadata", f"{type(e).__name__}: {e}") from None
         target, after, names = self._targets(info, records, metadata)
@@ -341,14 +352,14 @@ class StockDcpBackend:
             step_fn()
         objects = {key: _get(target, path) for key, path in names.items()}
         state.load_objects(objects)
-        return LoadResult(int(objects.get("iteration", step)), folder, RNG_KEY in objects, [])
+        return LoadResult(int(objects.get("iteration", step)), folder, RNG_KEY in objects, warnings)
 
     def _targets(self, info: RankInfo, records, metadata) -> tuple[dict, list, dict]:
         """Load targets for every record; steps to finish padded and split tensors; object key -> path."""
         fmt = self.layout
         fmt.prepare(info)
         split = fmt._split(info, records)
-        stored = metadata.state_dict_metadata
+        stored = metadata.state_dict_metadata if metadata is not None else None
         state, after, names = {}, [], {}
         for r in records:
             if isinstance(r, ShardedTensor):
@@ -358,7 +369,7 @@ class StockDcpBackend:
                     after.append(functools.partial(_copy_rows, r.data, buf, r.global_offset[0] - offset[0]))
                 else:
                     buf, offset = r.data, r.global_offset
-                md = stored.get(r.key)
+                md = stored.get(r.key) if stored is not None else None
                 if isinstance(md, TensorStorageMetadata) and tuple(md.size) != tuple(r.global_shape) \
                         and r.logical_shape is not None:
                     full = torch.empty(md.size, dtype=md.properties.dtype)  # padded vocabulary of another tp
@@ -368,8 +379,8 @@ class StockDcpBackend:
                     _nest(state, r.key, fmt._dtensor(info, buf, r.global_shape, offset))
             elif isinstance(r, ShardedObject):
                 if r.key == RNG_KEY:
-                    cells = {k for k in stored if k.startswith(RNG_KEY + ".")}
                     grid = {f"{RNG_KEY}.pp{p}_tp{t}" for p in range(info.topo.pp) for t in range(info.topo.tp)}
+                    cells = {k for k in stored if k.startswith(RNG_KEY + ".")} if stored is not None else grid
                     if cells != grid:
                         continue  # saved on another (pp, tp) grid: not restorable here
                     names[r.key] = _rng_path(info)

@@ -10,10 +10,13 @@ import uuid
 
 from .. import storage
 from ..errors import IntegrityError
+from ..storage.contained import is_inside
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STAGING_PREFIX = ".staging-"
 _ITER = re.compile(r"iter_(\d{7})")
+MAX_TRACKER_BYTES = 64  # an iteration number and a newline; anything longer is not a tracker
+MAX_TRACKER_DIGITS = 15
 
 
 def iter_name(iteration: int) -> str:
@@ -25,14 +28,16 @@ def staging_name(iteration: int) -> str:
 
 
 def list_iterations(root: str) -> list[tuple[int, str]]:
-    """Committed-looking folders (iter_NNNNNNN), newest first. Whether each is valid is for the loader."""
+    """Committed-looking entries (iter_NNNNNNN), newest first. Whether each is valid is for the loader:
+    one that is not a readable folder (a file, a dangling symlink) is listed too, so that it is
+    reported as what it is rather than passed over."""
     fs = storage.current()
     if not fs.is_dir(root):
         return []
     out = []
     for name in fs.listdir(root):
         m = _ITER.fullmatch(name)
-        if m and fs.is_dir(os.path.join(root, name)):
+        if m:
             out.append((int(m.group(1)), os.path.join(root, name)))
     return sorted(out, reverse=True)
 
@@ -94,17 +99,23 @@ def read_tracker(root: str) -> tuple[int | None, str | None]:
     """(iteration, None) or (None, why the tracker cannot be used)."""
     fs = storage.current()
     path = os.path.join(root, TRACKER)
-    if not fs.exists(path):
+    if not (fs.exists(path) or os.path.islink(path)):
         return None, f"{path}: tracker missing"
+    if not is_inside(path, root):  # never read, nor quote, a file outside the checkpoint folder
+        return None, f"{path}: tracker is a symlink leading outside {root}; not read"
     try:
-        with fs.open_read(path) as f:
-            raw = f.read()
+        with fs.open_read(path) as f:  # a FIFO, a device: refused by type (storage.contained)
+            raw = f.read(MAX_TRACKER_BYTES + 1)
     except OSError as e:  # a folder, an I/O error: a problem to report, not to raise on one rank
-        return None, f"{path}: tracker unreadable ({type(e).__name__}: {e.strerror or e})"
+        detail = e.detail if isinstance(e, IntegrityError) else e.strerror or e
+        return None, f"{path}: tracker unreadable ({type(e).__name__}: {detail})"
+    if len(raw) > MAX_TRACKER_BYTES:
+        return None, f"{path}: tracker is longer than {MAX_TRACKER_BYTES} bytes, not an iteration number"
     text = raw.decode("utf-8", "replace").strip()
     if not text:
         return None, f"{path}: tracker is empty"
-    if not text.isdigit():
+    # str.isdigit admits '²' and other digits int() refuses: ASCII digits only
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_TRACKER_DIGITS):
         return None, f"{path}: tracker is not a number ({text[:20]!r})"
     return int(text), None
 

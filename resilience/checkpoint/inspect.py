@@ -1,5 +1,7 @@
 """Inspect a checkpoint folder without loading it: every checkpoint, its completeness and integrity.
 
+Reads nothing a loader would not: regular files inside the folder (storage.contained), and DCP's
+`.metadata` only through the restricted unpickler, so a hostile checkpoint is reported, never run.
 Single process, no torch.distributed: what a user runs on a cluster's checkpoint folder. Global
 checkpoints are `DIR/iter_NNNNNNN`; LOCAL ones are `DIR/local/rank_RRRRR/iter_NNNNNNN`, and a LOCAL
 iteration counts only when every rank of its topology has it, intact."""
@@ -13,6 +15,8 @@ from ..errors import CheckpointNotFound, ConfigError, IntegrityError
 from . import commit
 from .combos import Combination
 from .manifest import MANIFEST, Manifest, verify_file
+
+DCP_METADATA = ".metadata"
 
 
 @dataclass
@@ -131,8 +135,8 @@ def inspect_folder(path: str, iteration: int, rank: int | None = None) -> Folder
         report.committed = e.check != "manifest present"
         report.problems.append(Problem.from_error(e))
         return report
-    except OSError as e:
-        report.problems.append(Problem(os.path.join(path, MANIFEST), "manifest readable", str(e)))
+    except Exception as e:  # whatever a hostile folder does, it is reported, never a traceback
+        report.problems.append(Problem(os.path.join(path, MANIFEST), "manifest readable", f"{type(e).__name__}: {e}"))
         return report
     report.committed = True
     report.combination = _combination_text(manifest)
@@ -150,9 +154,29 @@ def inspect_folder(path: str, iteration: int, rank: int | None = None) -> Folder
             verify_file(path, rel, expected)
         except IntegrityError as e:
             report.problems.append(Problem.from_error(e))
-        except OSError as e:
-            report.problems.append(Problem(os.path.join(path, rel), "readable", str(e)))
+            continue
+        except Exception as e:
+            report.problems.append(Problem(os.path.join(path, rel), "readable", f"{type(e).__name__}: {e}"))
+            continue
+        if os.path.basename(rel) == DCP_METADATA:
+            problem = _check_dcp_metadata(os.path.join(path, rel))
+            if problem is not None:
+                report.problems.append(problem)
     return report
+
+
+def _check_dcp_metadata(path: str) -> Problem | None:
+    """DCP's .metadata is a pickle: loadable only if the restricted unpickler admits it (a loader
+    refuses it otherwise), and it is never unpickled any other way here."""
+    from ..storage.safe_pickle import load_metadata
+    try:
+        with storage.current().open_read(path) as f:
+            load_metadata(f, path)
+    except IntegrityError as e:
+        return Problem.from_error(e)
+    except Exception as e:
+        return Problem(path, "metadata parse", f"{type(e).__name__}: {e}")
+    return None
 
 
 def inspect_tracker(root: str, iterations: list[int]) -> TrackerReport:

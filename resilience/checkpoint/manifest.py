@@ -1,4 +1,8 @@
-"""Our own metadata: a versioned JSON manifest with a digest over its body, and safe paths."""
+"""Our own metadata: a versioned JSON manifest with a digest over its body, and safe paths.
+
+Reading a checkpoint follows storage.contained's rule: only regular files, only inside the
+checkpoint folder (symlinks that leave it are refused). Every number read from a manifest is an
+integer in range, so a hostile one is an IntegrityError naming the file, never a crash."""
 from __future__ import annotations
 
 import json
@@ -12,12 +16,23 @@ import xxhash
 
 from .. import storage
 from ..errors import IntegrityError
+from ..storage.contained import check_folder, check_inside
 from ..state.topology import Topology
 from .combos import Combination
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 CHUNK = 8 << 20
+MAX_MANIFEST_BYTES = 256 << 20
+MAX_ITERATION = 10 ** 15
+MAX_SIZE = 1 << 62
+
+
+def bounded_int(value, limit: int, path: str, what: str) -> int:
+    """`value` when it is an integer in 0..limit (a JSON int, not a float, bool or string)."""
+    if type(value) is not int or not 0 <= value <= limit:
+        raise IntegrityError(path, "manifest fields", f"{what} is {str(value)[:40]!r}, not an integer in 0..{limit}")
+    return value
 
 
 def safe_relpath(rel: str, where: str) -> str:
@@ -79,51 +94,72 @@ class Manifest:
             storage.write_all(f, self.to_json().encode())
 
     @classmethod
-    def read(cls, folder: str) -> "Manifest":
+    def read(cls, folder: str, root: str | None = None) -> "Manifest":
+        """The manifest of checkpoint folder `folder`, inside checkpoint root `root` (default: the
+        folder holding `folder`). Any failure is an IntegrityError: an uncaught one on one rank hangs
+        the others."""
         path = os.path.join(folder, MANIFEST)
+        check_inside(folder, root if root is not None else os.path.dirname(os.path.abspath(folder)))
+        check_folder(folder)
         fs = storage.current()
-        if not fs.exists(path):
+        if not (fs.exists(path) or os.path.islink(path)):  # a dangling symlink is reported as one below
             raise IntegrityError(path, "manifest present", "the folder has no manifest.json: an uncommitted save")
-        try:  # any failure here must be an IntegrityError: an uncaught one on one rank hangs the others
+        check_inside(path, folder)
+        try:
             with fs.open_read(path) as f:
-                raw = f.read()
+                raw = f.read(MAX_MANIFEST_BYTES + 1)
         except OSError as e:
+            if isinstance(e, IntegrityError):
+                raise
             raise IntegrityError(path, "manifest readable", f"{type(e).__name__}: {e}") from None
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise IntegrityError(path, "manifest size", f"more than {MAX_MANIFEST_BYTES} bytes")
         try:
             doc = json.loads(raw.decode("utf-8"))
             body = doc["body"]
             version = doc["format_version"]
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise IntegrityError(path, "manifest parse", f"not a manifest ({type(e).__name__}: {e})") from None
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise IntegrityError(path, "manifest version", f"format_version {version!r} is newer than "
+        if type(version) is not int or version > FORMAT_VERSION:
+            raise IntegrityError(path, "manifest version", f"format_version {str(version)[:40]!r} is newer than "
                                  f"{FORMAT_VERSION}; upgrade checkpoint-resilience to read it")
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        try:
+            canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        except (ValueError, TypeError, RecursionError) as e:
+            raise IntegrityError(path, "manifest parse", f"{type(e).__name__}: {e}") from None
         if doc.get("digest") != xxhash.xxh3_128_hexdigest(canonical.encode()):
             raise IntegrityError(path, "manifest checksum", "the manifest body does not match its digest")
         try:
-            files = {safe_relpath(k, path): {"size": int(v["size"]), "xxh3_128": str(v["xxh3_128"])}
+            files = {safe_relpath(k, path): {"size": bounded_int(v["size"], MAX_SIZE, path, f"the size of {k!r}"),
+                                             "xxh3_128": str(v["xxh3_128"])}
                      for k, v in body["files"].items()}
+            iteration = bounded_int(body["iteration"], MAX_ITERATION, path, "the iteration")
             # readers build these on every rank; a bad one must fail here, as an IntegrityError, not there
             Topology.from_dict(body["topology"])
             Combination.from_dict(body["combination"])
-            return cls(body["combination"], body["topology"], body["model"], int(body["iteration"]), files,
+            return cls(body["combination"], body["topology"], body["model"], iteration, files,
                        body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
+        except IntegrityError:
+            raise
+        except Exception as e:  # a hostile body: any failure to read it is this manifest's fault
             raise IntegrityError(path, "manifest fields", f"{type(e).__name__}: {e}") from None
 
 
 def verify_file(folder: str, rel: str, expected: dict) -> None:
-    """Size then checksum of one listed file; IntegrityError naming the file and the check."""
+    """Size then checksum of one listed file; IntegrityError naming the file and the check. The file
+    must be a regular file inside `folder` (storage.contained)."""
     path = os.path.join(folder, safe_relpath(rel, os.path.join(folder, MANIFEST)))
     fs = storage.current()
-    if not fs.exists(path):
+    if not (fs.exists(path) or os.path.islink(path)):
         raise IntegrityError(path, "file present", "listed in the manifest but missing")
+    check_inside(path, folder)
     try:
         size = fs.size(path)
         if size == expected["size"]:
             _, digest = file_digest(path)
     except OSError as e:
+        if isinstance(e, IntegrityError):
+            raise
         raise IntegrityError(path, "readable", f"{type(e).__name__}: {e}") from None
     if size != expected["size"]:
         raise IntegrityError(path, "size", f"{size} bytes, manifest says {expected['size']}")

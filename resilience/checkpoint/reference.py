@@ -288,8 +288,14 @@ class ReferenceBackend:
         warnings: list[str] = []
         plan = None
         if _rank() == 0:
-            plan = self._candidates(root, warnings)
-        (candidates, tracker), warnings = broadcast((plan, warnings))
+            try:  # decided here, then sent to every rank: an error here must reach them all, not hang them
+                plan = self._candidates(root, warnings)
+            except Exception as e:
+                plan = IntegrityError(root, "checkpoint listing", _describe(e))
+        plan, warnings = broadcast((plan, warnings))
+        if isinstance(plan, IntegrityError):
+            raise plan
+        candidates, tracker = plan
         if tracker is not None and self.strict:
             raise IntegrityError(*tracker)
         info = self._info(state)
@@ -318,12 +324,14 @@ class ReferenceBackend:
         out = []
         for iteration, path in found:
             try:
-                manifest = Manifest.read(path)
+                manifest = Manifest.read(path, root)
                 problem = None
                 if manifest.iteration != iteration:
                     raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
             except IntegrityError as e:
                 manifest, problem = None, str(e)
+            except Exception as e:  # whatever a hostile folder makes of the reader, it is that folder's fault
+                manifest, problem = None, str(IntegrityError(path, "manifest", _describe(e)))
             out.append((iteration, path, manifest, problem))
         return out, tracker
 
@@ -350,8 +358,9 @@ class ReferenceBackend:
             if i % info.world == info.rank:
                 try:
                     verify_file(path, rel, expected)
-                except IntegrityError as e:
-                    problem = str(e)
+                except Exception as e:  # every rank must reach the all_gather below, whatever failed
+                    problem = str(e) if isinstance(e, IntegrityError) else \
+                        str(IntegrityError(os.path.join(path, rel), "verify", _describe(e)))
                     break
         problems = [p for p in all_gather(problem) if p]
         return problems[0] if problems else None
@@ -385,7 +394,7 @@ class ReferenceBackend:
             warnings.append(f"rank {info.rank}: {tracker}; scanning the folders instead")
         for iteration, path in found:
             try:
-                manifest = Manifest.read(path)
+                manifest = Manifest.read(path, rank_root)
                 if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
                     raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
@@ -399,6 +408,8 @@ class ReferenceBackend:
                 refused = str(e)
             except IntegrityError as e:
                 warnings.append(f"rank {info.rank}: {e}")
+            except Exception as e:  # every rank must reach the all_gather below
+                warnings.append(f"rank {info.rank}: {IntegrityError(path, 'checkpoint', _describe(e))}")
         gathered = all_gather((sorted(valid), warnings, refused))
         refusals = [r for _, _, r in gathered if r]
         if refusals:
@@ -443,10 +454,10 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
     for r in roots:
         for iteration, path in commit.list_iterations(r):
             try:
-                manifest = Manifest.read(path)
+                manifest = Manifest.read(path, r)
                 for rel, expected in manifest.files.items():
                     verify_file(path, rel, expected)
                 out.append(CheckpointInfo(iteration, path, True, manifest))
-            except IntegrityError as e:
+            except (IntegrityError, ValueError, OverflowError) as e:
                 out.append(CheckpointInfo(iteration, path, False, None, str(e)))
     return out

@@ -3,7 +3,10 @@
 DCP's FileSystemWriter and FileSystemReader hard-code a plain FileSystem; the subclasses here install
 SeamFileSystem instead (after the stock __init__, the way DCP's fsspec writer does). Streams opened for
 writing are the seam's WriteStreams: they fsync on close and hash what they write, so DCP's own
-os.fsync is turned off (sync_files=False) and the driver takes checksums from the streams."""
+os.fsync is turned off (sync_files=False) and the driver takes checksums from the streams.
+
+SeamReader never runs DCP's plain pickle: `.metadata` goes through safe_pickle, and every file it
+opens must be a regular file inside the checkpoint folder (storage.contained)."""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +20,8 @@ from typing import Iterator
 
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 
-from . import base
+from . import base, safe_pickle
+from .contained import check_inside
 
 
 @contextlib.contextmanager
@@ -47,9 +51,10 @@ class SeamFileSystem(FileSystemBase):
     """DCP's filesystem operations routed through the current storage seam (read at each call, so a
     fault injector installed with storage.use() sees every byte)."""
 
-    def __init__(self) -> None:
+    def __init__(self, root: str | None = None) -> None:
         self._written: dict[str, object] = {}  # path -> stream, to follow DCP's rename of .metadata.tmp
         self._lock = threading.Lock()
+        self.root = root  # a reader's checkpoint folder: nothing outside it is opened
 
     @contextlib.contextmanager
     def create_stream(self, path, mode: str) -> Iterator:
@@ -60,6 +65,8 @@ class SeamFileSystem(FileSystemBase):
                 with self._lock:
                     self._written[path] = stream
             elif "r" in mode:
+                if self.root is not None:
+                    check_inside(path, self.root)
                 stream = base.current().open_read(path)
             else:
                 raise ValueError(f"{path}: unsupported stream mode {mode!r}")
@@ -124,10 +131,27 @@ class SeamReader(FileSystemReader):
 
     def __init__(self, path, **kwargs) -> None:
         super().__init__(path, **kwargs)
-        self.fs = SeamFileSystem()
+        self.fs = SeamFileSystem(os.fspath(path))
         self.path = self.fs.init_path(path)
+
+    def read_metadata(self, *args, **kwargs):
+        """DCP's read_metadata, with the restricted unpickler instead of pickle.load."""
+        return read_metadata_safely(self, kwargs.get("rank"))
 
     def _slice_file(self, file, sinfo):
         # one read per item: torch.load through DCP's file view makes a Python call for every small read
         file.seek(sinfo.offset)
         return io.BytesIO(file.read(sinfo.length))
+
+
+def read_metadata_safely(reader: FileSystemReader, rank=None):
+    """What FileSystemReader.read_metadata does, for any FileSystemReader, without plain pickle: the
+    metadata through safe_pickle (IntegrityError naming the file and the refused class)."""
+    from torch.distributed.checkpoint.metadata import StorageMeta
+    path = reader._get_metadata_path(rank)
+    with reader.fs.create_stream(path, "rb") as stream:
+        metadata = safe_pickle.load_metadata(stream, os.fspath(path))
+    if getattr(metadata, "storage_meta", None) is None:
+        metadata.storage_meta = StorageMeta()
+    metadata.storage_meta.load_id = reader.load_id
+    return metadata

@@ -11,6 +11,7 @@ from typing import BinaryIO
 import xxhash
 
 from .base import WriteStreamBase
+from .contained import open_regular
 
 HASH_PIECE = 256 << 10
 _RENAME_EXCHANGE = 2
@@ -82,7 +83,7 @@ class LocalFileSystem:
         return LocalWriteStream(str(path), sync)
 
     def open_read(self, path: str) -> BinaryIO:
-        return open(path, "rb")
+        return open_regular(path)  # a FIFO, device or socket is refused, never opened
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)
