@@ -1,6 +1,8 @@
 """Integrity: corruption is detected (fallback or a clear error) or avoided; never loaded as wrong values."""
 from __future__ import annotations
 
+import os
+
 from .base import FAIL, NA, PASS, Evidence, Verdict
 
 
@@ -10,6 +12,10 @@ class Integrity:
     def check(self, ev: Evidence) -> Verdict:
         if not ev.corruptions:
             return Verdict(self.name, NA, "no corruption in this scenario")
+        ran = [c for c in ev.corruptions if c.get("marker") and os.path.exists(c["marker"])]
+        if ran:  # read from disk: only the command planted in the checkpoint creates its marker
+            return Verdict(self.name, FAIL, f"loading ran code planted in the checkpoint ({ran[0].get('rel')}): "
+                           f"{ran[0]['marker']} was created", ran)
         first = min(c["index"] for c in ev.corruptions)
         after = [ld for ld in ev.loads if ld.index > first]
         if not after:

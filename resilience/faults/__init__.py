@@ -5,11 +5,11 @@
   torn and slow writes, SIGKILL at a byte, an operation or a phase) and logs operations for crash states.
 - crash states: `crash_states(snapshot, oplog_dir, out_dir)` builds the disks a power loss can leave.
 - nemesis: `Nemesis(job, faults, folder=...)` kills or stops rank processes from outside.
-- at rest: `corrupt(fault, root)` truncates, flips, deletes, garbles, forges.
+- at rest: `corrupt(fault, root)` truncates, flips, deletes, garbles, forges, plants a hostile pickle.
 A fault that fired is recorded (`FaultReport`); `unprobed(faults, firings)` lists those that never did."""
 from .base import (KINDS, OPS, THREADS, Fault, FaultLayer, Target, Trigger, fault_from_dict, faults_from,
                    faults_from_text, matches_path, with_layer)
-from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, IOFailure, LeftoverStaging,
+from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle, IOFailure, LeftoverStaging,
                     LostUnsyncedWrites, MetadataDamage, RankCrash, RankHang, RankKill, ShortWrite, SlowWrite, TornWrite,
                     TrackerDamage, Truncate)
 from .report import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
@@ -20,7 +20,7 @@ from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ran
 from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
 
 __all__ = [
-    "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault",
+    "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault", "HostilePickle",
     "FaultLayer", "FaultReport", "FaultyFileSystem", "FaultyWriteStream", "IOFailure", "KINDS", "LeftoverStaging",
     "LostUnsyncedWrites", "MetadataDamage", "Nemesis", "NothingToDamage", "OPS", "Op", "OpLog", "RankCrash", "RankHang", "RankKill",
     "ShortWrite", "SlowWrite", "Snapshot", "THREADS", "Target", "TornWrite", "TrackerDamage", "Trigger", "Truncate",

@@ -20,8 +20,9 @@ from ..checkpoint.manifest import MANIFEST, Manifest
 from ..errors import ConfigError
 from ..state import Topology
 from .base import Fault, faults_from, matches_path
-from .kinds import (METADATA_FILES, BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, LeftoverStaging,
-                    MetadataDamage, TrackerDamage, Truncate)
+from .hostile_pickle import plant as plant_hostile_pickle
+from .kinds import (METADATA_FILES, BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle,
+                    LeftoverStaging, MetadataDamage, TrackerDamage, Truncate)
 
 _ITER = re.compile(r"iter_(\d{7})")
 _FOLDER = re.compile(r"iter_(\d{7})|step-(\d+)")  # ours and Megatron's, and torchtitan's DCP step folders
@@ -49,6 +50,7 @@ class Damage:
     old: str | None = None         # the byte (hex) or text before
     new: str | None = None         # and after
     detail: str = ""
+    marker: str | None = None      # a file that exists only if code planted in the checkpoint ran
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in (None, "")}
@@ -294,9 +296,18 @@ def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
     return _record(fault, "create", root, path, new_size=fault.length)
 
 
+def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damage:
+    """DCP's .metadata replaced by a pickle that runs a command (resilience.faults.hostile_pickle)."""
+    folder, _ = _pick_folder(root, fault, rng)
+    path, marker, old, new, rewritten = plant_hostile_pickle(root, folder)
+    return _record(fault, "replace", root, path, old_size=old, new_size=new, marker=marker,
+                   detail="pickle runs os.system('touch " + os.path.relpath(marker, root) + "'), then yields the "
+                          "original metadata" + ("; manifest size and xxh3 updated" if rewritten else ""))
+
+
 _ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
             EscapingManifestPath: escaping_path, TrackerDamage: tracker_damage, LeftoverStaging: leftover_staging,
-            ExtraFile: extra_file}
+            ExtraFile: extra_file, HostilePickle: hostile_pickle}
 
 
 def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage:

@@ -282,6 +282,21 @@ class EscapingManifestPath(Fault):
                               "use a path such as ../outside.pt or /etc/passwd")
 
 
+@dataclass(frozen=True)
+class HostilePickle(Fault):
+    """Replace DCP's `.metadata` (a pickle) with one whose `__reduce__` runs os.system to create a
+    marker file, then yields the original metadata: a loader that unpickles it runs the command and
+    loads as if nothing happened. manifest.json, where there is one, gets the new size and checksum
+    (a checksum is not authentication). Checkpoints with no pickle (torch format) are not damaged."""
+
+    kind: ClassVar[str] = "hostile_pickle"
+    layer: ClassVar[str] = "at_rest"
+    uses: ClassVar[frozenset[str]] = frozenset({"rank", "iteration"})
+
+    def _check(self, where):
+        _single_rank(self, where)
+
+
 TRACKER_DAMAGE = ("stale", "empty", "non_numeric", "future", "delete")
 
 
@@ -329,6 +344,6 @@ class ExtraFile(Fault):
         _int(self.length, f"{where}.length", minimum=0)
 
 
-__all__ = ["BitFlip", "DeleteFile", "EscapingManifestPath", "ExtraFile", "IOFailure", "LeftoverStaging",
+__all__ = ["BitFlip", "DeleteFile", "EscapingManifestPath", "ExtraFile", "HostilePickle", "IOFailure", "LeftoverStaging",
            "LostUnsyncedWrites", "METADATA_DAMAGE", "METADATA_FILES", "MetadataDamage", "RankCrash", "RankHang",
            "RankKill", "ShortWrite", "SlowWrite", "TRACKER_DAMAGE", "TornWrite", "TrackerDamage", "Truncate"]

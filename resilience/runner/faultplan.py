@@ -19,7 +19,8 @@ CORRUPT_KINDS = {"truncate": "truncate", "bitflip": "bit_flip", "bit_flip": "bit
                  "delete_file": "delete_file", "metadata": "metadata_damage", "metadata_damage": "metadata_damage",
                  "tracker": "tracker_damage", "tracker_damage": "tracker_damage", "staging": "leftover_staging",
                  "leftover_staging": "leftover_staging", "extra": "extra_file", "extra_file": "extra_file",
-                 "escape": "escaping_path", "escaping_path": "escaping_path"}
+                 "escape": "escaping_path", "escaping_path": "escaping_path", "pickle": "hostile_pickle",
+                 "hostile_pickle": "hostile_pickle"}
 _ITER = re.compile(r"iter_(\d{7})|step-(\d+)")
 
 

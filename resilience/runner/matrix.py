@@ -29,6 +29,8 @@ FAULTS: dict[str, list[dict]] = {
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
     "metadata": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "metadata"}}],
+    # DCP's pickled .metadata replaced by one that runs a command (manifest updated to match): never run it
+    "pickle": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "hostile_pickle"}}],
     # every file operation of both saves recorded; power lost while rank 1 writes a data file of the second
     "lost_unsynced": [{"train": 2}, {"lose_unsynced": {"rank": 1, "after_bytes": 200, "file": "@data#2",
                                                        "max_states": 8}},

@@ -29,6 +29,7 @@ EXAMPLES = [
     {"kind": "tracker_damage", "how": "future"},
     {"kind": "leftover_staging"},
     {"kind": "extra_file", "name": "x.bin", "length": 3},
+    {"kind": "hostile_pickle", "target": {"iteration": 3}},
 ]
 
 

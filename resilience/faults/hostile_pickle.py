@@ -1,0 +1,90 @@
+"""The hostile pickle: a `.metadata` that runs a command when a loader unpickles it.
+
+The replacement unpickles, with plain pickle, to exactly the original metadata, after running
+`os.system("touch MARKER")`: a loader that unpickles it loads normally, and only the marker file
+shows that code from the checkpoint ran. MARKER is `HOSTILE_PICKLE_RAN` in the checkpoint root, so
+a run can tell afterwards; the Damage record names it. Loaders that use a restricted unpickler
+refuse the class `posix.system` instead."""
+from __future__ import annotations
+
+import json
+import operator
+import os
+import pickle
+import shlex
+
+import xxhash
+
+from ..checkpoint.manifest import MANIFEST, Manifest
+from ..errors import ConfigError, IntegrityError
+from ..storage import safe_pickle
+
+DCP_METADATA = ".metadata"
+MARKER = "HOSTILE_PICKLE_RAN"
+
+
+class _Command:
+    def __init__(self, command: str):
+        self.command = command
+
+    def __reduce__(self):
+        return os.system, (self.command,)
+
+
+class _ThenValue:
+    """Unpickles to `value`, after unpickling `first` (the command)."""
+
+    def __init__(self, first, value):
+        self.first, self.value = first, value
+
+    def __reduce__(self):
+        return operator.getitem, ((self.first, self.value), 1)
+
+
+def hostile_bytes(original: bytes, path: str, marker: str) -> bytes:
+    """A pickle that touches `marker` and then yields what `original` (DCP metadata) holds."""
+    metadata = safe_pickle.loads(original, path)  # our own checkpoint's metadata: read it safely too
+    return pickle.dumps(_ThenValue(_Command(f"touch {shlex.quote(marker)}"), metadata))
+
+
+def _rewrite_manifest(folder: str, rel: str, data: bytes) -> bool:
+    """Give `rel` its new size and checksum in the folder's manifest, digest recomputed; False when
+    the folder has no manifest (another implementation's checkpoint)."""
+    path = os.path.join(folder, MANIFEST)
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        try:
+            body = json.loads(f.read())["body"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ConfigError("target", f"{path} is not a manifest to rewrite: {e}") from None
+    files = dict(body["files"])
+    files[rel] = {"size": len(data), "xxh3_128": xxhash.xxh3_128_hexdigest(data)}
+    forged = Manifest(body["combination"], body["topology"], body["model"], body["iteration"], files,
+                      body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
+    with open(path, "wb") as f:
+        f.write(forged.to_json().encode())
+    return True
+
+
+def plant(root: str, folder: str) -> tuple[str, str, int, int, bool]:
+    """Replace `folder`'s `.metadata`: (its path, the marker, old size, new size, manifest rewritten).
+    NothingToDamage when the folder holds no pickle."""
+    from .corruption import NothingToDamage
+    path = os.path.join(folder, DCP_METADATA)
+    if not os.path.isfile(path):
+        raise NothingToDamage("target", f"{folder} holds no pickle ({DCP_METADATA}): this format has no "
+                              f"pickled metadata to replace")
+    marker = os.path.join(root, MARKER)
+    if os.path.lexists(marker):
+        os.unlink(marker)  # the marker must say what the next load did, not an earlier one
+    with open(path, "rb") as f:
+        original = f.read()
+    try:
+        data = hostile_bytes(original, path, marker)
+    except IntegrityError as e:
+        raise ConfigError("target", f"{path} is not DCP metadata to replace: {e.detail}") from None
+    with open(path, "wb") as f:
+        f.write(data)
+    rewritten = _rewrite_manifest(folder, os.path.relpath(path, folder), data)
+    return path, marker, len(original), len(data), rewritten
