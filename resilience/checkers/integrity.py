@@ -14,8 +14,10 @@ class Integrity:
             return Verdict(self.name, NA, "no corruption in this scenario")
         ran = [c for c in ev.corruptions if c.get("marker") and os.path.exists(c["marker"])]
         if ran:  # read from disk: only the command planted in the checkpoint creates its marker
+            with open(ran[0]["marker"], "rb") as f:
+                times = f.read(1 << 16).count(b"\n")  # one line each time the planted command ran
             return Verdict(self.name, FAIL, f"loading ran code planted in the checkpoint ({ran[0].get('rel')}): "
-                           f"{ran[0]['marker']} was created", ran)
+                           f"{ran[0]['marker']} was created ({times} run{'s' if times != 1 else ''})", ran)
         first = min(c["index"] for c in ev.corruptions)
         after = [ld for ld in ev.loads if ld.index > first]
         if not after:

@@ -301,7 +301,7 @@ def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damag
     folder, _ = _pick_folder(root, fault, rng)
     path, marker, old, new, rewritten = plant_hostile_pickle(root, folder)
     return _record(fault, "replace", root, path, old_size=old, new_size=new, marker=marker,
-                   detail="pickle runs os.system('touch " + os.path.relpath(marker, root) + "'), then yields the "
+                   detail="pickle runs os.system('echo ran >> " + os.path.relpath(marker, root) + "'), then yields the "
                           "original metadata" + ("; manifest size and xxh3 updated" if rewritten else ""))
 
 

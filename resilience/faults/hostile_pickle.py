@@ -1,8 +1,8 @@
 """The hostile pickle: a `.metadata` that runs a command when a loader unpickles it.
 
 The replacement unpickles, with plain pickle, to exactly the original metadata, after running
-`os.system("touch MARKER")`: a loader that unpickles it loads normally, and only the marker file
-shows that code from the checkpoint ran. MARKER is `HOSTILE_PICKLE_RAN` in the checkpoint root, so
+`os.system("echo ran >> MARKER")`: a loader that unpickles it loads normally, and only the marker
+file shows that code from the checkpoint ran (one line per time it ran). MARKER is `HOSTILE_PICKLE_RAN` in the checkpoint root, so
 a run can tell afterwards; the Damage record names it. Loaders that use a restricted unpickler
 refuse the class `posix.system` instead."""
 from __future__ import annotations
@@ -42,9 +42,9 @@ class _ThenValue:
 
 
 def hostile_bytes(original: bytes, path: str, marker: str) -> bytes:
-    """A pickle that touches `marker` and then yields what `original` (DCP metadata) holds."""
+    """A pickle that appends a line to `marker` and then yields what `original` (DCP metadata) holds."""
     metadata = safe_pickle.loads(original, path)  # our own checkpoint's metadata: read it safely too
-    return pickle.dumps(_ThenValue(_Command(f"touch {shlex.quote(marker)}"), metadata))
+    return pickle.dumps(_ThenValue(_Command(f"echo ran >> {shlex.quote(marker)}"), metadata))
 
 
 def _rewrite_manifest(folder: str, rel: str, data: bytes) -> bool:

@@ -53,6 +53,17 @@ def test_integrity_fails_when_damage_loads_as_wrong_values():
     assert Integrity().check(e).status == FAIL
 
 
+def test_integrity_fails_when_a_load_ran_code_planted_in_the_checkpoint(tmp_path):
+    """A load with right values still fails once the planted command's marker exists."""
+    marker = tmp_path / "HOSTILE_PICKLE_RAN"
+    e = ev([save(2), save(3)], [load(3, index=100)],
+           corruptions=[{"index": 50, "iteration": 3, "rel": "iter_0000003/.metadata", "marker": str(marker)}])
+    assert Integrity().check(e).status == PASS  # the damage missed what was read: no marker, no code ran
+    marker.write_text("ran\nran\n")
+    verdict = Integrity().check(e)
+    assert verdict.status == FAIL and "ran code planted" in verdict.detail and "2 runs" in verdict.detail
+
+
 def test_integrity_passes_on_fallback_and_on_refusal():
     e = ev([save(2), save(3)], [load(2, warnings=["checksum failed"]),
                                 LoadRecord(2, str(T), "fail", 101, error="IntegrityError: x")],
