@@ -26,10 +26,10 @@ from typing import Any, Callable
 import pytest
 
 from .fuzz import profiles  # noqa: F401  (registers the Hypothesis profiles ci, dev and fuzz)
+from .status import FAILING  # what fails a scenario item, as every command counts it
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 SCENARIO_FOLDER = "scenarios"
-FAILING = ("FAIL", "UNKNOWN", "UNPROBED")  # what fails a scenario item, as `resilience run` counts it
 
 
 # ---- option values ---------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ class ScenarioItem(pytest.Item):
         result = run_case(self.scenario, self.combo, options.case_dir(f"{self.scenario.name}-{self.combo}"),
                           backend=backend)
         replay = replay_command(str(self.path), self.combo, backend)
-        self.user_properties += [("verdict", result.verdict), ("replay", replay), ("evidence", result.case_dir)]
+        self.user_properties += [("verdict", str(result.verdict)), ("replay", replay), ("evidence", result.case_dir)]
         if result.verdict in FAILING:
             raise failure_class(result)(self.scenario, result, replay)
 

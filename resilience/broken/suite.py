@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import ConfigError
+from ..status import FAIL
 from . import CATALOGUE, BrokenImpl
 
 
@@ -22,7 +23,7 @@ class SuiteResult:
 
     @property
     def caught(self) -> bool:
-        return any(r["verdict"] == "FAIL" for r in self.rows)
+        return any(r["verdict"] == FAIL for r in self.rows)
 
     @property
     def caught_by(self) -> list[str]:
@@ -30,7 +31,7 @@ class SuiteResult:
         seen: list[str] = []
         for r in self.rows:
             for c in r["checkers"]:
-                if c["status"] == "FAIL" and c["checker"] not in seen:
+                if c["status"] == FAIL and c["checker"] not in seen:
                     seen.append(c["checker"])
         return seen
 
@@ -88,7 +89,7 @@ def render(results: list[SuiteResult], full: bool) -> str:
              "| implementation | bug | column | combinations | FAIL | caught by | expected |",
              "|---|---|---|---|---|---|---|"]
     for r in results:
-        fails = sum(row["verdict"] == "FAIL" for row in r.rows)
+        fails = sum(row["verdict"] == FAIL for row in r.rows)
         lines.append(f"| `{r.impl.name}` | {r.impl.bug} | {r.impl.column} | "
                      f"{', '.join(row['combo'] for row in r.rows)} | {fails}/{len(r.rows)} | "
                      f"{', '.join(r.caught_by) or '**not caught**'} | {r.impl.caught_by}"

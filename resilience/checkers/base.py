@@ -4,42 +4,11 @@ from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Callable, Protocol
 
 from ..checkpoint.combos import Combination
 from ..state import Topology
-
-
-
-class Status(str, Enum):
-    """A verdict. A str, so rows read back from JSON compare equal to it."""
-
-    PASS = "PASS"
-    FAIL = "FAIL"
-    UNKNOWN = "UNKNOWN"          # could not be judged: a crashed checker, a rank that failed unexpectedly
-    REFUSED = "REFUSED-AS-EXPECTED"
-    NA = "N/A"                   # nothing to judge, and nothing was supposed to be probed
-    UNPROBED = "UNPROBED"        # a configured fault never fired or applied: nothing was tested
-
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-    @property
-    def failing(self) -> bool:
-        return self in FAILING
-
-
-PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (Status.PASS, Status.FAIL, Status.UNKNOWN, Status.REFUSED, Status.NA,
-                                              Status.UNPROBED)
-# What no command may count as passed: every summary, exit status and report uses this one set.
-FAILING = frozenset({FAIL, UNKNOWN, UNPROBED})
-SEVERITY = {FAIL: 5, UNKNOWN: 4, UNPROBED: 3, REFUSED: 1, PASS: 1, NA: 0}
-
-
-def is_failing(status) -> bool:
-    """Whether a verdict (a Status or its string, as results.json holds it) counts as not passed."""
-    return status in FAILING
+from ..status import FAIL, FAILING, NA, PASS, REFUSED, SEVERITY, UNKNOWN, UNPROBED, Status, is_failing, worst
 
 
 @dataclass
@@ -69,6 +38,8 @@ class SaveRecord:
     world: int = 0     # ranks that took part; every one must return for an acknowledgement
     ok_ranks: list[int] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)  # rank -> what the save (or its finalize) raised
+    invoked_at: dict[int, float] = field(default_factory=dict)   # rank -> time it invoked the save
+    returned_at: dict[int, float] = field(default_factory=dict)  # rank -> time it returned ok
 
     @property
     def acknowledged(self) -> bool:
@@ -138,6 +109,5 @@ def run_checker(checker: Checker, ev: Evidence) -> Verdict:
                        [{"traceback": traceback.format_exc()}])
 
 
-def worst(statuses) -> Status:
-    statuses = [Status(s) for s in statuses] or [NA]
-    return max(statuses, key=lambda s: SEVERITY[s])
+__all__ = ["FAIL", "FAILING", "NA", "PASS", "REFUSED", "SEVERITY", "UNKNOWN", "UNPROBED", "Checker", "Evidence",
+           "LoadRecord", "SaveRecord", "Status", "Verdict", "is_failing", "run_checker", "worst"]

@@ -63,11 +63,12 @@ def run(args) -> int:
     print(f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
           f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else ""))
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
+    from ..fuzz.judge import BAD
     found: set[str] = set()
     with Progress(opts.examples * len(opts.modes), "cases") as bar:
         def progress(mode, result):
             bar.update()
-            if result is not None and result.verdict in ("FAIL", "UNKNOWN"):
+            if result is not None and result.verdict in BAD:
                 key = f"{mode}:{result.verdict}:{result.detail[:60]}"
                 if not found:
                     bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
@@ -85,8 +86,11 @@ def run(args) -> int:
     if outcome.ok:
         print("no failure found")
         return 0
+    # UNPROBED counts as not passed here as in every other command's summary, though it is not shrunk
     print(f"{len(outcome.failures)} failure{'s' if len(outcome.failures) != 1 else ''}"
-          + (f", {len(outcome.errors)} errors" if outcome.errors else ""))
+          + (f", {len(outcome.errors)} errors" if outcome.errors else "")
+          + (f", {outcome.unprobed} cases UNPROBED (a generated fault never fired: not passed)"
+             if outcome.unprobed else ""))
     return 1
 
 

@@ -69,7 +69,8 @@ def run(args) -> int:
 
 
 def summarize(rows: list[dict], paths: dict) -> int:
-    bad = [r for r in rows if r["verdict"] in ("FAIL", "UNKNOWN", "UNPROBED")]
+    from ..status import is_failing
+    bad = [r for r in rows if is_failing(r["verdict"])]
     for r in bad:
         print(f"{r['verdict']}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
     print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")

@@ -30,7 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError
-from ..checkers import UNKNOWN, Verdict
+from ..checkers import FAIL, PASS, UNKNOWN, UNPROBED, Verdict, is_failing
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from . import profiles  # noqa: F401  (registers the profiles)
@@ -95,8 +95,13 @@ class FuzzOutcome:
     seconds: float = 0.0
 
     @property
+    def unprobed(self) -> int:
+        """Cases neither failed nor passed (FAILING verdicts that are not shrunk: a fault that never fired)."""
+        return sum(n for k, n in self.counts.items() if is_failing(k) and k not in BAD)
+
+    @property
     def ok(self) -> bool:
-        return not self.failures and not self.errors
+        return not self.failures and not self.errors and not self.unprobed
 
     def to_dict(self) -> dict:
         return {"run_dir": self.run_dir, "seed": self.seed, "options": self.options, "counts": self.counts,
@@ -310,8 +315,9 @@ def _write(outcome: FuzzOutcome, opts: FuzzOptions) -> None:
     ran = sum(v for k, v in outcome.counts.items() if k not in ("skipped (time budget)", "rejected"))
     if not outcome.failures:
         rows.append({"scenario": "fuzz", "combo": ", ".join(map(str, opts.combos or [])) or "all", "fault": None,
-                     "transition": None, "verdict": "FAIL" if outcome.errors else "PASS",
-                     "detail": (outcome.errors[0][:300] if outcome.errors else f"{ran} cases, no failure"),
+                     "transition": None, "verdict": FAIL if outcome.errors else UNPROBED if outcome.unprobed else PASS,
+                     "detail": (outcome.errors[0][:300] if outcome.errors else f"{ran} cases, no failure"
+                                + (f", but {outcome.unprobed} {UNPROBED.value} (not passed)" if outcome.unprobed else "")),
                      "seconds": round(outcome.seconds, 3), "checkers": [], "case_dir": outcome.run_dir,
                      "replay": replay_fuzz(opts), "column": "fuzz"})
     write_run_files(outcome.run_dir, rows, {"title": "resilience fuzz", "seed": outcome.seed, "backend": opts.backend,

@@ -12,12 +12,14 @@ import shutil
 import tempfile
 from typing import Iterable
 
-from ..checkers import FAIL, UNKNOWN, UNPROBED
+from ..checkers import FAIL, FAILING, UNKNOWN
 from ..checkpoint.combos import Combination
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 
-BAD = (FAIL, UNKNOWN)  # what fails a property; UNPROBED only says a generated fault found nothing to hit
+# what fails a property and is shrunk; an UNPROBED case (a generated fault found nothing to hit) is not a bug
+# to shrink, but it is not a pass either: the fuzz summary counts it among FAILING, as every command does
+BAD = (FAIL, UNKNOWN)
 
 
 class ScenarioFailed(AssertionError):
@@ -49,7 +51,7 @@ def describe_failure(scenario: Scenario, result: CaseResult, replay: str, *, lim
     lines = [f"{result.verdict}: scenario {scenario.name!r} with {result.combo}: {result.detail}", "", "checkers:"]
     for v in result.verdicts:
         lines.append(f"  {v.status:<20} {v.checker}: {v.detail}")
-        if v.status in (FAIL, UNKNOWN, UNPROBED) and v.evidence:
+        if v.status in FAILING and v.evidence:
             text = json.dumps(v.evidence, indent=1, default=str)
             lines += ["    " + line for line in (text[:limit] + (" ..." if len(text) > limit else "")).splitlines()]
     lines += ["", f"evidence: {result.case_dir}", "", "scenario:"]

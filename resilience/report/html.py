@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import html
 
-from .table import SHORT, column_of, matrix
+from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED
+from .table import column_of, matrix, short, status_of
 
-COLOURS = {"PASS": "#2e7d32", "REFUSED-AS-EXPECTED": "#1565c0", "FAIL": "#c62828", "UNKNOWN": "#6a1b9a",
-           "UNPROBED": "#ef6c00", "N/A": "#9e9e9e"}
+COLOURS = {PASS: "#2e7d32", REFUSED: "#1565c0", FAIL: "#c62828", UNKNOWN: "#6a1b9a", UNPROBED: "#ef6c00",
+           NA: "#9e9e9e"}
 
 
 def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None) -> str:
@@ -22,20 +23,20 @@ def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None) 
     for combo in combos:
         tds = []
         for c in cols:
-            verdict = cells.get((combo, c), "N/A")
+            verdict = cells.get((combo, c), NA.value)
             tip = " | ".join(r.get("detail", "") for r in by_cell.get((combo, c), []))[:600]
-            tds.append(f'<td style="background:{COLOURS.get(verdict, "#777")}" title="{e(tip)}">'
-                       f"{e(SHORT.get(verdict, verdict))}</td>")
+            tds.append(f'<td style="background:{COLOURS.get(status_of(verdict), "#777")}" title="{e(tip)}">'
+                       f"{e(short(verdict))}</td>")
         body.append(f"<tr><th>{e(combo)}</th>{''.join(tds)}</tr>")
     details = []
     for r in rows:
-        if r["verdict"] in ("PASS", "REFUSED-AS-EXPECTED"):
+        if r["verdict"] in (PASS, REFUSED):
             continue
         items = "".join(f"<li><b>{e(v['checker'])}</b> {e(v['status'])}: {e(v['detail'])}</li>"
-                        for v in r.get("checkers", []) if v["status"] not in ("PASS", "N/A"))
+                        for v in r.get("checkers", []) if v["status"] not in (PASS, NA))
         details.append(f"<h3>{e(r['combo'])} · {e(column_of(r))} · {e(r['verdict'])}</h3><ul>{items}</ul>"
                        f"<pre>{e(r.get('replay', ''))}</pre>")
-    legend = " ".join(f'<span class="chip" style="background:{c}">{e(SHORT.get(k, k))}</span>'
+    legend = " ".join(f'<span class="chip" style="background:{c}">{e(short(k))}</span>'
                       for k, c in COLOURS.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{e(meta.get('title', 'Resilience run'))}</title>

@@ -3,21 +3,22 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from ..status import FAIL, NA, is_failing
 from .table import column_of
 
 
 def render_junit(rows: list[dict], meta: dict) -> str:
     suite = ET.Element("testsuite", name=meta.get("title", "resilience"), tests=str(len(rows)),
-                       failures=str(sum(r["verdict"] == "FAIL" for r in rows)),
-                       errors=str(sum(r["verdict"] in ("UNKNOWN", "UNPROBED") for r in rows)))
+                       failures=str(sum(r["verdict"] == FAIL for r in rows)),
+                       errors=str(sum(is_failing(r["verdict"]) and r["verdict"] != FAIL for r in rows)))
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=r["combo"], name=column_of(r),
                              time=str(r.get("seconds", 0)))
         text = f"{r.get('detail', '')}\nreplay: {r.get('replay', '')}"
-        if r["verdict"] == "FAIL":
+        if r["verdict"] == FAIL:
             ET.SubElement(case, "failure", message=r.get("detail", "")[:200]).text = text
-        elif r["verdict"] in ("UNKNOWN", "UNPROBED"):
+        elif is_failing(r["verdict"]):
             ET.SubElement(case, "error", message=f"{r['verdict']}: {r.get('detail', '')[:200]}").text = text
-        elif r["verdict"] == "N/A":
+        elif r["verdict"] == NA:
             ET.SubElement(case, "skipped", message="not applicable")
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import json
 
-from .table import SHORT, column_of, matrix
+from ..status import NA, PASS, REFUSED
+from .table import column_of, matrix, short
 
 
 def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None) -> str:
@@ -17,20 +18,20 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
     out.append("Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
     out += ["", "| combination | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for combo in combos:
-        out.append(f"| {combo} | " + " | ".join(SHORT.get(cells.get((combo, c), "N/A"), "-") for c in cols) + " |")
-    bad = [r for r in rows if r["verdict"] not in ("PASS", "REFUSED-AS-EXPECTED", "N/A")]
+        out.append(f"| {combo} | " + " | ".join(short(cells.get((combo, c), NA.value)) for c in cols) + " |")
+    bad = [r for r in rows if r["verdict"] not in (PASS, REFUSED, NA)]
     if bad:
         out += ["", "## Cases that did not pass", ""]
         for r in bad:
             out += [f"### {r['combo']} · {column_of(r)} · {r['verdict']}", "", r.get("detail", ""), "",
                     f"replay: `{r.get('replay', '')}`", ""]
             for v in r.get("checkers", []):
-                if v["status"] not in ("PASS", "N/A", "REFUSED-AS-EXPECTED"):
+                if v["status"] not in (PASS, NA, REFUSED):
                     out += [f"- **{v['checker']}** {v['status']}: {v['detail']}"]
                     for e in v.get("evidence", [])[:3]:
                         out.append(f"  - `{json.dumps(e)[:400]}`")
             out.append("")
-    refused = [r for r in rows if r["verdict"] == "REFUSED-AS-EXPECTED"]
+    refused = [r for r in rows if r["verdict"] == REFUSED]
     if refused:
         out += ["", "## Refused as expected", ""]
         for r in refused:

@@ -1,10 +1,28 @@
 """The matrix view of rows: one line per combination, one column per fault or transition."""
 from __future__ import annotations
 
-from ..checkers import worst
+from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, worst
 
-SHORT = {"PASS": "PASS", "FAIL": "FAIL", "UNKNOWN": "UNKNOWN", "REFUSED-AS-EXPECTED": "REFUSED", "N/A": "-",
-         "UNPROBED": "UNPROBED"}
+SHORT = {PASS: "PASS", FAIL: "FAIL", UNKNOWN: "UNKNOWN", REFUSED: "REFUSED", NA: "-", UNPROBED: "UNPROBED"}
+ALSO_UNPROBED = "+" + UNPROBED.value  # a FAIL or UNKNOWN beside a configured fault that never fired: both shown
+
+
+def cell_of(row: dict) -> str:
+    """A row's verdict as a cell shows it: marked when one of its faults never fired, so nothing hides."""
+    verdict = Status(row["verdict"])
+    if verdict in (FAIL, UNKNOWN) and any(f.get("status") != "fired" for f in row.get("faults") or []):
+        return verdict.value + ALSO_UNPROBED
+    return verdict.value
+
+
+def status_of(cell: str) -> Status:
+    return Status(cell.split("+")[0])
+
+
+def short(cell: str) -> str:
+    """'FAIL+UNPROBED' -> 'FAIL+UNPROBED', 'N/A' -> '-', 'REFUSED-AS-EXPECTED' -> 'REFUSED'."""
+    base, plus, rest = cell.partition("+")
+    return SHORT.get(base, base) + plus + rest
 
 
 def column_of(row: dict) -> str:
@@ -14,7 +32,7 @@ def column_of(row: dict) -> str:
 
 
 def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str], list[str], dict]:
-    """(combos in order, columns in order, {(combo, column): verdict})."""
+    """(combos in order, columns in order, {(combo, column): cell}), a cell being cell_of() the worst row."""
     combos, cols, cells = [], list(columns or []), {}
     for r in rows:
         col = column_of(r)
@@ -23,7 +41,12 @@ def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str
         if col not in cols:
             cols.append(col)
         key = (r["combo"], col)
-        cells[key] = worst([cells[key], r["verdict"]]) if key in cells else r["verdict"]
+        cell = cell_of(r)
+        if key in cells and status_of(cells[key]) != status_of(cell):
+            cell = cells[key] if worst([status_of(cells[key]), status_of(cell)]) == status_of(cells[key]) else cell
+        elif key in cells and ALSO_UNPROBED in cells[key]:
+            cell = cells[key]
+        cells[key] = cell
     return combos, cols, cells
 
 
@@ -34,5 +57,5 @@ def text_table(rows: list[dict], columns: list[str] | None = None) -> str:
     lines = ["combination".ljust(width) + "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     for combo in combos:
         lines.append(combo.ljust(width) + "  " + "  ".join(
-            SHORT.get(cells.get((combo, c), "N/A"), cells.get((combo, c), "-")).ljust(w) for c, w in zip(cols, widths)))
+            short(cells.get((combo, c), NA.value)).ljust(w) for c, w in zip(cols, widths)))
     return "\n".join(lines)

@@ -46,10 +46,13 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
                 topo = topo_of_job.get(e.job) or topology or ""
                 rec = saves[sid] = SaveRecord(e.job, v.get("iteration"), topo, None, None, INFO, i, sid,
                                               Topology.parse(topo).world if topo else 1)
-            if e.type == INVOKE and v.get("fingerprint"):
-                rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
+            if e.type == INVOKE:
+                rec.invoked_at.setdefault(e.process, e.time)
+                if v.get("fingerprint"):
+                    rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
             elif e.type == OK and e.process not in rec.ok_ranks:
                 rec.ok_ranks.append(e.process)
+                rec.returned_at[e.process] = e.time
                 if len(rec.ok_ranks) >= rec.world and rec.status != OK:
                     rec.status, rec.index = OK, i
             elif e.type == FAIL:

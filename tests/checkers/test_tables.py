@@ -1,0 +1,196 @@
+"""Hand-written histories and the verdict each must give: history -> evidence (the one builder the runner
+and the cluster judge use) -> checkers -> the case's verdict. Pure logic: no processes."""
+from __future__ import annotations
+
+import pytest
+
+from resilience.checkers import ALL, FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Verdict, run_checker
+from resilience.checkpoint.combos import Combination
+from resilience.report.table import cell_of, text_table
+from resilience.runner.evidence import evidence_from
+from resilience.runner.history import Event
+from resilience.runner.run import FIRED, NEVER_FIRED, combine
+from resilience.state import Topology
+
+T = "tp2pp1dp1"  # two ranks
+
+
+def fp(i):
+    return f"fp{i}"
+
+
+class History:
+    """Events as the runner merges them: job markers, each rank's operations, fault firings."""
+
+    def __init__(self):
+        self.events: list[Event] = []
+        self.job = 0
+
+    def add(self, type_, f, process, **value):
+        self.events.append(Event(type_, f, process, value, self.job))
+        return self
+
+    def start(self, job, topology=T):
+        self.job = job
+        return self.add("invoke", "job", "runner", job=job, topology=topology)
+
+    def save(self, sid, it, ok=(0, 1), fail=None, errno=None, invoke=(0, 1)):
+        for r in invoke:
+            self.add("invoke", "save", r, save_id=sid, iteration=it, **({"fingerprint": fp(it)} if r == 0 else {}))
+        for r in ok:
+            self.add("ok", "save", r, save_id=sid, iteration=it)
+        for r, error in (fail or {}).items():
+            self.add("fail", "save", r, save_id=sid, iteration=it, error=error,
+                     **({"errno": errno} if errno else {}))
+        return self
+
+    def fault(self, kind="io_error", rank=1):
+        return self.add("info", "fault", "runner", kind=kind, rank=rank)
+
+    def load(self, it=None, ok=True, topology=T, refused=False, crash_state=None, error=""):
+        if ok:
+            return self.add("ok", "load", 0, iteration=it, fingerprint=fp(it), topology=topology,
+                            crash_state=crash_state)
+        return self.add("fail", "load", 0, topology=topology, refused=refused, error=error, crash_state=crash_state)
+
+
+def judge(h: History, combo="GLOBAL/torch_dist/sync", save_topology=T) -> dict:
+    ev = evidence_from(h.events, combo=Combination.parse(combo), save_topology=Topology.parse(save_topology),
+                       expected=fp)
+    return {v.checker: v for v in (run_checker(c, ev) for c in ALL)}
+
+
+ENOSPC = "OSError: [Errno 28] No space left on device"
+
+# (name, history, checker, verdict it must give, words its detail must hold)
+TABLE = [
+    ("clean: two saves, the newest loaded",
+     History().start(0).save("0.1", 2).save("0.2", 3).start(1).load(3), "durability", PASS, ""),
+    ("partial acknowledgement: rank 1 never returned from save 3, so 2 may be loaded",
+     History().start(0).save("0.1", 2).save("0.2", 3, ok=(0,)).start(1).load(2), "durability", PASS, ""),
+    ("partial acknowledgement is indeterminate, not a failure of the save",
+     History().start(0).save("0.1", 2).save("0.2", 3, ok=(0,)).start(1).load(2), "saves", PASS, "1 indeterminate"),
+    ("both ranks returned save 3: loading 2 loses it",
+     History().start(0).save("0.1", 2).save("0.2", 3).start(1).load(2), "durability", FAIL, "acknowledged save"),
+    ("a failed re-save of an acknowledged iteration keeps its acknowledgement: a failed load loses it",
+     History().start(0).save("0.1", 2).fault().save("0.2", 2, ok=(0,), fail={1: "OSError: EIO"}, errno="EIO")
+     .start(1).load(ok=False, error="CheckpointNotFound: none"), "durability", FAIL, "lost an acknowledged"),
+    ("a failed re-save of an acknowledged iteration, the first copy loaded",
+     History().start(0).save("0.1", 2).fault().save("0.2", 2, ok=(0,), fail={1: "OSError: EIO"}, errno="EIO")
+     .start(1).load(2), "durability", PASS, ""),
+    ("a load that returned an older iteration after an acknowledged save",
+     History().start(0).save("0.1", 2).start(1).save("1.1", 4).start(2).load(2), "durability", FAIL,
+     "lost"),
+    ("ENOSPC on every save, no fault planned: the environment refused, named by errno",
+     History().start(0).save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC").start(1)
+     .load(ok=False, error="CheckpointNotFound: none"), "saves", UNKNOWN,
+     "save raised OSError ENOSPC: No space left on device on rank 1"),
+    ("ENOSPC on every save, as a planned io_error makes it: nothing acknowledged, nothing probed",
+     History().start(0).fault().save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC").start(1)
+     .load(ok=False, error="CheckpointNotFound: none"), "saves", UNPROBED, "none of 1 saves"),
+    ("a save that raised a bug on every rank",
+     History().start(0).save("0.1", 2, ok=(), fail={0: "ValueError: bad", 1: "ValueError: bad"}).start(1)
+     .load(ok=False, error="CheckpointNotFound: none"), "saves", FAIL, "save raised ValueError: bad on rank 0"),
+    ("a power-loss state that kept the acknowledged save",
+     History().start(0).save("0.1", 2).save("0.2", 3, ok=()).start(1).load(2, crash_state="state-000"),
+     "durability", PASS, "1 power-loss states"),
+    ("a power-loss state that lost the acknowledged save",
+     History().start(0).save("0.1", 2).save("0.2", 3, ok=()).start(1)
+     .load(ok=False, crash_state="state-001", error="CheckpointNotFound: empty"), "durability", FAIL, ""),
+    ("a power-loss state holding a state no save wrote",
+     History().start(0).save("0.1", 2).start(1).add("ok", "load", 0, iteration=2, fingerprint="torn",
+                                                    crash_state="state-002"), "atomic_commit", FAIL, "no save"),
+]
+
+
+@pytest.mark.parametrize("name, history, checker, status, words", TABLE, ids=[row[0] for row in TABLE])
+def test_each_history_gets_its_verdict(name, history, checker, status, words):
+    v = judge(history)[checker]
+    assert v.status == status, (name, v)
+    assert words in v.detail, (name, v.detail)
+
+
+@pytest.mark.parametrize("combo, status", [("LEGACY/torch/sync", REFUSED), ("GLOBAL/torch_dist/sync", FAIL)])
+def test_a_refused_load_is_right_where_the_combination_refuses(combo, status):
+    h = History().start(0).save("0.1", 2).start(1, "tp1pp1dp1").load(
+        ok=False, topology="tp1pp1dp1", refused=True, error="TopologyChangeRefused: tp 2 -> 1")
+    assert judge(h, combo)["topology_independence"].status == status
+
+
+def test_an_async_save_is_acknowledged_only_when_finalize_returned_on_every_rank():
+    h = History().start(0)
+    for r in (0, 1):
+        h.add("invoke", "save", r, save_id="0.1", iteration=2, **({"fingerprint": fp(2)} if r == 0 else {}))
+    for r in (0, 1):
+        h.add("ok", "stage", r, save_id="0.1", iteration=2)
+    h.add("ok", "save", 0, save_id="0.1", iteration=2, via="finalize")  # rank 1 died in finalize
+    h.start(1).load(ok=False, error="CheckpointNotFound: none")
+    assert judge(h, "GLOBAL/torch_dist/async")["durability"].status == NA
+    h.events.insert(-2, Event("ok", "save", 1, {"save_id": "0.1", "iteration": 2, "via": "finalize"}, 0))
+    assert judge(h, "GLOBAL/torch_dist/async")["durability"].status == FAIL
+
+
+def _early(combo, ok_before_write=True):
+    """Rank 0 returns from save 0.2 before or after a crash catches rank 1 still writing it."""
+    h = History().start(0).save("0.1", 2)
+    h.save("0.2", 3, ok=())
+    crash = {"kind": "rank_crash", "rank": 1, "op": "write", "path": "iter_0000003/mp_rank_01/x.pt"}
+    if ok_before_write:
+        h.add("ok", "save", 0, save_id="0.2", iteration=3)
+        h.add("info", "fault", "runner", **crash, time=h.events[-1].time + 0.1)
+    else:
+        h.add("info", "fault", "runner", **crash, time=h.events[-1].time - 0.1)
+        h.add("ok", "save", 0, save_id="0.2", iteration=3)
+    return judge(h.start(1).load(2), combo)["durability"]
+
+
+def test_a_rank_may_not_report_a_save_done_before_every_rank_wrote_its_part():
+    v = _early("LEGACY/torch/sync")
+    assert v.status == FAIL and "rank 0 reported save 0.2 (iteration 3) done" in v.detail, v
+    assert _early("LEGACY/torch/sync", ok_before_write=False).status == PASS  # returned after: indeterminate only
+    assert _early("LOCAL/torch/sync").status == PASS  # each LOCAL rank speaks for its own folder
+
+
+def test_an_error_in_a_job_where_a_rank_was_killed_is_explained():
+    h = History().start(0).save("0.1", 2).save("0.2", 3, ok=(), fail={0: "RuntimeError: gloo connection reset"})
+    h.add("info", "job", "runner", job=0, signals={1: 9}).start(1).load(2)
+    assert judge(h)["saves"].status == PASS
+
+
+def test_histories_without_save_ids_pair_each_answer_with_its_save():
+    # the cluster program's form: every rank invokes, only rank 0 carries the fingerprint, no save id
+    h = History().start(0)
+    for it in (2, 2, 3):
+        for r in (0, 1):
+            h.add("invoke", "save", r, iteration=it, **({"fingerprint": fp(it)} if r == 0 else {}))
+        for r in (0, 1) if it != 3 else (0,):
+            h.add("ok", "save", r, iteration=it)
+    ev = evidence_from(h.start(1).load(2).events, combo=Combination.parse("GLOBAL/torch_dist/sync"),
+                       save_topology=Topology.parse(T), expected=fp)
+    assert [(s.save_id, s.iteration, s.status) for s in ev.saves] == [("0.1", 2, "ok"), ("0.2", 2, "ok"),
+                                                                      ("0.3", 3, "info")]
+
+
+def test_an_unfired_fault_beside_a_fail_shows_both():
+    verdicts = [Verdict("durability", FAIL, "1 of 1 loads lost an acknowledged save")]
+    faults = [{"fault": "rank_crash rank=1 phase=write", "status": NEVER_FIRED, "detail": "its trigger never came"},
+              {"fault": "truncate", "status": FIRED, "detail": "damaged iter_0000002/x"}]
+    overall, detail, extra = combine(verdicts, [], faults)
+    assert overall == FAIL
+    assert [(v.checker, v.status) for v in extra] == [("faults", UNPROBED)]
+    assert "durability:" in detail and "also UNPROBED" in detail and "rank_crash" in detail
+    row = {"combo": "GLOBAL/torch_dist/sync", "column": "kill", "verdict": overall.value, "faults": faults}
+    assert cell_of(row) == "FAIL+UNPROBED" and "FAIL+UNPROBED" in text_table([row])
+    # nothing unfired: the cell is the verdict alone
+    assert cell_of(dict(row, faults=faults[1:])) == "FAIL"
+
+
+def test_an_unfired_fault_alone_is_unprobed_never_a_pass():
+    overall, _, _ = combine([Verdict("durability", PASS, "ok")], [],
+                            [{"fault": "x", "status": "not applicable", "detail": "nothing to damage"}])
+    assert overall == UNPROBED and overall in FAILING
+
+
+def test_a_rank_that_failed_unexpectedly_is_unknown_beside_a_pass():
+    overall, detail, _ = combine([Verdict("durability", PASS, "ok")], [{"error": "rank 1: SIGSTOP, timed out"}], [])
+    assert overall == UNKNOWN and "a rank failed unexpectedly" in detail
