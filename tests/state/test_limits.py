@@ -1,0 +1,49 @@
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from resilience.errors import ConfigError
+from resilience.state import ModelSpec, Topology
+from resilience.state.limits import BYTES_PER_ELEMENT, check_fits, job_bytes, model_elements
+
+
+@given(layers=st.integers(1, 6), heads=st.integers(1, 4), per_head=st.integers(1, 4), ffn=st.integers(1, 40),
+       vocab=st.integers(1, 300), tp=st.sampled_from([1, 2, 4]))
+def test_the_closed_form_counts_every_parameter(layers, heads, per_head, ffn, vocab, tp):
+    spec = ModelSpec(num_layers=layers, hidden=heads * per_head, ffn_hidden=ffn, heads=heads, vocab=vocab)
+    assert model_elements(spec, tp) == sum(math.prod(p.shape) for p in spec.params(tp))
+
+
+def test_a_job_that_does_not_fit_is_refused_with_its_size():
+    spec = ModelSpec()
+    need = job_bytes(spec, Topology(dp=2))
+    assert need == model_elements(spec) * 3 * BYTES_PER_ELEMENT
+    check_fits(spec, Topology(dp=2), ceiling=need)
+    with pytest.raises(ConfigError, match="more than the ceiling"):
+        check_fits(spec, Topology(dp=2), ceiling=need - 1)
+
+
+def test_absurd_sizes_cost_nothing_to_measure():
+    spec = ModelSpec(num_layers=1024, hidden=1 << 20, heads=1, ffn_hidden=1 << 22, vocab=1 << 24)
+    assert model_elements(spec) > 10**15
+    with pytest.raises(ConfigError, match="model"):
+        check_fits(spec, Topology())
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"lr": float("nan")}, "model.lr"), ({"lr": float("inf")}, "model.lr"), ({"lr": "abc"}, "model.lr"),
+    ({"lr": 0}, "model.lr"), ({"lr": True}, "model.lr"), ({"seed": -1}, "model.seed"), ({"seed": 2**32}, "model.seed"),
+    ({"hidden": 2**20 + 4}, "model.hidden"), ({"num_layers": 1025}, "model.num_layers"), ({"vocab": 10**13}, "model.vocab"),
+])
+def test_model_fields_are_checked_for_type_and_range(kw, field):
+    with pytest.raises(ConfigError) as e:
+        ModelSpec(**kw)
+    assert e.value.field == field
+
+
+def test_every_problem_of_a_model_mapping_at_once():
+    problems = ModelSpec.problems_of({"hiden": 8, "lr": "x", "heads": 0, "vocab": 5})
+    assert [p.field for p in problems] == ["model.hiden", "model.lr", "model.heads"]
+    assert [p.field for p in ModelSpec.problems_of({"hidden": 30})] == ["model.hidden"]  # across fields, once fields are fine
+    assert ModelSpec.problems_of({"hidden": 6, "heads": 3}) == []
