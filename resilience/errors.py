@@ -50,11 +50,16 @@ class IntegrityError(ResilienceError, OSError):
         return type(self), (self.path, self.check, self.detail)
 
 
-class Interrupted(ResilienceError):
-    """The run was asked to stop by a signal: SIGTERM (or SIGHUP), raised from the handler the
-    `resilience` command installs, so that every `finally` runs: rank process groups are torn down and
-    the results so far can be written. Ctrl-C (SIGINT) stays Python's KeyboardInterrupt; code that ends a
-    run early catches both: `except (KeyboardInterrupt, Interrupted)`."""
+class Interrupted(KeyboardInterrupt):
+    """The run was asked to stop by SIGTERM (or SIGHUP): raised from the handler the `resilience` command
+    installs, so that every `finally` runs (rank process groups torn down, the results so far written).
+    Ctrl-C (SIGINT) stays Python's own KeyboardInterrupt; code that ends a run early catches both with
+    `except KeyboardInterrupt` and tells them apart with isinstance(e, Interrupted).
+
+    Not a ResilienceError on purpose: a stop request is not an error, and it must pass through every
+    `except Exception` / `except ResilienceError` that turns a failure into a verdict (a checker that
+    crashed is UNKNOWN; a layout that could not be learned is noted) and through Hypothesis, which takes any
+    Exception from a test for a failing example to shrink, but stops on KeyboardInterrupt."""
 
     def __init__(self, signal_name: str = "SIGTERM"):
         self.signal_name = signal_name

@@ -288,6 +288,8 @@ class Job:
                     pass
             p.join(timeout=5)
             _signal_group(p.pid, signal.SIGCONT)  # a stopped process only dies once continued
+        # what the ranks started is not ours to reap, but it is gone before teardown returns
+        _wait_gone([k for _, kids in groups for k in kids], timeout=5.0)
         for c in self.conns:
             c.close()
         self.conns = []
@@ -307,6 +309,24 @@ def _signals_held():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+    """Until each process is dead or a zombie (reaping it is its new parent's business, and some
+    containers' PID 1 never does it)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        running = []
+        for p in procs:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    running.append(p)
+            except psutil.Error:
+                pass
+        if not running:
+            return
+        procs = running
+        time.sleep(0.01)
 
 
 def _is_stopped(pid: int | None) -> bool:
