@@ -213,12 +213,14 @@ def faults_from(items: Iterable[Mapping] | None, *, world: int | None = None, wh
 
 
 def faults_from_text(text: str, *, world: int | None = None) -> list[Fault]:
-    """Faults from YAML (or JSON, a subset of it): a list, or a mapping with a `faults` list."""
-    import yaml
+    """Faults from YAML (or JSON, a subset of it): a list, or a mapping with a `faults` list. Read with
+    resilience.safe_yaml: sizes, aliases and tags bounded."""
+    from ..safe_yaml import Refused, load
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError("faults", f"not valid YAML: {e}") from None
+        doc = load(text).data
+    except Refused as e:
+        raise ConfigError("faults", "; ".join(f"line {p.line}: {p.problem}" if p.line else p.problem
+                                              for p in e.problems)) from None
     if isinstance(doc, Mapping) and "faults" in doc:
         doc = doc["faults"]
     return faults_from(doc, world=world)

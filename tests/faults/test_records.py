@@ -124,3 +124,10 @@ def test_report_lines_and_unprobed(tmp_path):
     assert len(got) == 1 and got[0]["rank"] == 1 and got[0]["text"] == str(a)
     assert unprobed([a, b], got) == [b]
     assert read_firings(tmp_path / "absent.jsonl") == []
+
+
+def test_fault_text_is_read_with_bounded_yaml():
+    with pytest.raises(ConfigError, match="line 1: tag !!python/name:os.system is not allowed"):
+        faults_from_text("- !!python/name:os.system\n")
+    with pytest.raises(ConfigError, match="recursive alias"):
+        faults_from_text("- &a {kind: io_error, target: *a}\n")
