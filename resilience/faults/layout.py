@@ -80,12 +80,12 @@ class Layout:
     def write_glob(self, role: str, iteration: int | None, rank: int | None = None) -> str | None:
         """A glob (for a fault's target.path) matching the path the first `role` file of `rank` is written
         at in the save of `iteration` (None: any iteration); None when no such file or no write path."""
-        for f in self.of(role, rank):
-            if f.per_iteration:
-                at = f.written_as or f.template  # learned from a scan: where it ends is all that is known
-                text = _FIELD.sub("*", at) if iteration is None else _fill(at, iteration)
-                return "*/" + _unbrace(text)
-        return None
+        ats = [f.written_as or f.template for f in self.of(role, rank) if f.per_iteration]  # scan: where it ends
+        if not ats:
+            return None
+        at = ats[0] if rank is not None else _merge(ats)
+        text = _FIELD.sub("*", at) if iteration is None else _fill(at, iteration)
+        return "*/" + _unbrace(text)
 
     def found(self, root: str, role: str | None = None, rank: int | None = None) -> list[tuple[int | None, str, LayoutFile]]:
         """(iteration or None, absolute path, file) of every file under `root` that is a `role` file
@@ -270,6 +270,23 @@ def _phases(root: str, ops, layout: Layout) -> dict:
             elif target is not None and "commit_rename" not in out:
                 out["commit_rename"] = {"op": o.op, "path": rel, "rank": o.rank}
     return out
+
+
+def _merge(templates: list[str]) -> str:
+    """One glob for several templates that differ only in numbers (__0_0.distcp, __1_0.distcp: __*_0.distcp);
+    else the first of them."""
+    split = [re.split(r"(\d+)", t) for t in templates]
+    if any(len(p) != len(split[0]) for p in split):
+        return templates[0]
+    out = []
+    for k, parts in enumerate(zip(*split)):
+        if len(set(parts)) == 1:
+            out.append(parts[0])
+        elif k % 2 == 1:  # a number that differs between the files
+            out.append("*")
+        else:
+            return templates[0]
+    return "".join(out)
 
 
 def _fill(template: str, iteration: int) -> str:

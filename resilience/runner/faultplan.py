@@ -98,10 +98,13 @@ def aim(record: dict, layout, iteration: int | None) -> tuple[dict | None, str |
         if seen is None:
             return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
         from ..faults.layout import _template
-        glob = "*/" + _template(seen["path"], layout.iteration, staging=True).format(
-            iteration=iteration if iteration is not None else "*")
+        rank = rec.get("rank") if isinstance(rec.get("rank"), int) else None
+        glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or \
+            "*/" + _template(seen["path"], layout.iteration, staging=True).format(
+                iteration=iteration if iteration is not None else "*")
         rec.pop("phase")
-        rec.update({"op": "write" if phase == "write" else seen["op"], "path": glob})
+        # the phase begins as the operation that starts it runs: a crash just before it
+        rec.update({"op": "write" if phase == "write" else seen["op"], "path": glob, "when": "before"})
     return rec, None
 
 
