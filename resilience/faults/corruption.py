@@ -296,9 +296,10 @@ def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
     return _record(fault, "create", root, path, new_size=fault.length)
 
 
-def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damage:
+def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random, folder: str | None = None) -> Damage:
     """DCP's .metadata replaced by a pickle that runs a command (resilience.faults.hostile_pickle)."""
-    folder, _ = _pick_folder(root, fault, rng)
+    if folder is None:
+        folder, _ = _pick_folder(root, fault, rng)
     path, marker, old, new, rewritten = plant_hostile_pickle(root, folder)
     return _record(fault, "replace", root, path, old_size=old, new_size=new, marker=marker,
                    detail="pickle runs os.system('echo ran >> " + os.path.relpath(marker, root) + "'), then yields the "

@@ -12,8 +12,9 @@ import struct
 
 from .base import Fault, matches_path
 from .corruption import Damage, NothingToDamage, _record
-from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, LeftoverStaging, MetadataDamage,
-                    TrackerDamage, Truncate)
+from .hostile_pickle import DCP_METADATA
+from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle, LeftoverStaging,
+                    MetadataDamage, TrackerDamage, Truncate)
 from .layout import Layout, LayoutFile
 
 _LOCAL_HEADER, _CENTRAL, _END = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
@@ -324,7 +325,19 @@ def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) 
     return _record(fault, "create", root, path, new_size=fault.length)
 
 
-ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
+def hostile_pickle(root: str, fault: HostilePickle, layout: Layout, rng: random.Random) -> Damage:
+    """The pickled metadata (DCP's .metadata) of the newest checkpoint, found through the layout."""
+    from .corruption import hostile_pickle as plant
+    found = [x for x in layout.found(root, "metadata", fault.target.rank) if os.path.basename(x[1]) == DCP_METADATA]
+    if not found:
+        names = sorted({os.path.basename(f.template) for f in layout.of("metadata")}) or ["none"]
+        raise NotApplicable("kind", f"this backend keeps no pickled {DCP_METADATA} to replace "
+                            f"(its metadata files: {', '.join(names)})")
+    it, chosen = _newest(found, fault, f"{DCP_METADATA} file", root)
+    return plant(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
+
+
+ACTIONS = {HostilePickle: hostile_pickle, Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
            TrackerDamage: tracker_damage, EscapingManifestPath: escaping_path, LeftoverStaging: leftover_staging,
            ExtraFile: extra_file}
 
