@@ -84,10 +84,13 @@ def decode(data: bytes) -> str:
 
 def load(text: str | bytes) -> Document:
     """Read one YAML document within the limits above. Raises Refused with every problem found."""
-    if isinstance(text, bytes):
-        text = decode(text)
-    elif len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise Refused([Problem(None, f"is larger than the limit of {MAX_BYTES} bytes", "a scenario is a short text file")])
+    if isinstance(text, str):
+        try:
+            text = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            line = text.count("\n", 0, e.start) + 1
+            raise Refused([Problem(line, f"is not UTF-8 text: {text[e.start]!r} at character {e.start}")]) from None
+    text = decode(text)
     doc = _Builder(text).build()
     if doc.problems:
         raise Refused(sorted(doc.problems, key=lambda p: p.line or 0))
@@ -114,7 +117,7 @@ class _Frame:
 class _Builder:
     def __init__(self, text: str):
         self.text = text
-        self.loader = _Loader(text)
+        self.loader = None
         self.lines: dict[tuple, int] = {}
         self.problems: list[Problem] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
@@ -130,12 +133,14 @@ class _Builder:
 
     def build(self) -> Document:
         try:
+            self.loader = _Loader(self.text)  # the pure-Python reader checks every character here
             while self.loader.check_event():
                 self.event(self.loader.get_event())
         except yaml.reader.ReaderError as e:
             line = self.text.count("\n", 0, e.position) + 1
-            self.refuse(line, f"holds a character YAML does not allow ({e.reason} {e.character!r} "
-                              f"at character {e.position})", "remove control characters and binary data")
+            code = e.character if isinstance(e.character, int) else ord(e.character)
+            self.refuse(line, f"holds character U+{code:04X}, which YAML does not allow (at character {e.position})",
+                        "remove control characters and binary data")
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             line = mark.line + 1 if mark else None
@@ -145,7 +150,8 @@ class _Builder:
         except yaml.YAMLError as e:
             self.refuse(None, f"is not valid YAML: {e}")
         finally:
-            self.loader.dispose()
+            if self.loader is not None:
+                self.loader.dispose()
         return Document(self.root, self.lines, self.problems)
 
     # ---- events -------------------------------------------------------------------------------------

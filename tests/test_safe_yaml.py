@@ -80,6 +80,7 @@ def test_text_must_be_utf8_and_small():
     assert refused(b"a: 1\nb: \xc3\n")[0][0] == 2
     assert "larger than the limit" in refused(b"a" * (MAX_BYTES + 1))[0][1]
     assert load("\ufeffa: 1\n".encode()).data == {"a": 1}
+    assert refused("a: \udcff\n") == [(1, "is not UTF-8 text: '\\udcff' at character 3")]
 
 
 def test_one_document_and_no_control_characters():
@@ -97,4 +98,5 @@ def test_the_pure_python_parser_gives_the_same_answers(monkeypatch):
     monkeypatch.setattr(safe_yaml, "_Loader", yaml.SafeLoader)
     assert load("a: &x [1]\nb: *x\n").data == {"a": [1], "b": [1]}
     assert "deeper than 50" in refused("[" * 200)[0][1]
+    assert refused("b: 1\na: \x00\n")[0][0] == 2
     assert "recursive alias" in refused("s: &s [*s]\n")[0][1]
