@@ -8,9 +8,8 @@ import threading
 import time
 from typing import Iterable
 
+from ..status import UNPROBED  # noqa: F401  (re-exported: the verdict a fault that never fired leaves)
 from .base import Fault, fault_from_dict
-
-UNPROBED = "UNPROBED"
 
 
 def firing(fault: Fault, action: str, **detail) -> dict:
