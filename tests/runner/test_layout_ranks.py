@@ -70,3 +70,11 @@ def _history(case):
     import json
     with open(os.path.join(case, "history.jsonl")) as f:
         return [json.loads(line) for line in f]
+
+
+def test_in_process_faults_on_code_outside_the_seam_are_unprobed_with_one_reason(tmp_path):
+    from resilience.runner.faultplan import OUTSIDE_SEAM
+    result = run_case(fault_scenario("io_error", 0), Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"),
+                      backend=INHOUSE)
+    assert result.verdict == "UNPROBED" and OUTSIDE_SEAM in result.detail
+    assert {f["detail"] for f in result.faults if f["status"] != "fired"} == {OUTSIDE_SEAM}
