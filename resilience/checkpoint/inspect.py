@@ -126,11 +126,12 @@ def _combination_text(manifest: Manifest) -> str:
         return f"unknown {manifest.combination!r}"
 
 
-def inspect_folder(path: str, iteration: int, rank: int | None = None) -> FolderReport:
-    """Read the manifest of one iter_ folder and verify every file it lists (all failures, not the first)."""
+def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str | None = None) -> FolderReport:
+    """Read the manifest of one iter_ folder and verify every file it lists (all failures, not the first).
+    Nothing is read from outside `root` (default: the folder holding `path`)."""
     report = FolderReport(path, iteration, rank)
     try:
-        manifest = Manifest.read(path)
+        manifest = Manifest.read(path, root)
     except IntegrityError as e:
         report.committed = e.check != "manifest present"
         report.problems.append(Problem.from_error(e))
@@ -253,7 +254,7 @@ def inspect(root: str) -> Inspection:
     for rank, rank_root in sorted(rank_roots.items()):
         its = commit.list_iterations(rank_root)
         for iteration, path in its:
-            by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank))
+            by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank, root))
         if its:
             trackers.append(inspect_tracker(rank_root, [it for it, _ in its]))
         staging += commit.stale_staging(rank_root)

@@ -394,7 +394,7 @@ class ReferenceBackend:
             warnings.append(f"rank {info.rank}: {tracker}; scanning the folders instead")
         for iteration, path in found:
             try:
-                manifest = Manifest.read(path, rank_root)
+                manifest = Manifest.read(path, root)  # a rank folder that leads outside `root` is refused too
                 if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
                     raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
@@ -454,7 +454,7 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
     for r in roots:
         for iteration, path in commit.list_iterations(r):
             try:
-                manifest = Manifest.read(path, r)
+                manifest = Manifest.read(path, root)
                 for rel, expected in manifest.files.items():
                     verify_file(path, rel, expected)
                 out.append(CheckpointInfo(iteration, path, True, manifest))

@@ -16,8 +16,7 @@ import shlex
 import xxhash
 
 from ..checkpoint.manifest import MANIFEST, Manifest
-from ..errors import ConfigError, IntegrityError
-from ..storage import safe_pickle
+from ..errors import ConfigError
 
 DCP_METADATA = ".metadata"
 MARKER = "HOSTILE_PICKLE_RAN"
@@ -41,10 +40,20 @@ class _ThenValue:
         return operator.getitem, ((self.first, self.value), 1)
 
 
-def hostile_bytes(original: bytes, path: str, marker: str) -> bytes:
-    """A pickle that appends a line to `marker` and then yields what `original` (DCP metadata) holds."""
-    metadata = safe_pickle.loads(original, path)  # our own checkpoint's metadata: read it safely too
-    return pickle.dumps(_ThenValue(_Command(f"echo ran >> {shlex.quote(marker)}"), metadata))
+class _Unpickled:
+    """Unpickles to what the pickle `data` holds: the original metadata, byte for byte as written."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+
+    def __reduce__(self):
+        return pickle.loads, (self.data,)
+
+
+def hostile_bytes(original: bytes, marker: str) -> bytes:
+    """A pickle that appends a line to `marker` and then yields what `original` (DCP metadata) holds.
+    The original is embedded, not unpickled here: nothing in the checkpoint runs while planting."""
+    return pickle.dumps(_ThenValue(_Command(f"echo ran >> {shlex.quote(marker)}"), _Unpickled(original)))
 
 
 def _rewrite_manifest(folder: str, rel: str, data: bytes) -> bool:
@@ -69,21 +78,20 @@ def _rewrite_manifest(folder: str, rel: str, data: bytes) -> bool:
 
 def plant(root: str, folder: str) -> tuple[str, str, int, int, bool]:
     """Replace `folder`'s `.metadata`: (its path, the marker, old size, new size, manifest rewritten).
-    NothingToDamage when the folder holds no pickle."""
-    from .corruption import NothingToDamage
+    NotApplicable (the case is N/A with the reason) when the folder holds no pickle."""
+    from .layout_damage import NotApplicable
     path = os.path.join(folder, DCP_METADATA)
     if not os.path.isfile(path):
-        raise NothingToDamage("target", f"{folder} holds no pickle ({DCP_METADATA}): this format has no "
+        raise NotApplicable("target", f"{folder} holds no pickle ({DCP_METADATA}): this format has no "
                               f"pickled metadata to replace")
     marker = os.path.join(root, MARKER)
     if os.path.lexists(marker):
         os.unlink(marker)  # the marker must say what the next load did, not an earlier one
     with open(path, "rb") as f:
         original = f.read()
-    try:
-        data = hostile_bytes(original, path, marker)
-    except IntegrityError as e:
-        raise ConfigError("target", f"{path} is not DCP metadata to replace: {e.detail}") from None
+    if not original.startswith(b"\x80"):  # pickle protocol 2 and later start with PROTO
+        raise ConfigError("target", f"{path} is not a pickle to replace")
+    data = hostile_bytes(original, marker)
     with open(path, "wb") as f:
         f.write(data)
     rewritten = _rewrite_manifest(folder, os.path.relpath(path, folder), data)

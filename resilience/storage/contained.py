@@ -5,7 +5,7 @@ The rule, applied to every file read from a checkpoint (manifest, tracker, every
 - Type: only regular files are opened. A FIFO, a device or a socket is refused by type before it
   is opened (reading one blocks forever or has side effects); a folder is an IsADirectoryError.
 - Place: the path, with every symlink on it followed, must stay inside the real path of the
-  checkpoint folder (the folder given to save and load; for LOCAL checkpoints the rank's folder).
+  checkpoint folder (the folder given to save and load, LOCAL rank folders included).
   A symlink that stays inside is followed; one that leaves it (a shard, a whole iteration folder,
   the tracker) is refused, without reading a byte of what it points to.
 Both refusals are IntegrityError naming the file and the check, so a loader falls back to an older

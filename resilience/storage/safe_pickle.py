@@ -4,8 +4,9 @@ DCP writes its metadata with plain pickle, and unpickling calls whatever a pickl
 whose `__reduce__` names os.system runs a command on every rank that loads it (a checksum manifest
 is no defence: whoever can write the file can write the manifest). This unpickler admits only the
 types DCP's metadata is made of, as measured on torch 2.13 for every DCP-based combination (sync and
-async, torch_dist and torch_dcp, distributed optimizer, bf16): the dataclasses of
-torch.distributed.checkpoint.metadata, FileSystemWriter's _StorageInfo, torch.Size, torch dtypes and
+async, torch_dist and torch_dcp, distributed optimizer, bf16; stock DCP's and megatron-core's own
+checkpoints): the dataclasses of torch.distributed.checkpoint.metadata, FileSystemWriter's
+_StorageInfo, the save-plan dataclasses megatron-core keeps there, torch.Size, torch dtypes and
 layouts, and builtin containers and scalars (which pickle writes as opcodes, not classes). Anything
 else is refused with IntegrityError naming the file and the class it tried to load.
 
@@ -33,6 +34,11 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset({
     (_METADATA, "StorageMeta"),
     (_METADATA, "_MEM_FORMAT_ENCODING"),
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    # megatron-core's torch_dist strategy keeps its cached save plan in the metadata
+    ("torch.distributed.checkpoint.planner", "SavePlan"),
+    ("torch.distributed.checkpoint.planner", "WriteItem"),
+    ("torch.distributed.checkpoint.planner", "WriteItemType"),
+    ("torch.distributed.checkpoint.planner", "TensorWriteData"),
     ("torch", "Size"),
     ("torch.serialization", "_get_layout"),  # a lookup of torch.strided & co. by name
     ("collections", "OrderedDict"),

@@ -333,3 +333,19 @@ def test_two_ranks_agree_on_every_hostile_folder(strict, clean, tmp_path):
         else:
             assert got == (2 if make in NEWEST_DAMAGED else 3), (make.__name__, got)
         assert ranks[0][make.__name__ + ":marker"] is False
+
+
+def test_local_rank_folder_leading_outside_is_refused(tmp_path):
+    from resilience.checkpoint.inspect import inspect
+    from resilience.errors import CheckpointNotFound
+    root = str(tmp_path / "ckpt")
+    _save_two(root, "LOCAL/torch/sync")
+    rank_folder = os.path.join(root, "local", "rank_00000")
+    moved = os.path.join(_outside(root), "rank_00000")
+    shutil.move(rank_folder, moved)
+    os.symlink(moved, rank_folder)
+    result = inspect(root)
+    assert not result.ok
+    assert all(p.check == "inside the checkpoint folder" for c in result.checkpoints for p in c.problems)
+    with pytest.raises(CheckpointNotFound, match="inside the checkpoint folder failed"):
+        ReferenceBackend(Combination.parse("LOCAL/torch/sync")).load(TrainingState(SPEC, Topology(1, 1, 1), 0), root)
