@@ -22,7 +22,7 @@ from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
 
 STEP_KINDS = {
-    "train": "train N steps (1 <= N <= MAX_TRAIN_STEPS)",
+    "train": "train N steps (1 <= N <= 10000)",
     "save": "save a checkpoint with the combination's IO mode",
     "finalize": "commit an async save in flight",
     "crash": "a rank kills itself during the next save: {rank, phase} or {rank, after_bytes, file}",
@@ -42,7 +42,7 @@ EXPECT_FIELDS = {"loaded_iteration", "outcome"}
 OUTCOMES = ("loaded", "refused", "failed")
 RESUME_FIELDS = {"topology", "continue"}
 
-# Limits (documented in README.md, "Scenario files"); the YAML itself is bounded by resilience.safe_yaml.
+# Limits (documented in README.md, "Scenarios"); the YAML itself is bounded by resilience.safe_yaml.
 MAX_TIMEOUT = MAX_JOB_TIMEOUT  # seconds a job may take (the launcher's ceiling); also of every delay a fault waits
 MAX_TRAIN_STEPS = 10_000      # steps of one `train` or of one resume's `continue`
 MAX_STEPS = 500               # steps listed in one scenario
