@@ -168,7 +168,8 @@ def model_specs(*, topology: Topology | str | None = None, topologies: Iterable[
                 optimizers: Iterable[str] | None = None) -> st.SearchStrategy[ModelSpec]:
     """Small GPT-like model specs that split over `topology` (or over every one of `topologies`:
     layers divisible by each pp, heads and ffn_hidden by each tp). The bounds apply per multiple of
-    the topologies' least common tp and pp. Shrinks toward one layer, one head, a tiny vocabulary."""
+    the topologies' least common tp and pp. Shrinks toward one layer, one head, a tiny vocabulary, and
+    toward the adversarial state: a batch-size ramp-up, skipped iterations and values over a wide range."""
     if topology is not None and topologies is not None:
         raise _fail("topology", "give topology or topologies, not both")
     topos = [_as_topology(t, "topologies") for t in (topologies if topologies is not None else
@@ -194,7 +195,11 @@ def _specs(tp: int, pp: int, max_layers: int, max_heads: int, max_vocab: int, dt
                          ffn_hidden=tp * draw(st.integers(1, 8)), heads=heads, vocab=draw(st.integers(1, max_vocab)),
                          make_vocab_size_divisible_by=draw(st.sampled_from((1, 2, 8, 128))),
                          dtype=draw(st.sampled_from(dts)), optimizer=draw(st.sampled_from(opts)),
-                         global_batch_size=draw(st.integers(1, 16)), seed=draw(st.integers(0, 2**16)))
+                         global_batch_size=draw(st.integers(1, 16)), seed=draw(st.integers(0, 2**16)),
+                         # adversarial first (shrinks toward it): ramp-up, skipped iterations, wide values
+                         rampup_samples=draw(st.sampled_from((16, 0, 4, 64))),
+                         skip_every=draw(st.sampled_from((3, 0, 2, 5))),
+                         value_range=draw(st.sampled_from(("wide", "unit"))))
 
     return draw_spec()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint
+from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint
 
 
 class NeverStopped:
@@ -19,7 +19,7 @@ class NeverStopped:
                 self._state = TrainingState(self.spec, Topology(1, 1, 1), 0)
             while self._state.iteration < iteration:
                 self._state.step()
-            self._cache[iteration] = combine(fingerprint(self._state.sharded_state_dict()), TOPOLOGY_BOUND_KEYS)
+            self._cache[iteration] = combine(fingerprint(self._state.sharded_state_dict()), RUN_BOUND_KEYS)
         return self._cache[iteration]
 
 

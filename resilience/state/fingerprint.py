@@ -1,5 +1,9 @@
 """A fingerprint of the global state: per key, a hash of the global tensor assembled from the shards.
-Any topology computes the same fingerprint for the same global state."""
+Any topology computes the same fingerprint for the same global state.
+
+Objects (iteration, data position, RNG, ...) are taken from every rank, not only the replica a save
+writes: a cell whose ranks disagree digests to something no single value gives, so a rank that
+restored the wrong RNG or data position shows."""
 from __future__ import annotations
 
 import json
@@ -22,10 +26,11 @@ def _digest_object(value) -> str:
 
 
 def local_pieces(records: list[Record]) -> list[tuple]:
-    """The replica-0 pieces of this rank, cropped to their logical (unpadded) part."""
+    """The replica-0 tensor pieces of this rank, cropped to their logical (unpadded) part, and every
+    object this rank holds (replica or not)."""
     out = []
     for r in records:
-        if r.replica_id != 0:
+        if r.replica_id != 0 and not isinstance(r, ShardedObject):
             continue
         if isinstance(r, ShardedTensor):
             data, offset = r.data, r.global_offset
@@ -41,30 +46,44 @@ def local_pieces(records: list[Record]) -> list[tuple]:
 def assemble(pieces: list[tuple]) -> dict[str, str]:
     """Digest per key from the pieces of every rank. An object piece holds its value ("o") or, as sent
     by another rank, already its digest ("d")."""
-    tensors: dict[str, torch.Tensor] = {}
+    tensors = assemble_tensors(pieces)
     objects: dict[str, dict] = {}
     for kind, key, shape, offset, data in pieces:
-        if kind == "t":
-            full = tensors.setdefault(key, torch.zeros(shape, dtype=data.dtype))
-            full[tuple(slice(o, o + s) for o, s in zip(offset, data.shape))] = data
-        else:
-            objects.setdefault(key, {})[offset] = data if kind == "d" else _digest_object(data)
+        if kind != "t":
+            objects.setdefault(key, {}).setdefault(offset, set()).add(data if kind == "d" else _digest_object(data))
     out = {key: _digest_object(t) for key, t in tensors.items()}
     for key, cells in objects.items():
         h = xxhash.xxh3_128()
         for offset in sorted(cells):
             h.update(repr(offset).encode())
-            h.update(cells[offset].encode())
+            # ranks that agree give the value's own digest, however many of them hold it
+            h.update(",".join(sorted(cells[offset])).encode())
         out[key] = h.hexdigest()
     return dict(sorted(out.items()))
+
+
+def assemble_tensors(pieces: list[tuple]) -> dict[str, torch.Tensor]:
+    """The global (logical) tensor of every key, from the tensor pieces of every rank."""
+    tensors: dict[str, torch.Tensor] = {}
+    for kind, key, shape, offset, data in pieces:
+        if kind == "t":
+            full = tensors.setdefault(key, torch.zeros(shape, dtype=data.dtype))
+            full[tuple(slice(o, o + s) for o, s in zip(offset, data.shape))] = data
+    return tensors
 
 
 def fingerprint(records: list[Record], *, dst: int | None = None) -> dict[str, str]:
     """Collective over the default group: every rank gets {key: digest} of the global state; with `dst`,
     only rank `dst` does (the others get {} and skip assembling and hashing the whole state)."""
+    pieces = gather_pieces(records, dst=dst)
+    return assemble(pieces) if pieces is not None else {}
+
+
+def gather_pieces(records: list[Record], *, dst: int | None = None) -> list[tuple] | None:
+    """Collective: the pieces of every rank (None on ranks other than `dst` when it is given)."""
     pieces = local_pieces(records)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return assemble(pieces)
+        return pieces
     blob = _to_bytes(pieces)
     gathered = [None] * dist.get_world_size()
     if dst is None:
@@ -72,8 +91,29 @@ def fingerprint(records: list[Record], *, dst: int | None = None) -> dict[str, s
     else:
         dist.gather_object(blob, gathered if dist.get_rank() == dst else None, dst=dst)
         if dist.get_rank() != dst:
-            return {}
-    return assemble([p for b in gathered for p in _from_bytes(b)])
+            return None
+    return [p for b in gathered for p in _from_bytes(b)]
+
+
+def generations(pieces: list[tuple], prefix: str) -> dict[str, dict[int, dict]]:
+    """For every stamp tensor (keys starting with `prefix`): {generation: {"elements": n, "box": [[lo, hi)
+    per dim]}}, where each generation number sits (a value that is no whole number counts as -1).
+    One generation for every key is one whole save."""
+    out = {}
+    for key, full in assemble_tensors([p for p in pieces if p[1].startswith(prefix)]).items():
+        found: dict[int, dict] = {}
+        for value in torch.unique(full).tolist():
+            mask = full == value
+            g = int(value) if float(value).is_integer() else -1
+            box = [[int(ix.min()), int(ix.max()) + 1] for ix in mask.nonzero().unbind(1)]
+            if g in found:  # several non-whole values: one box around them all
+                old = found[g]
+                box = [[min(a[0], b[0]), max(a[1], b[1])] for a, b in zip(old["box"], box)]
+                found[g] = {"elements": old["elements"] + int(mask.sum()), "box": box}
+            else:
+                found[g] = {"elements": int(mask.sum()), "box": box}
+        out[key[len(prefix):]] = found
+    return out
 
 
 # Pieces travel as one bytes blob: a JSON header, then the raw bytes of every tensor piece. Objects are
@@ -115,15 +155,20 @@ def _dtype(name: str) -> torch.dtype:
     return dtype
 
 
+def _excluded(key: str, exclude: tuple[str, ...]) -> bool:
+    return any(key == e or e.endswith(".") and key.startswith(e) for e in exclude)
+
+
 def combine(digests: dict[str, str], exclude: tuple[str, ...] = ()) -> str:
-    """One digest for a whole fingerprint (keys in `exclude` left out)."""
+    """One digest for a whole fingerprint (keys in `exclude` left out; an entry ending in "." leaves
+    out every key it begins)."""
     h = xxhash.xxh3_128()
     for key, d in sorted(digests.items()):
-        if key not in exclude:
+        if not _excluded(key, exclude):
             h.update(f"{key}={d};".encode())
     return h.hexdigest()
 
 
 def differences(a: dict[str, str], b: dict[str, str], exclude: tuple[str, ...] = ()) -> list[str]:
     """Keys whose digest differs or that only one side has."""
-    return sorted(k for k in set(a) | set(b) if k not in exclude and a.get(k) != b.get(k))
+    return sorted(k for k in set(a) | set(b) if not _excluded(k, exclude) and a.get(k) != b.get(k))

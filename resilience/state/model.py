@@ -15,6 +15,9 @@ SIZE_LIMITS = {"num_layers": 1024, "hidden": 1 << 20, "ffn_hidden": 1 << 22, "he
                "make_vocab_size_divisible_by": 1 << 12, "global_batch_size": 1 << 24}
 MAX_LR = 10.0
 MAX_MODEL_SEED = 1 << 32
+VALUE_RANGES = ("unit", "wide")  # values in [-0.5, 0.5), or spread over 2**-40 .. 2**40 in magnitude
+# switches of the adversarial state: 0 is off
+OFF_OR_COUNT = {"rampup_samples": 1 << 24, "skip_every": 1 << 20}
 
 
 def field_problem(name: str, value) -> ConfigError | None:
@@ -29,6 +32,11 @@ def field_problem(name: str, value) -> ConfigError | None:
         return ConfigError(where, f"unknown dtype {value!r}", f"use one of {', '.join(DTYPES)}")
     elif name == "optimizer" and value not in OPTIMIZERS:
         return ConfigError(where, f"unknown optimizer {value!r}", f"use one of {', '.join(OPTIMIZERS)}")
+    elif name in OFF_OR_COUNT:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= OFF_OR_COUNT[name]:
+            return ConfigError(where, f"must be an integer in 0..{OFF_OR_COUNT[name]} (0: off), got {value!r}")
+    elif name == "value_range" and value not in VALUE_RANGES:
+        return ConfigError(where, f"unknown value range {value!r}", f"use one of {', '.join(VALUE_RANGES)}")
     elif name == "lr":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or not 0 < value <= MAX_LR:
@@ -37,6 +45,14 @@ def field_problem(name: str, value) -> ConfigError | None:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MODEL_SEED:
             return ConfigError(where, f"must be an integer in [0, 2**32), got {value!r}")
     return None
+
+
+def _mix(seed: int, n: int) -> int:
+    """A well-mixed integer of (seed, n): splitmix64's finaliser."""
+    x = (seed * 0x9E3779B97F4A7C15 + n) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,12 @@ class ModelSpec:
     global_batch_size: int = 8
     lr: float = 1e-2
     seed: int = 1234
+    # The adversarial part, on by default: a batch-size ramp-up over this many samples (0: none) and
+    # skipped iterations (about one in `skip_every`, as a loss-scale overflow skips them; 0: none) make
+    # the data position no function of the iteration; "wide" values include ones fp16 or bf16 cannot hold.
+    rampup_samples: int = 16
+    skip_every: int = 3
+    value_range: str = "wide"
 
     def __post_init__(self):
         for f in fields(self):
@@ -75,6 +97,17 @@ class ModelSpec:
         if self.hidden % self.heads:
             raise ConfigError("model.hidden", f"{self.hidden} is not divisible by heads={self.heads}",
                               "choose hidden as a multiple of heads")
+
+    def batch_size(self, consumed_samples: int) -> int:
+        """Global batch size at a data position: a linear ramp from 1 to global_batch_size over
+        rampup_samples samples (Megatron's --rampup-batch-size, in steps of one sample)."""
+        if consumed_samples >= self.rampup_samples:
+            return self.global_batch_size
+        return 1 + (self.global_batch_size - 1) * consumed_samples // self.rampup_samples
+
+    def is_skipped(self, iteration: int) -> bool:
+        """Whether iteration `iteration` (1-based) is skipped: its data is consumed, no update is made."""
+        return self.skip_every > 0 and _mix(self.seed, iteration) % self.skip_every == 0
 
     def check_topology(self, topo: Topology) -> None:
         """Raise one clear error if this model cannot be split over `topo`."""

@@ -1,7 +1,12 @@
 """One rank's shard of a Megatron-style training state, and a topology-invariant training step.
 
-Every element's update depends only on its key, global index, value and the step, and uses only
-correctly rounded operations (+ - * / sqrt), so N steps give bit-identical global state on any topology."""
+Every element's update depends only on its key, global index, value, the step and the data position,
+and uses only correctly rounded operations (+ - * / sqrt, abs), so N steps give bit-identical global
+state on any topology.
+
+Each save can stamp a generation into the state (`stamp`): a tensor beside every parameter's
+optimizer state holding the number, and one more draw of every rank's RNG. Two saves of the same
+iteration then differ in every file they write, so a load tells which save (or which mix) it read."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +22,10 @@ from .values import element_values, global_index
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 RNG_KEY = "rng"
 TOPOLOGY_BOUND_KEYS = (RNG_KEY,)  # state that only means something on the topology that saved it
+GENERATION_PREFIX = "optimizer.generation."  # + parameter key: the stamp of the save that wrote it
+# state set by a run's history of saves rather than by training: left out when comparing with training
+# that never stopped (an entry ending in "." is a key prefix)
+RUN_BOUND_KEYS = (RNG_KEY, GENERATION_PREFIX)
 
 
 @dataclass
@@ -63,6 +72,8 @@ class TrainingState:
         self.exp_avg: dict[str, torch.Tensor] = {}
         self.exp_avg_sq: dict[str, torch.Tensor] = {}
         self.main: dict[str, torch.Tensor] = {}
+        self.stamps: dict[str, torch.Tensor] = {}
+        self.generation = 0
         dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
         for piece in self.pieces:
             key = piece.layout.key
@@ -71,6 +82,7 @@ class TrainingState:
             lo, hi = self._opt_slice(piece)
             self.exp_avg[key] = torch.zeros_like(fp32[lo:hi])
             self.exp_avg_sq[key] = torch.zeros_like(fp32[lo:hi])
+            self.stamps[key] = torch.zeros_like(fp32[lo:hi])
             if spec.dtype == "bf16":
                 self.main[key] = fp32[lo:hi].clone()
         self.rng = torch.Generator().manual_seed(spec.seed * 1_000_003 + self.coords.pp * 1009 + self.coords.tp)
@@ -114,7 +126,8 @@ class TrainingState:
         lo, hi = rows or (0, piece.local_shape[0])
         offset = (piece.offset[0] + lo,) + piece.offset[1:]
         local = (hi - lo,) + piece.local_shape[1:]
-        v = element_values(self.spec.seed + salt, piece.layout.key, global_index(piece.global_shape, offset, local))
+        v = element_values(self.spec.seed + salt, piece.layout.key, global_index(piece.global_shape, offset, local),
+                           self.spec.value_range == "wide")
         mask = self._padding_mask(piece, rows)
         return v if mask is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype))
 
@@ -129,13 +142,33 @@ class TrainingState:
         for _ in range(steps):
             self.step()
 
+    def stamp(self, generation: int) -> None:
+        """Mark the state with a save's generation (a number unique to that save in its run): every
+        stamp tensor holds it, and every rank's RNG draws once more, as a data loader reshuffles."""
+        if self.write_guard is not None:
+            self.write_guard.before_write(tuple(self.stamps.values()))
+        for t in self.stamps.values():
+            t.fill_(float(generation))
+        self.generation = generation
+        torch.rand(1, generator=self.rng)
+
     def step(self) -> None:
+        """One iteration: consumes a batch (ramping up with the data position); unless the iteration is
+        skipped, one Adam step whose gradients depend on the data position."""
+        batch = self.spec.batch_size(self.consumed_samples)
+        torch.rand(8, generator=self.rng)  # stands in for dropout: advances the RNG like a real step
+        if not self.spec.is_skipped(self.iteration + 1):
+            self._update()
+        self.iteration += 1
+        self.consumed_samples += batch
+
+    def _update(self) -> None:
         self.opt_step += 1
         t = self.opt_step
-        scale = 1.0 + (t % 4) * 0.25
+        position = self.consumed_samples
+        scale = 1.0 + (position % 8) * 0.125
         bc1, bc2, lr = 1.0 - BETA1 ** t, 1.0 - BETA2 ** t, self.lr(t)
-        torch.rand(8, generator=self.rng)  # stands in for dropout: advances the RNG like a real step
-        grads = [self._grad(piece, scale) for piece in self.pieces]
+        grads = [self._grad(piece, scale, position % 3) for piece in self.pieces]
         if self.spec.optimizer != "distributed" and self.groups.dp_group is not None and grads:
             # replicas computed equal gradients; MAX keeps them bit-exact while running the collective,
             # one for the whole step as a bucketed all-reduce would (one per piece costs ms each)
@@ -153,19 +186,22 @@ class TrainingState:
             m.copy_(m * BETA1 + grad * (1.0 - BETA1))
             v.copy_(v * BETA2 + (grad * grad) * (1.0 - BETA2))
             update = (m / bc1) / ((v / bc2).sqrt() + EPS)
-            main.copy_(main - update * lr)
+            if self.spec.value_range == "wide":
+                main.copy_(main - (update * lr) * main.abs())  # a relative step keeps every magnitude
+            else:
+                main.copy_(main - update * lr)
             if key in self.main:
                 param[lo:hi].copy_(main.to(param.dtype))
         if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
             self._gather_rows()
-        self.iteration += 1
-        self.consumed_samples += self.spec.global_batch_size
 
-    def _grad(self, piece: Piece, scale: float) -> torch.Tensor:
-        """This rank's gradient of the rows of `piece` it updates (zero on padding rows)."""
+    def _grad(self, piece: Piece, scale: float, batch_salt: int) -> torch.Tensor:
+        """This rank's gradient of the rows of `piece` it updates (zero on padding rows), bounded
+        (|grad| < scale) so wide values never overflow Adam's second moment."""
         lo, hi = self._opt_slice(piece)
-        target = self._values(piece, 7919, (lo, hi))
-        grad = (self.params[piece.layout.key][lo:hi].float() - target) * scale
+        target = self._values(piece, 7919 + batch_salt, (lo, hi))
+        diff = self.params[piece.layout.key][lo:hi].float() - target
+        grad = diff / (diff.abs() + 1.0) * scale
         mask = self._padding_mask(piece, (lo, hi))
         if mask is not None:  # padding rows are never looked up: zero gradient
             grad = torch.where(mask, grad, torch.zeros((), dtype=grad.dtype))
@@ -209,7 +245,8 @@ class TrainingState:
                                      piece.param_replica, logical))
             lo, _ = piece.opt_rows
             opt_offset = (piece.offset[0] + lo,) + piece.offset[1:]
-            for name, table in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("main_param", self.main)):
+            for name, table in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("main_param", self.main),
+                                ("generation", self.stamps)):
                 if key in table:
                     out.append(ShardedTensor(f"optimizer.{name}.{key}", table[key], piece.global_shape, opt_offset,
                                              piece.opt_replica, logical))

@@ -26,8 +26,17 @@ def global_index(global_shape: tuple[int, ...], offset: tuple[int, ...], local_s
     return idx
 
 
-def element_values(seed: int, key: str, index: torch.Tensor) -> torch.Tensor:
-    """Values in [-0.5, 0.5) (float32), a pure function of (seed, key, index)."""
+WIDE_EXPONENT = 40  # wide values reach 2**-40 .. 2**40: beyond fp16 at both ends, every bit of fp32 used
+
+
+def element_values(seed: int, key: str, index: torch.Tensor, wide: bool = False) -> torch.Tensor:
+    """Values in [-0.5, 0.5) (float32), a pure function of (seed, key, index). With `wide`, each is
+    scaled by a power of two in 2**-40 .. 2**40 (exact), so the values span most of fp32's and bf16's
+    range, and many of them overflow or underflow fp16."""
     x = (index % _P * _A + _key_hash(seed, key)) % _P
     x = (x * _B + _C) % _P
-    return (x.to(torch.float64) / _P - 0.5).to(torch.float32)
+    v = x.to(torch.float64) / _P - 0.5
+    if wide:
+        e = (x * _A + _C) % _P % (2 * WIDE_EXPONENT + 1) - WIDE_EXPONENT
+        v = torch.ldexp(v, e)
+    return v.to(torch.float32)
