@@ -3,13 +3,16 @@ from .atomic import AtomicCommit
 from .base import (FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Status,
                    Verdict, is_failing, run_checker, worst)
 from .durability import Durability
+from .generations import Generations
 from .integrity import Integrity
 from .resume import ResumeEquivalence
 from .saves import SaveOutcomes
 from .topology import TopologyIndependence, expected_loadable
 
-ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes())
+ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes(),
+       Generations())
 
-__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "FAIL", "FAILING", "Integrity", "LoadRecord", "NA",
-           "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes", "SaveRecord", "Status", "TopologyIndependence",
-           "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable", "is_failing", "run_checker", "worst"]
+__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "FAIL", "FAILING", "Generations", "Integrity",
+           "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes", "SaveRecord", "Status",
+           "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable", "is_failing", "run_checker",
+           "worst"]

@@ -40,6 +40,7 @@ class SaveRecord:
     errors: dict[int, str] = field(default_factory=dict)  # rank -> what the save (or its finalize) raised
     invoked_at: dict[int, float] = field(default_factory=dict)   # rank -> time it invoked the save
     returned_at: dict[int, float] = field(default_factory=dict)  # rank -> time it returned ok
+    generation: int | None = None  # the number this save stamped into the state (unique in the case)
 
     @property
     def acknowledged(self) -> bool:
@@ -62,6 +63,7 @@ class LoadRecord:
     path: str = ""
     crash_state: str | None = None  # set when loaded from a materialised power-loss state
     continued: list[tuple[int, str]] = field(default_factory=list)  # (iteration, fingerprint) after training on
+    generations: dict | None = None  # {"found": [generation, ...], "pieces": {generation: [key, ...]}} if mixed
 
 
 @dataclass

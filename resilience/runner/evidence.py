@@ -48,6 +48,8 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
                                               Topology.parse(topo).world if topo else 1)
             if e.type == INVOKE:
                 rec.invoked_at.setdefault(e.process, e.time)
+                if v.get("generation") is not None:
+                    rec.generation = v["generation"]
                 if v.get("fingerprint"):
                     rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
             elif e.type == OK and e.process not in rec.ok_ranks:
@@ -64,7 +66,8 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
             current_load = LoadRecord(e.job, v.get("topology", topo_of_job.get(e.job, topology or "")), e.type, i,
                                       v.get("iteration"), v.get("fingerprint"), v.get("rng"),
                                       bool(v.get("rng_restored")), list(v.get("warnings") or []), v.get("error", ""),
-                                      bool(v.get("refused")), v.get("path", ""), v.get("crash_state"))
+                                      bool(v.get("refused")), v.get("path", ""), v.get("crash_state"),
+                                      generations=v.get("generations"))
             loads.append(current_load)
         elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
             current_load.continued.append((v["iteration"], v["fingerprint"]))

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from ..checkpoint.combos import Combination
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
-from ..state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint
+from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
+from ..state.fingerprint import assemble, gather_pieces, generations
 from .backends import make_backend
 from .history import EventLog
 
@@ -32,13 +33,35 @@ class RankPlan:
     snapshot_dir: str = ""    # where rank 0 copies the folder as it was before those operations
 
 
+GENERATIONS_PER_JOB = 1000  # a save's generation: job * this + its number in the job, unique in a run
+
+
 def digests_of(state: TrainingState) -> tuple[str | None, str | None]:
-    """(fingerprint of the topology-invariant state, digest of the RNG); collective. Only rank 0 logs
-    them, so only rank 0 computes them: the other ranks get (None, None)."""
-    d = fingerprint(state.sharded_state_dict(), dst=0)
-    if not d:
-        return None, None
-    return combine(d, TOPOLOGY_BOUND_KEYS), d.get("rng")
+    """(fingerprint of the state training determines, digest of every rank's RNG); collective. Only
+    rank 0 logs them, so only rank 0 computes them: the other ranks get (None, None)."""
+    fp, rng, _ = _digests(state, False)
+    return fp, rng
+
+
+def _digests(state: TrainingState, with_generations: bool):
+    pieces = gather_pieces(state.sharded_state_dict(), dst=0)
+    if pieces is None:
+        return None, None, None
+    d = assemble(pieces)
+    found = _generations(pieces) if with_generations else None
+    return combine(d, RUN_BOUND_KEYS), d.get("rng"), found
+
+
+def _generations(pieces) -> dict:
+    """Which save's generation the loaded state carries: the numbers found, and where each sits when
+    there is more than one (generation -> the parameters, or the boxes of them, holding it)."""
+    per_key = generations(pieces, GENERATION_PREFIX)
+    found = sorted({g for spans in per_key.values() for g in spans})
+    out: dict = {"found": found}
+    if len(found) > 1:
+        out["pieces"] = {str(g): [key if len(at) == 1 else f"{key}[{','.join(f'{lo}:{hi}' for lo, hi in at[g]['box'])}]"
+                                  for key, at in sorted(per_key.items()) if g in at] for g in found}
+    return out
 
 
 def error_of(e: BaseException) -> dict:
@@ -68,8 +91,10 @@ def run_plan(ctx, plan: RankPlan) -> dict:
             elif kind == "save":
                 saves += 1
                 save_id = f"{plan.job}.{saves}"  # the same on every rank: ranks save in the same order
+                generation = plan.job * GENERATIONS_PER_JOB + saves
+                state.stamp(generation)  # a re-save of an iteration differs from the earlier save of it
                 fp, rng = digests_of(state)
-                log.invoke("save", save_id=save_id, iteration=state.iteration,
+                log.invoke("save", save_id=save_id, iteration=state.iteration, generation=generation,
                            **({"fingerprint": fp, "rng": rng} if lead else {}))
                 # a save first finalizes the one still in flight
                 previous = in_flight if backend.in_flight_iteration is not None else None
@@ -124,11 +149,11 @@ def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPl
     except (CheckpointNotFound, IntegrityError) as e:
         log.fail("load", refused=False, error=f"{type(e).__name__}: {e}", topology=str(plan.topo))
         return False
-    fp, rng = digests_of(state)
+    fp, rng, found = _digests(state, True)
     value = {"iteration": result.iteration, "path": os.path.relpath(result.path, plan.root),
              "rng_restored": result.rng_restored, "warnings": result.warnings, "topology": str(plan.topo)}
     if lead:
-        value.update(fingerprint=fp, rng=rng)
+        value.update(fingerprint=fp, rng=rng, generations=found)
     log.ok("load", **value)
     return True
 

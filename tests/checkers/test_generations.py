@@ -1,0 +1,70 @@
+"""The generations checker on hand-written histories: which save a load read, and a mix is FAIL."""
+import pytest
+
+from resilience.checkers import FAIL, NA, PASS, Evidence, Generations, LoadRecord, SaveRecord
+from resilience.checkpoint.combos import Combination
+from resilience.state import Topology
+
+T = Topology(2, 1, 1)
+
+
+def ev(saves, loads, corruptions=()):
+    return Evidence(Combination.parse("GLOBAL/torch_dist/sync"), T, saves, loads, list(corruptions), [], [],
+                    lambda it: "fp")
+
+
+def save(it, generation, status="ok", index=None, rng=None):
+    return SaveRecord(0, it, str(T), "fp", rng or f"rng{generation}", status,
+                      index if index is not None else generation, f"0.{generation}", generation=generation)
+
+
+def load(it, found, index=100, rng=None, rng_restored=False, pieces=None):
+    gens = {"found": found, **({"pieces": pieces} if pieces else {})}
+    return LoadRecord(1, str(T), "ok", index, it, "fp", rng, rng_restored, generations=gens)
+
+
+@pytest.mark.parametrize("saves, loads, status, problem", [
+    # one save read whole
+    ([save(2, 1), save(3, 2)], [load(3, [2])], PASS, ""),
+    # a re-save (B) of iteration 3 that crashed: reading the first save (A) whole is right
+    ([save(3, 1), save(3, 2, "info")], [load(3, [1])], PASS, ""),
+    # the re-save was acknowledged and read whole
+    ([save(3, 1), save(3, 2)], [load(3, [2])], PASS, ""),
+    # pieces of both saves of iteration 3
+    ([save(3, 1), save(3, 2, "info")], [load(3, [1, 2], pieces={"1": ["output_layer.weight"], "2": ["x"]})],
+     FAIL, "a mix of saves"),
+    # pieces of an older iteration's save inside the newer one
+    ([save(2, 1), save(3, 2)], [load(3, [1, 2])], FAIL, "a mix of saves"),
+    # a generation no save wrote (a stamp lost or left at its initial value)
+    ([save(3, 1)], [load(3, [0])], FAIL, "no save wrote"),
+    # the whole state of iteration 2's save handed out as iteration 3
+    ([save(2, 1), save(3, 2)], [load(3, [1])], FAIL, "loaded as 3"),
+    # the re-save was acknowledged before the load, yet the load read the earlier save
+    ([save(3, 1, index=1), save(3, 2, index=2)], [load(3, [1], index=10)], FAIL, "later one was acknowledged"),
+    # tensors of save B, RNG of save A
+    ([save(3, 1), save(3, 2)], [load(3, [2], rng="rng1", rng_restored=True)], FAIL, "the RNG is not"),
+])
+def test_generations_verdicts(saves, loads, status, problem):
+    v = Generations().check(ev(saves, loads))
+    assert v.status == status, v
+    if problem:
+        assert problem in v.evidence[0]["problem"], v.evidence
+
+
+def test_mix_evidence_names_each_save_and_its_pieces():
+    pieces = {"1": ["output_layer.weight[55:101,0:32]"], "2": ["decoder.final_layernorm.weight"]}
+    v = Generations().check(ev([save(3, 1), save(3, 2, "info")], [load(3, [1, 2], pieces=pieces)]))
+    assert v.status == FAIL
+    e = v.evidence[0]
+    assert e["pieces"] == pieces and set(e["saves"]) == {"1", "2"} and e["saves"]["2"]["status"] == "info"
+
+
+def test_earlier_save_may_be_read_when_the_resave_was_damaged():
+    e = ev([save(3, 1, index=1), save(3, 2, index=2)], [load(3, [1], index=10)],
+           corruptions=[{"index": 5, "iteration": 3}])
+    assert Generations().check(e).status == PASS
+
+
+def test_not_applicable_without_generations():
+    assert Generations().check(ev([SaveRecord(0, 3, str(T), "fp", None, "ok", 1)],
+                                  [LoadRecord(1, str(T), "ok", 9, 3, "fp")])).status == NA
