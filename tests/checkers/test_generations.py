@@ -68,3 +68,34 @@ def test_earlier_save_may_be_read_when_the_resave_was_damaged():
 def test_not_applicable_without_generations():
     assert Generations().check(ev([SaveRecord(0, 3, str(T), "fp", None, "ok", 1)],
                                   [LoadRecord(1, str(T), "ok", 9, 3, "fp")])).status == NA
+
+
+def _history(load_found, resave_status="ok"):
+    """Two ranks save iteration 3 twice (generations 1 and 2), then a load reports what it found."""
+    from resilience.runner.history import Event
+    events = [Event("invoke", "job", "runner", {"job": 0, "topology": str(T)}, 0)]
+    for gen, status in ((1, "ok"), (2, resave_status)):
+        for rank in (0, 1):
+            value = {"save_id": f"0.{gen}", "iteration": 3, "generation": gen}
+            events.append(Event("invoke", "save", rank, dict(value, fingerprint="fp", rng=f"rng{gen}") if rank == 0
+                                else value, 0))
+        for rank in (0, 1) if status == "ok" else (0,):
+            events.append(Event("ok", "save", rank, {"save_id": f"0.{gen}", "iteration": 3}, 0))
+    events.append(Event("invoke", "job", "runner", {"job": 1, "topology": str(T)}, 1))
+    events.append(Event("ok", "load", 0, {"iteration": 3, "fingerprint": "fp", "rng": "rngX", "path": "iter_0000003",
+                                          "topology": str(T), "generations": {"found": load_found}}, 1))
+    return events
+
+
+@pytest.mark.parametrize("found, resave_status, status", [
+    ([2], "ok", PASS),      # the acknowledged re-save, whole
+    ([1], "info", PASS),    # the re-save returned on rank 0 only: the first save, whole, is right
+    ([1], "ok", FAIL),      # the re-save was acknowledged on every rank, yet the first save came back
+    ([1, 2], "info", FAIL),  # a mix
+])
+def test_generations_through_the_history_to_evidence_rule(found, resave_status, status):
+    from resilience.runner.evidence import evidence_from
+    e = evidence_from(_history(found, resave_status), combo=Combination.parse("GLOBAL/torch_dist/sync"),
+                      save_topology=T, expected=lambda it: "fp")
+    assert [s.generation for s in e.saves] == [1, 2]
+    assert Generations().check(e).status == status
