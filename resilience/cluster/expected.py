@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ..state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
+from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprint import assemble, local_pieces
 
 _NO_GROUPS = SimpleNamespace(dp_group=None, dp_ranks=[0])
@@ -32,5 +32,5 @@ class NeverStoppedLocal:
                 self._state = TrainingState(self.spec, Topology(1, 1, 1), 0, groups=_NO_GROUPS)
             while self._state.iteration < iteration:
                 self._state.step()
-            self._cache[iteration] = combine(local_fingerprint(self._state), TOPOLOGY_BOUND_KEYS)
+            self._cache[iteration] = combine(local_fingerprint(self._state), RUN_BOUND_KEYS)
         return self._cache[iteration]
