@@ -46,19 +46,19 @@ def stop_on_signals():
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 all passed, 1 something failed, 2 bad input (one error, no traceback), 130 / 143
+    stopped by SIGINT (Ctrl-C) / SIGTERM, 129 SIGHUP (the run folder keeps what finished, marked interrupted)."""
     args = build_parser().parse_args(argv)
     try:
         with stop_on_signals():
             return args.func(args)
-    except Interrupted as e:
-        print(f"resilience {args.command}: {e}", file=sys.stderr)
-        return 128 + int(getattr(signal, e.signal_name, signal.SIGTERM))
+    except (KeyboardInterrupt, Interrupted) as e:
+        from .report.cases import exit_status, signal_name
+        print(f"resilience {args.command}: interrupted by {signal_name(e)}", file=sys.stderr)
+        return exit_status(e)
     except ResilienceError as e:
         print(f"resilience {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"resilience {args.command}: interrupted", file=sys.stderr)
-        return 130
 
 
 if __name__ == "__main__":

@@ -55,29 +55,41 @@ def combos_of(impl: BrokenImpl, full: bool) -> list[Combination]:
     return [Combination.parse(c) for c in impl.combos] if impl.combos else valid_combinations()
 
 
-def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0,
-              progress=None) -> list[SuiteResult]:
-    """Run each named implementation (default: all) in its own folder under `out_dir`."""
-    from ..runner.matrix import FAULTS, TRANSITIONS, cases
-    from ..runner.run import run_case
-    names = names or list(CATALOGUE)
+def check_names(names: list[str] | None) -> list[str]:
+    """The implementations asked for (default: all); an unknown name is one ConfigError."""
+    names = list(CATALOGUE) if names is None else names
+    if not names:
+        raise ConfigError("--names", "no implementation named", f"choose from {', '.join(CATALOGUE)}")
     for n in names:
         if n not in CATALOGUE:
             raise ConfigError("--names", f"no broken implementation {n!r}", f"choose from {', '.join(CATALOGUE)}")
-    results = []
+    return names
+
+
+def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0,
+              progress=None, folder=None, results: list[SuiteResult] | None = None) -> list[SuiteResult]:
+    """Run each named implementation (default: all) in its own folder under `out_dir`. With `folder` (a
+    report.RunFolder), each case's row is appended to it as the case ends and a framework error is that
+    case's UNKNOWN; `results` (a list) is filled as cases finish, so an interrupted suite keeps them."""
+    from ..report import RunFolder
+    from ..report.cases import judge_case
+    from ..runner.matrix import FAULTS, TRANSITIONS, cases
+    names = check_names(names)
+    folder = folder if folder is not None else RunFolder(out_dir, {})
+    results = results if results is not None else []
     for name in names:
         impl = CATALOGUE[name]
         faults = [impl.column] if impl.column in FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
         res = SuiteResult(impl)
+        results.append(res)
         for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed)):
             case_dir = os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}")
-            r = run_case(case.scenario, case.combo, case_dir, backend=f"broken:{name}", fault=case.fault,
-                         transition=case.transition)
-            res.rows.append(dict(r.to_row(), column=case.column, broken=name))
+            res.rows.append(judge_case(folder, case.scenario, case.combo, case_dir, backend=f"broken:{name}",
+                                       fault=case.fault, transition=case.transition, column=case.column,
+                                       broken=name))
             if progress is not None:
                 progress()
-        results.append(res)
     return results
 
 

@@ -16,22 +16,29 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..broken.suite import combos_of, run_suite, render
+    from ..broken.suite import check_names, combos_of, run_suite, render
     from ..broken import CATALOGUE
-    from ..report import make_run_dir, write_run_files
+    from ..report import RunFolder
+    from ..report.cases import keeping
     from .progress import Progress
 
-    names = args.names or list(CATALOGUE)
-    total = sum(len(combos_of(CATALOGUE[n], args.full)) for n in names if n in CATALOGUE)
-    run_dir = make_run_dir(args.out, "broken")
-    print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}")
-    with Progress(total, "cases") as bar:
-        results = run_suite(run_dir, names, full=args.full, seed=args.seed, progress=bar.update)
+    names = check_names(args.names)
+    total = sum(len(combos_of(CATALOGUE[n], args.full)) for n in names)
+    folder = RunFolder.create(args.out, "broken", {"title": "resilience broken", "seed": args.seed, "full": args.full,
+                                                   "cases": total})
+    run_dir = folder.path
+    print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}", flush=True)
+    results: list = []
+    rows: list[dict] = []
+    with keeping(folder, rows), Progress(total, "cases") as bar:
+        def progress():
+            rows[:] = [row for r in results for row in r.rows]
+            bar.update()
+        run_suite(run_dir, names, full=args.full, seed=args.seed, progress=progress, folder=folder, results=results)
     text = render(results, args.full)
     with open(os.path.join(run_dir, "broken.md"), "w") as f:
         f.write(text)
-    rows = [row for r in results for row in r.rows]
-    write_run_files(run_dir, rows, {"title": "resilience broken", "seed": args.seed, "full": args.full})
+    folder.finish([row for r in results for row in r.rows])
     with open(os.path.join(run_dir, "caught.json"), "w") as f:
         json.dump({r.impl.name: {"caught": r.caught, "caught_by": r.caught_by, "expected": r.impl.caught_by}
                    for r in results}, f, indent=1)

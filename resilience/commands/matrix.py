@@ -7,6 +7,7 @@ import shlex
 import sys
 import time
 
+from ..errors import ConfigError
 from .common import combination_arg
 
 
@@ -28,11 +29,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..checkpoint.combos import valid_combinations
-    from ..report import make_run_dir, write_run_files
+    from ..report import RunFolder
+    from ..report.cases import judge_case, keeping
     from ..report.table import text_table
-    from ..runner.backends import supported_combinations
+    from ..runner.backends import make_backend, supported_combinations
     from ..runner.matrix import FAULTS, cases, parse_transitions
-    from ..runner.run import run_case
     from .progress import Progress
     from .run import summarize
 
@@ -40,25 +41,31 @@ def run(args) -> int:
     transitions = parse_transitions(args.transitions)
     combos = args.combos or supported_combinations(args.backend) or valid_combinations()
     work = cases(combos, faults, transitions, args.seed)
-    run_dir = make_run_dir(args.out, "matrix")
+    if not work:
+        raise ConfigError("matrix", "nothing to run: no fault column and no transition",
+                          "give --faults or --transitions other than none")
+    if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
+        raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
+    make_backend(args.backend, combos[0])  # a backend that cannot be made: one clear error before any case
+    columns = faults + list(transitions)
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
+    folder = RunFolder.create(args.out, "matrix", {"title": "resilience matrix", "seed": args.seed,
+                                                   "backend": args.backend, "command": command, "columns": columns,
+                                                   "cases": len(work)})
     print(f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
-          f"{len(work)} cases; seed {args.seed}; backend {args.backend}; run folder {run_dir}")
-    rows = []
+          f"{len(work)} cases; seed {args.seed}; backend {args.backend}; run folder {folder.path}", flush=True)
+    rows: list[dict] = []
     start = time.monotonic()
-    with Progress(len(work), "cases") as bar:
+    with keeping(folder, rows, columns), Progress(len(work), "cases") as bar:
         for i, case in enumerate(work):
             label = f"{case.combo}-{case.column}".replace("/", "-")
-            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{label}")
-            result = run_case(case.scenario, case.combo, case_dir, backend=args.backend, fault=case.fault,
-                              transition=case.transition)
-            rows.append(dict(result.to_row(), column=case.column))
+            case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{label}")
+            rows.append(judge_case(folder, case.scenario, case.combo, case_dir, backend=args.backend,
+                                   fault=case.fault, transition=case.transition, column=case.column))
             bar.update()
-    columns = faults + list(transitions)
     print(text_table(rows, columns))
     print(f"({time.monotonic() - start:.1f} s)")
-    paths = write_run_files(run_dir, rows, {"title": "resilience matrix", "seed": args.seed, "backend": args.backend,
-                                           "command": command}, columns)
+    paths = folder.finish(rows, columns=columns)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -33,8 +33,9 @@ def scenario_files(paths: list[str]) -> list[str]:
 
 
 def run(args) -> int:
-    from ..report import make_run_dir, write_run_files
-    from ..runner.run import run_case
+    from ..report import RunFolder
+    from ..report.cases import judge_case, keeping
+    from ..runner.backends import make_backend
     from ..runner.scenario import load_file
     from .progress import Progress
 
@@ -51,21 +52,30 @@ def run(args) -> int:
     if not work:
         print("resilience run: nothing to run (no scenario has the combinations or tags asked for)", file=sys.stderr)
         return 2
+    for s, combo in work:  # every backend made once: a bad one is one clear error before any case runs
+        make_backend(args.backend or s.backend, combo)
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
-    run_dir = make_run_dir(args.out, name)
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
-    print(f"run folder {run_dir}; {len(work)} cases; seeds {sorted({s.seed for s, _ in work})}")
-    rows = []
-    with Progress(len(work), "cases") as bar:
+    seeds = sorted({s.seed for s, _ in work})
+    folder = RunFolder.create(args.out, name, {"title": f"resilience run: {name}", "seed": seeds,
+                                               "backend": args.backend or "reference", "command": command,
+                                               "cases": len(work)})
+    print(f"run folder {folder.path}; {len(work)} cases; seeds {seeds}", flush=True)
+    rows: list[dict] = []
+    with keeping(folder, rows), Progress(len(work), "cases") as bar:
         for i, (s, combo) in enumerate(work):
-            case_dir = os.path.join(run_dir, "cases", f"{i:03d}-{s.name}-{str(combo).replace('/', '-')}")
-            result = run_case(s, combo, case_dir, backend=args.backend)
-            rows.append(dict(result.to_row(), column=s.name))
-            bar.note(f"{s.name:<32} {str(combo):<26} {result.verdict}")
+            case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}")
+            row = judge_case(folder, s, combo, case_dir, backend=args.backend or s.backend, column=s.name)
+            rows.append(row)
+            bar.note(f"{s.name:<32} {str(combo):<26} {row['verdict']}")
             bar.update()
-    paths = write_run_files(run_dir, rows, {"title": f"resilience run: {name}", "seed": sorted({s.seed for s, _ in work}),
-                                           "backend": args.backend or "reference", "command": command})
-    return summarize(rows, paths)
+    return summarize(rows, folder.finish(rows))
+
+
+def _safe(name: str) -> str:
+    """A scenario name as one folder-name component: nothing that climbs out of the run folder."""
+    import re
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:80] or "scenario"
 
 
 def summarize(rows: list[dict], paths: dict) -> int:

@@ -1,44 +1,215 @@
-"""runs/<time>-<name>/: one folder of evidence per run."""
+"""runs/<time>-<name>/: one folder of evidence per run, written in phases so a killed run keeps its rows.
+
+    run.json        written first (seed, command, versions, status "running"), rewritten at the end with
+                    status "complete" or "interrupted"; "running" left behind means the run was killed
+    results.jsonl   one row per finished case, appended and fsynced as each case ends
+    results.json    the rows as one list, report.md, report.html, junit.xml: written when the run ends
+                    (also on Ctrl-C or SIGTERM), or later from results.jsonl by `resilience report DIR`
+"""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
 import time
 
 from ..checkpoint.manifest import versions
+from ..errors import ConfigError
 from .html import render_html
 from .junit import render_junit
 from .markdown import render_markdown
 
+RUNNING, COMPLETE, INTERRUPTED, INCOMPLETE = "running", "complete", "interrupted", "incomplete"
+REPORTS = ("results.json", "run.json", "report.md", "report.html", "junit.xml")
 
-def make_run_dir(base: str, name: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "run"
+
+def _out_error(base: str, e: OSError) -> ConfigError:
+    reason = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the file system is read-only",
+              errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+              errno.EEXIST: "it is a file, not a folder", errno.ENOTDIR: "a part of the path is a file, not a folder",
+              errno.EDQUOT: "disk quota exceeded"}.get(e.errno, e.strerror or str(e))
+    return ConfigError("--out", f"cannot make a run folder under {base!r}: {reason}",
+                       "give a writable folder on a file system with free space")
+
+
+def make_run_dir(base: str, name: str, first: dict[str, str] | None = None) -> str:
+    """A new folder `base/<time>-<name>[-N]`, created atomically (a concurrent call never gets the same
+    one), holding the files of `first` ({name: text}, written durably; default: none). A base that is a
+    file, read-only or full is one ConfigError, and nothing is left behind."""
+    made: list[str] = []
+    path = None
+    try:
+        made = _make_base(base)
+        path = _make_unique(base, name)
+        for fname, text in (first or {".probe": ""}).items():
+            _write(os.path.join(path, fname), text)  # proves the folder writable and the disk not full
+        if not first:
+            os.unlink(os.path.join(path, ".probe"))
+        return path
+    except OSError as e:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+        for p in reversed(made):  # innermost first; only the folders this call made, if still empty
+            try:
+                os.rmdir(p)
+            except OSError:
+                break
+        raise _out_error(base, e) from None
+
+
+def _make_unique(base: str, name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:80] or "run"
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(base, f"{stamp}-{safe}")
-    n = 1
-    while os.path.exists(path):
-        n += 1
-        path = os.path.join(base, f"{stamp}-{safe}-{n}")
-    os.makedirs(path)
-    return path
+    for n in range(1, 100_000):
+        path = os.path.join(base, f"{stamp}-{safe}" + (f"-{n}" if n > 1 else ""))
+        try:
+            os.mkdir(path)  # fails if it exists: no check-then-create race
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError("--out", f"{base!r} already holds 100000 run folders named {stamp}-{safe}", "clean it up")
+
+
+def _make_base(base: str) -> list[str]:
+    """Create `base` and its missing parents; the folders created, outermost first."""
+    made, path = [], os.path.abspath(base)
+    while not os.path.lexists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise OSError(errno.ENOTDIR if made else errno.EEXIST, "not a folder", path)
+    for p in reversed(made):
+        os.mkdir(p)
+    return list(reversed(made))
+
+
+class RunFolder:
+    """The folder of one run. create() before any case runs; append() each finished case's row;
+    finish() at the end, or on an interruption with status INTERRUPTED."""
+
+    def __init__(self, path: str, meta: dict):
+        self.path, self.meta = path, meta
+
+    @classmethod
+    def create(cls, base: str, name: str, meta: dict) -> "RunFolder":
+        """A new run folder with run.json (status running) and an empty results.jsonl."""
+        meta = dict(meta, status=RUNNING, started=_now(), versions=versions())
+        path = make_run_dir(base, name, {"run.json": json.dumps(meta, indent=1, default=str), "results.jsonl": ""})
+        return cls(path, meta)
+
+    @classmethod
+    def open(cls, path: str) -> "RunFolder":
+        """An existing run folder (for `resilience report`)."""
+        run_json = os.path.join(path, "run.json")
+        if not os.path.isdir(path):
+            raise ConfigError("report", f"{path} is not a folder", "give a run folder (it holds run.json)")
+        try:
+            with open(run_json, encoding="utf-8") as f:
+                meta = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError("report", f"{path} is not a run folder: it has no run.json",
+                              "give a folder made by resilience run, matrix, fuzz or broken") from None
+        except (OSError, ValueError) as e:
+            raise ConfigError("report", f"{run_json} cannot be read: {e}", "") from None
+        if not isinstance(meta, dict):
+            raise ConfigError("report", f"{run_json} does not hold a JSON object", "")
+        return cls(path, meta)
+
+    @property
+    def jsonl(self) -> str:
+        return os.path.join(self.path, "results.jsonl")
+
+    def append(self, row: dict) -> None:
+        """Add one finished case's row to results.jsonl, durably: a killed run keeps it."""
+        with open(self.jsonl, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def rows(self) -> tuple[list[dict], int]:
+        """The rows in results.jsonl, and how many lines could not be read (a line torn by a kill)."""
+        rows, torn = [], 0
+        try:
+            with open(self.jsonl, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except ValueError:
+                        torn += 1
+                        continue
+                    if isinstance(row, dict) and "verdict" in row and "combo" in row:
+                        rows.append(row)
+                    else:
+                        torn += 1
+        except FileNotFoundError:
+            pass
+        return rows, torn
+
+    def finish(self, rows: list[dict] | None = None, *, status: str = COMPLETE, columns: list[str] | None = None,
+               why: str = "") -> dict[str, str]:
+        """Write results.json, the reports and junit.xml, and run.json with `status`; the paths."""
+        if rows is None:
+            rows, _ = self.rows()
+        self.meta.update(status=status, finished=_now(), finished_cases=len(rows))
+        if why:
+            self.meta["stopped_by"] = why
+        if columns is not None:
+            self.meta["columns"] = columns
+        return write_run_files(self.path, rows, self.meta, self.meta.get("columns"))
+
+
+def status_line(meta: dict, cases: int) -> str:
+    """'' for a complete run, else what a reader must know first: it stopped early."""
+    status = meta.get("status", COMPLETE)
+    if status == COMPLETE:
+        return ""
+    planned = meta.get("cases")
+    of = f" of {planned}" if planned else ""
+    if status == INTERRUPTED:
+        return f"INTERRUPTED ({meta.get('stopped_by') or 'stopped'}): {cases}{of} cases finished"
+    if status == INCOMPLETE:
+        return f"INCOMPLETE: the run was killed; {cases}{of} cases finished"
+    return f"{status.upper()}: {cases}{of} cases finished"
 
 
 def write_run_files(run_dir: str, rows: list[dict], meta: dict, columns: list[str] | None = None) -> dict[str, str]:
-    """results.json (a list of rows), run.json (seed, command, versions), report.md, report.html, junit.xml."""
-    meta = dict(meta, versions=versions())
-    paths = {name: os.path.join(run_dir, name) for name in
-             ("results.json", "run.json", "report.md", "report.html", "junit.xml")}
-    _write(paths["results.json"], json.dumps(rows, indent=1))
-    _write(paths["run.json"], json.dumps(meta, indent=1))
+    """results.json (a list of rows), run.json (seed, command, versions, status), report.md, report.html,
+    junit.xml."""
+    meta = dict(meta)
+    meta.setdefault("versions", versions())
+    meta.setdefault("status", COMPLETE)
+    note = status_line(meta, len(rows))
+    if note and "(" + meta["status"] not in meta.get("title", ""):
+        meta["title"] = f"{meta.get('title', 'Resilience run')} ({meta['status']})"
+    meta["note"] = note
+    paths = {name: os.path.join(run_dir, name) for name in REPORTS}
+    _write(paths["results.json"], json.dumps(rows, indent=1, default=str))
+    _write(paths["run.json"], json.dumps({k: v for k, v in meta.items() if k != "note"}, indent=1, default=str))
     _write(paths["report.md"], render_markdown(rows, meta, columns))
     _write(paths["report.html"], render_html(rows, meta, columns))
     _write(paths["junit.xml"], render_junit(rows, meta))
     return paths
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
 def _write(path: str, text: str) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -50,6 +50,7 @@ pre{{background:#f4f4f4;padding:.5em}}
 <h1>{e(meta.get('title', 'Resilience run'))}</h1>
 <p>seed <code>{e(str(meta.get('seed')))}</code> · backend <code>{e(str(meta.get('backend', 'reference')))}</code> ·
 {len(rows)} cases · <code>{e(meta.get('command', ''))}</code></p>
+{f'<p><b>{e(meta["note"])}</b>: the rows below are the cases that finished.</p>' if meta.get("note") else ""}
 <p>{legend}<br><small>REFUSED: the load was refused with a clear error, as the combination's semantics
 require; -: nothing to judge. Hover a cell for the evidence.</small></p>
 <table><tr><th>combination</th>{head}</tr>{''.join(body)}</table>

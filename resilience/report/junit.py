@@ -11,6 +11,10 @@ def render_junit(rows: list[dict], meta: dict) -> str:
     suite = ET.Element("testsuite", name=meta.get("title", "resilience"), tests=str(len(rows)),
                        failures=str(sum(r["verdict"] == FAIL for r in rows)),
                        errors=str(sum(is_failing(r["verdict"]) and r["verdict"] != FAIL for r in rows)))
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="status", value=str(meta.get("status", "complete")))
+    if meta.get("note"):
+        ET.SubElement(props, "property", name="note", value=meta["note"])
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=r["combo"], name=column_of(r),
                              time=str(r.get("seconds", 0)))

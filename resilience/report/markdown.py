@@ -12,6 +12,8 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
     out = [f"# {meta.get('title', 'Resilience run')}", "",
            f"seed `{meta.get('seed')}` · backend `{meta.get('backend', 'reference')}` · "
            f"{len(rows)} cases · command `{meta.get('command', '')}`", ""]
+    if meta.get("note"):
+        out += [f"**{meta['note']}**: the rows below are the cases that finished.", ""]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1

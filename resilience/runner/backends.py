@@ -26,10 +26,35 @@ def _factory(name: str):
         raise ConfigError("backend", f"cannot read {name!r}",
                           f"use 'reference', 'broken:NAME', {', '.join(map(repr, ALIASES))} or 'package.module:factory'")
     module, attr = name.split(":", 1)
+    if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
+        raise ConfigError("backend", f"cannot read {name!r}", "write it as package.module:factory")
     try:
-        return getattr(importlib.import_module(module), attr)
+        found = importlib.import_module(module)
+        for part in attr.split("."):
+            found = getattr(found, part)
     except (ImportError, AttributeError) as e:
         raise ConfigError("backend", f"cannot import {name!r}: {e}", "check the module path and factory name") from None
+    except Exception as e:  # the module itself failed while importing
+        raise ConfigError("backend", f"importing {module!r} raised {type(e).__name__}: {e}",
+                          "fix the module or give another one") from None
+    if not _is_factory(found):
+        raise ConfigError("backend", f"{name!r} is a {type(found).__name__}, not a backend factory",
+                          "give a Python function or class taking a combination and returning a CheckpointBackend "
+                          "(see resilience.backends.base)")
+    return found
+
+
+def _is_factory(obj) -> bool:
+    """A Python function or class (not a builtin such as os.system) that takes one positional argument."""
+    import inspect
+    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj)
+            or (callable(obj) and inspect.isfunction(getattr(type(obj), "__call__", None)))):
+        return False
+    try:
+        inspect.signature(obj).bind(None)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def make_backend(name: str, combo: Combination):
@@ -43,7 +68,15 @@ def make_backend(name: str, combo: Combination):
     if name.startswith("broken:"):
         from ..broken import make
         return make(name.split(":", 1)[1], combo)
-    return with_defaults(_factory(name)(combo), f"backend {name}")
+    factory = _factory(name)
+    try:
+        backend = factory(combo)
+    except ConfigError:
+        raise
+    except Exception as e:
+        raise ConfigError("backend", f"{name}({combo}) raised {type(e).__name__}: {e}",
+                          "the factory must return a CheckpointBackend for the combination") from None
+    return with_defaults(backend, f"backend {name}")
 
 
 def supported_combinations(name: str) -> list[Combination] | None:

@@ -1,0 +1,98 @@
+"""Run cases one by one into a run folder: each finished case's row is appended at once, a framework
+error in one case is that case's UNKNOWN (traceback in its folder) and the run goes on, and an
+interruption (Ctrl-C, SIGTERM) still writes the reports for the cases that finished."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+
+from ..errors import Interrupted
+from .folder import INTERRUPTED, RunFolder
+
+INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
+FRAMEWORK_ERROR = "framework-error.txt"
+
+
+def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: str, fault: str | None = None,
+               transition: str | None = None, **extra) -> dict:
+    """run_case, as a row appended to the run folder; extra keys (column, ...) go into the row."""
+    from ..runner.run import run_case
+    start = time.monotonic()
+    try:
+        result = run_case(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition)
+        row = dict(result.to_row(), **extra)
+    except INTERRUPTIONS:
+        raise
+    except Exception as e:  # the framework broke on this case: UNKNOWN for it, never an abort of the run
+        row = framework_error_row(scenario, combo, case_dir, e, backend=backend, fault=fault,
+                                  transition=transition, seconds=time.monotonic() - start, **extra)
+    folder.append(row)
+    return row
+
+
+def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *, backend: str,
+                        fault: str | None = None, transition: str | None = None, seconds: float = 0.0,
+                        **extra) -> dict:
+    """The UNKNOWN row of a case the framework could not judge; the traceback goes to the case folder."""
+    from ..checkers import UNKNOWN
+    from ..runner.run import replay_command
+    os.makedirs(case_dir, exist_ok=True)
+    scenario_file = os.path.join(case_dir, "scenario.yaml")
+    if not os.path.exists(scenario_file):
+        with open(scenario_file, "w", encoding="utf-8") as f:
+            f.write(scenario.to_yaml())
+    trace = os.path.join(case_dir, FRAMEWORK_ERROR)
+    with open(trace, "w", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    detail = f"framework error: {type(error).__name__}: {str(error)[:400]} (traceback: {trace})"
+    return dict({"scenario": scenario.name, "combo": str(combo), "fault": fault, "transition": transition,
+                 "verdict": UNKNOWN, "detail": detail, "seconds": round(seconds, 3),
+                 "checkers": [{"checker": "framework", "status": UNKNOWN, "detail": detail, "evidence": []}],
+                 "case_dir": case_dir, "replay": replay_command(scenario_file, combo, backend)}, **extra)
+
+
+def signal_name(e: BaseException) -> str:
+    """The signal an interruption came from: KeyboardInterrupt is SIGINT, errors.Interrupted names its own."""
+    if isinstance(e, KeyboardInterrupt):
+        return "SIGINT"
+    return str(getattr(e, "signal_name", "SIGTERM"))
+
+
+def exit_status(e: BaseException) -> int:
+    """128 + the signal's number, as a shell reports a process the signal ended: 130 SIGINT, 143 SIGTERM."""
+    return 128 + int(getattr(signal, signal_name(e), signal.SIGTERM))
+
+
+@contextmanager
+def keeping(folder: RunFolder, rows: list[dict], columns: list[str] | None = None):
+    """On an interruption inside the block: write the run folder for `rows` marked interrupted, say so,
+    and let the interruption go on (the command exits 130 or 143)."""
+    try:
+        yield
+    except INTERRUPTIONS as e:
+        with _deferred_signals():
+            paths = folder.finish(list(rows), status=INTERRUPTED, columns=columns, why=signal_name(e))
+        print(f"\ninterrupted by {signal_name(e)} after {len(rows)} of {folder.meta.get('cases', '?')} cases; "
+              f"kept: {paths['report.md']} ({paths['results.json']}, {paths['junit.xml']})", file=sys.stderr,
+              flush=True)
+        raise
+
+
+@contextmanager
+def _deferred_signals():
+    """A second Ctrl-C or SIGTERM while the reports are written waits until they are."""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old = {s: signal.signal(s, lambda n, f: got.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
