@@ -76,6 +76,8 @@ def run(args) -> int:
         outcome = fuzz(opts, progress=progress)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(outcome.counts.items())) or "no cases"
     print(f"{counts} ({outcome.seconds:.1f} s)")
+    for mode, why in outcome.stopped.items():
+        print(f"{mode}: stopped when its {why} was spent")
     for f in outcome.failures:
         print(f"{f.verdict} ({f.mode}, {f.kind}): {f.combo}: {f.detail[:300]}")
         print(f"  minimal scenario ({f.steps} step{'s' if f.steps != 1 else ''}): {f.scenario_file}")

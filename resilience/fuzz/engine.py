@@ -2,7 +2,9 @@
 time budget, the Hypothesis example database and every minimal failure kept in one run folder.
 
     runs/<time>-fuzz/
-      run.json results.json report.md report.html junit.xml   (as every run folder)
+      run.json results.jsonl results.json report.md report.html junit.xml   (as every run folder: one row
+                         per case, appended as it ends, with its replay; then one per minimal failure)
+      cases/NNNNN-<mode>.yaml  the scenario of every case, which its row's replay command runs
       fuzz.json          seed, options, counts, failures
       hypothesis/        the example database (Hypothesis replays what it holds first)
       hypothesis.log     what Hypothesis printed (falsifying examples, the rule sequences)
@@ -10,7 +12,10 @@ time budget, the Hypothesis example database and every minimal failure kept in o
       failures/NNN-<mode>-<what>/       the evidence of its last run (history, ranks' logs, checkpoint)
 
 The same seed and options give the same examples in the same order, so a run replays exactly as long
-as the time budget does not cut it short."""
+as the time budget does not cut it short. The time budget stops generation itself: once it is spent the
+next example raises a private stop (a BaseException, which Hypothesis does not treat as a failure)
+caught around the mode; Ctrl-C and SIGTERM stop the same way and still write the run folder, marked
+interrupted."""
 from __future__ import annotations
 
 import json
@@ -29,8 +34,8 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..checkpoint.combos import Combination
-from ..errors import ConfigError
-from ..checkers import FAIL, PASS, UNKNOWN, UNPROBED, Verdict, is_failing
+from ..errors import ConfigError, Interrupted
+from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from . import profiles  # noqa: F401  (registers the profiles)
@@ -93,6 +98,7 @@ class FuzzOutcome:
     failures: list[FuzzFailure] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # what Hypothesis raised besides our failures
     seconds: float = 0.0
+    stopped: dict = field(default_factory=dict)  # mode -> why it stopped early ("time budget", "shrink budget")
 
     @property
     def unprobed(self) -> int:
@@ -106,14 +112,30 @@ class FuzzOutcome:
     def to_dict(self) -> dict:
         return {"run_dir": self.run_dir, "seed": self.seed, "options": self.options, "counts": self.counts,
                 "failures": [asdict(f) for f in self.failures], "errors": self.errors,
-                "seconds": round(self.seconds, 3)}
+                "seconds": round(self.seconds, 3), "stopped": self.stopped}
+
+
+class _Stop(BaseException):
+    """Ends a mode's Hypothesis loop: the budget is spent. Not an Exception, so Hypothesis neither
+    counts it as a failure nor shrinks it; it leaves the loop at once."""
+
+
+class _Interrupt(BaseException):
+    """Carries a SIGTERM (errors.Interrupted) out of Hypothesis, which would take an Exception for a
+    failure of the example and shrink it."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 class _Judge:
     """Runs every example's scenario, keeps the evidence of failures only, and applies the budget."""
 
-    def __init__(self, opts: FuzzOptions, run_dir: str, on_case: Callable[[str, CaseResult | None], None]):
-        self.opts, self.run_dir, self.on_case = opts, run_dir, on_case
+    def __init__(self, opts: FuzzOptions, folder, on_case: Callable[[str, CaseResult | None], None]):
+        self.opts, self.folder, self.run_dir, self.on_case = opts, folder, folder.path, on_case
+        run_dir = folder.path
+        self.rows: list[dict] = []
         self.work = os.path.join(run_dir, "work")
         self.start = time.monotonic()
         self.counts: Counter = Counter()
@@ -125,18 +147,33 @@ class _Judge:
 
     def begin(self, mode: str) -> None:
         """Each mode gets its share of the time budget and its own shrink budget."""
-        self.start, self.first_failure = time.monotonic(), None
+        self.start, self.first_failure, self.stopped = time.monotonic(), None, ""
         self.budget = None if self.opts.time_budget is None else self.opts.time_budget / len(self.opts.modes)
 
-    def _may_run(self, key: str) -> bool:
-        """Known failures always run (Hypothesis replays its minimal example last); anything else only
-        within the time budget, or once something failed, within the shrink budget."""
+    def _may_run(self, key: str) -> str:
+        """'' when the example may run, else the budget it would exceed. Known failures always run
+        (Hypothesis replays its minimal example last); anything else only within the time budget, or
+        once something failed, within the shrink budget."""
         if key in self.failing:
-            return True
+            return ""
         now = time.monotonic()
         if self.first_failure is not None:
-            return now - self.first_failure < self.opts.shrink_budget
-        return self.budget is None or now - self.start < self.budget
+            return "" if now - self.first_failure < self.opts.shrink_budget else "shrink budget"
+        return "" if self.budget is None or now - self.start < self.budget else "time budget"
+
+    def _record(self, mode: str, scenario: Scenario, combo: Combination, result: CaseResult) -> None:
+        """The case's row, appended to results.jsonl now, with its scenario kept as cases/NNNNN-mode.yaml
+        for the row's replay command."""
+        folder = os.path.join(self.run_dir, "cases")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{self.n:05d}-{mode}.yaml")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f"# {result.verdict}: {result.detail[:300]}\n")
+            f.write(scenario.to_yaml())
+        row = dict(result.to_row(), column=mode, case_dir=None, scenario_file=path,
+                   replay=replay_command(path, combo, self.opts.backend))
+        self.rows.append(row)
+        self.folder.append(row)
 
     def failures(self) -> list[tuple[str, str, Scenario, CaseResult]]:
         """(mode, class, scenario, result) of each failure to report: every class with all_bugs,
@@ -146,13 +183,16 @@ class _Judge:
 
     def __call__(self, mode: str, scenario: Scenario, combo: Combination) -> CaseResult | None:
         key = f"{combo}\n{scenario.to_yaml()}"
-        if not self._may_run(key):
-            self.counts["skipped (time budget)"] += 1
-            return None
+        spent = self._may_run(key)
+        if spent:
+            self.stopped = spent
+            raise _Stop(spent)
         self.n += 1
         case_dir = os.path.join(self.work, f"{self.n:05d}")
         try:
             result = run_case(scenario, combo, case_dir, backend=self.opts.backend)
+        except Interrupted as e:
+            raise _Interrupt(e) from None
         except Exception as e:
             if not (isinstance(e, ConfigError) or _while_damaging(e)):
                 # the runner itself broke: never a pass, kept and shrunk like any failure
@@ -165,6 +205,7 @@ class _Judge:
                 self.on_case(mode, None)
                 reject()
         self.counts[result.verdict] += 1
+        self._record(mode, scenario, combo, result)
         self.on_case(mode, result)
         if result.verdict in BAD:
             cls = failure_class(result)
@@ -196,6 +237,8 @@ def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backen
     import traceback
     detail = f"the runner raised {type(e).__name__}: {e}"
     os.makedirs(case_dir, exist_ok=True)
+    with open(os.path.join(case_dir, "framework-error.txt"), "w", encoding="utf-8") as f:
+        f.write(traceback.format_exc())
     return CaseResult(scenario.name, str(combo), UNKNOWN, [Verdict("runner", UNKNOWN, detail,
                                                                    [{"traceback": traceback.format_exc()}])],
                       0.0, case_dir, replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend), detail)
@@ -217,34 +260,71 @@ def _seeded(test, seed: int):
 
 def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None] | None = None,
          run_dir: str | None = None) -> FuzzOutcome:
-    """Run the fuzzer; `progress(mode, result)` is called after each case (result None: rejected)."""
-    from ..report import make_run_dir
-    run_dir = run_dir or make_run_dir(opts.out, "fuzz")
+    """Run the fuzzer; `progress(mode, result)` is called after each case (result None: rejected).
+    Ctrl-C (KeyboardInterrupt) or SIGTERM (errors.Interrupted) stops it: the run folder is written for
+    the cases that finished, marked interrupted, and the interruption is raised again."""
+    from ..report import RunFolder
+    meta = {"title": "resilience fuzz", "seed": opts.seed, "backend": opts.backend, "command": replay_fuzz(opts)}
+    folder = RunFolder(run_dir, dict(meta, status="running")) if run_dir else RunFolder.create(opts.out, "fuzz", meta)
+    run_dir = folder.path
     started = time.monotonic()
-    judge = _Judge(opts, run_dir, progress or (lambda mode, result: None))
+    judge = _Judge(opts, folder, progress or (lambda mode, result: None))
     outcome = FuzzOutcome(run_dir, opts.seed, _options(opts))
     log_path = os.path.join(run_dir, "hypothesis.log")
-    with open(log_path, "w", encoding="utf-8") as log, with_reporter(lambda text: log.write(f"{text}\n")):
-        for mode in opts.modes:
-            judge.begin(mode)
-            try:
-                if mode == "scenarios":
-                    _fuzz_scenarios(opts, judge, os.path.join(run_dir, "hypothesis"))
-                else:
-                    _fuzz_machine(opts, judge, os.path.join(run_dir, "hypothesis"))
-            except Exception as e:  # our failures (one or a group of them), or Hypothesis' own complaint
-                log.write(f"{mode}: {type(e).__name__}: {e}\n")
-                for x in _flatten(e):  # Hypothesis attaches the falsifying example as notes
-                    log.write("".join(f"{note}\n" for note in getattr(x, "__notes__", [])))
-                    log.write(f"{type(x).__name__}: {x}\n\n")
-                leftover = [x for x in _flatten(e) if not _is_failure(x)]
-                outcome.errors += [f"{mode}: {type(x).__name__}: {str(x)[:2000]}" for x in leftover]
+    interrupted: BaseException | None = None
+    with open(log_path, "w", encoding="utf-8") as log, with_reporter(lambda text: log.write(f"{text}\n")), \
+            _sigterm_interrupts():
+        try:
+            for mode in opts.modes:
+                judge.begin(mode)
+                try:
+                    if mode == "scenarios":
+                        _fuzz_scenarios(opts, judge, os.path.join(run_dir, "hypothesis"))
+                    else:
+                        _fuzz_machine(opts, judge, os.path.join(run_dir, "hypothesis"))
+                except _Stop as e:
+                    outcome.stopped[mode] = str(e)
+                    log.write(f"{mode}: stopped: the {e} is spent\n")
+                except Exception as e:  # our failures (one or a group of them), or Hypothesis' own complaint
+                    log.write(f"{mode}: {type(e).__name__}: {e}\n")
+                    for x in _flatten(e):  # Hypothesis attaches the falsifying example as notes
+                        log.write("".join(f"{note}\n" for note in getattr(x, "__notes__", [])))
+                        log.write(f"{type(x).__name__}: {x}\n\n")
+                    leftover = [x for x in _flatten(e) if not _is_failure(x)]
+                    outcome.errors += [f"{mode}: {type(x).__name__}: {str(x)[:2000]}" for x in leftover]
+        except _Interrupt as e:
+            interrupted = e.error
+        except KeyboardInterrupt as e:
+            interrupted = e
     outcome.failures = _keep_failures(judge, run_dir)
     outcome.counts = dict(judge.counts)
     outcome.seconds = time.monotonic() - started
     shutil.rmtree(judge.work, ignore_errors=True)
-    _write(outcome, opts)
+    _write(outcome, opts, folder, judge.rows, interrupted)
+    if interrupted is not None:
+        raise interrupted
     return outcome
+
+
+class _sigterm_interrupts:
+    """While fuzzing, SIGTERM raises _Interrupt, which Hypothesis lets through (in the main thread)."""
+
+    def __enter__(self):
+        import signal
+        import threading
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            def stop(signum, frame):
+                e = Interrupted("stopped by SIGTERM")
+                e.signum = signum
+                raise _Interrupt(e)
+            self.previous = signal.signal(signal.SIGTERM, stop)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
@@ -307,23 +387,26 @@ def _options(opts: FuzzOptions) -> dict:
     return d
 
 
-def _write(outcome: FuzzOutcome, opts: FuzzOptions) -> None:
-    from ..report import write_run_files
-    rows = [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
-             "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": [], "case_dir": f.case_dir,
-             "replay": f.replay, "column": f.mode} for f in outcome.failures]
-    ran = sum(v for k, v in outcome.counts.items() if k not in ("skipped (time budget)", "rejected"))
-    if not outcome.failures:
+def _write(outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict],
+           interrupted: BaseException | None) -> None:
+    """results.json: a row per case (as appended), then one per minimal failure; and the reports."""
+    from ..report.cases import signal_name
+    from ..report.folder import COMPLETE, INTERRUPTED
+    rows = list(case_rows)
+    rows += [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
+              "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": [], "case_dir": f.case_dir,
+              "replay": f.replay, "column": f"{f.mode}: minimal failure", "scenario_file": f.scenario_file}
+             for f in outcome.failures]
+    if outcome.errors:
         rows.append({"scenario": "fuzz", "combo": ", ".join(map(str, opts.combos or [])) or "all", "fault": None,
-                     "transition": None, "verdict": FAIL if outcome.errors else UNPROBED if outcome.unprobed else PASS,
-                     "detail": (outcome.errors[0][:300] if outcome.errors else f"{ran} cases, no failure"
-                                + (f", but {outcome.unprobed} {UNPROBED.value} (not passed)" if outcome.unprobed else "")),
+                     "transition": None, "verdict": FAIL, "detail": outcome.errors[0][:300],
                      "seconds": round(outcome.seconds, 3), "checkers": [], "case_dir": outcome.run_dir,
                      "replay": replay_fuzz(opts), "column": "fuzz"})
-    write_run_files(outcome.run_dir, rows, {"title": "resilience fuzz", "seed": outcome.seed, "backend": opts.backend,
-                                            "command": replay_fuzz(opts)}, None)
+    folder.meta.update(stopped=outcome.stopped, counts=outcome.counts)
+    folder.finish(rows, status=INTERRUPTED if interrupted is not None else COMPLETE,
+                  why=signal_name(interrupted) if interrupted is not None else "")
     with open(os.path.join(outcome.run_dir, "fuzz.json"), "w", encoding="utf-8") as f:
-        json.dump(outcome.to_dict(), f, indent=1)
+        json.dump(dict(outcome.to_dict(), status=folder.meta["status"]), f, indent=1)
 
 
 def replay_fuzz(opts: FuzzOptions) -> str:
