@@ -177,7 +177,11 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
     """Write the corpus into `folder` (empty or new); returns the baseline loads as a report."""
     from ..launch import run_ranks
 
+    from ..runner.backends import make_backend
+
     folder = os.path.abspath(folder)
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ConfigError("corpus", f"{folder} is a file, not a folder", "write a corpus into a new or empty folder")
     if os.path.isdir(folder) and os.listdir(folder):
         raise ConfigError("corpus", f"{folder} is not empty", "write a corpus into a new or empty folder")
     combos = [str(Combination.parse(c)) for c in combos] if combos else [str(c) for c in valid_combinations()]
@@ -187,7 +191,11 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
         spec.check_topology(t)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigError("steps", f"must be a positive integer, got {steps!r}")
-    os.makedirs(folder, exist_ok=True)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
+    for c in combos:  # a backend that cannot be made, or lacks a combination: one clear error, before any rank
+        make_backend(backend, Combination.parse(c))
+    _make_folder(folder)
     entries = []
     for t in topos:
         rows = run_ranks(_write_ranks, t.world, args=(spec, t, combos, steps, folder, backend), timeout=timeout)[0]
@@ -201,6 +209,38 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
         corpus.baseline[c.entry][c.load_on] = {"outcome": c.outcome, "rng_restored": c.rng_restored}
     corpus.write(folder)
     return report
+
+
+def _make_folder(folder: str) -> None:
+    """Create the corpus folder (and its parents); one ConfigError, and nothing left, if it cannot be
+    created or written (a path under a file, a read-only or full file system)."""
+    made, path = [], folder
+    while not os.path.lexists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    try:
+        if not os.path.isdir(path):
+            raise NotADirectoryError(20, "a part of the path is a file, not a folder", path)
+        for p in reversed(made):
+            os.mkdir(p)
+        probe = os.path.join(folder, ".probe")
+        with open(probe, "w") as f:
+            f.write("x")
+            f.flush()
+            os.fsync(f.fileno())
+        os.unlink(probe)
+    except OSError as e:
+        try:
+            os.unlink(os.path.join(folder, ".probe"))
+        except OSError:
+            pass
+        for p in made:  # innermost first
+            try:
+                os.rmdir(p)
+            except OSError:
+                break
+        raise ConfigError("corpus", f"cannot write a corpus into {folder}: {e.strerror or e}",
+                          "give a new or empty folder on a writable file system with free space") from None
 
 
 def _topologies(texts) -> list[Topology]:

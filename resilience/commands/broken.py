@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 
+from .common import seed_arg
+
 
 def register(sub) -> None:
     p = sub.add_parser("broken", help="run the broken implementations and report which checker caught each")
@@ -11,7 +13,7 @@ def register(sub) -> None:
     p.add_argument("--full", action="store_true",
                    help="every combination the catalogue lists (default: each one's witness combination)")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
     p.set_defaults(func=run)
 
 

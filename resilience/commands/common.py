@@ -35,7 +35,7 @@ def number_arg(kind, ok, what: str):
     def parse(text: str):
         try:
             value = kind(text)
-        except ValueError:
+        except (ValueError, OverflowError):
             value = None
         if value is None or not ok(value):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
@@ -43,6 +43,12 @@ def number_arg(kind, ok, what: str):
     return parse
 
 
+MAX_SECONDS = 7 * 24 * 3600.0  # the ceiling of every duration on the command line: a week
+MAX_SEED = 2**32 - 1           # seeds as the fuzzer draws them; larger ones overflow torch's generators
+
 positive_int = number_arg(int, lambda v: v >= 1, "a positive integer")
 nonnegative_int = number_arg(int, lambda v: v >= 0, "a non-negative integer")
-positive_float = number_arg(float, lambda v: v > 0, "a positive number")
+positive_float = number_arg(float, lambda v: 0 < v <= MAX_SECONDS,
+                            f"a positive number of seconds, at most {MAX_SECONDS:g} (a week)")
+seconds = positive_float
+seed_arg = number_arg(int, lambda v: 0 <= v <= MAX_SEED, f"an integer from 0 to {MAX_SEED}")

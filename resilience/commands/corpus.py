@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import combination_arg, topology_arg
+from .common import combination_arg, positive_int, seconds, topology_arg
 
 
 def register(sub) -> None:
@@ -24,10 +24,10 @@ def register(sub) -> None:
     w.add_argument("--combos", nargs="+", type=combination_arg, help="combinations (default: all six valid)")
     w.add_argument("--topologies", nargs="+", type=topology_arg,
                    help=f"topologies to save on (default: {' '.join(DEFAULT_TOPOLOGIES)})")
-    w.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps before the save "
+    w.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, help=f"training steps before the save "
                                                                     f"(default: {DEFAULT_STEPS})")
     w.add_argument("--backend", default="reference", help="'reference' or package.module:factory")
-    w.add_argument("--timeout", type=float, default=300.0, help="seconds per group of ranks (default: 300)")
+    w.add_argument("--timeout", type=seconds, default=300.0, help="seconds per group of ranks (default: 300)")
     w.set_defaults(func=run_write)
 
     v = verbs.add_parser("verify", help="load every checkpoint on its own and on the other topologies; report "
@@ -37,7 +37,7 @@ def register(sub) -> None:
                    help="more topologies to load on, besides the corpus's own")
     v.add_argument("--backend", help="the backend to load with (default: the one that wrote the corpus)")
     v.add_argument("--json", metavar="FILE", help="also write the verification as JSON to FILE")
-    v.add_argument("--timeout", type=float, default=300.0, help="seconds per group of ranks (default: 300)")
+    v.add_argument("--timeout", type=seconds, default=300.0, help="seconds per group of ranks (default: 300)")
     v.set_defaults(func=run_verify)
 
 

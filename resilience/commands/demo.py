@@ -3,16 +3,16 @@ from __future__ import annotations
 
 import time
 
-from .common import topology_arg
+from .common import positive_int, seconds, seed_arg, topology_arg
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="train on several topologies with real ranks and compare fingerprints")
     p.add_argument("--topology", type=topology_arg, nargs="+",
                    default=[topology_arg(t) for t in ("tp1pp1dp1", "tp2pp2dp2", "tp4pp1dp1", "tp1pp2dp2")])
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--steps", type=positive_int, default=5, help="training steps per topology (default: 5)")
+    p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the model and the data (default: 1234)")
+    p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per topology (default: 120)")
     p.set_defaults(func=run)
 
 

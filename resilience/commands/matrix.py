@@ -8,7 +8,7 @@ import sys
 import time
 
 from ..errors import ConfigError
-from .common import combination_arg
+from .common import combination_arg, seed_arg
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
                    help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory")
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
     p.set_defaults(func=run)
 
 

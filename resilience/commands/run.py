@@ -5,7 +5,7 @@ import os
 import shlex
 import sys
 
-from .common import combination_arg
+from .common import combination_arg, seed_arg
 
 
 def register(sub) -> None:
@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--combos", nargs="+", type=combination_arg, help="only these combinations (TYPE/format/io)")
     p.add_argument("--backend", default=None, help="'reference' (default) or package.module:factory")
     p.add_argument("--out", default="runs", help="where run folders go (default: runs/)")
-    p.add_argument("--seed", type=int, default=None, help="override every scenario's seed")
+    p.add_argument("--seed", type=seed_arg, default=None, help="override every scenario's seed")
     p.add_argument("--tag", action="append", help="only scenarios carrying this tag")
     p.set_defaults(func=run)
 

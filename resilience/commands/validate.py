@@ -7,6 +7,8 @@ import os
 import shlex
 import sys
 
+from .common import nonnegative_int, positive_int, seconds
+
 
 def register(sub) -> None:
     from ..cluster.worker import DEFAULT_TIMEOUT, add_plan_arguments
@@ -16,16 +18,16 @@ def register(sub) -> None:
                                         "prints what to run on each node (--local: runs it here)")
     p.add_argument("--shared", help="a folder every node sees at the same path, empty for each run (--local: "
                                     "default a new folder under runs/)")
-    p.add_argument("--nnodes", type=int, help="number of nodes (--local: default 2)")
-    p.add_argument("--nproc-per-node", type=int, help="rank processes per node (--local: default 2)")
+    p.add_argument("--nnodes", type=positive_int, help="number of nodes (--local: default 2)")
+    p.add_argument("--nproc-per-node", type=positive_int, help="rank processes per node (--local: default 2)")
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="the first node's address and a free port: it "
                                                                 "serves the c10d rendezvous (--local: loopback)")
     p.add_argument("--rdzv-id", help="a name for this run, the same on every node (default: generated)")
-    p.add_argument("--max-restarts", type=int, help="torchrun restarts (default: one per planned kill)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+    p.add_argument("--max-restarts", type=nonnegative_int, help="torchrun restarts (default: one per planned kill)")
+    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT,
                    help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})")
     p.add_argument("--local", action="store_true", help="run the node agents here, on 127.0.0.1, and report")
-    p.add_argument("--run-timeout", type=float, default=900.0,
+    p.add_argument("--run-timeout", type=seconds, default=900.0,
                    help="--local: stop everything after this many seconds (default: 900)")
     p.add_argument("--show", metavar="SHARED", help="print the summary of a finished run and exit with its status")
     add_plan_arguments(p)
