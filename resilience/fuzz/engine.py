@@ -307,24 +307,24 @@ def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None
 
 
 class _sigterm_interrupts:
-    """While fuzzing, SIGTERM raises _Interrupt, which Hypothesis lets through (in the main thread)."""
+    """While fuzzing, SIGTERM and SIGHUP raise _Interrupt, which Hypothesis lets through (main thread only)."""
+
+    SIGNALS = ("SIGTERM", "SIGHUP")
 
     def __enter__(self):
         import signal
         import threading
-        self.previous = None
+        self.previous = {}
         if threading.current_thread() is threading.main_thread():
             def stop(signum, frame):
-                e = Interrupted("stopped by SIGTERM")
-                e.signum = signum
-                raise _Interrupt(e)
-            self.previous = signal.signal(signal.SIGTERM, stop)
+                raise _Interrupt(Interrupted(signal.Signals(signum).name))
+            self.previous = {s: signal.signal(getattr(signal, s), stop) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc):
         import signal
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for s, handler in self.previous.items():
+            signal.signal(getattr(signal, s), handler)
 
 
 def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
