@@ -42,6 +42,7 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
                runner: int | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # not the runner's handlers (resilience.cli): die as a process does
         signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by the runner over the fork
     die_with_parent(runner)  # a rank never outlives the runner, even a SIGKILLed one
     os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
     guard_process_group(f"rank{rank}-guard")  # and what the rank started ends with the rank
@@ -168,7 +169,9 @@ class Job:
                 p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
                                 args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
                                       child_end, self.init_timeout, self.log_dir, self.pin_cpus, runner))
-                p.start()
+                # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
+                with _signals_held():
+                    p.start()
                 child_end.close()
                 self.procs.append(p)
                 self.conns.append(parent_end)
@@ -300,15 +303,28 @@ class Job:
 
 @contextlib.contextmanager
 def _signals_held():
-    """Hold SIGINT and SIGTERM (delivered once this ends) while in the main thread."""
+    """Hold SIGINT and SIGTERM (delivered once this ends) while in the main thread. The mask alone is not
+    enough: another thread may take the signal, and Python then runs the handler wherever the main thread
+    is, e.g. in the after-fork hooks, which drop the exception; so the handlers only record it meanwhile."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    got: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(held))
+    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        if got:
+            handler = old[got[0]]
+            if callable(handler):
+                handler(got[0], None)  # Ctrl-C's KeyboardInterrupt, the command's Interrupted
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), got[0])
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
