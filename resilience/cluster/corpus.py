@@ -128,6 +128,7 @@ def version_pair(a: dict, b: dict) -> str:
 # ---- rank functions (run_ranks) ---------------------------------------------------------------------------
 def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps: int, folder: str,
                  backend: str) -> list[dict] | None:
+    from ..report.folder import make_folder
     from ..runner.backends import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
@@ -148,6 +149,7 @@ def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps:
 def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folder: str,
                 backend: str) -> list[dict] | None:
     """Load each entry into a fresh state on `topo`; what happened, per entry (rank 0)."""
+    from ..report.folder import make_folder
     from ..runner.backends import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
@@ -177,6 +179,7 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
     """Write the corpus into `folder` (empty or new); returns the baseline loads as a report."""
     from ..launch import run_ranks
 
+    from ..report.folder import make_folder
     from ..runner.backends import make_backend
 
     folder = os.path.abspath(folder)
@@ -195,7 +198,7 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
         raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
     for c in combos:  # a backend that cannot be made, or lacks a combination: one clear error, before any rank
         make_backend(backend, Combination.parse(c))
-    _make_folder(folder)
+    make_folder(folder, "corpus", empty=True)
     entries = []
     for t in topos:
         rows = run_ranks(_write_ranks, t.world, args=(spec, t, combos, steps, folder, backend), timeout=timeout)[0]
@@ -209,38 +212,6 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
         corpus.baseline[c.entry][c.load_on] = {"outcome": c.outcome, "rng_restored": c.rng_restored}
     corpus.write(folder)
     return report
-
-
-def _make_folder(folder: str) -> None:
-    """Create the corpus folder (and its parents); one ConfigError, and nothing left, if it cannot be
-    created or written (a path under a file, a read-only or full file system)."""
-    made, path = [], folder
-    while not os.path.lexists(path):
-        made.append(path)
-        path = os.path.dirname(path)
-    try:
-        if not os.path.isdir(path):
-            raise NotADirectoryError(20, "a part of the path is a file, not a folder", path)
-        for p in reversed(made):
-            os.mkdir(p)
-        probe = os.path.join(folder, ".probe")
-        with open(probe, "w") as f:
-            f.write("x")
-            f.flush()
-            os.fsync(f.fileno())
-        os.unlink(probe)
-    except OSError as e:
-        try:
-            os.unlink(os.path.join(folder, ".probe"))
-        except OSError:
-            pass
-        for p in made:  # innermost first
-            try:
-                os.rmdir(p)
-            except OSError:
-                break
-        raise ConfigError("corpus", f"cannot write a corpus into {folder}: {e.strerror or e}",
-                          "give a new or empty folder on a writable file system with free space") from None
 
 
 def _topologies(texts) -> list[Topology]:

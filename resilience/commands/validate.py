@@ -112,9 +112,11 @@ def _run_local(args, plan) -> int:
     from ..cluster.judge import read_summary, render_summary
     from ..cluster.nodes import free_port, new_run_id, run_local, this_python_torchrun
     from ..report import make_run_dir
+    from ..report.folder import make_folder
 
     nnodes, nproc = args.nnodes or 2, args.nproc_per_node or 2
-    shared = os.path.abspath(args.shared or make_run_dir("runs", "validate"))
+    # the shared folder, made and proven writable before any agent starts
+    shared = os.path.abspath(make_folder(args.shared, "--shared") if args.shared else make_run_dir("runs", "validate"))
     endpoint = args.rdzv_endpoint or f"127.0.0.1:{free_port()}"
     rdzv_id = args.rdzv_id or new_run_id()
     cmds = _commands(args, plan, shared=shared, nnodes=nnodes, nproc=nproc, endpoint=endpoint, rdzv_id=rdzv_id,

@@ -25,38 +25,65 @@ RUNNING, COMPLETE, INTERRUPTED, INCOMPLETE = "running", "complete", "interrupted
 REPORTS = ("results.json", "run.json", "report.md", "report.html", "junit.xml")
 
 
-def _out_error(base: str, e: OSError) -> ConfigError:
+def _out_error(field: str, path: str, e: OSError, what: str = "a run folder under") -> ConfigError:
     reason = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the file system is read-only",
               errno.EACCES: "permission denied", errno.EPERM: "permission denied",
               errno.EEXIST: "it is a file, not a folder", errno.ENOTDIR: "a part of the path is a file, not a folder",
               errno.EDQUOT: "disk quota exceeded"}.get(e.errno, e.strerror or str(e))
-    return ConfigError("--out", f"cannot make a run folder under {base!r}: {reason}",
+    return ConfigError(field, f"cannot make {what} {path!r}: {reason}",
                        "give a writable folder on a file system with free space")
 
 
 def make_run_dir(base: str, name: str, first: dict[str, str] | None = None) -> str:
     """A new folder `base/<time>-<name>[-N]`, created atomically (a concurrent call never gets the same
-    one), holding the files of `first` ({name: text}, written durably; default: none). A base that is a
-    file, read-only or full is one ConfigError, and nothing is left behind."""
+    one), holding the files of `first` ({name: text}, written durably). A base that is a file, under a
+    file, read-only or full is one ConfigError naming --out, and nothing is left behind."""
     made: list[str] = []
     path = None
     try:
-        made = _make_base(base)
+        made = _make_parents(base)
         path = _make_unique(base, name)
-        for fname, text in (first or {".probe": ""}).items():
-            _write(os.path.join(path, fname), text)  # proves the folder writable and the disk not full
-        if not first:
-            os.unlink(os.path.join(path, ".probe"))
+        _fill(path, first)
         return path
     except OSError as e:
         if path is not None:
             shutil.rmtree(path, ignore_errors=True)
-        for p in reversed(made):  # innermost first; only the folders this call made, if still empty
-            try:
-                os.rmdir(p)
-            except OSError:
-                break
-        raise _out_error(base, e) from None
+        _unmake(made)
+        raise _out_error("--out", base, e) from None
+
+
+def make_folder(path: str, field: str, *, empty: bool = False) -> str:
+    """`path` as a writable folder, created with its parents if missing (for a folder the user names:
+    `corpus write DIR`, `validate --shared`); one ConfigError naming `field`, and nothing left, if it is
+    a file, under a file, read-only or on a full file system, or (with `empty`) holds anything."""
+    made: list[str] = []
+    try:
+        made = _make_parents(path)
+        if empty and os.listdir(path):
+            raise ConfigError(field, f"{path} is not empty", "give a new or empty folder")
+        _fill(path, None)
+        return path
+    except OSError as e:
+        _unmake(made)
+        raise _out_error(field, path, e, "the folder") from None
+
+
+def _fill(path: str, first: dict[str, str] | None) -> None:
+    """Write `first` into `path`; without it, write and remove a probe: the folder is writable and the
+    disk has room for a page."""
+    for fname, text in (first or {".probe": "probe\n"}).items():
+        _write(os.path.join(path, fname), text)
+    if not first:
+        os.unlink(os.path.join(path, ".probe"))
+
+
+def _unmake(made: list[str]) -> None:
+    """Remove the folders a failed start made, innermost first, as long as they are empty."""
+    for p in made:
+        try:
+            os.rmdir(p)
+        except OSError:
+            break
 
 
 def _make_unique(base: str, name: str) -> str:
@@ -72,17 +99,21 @@ def _make_unique(base: str, name: str) -> str:
     raise ConfigError("--out", f"{base!r} already holds 100000 run folders named {stamp}-{safe}", "clean it up")
 
 
-def _make_base(base: str) -> list[str]:
-    """Create `base` and its missing parents; the folders created, outermost first."""
+def _make_parents(base: str) -> list[str]:
+    """Create `base` and its missing parents; the folders created, innermost first."""
     made, path = [], os.path.abspath(base)
     while not os.path.lexists(path):
         made.append(path)
         path = os.path.dirname(path)
     if not os.path.isdir(path):
         raise OSError(errno.ENOTDIR if made else errno.EEXIST, "not a folder", path)
-    for p in reversed(made):
-        os.mkdir(p)
-    return list(reversed(made))
+    for i, p in enumerate(reversed(made)):
+        try:
+            os.mkdir(p)
+        except OSError:
+            _unmake(made[len(made) - i:])
+            raise
+    return made
 
 
 class RunFolder:

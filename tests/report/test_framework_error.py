@@ -1,0 +1,35 @@
+"""A framework error in one case (run_case raising, not the implementation) is that case's UNKNOWN, with
+its traceback in the case folder; the run goes on and writes its folder."""
+from __future__ import annotations
+
+import json
+import os
+
+import resilience.runner.run as run_module
+from resilience.cli import main
+
+
+def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path, monkeypatch, capsys):
+    real = run_module.run_case
+    seen = []
+
+    def breaks_on_the_first(scenario, combo, case_dir, **kw):
+        seen.append(case_dir)
+        if len(seen) == 1:
+            os.makedirs(case_dir, exist_ok=True)
+            raise KeyError("manifest.json")  # e.g. a corruption that assumed our layout on a foreign backend
+        return real(scenario, combo, case_dir, **kw)
+
+    monkeypatch.setattr(run_module, "run_case", breaks_on_the_first)
+    code = main(["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "metadata", "save/load",
+                 "--transitions", "none", "--out", str(tmp_path)])
+    assert code == 1 and len(seen) == 2
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    rows = json.loads((run_dir / "results.json").read_text())
+    assert [r["verdict"] for r in rows] == ["UNKNOWN", "PASS"]
+    assert rows[0]["detail"].startswith("framework error: KeyError: 'manifest.json'")
+    trace = open(os.path.join(rows[0]["case_dir"], "framework-error.txt")).read()
+    assert "Traceback" in trace and "breaks_on_the_first" in trace
+    assert rows[0]["replay"].startswith("resilience run ") and os.path.exists(rows[0]["replay"].split()[2])
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
+    assert "UNKNOWN" in (run_dir / "junit.xml").read_text()
