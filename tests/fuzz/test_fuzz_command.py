@@ -152,3 +152,31 @@ def test_damage_that_finds_nothing_to_damage_is_not_an_example(tmp_path, monkeyp
     monkeypatch.setattr(engine, "run_case", run_case)
     out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     assert out.ok and out.counts["rejected"] > 0
+
+
+def test_results_hold_a_row_per_case_each_with_its_replay(tmp_path, monkeypatch):
+    seen = _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
+    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    rows = json.load(open(os.path.join(out.run_dir, "results.json")))
+    cases = [r for r in rows if r["column"] == "scenarios"]
+    assert len(cases) == len(seen) > 1  # shrinking included: every case run is a row
+    assert [r["column"] for r in rows[len(cases):]] == ["scenarios: minimal failure"]
+    for r, case in zip(cases, seen):
+        assert r["replay"] == f"resilience run {r['scenario_file']} --combos {r['combo']}"
+        assert case.endswith(load_file(r["scenario_file"]).to_yaml())  # the kept file replays that case
+    assert {r["verdict"] for r in cases} == {"PASS", "FAIL"}
+    jsonl = [json.loads(line) for line in open(os.path.join(out.run_dir, "results.jsonl"))]
+    assert jsonl == cases  # appended as each case ended
+
+
+def test_the_time_budget_stops_a_huge_example_count(tmp_path):
+    """Generation itself stops: a subprocess with a bound, not a timing assertion."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-m", "resilience.cli", "fuzz", "--examples", "9" * 23, "--time-budget", "1",
+                           "--mode", "scenarios", "--max-world", "1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "scenarios: stopped when its time budget was spent" in proc.stdout

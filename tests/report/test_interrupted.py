@@ -14,9 +14,9 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# three cheap cases: the signal comes once the first row is in results.jsonl
-MATRIX = ["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "save/load", "save/load", "save/load",
-          "--transitions", "none"]
+# six cheap cases (room for a slow test machine): the signal comes once the first row is in results.jsonl
+CASES = 6
+MATRIX = ["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", *["save/load"] * CASES, "--transitions", "none"]
 LIMIT = 300.0
 
 
@@ -73,7 +73,7 @@ def test_an_interrupted_matrix_keeps_the_finished_cases(tmp_path, sig, status):
     assert proc.returncode == status, err
     assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
     rows = json.loads(_read(run_dir, "results.json"))
-    assert 1 <= len(rows) < 3 and all(r["verdict"] == "PASS" for r in rows)
+    assert 1 <= len(rows) < CASES and all(r["verdict"] == "PASS" for r in rows)
     meta = json.loads(_read(run_dir, "run.json"))
     assert meta["status"] == "interrupted" and meta["stopped_by"] == signal.Signals(sig).name
     assert "INTERRUPTED" in _read(run_dir, "report.md") and "INTERRUPTED" in _read(run_dir, "report.html")
