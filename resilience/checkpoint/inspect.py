@@ -133,7 +133,7 @@ def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str
     try:
         manifest = Manifest.read(path, root)
     except IntegrityError as e:
-        report.committed = e.check != "manifest present"
+        report.committed = e.check not in ("manifest present", "checkpoint folder")  # no manifest, or no folder
         report.problems.append(Problem.from_error(e))
         return report
     except Exception as e:  # whatever a hostile folder does, it is reported, never a traceback

@@ -2,9 +2,9 @@
 
 The replacement unpickles, with plain pickle, to exactly the original metadata, after running
 `os.system("echo ran >> MARKER")`: a loader that unpickles it loads normally, and only the marker
-file shows that code from the checkpoint ran (one line per time it ran). MARKER is `HOSTILE_PICKLE_RAN` in the checkpoint root, so
-a run can tell afterwards; the Damage record names it. Loaders that use a restricted unpickler
-refuse the class `posix.system` instead."""
+file shows that code from the checkpoint ran (one line per time it ran). MARKER is
+`HOSTILE_PICKLE_RAN` in the checkpoint root, so a run can tell afterwards; the Damage record names
+it. Loaders with a restricted unpickler refuse the first class it names (`_operator.getitem`)."""
 from __future__ import annotations
 
 import json

@@ -113,6 +113,16 @@ def symlink_tracker(root):
     os.symlink(secret, os.path.join(root, TRACKER))
 
 
+def symlink_manifest(root):
+    """A manifest that is a symlink to a file outside: never read, never quoted."""
+    secret = os.path.join(_outside(root), "secret-manifest.json")
+    with open(secret, "w") as f:
+        f.write(SECRET)
+    path = os.path.join(root, "iter_0000003", MANIFEST)
+    os.unlink(path)
+    os.symlink(secret, path)
+
+
 def infinite_size(root):
     folder = os.path.join(root, "iter_0000003")
     _forge(folder, lambda b: b["files"][_shard(folder)].__setitem__("size", float("inf")))
@@ -158,8 +168,9 @@ def hostile_pickle(root):
     corrupt({"kind": "hostile_pickle"}, root)
 
 
-NEWEST_DAMAGED = [fifo_manifest, fifo_shard, symlink_shard, symlink_iteration, infinite_size, nan_iteration,
-                  infinite_iteration, negative_size, iteration_is_a_file, dangling_iteration, hostile_pickle]
+NEWEST_DAMAGED = [fifo_manifest, fifo_shard, symlink_shard, symlink_iteration, symlink_manifest, infinite_size,
+                  nan_iteration, infinite_iteration, negative_size, iteration_is_a_file, dangling_iteration,
+                  hostile_pickle]
 TRACKER_DAMAGED = [fifo_tracker, symlink_tracker, huge_tracker, superscript_tracker]
 ALL = NEWEST_DAMAGED + TRACKER_DAMAGED
 
