@@ -3,6 +3,7 @@
 the generations a load finds tell whether it read save A, save B, or a mix of files of both."""
 from __future__ import annotations
 
+from ..state import Topology
 from .base import FAIL, NA, PASS, Evidence, Verdict
 
 
@@ -25,8 +26,9 @@ class Generations:
                                 pieces=ld.generations.get("pieces", {})))
                 continue
             source = stamped[found[0]]
-            if ld.rng_restored and source.rng and ld.rng != source.rng:
-                # the RNG of each rank is drawn once per save too: it must come from the same save
+            if ld.rng_restored and source.rng and ld.rng != source.rng and _same_grid(source.topology, ld.topology):
+                # the RNG of each rank is drawn once per save too: it must come from the same save (on
+                # another tp/pp grid it cannot be restored at all: resume equivalence judges that claim)
                 other = [s for s in stamped.values() if s.rng == ld.rng]
                 bad.append(dict(where, problem=f"a mix of saves: the RNG is not the one {_name(source, found[0])} "
                                 f"wrote" + (f" but that of {_name(other[0], other[0].generation)}" if other else ""),
@@ -45,6 +47,13 @@ class Generations:
         resaved = sum(r["saves_of_iteration"] > 1 for r in read)
         more = f", {resaved} of an iteration saved more than once" if resaved else ""
         return Verdict(self.name, PASS, f"{len(read)} loads each read one whole save{more}", read)
+
+
+def _same_grid(a: str, b: str) -> bool:
+    if not a or not b:
+        return True
+    ta, tb = Topology.parse(a), Topology.parse(b)
+    return (ta.tp, ta.pp) == (tb.tp, tb.pp)
 
 
 def _problem(found: list, stamped: dict, iteration) -> str:

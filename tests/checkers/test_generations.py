@@ -18,9 +18,9 @@ def save(it, generation, status="ok", index=None, rng=None):
                       index if index is not None else generation, f"0.{generation}", generation=generation)
 
 
-def load(it, found, index=100, rng=None, rng_restored=False, pieces=None):
+def load(it, found, index=100, rng=None, rng_restored=False, pieces=None, topology=str(T)):
     gens = {"found": found, **({"pieces": pieces} if pieces else {})}
-    return LoadRecord(1, str(T), "ok", index, it, "fp", rng, rng_restored, generations=gens)
+    return LoadRecord(1, topology, "ok", index, it, "fp", rng, rng_restored, generations=gens)
 
 
 @pytest.mark.parametrize("saves, loads, status, problem", [
@@ -43,6 +43,8 @@ def load(it, found, index=100, rng=None, rng_restored=False, pieces=None):
     ([save(3, 1, index=1), save(3, 2, index=2)], [load(3, [1], index=10)], FAIL, "later one was acknowledged"),
     # tensors of save B, RNG of save A
     ([save(3, 1), save(3, 2)], [load(3, [2], rng="rng1", rng_restored=True)], FAIL, "the RNG is not"),
+    # another tp: an RNG reported restored is resume equivalence's to judge, not a mix
+    ([save(3, 1), save(3, 2)], [load(3, [2], rng="rng1", rng_restored=True, topology="tp1pp1dp1")], PASS, ""),
 ])
 def test_generations_verdicts(saves, loads, status, problem):
     v = Generations().check(ev(saves, loads))
