@@ -74,6 +74,15 @@ class Layout:
     def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:
         return [f for f in self.files if f.role == role and (rank is None or f.rank is None or f.rank == rank)]
 
+    @property
+    def logged(self) -> bool:
+        """Some of the save's files went through the seam (all of them when `seam`)."""
+        return any(f.written_as is not None for f in self.files)
+
+    def reaches(self, role: str, rank: int | None = None) -> bool:
+        """The seam saw a `role` file of `rank` being written: in-process faults can strike it."""
+        return any(f.written_as is not None and f.per_iteration for f in self.of(role, rank))
+
     def has(self, role: str) -> bool:
         return any(f.role == role for f in self.files)
 
@@ -168,14 +177,15 @@ def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None =
     seam = bool(written) and all(rel in created for rel in written)
     files = []
     for rel in sorted(written):
-        rank, at = created.get(rel, (None, None)) if seam else (None, None)
+        rank, at = created.get(rel, (None, None))  # a file written outside the seam: neither is known
         template = _template(rel, iteration)
         role = _role(root, rel, template, iteration, hints)
         files.append(LayoutFile(template, role, rank, _template(at, iteration, staging=True) if at else None,
                                 after[rel][0]))
-    layout = Layout(iteration, tuple(files), seam, "oplog" if seam else "scan", {}, tuple(announced))
-    if seam:
-        layout = Layout(layout.iteration, layout.files, True, "oplog", _phases(root, ops, layout), tuple(announced))
+    source = "oplog" if seam else "oplog and scan" if created else "scan"
+    layout = Layout(iteration, tuple(files), seam, source, {}, tuple(announced))
+    if created:
+        layout = Layout(layout.iteration, layout.files, seam, source, _phases(root, ops, layout), tuple(announced))
     return layout
 
 

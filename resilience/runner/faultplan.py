@@ -55,8 +55,8 @@ def record_of(kind: str, args: dict) -> dict:
 
 
 # ---- aiming through the learned layout ------------------------------------------------------------------
-OUTSIDE_SEAM = ("the backend writes outside the storage seam (one clean save logged none of its files), so "
-                "in-process faults cannot reach its I/O: needs the FUSE layer")
+OUTSIDE_SEAM = ("the backend writes these files outside the storage seam (one clean save logged none of them), "
+                "so in-process faults cannot reach them: needs the FUSE layer")
 
 
 def needs_layout(records: list[dict]) -> bool:
@@ -84,6 +84,8 @@ def aim(record: dict, layout, iteration: int | None) -> tuple[dict | None, str |
     if isinstance(path, str) and path.startswith("@"):
         role = path[1:].split("#")[0]
         rank = rec.get("rank") if isinstance(rec.get("rank"), int) else None
+        if layout is not None and not layout.seam and layout.has(role) and not layout.reaches(role, rank):
+            return None, OUTSIDE_SEAM  # some files go through the seam, not these
         glob = layout.write_glob(role, iteration, rank) if layout is not None else None
         if glob is None:
             return None, (f"rank {rank} writes no {role} file" if rank is not None else f"no {role} file") + \
@@ -93,8 +95,10 @@ def aim(record: dict, layout, iteration: int | None) -> tuple[dict | None, str |
         else:
             rec["target"] = dict(rec["target"], path=glob)
     phase = rec.get("phase")
-    if phase and layout is not None and layout.seam and phase not in layout.announced:
+    if phase and layout is not None and layout.logged and phase not in layout.announced:
         seen = layout.phases.get(phase)
+        if seen is None and not layout.seam:
+            return None, OUTSIDE_SEAM  # it may reach the phase in files the seam does not see
         if seen is None:
             return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
         from ..faults.layout import _template

@@ -63,7 +63,7 @@ def _aim_job(job: JobSpec, layout) -> None:
     kept = []
     for f in job.faults:
         rec = f["record"]
-        if layout is not None and not layout.seam:
+        if layout is not None and not layout.logged:
             aimed, why = None, OUTSIDE_SEAM
         else:
             aimed, why = aim(rec, layout, _save_iteration(job, f["arm_at"], path_wants_save(rec)))

@@ -52,3 +52,16 @@ def test_a_phase_the_backend_does_not_announce_becomes_the_operation_that_starts
 def test_a_rank_that_writes_no_such_file_cannot_be_aimed_at():
     rec, why = aim({"kind": "io_error", "rank": 2, "path": "@data"}, DCP, 3)
     assert rec is None and why.startswith("rank 2 writes no data file")
+
+
+def test_a_backend_that_writes_some_files_through_the_seam_is_aimed_at_those_only():
+    """megatron-core: its writer processes write the shards outside the seam, rank 0 the tracker inside it."""
+    partial = Layout(13, (LayoutFile("iter_{iteration:07d}/__1_0.distcp", "data"),
+                          LayoutFile("latest_checkpointed_iteration.txt", "pointer", 0,
+                                     "latest_checkpointed_iteration.txt")),
+                     False, "oplog and scan",
+                     {"tracker_update": {"op": "create", "path": "latest_checkpointed_iteration.txt", "rank": 0}})
+    assert aim({"kind": "io_error", "rank": 1, "path": "@data"}, partial, 3) == (None, OUTSIDE_SEAM)
+    assert aim({"kind": "rank_crash", "phase": "write"}, partial, 3) == (None, OUTSIDE_SEAM)
+    rec, why = aim({"kind": "rank_crash", "phase": "tracker_update"}, partial, 3)
+    assert why is None and (rec["op"], rec["path"]) == ("create", "*/latest_checkpointed_iteration.txt")
