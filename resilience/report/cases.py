@@ -57,9 +57,9 @@ def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *,
 
 def signal_name(e: BaseException) -> str:
     """The signal an interruption came from: KeyboardInterrupt is SIGINT, errors.Interrupted names its own."""
-    if isinstance(e, KeyboardInterrupt):
-        return "SIGINT"
-    return str(getattr(e, "signal_name", "SIGTERM"))
+    if isinstance(e, Interrupted):  # a KeyboardInterrupt too: asked first
+        return str(e.signal_name)
+    return "SIGINT" if isinstance(e, KeyboardInterrupt) else str(getattr(e, "signal_name", "SIGTERM"))
 
 
 def exit_status(e: BaseException) -> int:
