@@ -27,7 +27,8 @@ ERRNOS = ("ENOSPC", "EIO", "EDQUOT", "EROFS")
 IO_ERROR_OPS = ("create", "write", "fsync", "mkdir", "rename")
 CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
     "truncate": "truncate", "bit_flip": "bitflip", "delete_file": "delete", "metadata_damage": "metadata",
-    "tracker_damage": "tracker", "leftover_staging": "staging", "extra_file": "extra", "escaping_path": "escape"}
+    "tracker_damage": "tracker", "leftover_staging": "staging", "extra_file": "extra", "escaping_path": "escape",
+    "hostile_pickle": "pickle"}
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")

@@ -29,7 +29,7 @@ DIMS = ("tp", "pp", "dp")
 # their outcome depends on timing, which would make a shrunk failure flaky.
 SCENARIO_FAULTS = ("rank_crash", "io_error", "short_write", "torn_write", "slow_write", "lost_unsynced_writes",
                    "truncate", "bit_flip", "delete_file", "metadata_damage", "tracker_damage", "leftover_staging",
-                   "extra_file", "escaping_path")
+                   "extra_file", "escaping_path", "hostile_pickle")
 TIMED_FAULTS = ("rank_kill", "rank_hang")
 
 
@@ -291,9 +291,10 @@ def _fault_dicts(kind: str, world: int) -> st.SearchStrategy[dict]:
         "leftover_staging": {},
         "extra_file": {"name": st.sampled_from(("unexpected.bin", "notes.txt")), "length": st.integers(0, 64)},
         "escaping_path": {"escape": st.sampled_from(("../outside.pt", "/etc/passwd"))},
+        "hostile_pickle": {},
     }[kind]
     iteration = {"iteration": st.integers(0, 8)} if kind in ("truncate", "bit_flip", "delete_file", "metadata_damage",
-                                                              "extra_file", "escaping_path") else {}
+                                                              "extra_file", "escaping_path", "hostile_pickle") else {}
 
     def build(r, fields, opt, s):
         d = {"kind": kind, **({"rank": r} if r is not None else {}), **fields, **opt, "seed": s}
