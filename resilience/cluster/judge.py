@@ -54,10 +54,11 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
     for f in firings:
         f["attempt"] = st.get("save_started")
     ev = _evidence(plan, layout, combo, topo, firings)
-    verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence(), SaveOutcomes())]
+    verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence())]
     verdicts.append(_restart_verdict(plan, combo, st, firings, attempt, topo.world))
     load = ev.loads[-1] if ev.loads else None
     verdicts.append(_newest_verdict(load, newest, after))
+    verdicts.append(run_checker(SaveOutcomes(), ev))  # last: rows keep the order readers index them by
     status = worst(v.status for v in verdicts)
     return row_of(plan, layout, combo, status, _detail(status, verdicts, load, newest, st, firings), verdicts,
                   seconds, command)
