@@ -67,16 +67,16 @@ def check_names(names: list[str] | None) -> list[str]:
 
 
 def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0,
-              progress=None, folder=None, results: list[SuiteResult] | None = None) -> list[SuiteResult]:
-    """Run each named implementation (default: all) in its own folder under `out_dir`. With `folder` (a
-    report.RunFolder), each case's row is appended to it as the case ends and a framework error is that
-    case's UNKNOWN; `results` (a list) is filled as cases finish, so an interrupted suite keeps them."""
+              progress=None, folder=None) -> list[SuiteResult]:
+    """Run each named implementation (default: all) in its own folder under `out_dir`. Each case's row is
+    appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and a
+    framework error is that case's UNKNOWN."""
     from ..report import RunFolder
     from ..report.cases import judge_case
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
     names = check_names(names)
     folder = folder if folder is not None else RunFolder(out_dir, {})
-    results = results if results is not None else []
+    results = []
     for name in names:
         impl = CATALOGUE[name]
         faults = [impl.column] if impl.column in FAULTS else []

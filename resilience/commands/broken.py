@@ -30,13 +30,8 @@ def run(args) -> int:
                                                    "cases": total})
     run_dir = folder.path
     print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}", flush=True)
-    results: list = []
-    rows: list[dict] = []
-    with keeping(folder, rows), Progress(total, "cases") as bar:
-        def progress():
-            rows[:] = [row for r in results for row in r.rows]
-            bar.update()
-        run_suite(run_dir, names, full=args.full, seed=args.seed, progress=progress, folder=folder, results=results)
+    with keeping(folder), Progress(total, "cases") as bar:
+        results = run_suite(run_dir, names, full=args.full, seed=args.seed, progress=bar.update, folder=folder)
     text = render(results, args.full)
     with open(os.path.join(run_dir, "broken.md"), "w") as f:
         f.write(text)

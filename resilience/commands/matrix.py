@@ -56,7 +56,7 @@ def run(args) -> int:
           f"{len(work)} cases; seed {args.seed}; backend {args.backend}; run folder {folder.path}", flush=True)
     rows: list[dict] = []
     start = time.monotonic()
-    with keeping(folder, rows, columns), Progress(len(work), "cases") as bar:
+    with keeping(folder, columns), Progress(len(work), "cases") as bar:
         for i, case in enumerate(work):
             label = f"{case.combo}-{case.column}".replace("/", "-")
             case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{label}")

@@ -62,7 +62,7 @@ def run(args) -> int:
                                                "cases": len(work)})
     print(f"run folder {folder.path}; {len(work)} cases; seeds {seeds}", flush=True)
     rows: list[dict] = []
-    with keeping(folder, rows), Progress(len(work), "cases") as bar:
+    with keeping(folder), Progress(len(work), "cases") as bar:
         for i, (s, combo) in enumerate(work):
             case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}")
             row = judge_case(folder, s, combo, case_dir, backend=args.backend or s.backend, column=s.name)

@@ -392,7 +392,8 @@ def _write(outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict
     """results.json: a row per case (as appended), then one per minimal failure; and the reports."""
     from ..report.cases import signal_name
     from ..report.folder import COMPLETE, INTERRUPTED
-    rows = list(case_rows)
+    # interrupted: results.jsonl holds exactly the rows that were written, whenever the signal came
+    rows = folder.rows()[0] if interrupted is not None else list(case_rows)
     rows += [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
               "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": [], "case_dir": f.case_dir,
               "replay": f.replay, "column": f"{f.mode}: minimal failure", "scenario_file": f.scenario_file}

@@ -68,15 +68,17 @@ def exit_status(e: BaseException) -> int:
 
 
 @contextmanager
-def keeping(folder: RunFolder, rows: list[dict], columns: list[str] | None = None):
-    """On an interruption inside the block: write the run folder for `rows` marked interrupted, say so,
-    and let the interruption go on (the command exits 130 or 143)."""
+def keeping(folder: RunFolder, columns: list[str] | None = None):
+    """On an interruption inside the block: write the run folder for the rows of results.jsonl, marked
+    interrupted, say so, and let the interruption go on (the command exits 130 or 143)."""
     try:
         yield
     except INTERRUPTIONS as e:
         with _deferred_signals():
-            paths = folder.finish(list(rows), status=INTERRUPTED, columns=columns, why=signal_name(e))
-        print(f"\ninterrupted by {signal_name(e)} after {len(rows)} of {folder.meta.get('cases', '?')} cases; "
+            # results.jsonl, not `rows`: the interruption may come between a row's append and its return
+            done, _ = folder.rows()
+            paths = folder.finish(done, status=INTERRUPTED, columns=columns, why=signal_name(e))
+        print(f"\ninterrupted by {signal_name(e)} after {len(done)} of {folder.meta.get('cases', '?')} cases; "
               f"kept: {paths['report.md']} ({paths['results.json']}, {paths['junit.xml']})", file=sys.stderr,
               flush=True)
         raise
