@@ -22,7 +22,7 @@ class Integrity:
         after = [ld for ld in ev.loads if ld.index > first]
         if not after:
             return Verdict(self.name, NA, "no load after the corruption")
-        bad, detected = [], 0
+        bad, detected, missed = [], 0, []
         hit = {c.get("iteration") for c in ev.corruptions}
         for ld in after:
             if ld.status != "ok":
@@ -34,10 +34,16 @@ class Integrity:
                             "expected": sorted(saved), "found": ld.fingerprint, "corruption": ev.corruptions,
                             "problem": "damaged checkpoint loaded as wrong values"})
             elif ld.iteration in hit and not ld.warnings:
-                pass  # loaded the damaged iteration with right values: the damage missed what was read
+                missed.append(ld)  # loaded the damaged iteration with right values: the damage missed what was read
             else:
                 detected += 1
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} loads returned wrong values after corruption", bad)
+        planted = any(c.get("marker") for c in ev.corruptions)  # its probe is the marker: no code ran
+        if missed and not detected and not planted:  # nothing was probed: the loader neither noticed nor had to
+            return Verdict(self.name, NA, f"the damage changed no value the load returns ({len(missed)} loads read the "
+                           "damaged iteration without a warning and got exactly what was saved)",
+                           [{"corruption": c.get("rel") or c.get("file"), "detail": c.get("detail")}
+                            for c in ev.corruptions])
         return Verdict(self.name, PASS, f"corruption detected or avoided on {len(after)} loads",
                        [{"warnings": ld.warnings[:3], "error": ld.error} for ld in after if ld.warnings or ld.error])

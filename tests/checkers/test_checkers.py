@@ -64,6 +64,13 @@ def test_integrity_fails_when_a_load_ran_code_planted_in_the_checkpoint(tmp_path
     assert verdict.status == FAIL and "ran code planted" in verdict.detail and "2 runs" in verdict.detail
 
 
+def test_integrity_is_na_when_the_damage_changed_nothing_the_load_returned():
+    """A flip the loader read past without a warning and without a wrong value probed nothing: never PASS."""
+    e = ev([save(2), save(3)], [load(3)], corruptions=[{"index": 50, "iteration": 3, "rel": "iter_0000003/x.pt"}])
+    verdict = Integrity().check(e)
+    assert verdict.status == NA and "changed no value the load returns" in verdict.detail
+
+
 def test_integrity_passes_on_fallback_and_on_refusal():
     e = ev([save(2), save(3)], [load(2, warnings=["checksum failed"]),
                                 LoadRecord(2, str(T), "fail", 101, error="IntegrityError: x")],
