@@ -376,3 +376,33 @@ def test_local_rank_folder_leading_outside_is_refused(tmp_path):
     assert all(p.check == "inside the checkpoint folder" for c in result.checkpoints for p in c.problems)
     with pytest.raises(CheckpointNotFound, match="inside the checkpoint folder failed"):
         ReferenceBackend(Combination.parse("LOCAL/torch/sync")).load(TrainingState(SPEC, Topology(1, 1, 1), 0), root)
+
+
+def _as_a_user_without_access(ctx, root: str) -> dict:
+    """inspect and a load of `root` by a user the iteration folder's mode shuts out (root reads any mode)."""
+    from resilience.checkpoint.inspect import inspect
+    if os.geteuid() == 0:
+        os.setgid(65534)
+        os.setuid(65534)
+    result = inspect(root)
+    problems = [f"{p.check}: {p.detail}" for c in result.checkpoints if c.iteration == 3 for p in c.problems]
+    return {"ok": result.ok, "problems": problems, **_load_twice(ctx, root)}
+
+
+def test_unreadable_iteration_folder_is_reported_as_unreadable(clean, tmp_path):
+    """An iteration folder the reader may not list is named as unreadable, not "an uncommitted save"; a
+    load falls back to iteration 2."""
+    import tempfile
+    base = tempfile.mkdtemp(prefix="hostile-unreadable-")  # outside tmp_path, whose parents are closed to others
+    try:
+        os.chmod(base, 0o755)
+        root = os.path.join(base, "ckpt")
+        shutil.copytree(clean, root, symlinks=True)
+        os.chmod(os.path.join(root, "iter_0000003"), 0)
+        got = run_ranks(_as_a_user_without_access, 1, args=(root,), timeout=TIMEOUT)[0]
+    finally:
+        shutil.rmtree(base)  # this process reads any mode
+    assert got["ok"] is False
+    assert got["problems"] and all("readable" in p and "Permission" in p for p in got["problems"]), got["problems"]
+    assert got["iteration"] == 2 and got["warnings"]
+    assert got["strict"] == "IntegrityError"
