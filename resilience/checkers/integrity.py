@@ -6,6 +6,9 @@ import os
 from .base import FAIL, NA, PASS, Evidence, Verdict
 
 
+INERT = "the damage changed no value the load returns"
+
+
 class Integrity:
     name = "integrity"
 
@@ -33,6 +36,9 @@ class Integrity:
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
                             "expected": sorted(saved), "found": ld.fingerprint, "corruption": ev.corruptions,
                             "problem": "damaged checkpoint loaded as wrong values"})
+            elif _wrong_rng(ld, ev.saved(ld.iteration)):
+                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path, "found_rng": ld.rng,
+                            "corruption": ev.corruptions, "problem": "damaged checkpoint restored a wrong RNG state"})
             elif ld.iteration in hit and not ld.warnings:
                 missed.append(ld)  # loaded the damaged iteration with right values: the damage missed what was read
             else:
@@ -41,9 +47,16 @@ class Integrity:
             return Verdict(self.name, FAIL, f"{len(bad)} loads returned wrong values after corruption", bad)
         planted = any(c.get("marker") for c in ev.corruptions)  # its probe is the marker: no code ran
         if missed and not detected and not planted:  # nothing was probed: the loader neither noticed nor had to
-            return Verdict(self.name, NA, f"the damage changed no value the load returns ({len(missed)} loads read the "
+            return Verdict(self.name, NA, f"{INERT} ({len(missed)} loads read the "
                            "damaged iteration without a warning and got exactly what was saved)",
                            [{"corruption": c.get("rel") or c.get("file"), "detail": c.get("detail")}
                             for c in ev.corruptions])
         return Verdict(self.name, PASS, f"corruption detected or avoided on {len(after)} loads",
                        [{"warnings": ld.warnings[:3], "error": ld.error} for ld in after if ld.warnings or ld.error])
+
+
+def _wrong_rng(ld, saves) -> bool:
+    """The load restored an RNG state that no save of its iteration wrote (judged on the save's topology only:
+    elsewhere the RNG is not expected back)."""
+    same = [s.rng for s in saves if s.rng and s.topology == ld.topology]
+    return bool(ld.rng_restored and ld.rng and same and ld.rng not in same)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..checkers import ALL, FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, run_checker, worst
+from ..checkers.integrity import INERT
 from ..checkpoint.combos import Combination
 from ..errors import ResilienceError
 from ..faults import NothingToDamage
@@ -176,14 +177,20 @@ def combine(verdicts: list[Verdict], unexpected: list[dict], faults: list[dict])
         f = unprobed[0]
         extra.append(Verdict("faults", UNPROBED, f"configured fault {f['status']}: {f['fault']}: {f['detail']}"
                              + (f"; {len(unprobed) - 1} more" if len(unprobed) > 1 else ""), unprobed))
+    inert = [v for v in verdicts if v.checker == "integrity" and v.status == NA and v.detail.startswith(INERT)]
+    if inert:
+        extra.append(Verdict("faults", NA, f"the corruption probed nothing: {inert[0].detail}"))
     every = verdicts + extra
     overall = worst(v.status for v in every)
     if absent and len(absent) == len(faults) and overall not in (FAIL, UNKNOWN, UNPROBED):
         overall = NA
+    if inert and overall == PASS:  # the damage probed nothing: the case answers nothing about it
+        overall = NA
     detail = "; ".join(f"{v.checker}: {v.detail}" for v in every if v.status == overall
                        and (overall != NA or v.checker == "faults"))
     if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
-        detail = f"{detail[:400]}; also {UNPROBED.value}: {extra[-1].detail}"
+        also = next(v for v in extra if v.status == UNPROBED)
+        detail = f"{detail[:400]}; also {UNPROBED.value}: {also.detail}"
     return overall, detail[:600], extra
 
 

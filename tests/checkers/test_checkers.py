@@ -71,6 +71,13 @@ def test_integrity_is_na_when_the_damage_changed_nothing_the_load_returned():
     assert verdict.status == NA and "changed no value the load returns" in verdict.detail
 
 
+def test_integrity_fails_when_damage_restores_a_wrong_rng_state():
+    e = ev([save(2), save(3)], [load(3, rng_restored=True)], corruptions=[{"index": 50, "iteration": 3}])
+    e.loads[0].rng = "another rng"
+    verdict = Integrity().check(e)
+    assert verdict.status == FAIL and "wrong RNG" in verdict.evidence[0]["problem"]
+
+
 def test_integrity_passes_on_fallback_and_on_refusal():
     e = ev([save(2), save(3)], [load(2, warnings=["checksum failed"]),
                                 LoadRecord(2, str(T), "fail", 101, error="IntegrityError: x")],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from resilience.checkers import ALL, FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Verdict, run_checker
+from resilience.checkers.integrity import INERT
 from resilience.checkpoint.combos import Combination
 from resilience.report.table import cell_of, text_table
 from resilience.runner.evidence import evidence_from
@@ -194,3 +195,13 @@ def test_an_unfired_fault_alone_is_unprobed_never_a_pass():
 def test_a_rank_that_failed_unexpectedly_is_unknown_beside_a_pass():
     overall, detail, _ = combine([Verdict("durability", PASS, "ok")], [{"error": "rank 1: SIGSTOP, timed out"}], [])
     assert overall == UNKNOWN and "a rank failed unexpectedly" in detail
+
+
+def test_damage_that_changed_nothing_loaded_makes_the_case_na_never_pass():
+    inert = Verdict("integrity", NA, f"{INERT} (1 loads read the damaged iteration without a warning ...)")
+    faults = [{"fault": "bit_flip rank=0 seed=2", "status": FIRED, "detail": "damaged iter_0000001/x.pt"}]
+    overall, detail, extra = combine([Verdict("atomic_commit", PASS, "ok"), inert], [], faults)
+    assert overall == NA and "probed nothing" in detail
+    # the same damage detected by the loader is a real PASS
+    overall, _, _ = combine([Verdict("atomic_commit", PASS, "ok"), Verdict("integrity", PASS, "detected")], [], faults)
+    assert overall == PASS

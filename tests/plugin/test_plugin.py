@@ -30,7 +30,7 @@ backend: broken:no_checksum
 steps:
   - train: 1
   - save
-  - corrupt: {kind: bitflip, rank: 0, seed: 569}
+  - corrupt: {kind: bitflip, rank: 0, seed: 1}
 """
 
 
