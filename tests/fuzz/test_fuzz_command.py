@@ -133,10 +133,9 @@ def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
     monkeypatch.setattr(engine, "run_case", run_case)
-    start = time.monotonic()
     out = engine.fuzz(engine.FuzzOptions(examples=500, seed=1, time_budget=0.6, out=str(tmp_path)))
     assert out.ok and out.stopped == {"scenarios": "time budget", "machine": "time budget"}
-    assert len(seen) < 40 and time.monotonic() - start < 60
+    assert len(seen) < 40  # a count, not a clock: 500 examples were asked for
     assert "--time-budget 0.6" in engine.replay_fuzz(engine.FuzzOptions(examples=5, seed=1, time_budget=0.6))
 
 
