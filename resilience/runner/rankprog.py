@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from dataclasses import dataclass, field
 
 from ..checkpoint.combos import Combination
@@ -64,10 +65,27 @@ def _generations(pieces) -> dict:
     return out
 
 
+_ERRNO_TEXT = re.compile(r"\[Errno (\d+)\]")
+
+
+def errno_of(e: BaseException, depth: int = 0) -> int | None:
+    """The errno of an OSError, or of the first one under it: a real full disk reaches the rank program
+    as a RankFailure gathering each rank's OSError (possibly only as text)."""
+    code = getattr(e, "errno", None)
+    if isinstance(code, int):
+        return code
+    if depth < 8:
+        for inner in (e.__cause__, e.__context__, *getattr(e, "failures", {}).values()):
+            if isinstance(inner, BaseException) and (code := errno_of(inner, depth + 1)) is not None:
+                return code
+    found = _ERRNO_TEXT.search(str(e))
+    return int(found.group(1)) if found else None
+
+
 def error_of(e: BaseException) -> dict:
     """What a failed operation records: the exception, and its errno by name (ENOSPC, EROFS, ...)."""
     out = {"error": f"{type(e).__name__}: {e}"}
-    code = getattr(e, "errno", None)
+    code = errno_of(e)
     if isinstance(code, int) and code in errno.errorcode:
         out["errno"] = errno.errorcode[code]
     return out

@@ -60,3 +60,31 @@ def test_a_save_that_raises_a_bug_is_a_failure_with_the_error(tmp_path):
     result = run_case(s, Combination.parse("LEGACY/torch/sync"), str(tmp_path / "case"), backend=f"{FAULTY}:raises")
     assert result.verdict == "FAIL" and _statuses(result)["saves"] == "FAIL", result.to_row()
     assert "save raised ValueError: cannot serialise the optimizer state on rank" in result.detail
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 192 KiB tmpfs: a real full disk under the case folder (root only; skipped where mounting is not allowed)."""
+    import os
+    import shutil
+    import subprocess
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) for a small tmpfs")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_real_full_disk_is_unknown_and_named_enospc(small_tmpfs):
+    """The reference gathers each rank's OSError into a RankFailure: its errno is still found and named."""
+    s = load_text("name: full-disk\nsteps:\n  - train: 1\n  - save\n  - train: 1\n  - save\n", "s.yaml")
+    result = run_case(s, Combination.parse("GLOBAL/torch_dist/sync"), str(small_tmpfs / "case"))
+    assert result.verdict == "UNKNOWN", result.to_row()
+    saves = next(v for v in result.verdicts if v.checker == "saves")
+    assert saves.status == "UNKNOWN" and "ENOSPC" in saves.detail and "No space left" in saves.detail, saves
