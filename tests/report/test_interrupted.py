@@ -17,6 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # six cheap cases (room for a slow test machine): the signal comes once the first row is in results.jsonl
 CASES = 6
 MATRIX = ["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", *["save/load"] * CASES, "--transitions", "none"]
+# the fuzzer's generated scenarios: many more examples than finish before the signal
+FUZZ = ["fuzz", "--seed", "1", "--examples", "40", "--mode", "scenarios"]
 LIMIT = 300.0
 
 
@@ -24,8 +26,8 @@ def _env():
     return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-def _start(out: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "resilience.cli", *MATRIX, "--out", out], cwd=out, env=_env(),
+def _start(out: str, argv: list[str] = MATRIX) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "resilience.cli", *argv, "--out", out], cwd=out, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
@@ -95,3 +97,34 @@ def test_a_killed_matrix_leaves_rows_that_report_turns_into_the_reports(tmp_path
     assert len(rows) >= 1 and rows[0]["verdict"] == "PASS"
     assert json.loads(_read(run_dir, "run.json"))["status"] == "incomplete"
     assert "INCOMPLETE" in _read(run_dir, "report.md") and 'value="incomplete"' in _read(run_dir, "junit.xml")
+
+
+def test_an_interrupted_fuzz_keeps_a_row_per_finished_case_with_its_replay(tmp_path):
+    proc = _start(str(tmp_path), FUZZ)
+    try:
+        run_dir = _wait_first_row(proc, str(tmp_path))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=LIMIT)
+    finally:
+        if proc.poll() is None:
+            _kill_session(proc)
+    assert proc.returncode == 143, err
+    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    rows = json.loads(_read(run_dir, "results.json"))
+    assert 1 <= len(rows) < 40 and all(r["replay"].startswith("resilience run ") for r in rows), rows
+    assert json.loads(_read(run_dir, "run.json"))["status"] == "interrupted"
+    assert "INTERRUPTED" in _read(run_dir, "report.md") and 'value="interrupted"' in _read(run_dir, "junit.xml")
+
+
+def test_a_killed_fuzz_leaves_rows_that_report_turns_into_the_reports(tmp_path):
+    proc = _start(str(tmp_path), FUZZ)
+    try:
+        run_dir = _wait_first_row(proc, str(tmp_path))
+    finally:
+        _kill_session(proc)
+    report = subprocess.run([sys.executable, "-m", "resilience.cli", "report", run_dir], env=_env(),
+                            capture_output=True, text=True, timeout=LIMIT)
+    assert report.returncode == 1 and "INCOMPLETE" in report.stdout, report.stderr
+    rows = json.loads(_read(run_dir, "results.json"))
+    assert len(rows) >= 1 and all(r["replay"].startswith("resilience run ") for r in rows), rows
+    assert "INCOMPLETE" in _read(run_dir, "report.md")
