@@ -120,6 +120,28 @@ def test_every_command_refuses_a_bad_out_before_any_case(tmp_path, capsys, comma
     assert sorted(os.listdir(tmp_path)) == ["afile"]
 
 
+@pytest.mark.parametrize("disk", ["read-only", "full"])
+def test_every_command_refuses_a_read_only_or_full_out_before_any_case(small_tmpfs, capsys, disk, monkeypatch):
+    import resilience.runner.run as run_module
+
+    def no_case(*a, **kw):
+        raise AssertionError("a case ran")
+
+    monkeypatch.setattr(run_module, "run_case", no_case)
+    if disk == "full":
+        _fill(small_tmpfs)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+    before = sorted(os.listdir(small_tmpfs))
+    says = "read-only" if disk == "read-only" else "no space left"
+    for argv in [*(argv + ["--out", str(small_tmpfs / "runs")] for argv in COMMANDS.values()),
+                 ["corpus", "write", str(small_tmpfs / "corpus"), "--combos", "GLOBAL/torch_dist/sync"]]:
+        assert main(argv) == 2, argv
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and says in err[0] and "Traceback" not in err[0], (argv, err)
+        assert sorted(os.listdir(small_tmpfs)) == before, argv
+
+
 def test_rows_survive_in_results_jsonl_and_a_torn_line_is_skipped(tmp_path):
     folder = RunFolder.create(str(tmp_path), "r", {"title": "t", "cases": 3})
     folder.append({"scenario": "a", "combo": "GLOBAL/torch_dist/sync", "verdict": "PASS", "column": "a"})
