@@ -99,17 +99,18 @@ def test_a_killed_matrix_leaves_rows_that_report_turns_into_the_reports(tmp_path
     assert "INCOMPLETE" in _read(run_dir, "report.md") and 'value="incomplete"' in _read(run_dir, "junit.xml")
 
 
-def test_an_interrupted_fuzz_keeps_a_row_per_finished_case_with_its_replay(tmp_path):
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_fuzz_keeps_a_row_per_finished_case_with_its_replay(tmp_path, sig, status):
     proc = _start(str(tmp_path), FUZZ)
     try:
         run_dir = _wait_first_row(proc, str(tmp_path))
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=LIMIT)
     finally:
         if proc.poll() is None:
             _kill_session(proc)
-    assert proc.returncode == 143, err
-    assert "interrupted by SIGTERM" in err and "Traceback" not in err
+    assert proc.returncode == status, err
+    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
     rows = json.loads(_read(run_dir, "results.json"))
     assert 1 <= len(rows) < 40 and all(r["replay"].startswith("resilience run ") for r in rows), rows
     assert json.loads(_read(run_dir, "run.json"))["status"] == "interrupted"
