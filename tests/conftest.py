@@ -1,4 +1,6 @@
 import os
+import shutil
+import subprocess
 
 import psutil
 import pytest
@@ -31,3 +33,23 @@ def pytest_runtest_makereport(item, call):
     if "not installed" in reason or "No module named" in reason:
         report.outcome = "failed"
         report.longrepr = f"skipped under CI=true for a missing dependency (install it in `make test`): {reason}"
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path, request):
+    """A real, small tmpfs (64 KiB; a test marked `@pytest.mark.tmpfs_size("192k")` asks for another size),
+    for full and read-only disks. Needs root and mount(8): skipped elsewhere."""
+    marker = request.node.get_closest_marker("tmpfs_size")
+    size = marker.args[0] if marker else "64k"
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount(8) for a small tmpfs")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)

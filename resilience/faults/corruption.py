@@ -202,6 +202,11 @@ def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Dam
     if not os.path.isfile(path):
         raise ConfigError("name", f"{folder} has no {name}",
                           f"this checkpoint holds: {', '.join(n for n in METADATA_FILES if os.path.exists(os.path.join(folder, n)))}")
+    return damage_metadata_file(root, path, fault, rng)
+
+
+def damage_metadata_file(root: str, path: str, fault: MetadataDamage, rng: random.Random) -> Damage:
+    """Delete, garble (the middle third replaced by seeded noise), truncate to half or empty one metadata file."""
     old = os.path.getsize(path)
     if fault.how == "delete":
         os.unlink(path)

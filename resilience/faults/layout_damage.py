@@ -11,7 +11,7 @@ import shutil
 import struct
 
 from .base import Fault, matches_path
-from .corruption import Damage, NothingToDamage, _record
+from .corruption import Damage, NothingToDamage, _record, damage_metadata_file
 from .hostile_pickle import DCP_METADATA
 from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle, LeftoverStaging,
                     MetadataDamage, TrackerDamage, Truncate)
@@ -207,20 +207,7 @@ def metadata_damage(root: str, fault: MetadataDamage, layout: Layout, rng: rando
         raise NotApplicable("name", f"this backend writes no {fault.name} (its metadata files: {', '.join(names)})")
     it, chosen = _newest(found, fault, "metadata file", root)
     _, path, _ = chosen[rng.randrange(len(chosen))]
-    old = os.path.getsize(path)
-    if fault.how == "delete":
-        os.unlink(path)
-        return _record(fault, "delete", root, path, old_size=old)
-    if fault.how == "garble":
-        lo, hi = old // 3, max(old // 3 + 1, 2 * old // 3)
-        with open(path, "r+b") as f:
-            f.seek(lo)
-            f.write(rng.randbytes(hi - lo))
-        return _record(fault, "garble", root, path, offset=lo, old_size=old, new_size=max(old, hi),
-                       detail=f"bytes {lo}..{hi} replaced by seeded noise")
-    new = old // 2 if fault.how == "truncate" else 0
-    os.truncate(path, new)
-    return _record(fault, fault.how, root, path, old_size=old, new_size=new)
+    return damage_metadata_file(root, path, fault, rng)
 
 
 def tracker_damage(root: str, fault: TrackerDamage, layout: Layout, rng: random.Random) -> Damage:

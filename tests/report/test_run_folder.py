@@ -6,7 +6,6 @@ import errno
 import json
 import multiprocessing as mp
 import os
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -45,20 +44,6 @@ def test_a_missing_base_is_made(tmp_path):
     assert os.path.isdir(path) and os.listdir(path) == []
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 64 KiB tmpfs (root only); skipped where mounting is not allowed."""
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if shutil.which("mount") is None or os.geteuid() != 0:
-        pytest.skip("needs root and mount(8) for a small tmpfs")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def _fill(mnt) -> None:

@@ -62,25 +62,9 @@ def test_a_save_that_raises_a_bug_is_a_failure_with_the_error(tmp_path):
     assert "save raised ValueError: cannot serialise the optimizer state on rank" in result.detail
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
-    """A 192 KiB tmpfs: a real full disk under the case folder (root only; skipped where mounting is not allowed)."""
-    import os
-    import shutil
-    import subprocess
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    if shutil.which("mount") is None or os.geteuid() != 0:
-        pytest.skip("needs root and mount(8) for a small tmpfs")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
+@pytest.mark.tmpfs_size("192k")
 def test_a_real_full_disk_is_unknown_and_named_enospc(small_tmpfs):
     """The reference gathers each rank's OSError into a RankFailure: its errno is still found and named."""
     s = load_text("name: full-disk\nsteps:\n  - train: 1\n  - save\n  - train: 1\n  - save\n", "s.yaml")
