@@ -15,9 +15,13 @@ class Generations:
         loads = [ld for ld in ev.loads if ld.status == "ok" and getattr(ld, "generations", None)]
         if not stamped or not loads:
             return Verdict(self.name, NA, "no load reported which save's generation it read")
-        bad, read = [], []
+        bad, read, damaged = [], [], []
         for ld in loads:
             found = list(ld.generations.get("found") or [])
+            if foreign_generations(ld, stamped) and ld.iteration in {c.get("iteration") for c in
+                                                                     ev.corrupted_before(ld.index)}:
+                damaged.append(ld)  # a stamp hit by the damage at rest: integrity judges that, not a mix
+                continue
             whole = len(found) == 1 and found[0] in stamped and stamped[found[0]].iteration == ld.iteration
             where = {"load_job": ld.job, "iteration": ld.iteration, "path": ld.path, "crash_state": ld.crash_state}
             if not whole:
@@ -44,9 +48,18 @@ class Generations:
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} of {len(loads)} loads did not read one whole save: "
                            f"{bad[0]['problem']}", bad)
+        if not read:
+            return Verdict(self.name, NA, f"{len(damaged)} loads read stamps damaged at rest (integrity's to judge)")
         resaved = sum(r["saves_of_iteration"] > 1 for r in read)
         more = f", {resaved} of an iteration saved more than once" if resaved else ""
         return Verdict(self.name, PASS, f"{len(read)} loads each read one whole save{more}", read)
+
+
+def foreign_generations(ld, stamped: dict) -> list:
+    """Generations a load found that no save wrote (-1: a stamp that is no whole number)."""
+    if not stamped:  # a history without stamps says nothing about them
+        return []
+    return [g for g in ((ld.generations or {}).get("found") or []) if g not in stamped]
 
 
 def _same_grid(a: str, b: str) -> bool:

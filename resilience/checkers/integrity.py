@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from .base import FAIL, NA, PASS, Evidence, Verdict
+from .generations import foreign_generations
 
 
 INERT = "the damage changed no value the load returns"
@@ -27,6 +28,7 @@ class Integrity:
             return Verdict(self.name, NA, "no load after the corruption")
         bad, detected, missed = [], 0, []
         hit = {c.get("iteration") for c in ev.corruptions}
+        stamped = {s.generation: s for s in ev.saves if getattr(s, "generation", None) is not None}
         for ld in after:
             if ld.status != "ok":
                 detected += 1  # a clear refusal is a correct answer to damage
@@ -36,6 +38,11 @@ class Integrity:
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
                             "expected": sorted(saved), "found": ld.fingerprint, "corruption": ev.corruptions,
                             "problem": "damaged checkpoint loaded as wrong values"})
+            elif ld.iteration in hit and foreign_generations(ld, stamped):
+                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
+                            "found_generations": (ld.generations or {}).get("found"), "corruption": ev.corruptions,
+                            "problem": "damaged checkpoint loaded as wrong values: a stamp tensor holds a value "
+                                       "no save wrote"})
             elif _wrong_rng(ld, ev.saved(ld.iteration)):
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path, "found_rng": ld.rng,
                             "corruption": ev.corruptions, "problem": "damaged checkpoint restored a wrong RNG state"})

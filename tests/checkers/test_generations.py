@@ -101,3 +101,15 @@ def test_generations_through_the_history_to_evidence_rule(found, resave_status, 
                       save_topology=T, expected=lambda it: "fp")
     assert [s.generation for s in e.saves] == [1, 2]
     assert Generations().check(e).status == status
+
+
+def test_a_stamp_damaged_at_rest_is_integritys_failure_not_a_mix():
+    """A flip that lands in a stamp: the loader returned damaged data (integrity FAIL), not a mix of saves."""
+    from resilience.checkers import Integrity
+    e = ev([save(2, 1, index=1), save(3, 2, index=2)], [load(3, [2, -1], index=10)],
+           corruptions=[{"index": 5, "iteration": 3}])
+    assert Generations().check(e).status == NA
+    verdict = Integrity().check(e)
+    assert verdict.status == FAIL and "stamp tensor" in verdict.evidence[0]["problem"]
+    # without damage at rest the same load is a mix
+    assert Generations().check(ev(e.saves, e.loads)).status == FAIL
