@@ -81,6 +81,9 @@ def fault_scenario(name: str, seed: int) -> Scenario:
     if name not in FAULTS:
         raise ConfigError("--faults", f"unknown fault column {name!r}", f"use {', '.join(FAULTS)}")
     steps = _steps(FAULTS[name] + [{"resume": {"continue": 2}}])
+    for step in steps:  # --seed moves the damage too, not only the state
+        if step.kind == "corrupt":
+            step.args.setdefault("seed", seed)
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
 

@@ -175,3 +175,9 @@ def test_a_fifo_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ScenarioError, match="not a regular file"):
         load_file(fifo)
+
+
+def test_the_matrix_seed_moves_the_damage_too():
+    from resilience.runner.matrix import fault_scenario
+    (step,) = [s for s in fault_scenario("bitflip", 7).steps if s.kind == "corrupt"]
+    assert step.args["seed"] == 7
