@@ -24,6 +24,7 @@ from .hostile_pickle import plant as plant_hostile_pickle
 from .kinds import (METADATA_FILES, BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle,
                     LeftoverStaging, MetadataDamage, TrackerDamage, Truncate)
 
+_NUMBER = re.compile(r"\d+")
 _ITER = re.compile(r"iter_(\d{7})")
 _FOLDER = re.compile(r"iter_(\d{7})|step-(\d+)")  # ours and Megatron's, and torchtitan's DCP step folders
 _LOCAL_RANK = re.compile(r"rank_(\d{5})")
@@ -249,20 +250,39 @@ def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random, fo
 def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damage:
     base = _tracker_root(root, fault, rng)
     path = os.path.join(base, TRACKER)
-    old = open(path, "rb").read().decode("utf-8", "replace") if os.path.exists(path) else None
     iterations = sorted(int(m.group(1)) for n in (os.listdir(base) if os.path.isdir(base) else [])
                         if (m := _ITER.fullmatch(n)))
+    return damage_pointer_file(root, path, fault, iterations)
+
+
+def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: list[int]) -> Damage:
+    """Delete, empty, garble or renumber (stale: the iteration before the newest; future: one never saved) the
+    file that points at the newest checkpoint; a number in it keeps its width (`iter_0000003` -> `iter_0000002`)."""
+    old = open(path, "rb").read().decode("utf-8", "replace") if os.path.exists(path) else None
     newest = iterations[-1] if iterations else 0
     if fault.how == "delete":
         if old is None:
             raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
         os.unlink(path)
         return _record(fault, "delete", root, path, old=old)
-    text = {"stale": str(iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)), "empty": "",
-            "non_numeric": "not-a-number", "future": str(newest + 1000)}[fault.how]
+    if fault.how in ("empty", "non_numeric"):
+        text = "" if fault.how == "empty" else "not-a-number"
+    else:
+        value = (iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)) if fault.how == "stale" \
+            else newest + 1000
+        text = _renumber(old or str(newest), newest, value)
     with open(path, "w") as f:
         f.write(text)
     return _record(fault, fault.how, root, path, old=old, new=text)
+
+
+def _renumber(text: str, old: int, new: int) -> str:
+    """`text` with the number naming `old` replaced by `new` in the same width."""
+    def sub(m):
+        tok = m.group(0)
+        return (str(new).zfill(len(tok)) if tok.startswith("0") else str(new)) if int(tok) == old else tok
+    out = _NUMBER.sub(sub, text)
+    return out if out != text else str(new)
 
 
 def leftover_staging(root: str, fault: LeftoverStaging, rng: random.Random) -> Damage:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 import struct
 
 from .base import Fault, matches_path
-from .corruption import Damage, NothingToDamage, _record, damage_metadata_file
+from .corruption import Damage, NothingToDamage, _record, damage_metadata_file, damage_pointer_file
 from .hostile_pickle import DCP_METADATA
 from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle, LeftoverStaging,
                     MetadataDamage, TrackerDamage, Truncate)
@@ -19,7 +18,6 @@ from .layout import Layout, LayoutFile
 
 _LOCAL_HEADER, _CENTRAL, _END = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
 _END64, _END64_LOCATOR = b"PK\x06\x06", b"PK\x06\x07"
-_NUMBER = re.compile(r"\d+")
 
 
 class NotApplicable(NothingToDamage):
@@ -217,31 +215,7 @@ def tracker_damage(root: str, fault: TrackerDamage, layout: Layout, rng: random.
                             f"latest.txt; {layout.describe()}): tracker damage does not apply")
     f = pointers[rng.randrange(len(pointers))]
     path = os.path.join(root, f.template.replace("{{", "{").replace("}}", "}"))
-    old = open(path, "rb").read().decode("utf-8", "replace") if os.path.exists(path) else None
-    its = layout.iterations(root)
-    newest = its[-1] if its else 0
-    if fault.how == "delete":
-        if old is None:
-            raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
-        os.unlink(path)
-        return _record(fault, "delete", root, path, old=old)
-    if fault.how in ("empty", "non_numeric"):
-        text = "" if fault.how == "empty" else "not-a-number"
-    else:
-        value = (its[-2] if len(its) > 1 else max(newest - 1, 0)) if fault.how == "stale" else newest + 1000
-        text = _renumber(old or str(newest), newest, value)
-    with open(path, "w") as fh:
-        fh.write(text)
-    return _record(fault, fault.how, root, path, old=old, new=text)
-
-
-def _renumber(text: str, old: int, new: int) -> str:
-    """`text` with the number naming `old` replaced by `new` in the same width."""
-    def sub(m):
-        tok = m.group(0)
-        return (str(new).zfill(len(tok)) if tok.startswith("0") else str(new)) if int(tok) == old else tok
-    out = _NUMBER.sub(sub, text)
-    return out if out != text else str(new)
+    return damage_pointer_file(root, path, fault, layout.iterations(root))
 
 
 def escaping_path(root: str, fault: EscapingManifestPath, layout: Layout, rng: random.Random) -> Damage:
