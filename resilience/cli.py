@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import signal
 import sys
-import threading
 
 from .commands import COMMANDS
 from .errors import Interrupted, ResilienceError
+from .stopping import INTERRUPTED_STATUSES, ignore_stops, stop_on_signals, taken
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,25 +24,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _raise_interrupted(signum, frame) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
-@contextlib.contextmanager
-def stop_on_signals():
-    """While in it, SIGTERM and SIGHUP end the command as Ctrl-C does, through every `finally` (rank
-    teardown, the results so far), instead of killing it on the spot. The previous handlers come back after."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
-    old = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 all passed, 1 something failed, 2 bad input (one error, no traceback), 130 / 143
     stopped by SIGINT (Ctrl-C) / SIGTERM, 129 SIGHUP (the run folder keeps what finished, marked interrupted)."""
@@ -53,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         with stop_on_signals():
             return args.func(args)
     except (KeyboardInterrupt, Interrupted) as e:
+        taken()
         from .report.cases import exit_status, signal_name
         print(f"resilience {args.command}: interrupted by {signal_name(e)}", file=sys.stderr)
         return exit_status(e)
@@ -61,5 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def run() -> None:
+    """The console command: `main`, then exit with its status. Once a stop was acted on, a late or repeated
+    signal is ignored while the interpreter shuts down: the status stays the one the run printed."""
+    status = main()
+    if status in INTERRUPTED_STATUSES:
+        ignore_stops()
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -35,6 +35,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError, Interrupted
+from ..stopping import ask, check as check_stop
 from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
@@ -182,6 +183,10 @@ class _Judge:
         return [(mode, kind, *self.latest[(mode, kind)]) for mode, kind in keys]
 
     def __call__(self, mode: str, scenario: Scenario, combo: Combination) -> CaseResult | None:
+        try:
+            check_stop()  # a Ctrl-C or SIGTERM that Python dropped (in a gc callback of Hypothesis') ends it here
+        except Interrupted as e:
+            raise _Interrupt(e) from None
         key = f"{combo}\n{scenario.to_yaml()}"
         spent = self._may_run(key)
         if spent:
@@ -317,7 +322,7 @@ class _sigterm_interrupts:
         self.previous = {}
         if threading.current_thread() is threading.main_thread():
             def stop(signum, frame):
-                raise _Interrupt(Interrupted(signal.Signals(signum).name))
+                raise _Interrupt(ask(signum))
             self.previous = {s: signal.signal(getattr(signal, s), stop) for s in self.SIGNALS}
         return self
 

@@ -5,11 +5,9 @@ store's socket on a port the OS picks (rank 0 serves it), so parallel runs (pyte
 collide, and the parent starts no thread that a fork could catch holding a lock."""
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 import signal
-import threading
 import time
 import traceback
 from datetime import timedelta
@@ -25,6 +23,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigError, RankFailure, RankTimeout
 from .base import JobOutcome, RankContext, RankOutcome, check_seconds
+from ..stopping import check as check_stop, held
 from .lifetime import die_with_parent, guard_process_group
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
@@ -42,6 +41,7 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
                runner: int | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # not the runner's handlers (resilience.cli): die as a process does
         signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a Python process's own (the fork held a recorder)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # held by the runner over the fork
     die_with_parent(runner)  # a rank never outlives the runner, even a SIGKILLed one
     os.setpgid(0, 0)  # own process group: teardown reaches anything the rank started
@@ -170,7 +170,7 @@ class Job:
                                 args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
                                       child_end, self.init_timeout, self.log_dir, self.pin_cpus, runner))
                 # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
-                with _signals_held():
+                with held():
                     p.start()
                 child_end.close()
                 self.procs.append(p)
@@ -189,6 +189,7 @@ class Job:
         failed = False
         try:
             while pending:
+                check_stop()
                 left = deadline - time.monotonic()
                 if left <= 0:
                     for conn, r in list(readers.items()):  # results sent just before the deadline count
@@ -263,7 +264,7 @@ class Job:
     def teardown(self) -> None:
         """Stop every rank and everything it started; reap them all. Safe to call twice. A second Ctrl-C or
         SIGTERM waits until it is done (a few seconds at most) rather than cutting it short."""
-        with _signals_held():
+        with held():
             self._teardown()
 
     def _teardown(self) -> None:
@@ -299,32 +300,6 @@ class Job:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM (delivered once this ends) while in the main thread. The mask alone is not
-    enough: another thread may take the signal, and Python then runs the handler wherever the main thread
-    is, e.g. in the after-fork hooks, which drop the exception; so the handlers only record it meanwhile."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(held))
-    old = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in held}
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        if got:
-            handler = old[got[0]]
-            if callable(handler):
-                handler(got[0], None)  # Ctrl-C's KeyboardInterrupt, the command's Interrupted
-            elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), got[0])
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:

@@ -11,6 +11,7 @@ import traceback
 from contextlib import contextmanager
 
 from ..errors import Interrupted
+from ..stopping import check as check_stop, deferred
 from .folder import INTERRUPTED, RunFolder
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
@@ -21,6 +22,7 @@ def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: st
                transition: str | None = None, **extra) -> dict:
     """run_case, as a row appended to the run folder; extra keys (column, ...) go into the row."""
     from ..runner.run import run_case
+    check_stop()
     start = time.monotonic()
     try:
         result = run_case(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition)
@@ -74,7 +76,7 @@ def keeping(folder: RunFolder, columns: list[str] | None = None):
     try:
         yield
     except INTERRUPTIONS as e:
-        with _deferred_signals():
+        with deferred():
             # results.jsonl, not `rows`: the interruption may come between a row's append and its return
             done, _ = folder.rows()
             paths = folder.finish(done, status=INTERRUPTED, columns=columns, why=signal_name(e))
@@ -82,19 +84,3 @@ def keeping(folder: RunFolder, columns: list[str] | None = None):
               f"kept: {paths['report.md']} ({paths['results.json']}, {paths['junit.xml']})", file=sys.stderr,
               flush=True)
         raise
-
-
-@contextmanager
-def _deferred_signals():
-    """A second Ctrl-C or SIGTERM while the reports are written waits until they are."""
-    import threading
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[int] = []
-    old = {s: signal.signal(s, lambda n, f: got.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

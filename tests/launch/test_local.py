@@ -52,6 +52,20 @@ def test_killed_rank_is_reported_with_its_signal_and_others_torn_down():
     assert {outcome.outcomes[r].status for r in (0, 2)} <= {"torn_down", "error", "signal"}
 
 
+def _sigint_rank_1(ctx):
+    if ctx.rank == 1:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(60)  # a rank that ignored it would sleep here until the test's timeout
+    dist.barrier()
+
+
+def test_a_rank_sent_sigint_stops_as_a_python_process_does():
+    # the ranks are forked while the runner holds SIGINT in a recorder: a rank must not keep that handler
+    outcome = Job(_sigint_rank_1, 2, timeout=30).start().wait()
+    assert outcome.outcomes[1].status == "error" and "KeyboardInterrupt" in outcome.outcomes[1].error
+    assert not outcome.timed_out
+
+
 def _hang_on_rank_2(ctx):
     if ctx.rank == 2:
         time.sleep(3600)
