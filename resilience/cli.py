@@ -47,6 +47,10 @@ def run() -> None:
     status = main()
     if status in INTERRUPTED_STATUSES:
         ignore_stops()
+        # CPython notes a KeyboardInterrupt that left an exec() of source text (Hypothesis and dataclasses
+        # build functions so) and, at exit, kills itself by SIGINT in place of our status; the next exec()
+        # of text clears that note
+        exec("pass")
     sys.exit(status)
 
 

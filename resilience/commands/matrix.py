@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 
 from ..errors import ConfigError
@@ -33,21 +35,32 @@ def run(args) -> int:
     from ..report.cases import judge_case, keeping
     from ..report.table import text_table
     from ..runner.backends import make_backend, supported_combinations
-    from ..runner.matrix import FAULTS, cases, parse_transitions
+    from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
     from .progress import Progress
     from .run import summarize
 
     faults = [f for f in args.faults or list(FAULTS) if f != "none"]
     transitions = parse_transitions(args.transitions)
     combos = args.combos or supported_combinations(args.backend) or valid_combinations()
-    work = cases(combos, faults, transitions, args.seed)
-    if not work:
+    for f in faults:
+        fault_scenario(f, args.seed)  # an unknown column: one clear error before anything runs
+    if not faults and not transitions:
         raise ConfigError("matrix", "nothing to run: no fault column and no transition",
                           "give --faults or --transitions other than none")
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
     make_backend(args.backend, combos[0])  # a backend that cannot be made: one clear error before any case
-    columns = faults + list(transitions)
+    learned = tempfile.mkdtemp(prefix="resilience-layout-")
+    try:
+        if "metadata" in faults:
+            print(f"matrix: learning which metadata files a load of {args.backend} reads ...", flush=True)
+        work = cases(combos, faults, transitions, args.seed,
+                     lambda combo: metadata_files_read(combo, args.backend, os.path.join(learned, _label(combo))))
+    finally:
+        shutil.rmtree(learned, ignore_errors=True)
+    seen = list(dict.fromkeys(c.column for c in work))
+    columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + \
+        list(transitions)
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
     folder = RunFolder.create(args.out, "matrix", {"title": "resilience matrix", "seed": args.seed,
                                                    "backend": args.backend, "command": command, "columns": columns,
@@ -58,7 +71,7 @@ def run(args) -> int:
     start = time.monotonic()
     with keeping(folder, columns), Progress(len(work), "cases") as bar:
         for i, case in enumerate(work):
-            label = f"{case.combo}-{case.column}".replace("/", "-")
+            label = _label(case.combo, case.column)
             case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{label}")
             rows.append(judge_case(folder, case.scenario, case.combo, case_dir, backend=args.backend,
                                    fault=case.fault, transition=case.transition, column=case.column))
@@ -70,3 +83,9 @@ def run(args) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     return summarize(rows, paths)
+
+
+def _label(combo, column: str = "") -> str:
+    """A folder name for a combination (and column): no path separators, no leading dot."""
+    text = f"{combo}-{column}" if column else str(combo)
+    return text.replace("/", "-").replace(":", "-").replace("-.", "-")

@@ -250,8 +250,9 @@ METADATA_DAMAGE = ("garble", "truncate", "empty", "delete")
 
 @dataclass(frozen=True)
 class MetadataDamage(Fault):
-    """Garble, truncate, empty or delete a checkpoint's metadata: our manifest.json, DCP's .metadata,
-    Megatron's metadata.json (None: the first of them the checkpoint has)."""
+    """Garble, truncate, empty or delete one metadata file of a checkpoint, named by `name` (our
+    manifest.json, DCP's .metadata, Megatron's metadata.json, a user's index.json: any metadata file the
+    backend's learned layout has; None: one of them, drawn)."""
 
     kind: ClassVar[str] = "metadata_damage"
     layer: ClassVar[str] = "at_rest"
@@ -261,7 +262,10 @@ class MetadataDamage(Fault):
 
     def _check(self, where):
         _single_rank(self, where)
-        _choice(self.name, METADATA_FILES, f"{where}.name")
+        if self.name is not None and (not isinstance(self.name, str) or not self.name or "/" in self.name
+                                      or "\\" in self.name or self.name in (".", "..")):
+            raise ConfigError(f"{where}.name", f"{self.name!r} is not a file name",
+                              f"name one metadata file the backend writes, e.g. {', '.join(METADATA_FILES)}")
         _choice(self.how, METADATA_DAMAGE, f"{where}.how")
 
 

@@ -39,6 +39,7 @@ class LayoutFile:
     rank: int | None = None
     written_as: str | None = None
     size: int = 0
+    read: bool | None = None   # a load of the save opened it (None: not learned)
 
     @property
     def per_iteration(self) -> bool:
@@ -128,6 +129,9 @@ class Layout:
     def describe(self) -> str:
         roles = {r: [f.template for f in self.files if f.role == r] for r in ROLES}
         parts = [f"{r}: {', '.join(sorted(set(v)))}" for r, v in roles.items() if v]
+        unread = sorted({f.template for f in self.files if f.read is False})
+        if unread:
+            parts.append(f"never read by a load: {', '.join(unread)}")
         return f"learned from {self.source} of iteration {self.iteration}" + \
             ("" if self.seam else " (writes outside the storage seam)") + "; " + "; ".join(parts)
 
@@ -162,9 +166,11 @@ def scan(root: str) -> dict[str, tuple[int, int]]:
 
 
 def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None = None, *,
-          oplog_dir: str | None = None, hints: dict | None = None, announced=()) -> Layout:
+          oplog_dir: str | None = None, hints: dict | None = None, announced=(),
+          reads: set[str] | None = None) -> Layout:
     """The layout of the save of `iteration` under `root`: `before` is scan(root) taken before it (None:
-    empty), `oplog_dir` its operation log when it went through the seam."""
+    empty), `oplog_dir` its operation log when it went through the seam, `reads` the relative paths a
+    load of it opened (None: not learned)."""
     root = os.path.abspath(root)
     before = before or {}
     after = scan(root)
@@ -181,7 +187,7 @@ def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None =
         template = _template(rel, iteration)
         role = _role(root, rel, template, iteration, hints)
         files.append(LayoutFile(template, role, rank, _template(at, iteration, staging=True) if at else None,
-                                after[rel][0]))
+                                after[rel][0], None if reads is None else rel in reads))
     source = "oplog" if seam else "oplog and scan" if created else "scan"
     layout = Layout(iteration, tuple(files), seam, source, {}, tuple(announced))
     if created:

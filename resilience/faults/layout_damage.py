@@ -43,9 +43,21 @@ def _pick(root: str, fault: Fault, layout: Layout, role: str, rng: random.Random
     what = f"file matching {fault.target.path!r}" if fault.target.path else f"{role} file"
     if fault.target.rank is not None:
         what += f" of rank {fault.target.rank}"
+    found = _read_by_a_load(found, what, root)
     it, chosen = _newest(found, fault, what, root)
     _, path, _ = chosen[rng.randrange(len(chosen))]
     return it, path
+
+
+def _read_by_a_load(found: list, what: str, root: str) -> list:
+    """The files among `found` a load reads (as learned by loading a clean save): damage elsewhere probes
+    nothing. All of them when reads were not learned."""
+    read = [x for x in found if x[2].read is not False]
+    if found and not read:
+        names = sorted({os.path.relpath(p, root) for _, p, _ in found})[:4]
+        raise NotApplicable("target", f"no load of this backend reads the {what} ({', '.join(names)}; learned by "
+                            "loading a clean save): damage there probes nothing")
+    return read
 
 
 # ---- tensor payload -----------------------------------------------------------------------------------
@@ -203,6 +215,7 @@ def metadata_damage(root: str, fault: MetadataDamage, layout: Layout, rng: rando
     if fault.name is not None and not found:
         names = sorted({os.path.basename(f.template) for f in layout.of("metadata")})
         raise NotApplicable("name", f"this backend writes no {fault.name} (its metadata files: {', '.join(names)})")
+    found = _read_by_a_load(found, f"metadata file {fault.name}" if fault.name else "metadata files", root)
     it, chosen = _newest(found, fault, "metadata file", root)
     _, path, _ = chosen[rng.randrange(len(chosen))]
     return damage_metadata_file(root, path, fault, rng)

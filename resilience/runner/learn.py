@@ -1,5 +1,6 @@
 """Learn a backend's layout from one clean save: a short job of real ranks that trains, saves once into
-a scratch folder with every seam operation logged, and reports the phases the backend announced. The
+a scratch folder with every seam operation logged, reports the phases the backend announced, and loads
+the save back to learn which files a load reads (faults.reads). The
 runner learns it once per (backend, combination, topology, model) and keeps it beside the case
 (layout.json) for faults and corruptions to aim through."""
 from __future__ import annotations
@@ -27,6 +28,7 @@ class ProbePlan:
     oplog_dir: str
     iteration: int
     phases_file: str
+    reads_file: str
 
 
 def probe_iteration(world: int) -> int:
@@ -53,7 +55,26 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     dist.barrier()
     with open(f"{plan.phases_file}.{ctx.rank}", "w") as f:
         json.dump(announced, f)
+    with open(f"{plan.reads_file}.{ctx.rank}", "w") as f:
+        json.dump(_reads_of_load(plan, ctx.rank), f)
     return {"iteration": state.iteration}
+
+
+def _reads_of_load(plan: ProbePlan, rank: int) -> dict:
+    """The files of the root that a load of the save just made opens for reading on this rank."""
+    from ..faults.reads import ReadRecorder
+    from ..state import TrainingState
+    recorder = ReadRecorder(plan.root)
+    state = TrainingState(plan.spec, plan.topo, rank)
+    backend = make_backend(plan.backend, plan.combo)
+    recorder.recording = True
+    try:
+        backend.load(state, plan.root)
+    except Exception as e:  # a load that fails here teaches nothing about reads; the cases will show it
+        return {"ok": False, "why": f"{type(e).__name__}: {str(e)[:300]}", "paths": sorted(recorder.paths)}
+    finally:
+        recorder.recording = False
+    return {"ok": True, "paths": sorted(recorder.paths)}
 
 
 def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: str, folder: str, *,
@@ -65,19 +86,27 @@ def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: s
     if key not in _CACHE:
         from ..launch import Job
         plan = ProbePlan(spec, topo, combo, backend or "reference", os.path.join(folder, "ckpt"),
-                         os.path.join(folder, "oplog"), probe_iteration(topo.world), os.path.join(folder, "phases"))
+                         os.path.join(folder, "oplog"), probe_iteration(topo.world), os.path.join(folder, "phases"),
+                         os.path.join(folder, "reads"))
         outcome = Job(_probe_rank, topo.world, args=(plan,), timeout=timeout, log_dir=os.path.join(folder, "logs"),
                       start_method=start_method, pin_cpus=True).start().wait()
         if not outcome.ok:
             first = outcome.first_failure()
             raise RankFailure({first.rank: first.describe()[:2000]} if first else {},
                               f"one clean save of {backend} to learn its layout failed")
-        announced = set()
+        announced: set[str] = set()
+        reads: set[str] | None = set()
         for r in range(topo.world):
             with open(f"{plan.phases_file}.{r}") as f:
                 announced |= set(json.load(f))
+            with open(f"{plan.reads_file}.{r}") as f:
+                seen = json.load(f)
+            if reads is not None and seen["ok"]:
+                reads |= set(seen["paths"])
+            else:
+                reads = None  # a rank's load failed: what a load reads stays unknown
         _CACHE[key] = learn(plan.root, plan.iteration, {}, oplog_dir=plan.oplog_dir, hints=_hints(backend),
-                            announced=sorted(announced))
+                            announced=sorted(announced), reads=reads or None)
     layout = _CACHE[key]
     layout.save(os.path.join(folder, "layout.json"))
     return layout

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError
@@ -78,12 +79,16 @@ def _steps(raw: list[dict]) -> list[Step]:
 
 
 def fault_scenario(name: str, seed: int) -> Scenario:
-    if name not in FAULTS:
-        raise ConfigError("--faults", f"unknown fault column {name!r}", f"use {', '.join(FAULTS)}")
-    steps = _steps(FAULTS[name] + [{"resume": {"continue": 2}}])
+    column, _, file_name = name.partition(":")
+    if column not in FAULTS or (file_name and column != "metadata"):
+        raise ConfigError("--faults", f"unknown fault column {name!r}",
+                          f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)")
+    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}])
     for step in steps:  # --seed moves the damage too, not only the state
         if step.kind == "corrupt":
             step.args.setdefault("seed", seed)
+            if file_name:
+                step.args["name"] = file_name
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
 
@@ -97,16 +102,35 @@ def transition_scenario(label: str, text: str, seed: int) -> Scenario:
     return Scenario(f"matrix-{label}", steps, model, t.save, seed=seed, tags=["matrix"])
 
 
+def metadata_files_read(combo: Combination, backend: str, folder: str) -> list[str] | None:
+    """The names of the metadata files a load of `combo` reads, from the backend's learned layout on the
+    matrix's base topology (cached: the cases reuse it); None when it cannot be learned."""
+    from ..errors import ResilienceError
+    from .learn import learn_layout
+    try:
+        layout = learn_layout(MODEL, _topo(BASE), combo, backend, folder)
+    except ResilienceError:
+        return None  # the metadata case of this combination will show why
+    import os
+    return sorted({os.path.basename(f.template) for f in layout.of("metadata") if f.read is not False}) or None
+
+
 def _topo(text):
     from ..state import Topology
     return Topology.parse(text)
 
 
-def cases(combos: list[Combination], faults: list[str], transitions: dict[str, str], seed: int) -> list[Case]:
+def cases(combos: list[Combination], faults: list[str], transitions: dict[str, str], seed: int,
+          metadata_files: Callable[[Combination], list[str] | None] | None = None) -> list[Case]:
+    """Every case of the matrix. `metadata_files(combo)`: the metadata files a load of that combination
+    reads (None: unknown); the `metadata` column then damages each of them in a case of its own
+    (`metadata:FILE`), since a check of one file says nothing about the others."""
     out = []
     for combo in combos:
         for f in faults:
-            out.append(Case(fault_scenario(f, seed), combo, f, f, None))
+            files = metadata_files(combo) if f == "metadata" and metadata_files is not None else None
+            for column in [f"metadata:{n}" for n in files] if files else [f]:
+                out.append(Case(fault_scenario(column, seed), combo, column, column, None))
         for label, text in transitions.items():
             out.append(Case(transition_scenario(label, text, seed), combo, label, None, str(Transition.parse(text))))
     return out

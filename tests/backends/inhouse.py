@@ -116,3 +116,23 @@ def factory(combo) -> InhouseBackend:
 
 
 factory.combinations = ("LOCAL/torch/sync",)
+
+
+# ---- a variant that also writes a file no load reads -------------------------------------------------
+class NotesBackend(InhouseBackend):
+    """The library plus a notes.json per checkpoint that nothing ever reads back: damage there probes
+    nothing, and the framework must say so rather than count it as a check."""
+
+    def save(self, state, root: str) -> None:
+        super().save(state, root)
+        if _rank() == 0:
+            with open(os.path.join(root, f"iter_{state.iteration}", "notes.json"), "w") as f:
+                json.dump({"note": "written, never read"}, f)
+        _barrier()
+
+
+def with_notes(combo) -> NotesBackend:
+    return NotesBackend(combo)
+
+
+with_notes.combinations = factory.combinations

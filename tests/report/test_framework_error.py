@@ -21,7 +21,7 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
         return real(scenario, combo, case_dir, **kw)
 
     monkeypatch.setattr(run_module, "run_case", breaks_on_the_first)
-    code = main(["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "metadata", "save/load",
+    code = main(["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "metadata:manifest.json", "save/load",
                  "--transitions", "none", "--out", str(tmp_path)])
     assert code == 1 and len(seen) == 2
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]

@@ -78,3 +78,28 @@ def test_in_process_faults_on_code_outside_the_seam_are_unprobed_with_one_reason
                       backend=INHOUSE)
     assert result.verdict == "UNPROBED" and OUTSIDE_SEAM in result.detail
     assert {f["detail"] for f in result.faults if f["status"] != "fired"} == {OUTSIDE_SEAM}
+
+
+NOTES = "tests.backends.inhouse:with_notes"
+
+
+def test_a_load_teaches_which_files_it_reads_and_damage_only_goes_where_a_load_looks(tmp_path):
+    import random
+
+    from resilience.faults.kinds import MetadataDamage
+    from resilience.faults.layout_damage import NotApplicable, metadata_damage
+    from resilience.runner.matrix import cases, metadata_files_read
+    combo = Combination.parse("LOCAL/torch/sync")
+    layout = learn_layout(MODEL, TOPO, combo, NOTES, str(tmp_path / "learned"))
+    read = {os.path.basename(f.template): f.read for f in layout.files}
+    assert read == {"index.json": True, "notes.json": False, "rank_0.pt": True, "rank_1.pt": True,
+                    "latest.txt": True}
+    assert "never read by a load: iter_{iteration}/notes.json" in layout.describe()
+    # the matrix's metadata column: one case per metadata file a load reads, none for notes.json
+    work = cases([combo], ["metadata"], {}, 0, lambda c: metadata_files_read(c, NOTES, str(tmp_path / "m")))
+    assert [c.column for c in work] == ["metadata:index.json"]
+    assert work[0].scenario.steps[-2].args["name"] == "index.json"
+    # damage asked for in the file no load reads: not applicable, with why
+    with pytest.raises(NotApplicable, match="no load of this backend reads"):
+        metadata_damage(str(tmp_path / "learned" / "ckpt"), MetadataDamage(name="notes.json"), layout,
+                        random.Random(0))
