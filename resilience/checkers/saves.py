@@ -1,8 +1,8 @@
 """Saves: an implementation error is never N/A.
 
 A save or finalize that raised where no planned fault explains it is the implementation failing (FAIL),
-or the environment refusing the test (UNKNOWN: a full disk, a quota, a read-only or failing device),
-named by its errno. A case whose every save failed acknowledged nothing, so durability was not probed:
+or the environment refusing the test (UNKNOWN: a full disk, a quota, a read-only or failing device,
+named by its errno; or every failing rank timing out in a collective, as on an overloaded machine). A case whose every save failed acknowledged nothing, so durability was not probed:
 UNPROBED, never PASS."""
 from __future__ import annotations
 
@@ -12,6 +12,16 @@ from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Verdict
 
 # the environment, not the code under test, refused the write: the case could not be judged
 ENVIRONMENT_ERRNOS = frozenset({"ENOSPC", "EDQUOT", "EROFS", "EIO"})
+# a collective of the process group that gave up waiting (gloo's, or the store's under it): on a loaded
+# machine the peers were only slow. When every failing rank says so, nothing points at the code under
+# test; one rank raising anything else makes it the code's failure.
+_COLLECTIVE_TIMEOUT = re.compile(r"(?i)(gloo|c10d|processgroup|tcpstore|store)\b.*(timed out|timeout)|"
+                                 r"(timed out|timeout).*\b(gloo|c10d|collective|barrier|all_?reduce|all_?gather|"
+                                 r"broadcast|reduce_scatter)")
+
+
+def collective_timeout(err: dict) -> bool:
+    return bool(_COLLECTIVE_TIMEOUT.search(str(err.get("error") or "")))
 
 
 def explained(err: dict, ev: Evidence) -> bool:
@@ -36,10 +46,15 @@ class SaveOutcomes:
     def check(self, ev: Evidence) -> Verdict:
         unexplained = [err for err in ev.errors if not explained(err, ev)]
         if unexplained:
-            first = next((err for err in unexplained if err.get("errno") in ENVIRONMENT_ERRNOS), unexplained[0])
-            status = UNKNOWN if first.get("errno") in ENVIRONMENT_ERRNOS else FAIL
-            why = " (the environment refused the write: the code under test could not be judged)" \
-                if status == UNKNOWN else ""
+            first = next((err for err in unexplained if err.get("errno") in ENVIRONMENT_ERRNOS),
+                         next((err for err in unexplained if not collective_timeout(err)), unexplained[0]))
+            status, why = FAIL, ""
+            if first.get("errno") in ENVIRONMENT_ERRNOS:
+                status, why = UNKNOWN, " (the environment refused the write: the code under test could not be judged)"
+            elif all(collective_timeout(err) for err in unexplained):
+                status, why = UNKNOWN, (" (every failing rank timed out in a collective and none raised anything "
+                                        "else: the ranks were too slow on this machine to judge; replay the case "
+                                        "or give the scenario a longer timeout)")
             more = f"; {len(unexplained) - 1} more" if len(unexplained) > 1 else ""
             return Verdict(self.name, status, f"{describe(first)}{why}{more}", unexplained[:20])
         if not ev.saves:

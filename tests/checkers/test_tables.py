@@ -62,6 +62,7 @@ def judge(h: History, combo="GLOBAL/torch_dist/sync", save_topology=T) -> dict:
 
 
 ENOSPC = "OSError: [Errno 28] No space left on device"
+GLOO_TIMEOUT = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error: Timed out after 30000ms"
 
 # (name, history, checker, verdict it must give, words its detail must hold)
 TABLE = [
@@ -89,6 +90,12 @@ TABLE = [
     ("ENOSPC on every save, as a planned io_error makes it: nothing acknowledged, nothing probed",
      History().start(0).fault().save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC").start(1)
      .load(ok=False, error="CheckpointNotFound: none"), "saves", UNPROBED, "none of 1 saves"),
+    ("every failing rank timed out in gloo's collective, nothing else raised: too slow to judge",
+     History().start(0).save("0.1", 2).save("0.2", 3, ok=(), fail={0: GLOO_TIMEOUT, 1: GLOO_TIMEOUT}).start(1)
+     .load(2), "saves", UNKNOWN, "timed out in a collective"),
+    ("one rank raised a bug, the other timed out waiting for it: the code's failure",
+     History().start(0).save("0.1", 2).save("0.2", 3, ok=(), fail={0: GLOO_TIMEOUT, 1: "ValueError: bad"}).start(1)
+     .load(2), "saves", FAIL, "ValueError: bad"),
     ("a save that raised a bug on every rank",
      History().start(0).save("0.1", 2, ok=(), fail={0: "ValueError: bad", 1: "ValueError: bad"}).start(1)
      .load(ok=False, error="CheckpointNotFound: none"), "saves", FAIL, "save raised ValueError: bad on rank 0"),
