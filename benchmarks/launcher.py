@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 
-from resilience.launch import run_ranks
 from resilience.commands.common import positive_int
+from resilience.launch import run_ranks
 
 TARGET_WORLD = 4
 TARGET_FORK_SECONDS = 0.5  # fork launcher: group up and torn down, median

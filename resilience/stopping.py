@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from .errors import Interrupted
 

@@ -12,9 +12,20 @@ one; a bad argument raises InvalidStrategyArgument (a hypothesis InvalidArgument
 resilience ConfigError). The state machine of the checkpoint lifecycle is lifecycle_machine()."""
 from .fuzz.judge import ScenarioFailed, judge, judge_all
 from .fuzz.machine import lifecycle_machine
-from .fuzz.strategies import (SCENARIO_FAULTS, TIMED_FAULTS, InvalidStrategyArgument, combinations,
-                              dtypes, fault_schedules, faults, model_specs, optimizers, scenarios, topologies,
-                              transitions)
+from .fuzz.strategies import (
+    SCENARIO_FAULTS,
+    TIMED_FAULTS,
+    InvalidStrategyArgument,
+    combinations,
+    dtypes,
+    fault_schedules,
+    faults,
+    model_specs,
+    optimizers,
+    scenarios,
+    topologies,
+    transitions,
+)
 
 __all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "ScenarioFailed", "TIMED_FAULTS",
            "combinations", "dtypes", "fault_schedules", "faults", "judge", "judge_all", "lifecycle_machine",

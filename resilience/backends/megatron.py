@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint import CheckpointException
 
 from .. import storage
-from ..checkpoint.combos import CkptFormat, CheckpointType, Combination, combination
+from ..checkpoint.combos import CheckpointType, CkptFormat, Combination, combination
 from ..checkpoint.formats.base import RankInfo
 from ..checkpoint.reference import CheckpointInfo, LoadResult
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure

@@ -44,8 +44,12 @@ from concurrent.futures import Future
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import CheckpointException, FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint import filesystem as dcp_filesystem
+from torch.distributed.checkpoint import (
+    CheckpointException,
+    FileSystemReader,
+    FileSystemWriter,
+    filesystem as dcp_filesystem,
+)
 from torch.distributed.checkpoint.filesystem import FileSystemBase
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 

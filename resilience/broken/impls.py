@@ -7,8 +7,8 @@ import threading
 
 from .. import storage
 from ..checkpoint import commit, manifest as manifest_mod
-from ..checkpoint.reference import ReferenceBackend, _rank
 from ..checkpoint.formats import torchfile
+from ..checkpoint.reference import ReferenceBackend, _rank
 from ..errors import AsyncSaveFailed
 from ..state.sharding import ShardedTensor
 

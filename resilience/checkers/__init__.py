@@ -1,7 +1,22 @@
 """Checkers: history + disk -> verdict with evidence."""
 from .atomic import AtomicCommit
-from .base import (FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Evidence, LoadRecord, SaveRecord, Status,
-                   Verdict, is_failing, run_checker, worst)
+from .base import (
+    FAIL,
+    FAILING,
+    NA,
+    PASS,
+    REFUSED,
+    UNKNOWN,
+    UNPROBED,
+    Evidence,
+    LoadRecord,
+    SaveRecord,
+    Status,
+    Verdict,
+    is_failing,
+    run_checker,
+    worst,
+)
 from .durability import Durability
 from .generations import Generations
 from .integrity import Integrity

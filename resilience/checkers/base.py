@@ -3,8 +3,9 @@ A checker that crashes gives UNKNOWN, never PASS."""
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..checkpoint.combos import Combination
 from ..state import Topology

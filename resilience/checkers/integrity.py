@@ -6,7 +6,6 @@ import os
 from .base import FAIL, NA, PASS, Evidence, Verdict
 from .generations import foreign_generations
 
-
 INERT = "the damage changed no value the load returns"
 
 

@@ -45,11 +45,11 @@ class Combination:
         return {"type": self.type.value, "format": self.format.value, "io": self.io.value}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Combination":
+    def from_dict(cls, d: dict) -> Combination:
         return combination(d["type"], d["format"], d["io"])
 
     @classmethod
-    def parse(cls, text: str) -> "Combination":
+    def parse(cls, text: str) -> Combination:
         """'GLOBAL/torch_dist/async' (case of the type does not matter)."""
         parts = str(text).replace(",", "/").split("/")
         if len(parts) != 3:

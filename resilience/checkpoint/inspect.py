@@ -28,7 +28,7 @@ class Problem:
     detail: str = ""
 
     @classmethod
-    def from_error(cls, e: IntegrityError) -> "Problem":
+    def from_error(cls, e: IntegrityError) -> Problem:
         return cls(e.path, e.check, e.detail)
 
     def __str__(self) -> str:

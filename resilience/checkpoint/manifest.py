@@ -16,8 +16,8 @@ import xxhash
 
 from .. import storage
 from ..errors import IntegrityError
-from ..storage.contained import check_folder, check_inside
 from ..state.topology import Topology
+from ..storage.contained import check_folder, check_inside
 from .combos import Combination
 
 MANIFEST = "manifest.json"
@@ -94,7 +94,7 @@ class Manifest:
             storage.write_all(f, self.to_json().encode())
 
     @classmethod
-    def read(cls, folder: str, root: str | None = None) -> "Manifest":
+    def read(cls, folder: str, root: str | None = None) -> Manifest:
         """The manifest of checkpoint folder `folder`, inside checkpoint root `root` (default: the
         folder holding `folder`). Any failure is an IntegrityError: an uncaught one on one rank hangs
         the others."""

@@ -1,7 +1,7 @@
 """Named points of a save, announced as they are reached, so a fault can strike exactly there."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 PHASES = ("staging", "write", "manifest", "commit_rename", "tracker_update", "retention", "async_finalize")
 

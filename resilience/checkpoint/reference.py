@@ -19,7 +19,7 @@ from .. import storage
 from ..errors import AsyncSaveFailed, CheckpointNotFound, IntegrityError, RankFailure, TopologyChangeRefused
 from ..state import Topology, TrainingState
 from . import commit, phases
-from .combos import CkptFormat, Combination, CheckpointType, combination
+from .combos import CheckpointType, CkptFormat, Combination, combination
 from .formats.base import Format, RankInfo
 from .manifest import Manifest, verify_file
 from .recorder import recording
@@ -371,7 +371,7 @@ class ReferenceBackend:
         objects = {}
         try:
             objects = self.format.read(info, records, path, manifest)
-        except (TopologyChangeRefused,) as e:
+        except TopologyChangeRefused as e:
             error = e
         except Exception as e:
             error = IntegrityError(path, "read", _describe(e))

@@ -103,7 +103,7 @@ class ClusterPlan:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ClusterPlan":
+    def from_dict(cls, d: dict) -> ClusterPlan:
         d = dict(d)
         if d.get("version", PLAN_VERSION) > PLAN_VERSION:
             raise ConfigError("plan.version", f"{d['version']} is newer than {PLAN_VERSION}",
@@ -126,7 +126,7 @@ class TorchrunEnv:
     run_id: str
 
     @classmethod
-    def from_environ(cls, environ=os.environ) -> "TorchrunEnv":
+    def from_environ(cls, environ=os.environ) -> TorchrunEnv:
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in environ]
         if missing:
             raise ConfigError("environment", f"{', '.join(missing)} not set: this runs under torchrun",

@@ -19,8 +19,17 @@ from ..checkers import expected_loadable
 from ..checkpoint.combos import Combination, valid_combinations
 from ..checkpoint.manifest import versions
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, RankFailure, TopologyChangeRefused
-from ..state import TOPOLOGY_BOUND_KEYS, ModelSpec, ParallelGroups, Topology, TrainingState, Transition, combine, \
-    differences, fingerprint
+from ..state import (
+    TOPOLOGY_BOUND_KEYS,
+    ModelSpec,
+    ParallelGroups,
+    Topology,
+    TrainingState,
+    Transition,
+    combine,
+    differences,
+    fingerprint,
+)
 from .base import read_json, slug, write_json
 
 CORPUS_FILE = "corpus.json"
@@ -67,7 +76,7 @@ class Corpus:
         write_json(os.path.join(folder, CORPUS_FILE), self.to_dict())
 
     @classmethod
-    def read(cls, folder: str) -> "Corpus":
+    def read(cls, folder: str) -> Corpus:
         path = os.path.join(folder, CORPUS_FILE)
         try:
             doc = read_json(path)
@@ -128,7 +137,6 @@ def version_pair(a: dict, b: dict) -> str:
 # ---- rank functions (run_ranks) ---------------------------------------------------------------------------
 def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps: int, folder: str,
                  backend: str) -> list[dict] | None:
-    from ..report.folder import make_folder
     from ..runner.backends import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
@@ -149,7 +157,6 @@ def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps:
 def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folder: str,
                 backend: str) -> list[dict] | None:
     """Load each entry into a fresh state on `topo`; what happened, per entry (rank 0)."""
-    from ..report.folder import make_folder
     from ..runner.backends import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
@@ -175,10 +182,9 @@ def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folde
 # ---- writing ------------------------------------------------------------------------------------------------
 def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: list[str] | None = None,
                  steps: int = DEFAULT_STEPS, spec: ModelSpec | None = None, backend: str = "reference",
-                 timeout: float = 300.0, progress=None) -> "VerifyReport":
+                 timeout: float = 300.0, progress=None) -> VerifyReport:
     """Write the corpus into `folder` (empty or new); returns the baseline loads as a report."""
     from ..launch import run_ranks
-
     from ..report.folder import make_folder
     from ..runner.backends import make_backend
 

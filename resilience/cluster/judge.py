@@ -5,8 +5,24 @@ from __future__ import annotations
 import os
 import time
 
-from ..checkers import (FAIL, NA, PASS, UNKNOWN, UNPROBED, AtomicCommit, Durability, Evidence, LoadRecord,
-                        ResumeEquivalence, SaveOutcomes, Status, Verdict, is_failing, run_checker, worst)
+from ..checkers import (
+    FAIL,
+    NA,
+    PASS,
+    UNKNOWN,
+    UNPROBED,
+    AtomicCommit,
+    Durability,
+    Evidence,
+    LoadRecord,
+    ResumeEquivalence,
+    SaveOutcomes,
+    Status,
+    Verdict,
+    is_failing,
+    run_checker,
+    worst,
+)
 from ..checkpoint.combos import CheckpointType, Combination
 from ..checkpoint.manifest import versions
 from ..faults import read_firings

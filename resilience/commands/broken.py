@@ -18,8 +18,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..broken.suite import check_names, combos_of, run_suite, render
     from ..broken import CATALOGUE
+    from ..broken.suite import check_names, combos_of, render, run_suite
     from ..report import RunFolder
     from ..report.cases import keeping
     from .progress import Progress

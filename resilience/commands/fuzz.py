@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from .common import combination_arg, number_arg, positive_float, positive_int
 
-
 # decimal, or with a base prefix (0x...), as int(text, 0) reads it
 _seed = number_arg(lambda text: int(text, 0), lambda v: v >= 0, "a non-negative integer")
 
@@ -48,11 +47,10 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
     from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
     from ..runner.backends import make_backend
     from .progress import Progress
-
-    from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
 
     opts = FuzzOptions(examples=args.examples, seed=args.seed, combos=args.combos, max_world=args.max_world,
                        time_budget=args.time_budget, shrink_budget=args.shrink_budget, all_bugs=args.all_bugs,

@@ -7,17 +7,45 @@
 - nemesis: `Nemesis(job, faults, folder=...)` kills or stops rank processes from outside.
 - at rest: `corrupt(fault, root)` truncates, flips, deletes, garbles, forges, plants a hostile pickle.
 A fault that fired is recorded (`FaultReport`); `unprobed(faults, firings)` lists those that never did."""
-from .base import (KINDS, OPS, THREADS, Fault, FaultLayer, Target, Trigger, fault_from_dict, faults_from,
-                   faults_from_text, matches_path, with_layer)
-from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle, IOFailure, LeftoverStaging,
-                    LostUnsyncedWrites, MetadataDamage, RankCrash, RankHang, RankKill, ShortWrite, SlowWrite, TornWrite,
-                    TrackerDamage, Truncate)
-from .report import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
-from .oplog import Op, OpLog, read_ops
-from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
-from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
-from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ranks
+from .base import (
+    KINDS,
+    OPS,
+    THREADS,
+    Fault,
+    FaultLayer,
+    Target,
+    Trigger,
+    fault_from_dict,
+    faults_from,
+    faults_from_text,
+    matches_path,
+    with_layer,
+)
 from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
+from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
+from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
+from .kinds import (
+    BitFlip,
+    DeleteFile,
+    EscapingManifestPath,
+    ExtraFile,
+    HostilePickle,
+    IOFailure,
+    LeftoverStaging,
+    LostUnsyncedWrites,
+    MetadataDamage,
+    RankCrash,
+    RankHang,
+    RankKill,
+    ShortWrite,
+    SlowWrite,
+    TornWrite,
+    TrackerDamage,
+    Truncate,
+)
+from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ranks
+from .oplog import Op, OpLog, read_ops
+from .report import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
 
 __all__ = [
     "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault", "HostilePickle",

@@ -8,8 +8,9 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..checkpoint.phases import PHASES
 from ..errors import ConfigError
@@ -99,7 +100,7 @@ class Fault:
         return out
 
     @classmethod
-    def from_dict(cls, d: Mapping, *, world: int | None = None, where: str = "fault") -> "Fault":
+    def from_dict(cls, d: Mapping, *, world: int | None = None, where: str = "fault") -> Fault:
         """Read a record; target/trigger keys may also be given at the top level."""
         return fault_from_dict(d, world=world, where=where)
 
@@ -114,7 +115,7 @@ class Fault:
         return " ".join(parts)
 
     # ---- validation ------------------------------------------------------------------------------
-    def check(self, *, world: int | None = None, where: str = "fault") -> "Fault":
+    def check(self, *, world: int | None = None, where: str = "fault") -> Fault:
         """Raise ConfigError naming the field if this record cannot be carried out; return self."""
         t, g = self.target, self.trigger
         for obj, prefix, default in ((t, "target", Target()), (g, "trigger", Trigger())):

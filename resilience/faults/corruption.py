@@ -21,8 +21,18 @@ from ..errors import ConfigError
 from ..state import Topology
 from .base import Fault, faults_from, matches_path
 from .hostile_pickle import plant as plant_hostile_pickle
-from .kinds import (METADATA_FILES, BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle,
-                    LeftoverStaging, MetadataDamage, TrackerDamage, Truncate)
+from .kinds import (
+    METADATA_FILES,
+    BitFlip,
+    DeleteFile,
+    EscapingManifestPath,
+    ExtraFile,
+    HostilePickle,
+    LeftoverStaging,
+    MetadataDamage,
+    TrackerDamage,
+    Truncate,
+)
 
 _NUMBER = re.compile(r"\d+")
 _ITER = re.compile(r"iter_(\d{7})")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import random
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .oplog import Op, read_blob, read_ops
 from .persistence import PersistenceModel, persistence_model
@@ -32,7 +32,7 @@ class Snapshot:
     copy: str | None
 
     @classmethod
-    def take(cls, root: str | os.PathLike, into: str | os.PathLike) -> "Snapshot":
+    def take(cls, root: str | os.PathLike, into: str | os.PathLike) -> Snapshot:
         """Copy `root` (if it exists) to `into`."""
         root, into = os.path.abspath(str(root)), os.path.abspath(str(into))
         if os.path.isdir(root):
@@ -42,7 +42,7 @@ class Snapshot:
         return cls(root, into)
 
     @classmethod
-    def empty(cls, root: str | os.PathLike) -> "Snapshot":
+    def empty(cls, root: str | os.PathLike) -> Snapshot:
         """The folder was empty (or absent) before the save."""
         return cls(os.path.abspath(str(root)), None)
 

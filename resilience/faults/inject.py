@@ -13,7 +13,7 @@ import random
 import signal
 import threading
 import time
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from .. import storage
 from ..checkpoint import phases
@@ -60,7 +60,7 @@ def _op_triggered(f: Fault, op: str) -> bool:
 class FaultyWriteStream(WriteStreamBase):
     """A WriteStream whose writes, fsync and close go through the injector."""
 
-    def __init__(self, fs: "FaultyFileSystem", inner, path: str, sync: bool, stream_id: str | None,
+    def __init__(self, fs: FaultyFileSystem, inner, path: str, sync: bool, stream_id: str | None,
                  armed: list[Fault]):
         self._fs, self.inner, self._path, self.sync = fs, inner, path, sync
         self.stream_id, self.armed = stream_id, armed

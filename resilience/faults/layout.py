@@ -140,7 +140,7 @@ class Layout:
                 "files": [asdict(f) for f in self.files], "phases": self.phases, "announced": list(self.announced)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Layout":
+    def from_dict(cls, d: dict) -> Layout:
         return cls(int(d["iteration"]), tuple(LayoutFile(**f) for f in d["files"]), bool(d["seam"]), d["source"],
                    dict(d.get("phases") or {}), tuple(d.get("announced") or ()))
 
@@ -149,7 +149,7 @@ class Layout:
             json.dump(self.to_dict(), f, indent=1)
 
     @classmethod
-    def load(cls, path: str) -> "Layout":
+    def load(cls, path: str) -> Layout:
         with open(path) as f:
             return cls.from_dict(json.load(f))
 

@@ -12,8 +12,17 @@ import struct
 from .base import Fault, matches_path
 from .corruption import Damage, NothingToDamage, _record, damage_metadata_file, damage_pointer_file
 from .hostile_pickle import DCP_METADATA
-from .kinds import (BitFlip, DeleteFile, EscapingManifestPath, ExtraFile, HostilePickle, LeftoverStaging,
-                    MetadataDamage, TrackerDamage, Truncate)
+from .kinds import (
+    BitFlip,
+    DeleteFile,
+    EscapingManifestPath,
+    ExtraFile,
+    HostilePickle,
+    LeftoverStaging,
+    MetadataDamage,
+    TrackerDamage,
+    Truncate,
+)
 from .layout import Layout, LayoutFile
 
 _LOCAL_HEADER, _CENTRAL, _END = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"

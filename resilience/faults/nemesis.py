@@ -11,7 +11,7 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import psutil
 
@@ -94,7 +94,7 @@ class Nemesis:
     def firings(self) -> list[dict]:
         return list(self._fired)
 
-    def start(self) -> "Nemesis":
+    def start(self) -> Nemesis:
         if not self.job.procs:
             raise RuntimeError("start the Job before its nemesis")
         self._start = self.clock()
@@ -111,7 +111,7 @@ class Nemesis:
             signal_ranks(pids, signal.SIGCONT)
         self._resume = []
 
-    def __enter__(self) -> "Nemesis":
+    def __enter__(self) -> Nemesis:
         return self.start()
 
     def __exit__(self, *exc) -> None:

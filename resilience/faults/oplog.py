@@ -11,8 +11,8 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 # op names: create (open for writing; truncates an existing file), write, fsync (a file), close,
 # fsync_dir, rename (src -> dst, replacing dst), exchange (a <-> b), mkdir (one folder), unlink, rmtree;

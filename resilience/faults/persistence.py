@@ -14,8 +14,8 @@ and in which subsets of the rest may land:
   file's data once the file is; any subset of the rest may land, in any order."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import ConfigError
 

@@ -6,7 +6,7 @@ import json
 import os
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..status import UNPROBED  # noqa: F401  (re-exported: the verdict a fault that never fired leaves)
 from .base import Fault, fault_from_dict

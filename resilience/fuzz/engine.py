@@ -24,8 +24,8 @@ import secrets
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from hypothesis import HealthCheck, Phase, given, reject, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -33,12 +33,12 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
+from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError, Interrupted
-from ..stopping import ask, check as check_stop
-from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
+from ..stopping import ask, check as check_stop
 from . import profiles  # noqa: F401  (registers the profiles)
 from .judge import BAD, failure_class, write_failure
 from .machine import lifecycle_machine

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import tempfile
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..checkers import FAIL, FAILING, UNKNOWN
 from ..checkpoint.combos import Combination

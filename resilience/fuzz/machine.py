@@ -16,7 +16,7 @@ command that replays it.
 from __future__ import annotations
 
 import sys
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -24,8 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from ..checkpoint.combos import Combination
 from ..runner.run import CaseResult
 from ..runner.scenario import Scenario, from_dict
-from . import lifecycle as lc
-from . import strategies as rst
+from . import lifecycle as lc, strategies as rst
 from .judge import judge
 
 Judge = Callable[[Scenario, Combination], CaseResult]

@@ -8,8 +8,8 @@ InvalidStrategyArgument (both hypothesis.errors.InvalidArgument and resilience's
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from functools import lru_cache, reduce
-from typing import Iterable, Sequence
 
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument

@@ -8,22 +8,22 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable
-
-import socket
+from typing import Any
 
 import psutil
 import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, RankFailure, RankTimeout
-from .base import JobOutcome, RankContext, RankOutcome, check_seconds
 from ..stopping import check as check_stop, held
+from .base import JobOutcome, RankContext, RankOutcome, check_seconds
 from .lifetime import die_with_parent, guard_process_group
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
@@ -146,13 +146,13 @@ class Job:
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         return self.start() if not self.procs else self
 
     def __exit__(self, *exc) -> None:
         self.teardown()
 
-    def start(self) -> "Job":
+    def start(self) -> Job:
         if self.log_dir:
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
         ctx = mp.get_context(self.start_method)

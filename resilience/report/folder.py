@@ -124,14 +124,14 @@ class RunFolder:
         self.path, self.meta = path, meta
 
     @classmethod
-    def create(cls, base: str, name: str, meta: dict) -> "RunFolder":
+    def create(cls, base: str, name: str, meta: dict) -> RunFolder:
         """A new run folder with run.json (status running) and an empty results.jsonl."""
         meta = dict(meta, status=RUNNING, started=_now(), versions=versions())
         path = make_run_dir(base, name, {"run.json": json.dumps(meta, indent=1, default=str), "results.jsonl": ""})
         return cls(path, meta)
 
     @classmethod
-    def open(cls, path: str) -> "RunFolder":
+    def open(cls, path: str) -> RunFolder:
         """An existing run folder (for `resilience report`)."""
         run_json = os.path.join(path, "run.json")
         if not os.path.isdir(path):

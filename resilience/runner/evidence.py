@@ -9,7 +9,7 @@ records, so a later save never overwrites the acknowledgement of an earlier one.
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..checkers import Evidence, LoadRecord, SaveRecord
 from ..checkpoint.combos import Combination

@@ -12,8 +12,17 @@ import os
 import re
 
 from ..errors import ConfigError
-from ..faults import (LostUnsyncedWrites, Nemesis, Snapshot, corrupt as corrupt_at_rest, faults_from, inject,
-                      power_loss_states, read_firings, unprobed)
+from ..faults import (
+    LostUnsyncedWrites,
+    Nemesis,
+    Snapshot,
+    corrupt as corrupt_at_rest,
+    faults_from,
+    inject,
+    power_loss_states,
+    read_firings,
+    unprobed,
+)
 
 CORRUPT_KINDS = {"truncate": "truncate", "bitflip": "bit_flip", "bit_flip": "bit_flip", "delete": "delete_file",
                  "delete_file": "delete_file", "metadata": "metadata_damage", "metadata_damage": "metadata_damage",

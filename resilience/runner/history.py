@@ -28,7 +28,7 @@ class Event:
                 "f": self.f, "value": self.value}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Event":
+    def from_dict(cls, d: dict) -> Event:
         return cls(d["type"], d["f"], d["process"], d.get("value", {}), d.get("job", 0), d.get("time", 0.0))
 
 

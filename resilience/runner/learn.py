@@ -38,6 +38,7 @@ def probe_iteration(world: int) -> int:
 
 def _probe_rank(ctx, plan: ProbePlan) -> dict:
     import torch.distributed as dist
+
     from ..checkpoint import phases
     from ..faults import inject
     from ..state import TrainingState

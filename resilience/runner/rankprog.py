@@ -185,6 +185,7 @@ def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> 
     oplog = None
     if needs_oplog(records):
         import torch.distributed as dist
+
         from ..faults import Snapshot
         dist.barrier()  # the folder as it is now is what survives a power loss; snapshot it once
         if rank == 0:

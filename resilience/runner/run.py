@@ -14,11 +14,11 @@ from ..errors import ResilienceError
 from ..faults import NothingToDamage
 from ..faults.layout_damage import NotApplicable
 from ..launch import Job
-from .backends import make_backend
-from .expected import never_stopped
-from .evidence import evidence_from
-from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
 from . import faultplan
+from .backends import make_backend
+from .evidence import evidence_from
+from .expected import never_stopped
+from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
 from .plan import JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario

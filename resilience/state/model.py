@@ -163,7 +163,7 @@ class ModelSpec:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelSpec":
+    def from_dict(cls, d: dict) -> ModelSpec:
         problems = cls.problems_of(d)
         if problems:
             raise problems[0]

@@ -1,9 +1,10 @@
 """Sharded records: what Megatron's ShardedTensor / ShardedObject carry, and the coverage check."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 

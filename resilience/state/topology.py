@@ -47,7 +47,7 @@ class Topology:
         return f"tp{self.tp}pp{self.pp}dp{self.dp}"
 
     @classmethod
-    def parse(cls, text: str) -> "Topology":
+    def parse(cls, text: str) -> Topology:
         """'tp2pp1dp4' or '2,1,4' (tp, pp, dp)."""
         text = str(text).strip().lower()
         m = re.fullmatch(r"tp(\d+)pp(\d+)dp(\d+)", text) or re.fullmatch(r"(\d+),(\d+),(\d+)", text)
@@ -83,7 +83,7 @@ class Topology:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Topology":
+    def from_dict(cls, d: dict) -> Topology:
         return cls(int(d["tp"]), int(d["pp"]), int(d["dp"]))
 
 
@@ -102,7 +102,7 @@ class Transition:
         return tuple(f for f in ("tp", "pp", "dp") if getattr(self.save, f) != getattr(self.load, f))
 
     @classmethod
-    def parse(cls, text: str) -> "Transition":
+    def parse(cls, text: str) -> Transition:
         if "->" not in str(text):
             raise ConfigError("transition", f"cannot read {text!r}", "write it as tp2pp1dp1->tp1pp1dp2")
         a, b = str(text).split("->", 1)

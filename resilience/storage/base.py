@@ -4,7 +4,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import threading
-from typing import BinaryIO, Iterator, Protocol, runtime_checkable
+from collections.abc import Iterator
+from typing import BinaryIO, Protocol, runtime_checkable
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ import io
 import os
 import pickle
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 

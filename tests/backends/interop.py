@@ -6,9 +6,9 @@ result is reported either way."""
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import torch
-from types import SimpleNamespace
 
 from resilience.checkpoint import Combination, ReferenceBackend
 from resilience.launch import run_ranks
@@ -44,8 +44,9 @@ def tensors_exact(state: TrainingState) -> bool:
 
 def _megatron_strategy_load(state: TrainingState, folder: str, objects: bool = True) -> dict:
     """megatron-core's torch_dist sharded-strategy loader alone (no common.pt step)."""
-    from resilience.backends.megatron import MegatronBackend, megatron_calls
     from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
+
+    from resilience.backends.megatron import MegatronBackend, megatron_calls
     backend = MegatronBackend(COMBO)
     records = [r for r in state.sharded_state_dict() if r.key != RNG_KEY and (objects or isinstance(r, ShardedTensor))]
     sd, buffers = backend.sharded_state_dict(state, records, for_load=True)
@@ -97,8 +98,8 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
             except Exception as e:
                 steps.append(f"ReferenceBackend.load refused: {_short(e)}")
                 from resilience.backends.megatron import iter_folder, read_tracker
-                from resilience.checkpoint.formats.torch_dist import TorchDistFormat
                 from resilience.checkpoint.formats.base import RankInfo
+                from resilience.checkpoint.formats.torch_dist import TorchDistFormat
                 state = TrainingState(SPEC, topo, ctx.rank)
                 info = RankInfo(ctx.rank, topo.world, topo, state.coords, SPEC, COMBO, None, state.groups.dp_group)
                 folder = iter_folder(root, read_tracker(root))

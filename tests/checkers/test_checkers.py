@@ -1,6 +1,21 @@
 """Checkers on hand-made evidence: each fails on the evidence it exists to catch."""
-from resilience.checkers import (ALL, FAIL, NA, PASS, REFUSED, UNKNOWN, AtomicCommit, Durability, Evidence, Integrity,
-                                 LoadRecord, ResumeEquivalence, SaveRecord, TopologyIndependence, run_checker)
+from resilience.checkers import (
+    ALL,
+    FAIL,
+    NA,
+    PASS,
+    REFUSED,
+    UNKNOWN,
+    AtomicCommit,
+    Durability,
+    Evidence,
+    Integrity,
+    LoadRecord,
+    ResumeEquivalence,
+    SaveRecord,
+    TopologyIndependence,
+    run_checker,
+)
 from resilience.checkpoint.combos import Combination
 from resilience.state import Topology
 

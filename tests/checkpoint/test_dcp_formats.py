@@ -8,17 +8,16 @@ from math import prod
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import resilience.checkpoint.formats.torch_dcp  # noqa: F401  imported before forking: ranks skip the imports
 import resilience.checkpoint.formats.torch_dist  # noqa: F401
 from resilience import storage
+from resilience.broken import make as make_broken
 from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.combos import Combination
 from resilience.checkpoint.formats.torch_dist import BACKEND, METADATA_JSON
 from resilience.checkpoint.manifest import Manifest
-from resilience.broken import make as make_broken
 from resilience.errors import AsyncSaveFailed
 from resilience.launch import run_ranks
 from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint

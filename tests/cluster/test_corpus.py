@@ -10,7 +10,15 @@ import torch
 from resilience.checkpoint.manifest import Manifest, file_digest
 from resilience.checkpoint.reference import ReferenceBackend
 from resilience.cli import main
-from resilience.cluster.corpus import BIT_EXACT, CORPUS_FILE, REFUSED_CLEARLY, WRONG, Corpus, verify_corpus, write_corpus
+from resilience.cluster.corpus import (
+    BIT_EXACT,
+    CORPUS_FILE,
+    REFUSED_CLEARLY,
+    WRONG,
+    Corpus,
+    verify_corpus,
+    write_corpus,
+)
 from resilience.errors import TopologyChangeRefused
 from resilience.state import Topology
 

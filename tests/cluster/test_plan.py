@@ -7,8 +7,14 @@ import pytest
 from resilience.cli import main
 from resilience.cluster import ClusterPlan, TorchrunEnv
 from resilience.cluster.nodes import torchrun_commands
-from resilience.cluster.worker import STORE_FIX, add_plan_arguments, check_restart_store, plan_argv, plan_from_args
-from resilience.cluster.worker import main as worker_main
+from resilience.cluster.worker import (
+    STORE_FIX,
+    add_plan_arguments,
+    check_restart_store,
+    main as worker_main,
+    plan_argv,
+    plan_from_args,
+)
 from resilience.errors import ConfigError, InvalidCombination
 from resilience.state import Topology
 

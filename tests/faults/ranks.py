@@ -15,7 +15,15 @@ from resilience.checkpoint import Combination, ReferenceBackend, list_checkpoint
 from resilience.errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from resilience.faults import Snapshot, inject
 from resilience.launch import Job, run_ranks
-from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, ParallelGroups, Topology, TrainingState, combine, fingerprint
+from resilience.state import (
+    TOPOLOGY_BOUND_KEYS,
+    ModelSpec,
+    ParallelGroups,
+    Topology,
+    TrainingState,
+    combine,
+    fingerprint,
+)
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)
 TOPO = Topology(2, 1, 1)  # both ranks write a file in every layout

@@ -4,7 +4,17 @@ import pytest
 
 from resilience.faults import LostUnsyncedWrites, Snapshot, faults_from, power_loss_states, read_firings
 
-from .ranks import ALL, combos, died_by_sigkill, is_local, load_all, newest_durable, run_job, save_under_faults, shard_glob
+from .ranks import (
+    ALL,
+    combos,
+    died_by_sigkill,
+    is_local,
+    load_all,
+    newest_durable,
+    run_job,
+    save_under_faults,
+    shard_glob,
+)
 
 pytestmark = pytest.mark.multiprocess
 

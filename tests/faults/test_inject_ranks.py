@@ -9,8 +9,19 @@ import pytest
 
 from resilience.faults import faults_from, read_firings, unprobed
 
-from .ranks import (ALL, WORLD, combos, died_by_sigkill, is_local, load_all, newest_durable, run_job,
-                    save_cases, save_under_faults, shard_glob)
+from .ranks import (
+    ALL,
+    WORLD,
+    combos,
+    died_by_sigkill,
+    is_local,
+    load_all,
+    newest_durable,
+    run_job,
+    save_cases,
+    save_under_faults,
+    shard_glob,
+)
 
 pytestmark = pytest.mark.multiprocess
 

@@ -7,7 +7,17 @@ import pytest
 from resilience.errors import ConfigError
 from resilience.faults import Nemesis, faults_from, kill_ranks, open_positions, unprobed
 
-from .ranks import (ALL, combos, died_by_sigkill, is_local, load_all, newest_durable, save_forever, staging_glob, start_job)
+from .ranks import (
+    ALL,
+    combos,
+    died_by_sigkill,
+    is_local,
+    load_all,
+    newest_durable,
+    save_forever,
+    staging_glob,
+    start_job,
+)
 
 pytestmark = pytest.mark.multiprocess
 

@@ -6,8 +6,22 @@ import yaml
 
 from resilience.checkpoint.phases import PHASES
 from resilience.errors import ConfigError
-from resilience.faults import (KINDS, BitFlip, FaultReport, IOFailure, RankCrash, RankKill, Target, Trigger,
-                               fault_from_dict, faults_from, faults_from_text, firing, read_firings, unprobed)
+from resilience.faults import (
+    KINDS,
+    BitFlip,
+    FaultReport,
+    IOFailure,
+    RankCrash,
+    RankKill,
+    Target,
+    Trigger,
+    fault_from_dict,
+    faults_from,
+    faults_from_text,
+    firing,
+    read_firings,
+    unprobed,
+)
 
 EXAMPLES = [
     {"kind": "io_error", "errno": "ENOSPC", "target": {"rank": 1, "op": "write", "path": "*.pt"}, "trigger": {"nth": 2}},

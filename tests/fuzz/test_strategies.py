@@ -1,8 +1,7 @@
 """The strategies draw only valid inputs, shrink to the simplest ones, and refuse bad arguments clearly.
 No rank processes here: scenarios are checked by the YAML loader and the planner, not run."""
 import pytest
-from hypothesis import find, given, settings
-from hypothesis import strategies as st
+from hypothesis import find, given, settings, strategies as st
 from hypothesis.errors import InvalidArgument
 
 import resilience.strategies as rst

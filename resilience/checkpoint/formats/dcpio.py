@@ -3,8 +3,9 @@ checked for full coverage and dtype (DCP checks neither), and objects loaded wit
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from math import prod
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import copy
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch._dynamo  # noqa: F401  DTensor imports it on first use (~1.5 s): a parent that forks ranks pays once
@@ -27,8 +28,15 @@ from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import RNG_KEY
 from ...storage.dcp import SeamReader, SeamWriter
 from .base import RankInfo
-from .dcpio import CheckedLoadPlanner, CheckpointContentError, agreed, check_dtype, dcp_errors, is_distributed, \
-    stored_tensor
+from .dcpio import (
+    CheckedLoadPlanner,
+    CheckpointContentError,
+    agreed,
+    check_dtype,
+    dcp_errors,
+    is_distributed,
+    stored_tensor,
+)
 
 OPTIMIZER = "optimizer."
 
