@@ -54,7 +54,7 @@ class Document:
     (a mapping entry points at its key's line), and the problems that did not stop the reading."""
 
     data: Any
-    lines: dict[tuple, int] = field(default_factory=dict)
+    lines: dict[tuple, int | None] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
     def line_of(self, path: tuple) -> int | None:
@@ -86,11 +86,13 @@ def load(text: str | bytes) -> Document:
     """Read one YAML document within the limits above. Raises Refused with every problem found."""
     if isinstance(text, str):
         try:
-            text = text.encode("utf-8")
+            data = text.encode("utf-8")
         except UnicodeEncodeError as e:
             line = text.count("\n", 0, e.start) + 1
             raise Refused([Problem(line, f"is not UTF-8 text: {text[e.start]!r} at character {e.start}")]) from None
-    text = decode(text)
+    else:
+        data = text
+    text = decode(data)
     doc = _Builder(text).build()
     if doc.problems:
         raise Refused(sorted(doc.problems, key=lambda p: p.line or 0))
@@ -106,7 +108,7 @@ class _Frame:
     kind: str                 # "map" or "seq"
     value: Any
     path: tuple
-    line: int
+    line: int | None
     anchor: str | None
     is_key: bool              # this collection is itself being used as a mapping key
     key: Any = _NO_KEY        # map: the key waiting for its value
@@ -117,8 +119,8 @@ class _Frame:
 class _Builder:
     def __init__(self, text: str):
         self.text = text
-        self.loader = None
-        self.lines: dict[tuple, int] = {}
+        self.loader: Any = None  # a yaml loader while build() runs
+        self.lines: dict[tuple, int | None] = {}
         self.problems: list[Problem] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.open_anchors: set[str] = set()
@@ -143,10 +145,11 @@ class _Builder:
                         "remove control characters and binary data")
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
-            line = mark.line + 1 if mark else None
+            at = mark.line + 1 if mark else None
             if "nesting depth" in str(e.problem):  # libyaml's own bound (1000), met before ours in flow style
-                self.refuse(line, f"nests lists and mappings deeper than {MAX_DEPTH} levels", "a scenario needs a few levels")
-            self.refuse(line, f"is not valid YAML: {e.problem or e.context}")
+                self.refuse(at, f"nests lists and mappings deeper than {MAX_DEPTH} levels",
+                            "a scenario needs a few levels")
+            self.refuse(at, f"is not valid YAML: {e.problem or e.context}")
         except yaml.YAMLError as e:
             self.refuse(None, f"is not valid YAML: {e}")
         finally:

@@ -16,7 +16,7 @@ class Status(str, Enum):
     UNPROBED = "UNPROBED"        # a configured fault never fired or applied: nothing was tested
 
     __str__ = str.__str__
-    __format__ = str.__format__
+    __format__ = str.__format__  # type: ignore[assignment]  # format as the plain string, like __str__
 
     @property
     def failing(self) -> bool:

@@ -114,7 +114,7 @@ def held() -> Iterator[None]:
         for sig, handler in old.items():
             signal.signal(sig, handler)
         if got:
-            handler = old[got[0]]
+            handler = old[signal.Signals(got[0])]
             if callable(handler):
                 handler(got[0], None)  # Ctrl-C's KeyboardInterrupt, the command's recorded stop
             elif handler == signal.SIG_DFL:

@@ -11,15 +11,16 @@ class AtomicCommit:
         loads = [ld for ld in ev.loads if ld.status == "ok"]
         if not loads:
             return Verdict(self.name, NA, "no checkpoint was loaded")
-        bad = []
+        bad: list[dict] = []
         for ld in loads:
             candidates = ev.saved(ld.iteration)
             if not candidates:
-                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path, "crash_state": ld.crash_state,
-                            "problem": "loaded an iteration that no save wrote"})
+                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
+                            "crash_state": ld.crash_state, "problem": "loaded an iteration that no save wrote"})
             elif ld.fingerprint not in {s.fingerprint for s in candidates}:
-                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path, "crash_state": ld.crash_state,
-                            "expected": sorted({s.fingerprint for s in candidates}), "found": ld.fingerprint,
+                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
+                            "crash_state": ld.crash_state,
+                            "expected": sorted({s.fingerprint for s in candidates}, key=str), "found": ld.fingerprint,
                             "problem": "loaded state matches no save of that iteration (torn or mixed)"})
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} of {len(loads)} loads returned a state no save wrote", bad)

@@ -85,7 +85,7 @@ class Evidence:
     # every save or finalize that raised: {"op", "save_id", "job", "rank", "iteration", "error", "errno", "index"}
     errors: list[dict] = field(default_factory=list)
 
-    def saved(self, iteration: int) -> list[SaveRecord]:
+    def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]
 
     def acknowledged_before(self, index: int) -> list[SaveRecord]:

@@ -3,6 +3,8 @@
 the generations a load finds tell whether it read save A, save B, or a mix of files of both."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..state import Topology
 from .base import FAIL, NA, PASS, Evidence, Verdict
 
@@ -15,9 +17,12 @@ class Generations:
         loads = [ld for ld in ev.loads if ld.status == "ok" and getattr(ld, "generations", None)]
         if not stamped or not loads:
             return Verdict(self.name, NA, "no load reported which save's generation it read")
-        bad, read, damaged = [], [], []
+        bad: list[dict] = []
+        read: list[dict[str, Any]] = []
+        damaged = []
         for ld in loads:
-            found = list(ld.generations.get("found") or [])
+            gens = ld.generations or {}
+            found = list(gens.get("found") or [])
             if foreign_generations(ld, stamped) and ld.iteration in {c.get("iteration") for c in
                                                                      ev.corrupted_before(ld.index)}:
                 damaged.append(ld)  # a stamp hit by the damage at rest: integrity judges that, not a mix
@@ -27,7 +32,7 @@ class Generations:
             if not whole:
                 bad.append(dict(where, problem=_problem(found, stamped, ld.iteration),
                                 saves={str(g): _describe(stamped.get(g), g) for g in found},
-                                pieces=ld.generations.get("pieces", {})))
+                                pieces=gens.get("pieces", {})))
                 continue
             source = stamped[found[0]]
             if ld.rng_restored and source.rng and ld.rng != source.rng and _same_grid(source.topology, ld.topology):
@@ -81,7 +86,8 @@ def _problem(found: list, stamped: dict, iteration) -> str:
 def _name(save, generation) -> str:
     if save is None:
         return f"generation {generation} (no save)"
-    return f"save {getattr(save, 'save_id', '') or generation} (job {save.job}, iteration {save.iteration}, {save.status})"
+    name = getattr(save, "save_id", "") or generation
+    return f"save {name} (job {save.job}, iteration {save.iteration}, {save.status})"
 
 
 def _describe(save, generation) -> dict:
@@ -98,4 +104,4 @@ def _newer_acknowledged(ev: Evidence, source, ld):
         return None
     later = [s for s in ev.saves if s.iteration == source.iteration and getattr(s, "generation", None) is not None
              and s.generation > source.generation and s.status == "ok" and s.index < ld.index]
-    return max(later, key=lambda s: s.generation, default=None)
+    return max(later, key=lambda s: s.generation or 0, default=None)  # each has a generation

@@ -35,7 +35,7 @@ class Integrity:
             saved = {s.fingerprint for s in ev.saved(ld.iteration)}
             if ld.fingerprint not in saved:
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
-                            "expected": sorted(saved), "found": ld.fingerprint, "corruption": ev.corruptions,
+                            "expected": sorted(saved, key=str), "found": ld.fingerprint, "corruption": ev.corruptions,
                             "problem": "damaged checkpoint loaded as wrong values"})
             elif ld.iteration in hit and foreign_generations(ld, stamped):
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,

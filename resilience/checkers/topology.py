@@ -14,9 +14,7 @@ def expected_loadable(combo: Combination, t: Transition) -> bool:
         return True
     if combo.type is CheckpointType.LEGACY:
         return set(t.changed) <= {"dp"}
-    if combo.type is CheckpointType.LOCAL:
-        return False
-    return True
+    return combo.type is not CheckpointType.LOCAL  # GLOBAL and TORCH_DCP load any change
 
 
 def classify(ld, ev: Evidence) -> str:
@@ -42,7 +40,8 @@ class TopologyIndependence:
             row = {"transition": str(t), "measured": measured, "expected": "load" if promised else "refuse",
                    "error": ld.error[:300]}
             rows.append(row)
-            if measured == WRONG or (measured == REFUSED_CLEARLY and promised) or (measured == LOADED_EXACT and not promised):
+            if measured == WRONG or (measured == REFUSED_CLEARLY and promised) \
+                    or (measured == LOADED_EXACT and not promised):
                 bad.append(row)
         if bad:
             return Verdict(self.name, FAIL, "; ".join(f"{r['transition']}: {r['measured']}, expected to "

@@ -55,7 +55,8 @@ class ClusterPlan:
         for name in ("tp", "kill_rank"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "tp" else 0)):
-                raise ConfigError(name, f"must be a {'positive' if name == 'tp' else 'non-negative'} integer, got {v!r}")
+                sign = "positive" if name == "tp" else "non-negative"
+                raise ConfigError(name, f"must be a {sign} integer, got {v!r}")
         if isinstance(self.pp, bool) or not isinstance(self.pp, int) or self.pp < 1:
             raise ConfigError("pp", f"must be a positive integer, got {self.pp!r}")
         ModelSpec.from_dict(self.model)

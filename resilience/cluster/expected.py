@@ -29,7 +29,7 @@ class NeverStoppedLocal:
     def __call__(self, iteration: int) -> str:
         if iteration not in self._cache:
             if self._state is None or self._state.iteration > iteration:
-                self._state = TrainingState(self.spec, Topology(1, 1, 1), 0, groups=_NO_GROUPS)
+                self._state = TrainingState(self.spec, Topology(1, 1, 1), 0, groups=_NO_GROUPS)  # type: ignore[arg-type]  # no process group here
             while self._state.iteration < iteration:
                 self._state.step()
             self._cache[iteration] = combine(local_fingerprint(self._state), RUN_BOUND_KEYS)

@@ -115,8 +115,9 @@ def run_local(commands: list[NodeCommand], *, timeout: float, log_dir: str, tmp_
         for c, path in zip(commands, logs):
             with open(path, "wb") as log:
                 # the agent dies with us, even SIGKILLed (it runs in a session of its own)
-                procs.append(subprocess.Popen(argv_dying_with_parent(c.argv), env={**env, **c.env}, stdout=log, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, start_new_session=True))
+                procs.append(subprocess.Popen(argv_dying_with_parent(c.argv), env={**env, **c.env}, stdout=log,
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              start_new_session=True))
         if on_start is not None:
             on_start(procs)
         for p in procs:

@@ -86,7 +86,9 @@ def render(result) -> str:
     lines.append("")
     for t in result.trackers:
         state = f"iteration {t.iteration}" if t.iteration is not None else "no usable iteration"
-        note = f"  WARNING: {t.problem.check} failed: {t.problem.detail} (loaders scan the folders)" if t.problem else ""
+        note = ""
+        if t.problem:
+            note = f"  WARNING: {t.problem.check} failed: {t.problem.detail} (loaders scan the folders)"
         lines.append(f"tracker {rel(t.path)}: {state}{note}")
     if result.staging:
         lines.append(f"leftover staging folders of interrupted saves ({len(result.staging)}; "

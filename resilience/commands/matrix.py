@@ -17,10 +17,11 @@ def register(sub) -> None:
     from ..runner.matrix import FAULTS, TRANSITIONS
     p = sub.add_parser("matrix", help="measure every combination under every fault and topology change")
     p.add_argument("--combos", nargs="+", type=combination_arg, help="combinations (default: all six valid)")
-    p.add_argument("--faults", nargs="+", help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}")
+    p.add_argument("--faults", nargs="+",
+                   help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}")
     p.add_argument("--transitions", nargs="+",
-                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (default: all named; none: no "
-                        "transition column)")
+                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 "
+                        "(default: all named; none: no transition column)")
     p.add_argument("--backend", default="reference",
                    help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory")
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")

@@ -48,10 +48,11 @@ from .oplog import Op, OpLog, read_ops
 from .report import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
 
 __all__ = [
-    "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault", "HostilePickle",
-    "FaultLayer", "FaultReport", "FaultyFileSystem", "FaultyWriteStream", "IOFailure", "KINDS", "LeftoverStaging",
-    "LostUnsyncedWrites", "MetadataDamage", "Nemesis", "NothingToDamage", "OPS", "Op", "OpLog", "RankCrash", "RankHang", "RankKill",
-    "ShortWrite", "SlowWrite", "Snapshot", "THREADS", "Target", "TornWrite", "TrackerDamage", "Trigger", "Truncate",
+    "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault",
+    "HostilePickle", "FaultLayer", "FaultReport", "FaultyFileSystem", "FaultyWriteStream", "IOFailure", "KINDS",
+    "LeftoverStaging", "LostUnsyncedWrites", "MetadataDamage", "Nemesis", "NothingToDamage", "OPS", "Op", "OpLog",
+    "RankCrash", "RankHang", "RankKill", "ShortWrite", "SlowWrite", "Snapshot", "THREADS", "Target", "TornWrite",
+    "TrackerDamage", "Trigger", "Truncate",
     "UNPROBED", "checkpoint_folders", "corrupt", "corrupt_all", "crash_states", "fault_from_dict", "faults_from",
     "faults_from_text", "file_sizes", "files_of_rank", "fired", "firing", "inject", "kill_ranks", "matches_path",
     "open_positions", "power_loss_states", "read_firings", "read_ops", "sigkill_self", "signal_ranks", "unprobed",

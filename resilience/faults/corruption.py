@@ -211,8 +211,8 @@ def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Dam
     name = fault.name or next((n for n in METADATA_FILES if os.path.isfile(os.path.join(folder, n))), METADATA_FILES[0])
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        raise ConfigError("name", f"{folder} has no {name}",
-                          f"this checkpoint holds: {', '.join(n for n in METADATA_FILES if os.path.exists(os.path.join(folder, n)))}")
+        held = ", ".join(n for n in METADATA_FILES if os.path.exists(os.path.join(folder, n)))
+        raise ConfigError("name", f"{folder} has no {name}", f"this checkpoint holds: {held}")
     return damage_metadata_file(root, path, fault, rng)
 
 
@@ -268,7 +268,10 @@ def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damag
 def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: list[int]) -> Damage:
     """Delete, empty, garble or renumber (stale: the iteration before the newest; future: one never saved) the
     file that points at the newest checkpoint; a number in it keeps its width (`iter_0000003` -> `iter_0000002`)."""
-    old = open(path, "rb").read().decode("utf-8", "replace") if os.path.exists(path) else None
+    old = None
+    if os.path.exists(path):
+        with open(path, "rb") as f:
+            old = f.read().decode("utf-8", "replace")
     newest = iterations[-1] if iterations else 0
     if fault.how == "delete":
         if old is None:

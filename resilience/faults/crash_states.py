@@ -134,7 +134,7 @@ def _replay(snapshot: Snapshot, ops: list[Op]) -> tuple[_Model, list[_Step], int
     """Pass 1: resolve each operation against the state it ran on; its effects on objects."""
     model = _Model(snapshot)
     dirs = model.copy_entries()
-    streams: dict[str, str] = {}
+    streams: dict[str | None, str] = {}
     steps, ignored = [], 0
 
     def lookup(parts):

@@ -348,6 +348,7 @@ class ExtraFile(Fault):
         _int(self.length, f"{where}.length", minimum=0)
 
 
-__all__ = ["BitFlip", "DeleteFile", "EscapingManifestPath", "ExtraFile", "HostilePickle", "IOFailure", "LeftoverStaging",
-           "LostUnsyncedWrites", "METADATA_DAMAGE", "METADATA_FILES", "MetadataDamage", "RankCrash", "RankHang",
-           "RankKill", "ShortWrite", "SlowWrite", "TRACKER_DAMAGE", "TornWrite", "TrackerDamage", "Truncate"]
+__all__ = ["BitFlip", "DeleteFile", "EscapingManifestPath", "ExtraFile", "HostilePickle", "IOFailure",
+           "LeftoverStaging", "LostUnsyncedWrites", "METADATA_DAMAGE", "METADATA_FILES", "MetadataDamage", "RankCrash",
+           "RankHang", "RankKill", "ShortWrite", "SlowWrite", "TRACKER_DAMAGE", "TornWrite", "TrackerDamage",
+           "Truncate"]

@@ -97,7 +97,8 @@ class Layout:
         text = _FIELD.sub("*", at) if iteration is None else _fill(at, iteration)
         return "*/" + _unbrace(text)
 
-    def found(self, root: str, role: str | None = None, rank: int | None = None) -> list[tuple[int | None, str, LayoutFile]]:
+    def found(self, root: str, role: str | None = None,
+              rank: int | None = None) -> list[tuple[int | None, str, LayoutFile]]:
         """(iteration or None, absolute path, file) of every file under `root` that is a `role` file
         of this layout, for any iteration."""
         root = os.path.abspath(root)

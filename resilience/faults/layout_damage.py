@@ -320,9 +320,9 @@ def hostile_pickle(root: str, fault: HostilePickle, layout: Layout, rng: random.
     return plant(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
 
 
-ACTIONS = {HostilePickle: hostile_pickle, Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
-           TrackerDamage: tracker_damage, EscapingManifestPath: escaping_path, LeftoverStaging: leftover_staging,
-           ExtraFile: extra_file}
+ACTIONS = {HostilePickle: hostile_pickle, Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file,
+           MetadataDamage: metadata_damage, TrackerDamage: tracker_damage, EscapingManifestPath: escaping_path,
+           LeftoverStaging: leftover_staging, ExtraFile: extra_file}
 
 
 def iteration_of(layout: Layout, root: str, path: str) -> int | None:

@@ -110,7 +110,7 @@ class OpLog:
 def read_ops(folder: str | os.PathLike) -> list[Op]:
     """Every rank's operations in one global order (clock, then rank, then sequence)."""
     folder = str(folder)
-    ops = []
+    ops: list[Op] = []
     if not os.path.isdir(folder):
         return ops
     for name in sorted(os.listdir(folder)):

@@ -58,18 +58,18 @@ class PersistenceModel:
         """`landed` (indices of steps not durable that reach the disk) grown to what this model forces:
         every entry step before a landed one (journal), the renamed file's writes before a replacing
         rename. Idempotent."""
-        landed = set(landed)
+        grown = set(landed)
         if self.journal:
             entry = [k for k, s in enumerate(steps) if not durable[k] and _is_entry(s)]
-            last = max((k for k in entry if k in landed), default=-1)
-            landed |= {k for k in entry if k < last}
+            last = max((k for k in entry if k in grown), default=-1)
+            grown |= {k for k in entry if k < last}
         if self.flush_on_replace:
-            for k in sorted(landed):
+            for k in sorted(grown):
                 moved = getattr(steps[k], "replaces", None)
                 if moved is not None:
-                    landed |= {j for j in range(k) if not durable[j] and any(
+                    grown |= {j for j in range(k) if not durable[j] and any(
                         e[0] in DATA and e[1] == moved for e in steps[j].effects)}
-        return frozenset(landed)
+        return frozenset(grown)
 
     def obeys(self, steps: Sequence, durable: Sequence[bool], landed: frozenset) -> bool:
         """Whether a set of landed steps is one this model allows."""

@@ -106,7 +106,7 @@ class Lifecycle:
     base: Topology
     others: list[Topology] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
-    topo: Topology | None = None
+    topo: Topology = None  # type: ignore[assignment]  # __post_init__: base unless given
     alive: bool | None = True          # None: the job may have died (its load may have failed)
     iteration: int | None = 0          # None: not known (a resume whose pick depends on faults)
     pending: bool = False              # an async save staged, not yet finalized

@@ -7,9 +7,11 @@ tests and `resilience fuzz` all load them by name).
         they are slow by design) and no explain phase (it would rerun each failure many times)."""
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import HealthCheck, Phase, settings
 
-PROFILES = {
+PROFILES: dict[str, dict[str, Any]] = {
     "ci": {"max_examples": 25, "deadline": None, "derandomize": True, "print_blob": True},
     "dev": {"max_examples": 50, "deadline": None},
     "fuzz": {"max_examples": 500, "deadline": None, "print_blob": True,

@@ -54,7 +54,8 @@ class RankOutcome:
         if self.status == "error":
             return f"{self.error}\n{self.traceback}".rstrip()
         if self.status == "signal":
-            return f"killed by signal {self.signal} ({_signal.Signals(self.signal).name})"
+            name = _signal.Signals(self.signal).name if self.signal else "?"
+            return f"killed by signal {self.signal} ({name})"
         if self.status == "exit":
             return f"exited with status {self.exitcode} without reporting a result"
         if self.status == "torn_down":

@@ -144,7 +144,7 @@ class Job:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return [p.pid for p in self.procs]  # type: ignore[misc]  # started processes: each has a pid
 
     def __enter__(self) -> Job:
         return self.start() if not self.procs else self
@@ -166,7 +166,7 @@ class Job:
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,
+                p = ctx.Process(target=_rank_main,  # type: ignore[attr-defined]  # every real context has it name=f"rank{rank}", daemon=True,
                                 args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
                                       child_end, self.init_timeout, self.log_dir, self.pin_cpus, runner))
                 # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
@@ -192,7 +192,7 @@ class Job:
                 check_stop()
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    for conn, r in list(readers.items()):  # results sent just before the deadline count
+                    for conn in list(readers):  # results sent just before the deadline count
                         if conn.poll(0):
                             self._receive(readers.pop(conn), conn)
                     self.outcome.timed_out = True
@@ -259,7 +259,7 @@ class Job:
 
     def kill(self, rank: int, sig: int = signal.SIGKILL) -> None:
         """Send a signal to one rank process (the nemesis)."""
-        os.kill(self.procs[rank].pid, sig)
+        os.kill(self.procs[rank].pid, sig)  # type: ignore[arg-type]  # a started process
 
     def teardown(self) -> None:
         """Stop every rank and everything it started; reap them all. Safe to call twice. A second Ctrl-C or
@@ -284,14 +284,14 @@ class Job:
         for p, _ in groups:
             p.join(timeout=max(0.0, end - time.monotonic()))
         for p, kids in groups:
-            _signal_group(p.pid, signal.SIGKILL)
+            _signal_group(p.pid, signal.SIGKILL)  # type: ignore[arg-type]  # groups hold started processes
             for k in kids:
                 try:
                     k.kill()
                 except psutil.Error:
                     pass
             p.join(timeout=5)
-            _signal_group(p.pid, signal.SIGCONT)  # a stopped process only dies once continued
+            _signal_group(p.pid, signal.SIGCONT)  # type: ignore[arg-type]  # a stopped process dies once continued
         # what the ranks started is not ours to reap, but it is gone before teardown returns
         _wait_gone([k for _, kids in groups for k in kids], timeout=5.0)
         for c in self.conns:

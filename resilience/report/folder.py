@@ -29,7 +29,7 @@ def _out_error(field: str, path: str, e: OSError, what: str = "a run folder unde
     reason = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the file system is read-only",
               errno.EACCES: "permission denied", errno.EPERM: "permission denied",
               errno.EEXIST: "it is a file, not a folder", errno.ENOTDIR: "a part of the path is a file, not a folder",
-              errno.EDQUOT: "disk quota exceeded"}.get(e.errno, e.strerror or str(e))
+              errno.EDQUOT: "disk quota exceeded"}.get(e.errno or 0, e.strerror or str(e))
     return ConfigError(field, f"cannot make {what} {path!r}: {reason}",
                        "give a writable folder on a file system with free space")
 

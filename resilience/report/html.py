@@ -17,8 +17,8 @@ def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None) 
         by_cell.setdefault((r["combo"], column_of(r)), []).append(r)
     e = html.escape
     subtitle = {column_of(r): r["transition"] for r in rows if r.get("transition")}
-    head = "".join(f"<th>{e(c)}" + (f"<br><small>{e(subtitle[c]).replace('-&gt;', '→')}</small>" if c in subtitle else "") + "</th>"
-                   for c in cols)
+    small = {c: f"<br><small>{e(t).replace('-&gt;', '→')}</small>" for c, t in subtitle.items()}
+    head = "".join(f"<th>{e(c)}{small.get(c, '')}</th>" for c in cols)
     body = []
     for combo in combos:
         tds = []

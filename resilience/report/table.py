@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, worst
 
-SHORT = {PASS: "PASS", FAIL: "FAIL", UNKNOWN: "UNKNOWN", REFUSED: "REFUSED", NA: "-", UNPROBED: "UNPROBED"}
+SHORT: dict[str, str] = {PASS: "PASS", FAIL: "FAIL", UNKNOWN: "UNKNOWN", REFUSED: "REFUSED", NA: "-",
+                         UNPROBED: "UNPROBED"}
 ALSO_UNPROBED = "+" + UNPROBED.value  # a FAIL or UNKNOWN beside a configured fault that never fired: both shown
 
 
@@ -33,7 +34,9 @@ def column_of(row: dict) -> str:
 
 def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str], list[str], dict]:
     """(combos in order, columns in order, {(combo, column): cell}), a cell being cell_of() the worst row."""
-    combos, cols, cells = [], list(columns or []), {}
+    combos: list[str] = []
+    cols = list(columns or [])
+    cells: dict[tuple[str, str], str] = {}
     for r in rows:
         col = column_of(r)
         if r["combo"] not in combos:

@@ -23,8 +23,9 @@ def resolve(name: str) -> str:
 def _factory(name: str):
     name = resolve(name)
     if ":" not in name:
+        aliases = ", ".join(map(repr, ALIASES))
         raise ConfigError("backend", f"cannot read {name!r}",
-                          f"use 'reference', 'broken:NAME', {', '.join(map(repr, ALIASES))} or 'package.module:factory'")
+                          f"use 'reference', 'broken:NAME', {aliases} or 'package.module:factory'")
     module, attr = name.split(":", 1)
     if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
         raise ConfigError("backend", f"cannot read {name!r}", "write it as package.module:factory")
@@ -48,7 +49,8 @@ def _is_factory(obj) -> bool:
     """A Python function or class (not a builtin such as os.system) that takes one positional argument."""
     import inspect
     if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj)
-            or (callable(obj) and inspect.isfunction(getattr(type(obj), "__call__", None)))):
+            # a __call__ written in Python, not mere callability
+            or (callable(obj) and inspect.isfunction(getattr(type(obj), "__call__", None)))):  # noqa: B004
         return False
     try:
         inspect.signature(obj).bind(None)

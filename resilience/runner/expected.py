@@ -10,7 +10,7 @@ from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine,
 class NeverStopped:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
-        self._state = None
+        self._state: TrainingState | None = None
         self._cache: dict[int, str] = {}
 
     def __call__(self, iteration: int) -> str:

@@ -37,7 +37,7 @@ class EventLog:
 
     def __init__(self, path: str, job: int = 0, process: Any = "runner"):
         self.path, self.job, self.process = path, job, process
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def append(self, type_: str, f: str, **value) -> Event:
         e = Event(type_, f, self.process, _jsonable(value), self.job)
@@ -45,6 +45,8 @@ class EventLog:
         return e
 
     def write(self, e: Event) -> None:
+        if self._fd is None:
+            raise ValueError(f"{self.path}: the event log is closed")
         os.write(self._fd, (json.dumps(e.to_dict(), sort_keys=True) + "\n").encode())
 
     def invoke(self, f: str, **value) -> Event:
@@ -67,7 +69,7 @@ class EventLog:
 
 def read_events(path: str) -> list[Event]:
     """Events of a JSON-lines file; a torn last line (the writer died mid-write) is dropped."""
-    out = []
+    out: list[Event] = []
     if not os.path.exists(path):
         return out
     with open(path, encoding="utf-8", errors="replace") as f:

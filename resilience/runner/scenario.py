@@ -341,7 +341,8 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
         bad.add(("steps",), "no steps", "list steps such as `- train: 2` and `- save`")
         return []
     if not isinstance(raw, (list, tuple)):
-        bad.add(("steps",), f"must be a list of steps, got {_show(raw)}", "list steps such as `- train: 2` and `- save`")
+        bad.add(("steps",), f"must be a list of steps, got {_show(raw)}",
+                "list steps such as `- train: 2` and `- save`")
         return []
     if len(raw) > MAX_STEPS:
         bad.add(("steps",), f"lists {len(raw)} steps, more than {MAX_STEPS}", "train more per step")

@@ -1,6 +1,8 @@
 """Rank function of the demo: train on a topology and report the global fingerprint."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch.distributed as dist
 
 from .fingerprint import combine, fingerprint
@@ -13,7 +15,7 @@ from .training import TOPOLOGY_BOUND_KEYS, TrainingState
 def train_and_fingerprint(ctx, spec: ModelSpec, topo: Topology, steps: int) -> dict | None:
     state = TrainingState(spec, topo, ctx.rank)
     records = state.sharded_state_dict()
-    described = [None] * ctx.world
+    described: list[Any] = [None] * ctx.world
     dist.all_gather_object(described, [r.describe() for r in records])
     if ctx.rank == 0:
         validate_sharding_integrity(d for per_rank in described for d in per_rank)

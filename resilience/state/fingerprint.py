@@ -7,6 +7,7 @@ restored the wrong RNG or data position shows."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -48,7 +49,7 @@ def assemble(pieces: list[tuple]) -> dict[str, str]:
     by another rank, already its digest ("d")."""
     tensors = assemble_tensors(pieces)
     objects: dict[str, dict] = {}
-    for kind, key, shape, offset, data in pieces:
+    for kind, key, _shape, offset, data in pieces:
         if kind != "t":
             objects.setdefault(key, {}).setdefault(offset, set()).add(data if kind == "d" else _digest_object(data))
     out = {key: _digest_object(t) for key, t in tensors.items()}
@@ -85,7 +86,7 @@ def gather_pieces(records: list[Record], *, dst: int | None = None) -> list[tupl
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return pieces
     blob = _to_bytes(pieces)
-    gathered = [None] * dist.get_world_size()
+    gathered: list[Any] = [None] * dist.get_world_size()
     if dst is None:
         dist.all_gather_object(gathered, blob)
     else:

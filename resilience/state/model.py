@@ -41,7 +41,7 @@ def field_problem(name: str, value) -> ConfigError | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or not 0 < value <= MAX_LR:
             return ConfigError(where, f"must be a finite number in (0, {MAX_LR}], got {value!r}")
-    elif name == "seed":
+    elif name == "seed":  # noqa: SIM102 (one branch per field, as above)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MODEL_SEED:
             return ConfigError(where, f"must be an integer in [0, 2**32), got {value!r}")
     return None

@@ -72,7 +72,7 @@ class ShardingIntegrityError(ResilienceError, ValueError):
 
 @dataclass
 class _Boxes:
-    shape: tuple[int, ...] | None = None
+    shape: tuple[int, ...]
     main: list = field(default_factory=list)
     replicas: list = field(default_factory=list)
 
@@ -87,11 +87,10 @@ def validate_sharding_integrity(descriptions: Iterable[dict]) -> None:
     key each grid cell has exactly one replica 0. Raises ShardingIntegrityError naming the key."""
     by_key: dict[str, _Boxes] = {}
     for d in descriptions:
-        entry = by_key.setdefault(d["key"], _Boxes())
         shape = tuple(d["global_shape"])
-        if entry.shape is not None and entry.shape != shape:
+        entry = by_key.setdefault(d["key"], _Boxes(shape))
+        if entry.shape != shape:
             raise ShardingIntegrityError(f"{d['key']}: ranks disagree on global shape {entry.shape} vs {shape}")
-        entry.shape = shape
         local = d.get("local_shape") or [1] * len(shape)
         box = tuple((o, o + s) for o, s in zip(d["global_offset"], local))
         if any(lo < 0 or hi > n for (lo, hi), n in zip(box, shape)):

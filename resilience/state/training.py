@@ -10,6 +10,7 @@ iteration then differ in every file they write, so a load tells which save (or w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -261,7 +262,7 @@ class TrainingState:
         ]
         return out
 
-    def load_objects(self, objects: dict[str, object]) -> None:
+    def load_objects(self, objects: dict[str, Any]) -> None:
         """Set non-tensor state from loaded objects (tensor records are filled in place)."""
         if "iteration" in objects:
             self.iteration = int(objects["iteration"])

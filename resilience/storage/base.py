@@ -23,6 +23,8 @@ class WriteStream(Protocol):
     def tell(self) -> int: ...
     def fileno(self) -> int: ...
     def close(self) -> None: ...
+    def __enter__(self) -> WriteStream: ...  # `with` closes it
+    def __exit__(self, *exc: object) -> None: ...
 
 
 @runtime_checkable
@@ -60,6 +62,9 @@ class WriteStreamBase:
 
     def __exit__(self, *exc):
         self.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
 
 
 _current: FileSystem | None = None

@@ -17,6 +17,7 @@ import os
 import pickle
 import threading
 from collections.abc import Iterator
+from typing import BinaryIO
 
 from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
 
@@ -52,13 +53,14 @@ class SeamFileSystem(FileSystemBase):
     fault injector installed with storage.use() sees every byte)."""
 
     def __init__(self, root: str | None = None) -> None:
-        self._written: dict[str, object] = {}  # path -> stream, to follow DCP's rename of .metadata.tmp
+        self._written: dict[str, base.WriteStream] = {}  # path -> stream, to follow DCP's rename of .metadata.tmp
         self._lock = threading.Lock()
         self.root = root  # a reader's checkpoint folder: nothing outside it is opened
 
     @contextlib.contextmanager
     def create_stream(self, path, mode: str) -> Iterator:
         path = os.fspath(path)
+        stream: base.WriteStream | BinaryIO
         with _shippable():
             if "w" in mode or "a" in mode:
                 stream = base.current().open_write(path)
@@ -122,7 +124,7 @@ class SeamWriter(FileSystemWriter):
     def __init__(self, path, **kwargs) -> None:
         kwargs["sync_files"] = False
         super().__init__(path, **kwargs)
-        self.fs = SeamFileSystem()
+        self.fs = SeamFileSystem()  # type: ignore[assignment]  # DCP's FileSystem, through the seam
         self.path = self.fs.init_path(path)
 
 
@@ -131,7 +133,7 @@ class SeamReader(FileSystemReader):
 
     def __init__(self, path, **kwargs) -> None:
         super().__init__(path, **kwargs)
-        self.fs = SeamFileSystem(os.fspath(path))
+        self.fs = SeamFileSystem(os.fspath(path))  # type: ignore[assignment]  # as above
         self.path = self.fs.init_path(path)
 
     def read_metadata(self, *args, **kwargs):

@@ -24,7 +24,7 @@ class LocalWriteStream(WriteStreamBase):
     def __init__(self, path: str, sync: bool = True):
         self.path = path
         self.sync = sync
-        self._f = open(path, "wb")
+        self._f = open(path, "wb")  # noqa: SIM115 (the stream owns the file; close() closes it)
         self._hash = xxhash.xxh3_128()
         self._seeked = False
         self.size = 0

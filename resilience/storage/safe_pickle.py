@@ -112,8 +112,8 @@ def check_metadata(metadata, path: str) -> None:
     for index, info in storage.items():
         rel = getattr(info, "relative_path", None)
         norm = os.path.normpath(rel) if isinstance(rel, str) and rel else ""
-        if (not norm or os.path.isabs(rel) or norm == ".." or norm.startswith("../") or "\x00" in rel
-                or "\\" in rel):
+        if (not isinstance(rel, str) or not norm or os.path.isabs(rel) or norm == ".." or norm.startswith("../")
+                or "\x00" in rel or "\\" in rel):
             raise IntegrityError(path, "path safety",
                                  f"item {getattr(index, 'fqn', index)!r} names file {rel!r} outside the folder")
         _count(getattr(info, "offset", None), f"the offset of {getattr(index, 'fqn', index)!r}", path)

@@ -88,8 +88,8 @@ class InhouseBackend:
             shard = load_shard(root, iteration, _rank()) if not error else {}
             for r in records:
                 value = shard.get(r.key)
-                if isinstance(r, ShardedTensor) and not (isinstance(value, torch.Tensor)
-                                                         and value.shape == r.data.shape and value.dtype == r.data.dtype):
+                if isinstance(r, ShardedTensor) and not (isinstance(value, torch.Tensor) and value.shape == r.data.shape
+                                                         and value.dtype == r.data.dtype):
                     raise ValueError(f"{r.key}: stored piece does not fit")
         except Exception as e:
             error = error or f"{type(e).__name__}: {e}"

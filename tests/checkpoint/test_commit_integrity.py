@@ -332,7 +332,8 @@ def _older_copied_over(folder):
 FILE_CORRUPTIONS = {"truncated": _truncate, "bit-flip": _bit_flip, "missing-file": _missing_file,
                     "empty-file": _empty_file, "garbled-manifest": _garbled_manifest,
                     "edited-manifest": _edited_manifest, "manifest-deleted": _manifest_deleted,
-                    "nested-manifest": _manifest_nested, "nonsense-topology": _nonsense_topology, "manifest-is-a-folder": _manifest_is_a_folder,
+                    "nested-manifest": _manifest_nested, "nonsense-topology": _nonsense_topology,
+                    "manifest-is-a-folder": _manifest_is_a_folder,
                     "escape-relative": _escape("../x"), "escape-absolute": _escape("/etc/hostname"),
                     "older-copied-over": _older_copied_over}
 TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None,
@@ -594,7 +595,7 @@ def _save_fails_on_last_rank(ctx, combo, spec, topo, folder, keep_last):
         last = ctx.rank == ctx.world - 1
 
         def fail(phase, info):
-            if phase == "write" and last:
+            if phase == "write" and last:  # noqa: B023 (called within this iteration)
                 raise OSError("injected: failure on the last rank as it starts writing")
         remove = phases.listen(fail) if how == "phase" else lambda: None
         fs = _DiskFull(storage.current()) if how == "disk-full" and last else storage.current()

@@ -53,7 +53,7 @@ def test_training_and_writer_racing_give_the_values_of_the_save():
         before = [t.clone() for t in tensors]
         snap = Snapshot(records)
         box = {}
-        writer = threading.Thread(target=lambda: box.update(staged=_staged(snap)))
+        writer = threading.Thread(target=lambda: box.update(staged=_staged(snap)))  # noqa: B023 (joined below)
         writer.start()
         for t in reversed(tensors):  # training walks the other way: both threads meet in the middle
             snap.before_write([t])

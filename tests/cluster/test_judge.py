@@ -29,7 +29,7 @@ def _run(tmp_path, combo="GLOBAL/torch_dist/sync", *, loaded=3, load_fp=None, co
                                      **({} if kill else {"save_done": 0})})
     logs = {r: EventLog(layout.history(r), 0, r) for r in range(4)}
     for it in (2, 3, 4):
-        logs[0].invoke("save", combo=combo, iteration=it, fingerprint=EXPECTED(it), rng="rng%d" % it)
+        logs[0].invoke("save", combo=combo, iteration=it, fingerprint=EXPECTED(it), rng=f"rng{it}")
         if it < 4 or not kill:
             for r in (acked_by if acked_by is not None else range(4)):
                 logs[r].ok("save", combo=combo, iteration=it)
@@ -40,7 +40,7 @@ def _run(tmp_path, combo="GLOBAL/torch_dist/sync", *, loaded=3, load_fp=None, co
                                                     "phase": "write"})
     log = EventLog(layout.history(0), 1, 0)
     log.ok("load", combo=combo, topology=str(TOPO), iteration=loaded, fingerprint=load_fp or EXPECTED(loaded),
-           rng="rng%d" % loaded, rng_restored=True, path=f"iter_{loaded:07d}", warnings=[])
+           rng=f"rng{loaded}", rng_restored=True, path=f"iter_{loaded:07d}", warnings=[])
     log.ok("continue", combo=combo, iteration=loaded + 2, fingerprint=continued_fp or EXPECTED(loaded + 2))
     log.invoke("save", combo=combo, iteration=loaded + 2, fingerprint=EXPECTED(loaded + 2), rng="x")
     log.ok("save", combo=combo, iteration=loaded + 2)
@@ -76,7 +76,8 @@ def test_each_wrong_resume_fails(tmp_path, change, checker):
 def test_not_the_newest_valid_checkpoint_fails(tmp_path):
     plan, layout = _run(tmp_path)
     row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=4, after=5, seconds=1.0)
-    assert _statuses(row)["newest_valid"] == "FAIL" and "newest valid checkpoint on disk is iteration 4" in row["detail"]
+    assert _statuses(row)["newest_valid"] == "FAIL"
+    assert "newest valid checkpoint on disk is iteration 4" in row["detail"]
     row = judge(plan, layout, plan.combos[0], TOPO, 1, newest=3, after=3, seconds=1.0)
     assert _statuses(row)["newest_valid"] == "FAIL"
 

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.multiprocess
 
 def _cases(combo):
     """(id, faults, iteration the loader must pick, or None: it must refuse)."""
-    local, dcp = is_local(combo), not combo.startswith(("LEGACY/", "LOCAL/"))
+    dcp = not combo.startswith(("LEGACY/", "LOCAL/"))
     r1 = {"rank": 1}
     cases = [
         ("truncate-zero", [{"kind": "truncate", "length": 0, **r1}], 1),

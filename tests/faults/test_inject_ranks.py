@@ -133,7 +133,7 @@ def test_surviving_faults(tmp_path, combo):
     outcome = run_job(save_cases, combo, jobs)
     assert outcome.ok, outcome.failures
     per_rank = outcome.results
-    for k, ((name, spec), (root, _, report)) in enumerate(zip(cases, jobs)):
+    for k, ((name, _), (root, _, report)) in enumerate(zip(cases, jobs)):
         results = [per_rank[r][k] for r in range(WORLD)]
         fired = read_firings(report)
         assert len(fired) == 1, (name, fired)

@@ -96,7 +96,7 @@ def test_truncation_cuts_into_payload(learned):
     damage = corrupt({"kind": "truncate", "seed": 3}, root, layout)
     path = damage.file
     assert damage.new_size < damage.old_size
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (torch's error type depends on where the file was cut)
         torch.load(path, weights_only=True)
 
 

@@ -80,9 +80,15 @@ def run_line(argv: list[str], cwd: str, timeout: float) -> dict:
             time.sleep(0.01)
         _kill_session(pid)  # whatever the command left running
         rc = os.waitstatus_to_exitcode(status)
-        read = lambda p: open(p, encoding="utf-8", errors="replace").read() if os.path.exists(p) else ""
-        return {"rc": rc, "stdout": read(out), "stderr": read(err), "timed_out": timed_out,
+        return {"rc": rc, "stdout": _read(out), "stderr": _read(err), "timed_out": timed_out,
                 "seconds": round(time.monotonic() - start, 2)}
+
+
+def _read(path: str) -> str:
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
 
 
 def _kill_session(sid: int) -> None:

@@ -23,7 +23,8 @@ VALID = {"t45_backend_bad.yaml"}
 INTENT = {
     "t01_empty.yaml": "is empty", "t02_comment.yaml": "is empty", "t03_list.yaml": "must be a mapping",
     "t04_scalar.yaml": "must be a mapping", "t05_unknown_step.yaml": "unknown step",
-    "t06_train_str.yaml": "steps.0.train", "t07_train_neg.yaml": "steps.0.train", "t08_train_huge.yaml": "steps.0.train",
+    "t06_train_str.yaml": "steps.0.train", "t07_train_neg.yaml": "steps.0.train",
+    "t08_train_huge.yaml": "steps.0.train",
     "t09_pyobj.yaml": "!!python/object", "t10_pyname.yaml": "!!python/name", "t11_pyobj_scalar.yaml": "!!python/object",
     "t12_bomb.yaml": "aliases are expanded", "t13_recursive.yaml": "recursive alias", "t14_nonutf8.yaml": "offset 6",
     "t15_complexkey.yaml": "used as a key", "t16_tags_int.yaml": "tags", "t17_timeout_nan.yaml": "timeout",

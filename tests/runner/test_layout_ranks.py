@@ -18,7 +18,8 @@ def _roles(layout):
     return {f.template: (f.role, f.rank) for f in layout.files}
 
 
-@pytest.mark.parametrize("backend, combo", [("reference", "GLOBAL/torch_dist/sync"), ("dcp", "TORCH_DCP/torch_dcp/sync"),
+@pytest.mark.parametrize("backend, combo", [("reference", "GLOBAL/torch_dist/sync"),
+                                            ("dcp", "TORCH_DCP/torch_dcp/sync"),
                                             (INHOUSE, "LOCAL/torch/sync")], ids=["reference", "dcp", "inhouse"])
 def test_one_clean_save_teaches_the_layout(tmp_path, backend, combo):
     layout = learn_layout(MODEL, TOPO, Combination.parse(combo), backend, str(tmp_path))

@@ -88,4 +88,4 @@ def test_bad_scenario_is_one_clear_error(tmp_path, capsys):
     assert main(["run", str(bad), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "bad.yaml:2: steps.0.train" in err and "Traceback" not in err
-    assert not os.listdir(tmp_path) == []  # only the scenario file, no run folder
+    assert os.listdir(tmp_path) == ["bad.yaml"]  # only the scenario file, no run folder

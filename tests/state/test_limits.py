@@ -34,7 +34,8 @@ def test_absurd_sizes_cost_nothing_to_measure():
 @pytest.mark.parametrize("kw, field", [
     ({"lr": float("nan")}, "model.lr"), ({"lr": float("inf")}, "model.lr"), ({"lr": "abc"}, "model.lr"),
     ({"lr": 0}, "model.lr"), ({"lr": True}, "model.lr"), ({"seed": -1}, "model.seed"), ({"seed": 2**32}, "model.seed"),
-    ({"hidden": 2**20 + 4}, "model.hidden"), ({"num_layers": 1025}, "model.num_layers"), ({"vocab": 10**13}, "model.vocab"),
+    ({"hidden": 2**20 + 4}, "model.hidden"), ({"num_layers": 1025}, "model.num_layers"),
+    ({"vocab": 10**13}, "model.vocab"),
 ])
 def test_model_fields_are_checked_for_type_and_range(kw, field):
     with pytest.raises(ConfigError) as e:
@@ -45,5 +46,6 @@ def test_model_fields_are_checked_for_type_and_range(kw, field):
 def test_every_problem_of_a_model_mapping_at_once():
     problems = ModelSpec.problems_of({"hiden": 8, "lr": "x", "heads": 0, "vocab": 5})
     assert [p.field for p in problems] == ["model.hiden", "model.lr", "model.heads"]
-    assert [p.field for p in ModelSpec.problems_of({"hidden": 30})] == ["model.hidden"]  # across fields, once fields are fine
+    # across fields, once fields are fine
+    assert [p.field for p in ModelSpec.problems_of({"hidden": 30})] == ["model.hidden"]
     assert ModelSpec.problems_of({"hidden": 6, "heads": 3}) == []

@@ -112,9 +112,16 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
         super().__init__(**kwargs)
         self.where = where
 
+    @property
+    def read_metadata(self) -> Metadata:
+        """The checkpoint's metadata: DCP hands it over in set_up_planner, before any plan is made."""
+        if self.metadata is None:
+            raise CheckpointContentError(f"{self.where}: planning began before the metadata was read")
+        return self.metadata
+
     def create_local_plan(self) -> LoadPlan:
         plan = super().create_local_plan()
-        check_plan(plan, self.state_dict, self.metadata, self.where)
+        check_plan(plan, self.state_dict, self.read_metadata, self.where)
         return plan
 
     def load_bytes(self, read_item, value) -> None:

@@ -5,6 +5,7 @@ state gathered from every dp rank). Loads when dp changes; tp or pp changes are 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -45,11 +46,11 @@ class LegacyFormat:
         if dist_opt:
             torchfile.save(os.path.join(sub, DIST_OPT_FILE), optim, {})
 
-    def _gather_rows(self, info: RankInfo, r: ShardedTensor) -> dict | None:
+    def _gather_rows(self, info: RankInfo, r: ShardedTensor) -> dict:
         """Distributed optimizer: gather every dp rank's rows of this piece to dp rank 0."""
         if info.topo.dp == 1 or info.dp_group is None:
             return torchfile.entry(r)
-        pieces = [None] * info.topo.dp
+        pieces: list[Any] = [None] * info.topo.dp
         dist.all_gather_object(pieces, (list(r.global_offset), r.data.detach()), group=info.dp_group)
         pieces.sort(key=lambda p: p[0][0])
         data = torch.cat([p[1] for p in pieces], dim=0)

@@ -20,7 +20,7 @@ import torch
 import torch._dynamo  # noqa: F401  DTensor imports it on first use (~1.5 s): a parent that forks ranks pays once
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from ...state import Topology
@@ -72,7 +72,7 @@ class TorchDcpFormat:
     layout = "global"
 
     def __init__(self) -> None:
-        self._mesh = None
+        self._mesh: DeviceMesh | None = None
         self._mesh_topo: Topology | None = None
 
     def prepare(self, info: RankInfo) -> None:
@@ -116,9 +116,9 @@ class TorchDcpFormat:
                                   stride=_strides(shape))
 
     def _dp_group(self, info: RankInfo):
-        group = self._mesh.get_group("dp")
+        group = self._mesh.get_group("dp")  # type: ignore[union-attr]  # only ranks of a job, which has a mesh
         # a dp dimension spanning the whole world is the default group, which the training thread uses
-        return info.group if group.group_name == dist.group.WORLD.group_name else group
+        return info.group if group.group_name == dist.group.WORLD.group_name else group  # type: ignore[union-attr]
 
     # ---- write -----------------------------------------------------------------------------------
     def write(self, info: RankInfo, records, folder: str) -> None:
@@ -179,7 +179,9 @@ class TorchDcpFormat:
         """Fill every tensor record from the checkpoint, resharding as needed; objects by key."""
         self.prepare(info)
         reader = SeamReader(folder)
-        state, after, names = {}, [], {}
+        state: dict[str, Any] = {}
+        after: list[Callable[[], Any]] = []
+        names: dict[str, str] = {}
         with agreed(f"torch_dcp load from {folder}", info.group):
             metadata = reader.read_metadata()
             saved = Topology.from_dict(manifest.topology)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -35,7 +36,7 @@ from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import TOPOLOGY_BOUND_KEYS
 from ...storage.dcp import SeamReader, SeamWriter
 from .base import RankInfo
-from .dcpio import CheckedLoadPlanner, CheckpointContentError, check_plan, dcp_errors, is_bytes
+from .dcpio import CheckedLoadPlanner, CheckpointContentError, check_plan, dcp_errors, is_bytes, stored_tensor
 
 METADATA_JSON = "metadata.json"
 BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
@@ -58,23 +59,23 @@ class _PieceLoadPlanner(CheckedLoadPlanner):
     def create_local_plan(self) -> LoadPlan:
         # checked inside DCP's planning step, whose errors reach every rank: no collective of its own
         _check_backend(self.where)
-        md = self.metadata.state_dict_metadata
+        md = self.read_metadata.state_dict_metadata
         items = []
         for fqn, target in list(self.state_dict.items()):
             if fqn not in md:
                 raise CheckpointContentError(f"{self.where}: the checkpoint has no {fqn!r}")
-            if fqn not in self.offsets and is_bytes(self.metadata, fqn):
+            if fqn not in self.offsets and is_bytes(self.read_metadata, fqn):
                 items.append(ReadItem(LoadItemType.BYTE_IO, MetadataIndex(fqn), torch.Size((0,)),
                                       MetadataIndex(fqn), torch.Size((0,)), torch.Size((0,))))
                 continue
             if fqn not in self.offsets:  # an object stored as a tensor (RNG state): read it whole
-                stored = md[fqn]
+                stored = stored_tensor(self.read_metadata, fqn, self.where)
                 self.state_dict[fqn] = target = torch.empty(stored.size, dtype=stored.properties.dtype)
                 self.offsets[fqn] = (0,) * len(stored.size)
             chunk = ChunkStorageMetadata(torch.Size(self.offsets[fqn]), target.size())
-            items += create_read_items_for_chunk_list(fqn, md[fqn], [chunk])
+            items += create_read_items_for_chunk_list(fqn, stored_tensor(self.read_metadata, fqn, self.where), [chunk])
         plan = LoadPlan(items)
-        check_plan(plan, self.state_dict, self.metadata, self.where)
+        check_plan(plan, self.state_dict, self.read_metadata, self.where)
         return plan
 
     def lookup_tensor(self, index: MetadataIndex) -> torch.Tensor:
@@ -108,8 +109,9 @@ class _PieceSavePlanner(DefaultSavePlanner):
 
     def create_global_plan(self, all_plans: list[SavePlan]):
         validate_sharding_integrity(
-            {"key": i.index.fqn, "global_shape": list(i.tensor_data.size), "replica_id": 0,
-             "global_offset": list(i.tensor_data.chunk.offsets), "local_shape": list(i.tensor_data.chunk.sizes)}
+            {"key": i.index.fqn, "global_shape": list(i.tensor_data.size), "replica_id": 0,  # type: ignore[union-attr]
+             "global_offset": list(i.tensor_data.chunk.offsets),  # type: ignore[union-attr]  # SHARD items have it
+             "local_shape": list(i.tensor_data.chunk.sizes)}  # type: ignore[union-attr]
             for plan in all_plans for i in plan.items if i.type is WriteItemType.SHARD)
         return super().create_global_plan(all_plans)
 
@@ -151,7 +153,8 @@ class TorchDistFormat:
         The planner checks metadata.json first."""
         saved = Topology.from_dict(manifest.topology)
         same_grid = (saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)
-        state, offsets, names = {}, {}, {}
+        state: dict[str, Any] = {}
+        offsets, names = {}, {}
         for r in records:
             if isinstance(r, ShardedTensor):
                 rows = _logical_rows(r)

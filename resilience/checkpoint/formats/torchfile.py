@@ -18,7 +18,7 @@ def entry(r: ShardedTensor, data: torch.Tensor | None = None, offset=None) -> di
 
 def save(path: str, tensors: dict[str, dict], objects: dict[str, Any]) -> None:
     with storage.current().open_write(path) as f:
-        torch.save({"format_version": 1, "tensors": tensors, "objects": objects}, f)
+        torch.save({"format_version": 1, "tensors": tensors, "objects": objects}, f)  # type: ignore[arg-type]  # file-like
 
 
 def load(path: str) -> dict:
