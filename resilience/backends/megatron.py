@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -82,7 +83,7 @@ def cpu_shim() -> Iterator[None]:
         return
     sync, current = torch.cuda.synchronize, torch.cuda.current_device
     torch.cuda.synchronize = lambda *args, **kwargs: None
-    torch.cuda.current_device = lambda: "cpu"
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]  # megatron asks; CPU here
     try:
         yield
     finally:
@@ -95,7 +96,7 @@ def may_fork() -> Iterator[None]:
     Python forbids a daemonic process to start children; megatron-core starts writer processes. The
     rank counts as non-daemonic while megatron-core runs."""
     import multiprocessing
-    config = multiprocessing.current_process()._config
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]  # the daemon flag's home
     before = config.get("daemon")
     config["daemon"] = False
     try:
@@ -153,7 +154,7 @@ class MegatronBackend:
         self.dc = _require()
         self.combo = combo
         self.name = f"megatron:{combo}"
-        self._queue = None
+        self._queue: Any = None  # megatron's AsyncCallsQueue, made on the first async save
         self._pending: int | None = None
         from ..checkpoint.formats.torch_dcp import TorchDcpFormat
         self.layout = TorchDcpFormat()  # only its dp gather of distributed-optimizer rows
@@ -310,4 +311,4 @@ def make(combo: Combination) -> MegatronBackend:
     return MegatronBackend(combo)
 
 
-make.combinations = MegatronBackend.SUPPORTED
+make.combinations = MegatronBackend.SUPPORTED  # type: ignore[attr-defined]

@@ -39,7 +39,8 @@ import io
 import os
 import re
 import threading
-from concurrent.futures import Future
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -130,14 +131,14 @@ class _FsyncRouter:
             stream = self._streams.get(fd)
         if stream is None:
             return self._real.fsync(fd)
-        stream.fsync()
+        stream.fsync()  # type: ignore[attr-defined]  # a seam WriteStream
 
 
 def install_fsync_router() -> _FsyncRouter:
     """Idempotent, per process."""
     if not isinstance(dcp_filesystem.os, _FsyncRouter):
-        dcp_filesystem.os = _FsyncRouter(dcp_filesystem.os)
-    return dcp_filesystem.os
+        dcp_filesystem.os = _FsyncRouter(dcp_filesystem.os)  # type: ignore[assignment]  # a stand-in for `os`
+    return dcp_filesystem.os  # type: ignore[return-value]
 
 
 class ObservedFileSystem(FileSystemBase):
@@ -171,8 +172,8 @@ class ObservedFileSystem(FileSystemBase):
                     finally:
                         self.router.forget(fd)
             elif "r" in mode:
-                with storage.current().open_read(path) as stream:
-                    yield stream
+                with storage.current().open_read(path) as reading:
+                    yield reading
             else:
                 raise ValueError(f"{path}: unsupported stream mode {mode!r}")
         return opened()
@@ -206,14 +207,14 @@ class ObservedFileSystem(FileSystemBase):
 
 def writer(folder: str, **options) -> FileSystemWriter:
     w = FileSystemWriter(folder, **options)
-    w.fs = ObservedFileSystem()
+    w.fs = ObservedFileSystem()  # type: ignore[assignment]  # DCP's FileSystem, observed
     w.path = w.fs.init_path(folder)
     return w
 
 
 def reader(folder: str) -> FileSystemReader:
     r = FileSystemReader(folder)
-    r.fs = ObservedFileSystem()
+    r.fs = ObservedFileSystem()  # type: ignore[assignment]  # as above
     r.path = r.fs.init_path(folder)
     return r
 
@@ -263,7 +264,7 @@ class StockDcpBackend:
         self.options = {"thread_count": thread_count} if thread_count != 1 else {}
         self.name = "dcp" + (f"(thread_count={thread_count})" if thread_count != 1 else "") + f":{combo}"
         self.layout = TorchDcpFormat()  # DTensor helpers: mesh, dp gather, even-shard check
-        self._future: Future | None = None
+        self._future: Any = None  # dcp.async_save's Future (or AsyncSaveResponse in newer torch)
         self._future_iteration: int | None = None
         self._async_group = None
         install_fsync_router()
@@ -301,7 +302,7 @@ class StockDcpBackend:
         if future is None:
             return True
         if not blocking:
-            done = [None] * _world()
+            done: list[Any] = [None] * _world()
             if _world() > 1:
                 dist.all_gather_object(done, future.done(), group=self._async_group)
             else:
@@ -364,7 +365,9 @@ class StockDcpBackend:
         fmt.prepare(info)
         split = fmt._split(info, records)
         stored = metadata.state_dict_metadata if metadata is not None else None
-        state, after, names = {}, [], {}
+        state: dict[str, Any] = {}
+        after: list[Callable[[], Any]] = []
+        names: dict[str, str] = {}
         for r in records:
             if isinstance(r, ShardedTensor):
                 if r.key in split:  # the whole tp piece, then this dp rank's rows
@@ -420,4 +423,4 @@ def make_threaded(combo: Combination) -> StockDcpBackend:
     return StockDcpBackend(combo, thread_count=4)
 
 
-make.combinations = make_threaded.combinations = StockDcpBackend.SUPPORTED
+make.combinations = make_threaded.combinations = StockDcpBackend.SUPPORTED  # type: ignore[attr-defined]

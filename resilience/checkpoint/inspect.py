@@ -97,7 +97,7 @@ class Inspection:
 
     def newest(self) -> list[CheckpointReport]:
         """The newest checkpoint of each layout present (what a loader tries first)."""
-        out = {}
+        out: dict[str, CheckpointReport] = {}
         for c in self.checkpoints:
             out.setdefault(c.layout, c)
         return list(out.values())
@@ -189,7 +189,7 @@ def inspect_tracker(root: str, iterations: list[int]) -> TrackerReport:
 
 def _world(topology: dict | None) -> int | None:
     try:
-        return int(topology["tp"]) * int(topology["pp"]) * int(topology["dp"])
+        return int(topology["tp"]) * int(topology["pp"]) * int(topology["dp"])  # type: ignore[index]  # None: TypeError
     except (KeyError, TypeError, ValueError):
         return None
 

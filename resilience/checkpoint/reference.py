@@ -10,6 +10,7 @@ import logging
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -167,7 +168,7 @@ class ReferenceBackend:
     def _commit(self, state: TrainingState, iteration: int, root: str, staging: str, files: dict,
                 error: str | None, group=None) -> None:
         gathered = all_gather((files, error), group)
-        outcome = None
+        outcome: tuple[str, dict[int, Any] | None] | None = None
         if _rank() == 0:
             failures = {r: err for r, (_, err) in enumerate(gathered) if err}
             if failures:
@@ -227,11 +228,11 @@ class ReferenceBackend:
         if pending is None:
             return True
         if not blocking:
-            done = all(all_gather(not pending.thread.is_alive(), self._async_group))
+            done = all(all_gather(not pending.thread.is_alive(), self._async_group))  # type: ignore[union-attr]
             if not done:
                 return False
         phases.reached("async_finalize", iteration=pending.iteration, path=pending.staging)
-        pending.thread.join()
+        pending.thread.join()  # type: ignore[union-attr]  # _start_async set it
         self._pending = None
         if getattr(self._pending_state, "write_guard", None) is not None:
             self._pending_state.write_guard = None  # the writer has copied everything
@@ -286,7 +287,7 @@ class ReferenceBackend:
         if self.format.layout == "local":
             return self._load_local(state, root)
         warnings: list[str] = []
-        plan = None
+        plan: tuple[list[tuple], tuple | None] | IntegrityError | None = None
         if _rank() == 0:
             try:  # decided here, then sent to every rank: an error here must reach them all, not hang them
                 plan = self._candidates(root, warnings)
@@ -317,10 +318,11 @@ class ReferenceBackend:
         """(iteration, path, manifest or None, problem or None), newest first, and the tracker's problem
         as (path, check, detail) or None (coordinator)."""
         found = commit.list_iterations(root)
-        tracker = commit.check_tracker(root, [it for it, _ in found])
-        if tracker is not None:
-            warnings.append(f"{tracker}; scanning the folders instead")
-            tracker = (tracker.path, tracker.check, tracker.detail)
+        bad_tracker = commit.check_tracker(root, [it for it, _ in found])
+        tracker = None
+        if bad_tracker is not None:
+            warnings.append(f"{bad_tracker}; scanning the folders instead")
+            tracker = (bad_tracker.path, bad_tracker.check, bad_tracker.detail)
         out = []
         for iteration, path in found:
             try:
@@ -367,7 +369,7 @@ class ReferenceBackend:
 
     def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings) -> dict | None:
         records = state.sharded_state_dict()
-        error = None
+        error: Exception | None = None
         objects = {}
         try:
             objects = self.format.read(info, records, path, manifest)

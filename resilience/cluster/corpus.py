@@ -160,7 +160,7 @@ def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folde
     from ..runner.backends import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
-    out = []
+    out: list[dict] = []
     for e in entries:
         b = make_backend(backend, Combination.parse(e["combo"]))
         state = TrainingState(spec, topo, ctx.rank, groups)  # fresh: a load that does nothing cannot pass
@@ -214,8 +214,8 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
     corpus = Corpus(current_versions(backend), spec.to_dict(), steps, [str(t) for t in topos], backend, entries)
     report = _verify(corpus, folder, topos, backend, timeout, progress)
     corpus.baseline = {c.entry: {} for c in report.checks}
-    for c in report.checks:
-        corpus.baseline[c.entry][c.load_on] = {"outcome": c.outcome, "rng_restored": c.rng_restored}
+    for check in report.checks:
+        corpus.baseline[check.entry][check.load_on] = {"outcome": check.outcome, "rng_restored": check.rng_restored}
     corpus.write(folder)
     return report
 

@@ -114,7 +114,7 @@ def _newest_verdict(load: LoadRecord | None, newest: int | None, after: int | No
     if load.iteration != newest:
         return Verdict(name, FAIL, f"loaded iteration {load.iteration}, but the newest valid checkpoint on disk "
                                    f"is iteration {newest}")
-    want = load.iteration + CONTINUE_STEPS
+    want = load.iteration + CONTINUE_STEPS  # type: ignore[operator]  # an ok load names its iteration
     if after != want:
         return Verdict(name, FAIL, f"the save of iteration {want} after the resume did not become the newest "
                                    f"valid checkpoint (newest: {after})")
@@ -129,6 +129,7 @@ def _detail(status: Status, verdicts: list[Verdict], load: LoadRecord | None, ne
     killed = sum(TRAIN_BEFORE)
     cut = (f"the save of iteration {killed} was cut by the kill at {firings[0].get('phase') or firings[0].get('op')}"
            if firings else "no kill in this combination")
+    assert load is not None and load.iteration is not None  # a PASS has a load (_newest_verdict)
     return (f"{cut}; resumed iteration {load.iteration} (newest valid) on attempt {load.job}, bit-exact; "
             f"{CONTINUE_STEPS} more steps equal to training that never stopped; saved iteration "
             f"{load.iteration + CONTINUE_STEPS}")

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import xxhash
@@ -140,7 +141,7 @@ def _pick_folder(root: str, fault: Fault, rng: random.Random) -> tuple[str, int 
 def _pick_shard(root: str, fault: Fault, rng: random.Random) -> str:
     folder, local_rank = _pick_folder(root, fault, rng)
     if fault.target.rank is not None and local_rank is None:
-        files = files_of_rank(folder, fault.target.rank)
+        files = files_of_rank(folder, fault.target.rank)  # type: ignore[arg-type]  # at rest: one rank
     else:
         files = _all_files(folder)
     files = [p for p in files if matches_path(fault.target.path, p, os.path.relpath(p, root))
@@ -344,7 +345,8 @@ def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random, folder: 
                           "original metadata" + ("; manifest size and xxh3 updated" if rewritten else ""))
 
 
-_ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
+_ACTIONS: dict[type, Callable[..., Damage]] = {
+            Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
             EscapingManifestPath: escaping_path, TrackerDamage: tracker_damage, LeftoverStaging: leftover_staging,
             ExtraFile: extra_file, HostilePickle: hostile_pickle}
 
@@ -352,15 +354,15 @@ _ACTIONS = {Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, Meta
 def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage:
     """Carry out one at-rest fault on the checkpoint root `root`; the record of exactly what it did.
     With a learned `layout` (faults.layout) the damage is aimed through it (layout_damage)."""
-    fault = faults_from([fault], where="fault")[0]
+    fault = faults_from([fault], where="fault")[0]  # type: ignore[list-item]  # it takes records too
     if fault.layer != "at_rest":
         raise ConfigError("fault.kind", f"{fault.kind} is not a corruption at rest",
-                          f"use one of {', '.join(c.kind for c in _ACTIONS)}")
+                          f"use one of {', '.join(c.kind for c in _ACTIONS)}")  # type: ignore[attr-defined]
     root = os.path.abspath(str(root))
     if layout is not None:
         from .layout_damage import ACTIONS
         if type(fault) in ACTIONS:
-            return ACTIONS[type(fault)](root, fault, layout, random.Random(fault.seed))
+            return ACTIONS[type(fault)](root, fault, layout, random.Random(fault.seed))  # type: ignore[operator]
     return _ACTIONS[type(fault)](root, fault, random.Random(fault.seed))
 
 

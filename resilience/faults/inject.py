@@ -250,16 +250,16 @@ class FaultyFileSystem:
             if offset < f.trigger.at_byte <= offset + keep:
                 keep, cut = f.trigger.at_byte - offset, f
                 break
-        on_disk = data[:keep]
+        on_disk: bytes | memoryview = data[:keep]
         if torn is not None:
             i, k = torn
             f = self.faults[i]
             s.inner.write(data)  # the stream hashes what the writer meant to write
-            fill = bytes(n - k) if f.fill == "zeros" else random.Random(f.seed).randbytes(n - k)
+            fill = bytes(n - k) if f.fill == "zeros" else random.Random(f.seed).randbytes(n - k)  # type: ignore[attr-defined]
             s.inner.flush()
             os.pwrite(s.inner.fileno(), fill, offset + k)
             on_disk = bytes(data[:k]) + fill
-            self._fire(i, "torn", path=s.path, offset=offset, length=n, kept=k, fill=f.fill)
+            self._fire(i, "torn", path=s.path, offset=offset, length=n, kept=k, fill=f.fill)  # type: ignore[attr-defined]
         else:
             s.inner.write(on_disk)
         s.inner.flush()  # write through, so the log and the file agree at any crash point

@@ -146,7 +146,7 @@ class Nemesis:
             return None
         if g.size is None:
             return {"elapsed": round(now, 4)}
-        for path, size in file_sizes(self.folder, f.target.path).items():
+        for path, size in file_sizes(self.folder, f.target.path).items():  # type: ignore[arg-type]  # size needs a path
             if size >= g.size:
                 return {"elapsed": round(now, 4), "observed": "size", "file": path, "bytes": size}
         for rank in f.target.ranks(self.job.world):

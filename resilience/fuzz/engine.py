@@ -49,8 +49,8 @@ MODES = ("scenarios", "machine")
 
 @dataclass
 class FuzzOptions:
-    examples: int | None = None        # per mode; None: the profile's max_examples
-    seed: int | None = None            # None: 0 under a derandomized profile (ci), else a fresh random seed
+    examples: int = None  # type: ignore[assignment]  # per mode; None: the profile's max_examples
+    seed: int = None  # type: ignore[assignment]  # None: 0 under a derandomized profile (ci), else a fresh random one
     combos: list[Combination] | None = None
     max_world: int = 2
     time_budget: float | None = None   # seconds for the whole run, shared by the modes
@@ -277,7 +277,7 @@ def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None
     outcome = FuzzOutcome(run_dir, opts.seed, _options(opts))
     log_path = os.path.join(run_dir, "hypothesis.log")
     interrupted: BaseException | None = None
-    with open(log_path, "w", encoding="utf-8") as log, with_reporter(lambda text: log.write(f"{text}\n")), \
+    with open(log_path, "w", encoding="utf-8") as log, with_reporter(lambda text: print(text, file=log)), \
             _sigterm_interrupts():
         try:
             for mode in opts.modes:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
@@ -38,8 +39,8 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.life: lc.Lifecycle | None = None
-        self.model = None
+        self.life: lc.Lifecycle = None  # type: ignore[assignment]  # set by the machine's initialize rule
+        self.model: Any = None
         self.results: list[CaseResult] = []
 
     # ---- the scenario built so far ---------------------------------------------------------------
@@ -165,7 +166,7 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
 
     CheckpointLifecycle.backend = backend
     if judge_with is not None:
-        CheckpointLifecycle.judge_scenario = lambda self, scenario, combo: judge_with(scenario, combo)
+        CheckpointLifecycle.judge_scenario = lambda self, scenario, combo: judge_with(scenario, combo)  # type: ignore[method-assign]
     return CheckpointLifecycle
 
 

@@ -142,7 +142,7 @@ def transitions(*, max_world: int = 4, save: Topology | str | None = None,
     saves = [s for s in saves if pairs[s]]
     if not saves:
         raise _fail("changes", f"no transition within max_world={max_world} changes exactly "
-                    f"{', '.join(sorted(want)) or 'nothing'}" + (f" from {save}" if save is not None else ""),
+                    f"{', '.join(sorted(want or ())) or 'nothing'}" + (f" from {save}" if save is not None else ""),
                     "raise max_world or change fewer dimensions")
     @st.composite
     def pick(draw) -> Transition:
@@ -276,11 +276,11 @@ def _fault_dicts(kind: str, world: int) -> st.SearchStrategy[dict]:
         when = st.one_of(st.builds(lambda a: {"after": a}, st.sampled_from((0.0, 0.1, 0.5, 1.0))),
                          st.builds(lambda b, g: {"size": b, "path": g}, st.integers(0, 1 << 16),
                                    st.sampled_from(("*.pt", "*.distcp", "*"))))
-        extra = {"signal": st.sampled_from(("SIGKILL", "SIGTERM"))} if kind == "rank_kill" else \
-            {"resume_after": st.none() | st.sampled_from((0.1, 0.5))}
+        how: dict[str, st.SearchStrategy] = {"signal": st.sampled_from(("SIGKILL", "SIGTERM"))} \
+            if kind == "rank_kill" else {"resume_after": st.none() | st.sampled_from((0.1, 0.5))}
         return st.builds(lambda r, w, e, s: {"kind": kind, "rank": r, **w, **e, "seed": s}, rank, when,
-                         st.fixed_dictionaries(extra), seed)
-    at_rest = {
+                         st.fixed_dictionaries(how), seed)
+    at_rest: dict[str, st.SearchStrategy] = {  # type: ignore[assignment]  # one row of the table
         "truncate": {"length": st.none() | st.integers(0, 64)},
         "bit_flip": {"bits": st.none() | st.lists(st.integers(0, 7), min_size=1, max_size=3, unique=True).map(tuple),
                      "offset": st.none() | st.integers(0, 64)},

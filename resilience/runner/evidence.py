@@ -44,7 +44,8 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
             rec = saves.get(sid)
             if rec is None:
                 topo = topo_of_job.get(e.job) or topology or ""
-                rec = saves[sid] = SaveRecord(e.job, v.get("iteration"), topo, None, None, INFO, i, sid,
+                iteration: int = v.get("iteration")  # type: ignore[assignment]  # every save names one
+                rec = saves[sid] = SaveRecord(e.job, iteration, topo, None, None, INFO, i, sid,
                                               Topology.parse(topo).world if topo else 1)
             if e.type == INVOKE:
                 rec.invoked_at.setdefault(e.process, e.time)

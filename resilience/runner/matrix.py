@@ -20,7 +20,7 @@ BASE = "tp2pp1dp1"
 # fault column -> the steps that exercise it; every case ends with a resume on the same topology. Paths
 # starting with @ name a role in the backend's learned layout (faults.layout): "@data" is a data file of
 # the next save after the fault is armed, "@data#2" of the second one.
-_TWO_SAVES = [{"train": 2}, {"save": None}, {"train": 1}]
+_TWO_SAVES: list[dict] = [{"train": 2}, {"save": None}, {"train": 1}]
 FAULTS: dict[str, list[dict]] = {
     "save/load": _TWO_SAVES + [{"save": None}],
     # rank 1 straggles, then dies mid-write of a data file of the second save (the first save's async

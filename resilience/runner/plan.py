@@ -61,6 +61,8 @@ def _aim_job(job: JobSpec, layout) -> None:
     from .faultplan import OUTSIDE_SEAM, aim, path_wants_save
     dropped = []
     kept = []
+    aimed: dict | None
+    why: str | None
     for f in job.faults:
         rec = f["record"]
         if layout is not None and not layout.logged:

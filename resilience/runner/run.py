@@ -196,7 +196,7 @@ def combine(verdicts: list[Verdict], unexpected: list[dict], faults: list[dict])
 
 def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
              history: EventLog, backend: str, crash_state: str | None = None,
-             start_method: str = "fork") -> list[dict] | None:
+             start_method: str = "fork") -> list[dict]:
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
@@ -264,8 +264,9 @@ def _expectations(scenario: Scenario, ev: Evidence) -> list[Verdict]:
                            f"final load picked iteration {got}, scenario expects {want}"))
     outcome = scenario.expect.get("outcome")
     if outcome is not None:
-        got = "loaded" if final and final.status == "ok" else "refused" if final and final.refused else "failed"
-        out.append(Verdict("expect", PASS if got == outcome else FAIL, f"final load {got}, scenario expects {outcome}"))
+        result = "loaded" if final and final.status == "ok" else "refused" if final and final.refused else "failed"
+        out.append(Verdict("expect", PASS if result == outcome else FAIL,
+                           f"final load {result}, scenario expects {outcome}"))
     return out
 
 

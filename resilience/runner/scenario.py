@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -182,7 +182,8 @@ def name_problem(name) -> str | None:
 # ---- checking -----------------------------------------------------------------------------------------
 class _Problems:
     def __init__(self, source: str, lines: dict):
-        self.source, self.lines, self.items = source, lines, []
+        self.source, self.lines = source, lines
+        self.items: list[ScenarioProblem] = []
 
     def add(self, path: tuple, problem: str, allowed: str = "") -> None:
         self.items.append(ScenarioProblem(safe_yaml.line_of(self.lines, path), ".".join(map(str, path)) or "scenario",
@@ -208,8 +209,9 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
         if key not in TOP_FIELDS:
             bad.add((key,), "unknown field", f"allowed: {', '.join(sorted(TOP_FIELDS))}")
     name = data.get("name", UNNAMED)
-    if "name" in data and name_problem(name):
-        bad.add(("name",), name_problem(name))
+    problem = name_problem(name) if "name" in data else None
+    if problem:
+        bad.add(("name",), problem)
     description = data.get("description") or ""
     if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
         bad.add(("description",), f"must be a string of at most {MAX_DESCRIPTION} characters")
@@ -223,11 +225,11 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
     steps = _steps(data.get("steps"), model, topology, bad)
     expect = _expect(data.get("expect"), bad)
     bad.raise_any()
-    return Scenario(name, steps, model, topology, combos, seed, description, expect, float(timeout), backend, tags,
-                    source)
+    return Scenario(name, steps, model, topology, combos, seed, description, expect, float(timeout), backend, tags,  # type: ignore[arg-type]
+                    source)  # raise_any() raised if the model or topology was missing
 
 
-def _is_int(v) -> bool:
+def _is_int(v) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
@@ -427,9 +429,9 @@ def _fault_keys(kind: str, args: dict) -> tuple[str, set[str]] | None:
             return None
     else:
         record_kind = {"crash": "rank_crash", "lose_unsynced": "lost_unsynced_writes"}[kind]
-    cls = KINDS.get(record_kind) if isinstance(record_kind, str) else None
-    if cls is None:
+    if not isinstance(record_kind, str) or record_kind not in KINDS:
         return None
+    cls = KINDS[record_kind]
     keys = {"seed", "target", "trigger"} | set(cls.params()) | set(cls.uses) | extra
     keys |= {"file"} if "path" in cls.uses else set()
     keys |= {"after_bytes"} if "at_byte" in cls.uses else set()
