@@ -61,10 +61,7 @@ class WriteStreamBase:
         return self
 
     def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        raise NotImplementedError
+        self.close()  # type: ignore[attr-defined]  # each stream has one, or forwards it (__getattr__)
 
 
 _current: FileSystem | None = None

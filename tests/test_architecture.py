@@ -1,0 +1,62 @@
+"""The package's layers (pyproject.toml, [tool.importlinter]; docs/architecture.md): the contract holds, it
+names every part of the package, and it does catch an import that goes up."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: import-linter depends on tomli there
+    import tomli as tomllib
+
+pytest.importorskip("importlinter", reason="import-linter is not installed (pip install '.[dev]')")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
+    """lint-imports on the package under `cwd`, with the contract of `cwd`/pyproject.toml."""
+    env = dict(os.environ, PYTHONPATH=str(cwd))  # the package of `cwd`, not the one pip installed
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run([sys.executable, "-c", code, "--no-cache", "--no-logo"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _layers() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    return [m.strip() for layer in contract["layers"] for m in layer.split("|")]
+
+
+def test_the_package_keeps_its_layers():
+    run = _lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 kept, 0 broken" in run.stdout
+
+
+def test_the_layers_name_every_module_of_the_package():
+    layers = _layers()
+    modules = []
+    for path in sorted((ROOT / "resilience").rglob("*.py")):
+        if path.name == "__init__.py":
+            continue  # a package's own __init__ goes with its package (broken's holds the catalogue only)
+        modules.append(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    outside = [m for m in modules if not any(m == layer or m.startswith(layer + ".") for layer in layers)]
+    assert outside == [], f"add these to a layer in pyproject.toml [tool.importlinter]: {outside}"
+
+
+def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path):
+    shutil.copytree(ROOT / "resilience", tmp_path / "resilience", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(tmp_path / "resilience" / "checkers" / "base.py", "a") as f:
+        f.write("\n\ndef _upward():\n    from ..runner import run  # a checker reaching for the runner\n")
+    run = _lint_imports(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "resilience.checkers is not allowed to import resilience.runner" in run.stdout
+    assert "resilience.checkers.base -> resilience.runner.run" in run.stdout
