@@ -32,8 +32,9 @@ class ResumeEquivalence:
                             "expected": sorted({str(s.rng) for s in saves}), "found": ld.rng})
             for iteration, fp in ld.continued:
                 if fp != ev.expected(iteration):
-                    bad.append({"load_job": ld.job, "iteration": iteration, "problem":
-                                "training continued after the resume diverged from training that never stopped",
+                    bad.append({"load_job": ld.job, "iteration": iteration,
+                                "problem": "training continued after the resume diverged from training that "
+                                           "never stopped",
                                 "expected": ev.expected(iteration), "found": fp})
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} mismatches after resume", bad)

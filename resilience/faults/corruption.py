@@ -346,9 +346,9 @@ def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random, folder: 
 
 
 _ACTIONS: dict[type, Callable[..., Damage]] = {
-            Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
-            EscapingManifestPath: escaping_path, TrackerDamage: tracker_damage, LeftoverStaging: leftover_staging,
-            ExtraFile: extra_file, HostilePickle: hostile_pickle}
+    Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
+    EscapingManifestPath: escaping_path, TrackerDamage: tracker_damage, LeftoverStaging: leftover_staging,
+    ExtraFile: extra_file, HostilePickle: hostile_pickle}
 
 
 def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage:

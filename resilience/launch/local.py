@@ -166,7 +166,7 @@ class Job:
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_rank_main,  # type: ignore[attr-defined]  # every real context has it name=f"rank{rank}", daemon=True,
+                p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,  # type: ignore[attr-defined]
                                 args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
                                       child_end, self.init_timeout, self.log_dir, self.pin_cpus, runner))
                 # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
