@@ -2,8 +2,8 @@
 
 A save or finalize that raised where no planned fault explains it is the implementation failing (FAIL),
 or the environment refusing the test (UNKNOWN: a full disk, a quota, a read-only or failing device,
-named by its errno; or every failing rank timing out in a collective, as on an overloaded machine). A case whose every save failed acknowledged nothing, so durability was not probed:
-UNPROBED, never PASS."""
+named by its errno; or every failing rank timing out in a collective, as on an overloaded machine). A case
+whose every save failed acknowledged nothing, so durability was not probed: UNPROBED, never PASS."""
 from __future__ import annotations
 
 import re

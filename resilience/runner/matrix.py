@@ -1,8 +1,8 @@
 """The seed's table, measured: combinations x faults x transitions as generated scenarios."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from ..checkpoint.combos import Combination
 from ..errors import ConfigError
