@@ -107,13 +107,20 @@ def _make_parents(base: str) -> list[str]:
         path = os.path.dirname(path)
     if not os.path.isdir(path):
         raise OSError(errno.ENOTDIR if made else errno.EEXIST, "not a folder", path)
-    for i, p in enumerate(reversed(made)):
+    created: list[str] = []  # outermost first
+    for p in reversed(made):
         try:
             os.mkdir(p)
+        except FileExistsError:
+            if not os.path.isdir(p):
+                _unmake(created[::-1])
+                raise
+            continue  # another run made it at the same moment: theirs, not ours to remove
         except OSError:
-            _unmake(made[len(made) - i:])
+            _unmake(created[::-1])
             raise
-    return made
+        created.append(p)
+    return created[::-1]
 
 
 class RunFolder:
