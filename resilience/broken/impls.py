@@ -98,7 +98,7 @@ class in_place_overwrite(ReferenceBackend):
     def save(self, state, root):
         root = os.path.abspath(root)
         with patched(commit, "staging_name", lambda it: commit.iter_name(it)), \
-                patched(commit, "publish", lambda staging, final: None):
+                patched(commit, "publish", lambda staging, final, **_: None):
             return super().save(state, root)
 
 

@@ -1,7 +1,9 @@
 """Atomic commit on a POSIX filesystem: stage, fsync, manifest, rename into place, fsync, tracker.
 
 A save is visible only once its folder is renamed into place with a complete manifest inside; the
-tracker is written after, atomically, and is a hint: loaders trust folders with valid manifests."""
+tracker is written after, atomically, and is a hint: loaders trust folders with valid manifests.
+A LOCAL re-save of an iteration keeps the copy it replaces beside it (`iter_N.replaced-XXXXXXXX`): without
+a collective another rank may still hold only that copy, and a loader must find it whole."""
 from __future__ import annotations
 
 import os
@@ -15,6 +17,8 @@ from ..storage.contained import is_inside
 TRACKER = "latest_checkpointed_iteration.txt"
 STAGING_PREFIX = ".staging-"
 _ITER = re.compile(r"iter_(\d{7})")
+REPLACED_MARK = ".replaced-"
+_REPLACED = re.compile(r"iter_(\d{7})\.replaced-[0-9a-f]{8}")
 MAX_TRACKER_BYTES = 64  # an iteration number and a newline; anything longer is not a tracker
 MAX_TRACKER_DIGITS = 15
 
@@ -37,6 +41,20 @@ def list_iterations(root: str) -> list[tuple[int, str]]:
     out = []
     for name in fs.listdir(root):
         m = _ITER.fullmatch(name)
+        if m:
+            out.append((int(m.group(1)), os.path.join(root, name)))
+    return sorted(out, reverse=True)
+
+
+def list_replaced(root: str) -> list[tuple[int, str]]:
+    """Copies a later save of the same iteration replaced and kept (publish(keep_replaced=True)),
+    newest iteration first. Retention removes them with their iteration."""
+    fs = storage.current()
+    if not fs.is_dir(root):
+        return []
+    out = []
+    for name in fs.listdir(root):
+        m = _REPLACED.fullmatch(name)
         if m:
             out.append((int(m.group(1)), os.path.join(root, name)))
     return sorted(out, reverse=True)
@@ -71,12 +89,18 @@ def fsync_tree_dirs(folder: str) -> None:
     fs.fsync_dir(folder)
 
 
-def publish(staging: str, final: str) -> None:
+def publish(staging: str, final: str, *, keep_replaced: bool = False) -> None:
     """Make a fully written, fsynced staging folder the checkpoint at `final`, atomically.
-    An existing checkpoint at `final` is swapped out in one step, never torn, then removed."""
+    An existing checkpoint at `final` is swapped out in one step, never torn, then removed; with
+    `keep_replaced` it is renamed aside first and kept (at every point one copy or the other is whole
+    under a name list_iterations or list_replaced finds)."""
     fs = storage.current()
     parent = os.path.dirname(final)
-    if fs.exists(final):
+    if keep_replaced and fs.exists(final):
+        fs.rename(final, f"{final}{REPLACED_MARK}{uuid.uuid4().hex[:8]}")
+        fs.fsync_dir(parent)
+        fs.rename(staging, final)
+    elif fs.exists(final):
         fs.exchange(staging, final)
         fs.fsync_dir(parent)
         fs.rmtree(staging)  # now holds the replaced checkpoint
@@ -138,12 +162,13 @@ def check_tracker(root: str, iterations: list[int]) -> IntegrityError | None:
 
 
 def apply_retention(root: str, keep_last: int, newest_valid: int) -> list[str]:
-    """Delete all but the newest `keep_last` checkpoints, never `newest_valid`; remove stale staging
-    folders. Returns what was removed."""
+    """Delete all but the newest `keep_last` checkpoints (with the copies they replaced), never
+    `newest_valid`; remove stale staging folders. Returns what was removed."""
     fs = storage.current()
     removed = []
-    keep = {it for it, _ in list_iterations(root)[:keep_last]} | {newest_valid}
-    for it, path in list_iterations(root):
+    found = list_iterations(root) + list_replaced(root)
+    keep = set(sorted({it for it, _ in found}, reverse=True)[:keep_last]) | {newest_valid}
+    for it, path in found:
         if it not in keep:
             fs.rmtree(path)
             removed.append(path)

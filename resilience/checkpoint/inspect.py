@@ -4,7 +4,8 @@ Reads nothing a loader would not: regular files inside the folder (storage.conta
 `.metadata` only through the restricted unpickler, so a hostile checkpoint is reported, never run.
 Single process, no torch.distributed: what a user runs on a cluster's checkpoint folder. Global
 checkpoints are `DIR/iter_NNNNNNN`; LOCAL ones are `DIR/local/rank_RRRRR/iter_NNNNNNN`, and a LOCAL
-iteration counts only when every rank of its topology has it, intact."""
+iteration counts only when every rank of its topology has one save of it, intact (a re-save keeps the copy
+it replaced as `iter_NNNNNNN.replaced-XXXXXXXX`: the copies of the newest save every rank holds are read)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from .. import storage
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError
 from . import commit
 from .combos import Combination
-from .manifest import MANIFEST, Manifest, verify_file
+from .manifest import MANIFEST, Manifest, save_number, verify_file
 
 DCP_METADATA = ".metadata"
 
@@ -42,6 +43,8 @@ class FolderReport:
     path: str
     iteration: int
     rank: int | None = None          # LOCAL: the rank folder it sits in
+    save: int | None = None          # LOCAL: the save's number, alike on every rank (-1: not numbered)
+    replaced: bool = False           # LOCAL: a copy a re-save of the iteration replaced and kept
     committed: bool = False          # has a manifest (a save renames its folder into place with one)
     combination: str | None = None
     topology: dict | None = None
@@ -126,10 +129,11 @@ def _combination_text(manifest: Manifest) -> str:
         return f"unknown {manifest.combination!r}"
 
 
-def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str | None = None) -> FolderReport:
+def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str | None = None,
+                   replaced: bool = False) -> FolderReport:
     """Read the manifest of one iter_ folder and verify every file it lists (all failures, not the first).
     Nothing is read from outside `root` (default: the folder holding `path`)."""
-    report = FolderReport(path, iteration, rank)
+    report = FolderReport(path, iteration, rank, replaced=replaced)
     try:
         manifest = Manifest.read(path, root)
     except IntegrityError as e:
@@ -147,6 +151,11 @@ def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str
     if manifest.iteration != iteration:
         report.problems.append(Problem(os.path.join(path, MANIFEST), "iteration",
                                        f"manifest says {manifest.iteration}, folder says {iteration}"))
+    if rank is not None:
+        try:
+            report.save = save_number(manifest, path)
+        except IntegrityError as e:
+            report.problems.append(Problem.from_error(e))
     if rank is not None and manifest.extra.get("rank", rank) != rank:
         report.problems.append(Problem(os.path.join(path, MANIFEST), "rank",
                                        f"manifest says rank {manifest.extra.get('rank')}, folder is rank {rank}"))
@@ -194,9 +203,30 @@ def _world(topology: dict | None) -> int | None:
         return None
 
 
+def _copies_read(iteration: int, folders: list[FolderReport]) -> tuple[list[FolderReport], Problem | None]:
+    """The copy of each rank a loader reads: of the newest save every rank holds verified; else each
+    rank's committed copy, and the problem when those are different saves."""
+    ranks = sorted({f.rank for f in folders if f.rank is not None})
+    saves: dict[int, dict[int, FolderReport]] = {r: {} for r in ranks}
+    for f in sorted(folders, key=lambda f: f.replaced):  # a committed copy before a kept one of its save
+        if f.verified and f.rank is not None and f.save is not None:
+            saves[f.rank].setdefault(f.save, f)
+    common = set.intersection(*(set(s) for s in saves.values())) if saves else set()
+    if common:
+        return [saves[r][max(common)] for r in ranks], None
+    chosen = [min((f for f in folders if f.rank == r), key=lambda f: (f.replaced, -(f.save or 0))) for r in ranks]
+    numbers = {f.save for f in chosen if f.committed and f.save is not None}
+    if len(numbers) < 2:
+        return chosen, None
+    where = os.path.dirname(os.path.dirname(chosen[0].path))
+    return chosen, Problem(where, "ranks agree", f"ranks hold different saves of iteration {iteration} "
+                                                 f"(save numbers {sorted(numbers)}); none of them on every rank")
+
+
 def _local_checkpoint(iteration: int, folders: list[FolderReport], rank_roots: dict[int, str]) -> CheckpointReport:
-    """One LOCAL iteration: loadable only when every rank of its topology has it and all agree."""
-    problems = [p for f in folders for p in f.problems]
+    """One LOCAL iteration: loadable only when every rank of its topology has one save of it, intact."""
+    folders, disagree = _copies_read(iteration, folders)
+    problems = [p for f in folders for p in f.problems] + ([disagree] if disagree else [])
     combos = {f.combination for f in folders if f.committed and f.combination}
     topos = {tuple(sorted(f.topology.items())) for f in folders if f.committed and f.topology}
     combination = next(iter(combos)) if len(combos) == 1 else None
@@ -255,6 +285,8 @@ def inspect(root: str) -> Inspection:
         its = commit.list_iterations(rank_root)
         for iteration, path in its:
             by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank, root))
+        for iteration, path in commit.list_replaced(rank_root):
+            by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank, root, replaced=True))
         if its:
             trackers.append(inspect_tracker(rank_root, [it for it, _ in its]))
         staging += commit.stale_staging(rank_root)

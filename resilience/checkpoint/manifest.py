@@ -145,6 +145,15 @@ class Manifest:
             raise IntegrityError(path, "manifest fields", f"{type(e).__name__}: {e}") from None
 
 
+def save_number(manifest: Manifest, path: str) -> int:
+    """The number a LOCAL save recorded in its manifest, alike on every rank for one save; -1 for a
+    manifest written before saves were numbered."""
+    value = manifest.extra.get("save", -1) if isinstance(manifest.extra, dict) else -1
+    if type(value) is int and value == -1:
+        return -1
+    return bounded_int(value, MAX_ITERATION, path, "the save number")
+
+
 def verify_file(folder: str, rel: str, expected: dict) -> None:
     """Size then checksum of one listed file; IntegrityError naming the file and the check. The file
     must be a regular file inside `folder` (storage.contained)."""

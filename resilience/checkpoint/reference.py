@@ -22,7 +22,7 @@ from ..state import Topology, TrainingState
 from . import commit, phases
 from .combos import CheckpointType, CkptFormat, Combination, combination
 from .formats.base import Format, RankInfo
-from .manifest import Manifest, verify_file
+from .manifest import Manifest, save_number, verify_file
 from .recorder import recording
 from .staging import Snapshot
 
@@ -112,6 +112,7 @@ class ReferenceBackend:
         self._pending: _Pending | None = None
         self._async_group = None
         self._staging_buffers: dict[str, torch.Tensor] = {}  # async: host copies reused from save to save
+        self._local_saves: dict[str, int] = {}  # LOCAL: root -> the number of the newest save known of
 
     # ---- save ------------------------------------------------------------------------------------
     def _info(self, state: TrainingState, group=None) -> RankInfo:
@@ -254,9 +255,19 @@ class ReferenceBackend:
         return os.path.join(root, "local", f"rank_{rank:05d}")
 
     def _save_local(self, state: TrainingState, root: str) -> None:
-        """No collective and no rank-0 dependency: each rank commits its own folder."""
+        """No collective and no rank-0 dependency: each rank commits its own folder.
+
+        Each save is numbered alike on every rank without a collective: ranks save in the same order, and
+        a load (which agrees across ranks) sets the count past every number on any rank, so two different
+        saves never share one; before any load the count starts after this rank's own saves (none in a
+        fresh run). A re-save keeps the copy it replaces: another rank may still hold only that one, and a
+        load picks the newest (iteration, number) every rank holds."""
         rank_root = self._local_root(root, _rank())
         fs = storage.current()
+        if root not in self._local_saves:  # neither loaded nor saved here yet
+            self._local_saves[root] = max(_save_numbers(rank_root, root), default=0)
+        self._local_saves[root] += 1  # counted before anything can fail, so that every rank counts every save
+        number = self._local_saves[root]
         commit.ensure_dir(rank_root, root)
         staging = os.path.join(rank_root, commit.staging_name(state.iteration))
         phases.reached("staging", iteration=state.iteration, path=staging)
@@ -266,10 +277,10 @@ class ReferenceBackend:
             raise RankFailure({_rank(): error}, f"local save of iteration {state.iteration} failed")
         phases.reached("manifest", iteration=state.iteration, path=staging)
         Manifest(self.combo.to_dict(), state.topo.to_dict(), state.spec.to_dict(), state.iteration, files,
-                 {"rank": _rank()}).write(staging)
+                 {"rank": _rank(), "save": number}).write(staging)
         fs.fsync_dir(staging)
         phases.reached("commit_rename", iteration=state.iteration, path=staging)
-        commit.publish(staging, os.path.join(rank_root, commit.iter_name(state.iteration)))
+        commit.publish(staging, os.path.join(rank_root, commit.iter_name(state.iteration)), keep_replaced=True)
         phases.reached("tracker_update", iteration=state.iteration, path=rank_root)
         commit.write_tracker(rank_root, state.iteration)
         if self.keep_last:
@@ -386,17 +397,24 @@ class ReferenceBackend:
         return objects
 
     def _load_local(self, state: TrainingState, root: str) -> LoadResult:
-        """Each rank checks its own checkpoints; the newest iteration valid on every rank is loaded."""
+        """Each rank checks its own copies (committed, and those a re-save replaced); the newest
+        (iteration, save number) valid on every rank is loaded: one whole save, never a re-save that
+        reached some ranks mixed with the save it replaced on the others."""
         info = self._info(state)
         rank_root = self._local_root(root, info.rank)
-        valid, warnings, refused = {}, [], None
-        found = commit.list_iterations(rank_root)
+        valid: dict[tuple[int, int], tuple[str, Manifest]] = {}  # (iteration, save number) -> its copy
+        warnings: list[str] = []
+        refused: str | None = None
+        numbers = [0]
+        found = commit.list_iterations(rank_root) + commit.list_replaced(rank_root)  # committed ones first
         tracker = commit.check_tracker(rank_root, [it for it, _ in found])
         if tracker is not None:
             warnings.append(f"rank {info.rank}: {tracker}; scanning the folders instead")
         for iteration, path in found:
             try:
                 manifest = Manifest.read(path, root)  # a rank folder that leads outside `root` is refused too
+                number = save_number(manifest, path)
+                numbers.append(number)
                 if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
                     raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
@@ -405,34 +423,35 @@ class ReferenceBackend:
                                                 f"loading {state_model(info)}")
                 for rel, expected in manifest.files.items():
                     verify_file(path, rel, expected)
-                valid[iteration] = (path, manifest)
+                valid.setdefault((iteration, number), (path, manifest))
             except TopologyChangeRefused as e:
                 refused = str(e)
             except IntegrityError as e:
                 warnings.append(f"rank {info.rank}: {e}")
             except Exception as e:  # every rank must reach the all_gather below
                 warnings.append(f"rank {info.rank}: {IntegrityError(path, 'checkpoint', _describe(e))}")
-        gathered = all_gather((sorted(valid), warnings, refused))
-        refusals = [r for _, _, r in gathered if r]
+        gathered = all_gather((sorted(valid), warnings, refused, max(numbers)))
+        # the saves after this load are numbered past every save on any rank, even one not loadable
+        self._local_saves[root] = max([self._local_saves.get(root, 0)] + [n for *_, n in gathered])
+        refusals = [r for _, _, r, _ in gathered if r]
         if refusals:
             raise TopologyChangeRefused(refusals[0])
         common = set(gathered[0][0])
-        for its, _, _ in gathered[1:]:
-            common &= set(its)
-        all_warnings = [w for _, ws, _ in gathered for w in ws]
-        newest_anywhere = max((max(its) for its, _, _ in gathered if its), default=None)
-        for iteration in sorted(common, reverse=True):
-            if newest_anywhere is not None and iteration < newest_anywhere:
-                all_warnings.append(f"iteration {newest_anywhere} is not present and valid on every rank; "
-                                    f"loading iteration {iteration}")
+        for keys, _, _, _ in gathered[1:]:
+            common &= set(keys)
+        all_warnings = [w for _, ws, _, _ in gathered for w in ws]
+        newest_anywhere = max((max(keys) for keys, _, _, _ in gathered if keys), default=None)
+        for key in sorted(common, reverse=True):
+            if newest_anywhere is not None and key < newest_anywhere:
+                all_warnings.append(_not_on_every_rank(newest_anywhere, key))
                 newest_anywhere = None
             if self.strict and all_warnings:
                 raise IntegrityError(root, "local checkpoint", "; ".join(all_warnings))
-            path, manifest = valid[iteration]
+            path, manifest = valid[key]
             objects = self._read(info, state, path, manifest, all_warnings)
             if objects is not None:
                 state.load_objects(objects)
-                return LoadResult(iteration, path, "rng" in objects, all_warnings)
+                return LoadResult(key[0], path, "rng" in objects, all_warnings)
         raise CheckpointNotFound(f"{root}: no local checkpoint present and valid on every rank"
                                  + "".join(f"\n  {w}" for w in all_warnings))
 
@@ -440,6 +459,29 @@ class ReferenceBackend:
     def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
         """Every checkpoint folder under `root` (this process, no collective), newest first."""
         return list_checkpoints(root)
+
+
+def _not_on_every_rank(newest: tuple[int, int], loading: tuple[int, int]) -> str:
+    if newest[0] != loading[0]:
+        return f"iteration {newest[0]} is not present and valid on every rank; loading iteration {loading[0]}"
+    return (f"the latest save of iteration {newest[0]} (save {newest[1]}) is not present and valid on every "
+            f"rank; loading the earlier save of iteration {loading[0]} (save {loading[1]}) that every rank holds")
+
+
+def _save_numbers(rank_root: str, root: str) -> list[int]:
+    """The numbers of the LOCAL saves in one rank's folder whose manifest reads (this process only)."""
+    out: list[int] = []
+    try:
+        found = commit.list_iterations(rank_root) + commit.list_replaced(rank_root)
+    except OSError:  # an unreadable folder fails the save itself; the count must still go on
+        return out
+    for _, path in found:
+        try:
+            manifest = Manifest.read(path, root)
+            out.append(save_number(manifest, path))
+        except Exception:  # a copy whose manifest does not read never loads: its number may be reused
+            continue
+    return out
 
 
 def state_model(info: RankInfo) -> dict:
@@ -454,7 +496,7 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
     if storage.current().is_dir(local):
         roots += [os.path.join(local, n) for n in storage.current().listdir(local)]
     for r in roots:
-        for iteration, path in commit.list_iterations(r):
+        for iteration, path in commit.list_iterations(r) + commit.list_replaced(r):
             try:
                 manifest = Manifest.read(path, root)
                 for rel, expected in manifest.files.items():

@@ -507,7 +507,12 @@ def test_resave_of_an_existing_iteration_replaces_it_whole(combo, cached):
     leftovers = [d for dirpath, dirs, _ in os.walk(root) for d in dirs if d.startswith(".staging-")]
     assert leftovers == []
     for f in _folders(root, combo, 2):
-        assert [d for d in os.listdir(os.path.dirname(f)) if d.startswith("iter_")] == ["iter_0000002"]
+        names = sorted(d for d in os.listdir(os.path.dirname(f)) if d.startswith("iter_"))
+        if _is_local(combo):  # no collective: another rank may hold only the replaced copy, so it is kept
+            assert names[0] == "iter_0000002" and len(names) == 2
+            assert names[1].startswith("iter_0000002.replaced-"), names
+        else:
+            assert names == ["iter_0000002"]
 
 
 @pytest.mark.parametrize("phase", [p for p in RESAVE_FAILURES if p])
