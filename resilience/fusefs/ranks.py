@@ -1,0 +1,150 @@
+"""Which rank made a request: the kernel gives the caller's thread id; the rank is the one whose process
+tree holds it, so a writer a rank forked, or a `dd` it ran, counts as that rank's.
+
+The runner gives a map rank -> root pid. A caller is walked up through its parents (/proc/<pid>/stat)
+until a root is met; a process that lost its parent (reparented when the rank died first) still counts
+by its process group, since every rank leads its own group (resilience.launch.local). Answers are cached
+per thread id together with the thread's start time, so a pid the kernel reuses is asked again.
+
+Killing a rank kills its process group when the rank leads one of its own; a rank that shares the group
+of the runner or of the file system (a test's plain subprocess) is killed as a process tree instead,
+never by group: that group holds the runner itself."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterable, Mapping
+
+from .base import Caller
+
+
+def _stat(pid: int) -> tuple[int, int, int] | None:
+    """(parent pid, process group, start time) of a process or thread; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(b")") + 2:].split()  # the command name may hold spaces and parentheses
+    return int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _tgid(pid: int) -> int | None:
+    """The process a thread belongs to (the thread id itself for a main thread)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every process whose process group is `pgid`."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None and st[1] == pgid:
+                out.append(int(name))
+    return out
+
+
+def tree(root: int) -> list[int]:
+    """`root` and every process below it."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None:
+                children.setdefault(st[0], []).append(int(name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+class RankMap:
+    """pid -> rank for one mount. `protected` are process groups a kill must never reach as a whole (the
+    runner's, the file system's)."""
+
+    def __init__(self, roots: Mapping[int, int] | None = None, *, protected: Iterable[int] = ()):
+        self._lock = threading.Lock()
+        self._protected = frozenset(protected)
+        self._cache: dict[int, tuple[int, Caller]] = {}  # tid -> (start time, answer)
+        self.version = 0
+        self.update(roots or {})
+
+    def update(self, roots: Mapping[int, int]) -> int:
+        """Replace the map (rank -> root pid); forget every cached answer. Returns the new version."""
+        pids = {int(r): int(p) for r, p in roots.items()}
+        with self._lock:
+            self.roots = pids
+            self._by_pid = {p: r for r, p in pids.items()}
+            self._groups = {}
+            for r, p in pids.items():  # a root that leads its own group: its pgid names the rank
+                st = _stat(p)
+                if st is not None and st[1] == p:
+                    self._groups[p] = r
+            self._cache.clear()
+            self.version += 1
+            return self.version
+
+    def caller(self, pid: int) -> Caller:
+        """Who `pid` (a thread id from fuse_get_context) is; rank None outside every rank or once gone."""
+        st = _stat(pid) if pid > 0 else None
+        if st is None:
+            return Caller(pid, pid, None)
+        with self._lock:
+            hit = self._cache.get(pid)
+            if hit is not None and hit[0] == st[2]:
+                return hit[1]
+        tgid = _tgid(pid) or pid
+        answer = Caller(pid, tgid, self._rank_of(tgid, st), "main" if tgid == pid else "writer")
+        with self._lock:
+            self._cache[pid] = (st[2], answer)
+        return answer
+
+    def _rank_of(self, tgid: int, st: tuple[int, int, int]) -> int | None:
+        pid, seen = tgid, 0
+        while pid > 1 and seen < 512:  # bounded: /proc can change under the walk
+            if pid in self._by_pid:
+                return self._by_pid[pid]
+            parent = _stat(pid)
+            if parent is None:
+                break
+            pid, seen = parent[0], seen + 1
+        return self._groups.get(st[1])
+
+    def kill(self, rank: int) -> list[int]:
+        """SIGKILL a rank: its whole process group, or its process tree when its group is protected or it
+        leads none. Returns the pids signalled (the caller drops their requests still in flight)."""
+        root = self.roots.get(rank)
+        if root is None:
+            return []
+        st = _stat(root)
+        pgid = root if root in self._groups else None
+        if st is not None and st[1] == root:
+            pgid = root
+        if pgid is not None and pgid not in self._protected:
+            pids = group_members(pgid)
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return pids
+        pids = tree(root)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return pids
+
+
+__all__ = ["RankMap", "group_members", "tree"]

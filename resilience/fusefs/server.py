@@ -1,0 +1,105 @@
+"""The mount's own process: forked from the runner, it serves the file system until it is unmounted.
+
+Forked, not spawned: the fault records are classes of resilience.faults, whose import pulls in torch
+(seconds); the runner has it imported already. The child leaves the runner's session at once (a Ctrl-C
+at the terminal or a kill of the runner's group must not take the disk away from under a teardown), and
+records the runner's process group, which no crash may kill as a whole.
+
+Two pipes talk to the runner. Commands come in (a new rank map, acknowledged once in force, so the
+next write is attributed by it); events go out: ready (from libfuse's init, the mount is live), ranks
+(acknowledgement), done, error. When the command pipe ends without an unmount (the runner died), the
+process unmounts itself lazily and exits: a mount never outlives the run that made it for long."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..faults.report import FaultReport
+from .base import FSNAME, SUBTYPE
+from .injector import FuseInjector
+from .journal import Journal
+from .mounts import unmount
+from .ranks import RankMap
+
+ORPHAN_GRACE = 5.0  # seconds a lazily unmounted file system waits for its last users before it exits
+
+
+@dataclass
+class ServerConfig:
+    backing: str
+    mountpoint: str
+    faults: list = field(default_factory=list)     # parsed records (faults.base.Fault)
+    ranks: dict = field(default_factory=dict)      # rank -> root pid
+    log: str | None = None                          # folder of both logs
+    report: str | None = None                       # firings (faults.report format)
+    stderr: str | None = None                       # where libfuse's own messages go
+    runner_pgid: int = 0
+    runner_fds: tuple[int, ...] = ()                # the runner's ends of the pipes, closed in the child
+
+
+def serve(cfg: ServerConfig, commands, events) -> None:
+    """Entry point of the forked child; never returns (os._exit, so the runner's atexit hooks stay the
+    runner's)."""
+    lock = threading.Lock()
+
+    def send(msg) -> None:
+        with lock:
+            try:
+                events.send(msg)
+            except (OSError, ValueError):
+                pass  # the runner is gone; the command pipe tells the control thread
+
+    status = 1
+    try:
+        for fd in cfg.runner_fds:  # else the command pipe never ends when the runner dies
+            os.close(fd)
+        os.setsid()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)  # not the runner's handlers; libfuse sets its own while mounted
+        if cfg.stderr:
+            fd = os.open(cfg.stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            os.dup2(fd, 2)
+            os.close(fd)
+            sys.stderr = open(2, "w", buffering=1, closefd=False)  # a fresh object: no lock held over the fork
+        from .passthrough import FaultyFUSE, Passthrough  # mfusepy loads libfuse on import
+
+        ranks = RankMap(cfg.ranks, protected={cfg.runner_pgid, os.getpgid(0)})
+        injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None)
+        journal = Journal(cfg.log, cfg.mountpoint)
+        ops = Passthrough(cfg.backing, ranks=ranks, injector=injector, journal=journal,
+                          on_ready=lambda: send(("ready", os.getpid())))
+        threading.Thread(target=_control, args=(ops, commands, send, cfg.mountpoint), name="fusefs-control",
+                         daemon=True).start()
+        FaultyFUSE(ops, cfg.mountpoint, foreground=True, nothreads=False, default_permissions=True,
+                   fsname=FSNAME, subtype=SUBTYPE, hard_remove=True)
+        injector.close(ranks.roots)
+        journal.close()
+        send(("done", None))
+        status = 0
+    except BaseException as e:  # the runner reads why from the event pipe
+        send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        os._exit(status)
+
+
+def _control(ops, commands, send, mountpoint: str) -> None:
+    while True:
+        try:
+            msg = commands.recv()
+        except (EOFError, OSError):
+            break
+        if msg[0] == "ranks":
+            send(("ranks", ops.set_ranks(msg[1])))
+        elif msg[0] == "bye":
+            return  # the runner is unmounting; from here the loop's end is the process's end
+    # the runner died without unmounting: detach the mount, let its last users finish, go
+    unmount(mountpoint, lazy=True)
+    time.sleep(ORPHAN_GRACE)
+    os._exit(1)
+
+
+__all__ = ["ServerConfig", "serve"]
