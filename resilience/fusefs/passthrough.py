@@ -153,6 +153,7 @@ class Passthrough(mfusepy.Operations):
         caller = self._caller()
         self._refuse(caller)
         seam = seam_op(op, flags)
+        asked = {"flags": flags or None, "offset": offset, "length": length if op == "write" else None}
         paths = (self.journal.where(rel),) + ((self.journal.where(dst),) if dst is not None else ())
         plan = self.injector.before(caller, seam, paths, length=length, offset=offset)
         if plan.delay:
@@ -160,7 +161,7 @@ class Passthrough(mfusepy.Operations):
         with self._lock:
             self._refuse(caller)  # killed while it slept
             if plan.error is not None:
-                self.journal.entry(op, caller, rel, dst=dst, error=plan.error.code, fault=str(plan.error))
+                self.journal.entry(op, caller, rel, dst=dst, error=plan.error.code, fault=str(plan.error), **asked)
                 raise OSError(plan.error.code, f"{os.strerror(plan.error.code)} (injected: {plan.error})")
             if plan.crash is not None:
                 self._crash(caller, plan.crash, rel)
@@ -169,7 +170,7 @@ class Passthrough(mfusepy.Operations):
             try:
                 yield doing
             except OSError as e:
-                self.journal.entry(op, caller, rel, dst=dst, error=e.errno)
+                self.journal.entry(op, caller, rel, dst=dst, error=e.errno, **asked)
                 raise
             if not doing.crashed:
                 crash = self.injector.after(caller, seam, paths, plan)
