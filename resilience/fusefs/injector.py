@@ -180,7 +180,7 @@ class FuseInjector:
                 continue
             if any(i == j for j, _ in self._done):
                 continue
-            targeted = [r for r in ranks if f.target.has_rank(r)] or [None]
+            targeted: list[int | None] = [r for r in ranks if f.target.has_rank(r)] or [None]
             for r in targeted:
                 self.fire(i, None if r is None else Caller(0, 0, r), "power_loss", when="after the last operation")
 

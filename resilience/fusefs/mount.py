@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from ..errors import ConfigError, ResilienceError
 from ..faults.base import faults_from
@@ -58,8 +60,9 @@ class Mount:
         self.ranks = {int(r): int(p) for r, p in (ranks or {}).items()}
         self._check()
         self.pid: int | None = None
-        self._proc = None
-        self._commands = self._events = None
+        self._proc: BaseProcess | None = None
+        self._commands: Connection | None = None
+        self._events: Connection | None = None
         self._stderr: str | None = None
         self._own_stderr = False
         self.errors: list[str] = []  # what the server reported, or what unmounting said, if anything went wrong
@@ -90,17 +93,18 @@ class Mount:
             os.close(fd)
             self._own_stderr = True
         ctx = mp.get_context("fork")
-        self._commands, child_commands = ctx.Pipe(duplex=False)[::-1]
-        child_events, self._events = ctx.Pipe(duplex=False)[::-1]
+        child_commands, commands = ctx.Pipe(duplex=False)  # (reading end, writing end)
+        events, child_events = ctx.Pipe(duplex=False)
+        self._commands, self._events = commands, events
         cfg = ServerConfig(self.backing, self.mountpoint, faults=self.faults, ranks=self.ranks, log=self.log,
-                           report=self.report, stderr=self._stderr, runner_pgid=os.getpgid(0),
-                           runner_fds=(self._commands.fileno(), self._events.fileno()))
-        self._proc = ctx.Process(target=serve, args=(cfg, child_commands, child_events), name="fusefs",
-                                 daemon=True)
-        self._proc.start()
+                           report=self.report, stderr=self._stderr, runner_pid=os.getpid(), runner_pgid=os.getpgid(0),
+                           runner_fds=(commands.fileno(), events.fileno()))
+        proc = self._proc = ctx.Process(target=serve, args=(cfg, child_commands, child_events), name="fusefs",
+                                        daemon=True)
+        proc.start()
         child_commands.close()
         child_events.close()
-        self.pid = self._proc.pid
+        self.pid = proc.pid
         try:
             self._wait_ready(timeout)
         except BaseException:
@@ -109,6 +113,7 @@ class Mount:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
+        assert self._proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             msg = self._recv(min(0.2, max(0.0, deadline - time.monotonic())))
@@ -156,7 +161,7 @@ class Mount:
                 return
             if msg is not None and msg[0] == "error":
                 self.errors.append(msg[1])
-            if msg is None and not self._proc.is_alive():
+            if msg is None and (self._proc is None or not self._proc.is_alive()):
                 break
         raise MountError(f"the file system of {self.mountpoint} did not take the rank map{self._said()}")
 

@@ -23,7 +23,7 @@ def _unescape(field: str) -> str:
 
 def fuse_mounts() -> list[tuple[str, str, str]]:
     """(source, mount point, type) of every FUSE mount this process can see."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     try:
         with open("/proc/self/mounts") as f:
             lines = f.read().splitlines()

@@ -141,9 +141,10 @@ class Passthrough(mfusepy.Operations):
         if power:
             self.down = True
         for rank in (sorted(self.ranks.roots) if power else [caller.rank]):
-            if rank is not None:
+            killed = self.ranks.kill(rank) if rank is not None else []
+            if killed:  # nothing is killed for a rank that is the runner itself (ranks.RankMap: spared)
                 self._dead.add(rank)
-                self._killed.update(self.ranks.kill(rank))
+                self._killed.update(killed)
 
     @contextlib.contextmanager
     def _op(self, op: str, rel: str, dst: str | None = None, *, flags: int = 0, length: int = 0,
@@ -298,8 +299,6 @@ class Passthrough(mfusepy.Operations):
     def open(self, path, flags):
         # the kernel sends writes at their offsets (O_APPEND included) and has already resolved O_CREAT
         flags &= ~(os.O_CREAT | os.O_EXCL)
-        if self.down:
-            raise OSError(errno.EIO, "power lost (injected)")
         with self._op("open", path, flags=flags) as d:
             fd = os.open(self._real(path), flags & ~os.O_APPEND)
             return self._opened(d, fd, path, "open", flags, created=False)
@@ -319,7 +318,7 @@ class Passthrough(mfusepy.Operations):
         n = len(data)
         with self._op("write", path, length=n, offset=offset) as d:
             keep = n if d.plan.keep is None else d.plan.keep
-            on_disk = bytes(data[:keep])
+            on_disk = data if keep >= n else data[:keep]  # a copy only when cut: requests are up to 1 MiB
             if d.plan.torn is not None:
                 f, k = d.plan.torn
                 on_disk = bytes(data[:k]) + torn_fill(f, n - k)
@@ -332,10 +331,10 @@ class Passthrough(mfusepy.Operations):
             if h.modelled:
                 self.journal.seam("write", d.caller, path, data=on_disk, stream=h.stream, offset=offset)
             if cut is not None:
-                f = self.injector.faults[cut[0]]
-                self.injector.fire(cut[0], d.caller, crash_action(f), op="write", path=d.paths[0], offset=offset,
+                crash = self.injector.faults[cut[0]]
+                self.injector.fire(cut[0], d.caller, crash_action(crash), op="write", path=d.paths[0], offset=offset,
                                    bytes=offset + len(on_disk))
-                self._crash(d.caller, f, path)
+                self._crash(d.caller, crash, path)
                 d.crashed = True
                 return len(on_disk)
             return n if d.plan.torn is not None else len(on_disk)  # a torn write says it wrote everything

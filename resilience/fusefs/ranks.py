@@ -71,11 +71,14 @@ def tree(root: int) -> list[int]:
 
 class RankMap:
     """pid -> rank for one mount. `protected` are process groups a kill must never reach as a whole (the
-    runner's, the file system's)."""
+    runner's, the file system's); `spared` processes a kill never reaches at all (the runner, the file
+    system: a rank map that names the runner itself as a rank must not kill it)."""
 
-    def __init__(self, roots: Mapping[int, int] | None = None, *, protected: Iterable[int] = ()):
+    def __init__(self, roots: Mapping[int, int] | None = None, *, protected: Iterable[int] = (),
+                 spared: Iterable[int] = ()):
         self._lock = threading.Lock()
         self._protected = frozenset(protected)
+        self._spared = frozenset(spared)
         self._cache: dict[int, tuple[int, Caller]] = {}  # tid -> (start time, answer)
         self.version = 0
         self.update(roots or {})
@@ -125,7 +128,7 @@ class RankMap:
         """SIGKILL a rank: its whole process group, or its process tree when its group is protected or it
         leads none. Returns the pids signalled (the caller drops their requests still in flight)."""
         root = self.roots.get(rank)
-        if root is None:
+        if root is None or root in self._spared:
             return []
         st = _stat(root)
         pgid = root if root in self._groups else None
@@ -138,7 +141,7 @@ class RankMap:
             except ProcessLookupError:
                 pass
             return pids
-        pids = tree(root)
+        pids = [p for p in tree(root) if p not in self._spared]
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)

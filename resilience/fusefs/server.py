@@ -3,7 +3,7 @@
 Forked, not spawned: the fault records are classes of resilience.faults, whose import pulls in torch
 (seconds); the runner has it imported already. The child leaves the runner's session at once (a Ctrl-C
 at the terminal or a kill of the runner's group must not take the disk away from under a teardown), and
-records the runner's process group, which no crash may kill as a whole.
+records the runner and its process group, which no crash may kill.
 
 Two pipes talk to the runner. Commands come in (a new rank map, acknowledged once in force, so the
 next write is attributed by it); events go out: ready (from libfuse's init, the mount is live), ranks
@@ -37,6 +37,7 @@ class ServerConfig:
     log: str | None = None                          # folder of both logs
     report: str | None = None                       # firings (faults.report format)
     stderr: str | None = None                       # where libfuse's own messages go
+    runner_pid: int = 0
     runner_pgid: int = 0
     runner_fds: tuple[int, ...] = ()                # the runner's ends of the pipes, closed in the child
 
@@ -64,10 +65,11 @@ def serve(cfg: ServerConfig, commands, events) -> None:
             fd = os.open(cfg.stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(fd, 2)
             os.close(fd)
-            sys.stderr = open(2, "w", buffering=1, closefd=False)  # a fresh object: no lock held over the fork
+            # a fresh object: no lock held over the fork; lives as long as the process
+            sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         from .passthrough import FaultyFUSE, Passthrough  # mfusepy loads libfuse on import
 
-        ranks = RankMap(cfg.ranks, protected={cfg.runner_pgid, os.getpgid(0)})
+        ranks = RankMap(cfg.ranks, protected={cfg.runner_pgid, os.getpgid(0)}, spared={cfg.runner_pid, os.getpid()})
         injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None)
         journal = Journal(cfg.log, cfg.mountpoint)
         ops = Passthrough(cfg.backing, ranks=ranks, injector=injector, journal=journal,

@@ -39,7 +39,7 @@ class Rank:
         child.close()
         self.pid = self.proc.pid
 
-    def go(self) -> "Rank":
+    def go(self) -> Rank:
         self._conn.send("go")
         return self
 

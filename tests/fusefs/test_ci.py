@@ -15,7 +15,8 @@ def test_needs_fuse(fuse):
 def test_no_fuse_is_a_skip_except_in_ci(pytester, monkeypatch, ci, failed, skipped):
     conftest = (Path(__file__).parent / "conftest.py").read_text()
     stub = "\n\ndef fuse_available():\n    return False, 'cannot open /dev/fuse: stubbed'\n"
-    pytester.makeconftest(conftest.replace("\n\n\n@pytest.fixture\ndef fuse", stub + "\n\n@pytest.fixture\ndef fuse", 1))
+    fixture = "\n\n@pytest.fixture\ndef fuse"
+    pytester.makeconftest(conftest.replace("\n" + fixture, stub + fixture, 1))
     pytester.makepyfile(test_fuse=NEEDS_FUSE)
     monkeypatch.setenv("CI", ci)
     result = pytester.runpytest("-p", "no:cacheprovider", "-n", "0", "-rs")

@@ -211,3 +211,13 @@ def test_a_rank_in_the_runners_process_group_is_killed_as_a_tree(dirs):
         sh.communicate(b"go\n", timeout=60)
         assert sh.returncode == -signal.SIGKILL
     assert os.path.getsize(backing / "x") == 2 * CHUNK
+
+
+def test_a_crash_never_kills_the_runner(dirs):
+    """A rank map that names the runner itself as a rank: the crash fires, and spares the runner."""
+    backing, mnt, log = dirs
+    fault = {"kind": "rank_crash", "rank": 0, "at_byte": CHUNK}
+    with mounted(backing, mnt, log=log, faults=[fault], ranks={0: os.getpid()}) as m:
+        _chunks(None, str(mnt / "x"), 2)
+        fired = m.firings()
+    assert [(f["action"], f["pid"]) for f in fired] == [("sigkill", os.getpid())]

@@ -4,7 +4,7 @@ import os
 
 import torch
 
-from resilience.fusefs import read_log, mounted
+from resilience.fusefs import mounted, read_log
 from resilience.storage.local import LocalFileSystem
 
 
