@@ -11,6 +11,7 @@ BENCHMARKS = {
     "launcher": "benchmarks.launcher",
     "checkpoint": "benchmarks.checkpoint",
     "scenario": "benchmarks.scenario",
+    "fusefs": "benchmarks.fusefs",
 }
 
 

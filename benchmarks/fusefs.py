@@ -1,0 +1,122 @@
+"""What the FUSE way in costs: writing one large file through the mount against writing it to the bare folder.
+
+One run opens a new file, writes SIZE bytes in CHUNK-sized os.write calls, fsyncs and closes it; the time
+is from the open to the close (fsync included, so the bytes are on the backing disk either way). Three
+ways, interleaved within each repeat so a change of machine load hits them alike:
+
+- bare: the backing folder itself;
+- mount: through resilience.fusefs mounted over it, no log (passthrough, pid->rank attribution, fault
+  decisions with no records);
+- mount+log: as mount, with the log folder beside it: fuse.jsonl and the seam's operation log, which
+  keeps a copy of every written byte (for crash states), so the disk takes each byte twice.
+
+Mounting and unmounting are not timed. Nothing is asserted: the figures are printed (median of the
+repeats, MiB/s, and bare/mount ratios).
+
+    python -m benchmarks fusefs [--size-mib 256] [--chunk-mib 1] [--repeats 3] [--folder DIR] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+
+from resilience.commands.common import positive_int
+from resilience.fusefs import fuse_available, mounted
+
+MIB = 1 << 20
+WAYS = ("bare", "mount", "mount+log")
+
+
+def write_file(path: str, size: int, chunk: int) -> float:
+    """Seconds to write `size` bytes to a new file at `path` in `chunk`-sized writes, fsync and close."""
+    block = os.urandom(chunk)
+    t0 = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        left = size
+        while left:
+            view = memoryview(block)[:min(chunk, left)]
+            while view:
+                n = os.write(fd, view)
+                view, left = view[n:], left - n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
+def _fs_type(folder: str) -> str:
+    best, kind = "", "?"
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 2 and (folder == parts[1] or folder.startswith(parts[1].rstrip("/") + "/")) \
+                    and len(parts[1]) > len(best):
+                best, kind = parts[1], parts[2]
+    return kind
+
+
+def measure(folder: str, size: int, chunk: int, repeats: int) -> dict[str, list[float]]:
+    backing, mnt, log = (os.path.join(folder, d) for d in ("backing", "mnt", "log"))
+    for d in (backing, mnt):
+        os.makedirs(d, exist_ok=True)
+    seconds: dict[str, list[float]] = {w: [] for w in WAYS}
+    for _ in range(repeats):
+        for way in WAYS:
+            target = os.path.join(backing, "big.bin")
+            if way == "bare":
+                seconds[way].append(write_file(target, size, chunk))
+            else:
+                shutil.rmtree(log, ignore_errors=True)
+                with mounted(backing, mnt, log=log if way == "mount+log" else None):
+                    seconds[way].append(write_file(os.path.join(mnt, "big.bin"), size, chunk))
+            os.unlink(target)
+    shutil.rmtree(log, ignore_errors=True)
+    return seconds
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks fusefs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--size-mib", type=positive_int, default=256, metavar="N", help="size of the file (MiB)")
+    p.add_argument("--chunk-mib", type=positive_int, default=1, metavar="N", help="size of one os.write (MiB)")
+    p.add_argument("--repeats", type=positive_int, default=3, metavar="N", help="runs of each way")
+    p.add_argument("--folder", metavar="DIR", help="where the backing folder goes (default: a temp folder)")
+    p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    size, chunk = args.size_mib * MIB, args.chunk_mib * MIB
+    ok, why = fuse_available()
+    if not ok:
+        print(f"fusefs throughput: not measured, {why}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench-fusefs-", dir=args.folder) as folder:
+        kind = _fs_type(folder)
+        print(f"fusefs throughput: {args.size_mib} MiB in {args.chunk_mib} MiB writes + fsync, {args.repeats} "
+              f"repeats, backing folder on {kind} ({folder})")
+        seconds = measure(folder, size, chunk, args.repeats)
+    fig = {}
+    for way in WAYS:
+        med = statistics.median(seconds[way])
+        fig[way] = {"median_s": med, "mib_per_s": args.size_mib / med, "runs_s": seconds[way]}
+        print(f"  {way:<10} median {med:.3f} s  {args.size_mib / med:8.1f} MiB/s  "
+              f"runs {' '.join(f'{s:.3f}' for s in seconds[way])}")
+    ratios = {w: fig[w]["median_s"] / fig["bare"]["median_s"] for w in WAYS[1:]}
+    print("  " + ", ".join(f"{w} takes {r:.2f}x the bare folder's time" for w, r in ratios.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"benchmark": "fusefs", "version": 1, "size_mib": args.size_mib, "chunk_mib": args.chunk_mib,
+                       "repeats": args.repeats, "backing_fs": kind, "ways": fig, "ratio_to_bare": ratios,
+                       "python": platform.python_version(), "cpus": os.cpu_count(),
+                       "load_average": os.getloadavg()}, f, indent=2)
+            f.write("\n")
+        print(f"figures written to {args.json}")
+    return 0
