@@ -1,0 +1,12 @@
+"""The FUSE benchmark runs end to end on a small file (its figures are printed, never judged here)."""
+import json
+
+from benchmarks import fusefs
+
+
+def test_the_fusefs_benchmark_runs(tmp_path, fuse):
+    out = tmp_path / "figures.json"
+    assert fusefs.main(["--size-mib", "2", "--repeats", "1", "--folder", str(tmp_path), "--json", str(out)]) == 0
+    fig = json.loads(out.read_text())
+    assert set(fig["ways"]) == {"bare", "mount", "mount+log"} and set(fig["ratio_to_bare"]) == {"mount", "mount+log"}
+    assert all(len(w["runs_s"]) == 1 for w in fig["ways"].values())
