@@ -8,8 +8,16 @@ import pytest
 
 from resilience.fusefs import mounted, read_log
 
-from ..faults.ranks import WORLD, combos, died_by_sigkill, load_all, newest_durable, save_under_faults, \
-    staging_glob, start_job
+from ..faults.ranks import (
+    WORLD,
+    combos,
+    died_by_sigkill,
+    load_all,
+    newest_durable,
+    save_under_faults,
+    staging_glob,
+    start_job,
+)
 
 pytestmark = pytest.mark.multiprocess
 AT = 5000
