@@ -6,19 +6,19 @@ several FUSE write requests (up to the kernel's max_write each), and `close` is 
 plus one release. The mapping below is the single place that says how a record written for the seam is
 read here, so one scenario step works either way:
 
-| FUSE operation                       | counts as seam op | why                                           |
-|--------------------------------------|-------------------|-----------------------------------------------|
-| create; open for writing with O_TRUNC| create            | the seam's open_write creates or truncates    |
-| open read-only                       | read              | the seam's "read" is open_read: files, not requests |
-| write (one request)                  | write             |                                               |
-| fsync, fdatasync (of a file)         | fsync             |                                               |
-| fsync_dir                            | fsync_dir         |                                               |
-| rename, exchange (RENAME_EXCHANGE)   | rename, exchange  |                                               |
-| mkdir, unlink                        | mkdir, unlink     |                                               |
-| rmdir                                | rmtree            | the seam's rmtree reaches the disk as rmdirs  |
-| flush (every close(2))               | close             | flush is what close(2) returns                |
-| read requests, release, link,        | (none)            | never counted, so counts agree with the seam's |
-| symlink, truncate, other opens       |                   |                                               |
+| FUSE operation                         | counts as   | why                                             |
+|----------------------------------------|-------------|-------------------------------------------------|
+| create; open for writing with O_TRUNC  | create      | the seam's open_write creates or truncates      |
+| open read-only                         | read        | the seam's "read" is open_read: files, not requests |
+| write (one request, up to max_write)   | write       |                                                 |
+| fsync, fdatasync (of a file)           | fsync       |                                                 |
+| fsync_dir                              | fsync_dir   |                                                 |
+| rename; exchange (RENAME_EXCHANGE)     | rename; exchange |                                            |
+| mkdir, unlink                          | mkdir, unlink |                                               |
+| rmdir                                  | rmtree      | the seam's rmtree reaches the disk as rmdirs    |
+| flush (every close(2))                 | close       | flush is what close(2) returns                  |
+| read requests, release, link, symlink, | (none)      | never counted, so counts agree with the seam's  |
+| truncate, other opens                  |             |                                                 |
 """
 from __future__ import annotations
 

@@ -7,6 +7,9 @@ and 1 fires on the third matching operation of each. A fault only reaches caller
 it targets (no target.rank: every rank); the runner's own reads and copies through the mount never see
 one, and a crash never kills a process that belongs to no rank.
 
+A crash at a byte is armed by the nth matching open for writing, as the seam arms it at open_write, and
+cuts the write request that reaches the byte: the file holds exactly that many bytes when the rank dies.
+
 Pure decisions, no I/O but the firing report: the file system (passthrough.py) sleeps, fails, writes and
 kills as told, in the seam's order: slow, fail with an errno, crash before, do (a write maybe short,
 torn or cut at a byte), log, crash after. Phase triggers are announced by checkpoint code in process,
