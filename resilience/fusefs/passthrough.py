@@ -35,6 +35,9 @@ from .journal import Journal
 from .ranks import RankMap
 
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+# Not passed to the backing file: the kernel sends every write at its offset (O_APPEND resolved), and a
+# write request's buffer is not aligned as O_DIRECT wants (O_DIRECT promises no durability anyway).
+_NOT_PASSED = os.O_APPEND | getattr(os, "O_DIRECT", 0)
 _AT_FDCWD = -100
 _STAT_KEYS = ("st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks", "st_blksize",
               "st_rdev")
@@ -51,6 +54,7 @@ class Handle:
     opener: Caller
     stream: str | None = None
     modelled: bool = True
+    synced: bool = False  # O_SYNC / O_DSYNC: each write is durable when it returns
     armed: list[int] = field(default_factory=list)  # at_byte crash faults armed by this open
 
 
@@ -140,8 +144,9 @@ class Passthrough(mfusepy.Operations):
         self.journal.entry("power_loss" if power else "sigkill", caller, rel, fault=str(fault))
         if power:
             self.down = True
-        for rank in (sorted(self.ranks.roots) if power else [caller.rank]):
-            killed = self.ranks.kill(rank) if rank is not None else []
+        ranks = sorted(self.ranks.roots) if power else [caller.rank] if caller.rank is not None else []
+        for rank in ranks:
+            killed = self.ranks.kill(rank)
             if killed:  # nothing is killed for a rank that is the runner itself (ranks.RankMap: spared)
                 self._dead.add(rank)
                 self._killed.update(killed)
@@ -266,7 +271,7 @@ class Passthrough(mfusepy.Operations):
 
     def _opened(self, d: _Doing, fd: int, path: str, op: str, flags: int, created: bool) -> int:
         """Log an open that succeeded and keep its handle; arm at_byte crashes on an open for writing."""
-        h = Handle(fd, path, d.caller)
+        h = Handle(fd, path, d.caller, synced=bool(flags & (os.O_SYNC | os.O_DSYNC)))
         if is_writable(flags):
             inode = self._bind(os.fstat(fd))
             if created or flags & os.O_TRUNC:
@@ -293,14 +298,14 @@ class Passthrough(mfusepy.Operations):
 
     def create(self, path, mode, flags):
         with self._op("create", path, flags=flags) as d:
-            fd = os.open(self._real(path), (flags | os.O_CREAT) & ~os.O_APPEND, mode)
+            fd = os.open(self._real(path), (flags | os.O_CREAT) & ~_NOT_PASSED, mode)
             return self._opened(d, fd, path, "create", flags, created=True)
 
     def open(self, path, flags):
         # the kernel sends writes at their offsets (O_APPEND included) and has already resolved O_CREAT
         flags &= ~(os.O_CREAT | os.O_EXCL)
         with self._op("open", path, flags=flags) as d:
-            fd = os.open(self._real(path), flags & ~os.O_APPEND)
+            fd = os.open(self._real(path), flags & ~_NOT_PASSED)
             return self._opened(d, fd, path, "open", flags, created=False)
 
     def read(self, path, size, offset, fh):
@@ -327,9 +332,11 @@ class Passthrough(mfusepy.Operations):
                 on_disk = on_disk[:cut[1]]
             _pwrite_all(fh, on_disk, offset)
             self.journal.entry("write", d.caller, path, stream=h.stream, offset=offset, length=len(on_disk),
-                               modelled=None if h.modelled else False)
+                               synced=h.synced or None, modelled=None if h.modelled else False)
             if h.modelled:
                 self.journal.seam("write", d.caller, path, data=on_disk, stream=h.stream, offset=offset)
+                if h.synced:  # durable as it returns: to crash states, a write followed by its fsync
+                    self.journal.seam("fsync", d.caller, path, stream=h.stream)
             if cut is not None:
                 crash = self.injector.faults[cut[0]]
                 self.injector.fire(cut[0], d.caller, crash_action(crash), op="write", path=d.paths[0], offset=offset,

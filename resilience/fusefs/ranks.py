@@ -6,9 +6,9 @@ until a root is met; a process that lost its parent (reparented when the rank di
 by its process group, since every rank leads its own group (resilience.launch.local). Answers are cached
 per thread id together with the thread's start time, so a pid the kernel reuses is asked again.
 
-Killing a rank kills its process group when the rank leads one of its own; a rank that shares the group
-of the runner or of the file system (a test's plain subprocess) is killed as a process tree instead,
-never by group: that group holds the runner itself."""
+Killing a rank kills its process group when the rank leads one of its own, and its process tree; a rank
+that shares the group of the runner or of the file system (a test's plain subprocess) is killed as a
+process tree only, never by group: that group holds the runner itself."""
 from __future__ import annotations
 
 import os
@@ -125,29 +125,28 @@ class RankMap:
         return self._groups.get(st[1])
 
     def kill(self, rank: int) -> list[int]:
-        """SIGKILL a rank: its whole process group, or its process tree when its group is protected or it
-        leads none. Returns the pids signalled (the caller drops their requests still in flight)."""
+        """SIGKILL a rank: its whole process group when it leads one that is not protected, and its process
+        tree in any case (a child that left the group with setsid still dies with its rank). Returns the
+        pids signalled (the file system drops their requests still in flight)."""
         root = self.roots.get(rank)
         if root is None or root in self._spared:
             return []
         st = _stat(root)
-        pgid = root if root in self._groups else None
-        if st is not None and st[1] == root:
-            pgid = root
+        pgid = root if root in self._groups or (st is not None and st[1] == root) else None
+        pids: set[int] = set()
         if pgid is not None and pgid not in self._protected:
-            pids = group_members(pgid)
+            pids.update(group_members(pgid))
             try:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-            return pids
-        pids = [p for p in tree(root) if p not in self._spared]
-        for pid in pids:
+        tree_pids = [p for p in tree(root) if p not in self._spared and p not in pids]
+        for pid in tree_pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        return pids
+        return sorted(pids.union(tree_pids))
 
 
 __all__ = ["RankMap", "group_members", "tree"]

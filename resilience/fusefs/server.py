@@ -59,6 +59,7 @@ def serve(cfg: ServerConfig, commands, events) -> None:
         for fd in cfg.runner_fds:  # else the command pipe never ends when the runner dies
             os.close(fd)
         os.setsid()
+        os.umask(0)  # the kernel has applied the caller's umask to every mode it sends
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)  # not the runner's handlers; libfuse sets its own while mounted
         if cfg.stderr:

@@ -24,7 +24,11 @@ def test_files_and_folders_round_trip(dirs):
     (backing / "before.txt").write_bytes(b"old")
     with mounted(backing, mnt, log=log):
         assert os.listdir(mnt) == ["before.txt"]
-        os.makedirs(mnt / "ckpt" / "iter_1")
+        old_umask = os.umask(0o002)  # not the file system's own umask (022 here)
+        try:
+            os.makedirs(mnt / "ckpt" / "iter_1", mode=0o777)
+        finally:
+            os.umask(old_umask)
         data = os.urandom(3 << 20)  # several write requests
         with open(mnt / "ckpt" / "iter_1" / "shard.bin", "wb") as f:
             f.write(data)
@@ -50,6 +54,7 @@ def test_files_and_folders_round_trip(dirs):
         with open(mnt / "ckpt" / "iter_2" / "shard.bin", "rb") as f:
             assert f.read() == data
         seen = _tree(mnt)
+    assert (backing / "ckpt" / "iter_2").stat().st_mode & 0o777 == 0o775  # the caller's umask, applied once
     assert _tree(backing) == seen == {
         "ckpt/": None, "ckpt/iter_2/": None, "ckpt/iter_2/shard.bin": data, "ckpt/moved.txt": b"old+new",
         "ckpt/trunc.txt": b"0123", "ckpt/hard.txt": b"0123"}

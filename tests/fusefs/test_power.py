@@ -104,3 +104,24 @@ def test_operations_crash_states_cannot_replay_are_named(dirs, tmp_path):
     states = power_loss_states(faults_from([fault])[0], snapshot, log, tmp_path / "states")
     assert any("write" in n and "old.bin" in n for n in states.notes)
     assert any("link" in n and "alias.bin" in n for n in states.notes)
+
+
+def _o_sync(conn, mnt):
+    fd = os.open(f"{mnt}/synced.bin", os.O_WRONLY | os.O_CREAT | os.O_SYNC, 0o644)
+    os.write(fd, SYNCED)
+    os.close(fd)
+    return "written"
+
+
+def test_a_write_to_an_o_sync_file_is_durable_when_it_returns(dirs, tmp_path):
+    """Under POSIX minimum only the data is durable (the new name is not, no folder fsync): every state
+    where the file exists holds all of it, never a torn or empty one."""
+    backing, mnt, log = dirs
+    fault = {"kind": "lost_unsynced_writes", "persistence": "posix_minimum"}
+    with mounted(backing, mnt, log=log, faults=[fault]) as m:
+        p = Rank(_o_sync, str(mnt))
+        m.set_ranks({0: p.pid})
+        assert p.go().wait() == (0, ("ok", "written"))
+    states = power_loss_states(faults_from([fault])[0], Snapshot.empty(mnt), log, tmp_path / "states")
+    trees = [_tree(s.path) for s in states.states]
+    assert {} in trees and {"synced.bin": SYNCED} in trees and all(t in ({}, {"synced.bin": SYNCED}) for t in trees)
