@@ -77,6 +77,7 @@ def serve(cfg: ServerConfig, commands, events) -> None:
                           on_ready=lambda: send(("ready", os.getpid())))
         threading.Thread(target=_control, args=(ops, commands, send, cfg.mountpoint), name="fusefs-control",
                          daemon=True).start()
+        # no auto_unmount: its fusermount3 helper would race the runner's own unmount and clean_stale_mounts
         FaultyFUSE(ops, cfg.mountpoint, foreground=True, nothreads=False, default_permissions=True,
                    fsname=FSNAME, subtype=SUBTYPE, hard_remove=True)
         injector.close(ranks.roots)
