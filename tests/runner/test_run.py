@@ -2,12 +2,14 @@
 import json
 import os
 
+import psutil
 import pytest
 
 from resilience.checkpoint.combos import Combination
 from resilience.cli import main
+from resilience.errors import ConfigError
 from resilience.runner.run import run_case
-from resilience.runner.scenario import load_text
+from resilience.runner.scenario import load_file, load_text
 
 pytestmark = pytest.mark.multiprocess
 
@@ -83,9 +85,17 @@ def test_matrix_command_prints_the_table(tmp_path, capsys):
 
 
 def test_bad_scenario_is_one_clear_error(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text(SCENARIO % "tp2pp1dp2" + "combinations: [LEGACY/torch/sync]\n")
     bad = tmp_path / "bad.yaml"
     bad.write_text("steps:\n  - train: two\n")
-    assert main(["run", str(bad), "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
+    with pytest.raises(ConfigError, match=r"bad\.yaml:2: steps\.0\.train"):
+        load_file(bad)
+    # the good file first: every file is validated before any case starts, so nothing of it runs either
+    assert main(["run", str(good), str(bad), "--out", str(tmp_path / "runs")]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [err.strip()] and err.startswith("resilience run: error: "), err
     assert "bad.yaml:2: steps.0.train" in err and "Traceback" not in err
-    assert os.listdir(tmp_path) == ["bad.yaml"]  # only the scenario file, no run folder
+    assert out == ""  # no "run folder ..." line: no case began
+    assert sorted(os.listdir(tmp_path)) == ["bad.yaml", "good.yaml"]  # no runs/, no case folder
+    assert not psutil.Process().children(recursive=True)  # no rank was started
