@@ -51,10 +51,15 @@ def test_missing_file_is_a_clear_error(tmp_path):
 def test_shipped_scenarios_all_validate():
     from pathlib import Path
     files = sorted((Path(__file__).parents[2] / "scenarios").glob("*.yaml"))
+    assert len(files) >= 40, files  # an empty or moved folder must not pass as "all valid"
+    tags = set()
     for f in files:
         s = load_file(f)
+        tags |= set(s.tags)
         # a case folder keeps the scenario as to_yaml() wrote it, and its replay command reads that file
         assert load_text(s.to_yaml(), f"{f.name} again").to_dict() == s.to_dict()
+    # every category of fault the library ships stays covered by at least one scenario
+    assert {"basics", "corruption", "crash", "io", "nemesis", "power-loss", "topology", "async", "fast"} <= tags
 
 
 def _problems(text: str) -> list[tuple]:
