@@ -1,7 +1,9 @@
 """The external nemesis kills or stops rank processes from outside, on observed progress or on time;
 afterwards the reference resumes from the newest durable valid checkpoint."""
+import os
 import time
 
+import psutil
 import pytest
 
 from resilience.errors import ConfigError
@@ -106,11 +108,27 @@ def test_size_trigger_needs_a_folder_and_world_bounds_are_checked(tmp_path):
         assert job.wait().ok
 
 
+def hold_open(ctx, folder: str, size: int, offset: int):
+    """Write `size` bytes to a file of this rank, seek back to `offset` and wait there, file open, until killed."""
+    with open(os.path.join(folder, f"rank{ctx.rank}.bin"), "wb", buffering=0) as f:
+        f.write(b"x" * size)
+        f.seek(offset + ctx.rank)
+        open(os.path.join(folder, f"ready{ctx.rank}"), "w").close()
+        time.sleep(60)
+
+
 def test_kill_ranks_and_open_positions(tmp_path):
-    job = start_job(save_forever, "LEGACY/torch/sync", str(tmp_path / "ckpt"))
-    time.sleep(0.3)
-    assert isinstance(open_positions(job.pids[0]), dict)
-    assert kill_ranks(job, [0]) == [job.pids[0]]
-    outcome = job.wait()
-    assert died_by_sigkill(outcome, 0)
-    assert open_positions(job.pids[0]) == {}
+    with start_job(hold_open, str(tmp_path), 5000, 1234, timeout=30) as job:
+        deadline = time.monotonic() + 30  # a bound on the wait, not a timing assertion
+        while not all((tmp_path / f"ready{r}").exists() for r in (0, 1)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for r in (0, 1):
+            # the write position of the open file, not its size
+            assert open_positions(job.pids[r]).get(str(tmp_path / f"rank{r}.bin")) == 1234 + r
+        pid = job.pids[0]
+        assert kill_ranks(job, [0]) == [pid]
+        outcome = job.wait()
+    assert died_by_sigkill(outcome, 0), outcome.outcomes[0].describe()
+    assert outcome.outcomes[1].status == "torn_down", outcome.outcomes[1].describe()
+    assert not psutil.pid_exists(pid)  # reaped: dead, not a zombie
+    assert open_positions(pid) == {} and kill_ranks(job, [0]) == []
