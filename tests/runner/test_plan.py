@@ -1,0 +1,153 @@
+"""The planner: a scenario's steps become jobs (rank ops, faults armed at an op, kills beside the job,
+actions once it ended, faults set aside with why). Pure logic: scenarios from text, no ranks."""
+import pytest
+
+from resilience.checkpoint.combos import Combination
+from resilience.runner.faultplan import OUTSIDE_SEAM
+from resilience.runner.plan import plan_jobs
+from resilience.runner.scenario import load_text
+
+from .test_aim import DCP, SCAN
+
+SYNC = Combination.parse("LEGACY/torch/sync")
+ASYNC = Combination.parse("GLOBAL/torch_dist/async")
+DCP_SYNC = Combination.parse("TORCH_DCP/torch_dcp/sync")
+
+
+def jobs_of(steps: str, combo=SYNC, layout=None, topology="tp2pp1dp1"):
+    return plan_jobs(load_text(f"topology: {topology}\nsteps:\n{steps}", "plan.yaml"), combo, layout)
+
+
+def summary(jobs) -> list[dict]:
+    """Each job as {"job": "kind topology", "ops": [...]} plus its faults, kills, after and unreachable
+    when it has any: short enough to write a table of."""
+    out = []
+    for j in jobs:
+        d = {"job": f"{j.kind} {j.topo}",
+             "ops": [" ".join([op["op"]] + ([str(op["steps"])] if "steps" in op else [])) for op in j.ops]}
+        if j.faults:
+            d["faults"] = [(f["record"]["kind"], f["arm_at"]) for f in j.faults]
+        if j.kills:
+            d["kills"] = [k["kind"] for k in j.kills]
+        if j.after:
+            d["after"] = [(what, rec["kind"]) for a in j.after for what, rec in a.items()]
+        if j.unreachable:
+            d["unreachable"] = [u["record"]["kind"] for u in j.unreachable]
+        out.append(d)
+    return out
+
+
+TRAIN = "train tp2pp1dp1"
+RESUME = "resume tp2pp1dp1"
+PROBE = {"job": "probe tp2pp1dp1", "ops": ["load", "continue 2"]}
+
+CASES = {
+    "a resume loads and continues": (
+        "  - train: 2\n  - save\n  - resume: {}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 2", "save"]}, {"job": RESUME, "ops": ["load", "continue 2"]}]),
+    "no load in the scenario: a probe ends it": (
+        "  - train: 2\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 2", "save"]}, PROBE]),
+    "async: a job that saved finalizes before it exits": (
+        "  - train: 2\n  - save\n  - resume: {continue: 1}\n", ASYNC,
+        [{"job": TRAIN, "ops": ["train 2", "save", "finalize"]}, {"job": RESUME, "ops": ["load", "continue 1"]}]),
+    "a resume elsewhere that does not continue": (
+        "  - train: 1\n  - save\n  - resume: {topology: tp1pp1dp2, continue: 0}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"]}, {"job": "resume tp1pp1dp2", "ops": ["load"]}]),
+    "nothing saved: nothing to probe": (
+        "  - train: 3\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 3"]}]),
+    "a resume first: the empty first job is dropped": (
+        "  - resume: {}\n", SYNC,
+        [{"job": RESUME, "ops": ["load", "continue 2"]}]),
+    "a save after a resume: probed again": (
+        "  - train: 1\n  - save\n  - resume: {continue: 0}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"]}, {"job": RESUME, "ops": ["load", "save"]}, PROBE]),
+    "a crash is armed at the op its step precedes": (
+        "  - train: 1\n  - save\n  - crash: {rank: 1, phase: write}\n  - train: 1\n  - save\n  - resume: {}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save", "train 1", "save"], "faults": [("rank_crash", 2)]},
+         {"job": RESUME, "ops": ["load", "continue 2"]}]),
+    "an in-process fault record is armed like a crash": (
+        "  - train: 1\n  - fault: {kind: slow_write, delay: 0.01}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "faults": [("slow_write", 1)]}, PROBE]),
+    "a fault in a resumed job counts that job's ops": (
+        "  - train: 1\n  - save\n  - resume: {continue: 1}\n  - crash: {rank: 0, phase: write}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"]},
+         {"job": RESUME, "ops": ["load", "continue 1", "save"], "faults": [("rank_crash", 2)]}, PROBE]),
+    "a kill runs beside its job": (
+        "  - train: 1\n  - kill: {rank: 0, after: 0.5}\n  - save\n  - resume: {}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "kills": ["rank_kill"]},
+         {"job": RESUME, "ops": ["load", "continue 2"]}]),
+    "a hang is a kill step too": (
+        "  - train: 1\n  - kill: {kind: rank_hang, rank: 1, after: 0.1}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "kills": ["rank_hang"]}, PROBE]),
+    "a corruption at the end: damage after the job, then a probe": (
+        "  - train: 2\n  - save\n  - corrupt: {kind: truncate}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 2", "save"], "after": [("corrupt", "truncate")]}, PROBE]),
+    "a corruption then a resume: the resume is the load": (
+        "  - train: 2\n  - save\n  - corrupt: {kind: bitflip}\n  - resume: {}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 2", "save"], "after": [("corrupt", "bit_flip")]},
+         {"job": RESUME, "ops": ["load", "continue 2"]}]),
+    "a corruption after the last load: probed again": (
+        "  - train: 1\n  - save\n  - resume: {continue: 0}\n  - corrupt: {kind: truncate}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"]},
+         {"job": RESUME, "ops": ["load"], "after": [("corrupt", "truncate")]}, PROBE]),
+    "an at-rest fault record is a corruption": (
+        "  - train: 1\n  - save\n  - fault: {kind: delete_file}\n  - resume: {}\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "after": [("corrupt", "delete_file")]},
+         {"job": RESUME, "ops": ["load", "continue 2"]}]),
+    "training after a corruption: a new job resumes first": (
+        "  - train: 1\n  - save\n  - corrupt: {kind: bitflip}\n  - train: 1\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "after": [("corrupt", "bit_flip")]},
+         {"job": RESUME, "ops": ["load", "train 1", "save"]}, PROBE]),
+    "a power loss is armed at its op and built once the job ended": (
+        "  - train: 1\n  - save\n  - lose_unsynced: {}\n  - train: 1\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save", "train 1", "save"], "faults": [("lost_unsynced_writes", 2)],
+          "after": [("power_loss", "lost_unsynced_writes")]}, PROBE]),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_the_jobs_of_a_scenario(name):
+    steps, combo, expected = CASES[name]
+    assert summary(jobs_of(steps, combo)) == expected
+
+
+def test_a_power_loss_action_is_the_armed_record_itself():
+    [job, _] = jobs_of("  - train: 1\n  - lose_unsynced: {max_states: 4}\n  - save\n")
+    assert job.power_loss is job.faults[0]["record"] and job.after == [{"power_loss": job.power_loss}]
+    assert job.power_loss == {"kind": "lost_unsynced_writes", "max_states": 4}
+
+
+# ---- aimed through a learned layout (DCP: step-{iteration}/__{rank}_0.distcp, written through the seam) --
+def test_a_layout_target_is_a_data_file_of_the_next_save_after_the_step():
+    [job, _] = jobs_of("  - train: 1\n  - save\n  - fault: {kind: io_error, rank: 1, path: '@data', errno: EIO}\n"
+                       "  - train: 2\n  - save\n", DCP_SYNC, DCP)
+    assert [f["record"]["path"] for f in job.faults] == ["*/step-3/__1_0.distcp"] and not job.unreachable
+
+
+def test_a_layout_target_in_a_resumed_job_matches_any_iteration():
+    [_, job, _] = jobs_of("  - train: 1\n  - save\n  - resume: {continue: 0}\n"
+                          "  - fault: {kind: io_error, rank: 1, path: '@data', errno: EIO}\n  - save\n", DCP_SYNC, DCP)
+    assert [f["record"]["path"] for f in job.faults] == ["*/step-*/__1_0.distcp"]
+
+
+def test_a_phase_the_backend_never_reaches_is_unreachable_with_why():
+    [job, _] = jobs_of("  - train: 1\n  - crash: {rank: 1, phase: tracker_update}\n  - save\n", DCP_SYNC, DCP)
+    assert job.faults == [] and [u["record"]["kind"] for u in job.unreachable] == ["rank_crash"]
+    assert "never reaches a 'tracker_update' phase" in job.unreachable[0]["why"]
+
+
+def test_outside_the_seam_in_process_faults_and_their_power_loss_are_set_aside():
+    [job, _] = jobs_of("  - train: 1\n  - lose_unsynced: {}\n  - crash: {rank: 0, phase: write}\n  - save\n"
+                       "  - kill: {rank: 0, after: 0.2}\n", DCP_SYNC, SCAN)
+    assert job.faults == [] and job.after == [] and job.power_loss is None
+    assert [(u["record"]["kind"], u["why"]) for u in job.unreachable] == [("lost_unsynced_writes", OUTSIDE_SEAM),
+                                                                         ("rank_crash", OUTSIDE_SEAM)]
+    assert job.kills == [{"kind": "rank_kill", "rank": 0, "after": 0.2}]  # from outside
+
+
+def test_a_role_the_backend_has_no_file_of_is_unreachable():
+    [job, _] = jobs_of("  - train: 1\n  - kill: {rank: 0, file: '@pointer', size: 1}\n  - save\n", DCP_SYNC, DCP)
+    assert job.kills == [] and [u["record"]["kind"] for u in job.unreachable] == ["rank_kill"]
+    assert job.unreachable[0]["why"].startswith("rank 0 writes no pointer file")
