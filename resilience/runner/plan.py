@@ -95,16 +95,19 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
     topo = scenario.topology
     for step in scenario.steps:
         k, a = step.kind, step.args
-        if k in ("train", "save", "finalize") and any("corrupt" in a for a in cur.after):
-            jobs.append(cur)  # training goes on after runner actions: a new job that first resumes
+        record = record_of(k, a) if k in FAULT_STEPS else None
+        layer = layer_of(k, record) if record is not None else None
+        runs_on_ranks = k in ("train", "save", "finalize") or layer in ("inject", "nemesis")
+        if runs_on_ranks and any("corrupt" in x for x in cur.after):
+            # training (or a fault on it) goes on after runner actions: a new job that first resumes; a
+            # fault left in the ended job would be armed after its last op and never fire
+            jobs.append(cur)
             cur = JobSpec(topo, "resume", [{"op": "load"}])
         if k == "train":
             cur.ops.append({"op": "train", "steps": a["steps"]})
         elif k in ("save", "finalize"):
             cur.ops.append({"op": k})
-        elif k in FAULT_STEPS:
-            record = record_of(k, a)
-            layer = layer_of(k, record)
+        elif record is not None:
             if layer == "inject":
                 cur.faults.append({"record": record, "arm_at": len(cur.ops)})
                 if record["kind"] == "lost_unsynced_writes":

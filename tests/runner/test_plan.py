@@ -104,6 +104,21 @@ CASES = {
         "  - train: 1\n  - save\n  - lose_unsynced: {}\n  - train: 1\n  - save\n", SYNC,
         [{"job": TRAIN, "ops": ["train 1", "save", "train 1", "save"], "faults": [("lost_unsynced_writes", 2)],
           "after": [("power_loss", "lost_unsynced_writes")]}, PROBE]),
+    # a fault step after a corruption belongs to the job that the damage is done before, not to the
+    # finished one (there it would be armed after its last op and never fire)
+    "a crash after a corruption goes to the next job": (
+        "  - train: 1\n  - save\n  - corrupt: {kind: bitflip}\n  - crash: {rank: 1, phase: write}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "after": [("corrupt", "bit_flip")]},
+         {"job": RESUME, "ops": ["load", "save"], "faults": [("rank_crash", 1)]}, PROBE]),
+    "a kill after a corruption goes to the next job": (
+        "  - train: 1\n  - save\n  - corrupt: {kind: bitflip}\n  - kill: {rank: 1, after: 0.1}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "after": [("corrupt", "bit_flip")]},
+         {"job": RESUME, "ops": ["load", "save"], "kills": ["rank_kill"]}, PROBE]),
+    "a power loss after a corruption goes to the next job": (
+        "  - train: 1\n  - save\n  - corrupt: {kind: bitflip}\n  - lose_unsynced: {}\n  - save\n", SYNC,
+        [{"job": TRAIN, "ops": ["train 1", "save"], "after": [("corrupt", "bit_flip")]},
+         {"job": RESUME, "ops": ["load", "save"], "faults": [("lost_unsynced_writes", 1)],
+          "after": [("power_loss", "lost_unsynced_writes")]}, PROBE]),
 }
 
 
