@@ -17,7 +17,7 @@ class JobSpec:
     kind: str                                          # "train", "resume", "probe" or "crash_state"
     ops: list[dict] = field(default_factory=list)
     faults: list[dict] = field(default_factory=list)   # {"record": {...}, "arm_at": op index}
-    kills: list[dict] = field(default_factory=list)    # nemesis records, beside the whole job
+    kills: list[dict] = field(default_factory=list)    # {"record": {...}, "arm_at": op index}: beside the whole job
     after: list[dict] = field(default_factory=list)    # at-rest records and power losses, once the job ended
     unreachable: list[dict] = field(default_factory=list)  # {"record", "why"}: faults that cannot apply here
 
@@ -80,12 +80,13 @@ def _aim_job(job: JobSpec, layout) -> None:
     job.faults = kept
     job.after = [a for a in job.after if not any(a.get("power_loss") is r for r in dropped)]
     kills = []
-    for rec in job.kills:
-        aimed, why = aim(rec, layout, _save_iteration(job, 0, path_wants_save(rec)))
+    for k in job.kills:  # a kill runs beside the whole job, but "@data" is still the next save after its step
+        rec = k["record"]
+        aimed, why = aim(rec, layout, _save_iteration(job, k["arm_at"], path_wants_save(rec)))
         if aimed is None:
             job.unreachable.append({"record": rec, "why": why})
         else:
-            kills.append(aimed)
+            kills.append({"record": aimed, "arm_at": k["arm_at"]})
     job.kills = kills
 
 
@@ -113,7 +114,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
                 if record["kind"] == "lost_unsynced_writes":
                     cur.after.append({"power_loss": record})
             elif layer == "nemesis":
-                cur.kills.append(record)
+                cur.kills.append({"record": record, "arm_at": len(cur.ops)})
             else:
                 cur.after.append({"corrupt": record})
         elif k == "resume":

@@ -85,7 +85,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
         history.info("layout", learned=True, seam=layout.seam, layout=layout.describe())
     job_no = 0
     for spec in plan_jobs(scenario, combo, layout):
-        configured += [f["record"] for f in spec.faults] + spec.kills
+        configured += [f["record"] for f in spec.faults + spec.kills]
         for u in spec.unreachable:  # aimed through the layout, nothing in this backend to aim at
             outcomes.append(_fault(u["record"], NEVER_FIRED if u["why"] == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND,
                                    u["why"]))
@@ -210,7 +210,8 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
               log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
               pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
     with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
-        nemesis = faultplan.start_nemesis(job, spec.kills, root, fault_log) if spec.kills else None
+        kills = [k["record"] for k in spec.kills]
+        nemesis = faultplan.start_nemesis(job, kills, root, fault_log) if kills else None
         try:
             outcome = job.wait()
         finally:

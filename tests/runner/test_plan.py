@@ -28,7 +28,7 @@ def summary(jobs) -> list[dict]:
         if j.faults:
             d["faults"] = [(f["record"]["kind"], f["arm_at"]) for f in j.faults]
         if j.kills:
-            d["kills"] = [k["kind"] for k in j.kills]
+            d["kills"] = [k["record"]["kind"] for k in j.kills]
         if j.after:
             d["after"] = [(what, rec["kind"]) for a in j.after for what, rec in a.items()]
         if j.unreachable:
@@ -147,6 +147,17 @@ def test_a_layout_target_in_a_resumed_job_matches_any_iteration():
     assert [f["record"]["path"] for f in job.faults] == ["*/step-*/__1_0.distcp"]
 
 
+@pytest.mark.parametrize("where, steps", [
+    ("before the first save", "  - train: 1\n  - kill: {rank: 1, file: '@data#2', size: 100}\n  - save\n"
+                              "  - train: 2\n  - save\n"),
+    ("after the first save", "  - train: 1\n  - save\n  - kill: {rank: 1, file: '@data', size: 100}\n"
+                             "  - train: 2\n  - save\n"),
+])
+def test_a_kill_aimed_at_a_data_file_strikes_the_save_its_step_names(where, steps):
+    [job, _] = jobs_of(steps, DCP_SYNC, DCP)
+    assert [(k["record"]["path"], k["record"]["size"]) for k in job.kills] == [("*/step-3/__1_0.distcp", 100)]
+
+
 def test_a_phase_the_backend_never_reaches_is_unreachable_with_why():
     [job, _] = jobs_of("  - train: 1\n  - crash: {rank: 1, phase: tracker_update}\n  - save\n", DCP_SYNC, DCP)
     assert job.faults == [] and [u["record"]["kind"] for u in job.unreachable] == ["rank_crash"]
@@ -159,7 +170,7 @@ def test_outside_the_seam_in_process_faults_and_their_power_loss_are_set_aside()
     assert job.faults == [] and job.after == [] and job.power_loss is None
     assert [(u["record"]["kind"], u["why"]) for u in job.unreachable] == [("lost_unsynced_writes", OUTSIDE_SEAM),
                                                                          ("rank_crash", OUTSIDE_SEAM)]
-    assert job.kills == [{"kind": "rank_kill", "rank": 0, "after": 0.2}]  # from outside
+    assert [k["record"] for k in job.kills] == [{"kind": "rank_kill", "rank": 0, "after": 0.2}]  # from outside
 
 
 def test_a_role_the_backend_has_no_file_of_is_unreachable():
