@@ -147,13 +147,13 @@ def test_a_layout_target_in_a_resumed_job_matches_any_iteration():
     assert [f["record"]["path"] for f in job.faults] == ["*/step-*/__1_0.distcp"]
 
 
-@pytest.mark.parametrize("where, steps", [
-    ("before the first save", "  - train: 1\n  - kill: {rank: 1, file: '@data#2', size: 100}\n  - save\n"
-                              "  - train: 2\n  - save\n"),
-    ("after the first save", "  - train: 1\n  - save\n  - kill: {rank: 1, file: '@data', size: 100}\n"
-                             "  - train: 2\n  - save\n"),
+@pytest.mark.parametrize("steps", [
+    pytest.param("  - train: 1\n  - kill: {rank: 1, file: '@data#2', size: 100}\n  - save\n  - train: 2\n  - save\n",
+                 id="before the first save, the second save"),
+    pytest.param("  - train: 1\n  - save\n  - kill: {rank: 1, file: '@data', size: 100}\n  - train: 2\n  - save\n",
+                 id="after the first save, the next save"),
 ])
-def test_a_kill_aimed_at_a_data_file_strikes_the_save_its_step_names(where, steps):
+def test_a_kill_aimed_at_a_data_file_strikes_the_save_its_step_names(steps):
     [job, _] = jobs_of(steps, DCP_SYNC, DCP)
     assert [(k["record"]["path"], k["record"]["size"]) for k in job.kills] == [("*/step-3/__1_0.distcp", 100)]
 
