@@ -10,8 +10,17 @@ import re
 import pytest
 
 from resilience.cli import main
-from resilience.commands.common import (MAX_SEED, MAX_SECONDS, combination_arg, nonnegative_int, positive_float,
-                                        positive_int, seed_arg, topology_arg, transition_arg)
+from resilience.commands.common import (
+    MAX_SECONDS,
+    MAX_SEED,
+    combination_arg,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    seed_arg,
+    topology_arg,
+    transition_arg,
+)
 
 ENDPOINT = ["--nproc-per-node", "2", "--rdzv-endpoint", "127.0.0.1:29500"]
 

@@ -8,8 +8,7 @@ import socket
 import pytest
 
 from resilience.errors import IntegrityError
-from resilience.storage.contained import (check_folder, check_inside, check_regular, is_inside, kind_of,
-                                          open_regular)
+from resilience.storage.contained import check_folder, check_inside, check_regular, is_inside, kind_of, open_regular
 
 
 @pytest.fixture
