@@ -25,8 +25,10 @@ def test_the_torch_pin_stays():
 def test_workflow_installs_tests_with_xdist_and_keeps_the_evidence():
     doc, jobs = _steps()
     runs = {name: [s.get("run", "") for s in steps] for name, steps in jobs.items()}
-    for name in jobs:
-        assert "python -m pip install -c ci/constraints.txt -e ." in runs[name]
+    for name in jobs:  # every job installs with the torch pin (the tests job with the extras its tests need)
+        assert any(r.startswith("python -m pip install -c ci/constraints.txt -e ") for r in runs[name])
+    assert 'python -m pip install -c ci/constraints.txt -e ".[megatron,dev]"' in runs["tests"]
+    assert any("apt-get install" in r and "fuse3" in r for r in runs["tests"])  # the FUSE tests mount
     assert any("pytest -n auto" in r and "--junitxml=" in r for r in runs["tests"])
     assert any(r.startswith("resilience matrix") for r in runs["matrix"])
     uploads = {name: [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact")]
