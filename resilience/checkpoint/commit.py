@@ -16,9 +16,9 @@ from ..storage.contained import is_inside
 
 TRACKER = "latest_checkpointed_iteration.txt"
 STAGING_PREFIX = ".staging-"
-_ITER = re.compile(r"iter_(\d{7})")
+ITER_FOLDER = re.compile(r"iter_(\d{7})")  # the names iter_name writes; group 1 is the iteration
 REPLACED_MARK = ".replaced-"
-_REPLACED = re.compile(r"iter_(\d{7})\.replaced-[0-9a-f]{8}")
+_REPLACED = re.compile(rf"{ITER_FOLDER.pattern}\.replaced-[0-9a-f]{{8}}")
 MAX_TRACKER_BYTES = 64  # an iteration number and a newline; anything longer is not a tracker
 MAX_TRACKER_DIGITS = 15
 
@@ -40,7 +40,7 @@ def list_iterations(root: str) -> list[tuple[int, str]]:
         return []
     out = []
     for name in fs.listdir(root):
-        m = _ITER.fullmatch(name)
+        m = ITER_FOLDER.fullmatch(name)
         if m:
             out.append((int(m.group(1)), os.path.join(root, name)))
     return sorted(out, reverse=True)

@@ -21,7 +21,7 @@ from .base import (
     matches_path,
     with_layer,
 )
-from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
+from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank, iteration_in
 from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
 from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
 from .kinds import (
@@ -54,6 +54,7 @@ __all__ = [
     "RankCrash", "RankHang", "RankKill", "ShortWrite", "SlowWrite", "Snapshot", "THREADS", "Target", "TornWrite",
     "TrackerDamage", "Trigger", "Truncate",
     "UNPROBED", "checkpoint_folders", "corrupt", "corrupt_all", "crash_states", "fault_from_dict", "faults_from",
-    "faults_from_text", "file_sizes", "files_of_rank", "fired", "firing", "inject", "kill_ranks", "matches_path",
+    "faults_from_text", "file_sizes", "files_of_rank", "fired", "firing", "inject", "iteration_in", "kill_ranks",
+    "matches_path",
     "open_positions", "power_loss_states", "read_firings", "read_ops", "sigkill_self", "signal_ranks", "unprobed",
     "with_layer"]

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import xxhash
 
-from ..checkpoint.commit import STAGING_PREFIX, TRACKER, iter_name
+from ..checkpoint.commit import ITER_FOLDER, STAGING_PREFIX, TRACKER, iter_name
 from ..checkpoint.manifest import MANIFEST, Manifest
 from ..errors import ConfigError
 from ..state import Topology
@@ -36,8 +36,8 @@ from .kinds import (
 )
 
 _NUMBER = re.compile(r"\d+")
-_ITER = re.compile(r"iter_(\d{7})")
-_FOLDER = re.compile(r"iter_(\d{7})|step-(\d+)")  # ours and Megatron's, and torchtitan's DCP step folders
+# ours and Megatron's, and torchtitan's DCP step folders
+CHECKPOINT_FOLDER = re.compile(rf"{ITER_FOLDER.pattern}|step-(\d+)")
 _LOCAL_RANK = re.compile(r"rank_(\d{5})")
 _DCP_RANK = re.compile(r"__(\d+)_\d+\.distcp")
 
@@ -81,10 +81,16 @@ def checkpoint_folders(root: str) -> list[tuple[int, str, int | None]]:
     for base, rank in [(root, None)] + _local_roots(root):
         if os.path.isdir(base):
             for name in sorted(os.listdir(base)):
-                m = _FOLDER.fullmatch(name)
+                m = CHECKPOINT_FOLDER.fullmatch(name)
                 if m and os.path.isdir(os.path.join(base, name)):
                     out.append((int(m.group(1) or m.group(2)), os.path.join(base, name), rank))
     return out
+
+
+def iteration_in(path: str) -> int | None:
+    """The iteration of the first checkpoint folder (iter_N or step-N) named in `path`, or None."""
+    m = CHECKPOINT_FOLDER.search(path)
+    return int(m.group(1) or m.group(2)) if m else None
 
 
 def _local_roots(root: str) -> list[tuple[str, int]]:
@@ -262,7 +268,7 @@ def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damag
     base = _tracker_root(root, fault, rng)
     path = os.path.join(base, TRACKER)
     iterations = sorted(int(m.group(1)) for n in (os.listdir(base) if os.path.isdir(base) else [])
-                        if (m := _ITER.fullmatch(n)))
+                        if (m := ITER_FOLDER.fullmatch(n)))
     return damage_pointer_file(root, path, fault, iterations)
 
 

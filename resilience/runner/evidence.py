@@ -8,15 +8,13 @@ returned); one that returned on some ranks only is indeterminate. Two saves of o
 records, so a later save never overwrites the acknowledgement of an earlier one."""
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 
 from ..checkers import Evidence, LoadRecord, SaveRecord
 from ..checkpoint.combos import Combination
+from ..checkpoint.commit import ITER_FOLDER
 from ..state import Topology
 from .history import FAIL, INFO, INVOKE, OK, Event
-
-_ITER = re.compile(r"iter_(\d{7})")
 
 
 def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology: Topology,
@@ -79,7 +77,7 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
             if v.get("kind") == "torn_write":
                 # a write that reports success but lands damaged is silent corruption of that save: no
                 # writer can know, so it is judged like damage at rest (detected, never loaded wrong)
-                m = _ITER.search(str(v.get("path", "")))
+                m = ITER_FOLDER.search(str(v.get("path", "")))
                 corruptions.append(dict(v, index=i, iteration=int(m.group(1)) if m else None))
     for rec in saves.values():
         if rec.status != OK and rec.errors and not rec.ok_ranks:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 
 from ..errors import ConfigError
 from ..faults import (
@@ -19,6 +18,7 @@ from ..faults import (
     corrupt as corrupt_at_rest,
     faults_from,
     inject,
+    iteration_in,
     power_loss_states,
     read_firings,
     unprobed,
@@ -30,8 +30,6 @@ CORRUPT_KINDS = {"truncate": "truncate", "bitflip": "bit_flip", "bit_flip": "bit
                  "leftover_staging": "leftover_staging", "extra": "extra_file", "extra_file": "extra_file",
                  "escape": "escaping_path", "escaping_path": "escaping_path", "pickle": "hostile_pickle",
                  "hostile_pickle": "hostile_pickle"}
-_ITER = re.compile(r"iter_(\d{7})|step-(\d+)")
-
 
 def record_of(kind: str, args: dict) -> dict:
     """The fault record a step stands for (not yet validated)."""
@@ -172,8 +170,7 @@ def corrupt(root: str, record: dict, layout=None) -> dict:
         from ..faults.layout_damage import iteration_of
         damage["iteration"] = iteration_of(layout, os.path.abspath(root), damage["file"])
     else:
-        m = _ITER.search(damage.get("rel") or "")
-        damage["iteration"] = int(m.group(1) or m.group(2)) if m else None
+        damage["iteration"] = iteration_in(damage.get("rel") or "")
     damage["fault"] = record
     return damage
 
