@@ -64,20 +64,13 @@ def parse_max_world(text: str) -> int:
 
 
 def parse_backend(text: str) -> str:
-    """'reference', 'broken:NAME' (resilience.broken.CATALOGUE) or 'package.module:factory'."""
-    text = text.strip()
-    if text == "reference":
-        return text
-    if text.startswith("broken:"):
-        from .broken import CATALOGUE
-        if text.split(":", 1)[1] not in CATALOGUE:
-            raise pytest.UsageError(f"--resilience-backend: no broken implementation {text!r}; "
-                                    f"choose from {', '.join('broken:' + n for n in CATALOGUE)}")
-        return text
-    if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", text):
-        raise pytest.UsageError(f"--resilience-backend: cannot read {text!r}; "
-                                "use reference, broken:NAME or package.module:factory")
-    return text
+    """'reference', 'broken:NAME', an alias or 'package.module:factory', read as the runner reads it."""
+    from .errors import ConfigError
+    from .runner.backends import parse_backend as parse
+    try:
+        return parse(text.strip())
+    except ConfigError as e:
+        raise pytest.UsageError(f"--resilience-backend: {e.problem}; {e.fix}") from None
 
 
 def parse_profile(text: str) -> str:

@@ -3,9 +3,12 @@ processes and the pytest plugin use to turn a backend name into a CheckpointBack
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from ..checkpoint.combos import Combination
 from ..errors import ConfigError
+
+if TYPE_CHECKING:  # the combinations module loads torch; parse_backend runs while pytest reads its options
+    from ..checkpoint.combos import Combination
 
 # short names for the adapters this project ships
 ALIASES = {
@@ -20,15 +23,33 @@ def resolve(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def _factory(name: str):
-    name = resolve(name)
-    if ":" not in name:
+def parse_backend(name: str) -> str:
+    """`name` as given, once it reads as a backend, checked without importing anything it names:
+    'reference', 'broken:NAME' (resilience.broken.CATALOGUE), an alias from ALIASES or
+    'package.module:factory'. Raises ConfigError with the fix."""
+    if name == "reference":
+        return name
+    if name.startswith("broken:"):
+        from ..broken import CATALOGUE
+        impl = name.split(":", 1)[1]
+        if impl not in CATALOGUE:
+            raise ConfigError("backend", f"no broken implementation {impl!r}", f"choose from {', '.join(CATALOGUE)}")
+        return name
+    full = resolve(name)
+    if ":" not in full:
         aliases = ", ".join(map(repr, ALIASES))
-        raise ConfigError("backend", f"cannot read {name!r}",
+        raise ConfigError("backend", f"cannot read {full!r}",
                           f"use 'reference', 'broken:NAME', {aliases} or 'package.module:factory'")
-    module, attr = name.split(":", 1)
+    module, attr = full.split(":", 1)
     if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
-        raise ConfigError("backend", f"cannot read {name!r}", "write it as package.module:factory")
+        raise ConfigError("backend", f"cannot read {full!r}", "write it as package.module:factory")
+    return name
+
+
+def _factory(name: str):
+    parse_backend(name)
+    name = resolve(name)
+    module, attr = name.split(":", 1)
     try:
         found = importlib.import_module(module)
         for part in attr.split("."):
@@ -83,6 +104,7 @@ def make_backend(name: str, combo: Combination):
 
 def supported_combinations(name: str) -> list[Combination] | None:
     """The combinations a backend's factory declares (its `combinations` attribute), or None: all."""
+    from ..checkpoint.combos import Combination
     if name in ("", "reference") or name.startswith("broken:"):
         if name.startswith("broken:"):
             from ..broken import CATALOGUE

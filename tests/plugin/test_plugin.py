@@ -39,7 +39,7 @@ steps:
     ("--resilience-max-world=two", "must be a whole number of ranks, got 'two'"),
     ("--resilience-combos=GLOBAL/torch/sync", "torch cannot carry GLOBAL semantics"),
     ("--resilience-combos=,", "--resilience-combos: empty"),
-    ("--resilience-backend=broken:nope", "no broken implementation 'broken:nope'"),
+    ("--resilience-backend=broken:nope", "no broken implementation 'nope'"),
     ("--resilience-backend=not a backend", "cannot read 'not a backend'"),
     ("--resilience-backend=no_such_module:factory", "cannot import 'no_such_module:factory'"),
     ("--resilience-profile=nope", "no Hypothesis profile 'nope'"),
