@@ -72,25 +72,22 @@ def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = Fals
     appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and a
     framework error is that case's UNKNOWN."""
     from ..report import RunFolder
-    from ..report.cases import judge_case
+    from ..report.cases import CaseSpec, judge_cases
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
     names = check_names(names)
     folder = folder if folder is not None else RunFolder(out_dir, {})
-    results = []
+    specs = []
     for name in names:
         impl = CATALOGUE[name]
         faults = [impl.column] if impl.column in FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
-        res = SuiteResult(impl)
-        results.append(res)
         for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed)):
-            case_dir = os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}")
-            res.rows.append(judge_case(folder, case.scenario, case.combo, case_dir, backend=f"broken:{name}",
-                                       fault=case.fault, transition=case.transition, column=case.column,
-                                       broken=name))
-            if progress is not None:
-                progress()
-    return results
+            specs.append(CaseSpec(case.scenario, case.combo,
+                                  os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}"),
+                                  f"broken:{name}", case.fault, case.transition,
+                                  {"column": case.column, "broken": name}))
+    rows = judge_cases(folder, specs, after=(lambda row: progress()) if progress is not None else None)
+    return [SuiteResult(CATALOGUE[name], [r for r in rows if r["broken"] == name]) for name in names]
 
 
 def render(results: list[SuiteResult], full: bool) -> str:

@@ -21,7 +21,6 @@ def run(args) -> int:
     from ..broken import CATALOGUE
     from ..broken.suite import check_names, combos_of, render, run_suite
     from ..report import RunFolder
-    from ..report.cases import keeping
     from .progress import Progress
 
     names = check_names(args.names)
@@ -30,7 +29,7 @@ def run(args) -> int:
                                                    "cases": total})
     run_dir = folder.path
     print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}", flush=True)
-    with keeping(folder), Progress(total, "cases") as bar:
+    with Progress(total, "cases") as bar:  # an interruption keeps the folder (judge_cases)
         results = run_suite(run_dir, names, full=args.full, seed=args.seed, progress=bar.update, folder=folder)
     text = render(results, args.full)
     with open(os.path.join(run_dir, "broken.md"), "w") as f:

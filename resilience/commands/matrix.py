@@ -33,7 +33,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..checkpoint.combos import valid_combinations
     from ..report import RunFolder
-    from ..report.cases import judge_case, keeping
+    from ..report.cases import CaseSpec, judge_cases
     from ..report.table import text_table
     from ..runner.backends import make_backend, supported_combinations
     from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
@@ -68,15 +68,12 @@ def run(args) -> int:
                                                    "cases": len(work)})
     print(f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
           f"{len(work)} cases; seed {args.seed}; backend {args.backend}; run folder {folder.path}", flush=True)
-    rows: list[dict] = []
+    cases_dir = os.path.join(folder.path, "cases")
+    specs = [CaseSpec(c.scenario, c.combo, os.path.join(cases_dir, f"{i:03d}-{_label(c.combo, c.column)}"),
+                      args.backend, c.fault, c.transition, {"column": c.column}) for i, c in enumerate(work)]
     start = time.monotonic()
-    with keeping(folder, columns), Progress(len(work), "cases") as bar:
-        for i, case in enumerate(work):
-            label = _label(case.combo, case.column)
-            case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{label}")
-            rows.append(judge_case(folder, case.scenario, case.combo, case_dir, backend=args.backend,
-                                   fault=case.fault, transition=case.transition, column=case.column))
-            bar.update()
+    with Progress(len(work), "cases") as bar:
+        rows = judge_cases(folder, specs, columns=columns, after=lambda row: bar.update())
     print(text_table(rows, columns))
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)

@@ -34,7 +34,7 @@ def scenario_files(paths: list[str]) -> list[str]:
 
 def run(args) -> int:
     from ..report import RunFolder
-    from ..report.cases import judge_case, keeping
+    from ..report.cases import CaseSpec, judge_cases
     from ..runner.backends import make_backend
     from ..runner.scenario import load_file
     from .progress import Progress
@@ -61,14 +61,14 @@ def run(args) -> int:
                                                "backend": args.backend or "reference", "command": command,
                                                "cases": len(work)})
     print(f"run folder {folder.path}; {len(work)} cases; seeds {seeds}", flush=True)
-    rows: list[dict] = []
-    with keeping(folder), Progress(len(work), "cases") as bar:
-        for i, (s, combo) in enumerate(work):
-            case_dir = os.path.join(folder.path, "cases", f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}")
-            row = judge_case(folder, s, combo, case_dir, backend=args.backend or s.backend, column=s.name)
-            rows.append(row)
-            bar.note(f"{s.name:<32} {str(combo):<26} {row['verdict']}")
+    cases_dir = os.path.join(folder.path, "cases")
+    specs = [CaseSpec(s, combo, os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
+                      args.backend or s.backend, extra={"column": s.name}) for i, (s, combo) in enumerate(work)]
+    with Progress(len(work), "cases") as bar:
+        def after(row: dict) -> None:
+            bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")
             bar.update()
+        rows = judge_cases(folder, specs, after=after)
     return summarize(rows, folder.finish(rows))
 
 

@@ -8,7 +8,10 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import Interrupted
 from ..stopping import check as check_stop, deferred
@@ -16,6 +19,32 @@ from .folder import INTERRUPTED, RunFolder
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
 FRAMEWORK_ERROR = "framework-error.txt"
+
+
+@dataclass(frozen=True)
+class CaseSpec:
+    """One case of a run, as judge_case takes it; `extra` goes into its row (column, broken, ...)."""
+    scenario: Any
+    combo: Any
+    case_dir: str
+    backend: str
+    fault: str | None = None
+    transition: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def judge_cases(folder: RunFolder, cases: Iterable[CaseSpec], *, columns: list[str] | None = None,
+                after: Callable[[dict], None] | None = None) -> list[dict]:
+    """Judge every case in order into `folder` (judge_case), calling `after(row)` as each ends (a progress
+    bar); an interruption keeps the folder for the rows so far (keeping). The rows; finishing is the caller's."""
+    rows: list[dict] = []
+    with keeping(folder, columns):
+        for c in cases:
+            rows.append(judge_case(folder, c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault,
+                                   transition=c.transition, **c.extra))
+            if after is not None:
+                after(rows[-1])
+    return rows
 
 
 def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: str, fault: str | None = None,
