@@ -27,10 +27,10 @@ from ..checkpoint.combos import CheckpointType, Combination
 from ..checkpoint.manifest import versions
 from ..faults import read_firings
 from ..runner.evidence import evidence_from
+from ..runner.expected import NeverStopped
 from ..runner.history import read_events
 from ..state import Topology
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json
-from .expected import NeverStoppedLocal
 
 SUMMARY_FORMAT = "resilience-cluster-validation"
 SUMMARY_VERSION = 1
@@ -56,7 +56,7 @@ def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, fir
     events = sorted((e for r in range(topo.world) for e in read_events(layout.history(r))
                      if e.value.get("combo") == combo), key=lambda e: (e.job, e.time))
     ev = evidence_from(events, combo=Combination.parse(combo), save_topology=topo,
-                       expected=NeverStoppedLocal(plan.spec), topology=str(topo))
+                       expected=NeverStopped(plan.spec), topology=str(topo))
     ev.crashes = [{"job": f.get("attempt"), "index": 0, "signals": {f.get("rank"): 9}} for f in firings]
     ev.faults_fired = [dict(f, job=f.get("attempt")) for f in firings]
     return ev

@@ -5,15 +5,15 @@ import pytest
 
 from resilience.cluster import ClusterPlan, Layout
 from resilience.cluster.base import write_json
-from resilience.cluster.expected import NeverStoppedLocal
 from resilience.cluster.judge import finish, judge
 from resilience.faults import FaultReport
+from resilience.runner.expected import NeverStopped
 from resilience.runner.history import EventLog
 from resilience.state import ModelSpec, Topology
 
 SPEC = ModelSpec(num_layers=2, hidden=8, heads=2, ffn_hidden=16, vocab=20, optimizer="distributed")
 TOPO = Topology(2, 1, 2)
-EXPECTED = NeverStoppedLocal(SPEC)
+EXPECTED = NeverStopped(SPEC)
 
 
 def _run(tmp_path, combo="GLOBAL/torch_dist/sync", *, loaded=3, load_fp=None, continued_fp=None, kill=True,
