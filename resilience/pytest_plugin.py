@@ -66,7 +66,7 @@ def parse_max_world(text: str) -> int:
 def parse_backend(text: str) -> str:
     """'reference', 'broken:NAME', an alias or 'package.module:factory', read as the runner reads it."""
     from .errors import ConfigError
-    from .runner.backends import parse_backend as parse
+    from .runner.adapters import parse_backend as parse
     try:
         return parse(text.strip())
     except ConfigError as e:
@@ -155,7 +155,7 @@ def pytest_configure(config):
     backend = config.getoption("resilience_backend")
     if backend and backend != "reference" and not backend.startswith("broken:"):
         from .errors import ConfigError
-        from .runner.backends import make_backend
+        from .runner.adapters import make_backend
         combos = config.getoption("resilience_combos")
         try:
             from .checkpoint.combos import valid_combinations
@@ -191,7 +191,7 @@ class BackendUnderTest:
     combos: tuple
 
     def make(self, combo):
-        from .runner.backends import make_backend
+        from .runner.adapters import make_backend
         return make_backend(self.name, combo)
 
 

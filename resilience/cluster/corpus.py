@@ -99,7 +99,7 @@ class Corpus:
 
 def backend_versions(name: str) -> dict:
     """The backend's name and version: an adapter's `version`, else its distribution's, else ours."""
-    from ..runner.backends import resolve
+    from ..runner.adapters import resolve
 
     full = resolve(name or "reference")
     module = full.split(":", 1)[0] if ":" in full else "resilience"
@@ -137,7 +137,7 @@ def version_pair(a: dict, b: dict) -> str:
 # ---- rank functions (run_ranks) ---------------------------------------------------------------------------
 def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps: int, folder: str,
                  backend: str) -> list[dict] | None:
-    from ..runner.backends import make_backend
+    from ..runner.adapters import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
     state = TrainingState(spec, topo, ctx.rank, groups)
@@ -157,7 +157,7 @@ def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps:
 def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folder: str,
                 backend: str) -> list[dict] | None:
     """Load each entry into a fresh state on `topo`; what happened, per entry (rank 0)."""
-    from ..runner.backends import make_backend
+    from ..runner.adapters import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
     out: list[dict] = []
@@ -186,7 +186,7 @@ def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: li
     """Write the corpus into `folder` (empty or new); returns the baseline loads as a report."""
     from ..launch import run_ranks
     from ..report.folder import make_folder
-    from ..runner.backends import make_backend
+    from ..runner.adapters import make_backend
 
     folder = os.path.abspath(folder)
     if os.path.lexists(folder) and not os.path.isdir(folder):

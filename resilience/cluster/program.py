@@ -22,7 +22,7 @@ from ..checkers import UNKNOWN, Verdict
 from ..checkpoint.combos import Combination
 from ..checkpoint.reference import all_gather, broadcast
 from ..errors import TopologyChangeRefused
-from ..runner.backends import make_backend
+from ..runner.adapters import make_backend
 from ..runner.history import EventLog
 from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState

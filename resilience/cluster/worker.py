@@ -47,7 +47,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
     from ..checkpoint.combos import Combination, valid_combinations
-    from ..runner.backends import supported_combinations
+    from ..runner.adapters import supported_combinations
 
     if args.combos:
         combos = [str(Combination.parse(c)) for c in args.combos]

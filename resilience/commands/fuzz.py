@@ -49,7 +49,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
     from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
-    from ..runner.backends import make_backend
+    from ..runner.adapters import make_backend
     from .progress import Progress
 
     opts = FuzzOptions(examples=args.examples, seed=args.seed, combos=args.combos, max_world=args.max_world,

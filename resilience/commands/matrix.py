@@ -35,7 +35,7 @@ def run(args) -> int:
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
     from ..report.table import text_table
-    from ..runner.backends import make_backend, supported_combinations
+    from ..runner.adapters import make_backend, supported_combinations
     from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
     from .progress import Progress
     from .run import summarize

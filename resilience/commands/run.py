@@ -35,7 +35,7 @@ def scenario_files(paths: list[str]) -> list[str]:
 def run(args) -> int:
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
-    from ..runner.backends import make_backend
+    from ..runner.adapters import make_backend
     from ..runner.scenario import load_file
     from .progress import Progress
 

@@ -13,7 +13,7 @@ from ..checkpoint.combos import Combination
 from ..errors import RankFailure
 from ..faults.layout import Layout, learn
 from ..state import ModelSpec, Topology
-from .backends import make_backend, resolve
+from .adapters import make_backend, resolve
 
 _CACHE: dict[tuple, Layout] = {}
 
@@ -117,7 +117,7 @@ def _hints(backend: str) -> dict | None:
     """The adapter's optional `layout_hints` ({role: [glob, ...]}) on its factory."""
     if backend in ("", "reference") or backend.startswith("broken:"):
         return None
-    from .backends import _factory
+    from .adapters import _factory
     return getattr(_factory(backend), "layout_hints", None)
 
 

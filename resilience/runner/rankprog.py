@@ -12,7 +12,7 @@ from ..checkpoint.combos import Combination
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprint import assemble, gather_pieces, generations
-from .backends import make_backend
+from .adapters import make_backend
 from .history import EventLog
 
 

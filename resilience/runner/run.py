@@ -15,7 +15,7 @@ from ..faults import NothingToDamage
 from ..faults.layout_damage import NotApplicable
 from ..launch import Job
 from . import faultplan
-from .backends import make_backend
+from .adapters import make_backend
 from .evidence import evidence_from
 from .expected import never_stopped
 from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events

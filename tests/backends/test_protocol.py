@@ -9,7 +9,7 @@ from resilience.broken import CATALOGUE
 from resilience.checkpoint import Combination, ReferenceBackend
 from resilience.checkpoint.combos import valid_combinations
 from resilience.errors import ConfigError
-from resilience.runner.backends import make_backend, resolve, supported_combinations
+from resilience.runner.adapters import make_backend, resolve, supported_combinations
 
 DCP_SYNC = Combination.parse("TORCH_DCP/torch_dcp/sync")
 DIST_ASYNC = Combination.parse("GLOBAL/torch_dist/async")
