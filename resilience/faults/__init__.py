@@ -23,6 +23,7 @@ from .base import (
 )
 from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank, iteration_in
 from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
+from .firings import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
 from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
 from .kinds import (
     BitFlip,
@@ -45,7 +46,6 @@ from .kinds import (
 )
 from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ranks
 from .oplog import Op, OpLog, read_ops
-from .report import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
 
 __all__ = [
     "BitFlip", "CrashState", "CrashStates", "Damage", "DeleteFile", "EscapingManifestPath", "ExtraFile", "Fault",

@@ -20,9 +20,9 @@ from ..checkpoint import phases
 from ..errors import ConfigError
 from ..storage.base import WriteStreamBase
 from .base import Fault, faults_from, matches_path
+from .firings import FaultReport, firing
 from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWrite, TornWrite
 from .oplog import OpLog
-from .report import FaultReport, firing
 
 # Logged before they happen: a rank killed between the call and its record would leave a file the log
 # never made, and no crash state could be built. A failed call cancels its record.

@@ -17,8 +17,8 @@ import psutil
 
 from ..errors import ConfigError
 from .base import Fault, faults_from, matches_path
+from .firings import FaultReport, firing
 from .kinds import RankHang, RankKill
-from .report import FaultReport, firing
 
 
 def signal_ranks(pids: Iterable[int], sig: int, *, tree: bool = False) -> list[int]:

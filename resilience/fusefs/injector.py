@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..faults.base import Fault, faults_from, matches_path
+from ..faults.firings import FaultReport, firing
 from ..faults.inject import _is_crash, _op_triggered
 from ..faults.kinds import IOFailure, LostUnsyncedWrites, ShortWrite, SlowWrite, TornWrite
-from ..faults.report import FaultReport, firing
 from .base import Caller
 
 VIA = "fuse"  # every firing says which way in carried it

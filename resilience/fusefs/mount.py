@@ -24,8 +24,8 @@ from multiprocessing.process import BaseProcess
 
 from ..errors import ConfigError, ResilienceError
 from ..faults.base import faults_from
+from ..faults.firings import read_firings
 from ..faults.kinds import LostUnsyncedWrites
-from ..faults.report import read_firings
 from .base import FIRINGS, STDERR
 from .mounts import is_mounted, unmount
 from .server import ServerConfig, serve
@@ -166,7 +166,7 @@ class Mount:
         raise MountError(f"the file system of {self.mountpoint} did not take the rank map{self._said()}")
 
     def firings(self) -> list[dict]:
-        """What fired so far (faults.report records, each with via: fuse)."""
+        """What fired so far (faults.firings records, each with via: fuse)."""
         return read_firings(self.report)
 
     # ---- end ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..faults.report import FaultReport
+from ..faults.firings import FaultReport
 from .base import FSNAME, SUBTYPE
 from .injector import FuseInjector
 from .journal import Journal
@@ -35,7 +35,7 @@ class ServerConfig:
     faults: list = field(default_factory=list)     # parsed records (faults.base.Fault)
     ranks: dict = field(default_factory=dict)      # rank -> root pid
     log: str | None = None                          # folder of both logs
-    report: str | None = None                       # firings (faults.report format)
+    report: str | None = None                       # firings (faults.firings format)
     stderr: str | None = None                       # where libfuse's own messages go
     runner_pid: int = 0
     runner_pgid: int = 0
