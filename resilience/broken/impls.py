@@ -149,7 +149,7 @@ class async_no_snapshot(ReferenceBackend):
 
     def _start_async(self, state, records, root, staging):
         import resilience.checkpoint.reference as ref
-        with patched(ref, "Snapshot", _LiveRecords), patched(threading.Thread, "start", _deferred_start):
+        with patched(ref, "StagedCopy", _LiveRecords), patched(threading.Thread, "start", _deferred_start):
             super()._start_async(state, records, root, staging)
 
     def finalize(self, *, blocking=True):

@@ -24,7 +24,7 @@ from .combos import CheckpointType, CkptFormat, Combination, combination
 from .formats.base import Format, RankInfo
 from .manifest import Manifest, save_number, verify_file
 from .recorder import recording
-from .staging import Snapshot
+from .staging import StagedCopy
 
 log = logging.getLogger("resilience.checkpoint")
 
@@ -206,7 +206,7 @@ class ReferenceBackend:
             self._async_group = dist.new_group(backend="gloo")
         # the previous save's writer has finished (save() finalized it), so its buffers are free to reuse;
         # the copy runs on the writer thread, and the training step copies first what it is about to change
-        snapshot = Snapshot(records, self._staging_buffers)
+        snapshot = StagedCopy(records, self._staging_buffers)
         info = self._info(state, self._async_group)
         prepare = getattr(self.format, "prepare", None)
         if prepare is not None:  # a format's collective set-up (device meshes, groups) stays on this thread

@@ -23,7 +23,7 @@ def storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
 
-class Snapshot:
+class StagedCopy:
     """The staged copy of `records` for one async save. `copy_all()` (writer thread) returns the staged
     records once every tensor is copied; `before_write(tensors)` (training thread) returns once those
     tensors' records are copied. `waited` counts the seconds the training thread spent in it."""

@@ -87,8 +87,8 @@ class TrainingState:
             if spec.dtype == "bf16":
                 self.main[key] = fp32[lo:hi].clone()
         self.rng = torch.Generator().manual_seed(spec.seed * 1_000_003 + self.coords.pp * 1009 + self.coords.tp)
-        # an async save still copying the state (checkpoint.staging.Snapshot): told before a tensor changes
-        self.write_guard: Any = None  # a Snapshot while an async save copies this state
+        # an async save still copying the state (checkpoint.staging.StagedCopy): told before a tensor changes
+        self.write_guard: Any = None  # a StagedCopy while an async save copies this state
 
     # ---- layout ---------------------------------------------------------------------------------
     def _piece(self, layout: ParamLayout) -> Piece:

@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from resilience.checkpoint.staging import Snapshot
+from resilience.checkpoint.staging import StagedCopy
 from resilience.state.sharding import ShardedObject, ShardedTensor
 
 
@@ -23,7 +23,7 @@ def _staged(snapshot):
 def test_training_copies_what_it_changes_before_the_writer_gets_there():
     tensors, records = _records()
     before = [t.clone() for t in tensors]
-    snap = Snapshot(records)
+    snap = StagedCopy(records)
     snap.before_write([tensors[2], tensors[4][10:20]])  # a view counts for its whole tensor
     tensors[2].fill_(-1)
     tensors[4].fill_(-1)
@@ -37,7 +37,7 @@ def test_training_copies_what_it_changes_before_the_writer_gets_there():
 def test_a_write_after_the_writer_copied_does_not_reach_the_snapshot():
     tensors, records = _records()
     before = [t.clone() for t in tensors]
-    snap = Snapshot(records)
+    snap = StagedCopy(records)
     snap.copy_all()
     snap.before_write(tensors)  # all copied already: returns at once
     for t in tensors:
@@ -51,7 +51,7 @@ def test_training_and_writer_racing_give_the_values_of_the_save():
     for _ in range(20):
         tensors, records = _records(n=40, size=20000)
         before = [t.clone() for t in tensors]
-        snap = Snapshot(records)
+        snap = StagedCopy(records)
         box = {}
         writer = threading.Thread(target=lambda: box.update(staged=_staged(snap)))  # noqa: B023 (joined below)
         writer.start()
@@ -66,16 +66,16 @@ def test_training_and_writer_racing_give_the_values_of_the_save():
 def test_buffers_are_reused_when_shapes_match_and_dropped_when_keys_go():
     tensors, records = _records(n=3)
     buffers = {}
-    first = Snapshot(records, buffers).copy_all()
+    first = StagedCopy(records, buffers).copy_all()
     kept = {k: v.data_ptr() for k, v in buffers.items()}
-    second = Snapshot(records[:2], buffers).copy_all()
+    second = StagedCopy(records[:2], buffers).copy_all()
     assert {k: v.data_ptr() for k, v in buffers.items()} == {k: kept[k] for k in ("t0", "t1")}
     assert second[0].data.data_ptr() == first[0].data.data_ptr()
 
 
 def test_a_failed_copy_fails_the_snapshot_and_wakes_the_other_thread():
     tensors, records = _records(n=2)
-    snap = Snapshot(records)
+    snap = StagedCopy(records)
     snap._copies[1] = (torch.zeros(3), snap._copies[1][1])  # a shape the buffer cannot take
     with pytest.raises(RuntimeError):
         snap.before_write([tensors[1]])
