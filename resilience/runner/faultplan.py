@@ -7,7 +7,6 @@ the ranks from the next rank operation on, nemesis faults run beside the job, at
 checkpoint folder after the job."""
 from __future__ import annotations
 
-import contextlib
 import os
 
 from ..errors import ConfigError
@@ -17,7 +16,6 @@ from ..faults import (
     Snapshot,
     corrupt as corrupt_at_rest,
     faults_from,
-    inject,
     iteration_in,
     power_loss_states,
     read_firings,
@@ -73,8 +71,8 @@ def needs_layout(records: list[dict]) -> bool:
 
 def layout_for(scenario, combo, backend: str, case_dir: str, start_method: str = "fork"):
     """The backend's layout, learned once from a clean save (runner.learn), when the scenario has faults."""
-    from .plan import LAYER
-    records = [s for s in scenario.steps if s.kind in LAYER or s.kind == "fault"]
+    from .scenario import FAULT_STEPS
+    records = [s for s in scenario.steps if s.kind in FAULT_STEPS]
     if not needs_layout(records):
         return None
     from .learn import learn_layout
@@ -144,13 +142,6 @@ def validate(record: dict, world: int):
 
 
 # ---- rank side -----------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def rank_faults(records: list[dict], rank: int, world: int, report: str, oplog_dir: str | None):
-    """Install in-process faults on this rank's checkpoint I/O."""
-    with inject(records, rank=rank, world=world, report=report, oplog_dir=oplog_dir):
-        yield
-
-
 def needs_oplog(records: list[dict]) -> bool:
     return any(r.get("kind") == "lost_unsynced_writes" for r in records)
 
@@ -221,7 +212,3 @@ def unfired(configured: list[dict], report: str) -> list[str]:
     faults = faults_from([r for r in configured], where="fault")
     faults = [f for f in faults if f.layer in ("inject", "nemesis")]
     return [str(f) for f in unprobed(faults, read_firings(report))]
-
-
-def firings(report: str) -> list[dict]:
-    return read_firings(report)

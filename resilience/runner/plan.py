@@ -4,11 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..checkpoint.combos import Combination
+from ..faults import KINDS
 from ..state import Topology
 from .faultplan import record_of
 from .scenario import FAULT_STEPS, Scenario
-
-LAYER = {"crash": "inject", "kill": "nemesis", "corrupt": "at_rest", "lose_unsynced": "inject"}
 
 
 @dataclass
@@ -24,13 +23,6 @@ class JobSpec:
     @property
     def power_loss(self) -> dict | None:
         return next((f["record"] for f in self.faults if f["record"]["kind"] == "lost_unsynced_writes"), None)
-
-
-def layer_of(step_kind: str, record: dict) -> str:
-    if step_kind in LAYER:
-        return LAYER[step_kind]
-    from ..faults import KINDS
-    return KINDS[record["kind"]].layer
 
 
 def plan_jobs(scenario: Scenario, combo: Combination, layout=None) -> list[JobSpec]:
@@ -97,7 +89,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
     for step in scenario.steps:
         k, a = step.kind, step.args
         record = record_of(k, a) if k in FAULT_STEPS else None
-        layer = layer_of(k, record) if record is not None else None
+        layer = KINDS[record["kind"]].layer if record is not None else None  # each Fault class knows its layer
         runs_on_ranks = k in ("train", "save", "finalize") or layer in ("inject", "nemesis")
         if runs_on_ranks and any("corrupt" in x for x in cur.after):
             # training (or a fault on it) goes on after runner actions: a new job that first resumes; a

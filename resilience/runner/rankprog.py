@@ -181,7 +181,8 @@ def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> 
     records = [f["record"] for f in plan.faults if f["arm_at"] == index]
     if not records:
         return
-    from .faultplan import needs_oplog, rank_faults
+    from ..faults import inject
+    from .faultplan import needs_oplog
     oplog = None
     if needs_oplog(records):
         import torch.distributed as dist
@@ -192,4 +193,4 @@ def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> 
             Snapshot.take(plan.root, plan.snapshot_dir)
         dist.barrier()
         oplog = plan.oplog_dir
-    stack.enter_context(rank_faults(records, rank, plan.topo.world, plan.fault_log, oplog))
+    stack.enter_context(inject(records, rank=rank, world=plan.topo.world, report=plan.fault_log, oplog_dir=oplog))

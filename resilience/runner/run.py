@@ -11,7 +11,7 @@ from ..checkers import ALL, FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status,
 from ..checkers.integrity import INERT
 from ..checkpoint.combos import Combination
 from ..errors import ResilienceError
-from ..faults import NothingToDamage
+from ..faults import NothingToDamage, read_firings
 from ..faults.layout_damage import NotApplicable
 from ..launch import Job
 from . import faultplan
@@ -203,7 +203,7 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     plan = RankPlan(scenario.model, spec.topo, combo, root, rank_dir, spec.ops, job_no, backend, spec.faults,
                     fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"),
                     os.path.join(case_dir, "snapshots", f"job{job_no}"))
-    fired_before = len(faultplan.firings(fault_log))
+    fired_before = len(read_firings(fault_log))
     history.append(INVOKE, "job", job=job_no, kind=spec.kind, topology=str(spec.topo), ops=spec.ops,
                    crash_state=crash_state)
     job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
@@ -224,7 +224,7 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
         if crash_state:
             e.value["crash_state"] = crash_state
         history.write(e)
-    for rec in faultplan.firings(fault_log)[fired_before:]:
+    for rec in read_firings(fault_log)[fired_before:]:
         history.write(Event(INFO, "fault", "runner", rec, job_no))  # the job it fired in explains its errors
     first = outcome.first_failure()
     why = f"rank {first.rank}: {first.describe().splitlines()[0]}" if first else ""
