@@ -23,6 +23,7 @@ import os
 import threading
 import time
 
+from ..faults.firings import read_firings
 from ..faults.oplog import OpLog
 from .base import FUSE_LOG, NO_RANK, Caller
 
@@ -96,17 +97,7 @@ class Journal:
 
 def read_log(folder: str | os.PathLike) -> list[dict]:
     """Every line of a mount's fuse.jsonl, in order (a torn last line is skipped)."""
-    path = os.path.join(str(folder), FUSE_LOG)
-    out: list[dict] = []
-    if not os.path.exists(path):
-        return out
-    with open(path, "rb") as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return sorted(out, key=lambda r: r.get("seq", 0))
+    return sorted(read_firings(os.path.join(str(folder), FUSE_LOG)), key=lambda r: r.get("seq", 0))
 
 
 __all__ = ["Journal", "read_log"]
