@@ -57,6 +57,21 @@ def _kill_session(proc: subprocess.Popen) -> None:
     proc.wait(LIMIT)
 
 
+def _interrupt(tmp_path, argv: list[str], sig: int, status: int) -> str:
+    """Start the command, send `sig` once its first row is in, and check it stopped as asked: its run folder."""
+    proc = _start(str(tmp_path), argv)
+    try:
+        run_dir = _wait_first_row(proc, str(tmp_path))
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=LIMIT)
+    finally:
+        if proc.poll() is None:
+            _kill_session(proc)
+    assert proc.returncode == status, err
+    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    return run_dir
+
+
 def _read(run_dir: str, name: str) -> str:
     with open(os.path.join(run_dir, name), encoding="utf-8") as f:
         return f.read()
@@ -64,16 +79,7 @@ def _read(run_dir: str, name: str) -> str:
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_matrix_keeps_the_finished_cases(tmp_path, sig, status):
-    proc = _start(str(tmp_path))
-    try:
-        run_dir = _wait_first_row(proc, str(tmp_path))
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=LIMIT)
-    finally:
-        if proc.poll() is None:
-            _kill_session(proc)
-    assert proc.returncode == status, err
-    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    run_dir = _interrupt(tmp_path, MATRIX, sig, status)
     rows = json.loads(_read(run_dir, "results.json"))
     assert 1 <= len(rows) < CASES and all(r["verdict"] == "PASS" for r in rows)
     meta = json.loads(_read(run_dir, "run.json"))
@@ -101,16 +107,7 @@ def test_a_killed_matrix_leaves_rows_that_report_turns_into_the_reports(tmp_path
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_fuzz_keeps_a_row_per_finished_case_with_its_replay(tmp_path, sig, status):
-    proc = _start(str(tmp_path), FUZZ)
-    try:
-        run_dir = _wait_first_row(proc, str(tmp_path))
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=LIMIT)
-    finally:
-        if proc.poll() is None:
-            _kill_session(proc)
-    assert proc.returncode == status, err
-    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
+    run_dir = _interrupt(tmp_path, FUZZ, sig, status)
     rows = json.loads(_read(run_dir, "results.json"))
     assert 1 <= len(rows) < 40 and all(r["replay"].startswith("resilience run ") for r in rows), rows
     assert json.loads(_read(run_dir, "run.json"))["status"] == "interrupted"
