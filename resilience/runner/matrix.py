@@ -1,11 +1,12 @@
 """The seed's table, measured: combinations x faults x transitions as generated scenarios."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..checkpoint.combos import Combination
-from ..errors import ConfigError
+from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from .scenario import Scenario, Step
 
@@ -105,13 +106,11 @@ def transition_scenario(label: str, text: str, seed: int) -> Scenario:
 def metadata_files_read(combo: Combination, backend: str, folder: str) -> list[str] | None:
     """The names of the metadata files a load of `combo` reads, from the backend's learned layout on the
     matrix's base topology (cached: the cases reuse it); None when it cannot be learned."""
-    from ..errors import ResilienceError
     from .learn import learn_layout
     try:
         layout = learn_layout(MODEL, _topo(BASE), combo, backend, folder)
     except ResilienceError:
         return None  # the metadata case of this combination will show why
-    import os
     return sorted({os.path.basename(f.template) for f in layout.of("metadata") if f.read is not False}) or None
 
 
