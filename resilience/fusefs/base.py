@@ -34,6 +34,36 @@ STDERR = "fuse.stderr"        # libfuse's and mfusepy's own messages, in the log
 # outside every rank (the runner, a copy made for a snapshot) are written under this one.
 NO_RANK = -1
 
+# Names a rank looks up (os.stat) at the mount's top to talk to the file system; none of them exists, the
+# lookup is the message, and it returns only once the file system has taken it:
+#   CONTROL + "rank.<R>"  the calling process is rank R's root (its children count as R's too)
+#   CONTROL + "arm.<I>"   the calling rank begins its operation I (records armed there start counting)
+CONTROL = ".resilience-control."
+
+
+def control_path(mountpoint: str, what: str, number: int) -> str:
+    return os.path.join(mountpoint, f"{CONTROL}{what}.{int(number)}")
+
+
+def tell(mountpoint: str, what: str, number: int) -> None:
+    """Send one control message (see CONTROL) from this process to the file system mounted at `mountpoint`."""
+    try:
+        os.stat(control_path(mountpoint, what, number))
+    except FileNotFoundError:
+        return  # the answer every control name gets
+    raise OSError(f"{mountpoint} did not take the control message {what}.{number}: is the file system mounted?")
+
+
+def parse_control(rel: str) -> tuple[str, int] | None:
+    """("rank", R) or ("arm", I) for a control name ("/" + CONTROL + ...), None for any other path."""
+    if not rel.startswith("/" + CONTROL):
+        return None
+    what, _, number = rel[len(CONTROL) + 1:].partition(".")
+    if what not in ("rank", "arm") or not number.isdigit():
+        return None
+    return what, int(number)
+
+
 _SEAM = {"create": "create", "write": "write", "fsync": "fsync", "fdatasync": "fsync", "fsync_dir": "fsync_dir",
          "rename": "rename", "exchange": "exchange", "mkdir": "mkdir", "unlink": "unlink", "rmdir": "rmtree",
          "flush": "close"}
@@ -65,4 +95,5 @@ class Caller:
     thread: str = "main"
 
 
-__all__ = ["Caller", "FIRINGS", "FSNAME", "FUSE_LOG", "NO_RANK", "STDERR", "SUBTYPE", "is_writable", "seam_op"]
+__all__ = ["CONTROL", "Caller", "FIRINGS", "FSNAME", "FUSE_LOG", "NO_RANK", "STDERR", "SUBTYPE", "control_path",
+           "is_writable", "parse_control", "seam_op", "tell"]

@@ -10,6 +10,11 @@ one, and a crash never kills a process that belongs to no rank.
 A crash at a byte is armed by the nth matching open for writing, as the seam arms it at open_write, and
 cuts the write request that reaches the byte: the file holds exactly that many bytes when the rank dies.
 
+A record may be armed late, as the seam arms it at a rank operation: `arm_at[i]` is the index of the rank
+operation from which record i counts (None: from the mount on), and each rank says when it reaches an
+index (`armed`, told through the control names of base.py). Before that the record sees nothing of
+that rank, so `nth` counts from the same point either way in.
+
 Pure decisions, no I/O but the firing report: the file system (passthrough.py) sleeps, fails, writes and
 kills as told, in the seam's order: slow, fail with an errno, crash before, do (a write maybe short,
 torn or cut at a byte), log, crash after. Phase triggers are announced by checkpoint code in process,
@@ -45,10 +50,17 @@ class Plan:
 class FuseInjector:
     """The in-process injector's decisions, for every rank at once."""
 
-    def __init__(self, faults: Iterable, *, report: FaultReport | None = None):
+    def __init__(self, faults: Iterable, *, report: FaultReport | None = None,
+                 arm_at: Iterable[int | None] | None = None):
         parsed = faults_from(list(faults))
-        self.faults = [f for f in parsed if f.layer == "inject" and f.trigger.phase is None]
+        arms = list(arm_at) if arm_at is not None else [None] * len(parsed)
+        if len(arms) != len(parsed):
+            raise ValueError(f"{len(arms)} arming points for {len(parsed)} fault records")
+        kept = [(f, a) for f, a in zip(parsed, arms) if f.layer == "inject" and f.trigger.phase is None]
+        self.faults = [f for f, _ in kept]
+        self.arm_at = [a for _, a in kept]
         self.report = report
+        self._reached: dict[int, int] = {}  # rank -> the last rank operation index it announced
         self._count: dict[tuple[int, int], int] = {}
         self._slowed: dict[tuple[int, int], int] = {}
         self._done: set[tuple[int, int]] = set()
@@ -74,6 +86,15 @@ class FuseInjector:
             self.report.append(rec)
         return rec
 
+    def reached(self, rank: int, index: int) -> None:
+        """Rank `rank` begins its operation `index`: the records armed there count its operations from now."""
+        with self._lock:
+            self._reached[rank] = max(index, self._reached.get(rank, -1))
+
+    def _armed(self, i: int, rank: int) -> bool:
+        at = self.arm_at[i]
+        return at is None or self._reached.get(rank, -1) >= at
+
     def _applies(self, f: Fault, caller: Caller, path: str) -> bool:
         if caller.rank is None or not f.target.has_rank(caller.rank):
             return False
@@ -86,7 +107,7 @@ class FuseInjector:
         with self._lock:
             for i, f in enumerate(self.faults):
                 key = (i, caller.rank)
-                if not _op_triggered(f, op):
+                if not _op_triggered(f, op) or not self._armed(i, caller.rank):
                     continue
                 if not any(self._applies(f, caller, p) for p in paths):
                     continue
@@ -159,6 +180,8 @@ class FuseInjector:
                 key = (i, caller.rank)
                 if not _is_crash(f) or f.trigger.at_byte is None or key in self._done:
                     continue
+                if not self._armed(i, caller.rank):
+                    continue
                 if self._applies(f, caller, path):
                     self._count[key] = self._count.get(key, 0) + 1
                     if self._count[key] == f.trigger.nth:
@@ -176,7 +199,7 @@ class FuseInjector:
 
     def close(self, ranks: Iterable[int]) -> None:
         """Unmount: a lost_unsynced_writes record with no crash point fires now, after the last operation,
-        once per rank of the map it targets (the runner then builds the crash states)."""
+        once per rank of the map it targets that armed it (the runner then builds the crash states)."""
         ranks = sorted(ranks)
         for i, f in enumerate(self.faults):
             if not isinstance(f, LostUnsyncedWrites) or f.target.op is not None or f.trigger.at_byte is not None:
@@ -184,6 +207,7 @@ class FuseInjector:
             if any(i == j for j, _ in self._done):
                 continue
             targeted: list[int | None] = [r for r in ranks if f.target.has_rank(r)] or [None]
+            targeted = [r for r in targeted if r is None or self._armed(i, r)]
             for r in targeted:
                 self.fire(i, None if r is None else Caller(0, 0, r), "power_loss", when="after the last operation")
 

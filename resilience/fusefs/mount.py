@@ -49,11 +49,19 @@ class Mount:
 
     def __init__(self, backing: str | os.PathLike, mountpoint: str | os.PathLike, *,
                  ranks: Mapping[int, int] | None = None, faults: Iterable = (), log: str | os.PathLike | None = None,
-                 report: str | os.PathLike | None = None):
+                 report: str | os.PathLike | None = None, arm_at: Iterable[int | None] | None = None,
+                 paths_as: str | os.PathLike | None = None):
         self.backing = os.path.abspath(str(backing))
         self.mountpoint = os.path.abspath(str(mountpoint))
         self.log = None if log is None else os.path.abspath(str(log))
         self.faults = faults_from(list(faults))
+        self.arm_at = None if arm_at is None else list(arm_at)
+        if self.arm_at is not None and len(self.arm_at) != len(self.faults):
+            raise ConfigError("arm_at", f"{len(self.arm_at)} arming points for {len(self.faults)} fault records",
+                              "give one per record (None: from the mount on)")
+        # the folder the logs and the faults' paths speak of: the runner names the backing folder, so crash
+        # states, snapshots and layouts built on it read the log as they read the seam's
+        self.paths_as = None if paths_as is None else os.path.abspath(str(paths_as))
         if report is None and self.log is not None:
             report = os.path.join(self.log, FIRINGS)
         self.report = None if report is None else os.path.abspath(str(report))
@@ -96,7 +104,8 @@ class Mount:
         child_commands, commands = ctx.Pipe(duplex=False)  # (reading end, writing end)
         events, child_events = ctx.Pipe(duplex=False)
         self._commands, self._events = commands, events
-        cfg = ServerConfig(self.backing, self.mountpoint, faults=self.faults, ranks=self.ranks, log=self.log,
+        cfg = ServerConfig(self.backing, self.mountpoint, faults=self.faults, arm_at=self.arm_at,
+                           paths_as=self.paths_as, ranks=self.ranks, log=self.log,
                            report=self.report, stderr=self._stderr, runner_pid=os.getpid(), runner_pgid=os.getpgid(0),
                            runner_fds=(commands.fileno(), events.fileno()))
         proc = self._proc = ctx.Process(target=serve, args=(cfg, child_commands, child_events), name="fusefs",
@@ -210,11 +219,14 @@ class Mount:
 @contextlib.contextmanager
 def mounted(backing: str | os.PathLike, mountpoint: str | os.PathLike, *, ranks: Mapping[int, int] | None = None,
             faults: Iterable = (), log: str | os.PathLike | None = None, report: str | os.PathLike | None = None,
+            arm_at: Iterable[int | None] | None = None, paths_as: str | os.PathLike | None = None,
             timeout: float = MOUNT_TIMEOUT) -> Iterator[Mount]:
     """Mount `backing` at `mountpoint` through the faulty file system for the block: `faults` (records or
     dicts, as a scenario gives them) carried out on callers attributed by `ranks` (rank -> root pid; also
-    settable later with Mount.set_ranks), every operation logged to `log` (a folder outside the mount)."""
-    m = Mount(backing, mountpoint, ranks=ranks, faults=faults, log=log, report=report)
+    settable later with Mount.set_ranks, or told by each rank with base.tell), every operation logged to `log`
+    (a folder outside the mount). `arm_at` and `paths_as`: see FuseInjector and Mount."""
+    m = Mount(backing, mountpoint, ranks=ranks, faults=faults, log=log, report=report, arm_at=arm_at,
+              paths_as=paths_as)
     m.start(timeout)
     try:
         yield m

@@ -29,7 +29,7 @@ import mfusepy
 
 from ..faults.base import Fault
 from ..faults.kinds import LostUnsyncedWrites
-from .base import Caller, is_writable, seam_op
+from .base import Caller, is_writable, parse_control, seam_op
 from .injector import FuseInjector, Plan, crash_action, torn_fill
 from .journal import Journal
 from .ranks import RankMap
@@ -124,6 +124,16 @@ class Passthrough(mfusepy.Operations):
             self._killed.clear()
             return self.ranks.update(roots)
 
+    def _told(self, what: str, number: int) -> None:
+        """A control message (base.CONTROL) from the calling process."""
+        if what == "rank":
+            with self._lock:
+                self.ranks.add(number, self._caller().tgid)
+            return
+        caller = self._caller()
+        if caller.rank is not None:
+            self.injector.reached(caller.rank, number)
+
     def _real(self, rel: str | None) -> str:
         if rel is None:
             raise OSError(errno.ENOENT, "no path (an unlinked file)")
@@ -185,6 +195,10 @@ class Passthrough(mfusepy.Operations):
 
     # ---- metadata, never logged ------------------------------------------------------------------
     def getattr(self, path, fh=None):
+        message = parse_control(path) if fh is None else None
+        if message is not None:
+            self._told(*message)
+            raise OSError(errno.ENOENT, "a control name")  # never cached: libfuse's negative timeout is 0
         if fh is not None and (fh in self._handles or fh in self._dirs):
             st = os.fstat(fh)
         else:

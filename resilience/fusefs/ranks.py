@@ -98,6 +98,10 @@ class RankMap:
             self.version += 1
             return self.version
 
+    def add(self, rank: int, pid: int) -> int:
+        """Rank `rank`'s root is `pid` (a rank announcing itself), the others kept. Returns the new version."""
+        return self.update({**self.roots, int(rank): int(pid)})
+
     def caller(self, pid: int) -> Caller:
         """Who `pid` (a thread id from fuse_get_context) is; rank None outside every rank or once gone."""
         st = _stat(pid) if pid > 0 else None

@@ -33,6 +33,8 @@ class ServerConfig:
     backing: str
     mountpoint: str
     faults: list = field(default_factory=list)     # parsed records (faults.base.Fault)
+    arm_at: list | None = None                      # per record: the rank operation it counts from (injector)
+    paths_as: str | None = None                     # the folder logs and fault paths name (default: the mount)
     ranks: dict = field(default_factory=dict)      # rank -> root pid
     log: str | None = None                          # folder of both logs
     report: str | None = None                       # firings (faults.firings format)
@@ -71,8 +73,9 @@ def serve(cfg: ServerConfig, commands, events) -> None:
         from .passthrough import FaultyFUSE, Passthrough  # mfusepy loads libfuse on import
 
         ranks = RankMap(cfg.ranks, protected={cfg.runner_pgid, os.getpgid(0)}, spared={cfg.runner_pid, os.getpid()})
-        injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None)
-        journal = Journal(cfg.log, cfg.mountpoint)
+        injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None,
+                                arm_at=cfg.arm_at)
+        journal = Journal(cfg.log, cfg.paths_as or cfg.mountpoint)
         ops = Passthrough(cfg.backing, ranks=ranks, injector=injector, journal=journal,
                           on_ready=lambda: send(("ready", os.getpid())))
         threading.Thread(target=_control, args=(ops, commands, send, cfg.mountpoint), name="fusefs-control",

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from resilience.fusefs import mounted, read_log
+from resilience.fusefs import mounted, read_log, tell
 
 from .procs import Rank, gone
 
@@ -221,3 +221,35 @@ def test_a_crash_never_kills_the_runner(dirs):
         _chunks(None, str(mnt / "x"), 2)
         fired = m.firings()
     assert [(f["action"], f["pid"]) for f in fired] == [("sigkill", os.getpid())]
+
+
+def _told_then_chunks(conn, mnt, rank, arm, path, count):
+    """Announce itself as `rank`, write `count` chunks, announce operation `arm`, write `count` more."""
+    tell(str(mnt), "rank", rank)
+    first = _chunks(conn, path + ".0", count)
+    tell(str(mnt), "arm", arm)
+    return first, _chunks(conn, path + ".1", count)
+
+
+def test_a_rank_that_announces_itself_arms_its_records_at_an_operation(dirs):
+    """No rank map from the runner: the rank tells the file system who it is, and a record armed at its
+    operation 2 counts only the writes after that, as the seam arms it in process."""
+    backing, mnt, log = dirs
+    fault = {"kind": "io_error", "errno": "EIO", "rank": 1, "op": "write", "nth": 2}
+    with mounted(backing, mnt, log=log, faults=[fault], arm_at=[2], paths_as=backing) as m:
+        p = Rank(_told_then_chunks, str(mnt), 1, 2, str(mnt / "a.bin"), 3)
+        code, msg = p.go().wait()
+        fired = m.firings()
+    assert code == 0 and msg[1] == (None, {"failed_at": 2, "errno": errno.EIO}), msg
+    assert [(f["rank"], f["path"]) for f in fired] == [(1, str(backing / "a.bin.1"))]  # named as the backing
+    assert all(r["rank"] == 1 for r in read_log(log))
+
+
+def test_a_record_armed_later_never_fires_before(dirs):
+    backing, mnt, log = dirs
+    fault = {"kind": "io_error", "errno": "EIO", "rank": 0, "op": "write", "nth": 1}
+    with mounted(backing, mnt, log=log, faults=[fault], arm_at=[5]) as m:
+        p = Rank(_told_then_chunks, str(mnt), 0, 4, str(mnt / "b.bin"), 2)
+        code, msg = p.go().wait()
+        assert m.firings() == []
+    assert code == 0 and msg[1] == (None, None), msg
