@@ -89,6 +89,10 @@ def pytest_addoption(parser):
     group.addoption("--resilience-backend", type=parse_backend, default=None, metavar="NAME",
                     help="implementation under test: reference, broken:NAME or package.module:factory "
                          "(default: each scenario's own, else reference)")
+    group.addoption("--resilience-io", choices=("seam", "fuse", "auto"), default=None,
+                    help="how faults reach the implementation's I/O: seam (in process), fuse (a fault-injecting "
+                         "file system under every writer) or auto (default: each scenario's io, else auto: the seam "
+                         "for backends that declare io_through_seam, the file system otherwise)")
     group.addoption("--resilience-profile", type=parse_profile, default=None, metavar="NAME",
                     help="load this Hypothesis settings profile: ci, dev, fuzz, or one a conftest registers")
     group.addoption("--resilience-out", default=None, metavar="DIR",
@@ -106,6 +110,7 @@ class ResilienceOptions:
     backend: str | None
     out: str | None
     _config: Any = field(repr=False, default=None)
+    io: str | None = None
     _run_dir: str | None = field(repr=False, default=None)
     _cases: int = field(repr=False, default=0)
 
@@ -164,7 +169,8 @@ def pytest_configure(config):
             raise pytest.UsageError(f"--resilience-backend: {e}") from None
     config.stash[_OPTIONS] = ResilienceOptions(config.getoption("resilience_combos"),
                                                config.getoption("resilience_max_world"), backend,
-                                               config.getoption("resilience_out"), config)
+                                               config.getoption("resilience_out"), config,
+                                               config.getoption("resilience_io"))
 
 
 def pytest_report_header(config):
@@ -230,7 +236,7 @@ class ScenarioRunner:
             from .checkpoint.combos import Combination
             wanted = [c if isinstance(c, Combination) else Combination.parse(c) for c in combos]
             chosen = [c for c in chosen if c in wanted]
-        return [judge(scenario, combo, backend=self.options.backend,
+        return [judge(scenario, combo, backend=self.options.backend, io=self.options.io,
                       case_dir=self.options.case_dir(f"{scenario.name}-{combo}"), fail_on=fail_on)
                 for combo in chosen]
 
@@ -353,8 +359,8 @@ class ScenarioItem(pytest.Item):
             pytest.skip(f"needs {world} ranks; --resilience-max-world is {options.max_world}")
         backend = options.backend or self.scenario.backend
         result = run_case(self.scenario, self.combo, options.case_dir(f"{self.scenario.name}-{self.combo}"),
-                          backend=backend)
-        replay = replay_command(str(self.path), self.combo, backend)
+                          backend=backend, io=options.io)
+        replay = replay_command(str(self.path), self.combo, backend, options.io)
         self.user_properties += [("verdict", str(result.verdict)), ("replay", replay), ("evidence", result.case_dir)]
         if result.verdict in FAILING:
             raise failure_class(result)(self.scenario, result, replay)

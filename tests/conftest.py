@@ -7,18 +7,32 @@ import pytest
 from hypothesis import settings
 
 import resilience.fuzz.profiles  # noqa: F401  (registers ci / dev / fuzz, as the pytest plugin does)
+from resilience.fusefs import FSNAME, fuse_available, fuse_mounts
 
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)
-def no_leftover_processes():
-    """Every test ends with no rank process of ours still alive."""
+def no_leftover_processes(tmp_path):
+    """Every test ends with no rank process of ours still alive, and none of our mounts under its folder."""
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     alive = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"processes left behind: {[(p.pid, p.name()) for p in alive]}"
+    mounts = [mp for source, mp, _ in fuse_mounts() if source == FSNAME and mp.startswith(str(tmp_path))]
+    assert not mounts, f"mounts left behind: {mounts}"
+
+
+@pytest.fixture
+def fuse():
+    """FUSE can mount here, else the test is skipped with why; under CI=true it fails instead (CI installs
+    fuse3, so a skip there means the FUSE tests never ran)."""
+    ok, why = fuse_available()
+    if not ok:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"FUSE is required under CI=true: {why}")
+        pytest.skip(why)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -18,6 +18,7 @@ from .base import (
     worst,
 )
 from .durability import Durability
+from .exceptions import ExceptionContract
 from .generations import Generations
 from .integrity import Integrity
 from .resume import ResumeEquivalence
@@ -25,9 +26,9 @@ from .saves import SaveOutcomes
 from .topology import TopologyIndependence, expected_loadable
 
 ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes(),
-       Generations())
+       Generations(), ExceptionContract())
 
-__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "FAIL", "FAILING", "Generations", "Integrity",
-           "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes", "SaveRecord", "Status",
-           "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable", "is_failing", "run_checker",
-           "worst"]
+__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "ExceptionContract", "FAIL", "FAILING", "Generations",
+           "Integrity", "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes", "SaveRecord",
+           "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable", "is_failing",
+           "run_checker", "worst"]

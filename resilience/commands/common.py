@@ -30,6 +30,15 @@ def transition_arg(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def add_io_argument(p) -> None:
+    """--io: the way in-process faults reach the implementation under test (resilience.runner.ways)."""
+    p.add_argument("--io", choices=("seam", "fuse", "auto"), default=None,
+                   help="how faults reach the implementation's I/O: seam (in process, through resilience.storage), "
+                        "fuse (a fault-injecting file system mounted over the checkpoint folder: every writer, "
+                        "forked or not, Python or not) or auto (the seam for the reference and backends that declare "
+                        "io_through_seam, the file system otherwise); default: the scenario's io, else auto")
+
+
 def number_arg(kind, ok, what: str):
     """An argparse type: `kind(text)` that passes `ok`, else one error saying what was expected."""
     def parse(text: str):

@@ -2,7 +2,7 @@
 minimal failures. Exit status 1 when anything failed, 0 otherwise."""
 from __future__ import annotations
 
-from .common import combination_arg, number_arg, positive_float, positive_int
+from .common import add_io_argument, combination_arg, number_arg, positive_float, positive_int
 
 # decimal, or with a base prefix (0x...), as int(text, 0) reads it
 _seed = number_arg(lambda text: int(text, 0), lambda v: v >= 0, "a non-negative integer")
@@ -43,6 +43,7 @@ def register(sub) -> None:
     p.add_argument("--profile", default="dev",
                    help="ci (25 examples, seed 0: fast and deterministic), dev (50, default) or fuzz (500)")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
+    add_io_argument(p)
     p.set_defaults(func=run)
 
 
@@ -54,7 +55,7 @@ def run(args) -> int:
 
     opts = FuzzOptions(examples=args.examples, seed=args.seed, combos=args.combos, max_world=args.max_world,
                        time_budget=args.time_budget, shrink_budget=args.shrink_budget, all_bugs=args.all_bugs,
-                       backend=args.backend, out=args.out, modes=tuple(args.mode),
+                       backend=args.backend, io=args.io, out=args.out, modes=tuple(args.mode),
                        faults=args.faults, max_steps=args.max_steps, profile=args.profile)
     _check(opts)
     make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now

@@ -10,7 +10,7 @@ import tempfile
 import time
 
 from ..errors import ConfigError
-from .common import combination_arg, seed_arg
+from .common import add_io_argument, combination_arg, seed_arg
 
 
 def register(sub) -> None:
@@ -27,6 +27,7 @@ def register(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
+    add_io_argument(p)
     p.set_defaults(func=run)
 
 
@@ -65,12 +66,13 @@ def run(args) -> int:
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
     folder = RunFolder.create(args.out, "matrix", {"title": "resilience matrix", "seed": args.seed,
                                                    "backend": args.backend, "command": command, "columns": columns,
-                                                   "cases": len(work)})
+                                                   "cases": len(work), "io": args.io})
     print(f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
-          f"{len(work)} cases; seed {args.seed}; backend {args.backend}; run folder {folder.path}", flush=True)
+          f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args)}; "
+          f"run folder {folder.path}", flush=True)
     cases_dir = os.path.join(folder.path, "cases")
     specs = [CaseSpec(c.scenario, c.combo, os.path.join(cases_dir, f"{i:03d}-{_label(c.combo, c.column)}"),
-                      args.backend, c.fault, c.transition, {"column": c.column}) for i, c in enumerate(work)]
+                      args.backend, c.fault, c.transition, {"column": c.column}, args.io) for i, c in enumerate(work)]
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
         rows = judge_cases(folder, specs, columns=columns, after=lambda row: bar.update())
@@ -81,6 +83,12 @@ def run(args) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     return summarize(rows, paths)
+
+
+def _io(args) -> str:
+    from ..runner.ways import FUSE, resolve
+    way = resolve(args.io, args.backend)
+    return "the fault-injecting file system" if way == FUSE else "the storage seam"
 
 
 def _label(combo, column: str = "") -> str:

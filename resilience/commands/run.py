@@ -5,7 +5,7 @@ import os
 import shlex
 import sys
 
-from .common import combination_arg, seed_arg
+from .common import add_io_argument, combination_arg, seed_arg
 
 
 def register(sub) -> None:
@@ -16,6 +16,7 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs", help="where run folders go (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=None, help="override every scenario's seed")
     p.add_argument("--tag", action="append", help="only scenarios carrying this tag")
+    add_io_argument(p)
     p.set_defaults(func=run)
 
 
@@ -63,7 +64,8 @@ def run(args) -> int:
     print(f"run folder {folder.path}; {len(work)} cases; seeds {seeds}", flush=True)
     cases_dir = os.path.join(folder.path, "cases")
     specs = [CaseSpec(s, combo, os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
-                      args.backend or s.backend, extra={"column": s.name}) for i, (s, combo) in enumerate(work)]
+                      args.backend or s.backend, extra={"column": s.name}, io=args.io)
+             for i, (s, combo) in enumerate(work)]
     with Progress(len(work), "cases") as bar:
         def after(row: dict) -> None:
             bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")

@@ -57,6 +57,7 @@ class FuzzOptions:
     shrink_budget: float = 120.0       # seconds a found failure may spend shrinking
     all_bugs: bool = False             # shrink each failing checker separately (slower), not one failure per mode
     backend: str = "reference"
+    io: str | None = None              # how faults reach the backend (runner.ways); None: auto
     out: str = "runs"
     modes: tuple[str, ...] = MODES
     faults: list[str] | None = None    # fault kinds to draw (default: the deterministic ones)
@@ -172,7 +173,7 @@ class _Judge:
             f.write(f"# {result.verdict}: {result.detail[:300]}\n")
             f.write(scenario.to_yaml())
         row = dict(result.to_row(), column=mode, case_dir=None, scenario_file=path,
-                   replay=replay_command(path, combo, self.opts.backend))
+                   replay=replay_command(path, combo, self.opts.backend, self.opts.io))
         self.rows.append(row)
         self.folder.append(row)
 
@@ -195,7 +196,7 @@ class _Judge:
         self.n += 1
         case_dir = os.path.join(self.work, f"{self.n:05d}")
         try:
-            result = run_case(scenario, combo, case_dir, backend=self.opts.backend)
+            result = run_case(scenario, combo, case_dir, backend=self.opts.backend, io=self.opts.io)
         except Interrupted as e:
             raise _Interrupt(e) from None
         except Exception as e:

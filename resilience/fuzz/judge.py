@@ -61,7 +61,7 @@ def describe_failure(scenario: Scenario, result: CaseResult, replay: str, *, lim
 
 
 def judge(scenario: Scenario, combo: Combination | str | None = None, *, backend: str | None = None,
-          case_dir: str | None = None, fail_on: Iterable[str] = BAD) -> CaseResult:
+          case_dir: str | None = None, fail_on: Iterable[str] = BAD, io: str | None = None) -> CaseResult:
     """Run one scenario x combination on real ranks; raise ScenarioFailed if the verdict is in `fail_on`.
     Without `case_dir` the evidence goes to a temporary folder, kept only when the case fails."""
     if combo is None:
@@ -69,9 +69,10 @@ def judge(scenario: Scenario, combo: Combination | str | None = None, *, backend
             raise ValueError("the scenario has several combinations: say which one, or use judge_all")
         combo = scenario.combinations[0]
     combo = combo if isinstance(combo, Combination) else Combination.parse(combo)
-    if backend is not None and backend != scenario.backend:
+    if (backend is not None and backend != scenario.backend) or (io is not None and io != scenario.io):
         from dataclasses import replace
-        scenario = replace(scenario, backend=backend)  # so the YAML written beside the evidence replays alone
+        # so the YAML written beside the evidence replays alone
+        scenario = replace(scenario, backend=backend or scenario.backend, io=io or scenario.io)
     temporary = case_dir is None
     case_dir = case_dir or tempfile.mkdtemp(prefix="resilience-case-")
     result = run_case(scenario, combo, case_dir, backend=scenario.backend)

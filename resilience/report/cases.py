@@ -31,6 +31,7 @@ class CaseSpec:
     fault: str | None = None
     transition: str | None = None
     extra: dict = field(default_factory=dict)
+    io: str | None = None  # the way in-process faults reach the backend (runner.ways); None: auto
 
 
 def judge_cases(folder: RunFolder, cases: Iterable[CaseSpec], *, columns: list[str] | None = None,
@@ -41,33 +42,33 @@ def judge_cases(folder: RunFolder, cases: Iterable[CaseSpec], *, columns: list[s
     with keeping(folder, columns):
         for c in cases:
             rows.append(judge_case(folder, c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault,
-                                   transition=c.transition, **c.extra))
+                                   transition=c.transition, io=c.io, **c.extra))
             if after is not None:
                 after(rows[-1])
     return rows
 
 
 def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: str, fault: str | None = None,
-               transition: str | None = None, **extra) -> dict:
+               transition: str | None = None, io: str | None = None, **extra) -> dict:
     """run_case, as a row appended to the run folder; extra keys (column, ...) go into the row."""
     from ..runner.run import run_case
     check_stop()
     start = time.monotonic()
     try:
-        result = run_case(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition)
+        result = run_case(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition, io=io)
         row = dict(result.to_row(), **extra)
     except INTERRUPTIONS:
         raise
     except Exception as e:  # the framework broke on this case: UNKNOWN for it, never an abort of the run
         row = framework_error_row(scenario, combo, case_dir, e, backend=backend, fault=fault,
-                                  transition=transition, seconds=time.monotonic() - start, **extra)
+                                  transition=transition, seconds=time.monotonic() - start, io=io, **extra)
     folder.append(row)
     return row
 
 
 def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *, backend: str,
                         fault: str | None = None, transition: str | None = None, seconds: float = 0.0,
-                        **extra) -> dict:
+                        io: str | None = None, **extra) -> dict:
     """The UNKNOWN row of a case the framework could not judge; the traceback goes to the case folder."""
     from ..checkers import UNKNOWN
     from ..runner.run import replay_command

@@ -110,4 +110,5 @@ def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | No
 def _error(e: Event, index: int, op: str, save_id: str | None) -> dict:
     v = e.value
     return {"op": op, "save_id": save_id, "job": e.job, "rank": e.process, "iteration": v.get("iteration"),
-            "error": v.get("error", ""), "errno": v.get("errno"), "index": index}
+            "error": v.get("error", ""), "errno": v.get("errno"), "index": index,
+            **({"not_exception": v["not_exception"]} if v.get("not_exception") else {})}

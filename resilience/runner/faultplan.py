@@ -69,15 +69,16 @@ def needs_layout(records: list[dict]) -> bool:
     return bool(records)
 
 
-def layout_for(scenario, combo, backend: str, case_dir: str, start_method: str = "fork"):
-    """The backend's layout, learned once from a clean save (runner.learn), when the scenario has faults."""
+def layout_for(scenario, combo, backend: str, case_dir: str, start_method: str = "fork", io: str = "seam"):
+    """The backend's layout, learned once from a clean save (runner.learn), when the scenario has faults;
+    through the fault-injecting file system when `io` is fuse (it sees every file, whoever writes it)."""
     from .scenario import FAULT_STEPS
     records = [s for s in scenario.steps if s.kind in FAULT_STEPS]
     if not needs_layout(records):
         return None
     from .learn import learn_layout
     return learn_layout(scenario.model, scenario.topology, combo, backend, os.path.join(case_dir, "layout"),
-                        start_method=start_method)
+                        start_method=start_method, io=io)
 
 
 def aim(record: dict, layout, iteration: int | None) -> tuple[dict | None, str | None]:

@@ -5,6 +5,7 @@ runner learns it once per (backend, combination, topology, model) and keeps it b
 (layout.json) for faults and corruptions to aim through."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class ProbePlan:
     iteration: int
     phases_file: str
     reads_file: str
+    control: str = ""  # the mount point when the save goes through the fault-injecting file system
 
 
 def probe_iteration(world: int) -> int:
@@ -42,13 +44,18 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     from ..checkpoint import phases
     from ..faults import inject
     from ..state import TrainingState
+    if plan.control:
+        from ..fusefs import tell
+        tell(plan.control, "rank", ctx.rank)
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
     state.train(plan.iteration)
     backend = make_backend(plan.backend, plan.combo)
     announced: list[str] = []
     stop = phases.listen(lambda phase, info: announced.append(phase))
     try:
-        with inject([], rank=ctx.rank, world=plan.topo.world, oplog_dir=plan.oplog_dir):
+        # under the file system, it logs every operation itself
+        with contextlib.nullcontext() if plan.control else \
+                inject([], rank=ctx.rank, world=plan.topo.world, oplog_dir=plan.oplog_dir):
             backend.save(state, plan.root)
             backend.finalize()
     finally:
@@ -79,18 +86,21 @@ def _reads_of_load(plan: ProbePlan, rank: int) -> dict:
 
 
 def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: str, folder: str, *,
-                 timeout: float = 120.0, start_method: str = "fork") -> Layout:
+                 timeout: float = 120.0, start_method: str = "fork", io: str = "seam") -> Layout:
     """The layout of `backend` for `combo` on `topo`, learned in `folder` (scratch root, operation log,
-    layout.json); cached for the life of the process."""
-    key = (resolve(backend or "reference"), str(combo), str(topo), repr(spec))
+    layout.json); cached for the life of the process. `io` fuse: the save goes through the
+    fault-injecting file system, whose log holds every file of every writer."""
+    key = (resolve(backend or "reference"), str(combo), str(topo), repr(spec), io)
     os.makedirs(folder, exist_ok=True)
     if key not in _CACHE:
         from ..launch import Job
-        plan = ProbePlan(spec, topo, combo, backend or "reference", os.path.join(folder, "ckpt"),
-                         os.path.join(folder, "oplog"), probe_iteration(topo.world), os.path.join(folder, "phases"),
-                         os.path.join(folder, "reads"))
-        outcome = Job(_probe_rank, topo.world, args=(plan,), timeout=timeout, log_dir=os.path.join(folder, "logs"),
-                      start_method=start_method, pin_cpus=True).start().wait()
+        root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
+        plan = ProbePlan(spec, topo, combo, backend or "reference", root, oplog, probe_iteration(topo.world),
+                         os.path.join(folder, "phases"), os.path.join(folder, "reads"))
+        with _way(io, plan, folder) as ran, Job(_probe_rank, topo.world, args=(ran,), timeout=timeout,
+                                                 log_dir=os.path.join(folder, "logs"), start_method=start_method,
+                                                 pin_cpus=True) as job:
+            outcome = job.wait()
         if not outcome.ok:
             first = outcome.first_failure()
             raise RankFailure({first.rank: first.describe()[:2000]} if first else {},
@@ -111,6 +121,22 @@ def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: s
     layout = _CACHE[key]
     layout.save(os.path.join(folder, "layout.json"))
     return layout
+
+
+@contextlib.contextmanager
+def _way(io: str, plan: ProbePlan, folder: str):
+    """The probe plan as the ranks run it: through the file system mounted over its root when io is fuse."""
+    if io != "fuse":
+        yield plan
+        return
+    from dataclasses import replace
+
+    from ..fusefs import mounted
+    mountpoint = os.path.join(folder, "mnt")
+    os.makedirs(plan.root, exist_ok=True)
+    os.makedirs(mountpoint, exist_ok=True)
+    with mounted(plan.root, mountpoint, log=plan.oplog_dir, paths_as=plan.root):
+        yield replace(plan, root=mountpoint, control=mountpoint)
 
 
 def _hints(backend: str) -> dict | None:

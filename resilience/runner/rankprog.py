@@ -32,6 +32,8 @@ class RankPlan:
     fault_log: str = ""       # where fired faults are reported
     oplog_dir: str = ""       # where each rank logs its file operations (power-loss states)
     snapshot_dir: str = ""    # where rank 0 copies the folder as it was before those operations
+    control: str = ""         # the mount point of the fault-injecting file system, when the job runs under it
+    fs_arms: list[int] = field(default_factory=list)  # ops at which its records arm (each rank tells it)
 
 
 GENERATIONS_PER_JOB = 1000  # a save's generation: job * this + its number in the job, unique in a run
@@ -82,9 +84,23 @@ def errno_of(e: BaseException, depth: int = 0) -> int | None:
     return int(found.group(1)) if found else None
 
 
+# What a save or finalize may raise and still be recorded as the implementation's failure: anything but a
+# stop of this process. torch DCP's CheckpointException, for one, derives from BaseException only.
+_RAISED = BaseException
+_STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def _not_ours(e: BaseException) -> None:
+    if isinstance(e, _STOPS):
+        raise e
+
+
 def error_of(e: BaseException) -> dict:
-    """What a failed operation records: the exception, and its errno by name (ENOSPC, EROFS, ...)."""
-    out = {"error": f"{type(e).__name__}: {e}"}
+    """What a failed operation records: the exception, its class's bases (an exception that is not an
+    Exception escapes `except Exception` in a training loop), and its errno by name (ENOSPC, EROFS, ...)."""
+    out: dict = {"error": f"{type(e).__name__}: {e}"}
+    if not isinstance(e, Exception):
+        out["not_exception"] = [f"{c.__module__}.{c.__qualname__}" for c in type(e).__mro__[:-1]]
     code = errno_of(e)
     if isinstance(code, int) and code in errno.errorcode:
         out["errno"] = errno.errorcode[code]
@@ -93,6 +109,9 @@ def error_of(e: BaseException) -> dict:
 
 def run_plan(ctx, plan: RankPlan) -> dict:
     log = EventLog(os.path.join(plan.history_dir, f"rank{ctx.rank}.jsonl"), plan.job, ctx.rank)
+    if plan.control:  # before any I/O: the file system attributes this process and its children to this rank
+        from ..fusefs import tell
+        tell(plan.control, "rank", ctx.rank)
     lead = ctx.rank == 0
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
     backend = make_backend(plan.backend, plan.combo)
@@ -118,7 +137,8 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 previous = in_flight if backend.in_flight_iteration is not None else None
                 try:
                     backend.save(state, plan.root)
-                except Exception as e:
+                except _RAISED as e:
+                    _not_ours(e)
                     log.fail("save", save_id=save_id, iteration=state.iteration, **error_of(e))
                     raise
                 if previous is not None:
@@ -134,7 +154,8 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 log.invoke("finalize", **ids)
                 try:
                     backend.finalize()
-                except Exception as e:
+                except _RAISED as e:
+                    _not_ours(e)
                     log.fail("finalize", **ids, **error_of(e))
                     if pending is not None:
                         log.fail("save", **ids, via="finalize", **error_of(e))
@@ -177,7 +198,11 @@ def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPl
 
 
 def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> None:
-    """Install the in-process faults armed at this op: from here on they watch this rank's I/O."""
+    """Install the in-process faults armed at this op: from here on they watch this rank's I/O. The file
+    system's records armed here are told so."""
+    if plan.control and index in plan.fs_arms:
+        from ..fusefs import tell
+        tell(plan.control, "arm", index)
     records = [f["record"] for f in plan.faults if f["arm_at"] == index]
     if not records:
         return

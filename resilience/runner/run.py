@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..checkers import ALL, FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, run_checker, worst
 from ..checkers.integrity import INERT
@@ -14,7 +14,7 @@ from ..errors import ResilienceError
 from ..faults import NothingToDamage, read_firings
 from ..faults.layout_damage import NotApplicable
 from ..launch import Job
-from . import faultplan
+from . import faultplan, ways
 from .adapters import make_backend
 from .evidence import evidence_from
 from .expected import never_stopped
@@ -51,25 +51,34 @@ class CaseResult:
                 "replay": self.replay}
 
 
-def replay_command(scenario_file: str, combo: Combination, backend: str = "reference") -> str:
+def replay_command(scenario_file: str, combo: Combination, backend: str = "reference", io: str | None = None) -> str:
     cmd = ["resilience", "run", scenario_file, "--combos", str(combo)]
     if backend != "reference":
         cmd += ["--backend", backend]
+    if io is not None and io != ways.AUTO:  # a file that does not say how its faults reached the backend
+        cmd += ["--io", io]
     return " ".join(shlex.quote(c) for c in cmd)
 
 
 def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: str | None = None,
-             fault: str | None = None, transition: str | None = None, start_method: str = "fork") -> CaseResult:
-    """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`."""
+             fault: str | None = None, transition: str | None = None, start_method: str = "fork",
+             io: str | None = None) -> CaseResult:
+    """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`; `io` is the way
+    in-process faults reach the implementation (runner.ways: seam, fuse, auto)."""
     backend = backend or scenario.backend
+    io = ways.check(io or scenario.io)
     start = time.monotonic()
     make_backend(backend, combo)  # imports the implementation here, once, not in every forked rank
+    way = case_way(scenario, backend, io)
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     with open(scenario_file, "w") as f:
-        f.write(scenario.to_yaml())
+        f.write(replace(scenario, io=io).to_yaml())  # the way it ran, so the file replays alone
+    replay = replay_command(scenario_file, combo, backend)
+    if way == ways.FUSE and (why := ways.unavailable()) is not None:
+        return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)
     history = EventLog(os.path.join(case_dir, "history.jsonl"), process="runner")
-    history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend)
+    history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend, io=way)
     root = os.path.join(case_dir, "ckpt")
     unexpected: list[dict] = []
     configured: list[dict] = []
@@ -77,7 +86,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     outcomes: list[dict] = []  # what became of the corruptions and power losses, beside the firings
     fault_log = os.path.join(case_dir, "faults.jsonl")
     try:
-        layout = faultplan.layout_for(scenario, combo, backend, case_dir, start_method)
+        layout = faultplan.layout_for(scenario, combo, backend, case_dir, start_method, io=way)
     except ResilienceError as e:  # the backend could not save once: the case's own jobs will show it
         layout = None
         history.info("layout", learned=False, why=str(e)[:500])
@@ -90,7 +99,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
             outcomes.append(_fault(u["record"], NEVER_FIRED if u["why"] == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND,
                                    u["why"]))
         unexpected += _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend,
-                               start_method=start_method)
+                               start_method=start_method, way=way)
         this_job = job_no
         for action in spec.after:
             if "corrupt" in action:
@@ -104,13 +113,16 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                 except NothingToDamage as e:
                     history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
                     outcomes.append(_fault(action["corrupt"], NOT_APPLICABLE, f"found nothing to damage: {e}"))
-            elif not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")):
+            elif not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")) or \
+                    (way == ways.FUSE and ways.in_ranks(action["power_loss"])
+                     and not _fired(fault_log, action["power_loss"])):
                 history.info("lose_unsynced", armed=False, why="the job ended before the power-loss fault was armed")
                 outcomes.append(_fault(action["power_loss"], NEVER_FIRED,
                                        "the job ended before the power-loss fault was armed"))
             else:
+                logged = ways.FUSE_LOGS if way == ways.FUSE and ways.in_ranks(action["power_loss"]) else "oplog"
                 states = faultplan.power_loss(action["power_loss"], _snapshot(root, case_dir, this_job),
-                                              os.path.join(case_dir, "oplog", f"job{this_job}"),
+                                              os.path.join(case_dir, logged, f"job{this_job}"),
                                               os.path.join(case_dir, "states", f"job{this_job}"))
                 history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
                            summary=states["summary"])
@@ -132,7 +144,35 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     verdicts += _expectations(scenario, ev)
     overall, detail, extra = combine(verdicts, unexpected, faults)
     return CaseResult(scenario.name, str(combo), overall, verdicts + extra, time.monotonic() - start, case_dir,
-                      replay_command(scenario_file, combo, backend), detail, fault, transition, scenario.tags, faults)
+                      replay, detail, fault, transition, scenario.tags, faults)
+
+
+def case_way(scenario: Scenario, backend: str, io: str | None) -> str:
+    """seam or fuse for this case: fuse only when asked (or auto for a backend outside the seam) and some
+    fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount."""
+    way = ways.resolve(io, backend)
+    if way == ways.FUSE:
+        from .scenario import FAULT_STEPS
+        records = [faultplan.record_of(s.kind, s.args) for s in scenario.steps if s.kind in FAULT_STEPS]
+        if not any(ways.in_ranks(r) for r in records):
+            return ways.SEAM
+    return way
+
+
+def _cannot_mount(scenario: Scenario, combo: Combination, case_dir: str, replay: str, why: str, start: float,
+                  fault: str | None, transition: str | None) -> CaseResult:
+    """The case's faults needed the file system and this machine cannot mount it: nothing was probed."""
+    detail = f"the fault-injecting file system cannot mount here: {why}"
+    verdict = Verdict("faults", UNPROBED, detail)
+    return CaseResult(scenario.name, str(combo), UNPROBED, [verdict], time.monotonic() - start, case_dir, replay,
+                      detail, fault, transition, scenario.tags,
+                      [{"fault": "every fault of the case", "status": NEVER_FIRED, "detail": detail}])
+
+
+def _fired(fault_log: str, record: dict) -> bool:
+    """Whether a power-loss record fired (the file system fires one only once a rank armed it)."""
+    text = faultplan.describe(record)
+    return any(f.get("action") == "power_loss" and f.get("text") == text for f in read_firings(fault_log))
 
 
 def _fault(record: dict, status: str, detail: str) -> dict:
@@ -196,27 +236,35 @@ def combine(verdicts: list[Verdict], unexpected: list[dict], faults: list[dict])
 
 def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
              history: EventLog, backend: str, crash_state: str | None = None,
-             start_method: str = "fork") -> list[dict]:
+             start_method: str = "fork", way: str = ways.SEAM) -> list[dict]:
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
-    plan = RankPlan(scenario.model, spec.topo, combo, root, rank_dir, spec.ops, job_no, backend, spec.faults,
-                    fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"),
-                    os.path.join(case_dir, "snapshots", f"job{job_no}"))
+    snapshot_dir = os.path.join(case_dir, "snapshots", f"job{job_no}")
     fired_before = len(read_firings(fault_log))
     history.append(INVOKE, "job", job=job_no, kind=spec.kind, topology=str(spec.topo), ops=spec.ops,
                    crash_state=crash_state)
-    job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
-              log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
-              pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
-    with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
-        kills = [k["record"] for k in spec.kills]
-        nemesis = faultplan.start_nemesis(job, kills, root, fault_log) if kills else None
-        try:
-            outcome = job.wait()
-        finally:
-            if nemesis is not None:
-                nemesis.stop()
+    if crash_state:
+        way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
+    if way == ways.FUSE and any(ways.in_ranks(f["record"]) and f["record"]["kind"] == "lost_unsynced_writes"
+                                for f in spec.faults):
+        from ..faults import Snapshot
+        Snapshot.take(root, snapshot_dir)  # the file system logs every operation of the job from here
+    with ways.job_way(way, root, case_dir, job_no, spec.faults, fault_log) as w:
+        plan = RankPlan(scenario.model, spec.topo, combo, w.root, rank_dir, spec.ops, job_no, backend, w.in_process,
+                        fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"), snapshot_dir, control=w.control,
+                        fs_arms=w.arms)
+        job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
+                  log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
+                  pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
+        with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
+            kills = [k["record"] for k in spec.kills]
+            nemesis = faultplan.start_nemesis(job, kills, root, fault_log) if kills else None
+            try:
+                outcome = job.wait()
+            finally:
+                if nemesis is not None:
+                    nemesis.stop()
     events = sorted((e for r in range(spec.topo.world) for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
                     key=lambda e: e.time)
     for e in events:

@@ -37,7 +37,7 @@ STEP_KINDS = {
 }
 FAULT_STEPS = ("crash", "fault", "kill", "corrupt", "lose_unsynced")
 TOP_FIELDS = {"name", "description", "seed", "model", "topology", "combinations", "steps", "expect", "timeout",
-              "backend", "tags"}
+              "backend", "tags", "io"}
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
 OUTCOMES = ("loaded", "refused", "failed")
 RESUME_FIELDS = {"topology", "continue"}
@@ -119,12 +119,14 @@ class Scenario:
     backend: str = "reference"
     tags: list[str] = field(default_factory=list)
     source: str = "<scenario>"
+    io: str = "auto"  # how in-process faults reach the backend: seam, fuse or auto (runner.ways)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "description": self.description, "seed": self.seed,
                 "model": self.model.to_dict(), "topology": str(self.topology),
                 "combinations": [str(c) for c in self.combinations], "steps": [s.to_dict() for s in self.steps],
-                "expect": self.expect, "timeout": self.timeout, "backend": self.backend, "tags": self.tags}
+                "expect": self.expect, "timeout": self.timeout, "backend": self.backend, "tags": self.tags,
+                **({"io": self.io} if self.io != "auto" else {})}
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -219,6 +221,10 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
     timeout = _timeout(data.get("timeout", 120.0), bad)
     backend = _backend(data.get("backend", "reference"), bad)
     tags = _tags(data.get("tags"), bad)
+    io = data.get("io", "auto")
+    if io not in ("seam", "fuse", "auto"):
+        bad.add(("io",), f"cannot read {_show(io)}",
+                "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto")
     model = _model(data.get("model"), bad)
     topology = _topology(data.get("topology", "tp1pp1dp1"), ("topology",), model, bad)
     combos = _combinations(data.get("combinations", "all"), bad)
@@ -226,7 +232,7 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
     expect = _expect(data.get("expect"), bad)
     bad.raise_any()
     return Scenario(name, steps, model, topology, combos, seed, description, expect, float(timeout), backend, tags,  # type: ignore[arg-type]
-                    source)  # raise_any() raised if the model or topology was missing
+                    source, io)  # raise_any() raised if the model or topology was missing
 
 
 def _is_int(v) -> TypeGuard[int]:

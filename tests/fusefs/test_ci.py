@@ -13,7 +13,7 @@ def test_needs_fuse(fuse):
 
 @pytest.mark.parametrize("ci, failed, skipped", [("true", 1, 0), ("", 0, 1)])
 def test_no_fuse_is_a_skip_except_in_ci(pytester, monkeypatch, ci, failed, skipped):
-    conftest = (Path(__file__).parent / "conftest.py").read_text()
+    conftest = (Path(__file__).parent.parent / "conftest.py").read_text()  # where the fuse fixture lives
     stub = "\n\ndef fuse_available():\n    return False, 'cannot open /dev/fuse: stubbed'\n"
     fixture = "\n\n@pytest.fixture\ndef fuse"
     pytester.makeconftest(conftest.replace("\n" + fixture, stub + fixture, 1))

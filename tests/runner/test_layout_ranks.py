@@ -1,5 +1,6 @@
 """Layouts learned from one clean save of real ranks, and the matrix's damage columns aimed through them
 on code the framework did not write (stock DCP, a plain in-house library)."""
+import json
 import os
 
 import pytest
@@ -74,11 +75,23 @@ def _history(case):
 
 
 def test_in_process_faults_on_code_outside_the_seam_are_unprobed_with_one_reason(tmp_path):
+    """Asked to go through the seam, the faults cannot reach a library that writes with plain open()."""
     from resilience.runner.faultplan import OUTSIDE_SEAM
     result = run_case(fault_scenario("io_error", 0), Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"),
-                      backend=INHOUSE)
+                      backend=INHOUSE, io="seam")
     assert result.verdict == "UNPROBED" and OUTSIDE_SEAM in result.detail
     assert {f["detail"] for f in result.faults if f["status"] != "fired"} == {OUTSIDE_SEAM}
+
+
+def test_by_default_the_file_system_reaches_code_outside_the_seam(tmp_path, fuse):
+    """auto: the library declares nothing, so its faults go through the fault-injecting file system, which
+    sees its torch.save writes: the fault fires there and the case is judged."""
+    result = run_case(fault_scenario("io_error", 0), Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"),
+                      backend=INHOUSE)
+    assert result.verdict in ("PASS", "FAIL"), result.detail
+    assert [f["status"] for f in result.faults] == ["fired"]
+    fired = [json.loads(line) for line in open(tmp_path / "case" / "faults.jsonl")]
+    assert [(f["via"], f["rank"], os.path.basename(f["path"])) for f in fired] == [("fuse", 1, "rank_1.pt")]
 
 
 NOTES = "tests.backends.inhouse:with_notes"

@@ -1,0 +1,102 @@
+"""Which way a case's in-process faults reach the implementation (`--io`):
+
+- `seam`: inside the rank processes, through resilience.storage (faults.inject). Reaches only code that
+  writes through the seam: the reference and its broken variants, and adapters written for it.
+- `fuse`: the fault-injecting file system (resilience.fusefs) mounted over the checkpoint root for each
+  job of the case. Reaches every writer of every rank: forked writer processes, C++ writers, `dd`.
+- `auto` (the default): the seam where the backend declares that all its I/O goes through it (the
+  reference does; an adapter says so with `io_through_seam = True` on its factory), the file system
+  otherwise.
+
+A case whose faults are all outside the ranks (kills from the nemesis, damage at rest) needs no mount
+and runs the seam's way whatever was asked; a fuse case on a machine that cannot mount is UNPROBED, with
+the reason."""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..faults import KINDS
+
+SEAM, FUSE, AUTO = "seam", "fuse", "auto"
+CHOICES = (SEAM, FUSE, AUTO)
+MOUNT = "mnt"        # the mount point, in the case folder: the root every rank of a fuse case sees
+FUSE_LOGS = "fuse"   # the file system's logs, one folder per job, in the case folder
+
+
+def check(io: str | None) -> str:
+    """`io` as given on a command line or in a scenario, checked; None is auto."""
+    io = AUTO if io is None else io
+    if io not in CHOICES:
+        raise ConfigError("io", f"unknown way in {io!r}",
+                          "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto")
+    return io
+
+
+def through_seam(backend: str) -> bool:
+    """Whether the backend declares that every byte it writes or reads goes through resilience.storage."""
+    if backend in ("", "reference") or backend.startswith("broken:"):
+        return True
+    from .adapters import _factory
+    return bool(getattr(_factory(backend), "io_through_seam", False))
+
+
+def resolve(io: str | None, backend: str) -> str:
+    """seam or fuse: auto made concrete for this backend."""
+    io = check(io)
+    if io != AUTO:
+        return io
+    return SEAM if through_seam(backend) else FUSE
+
+
+def in_ranks(record: dict) -> bool:
+    """A fault record the file system can carry out: one the in-process injector would, not at a phase
+    (phases are announced by checkpoint code in process; a file system cannot hear them)."""
+    cls = KINDS.get(str(record.get("kind")))
+    return cls is not None and cls.layer == "inject" and not record.get("phase")
+
+
+@dataclass
+class JobWay:
+    """How one job's ranks see the checkpoint: `root` (the mount point, or the folder itself), the
+    records left in process, and what the file system carries out (records and where each is armed)."""
+
+    root: str
+    in_process: list[dict]
+    control: str = ""                               # the mount point ranks tell who they are and arm at
+    arms: list[int] = field(default_factory=list)   # the rank operations at which file-system records arm
+    log: str = ""                                   # the file system's log folder (its seam-format oplog)
+    mount: object | None = None
+
+
+@contextlib.contextmanager
+def job_way(way: str, root: str, case_dir: str, job_no: int, faults: list[dict], fault_log: str) -> Iterator[JobWay]:
+    """For the length of a job: nothing for the seam; for fuse, the file system mounted over `root` at
+    the case's mount point, carrying out `faults` ({"record", "arm_at"}) that it can."""
+    if way == SEAM:
+        yield JobWay(root, list(faults))
+        return
+    from ..fusefs import mounted
+    to_fs = [f for f in faults if in_ranks(f["record"])]
+    mountpoint = os.path.join(case_dir, MOUNT)
+    log = os.path.join(case_dir, FUSE_LOGS, f"job{job_no}")
+    os.makedirs(root, exist_ok=True)
+    os.makedirs(mountpoint, exist_ok=True)
+    with mounted(root, mountpoint, faults=[f["record"] for f in to_fs], arm_at=[f["arm_at"] for f in to_fs],
+                 log=log, report=fault_log, paths_as=root) as m:
+        yield JobWay(mountpoint, [f for f in faults if not in_ranks(f["record"])], control=mountpoint,
+                     arms=sorted({f["arm_at"] for f in to_fs}), log=log, mount=m)
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot mount the file system, or None when it can."""
+    from ..fusefs import fuse_available
+    ok, why = fuse_available()
+    return None if ok else why
+
+
+__all__ = ["AUTO", "CHOICES", "FUSE", "FUSE_LOGS", "JobWay", "MOUNT", "SEAM", "check", "in_ranks", "job_way",
+           "resolve", "through_seam", "unavailable"]
