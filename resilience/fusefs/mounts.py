@@ -5,6 +5,7 @@ lazy unmount (-z: detached now, gone once nothing uses it), then to umount(8), s
 leaves a mount in the tree for the next run to trip over."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -67,13 +68,25 @@ def unmount(mountpoint: str | os.PathLike, *, lazy: bool = False) -> tuple[bool,
     return not is_mounted(target), "; ".join(said) or "no fusermount3 or umount to unmount with"
 
 
+def _served(mountpoint: str) -> bool:
+    """Whether a file system process still answers for the mount: a dead one leaves ENOTCONN behind."""
+    try:
+        os.stat(mountpoint)
+    except OSError as e:
+        return e.errno not in (errno.ENOTCONN, errno.ECONNABORTED)
+    return True
+
+
 def clean_stale_mounts(prefix: str | os.PathLike) -> list[str]:
-    """Lazily unmount every mount of ours (source resilience-fusefs) at or under `prefix`, left by a run
-    that was killed before it could unmount; the mount points unmounted."""
+    """Lazily unmount every mount of ours (source resilience-fusefs) at or under `prefix` whose file system
+    process is gone (a run killed with it before it could unmount); live mounts of a run still going on are
+    left alone. The mount points unmounted."""
     base = os.path.abspath(str(prefix))
     done = []
     for source, mp, _ in fuse_mounts():
         if source != FSNAME or not (mp == base or mp.startswith(base.rstrip("/") + "/")):
+            continue
+        if _served(mp):
             continue
         ok, _ = unmount(mp, lazy=True)
         if ok:

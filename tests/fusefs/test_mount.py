@@ -99,3 +99,11 @@ def test_wrong_folders_are_refused_before_mounting(tmp_path):
         Mount(tmp_path / "b", tmp_path / "m", faults=[{"kind": "lost_unsynced_writes"}])
     with pytest.raises(ConfigError, match="errno"):
         Mount(tmp_path / "b", tmp_path / "m", faults=[{"kind": "io_error", "errno": "ENOPE"}])
+
+
+def test_clean_stale_mounts_leaves_a_live_mount_alone(dirs, tmp_path):
+    """A run still going on beside (another command under the same --out) keeps its mount."""
+    backing, mnt, log = dirs
+    with mounted(backing, mnt, log=log):
+        assert clean_stale_mounts(tmp_path) == []
+        assert is_mounted(mnt)
