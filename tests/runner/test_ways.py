@@ -1,0 +1,63 @@
+"""--io: which way a case's in-rank faults reach the implementation. The seam reaches only code that
+writes through resilience.storage; the fault-injecting file system reaches every writer, `cp` included."""
+import json
+import os
+
+import pytest
+
+from resilience.checkpoint.combos import Combination
+from resilience.errors import ConfigError
+from resilience.runner import ways
+from resilience.runner.run import run_case
+from resilience.runner.scenario import load_text
+
+COMBO = Combination.parse("LOCAL/torch/sync")
+SHELL_COPY = "tests.backends.shell_copy:factory"
+# rank 1 dies once 1000 bytes of its data file of the second save have landed
+CRASH_IN_COPY = """
+name: crash-inside-cp
+topology: tp2pp1dp1
+combinations: [LOCAL/torch/sync]
+steps: [{train: 1}, save, {train: 1}, {crash: {rank: 1, after_bytes: 1000, file: "@data"}}, save, resume]
+"""
+
+
+def test_auto_is_the_seam_for_the_reference_and_the_file_system_for_others():
+    assert ways.resolve(None, "reference") == ways.resolve("auto", "broken:no_fsync") == "seam"
+    assert ways.resolve("auto", SHELL_COPY) == "fuse"
+    assert ways.resolve("seam", SHELL_COPY) == "seam" and ways.resolve("fuse", "reference") == "fuse"
+    with pytest.raises(ConfigError, match="use seam .* fuse .* or auto"):
+        ways.check("nfs")
+
+
+def test_a_scenario_says_its_way_and_a_bad_one_is_named():
+    assert load_text(CRASH_IN_COPY + "io: fuse\n").io == "fuse"
+    assert "io: fuse" in load_text(CRASH_IN_COPY + "io: fuse\n").to_yaml()
+    with pytest.raises(ConfigError, match="io"):
+        load_text(CRASH_IN_COPY + "io: tape\n")
+
+
+@pytest.mark.multiprocess
+def test_a_writer_that_is_not_python_is_killed_at_the_byte(tmp_path, fuse):
+    result = run_case(load_text(CRASH_IN_COPY), COMBO, str(tmp_path / "case"), backend=SHELL_COPY)
+    assert [f["status"] for f in result.faults] == ["fired"], result.detail
+    assert result.verdict in ("PASS", "FAIL"), result.detail
+    fired = [json.loads(line) for line in open(tmp_path / "case" / "faults.jsonl")]
+    assert [(f["via"], f["action"], f["rank"]) for f in fired] == [("fuse", "sigkill", 1)]
+    # cp wrote through the mount; the file holds exactly the bytes before the crash point
+    assert os.path.getsize(tmp_path / "case" / "ckpt" / "iter_2" / "rank_1.pt") == 1000
+    scenario = open(tmp_path / "case" / "scenario.yaml").read()
+    assert "io: auto" in scenario or "io:" not in scenario  # auto: written only when not the default
+
+
+@pytest.mark.multiprocess
+def test_through_the_seam_the_same_fault_never_reaches_cp(tmp_path):
+    result = run_case(load_text(CRASH_IN_COPY), COMBO, str(tmp_path / "case"), backend=SHELL_COPY, io="seam")
+    assert result.verdict == "UNPROBED", result.detail
+
+
+def test_where_fuse_cannot_mount_a_fuse_case_is_unprobed_with_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(ways, "unavailable", lambda: "/dev/fuse does not exist (stubbed)")
+    result = run_case(load_text(CRASH_IN_COPY), COMBO, str(tmp_path / "case"), backend=SHELL_COPY)
+    assert result.verdict == "UNPROBED" and "/dev/fuse does not exist (stubbed)" in result.detail
+    assert "--io" not in result.replay and os.path.exists(tmp_path / "case" / "scenario.yaml")
