@@ -12,6 +12,7 @@ BENCHMARKS = {
     "checkpoint": "benchmarks.checkpoint",
     "scenario": "benchmarks.scenario",
     "fusefs": "benchmarks.fusefs",
+    "io-matrix": "benchmarks.io_matrix",
 }
 
 

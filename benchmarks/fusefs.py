@@ -5,6 +5,8 @@ is from the open to the close (fsync included, so the bytes are on the backing d
 ways, interleaved within each repeat so a change of machine load hits them alike:
 
 - bare: the backing folder itself;
+- seam+log: the in-process seam (resilience.storage through faults.inject with no records) with its
+  operation log, which also keeps a copy of every written byte: what a seam case pays for power loss;
 - mount: through resilience.fusefs mounted over it, no log (passthrough, pid->rank attribution, fault
   decisions with no records);
 - mount+log: as mount, with the log folder beside it: fuse.jsonl and the seam's operation log, which
@@ -30,7 +32,7 @@ from resilience.commands.common import positive_int
 from resilience.fusefs import fuse_available, mounted
 
 MIB = 1 << 20
-WAYS = ("bare", "mount", "mount+log")
+WAYS = ("bare", "seam+log", "mount", "mount+log")
 
 
 def write_file(path: str, size: int, chunk: int) -> float:
@@ -49,6 +51,21 @@ def write_file(path: str, size: int, chunk: int) -> float:
     finally:
         os.close(fd)
     return time.perf_counter() - t0
+
+
+def seam_write_file(path: str, size: int, chunk: int, oplog: str) -> float:
+    """write_file through the storage seam with its operation log (open_write, write, fsync, close)."""
+    from resilience.faults import inject
+    from resilience.storage import current
+    block = os.urandom(chunk)
+    with inject([], rank=0, world=1, oplog_dir=oplog):
+        t0 = time.perf_counter()
+        with current().open_write(path, sync=False) as out:
+            left = size
+            while left:
+                left -= out.write(memoryview(block)[:min(chunk, left)])
+            out.fsync()
+        return time.perf_counter() - t0
 
 
 def _fs_type(folder: str) -> str:
@@ -72,6 +89,9 @@ def measure(folder: str, size: int, chunk: int, repeats: int) -> dict[str, list[
             target = os.path.join(backing, "big.bin")
             if way == "bare":
                 seconds[way].append(write_file(target, size, chunk))
+            elif way == "seam+log":
+                shutil.rmtree(log, ignore_errors=True)
+                seconds[way].append(seam_write_file(target, size, chunk, log))
             else:
                 shutil.rmtree(log, ignore_errors=True)
                 with mounted(backing, mnt, log=log if way == "mount+log" else None):
@@ -111,10 +131,13 @@ def main(argv: list[str] | None = None) -> int:
               f"runs {' '.join(f'{s:.3f}' for s in seconds[way])}")
     ratios = {w: fig[w]["median_s"] / fig["bare"]["median_s"] for w in WAYS[1:]}
     print("  " + ", ".join(f"{w} takes {r:.2f}x the bare folder's time" for w, r in ratios.items()))
+    to_seam = fig["mount+log"]["median_s"] / fig["seam+log"]["median_s"]
+    print(f"  mount+log takes {to_seam:.2f}x the time of seam+log (both keep every byte for crash states)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "fusefs", "version": 1, "size_mib": args.size_mib, "chunk_mib": args.chunk_mib,
                        "repeats": args.repeats, "backing_fs": kind, "ways": fig, "ratio_to_bare": ratios,
+                       "mount_log_to_seam_log": to_seam,
                        "python": platform.python_version(), "cpus": os.cpu_count(),
                        "load_average": os.getloadavg()}, f, indent=2)
             f.write("\n")

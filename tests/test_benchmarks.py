@@ -42,3 +42,14 @@ def test_a_wrong_flag_is_one_usage_error(argv, names, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert names in err.strip().splitlines()[-1] and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_io_matrix_benchmark_runs_three_ways(tmp_path, fuse):
+    from benchmarks import io_matrix
+    out = tmp_path / "figures.json"
+    assert io_matrix.main(["--backend", "tests.backends.inhouse:factory", "--faults", "io_error", "--combos",
+                           "LOCAL/torch/sync", "--json", str(out)]) == 0
+    ways = json.loads(out.read_text())["ways"]
+    assert set(ways) == {"reference/seam", "reference/fuse", "tests.backends.inhouse:factory/fuse"}
+    assert all("UNPROBED" not in w["verdicts"].values() for w in ways.values())
