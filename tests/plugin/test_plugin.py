@@ -146,3 +146,30 @@ def test_scenarios_fixtures_xdist_and_junit(pytester):
     assert failed.find("failure") is not None and "replay: resilience run" in failed.find("failure").text
     props = {p.get("name"): p.get("value") for p in failed.iter("property")}
     assert props["verdict"] == "FAIL" and props["replay"].startswith("resilience run ")
+
+
+# a crash at byte 300 of rank 0's data file of the second save, on a library that writes with plain torch.save
+CRASH_IN_INHOUSE = """
+name: crash-in-torch-save
+topology: tp1pp1dp1
+model: {num_layers: 1, hidden: 2, ffn_hidden: 2, heads: 1, vocab: 4}
+combinations: [LOCAL/torch/sync]
+backend: tests.backends.inhouse:factory
+steps: [{train: 1}, save, {train: 1}, {crash: {rank: 0, after_bytes: 300, file: "@data"}}, save, resume]
+"""
+
+
+@pytest.mark.multiprocess
+def test_resilience_io_picks_the_way_faults_reach_the_backend(pytester, fuse, monkeypatch):
+    """The same scenario item through the seam (the fault cannot reach torch.save: UNPROBED, a failed item)
+    and through the fault-injecting file system (it fires; the item passes)."""
+    import os
+    pytester.makefile(".yaml", **{"scenarios/crash": CRASH_IN_INHOUSE})
+    env_path = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+                                           os.environ.get("PYTHONPATH")) if p)
+    monkeypatch.setenv("PYTHONPATH", env_path)  # tests.backends.inhouse, from this repository
+    seam = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider", "-n", "0", "--resilience-io=seam")
+    seam.assert_outcomes(failed=1)
+    assert "UNPROBED" in seam.stdout.str()
+    fuse_run = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider", "-n", "0")
+    fuse_run.assert_outcomes(passed=1)
