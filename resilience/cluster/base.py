@@ -40,6 +40,7 @@ class ClusterPlan:
     model: dict = field(default_factory=lambda: ModelSpec(optimizer="distributed").to_dict())
     backend: str = "reference"
     version: int = PLAN_VERSION
+    io: str = "seam"  # seam: the kill in process at kill_phase; fuse: by the file system each node mounts
 
     def __post_init__(self):
         if not self.combos:
@@ -57,6 +58,8 @@ class ClusterPlan:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (1 if name == "tp" else 0)):
                 sign = "positive" if name == "tp" else "non-negative"
                 raise ConfigError(name, f"must be a {sign} integer, got {v!r}")
+        if self.io not in ("seam", "fuse"):
+            raise ConfigError("io", f"unknown way {self.io!r}", "use seam or fuse")
         if isinstance(self.pp, bool) or not isinstance(self.pp, int) or self.pp < 1:
             raise ConfigError("pp", f"must be a positive integer, got {self.pp!r}")
         ModelSpec.from_dict(self.model)
@@ -97,6 +100,22 @@ class ClusterPlan:
         """The in-process fault: the target rank SIGKILLs itself as the save reaches the phase."""
         return {"kind": "rank_crash", "target": {"rank": self.kill_target(world)},
                 "trigger": {"phase": self.kill_phase}}
+
+    def fuse_kills(self, world: int) -> tuple[list[dict], list[int]]:
+        """The kills the file system carries out under io fuse, with the rank operation each is armed at:
+        one per killed combination, on the target rank's first file opened for writing once its final save
+        begins (the file system cannot hear phases), cut at byte 256. Each is limited to its
+        combination's folder and armed at its own number, so it never strikes another combination."""
+        records, arms = [], []
+        for combo in self.killed():
+            records.append({"kind": "rank_crash", "rank": self.kill_target(world), "at_byte": 256,
+                            "path": f"*/{slug(combo)}/*"})
+            arms.append(self.fuse_arm(combo))
+        return records, arms
+
+    def fuse_arm(self, combo: str) -> int:
+        """The number a rank arms the file system's kill of `combo` with (base.tell "arm")."""
+        return self.combos.index(combo) + 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -179,6 +198,22 @@ class Layout:
             return []
         pat = re.compile(re.escape(slug(combo)) + r"\.rank\d+\.jsonl")
         return sorted(os.path.join(folder, n) for n in os.listdir(folder) if pat.fullmatch(n))
+
+    # under io fuse: each node mounts the file system over ckpt/ at the same path (a node-local mount)
+    def mount(self) -> str:
+        return self.path("mnt")
+
+    def fuse_log(self, node: int) -> str:
+        return self.path("fuse", f"node{node}")
+
+    def fuse_firings(self, node: int) -> str:
+        return self.path("faults", f"fuse.node{node}.jsonl")
+
+    def fuse_firing_files(self) -> list[str]:
+        folder = self.path("faults")
+        if not os.path.isdir(folder):
+            return []
+        return sorted(os.path.join(folder, n) for n in os.listdir(folder) if re.fullmatch(r"fuse\.node\d+\.jsonl", n))
 
     @property
     def summary(self) -> str:

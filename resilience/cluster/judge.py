@@ -30,7 +30,7 @@ from ..runner.evidence import evidence_from
 from ..runner.expected import NeverStopped
 from ..runner.history import read_events
 from ..state import Topology
-from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json
+from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, slug, write_json
 
 SUMMARY_FORMAT = "resilience-cluster-validation"
 SUMMARY_VERSION = 1
@@ -67,6 +67,9 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
     """The result row of one combination, after its resume phase (rank 0)."""
     st = read_json(layout.state(combo), {})
     firings = [f for path in layout.fault_files(combo) for f in read_firings(path)]
+    # under io fuse: the nodes' file systems, whose kills are limited to one combination's folder each
+    firings += [f for path in layout.fuse_firing_files() for f in read_firings(path)
+                if f"/{slug(combo)}/" in str(f.get("path", ""))]
     for f in firings:
         f["attempt"] = st.get("save_started")
     ev = _evidence(plan, layout, combo, topo, firings)
@@ -89,9 +92,11 @@ def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict
         where = f.get("phase") or f.get("op") or "?"
         if attempt <= (saved_on or 0):
             return Verdict(name, FAIL, f"resumed on attempt {attempt}, not after the kill of attempt {saved_on}")
-        return Verdict(name, PASS, f"rank {f.get('rank')} SIGKILLed itself at phase {where} of the save of "
-                                   f"iteration {sum(TRAIN_BEFORE)} on attempt {saved_on}; torchrun restarted the "
-                                   f"group and attempt {attempt} resumed", firings[:1])
+        how = (f"the node's file system SIGKILLed rank {f.get('rank')} (pid {f.get('pid')}) at byte "
+               f"{(f.get('fault') or {}).get('trigger', {}).get('at_byte')} of {os.path.basename(str(f.get('path')))}"
+               if f.get("via") == "fuse" else f"rank {f.get('rank')} SIGKILLed itself at phase {where}")
+        return Verdict(name, PASS, f"{how} of the save of iteration {sum(TRAIN_BEFORE)} on attempt {saved_on}; "
+                                   f"torchrun restarted the group and attempt {attempt} resumed", firings[:1])
     if "save_done" not in st:
         return Verdict(name, UNKNOWN, f"the save phase of attempt {saved_on} was cut short by a failure other than "
                                       f"the planned kill (see the node logs)")

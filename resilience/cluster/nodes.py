@@ -5,6 +5,7 @@ rendezvous. (With c10d torchrun assigns node ranks itself and only warns about -
 so each line says which node it is for, and so the lines still work with the static backend.)"""
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -19,7 +20,7 @@ import psutil
 
 from ..errors import ConfigError
 from ..launch.lifetime import argv_dying_with_parent
-from .base import ClusterPlan
+from .base import ClusterPlan, Layout
 from .worker import DEFAULT_TIMEOUT, STORE_FIX, plan_argv
 
 STOP_GRACE = 15.0  # seconds between SIGTERM to an agent (which stops its workers) and SIGKILL of what is left
@@ -51,8 +52,12 @@ def new_run_id() -> str:
 
 def torchrun_commands(plan: ClusterPlan, *, shared: str, nnodes: int, nproc_per_node: int, rdzv_endpoint: str,
                       rdzv_id: str, max_restarts: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      torchrun: list[str] | None = None, logs: bool = True) -> list[NodeCommand]:
-    """One command per node. max_restarts defaults to what the plan needs (one per planned kill)."""
+                      torchrun: list[str] | None = None, logs: bool = True,
+                      one_machine: bool = False) -> list[NodeCommand]:
+    """One command per node. max_restarts defaults to what the plan needs (one per planned kill). Under io
+    fuse each node's torchrun runs under the file system's node wrapper, all mounted at the same path
+    (rank 0 may hand every rank a path it made); `one_machine` (every node agent on this machine, as
+    validate --local runs them): node 0 mounts it, the others use that mount."""
     for name, v in (("nnodes", nnodes), ("nproc_per_node", nproc_per_node)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(name, f"must be a positive integer, got {v!r}")
@@ -76,8 +81,25 @@ def torchrun_commands(plan: ClusterPlan, *, shared: str, nnodes: int, nproc_per_
         if timeout != DEFAULT_TIMEOUT:
             argv += ["--timeout", f"{timeout:g}"]
         argv += plan_argv(plan)
-        out.append(NodeCommand(node, argv, {STORE_FIX: "1"}))
+        env = {STORE_FIX: "1"}
+        if plan.io == "fuse" and (node == 0 or not one_machine):
+            argv = fuse_wrapped(argv, plan, Layout(shared), node, nnodes * nproc_per_node, torchrun)
+        elif plan.io == "fuse":
+            from ..fusefs.node import MOUNT_ENV
+            env[MOUNT_ENV] = Layout(shared).mount()
+        out.append(NodeCommand(node, argv, env))
     return out
+
+
+def fuse_wrapped(argv: list[str], plan: ClusterPlan, layout: Layout, node: int, world: int,
+                 torchrun: list[str] | None) -> list[str]:
+    """The node's torchrun line run under resilience.fusefs.node: the fault-injecting file system mounted
+    over the shared checkpoint folder at this node's mount point for as long as torchrun runs."""
+    records, arms = plan.fuse_kills(world)
+    python = torchrun[:1] if torchrun else ["python"]  # this_python_torchrun starts with this interpreter
+    return python + ["-m", "resilience.fusefs.node", "--backing", layout.path("ckpt"), "--mountpoint",
+                     layout.mount(), "--log", layout.fuse_log(node), "--report", layout.fuse_firings(node),
+                     "--faults", json.dumps(records), "--arm-at", json.dumps(arms), "--"] + argv
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -21,12 +21,12 @@ import torch.distributed as dist
 from ..checkers import UNKNOWN, Verdict
 from ..checkpoint.combos import Combination
 from ..checkpoint.reference import all_gather, broadcast
-from ..errors import TopologyChangeRefused
+from ..errors import ConfigError, TopologyChangeRefused
 from ..runner.adapters import make_backend
 from ..runner.history import EventLog
 from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
-from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, TorchrunEnv, read_json, write_json
+from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, TorchrunEnv, read_json, slug, write_json
 from .judge import finish, judge, newest_valid, row_of
 
 
@@ -58,6 +58,9 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
     layout.make()  # rank 0 made the folders; on a network filesystem another node may not see them yet
     groups = ParallelGroups(topo, env.rank)  # every rank creates every group, once per attempt
     log = EventLog(layout.history(env.rank), attempt, env.rank)
+    if plan.io == "fuse":  # this process and its writers are this rank's, for the file system of this node
+        from ..fusefs import tell
+        tell(fuse_mount(), "rank", env.rank)
     try:
         for combo in decision["save"]:
             _save_phase(env, plan, layout, topo, groups, log, attempt, combo, combo in decision["kill"])
@@ -143,13 +146,33 @@ def _mark(layout: Layout, combo: str, **fields) -> None:
 
 
 # ---- the phases (every rank) ---------------------------------------------------------------------------
+def checkpoint_root(plan: ClusterPlan, layout: Layout, env: TorchrunEnv, combo: str) -> str:
+    """Where this rank saves and loads `combo`: the shared folder, or under io fuse the same folder seen
+    through the file system this node mounted over it."""
+    if plan.io == "fuse":
+        return os.path.join(fuse_mount(), slug(combo))
+    return layout.ckpt(combo)
+
+
+def fuse_mount() -> str:
+    """This node's mount point, from resilience.fusefs.node, which runs the node's torchrun."""
+    from ..fusefs.node import MOUNT_ENV
+    mount = os.environ.get(MOUNT_ENV)
+    if not mount:
+        raise ConfigError("io", f"--io fuse, but {MOUNT_ENV} is not set",
+                          "run each node's torchrun under python -m resilience.fusefs.node, as "
+                          "`resilience validate` prints it")
+    return mount
+
+
+
 def _save_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topology, groups, log: EventLog,
                 attempt: int, combo_text: str, armed: bool) -> None:
     from ..faults import inject
 
     lead = env.rank == 0
     combo = Combination.parse(combo_text)
-    root = layout.ckpt(combo_text)
+    root = checkpoint_root(plan, layout, env, combo_text)
     if lead:
         _mark(layout, combo_text, save_started=attempt, kill_armed=armed, topology=str(topo),
               host=platform.node())
@@ -162,8 +185,12 @@ def _save_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topol
         log.invoke("save", combo=combo_text, iteration=state.iteration,
                    **({"fingerprint": fp, "rng": rng} if lead else {}))
         last = i == len(TRAIN_BEFORE) - 1
+        if last and armed and plan.io == "fuse":  # the node's file system kills at a byte of this save
+            from ..fusefs import tell
+            tell(fuse_mount(), "arm", plan.fuse_arm(combo_text))
         faults = inject([plan.kill_record(env.world)], rank=env.rank, world=env.world,
-                        report=layout.faults(combo_text, env.rank)) if last and armed else contextlib.nullcontext()
+                        report=layout.faults(combo_text, env.rank)) \
+            if last and armed and plan.io == "seam" else contextlib.nullcontext()
         with faults:
             backend.save(state, root)
             if combo.is_async:
@@ -182,7 +209,7 @@ def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Top
                   attempt: int, combo_text: str) -> None:
     lead = env.rank == 0
     combo = Combination.parse(combo_text)
-    root = layout.ckpt(combo_text)
+    root = checkpoint_root(plan, layout, env, combo_text)
     started = time.monotonic()
     backend = make_backend(plan.backend, combo)
     newest = None

@@ -43,6 +43,11 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--optimizer", choices=("adam", "distributed"), default="distributed",
                    help="Adam state sharded like its parameter, or split over dp (default: distributed)")
     g.add_argument("--backend", default="reference", help="'reference' or package.module:factory")
+    g.add_argument("--io", choices=("seam", "fuse", "auto"), default="auto",
+                   help="how the kill reaches the save: seam (the rank kills itself at --kill-phase, in process), "
+                        "fuse (a fault-injecting file system each node mounts kills the rank's writer at a byte "
+                        "of its first file of the save: every writer, forked or not) or auto (default: the seam "
+                        "for the reference, the file system for other backends)")
 
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
@@ -55,8 +60,9 @@ def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
         combos = [str(c) for c in supported_combinations(args.backend) or valid_combinations()]
     spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden,
                      optimizer=args.optimizer)
+    from ..runner.ways import resolve
     return ClusterPlan(tuple(combos), args.kill, args.kill_phase, args.kill_rank, args.tp, args.pp, spec.to_dict(),
-                       args.backend)
+                       args.backend, io=resolve(args.io, args.backend))
 
 
 def plan_argv(plan: ClusterPlan) -> list[str]:
@@ -77,6 +83,7 @@ def plan_argv(plan: ClusterPlan) -> list[str]:
         out += ["--optimizer", spec.optimizer]
     if plan.backend != "reference":
         out += ["--backend", plan.backend]
+    out += ["--io", plan.io]
     return out
 
 

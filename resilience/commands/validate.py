@@ -61,7 +61,7 @@ def _commands(args, plan, *, shared: str, nnodes: int, nproc: int, endpoint: str
     from ..cluster.nodes import torchrun_commands
     return torchrun_commands(plan, shared=shared, nnodes=nnodes, nproc_per_node=nproc, rdzv_endpoint=endpoint,
                              rdzv_id=rdzv_id, max_restarts=args.max_restarts, timeout=args.timeout,
-                             torchrun=torchrun)
+                             torchrun=torchrun, one_machine=args.local)
 
 
 def instructions(args, plan) -> str:
@@ -88,8 +88,9 @@ def instructions(args, plan) -> str:
     for c in cmds:
         role = f" (serves the rendezvous at {args.rdzv_endpoint})" if c.node_rank == 0 else ""
         lines += ["", f"# node {c.node_rank}{role}", c.shell()]
-    template = cmds[0].shell().replace("--node-rank 0", "--node-rank $NODE_RANK").replace(
-        os.path.join("logs", "node0"), os.path.join("logs", "node$NODE_RANK"))
+    template = cmds[0].shell().replace("--node-rank 0", "--node-rank $NODE_RANK")
+    for per_node in (os.path.join("logs", "node0"), os.path.join("fuse", "node0"), "fuse.node0.jsonl"):
+        template = template.replace(per_node, per_node.replace("node0", "node$NODE_RANK"))
     lines += [
         "",
         "Under a scheduler, the same line on every node, e.g. with Slurm (one task per node):",

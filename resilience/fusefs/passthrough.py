@@ -129,6 +129,7 @@ class Passthrough(mfusepy.Operations):
         if what == "rank":
             with self._lock:
                 self.ranks.add(number, self._caller().tgid)
+                self._dead.discard(number)  # a new process of a rank killed before (a restart) may write again
             return
         caller = self._caller()
         if caller.rank is not None:

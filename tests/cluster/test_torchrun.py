@@ -43,7 +43,7 @@ def _run(tmp_path, plan: ClusterPlan, timeout: float = 300.0):
     shared = tmp_path / "shared"
     cmds = torchrun_commands(plan, shared=str(shared), nnodes=2, nproc_per_node=2,
                              rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_id=f"test-{os.getpid()}-{time.time_ns()}",
-                             timeout=90, torchrun=this_python_torchrun())
+                             timeout=90, torchrun=this_python_torchrun(), one_machine=True)
     outcome = run_local(cmds, timeout=timeout, log_dir=str(tmp_path / "logs"), tmp_dir=str(tmp_path / "tmp"))
     return shared, outcome
 
@@ -107,3 +107,22 @@ def test_a_broken_implementation_fails_the_validation(tmp_path):
     assert summary["results"][0]["verdict"] == "FAIL"
     assert "durability" in summary["results"][0]["detail"] and "newest_valid" in summary["results"][0]["detail"]
     assert _ours(str(shared)) == []
+
+
+@pytest.mark.slow
+def test_through_the_file_system_each_node_mounts_the_kill_strikes_at_a_byte(tmp_path, fuse):
+    """validate --io fuse: every node's torchrun runs under resilience.fusefs.node; the kill is carried out
+    by the file system (a byte of the target rank's first file of the final save), not by the rank, and the
+    mount outlives the kill, so the restarted ranks write through it again."""
+    plan = ClusterPlan(combos=("GLOBAL/torch_dist/sync",), kill="last", io="fuse")
+    shared, outcome = _run(tmp_path, plan)
+    assert outcome.ok, f"exit codes {outcome.exit_codes} after {outcome.seconds:.0f} s\n{_tail(outcome.logs)}"
+    layout = Layout(str(shared))
+    summary = read_summary(layout)
+    assert summary["ok"] and summary["attempts"] == 2, summary
+    firings = [f for p in layout.fuse_firing_files() for f in read_firings(p)]
+    assert [(f["rank"], f["action"], f["via"]) for f in firings] == [(3, "sigkill", "fuse")]
+    row = json.loads(open(layout.path("report", "results.json")).read())[0]
+    restart = {v["checker"]: v for v in row["checkers"]}["kill_and_restart"]
+    assert restart["status"] == "PASS" and "file system SIGKILLed rank 3" in restart["detail"], restart
+    assert not os.path.ismount(layout.mount()) and _ours(str(shared)) == []
