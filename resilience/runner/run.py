@@ -7,8 +7,8 @@ import shlex
 import time
 from dataclasses import dataclass, field, replace
 
-from ..checkers import ALL, FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, run_checker, worst
-from ..checkers.integrity import INERT
+from ..checkers import ALL, UNPROBED, Evidence, Status, Verdict, run_checker
+from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE, NOT_IN_BACKEND, case_verdict, expectations
 from ..checkpoint.combos import Combination
 from ..errors import ResilienceError
 from ..faults import NothingToDamage, read_firings
@@ -22,11 +22,6 @@ from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_op
 from .plan import JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario
-
-# what became of each configured fault (row["faults"]): anything but FIRED leaves the case UNPROBED
-FIRED, NEVER_FIRED, NOT_APPLICABLE = "fired", "never fired", "not applicable"
-# ... except this one: the backend has nothing the fault is about (no tracker, no manifest): N/A, not PASS
-NOT_IN_BACKEND = "not in this backend"
 
 
 @dataclass
@@ -141,8 +136,8 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     ev.lost_unsynced = lost
     faults = fault_statuses(configured, fault_log, outcomes)
     verdicts = [run_checker(c, ev) for c in ALL]
-    verdicts += _expectations(scenario, ev)
-    overall, detail, extra = combine(verdicts, unexpected, faults)
+    verdicts += expectations(scenario.expect, ev)
+    overall, detail, extra = case_verdict(verdicts, unexpected, faults)
     return CaseResult(scenario.name, str(combo), overall, verdicts + extra, time.monotonic() - start, case_dir,
                       replay, detail, fault, transition, scenario.tags, faults)
 
@@ -200,38 +195,6 @@ def fault_statuses(configured: list[dict], fault_log: str, outcomes: list[dict])
             out.append(_fault(record, FIRED, "fired"))
     out += [o for o in outcomes if not any(o["record"] is r for r in configured)]
     return [{k: v for k, v in f.items() if k != "record"} for f in out]
-
-
-def combine(verdicts: list[Verdict], unexpected: list[dict], faults: list[dict]) -> tuple[Status, str, list[Verdict]]:
-    """The case's verdict, its detail and the verdicts added to the checkers'. Nothing hides another: a FAIL
-    beside a fault that never fired keeps the fault's UNPROBED in the verdicts, the row and the detail."""
-    extra = []
-    if unexpected:
-        extra.append(Verdict("run", UNKNOWN, f"a rank failed unexpectedly: {unexpected[0]['error'][:300]}", unexpected))
-    unprobed = [f for f in faults if f["status"] not in (FIRED, NOT_IN_BACKEND)]
-    absent = [f for f in faults if f["status"] == NOT_IN_BACKEND]
-    if absent and len(absent) == len(faults):  # nothing was tested: never a PASS
-        extra.append(Verdict("faults", NA, f"the fault does not apply: {absent[0]['fault']}: {absent[0]['detail']}",
-                             absent))
-    if unprobed:
-        f = unprobed[0]
-        extra.append(Verdict("faults", UNPROBED, f"configured fault {f['status']}: {f['fault']}: {f['detail']}"
-                             + (f"; {len(unprobed) - 1} more" if len(unprobed) > 1 else ""), unprobed))
-    inert = [v for v in verdicts if v.checker == "integrity" and v.status == NA and v.detail.startswith(INERT)]
-    if inert:
-        extra.append(Verdict("faults", NA, f"the corruption probed nothing: {inert[0].detail}"))
-    every = verdicts + extra
-    overall = worst(v.status for v in every)
-    if absent and len(absent) == len(faults) and overall not in (FAIL, UNKNOWN, UNPROBED):
-        overall = NA
-    if inert and overall == PASS:  # the damage probed nothing: the case answers nothing about it
-        overall = NA
-    detail = "; ".join(f"{v.checker}: {v.detail}" for v in every if v.status == overall
-                       and (overall != NA or v.checker == "faults"))
-    if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
-        also = next(v for v in extra if v.status == UNPROBED)
-        detail = f"{detail[:400]}; also {UNPROBED.value}: {also.detail}"
-    return overall, detail[:600], extra
 
 
 def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
@@ -301,22 +264,6 @@ def evidence(events, scenario: Scenario, combo: Combination, faults_configured: 
     """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster judge uses)."""
     return evidence_from(events, combo=combo, save_topology=scenario.topology, expected=never_stopped(scenario.model),
                          faults_configured=faults_configured, expect=scenario.expect)
-
-
-def _expectations(scenario: Scenario, ev: Evidence) -> list[Verdict]:
-    out = []
-    final = ev.loads[-1] if ev.loads else None
-    want = scenario.expect.get("loaded_iteration")
-    if want is not None:
-        got = final.iteration if final and final.status == "ok" else None
-        out.append(Verdict("expect", PASS if got == want else FAIL,
-                           f"final load picked iteration {got}, scenario expects {want}"))
-    outcome = scenario.expect.get("outcome")
-    if outcome is not None:
-        result = "loaded" if final and final.status == "ok" else "refused" if final and final.refused else "failed"
-        out.append(Verdict("expect", PASS if result == outcome else FAIL,
-                           f"final load {result}, scenario expects {outcome}"))
-    return out
 
 
 def _snapshot(root: str, case_dir: str, job_no: int):
