@@ -92,8 +92,7 @@ def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict
         where = f.get("phase") or f.get("op") or "?"
         if attempt <= (saved_on or 0):
             return Verdict(name, FAIL, f"resumed on attempt {attempt}, not after the kill of attempt {saved_on}")
-        how = (f"the node's file system SIGKILLed rank {f.get('rank')} (pid {f.get('pid')}) at byte "
-               f"{(f.get('fault') or {}).get('trigger', {}).get('at_byte')} of {os.path.basename(str(f.get('path')))}"
+        how = (f"rank {f.get('rank')} (its process pid {f.get('pid')}) was SIGKILLed at {_where(f)}"
                if f.get("via") == "fuse" else f"rank {f.get('rank')} SIGKILLed itself at phase {where}")
         return Verdict(name, PASS, f"{how} of the save of iteration {sum(TRAIN_BEFORE)} on attempt {saved_on}; "
                                    f"torchrun restarted the group and attempt {attempt} resumed", firings[:1])
@@ -127,12 +126,20 @@ def _newest_verdict(load: LoadRecord | None, newest: int | None, after: int | No
                                f"after training on, is now the newest")
 
 
+def _where(firing: dict) -> str:
+    """Where a kill struck: the phase (in process), or the byte of the file (the node's file system)."""
+    if firing.get("via") == "fuse":
+        at = (firing.get("fault") or {}).get("trigger", {}).get("at_byte")
+        return f"byte {at} of {os.path.basename(str(firing.get('path')))} (the node's file system)"
+    return str(firing.get("phase") or firing.get("op"))
+
+
 def _detail(status: Status, verdicts: list[Verdict], load: LoadRecord | None, newest, st: dict,
             firings: list[dict]) -> str:
     if status not in (PASS, NA):
         return "; ".join(f"{v.checker}: {v.detail}" for v in verdicts if v.status == status)[:600]
     killed = sum(TRAIN_BEFORE)
-    cut = (f"the save of iteration {killed} was cut by the kill at {firings[0].get('phase') or firings[0].get('op')}"
+    cut = (f"the save of iteration {killed} was cut by the kill at {_where(firings[0])}"
            if firings else "no kill in this combination")
     assert load is not None and load.iteration is not None  # a PASS has a load (_newest_verdict)
     return (f"{cut}; resumed iteration {load.iteration} (newest valid) on attempt {load.job}, bit-exact; "

@@ -124,5 +124,5 @@ def test_through_the_file_system_each_node_mounts_the_kill_strikes_at_a_byte(tmp
     assert [(f["rank"], f["action"], f["via"]) for f in firings] == [(3, "sigkill", "fuse")]
     row = json.loads(open(layout.path("report", "results.json")).read())[0]
     restart = {v["checker"]: v for v in row["checkers"]}["kill_and_restart"]
-    assert restart["status"] == "PASS" and "file system SIGKILLed rank 3" in restart["detail"], restart
+    assert restart["status"] == "PASS" and "SIGKILLed at byte 256 of" in restart["detail"], restart
     assert not os.path.ismount(layout.mount()) and _ours(str(shared)) == []
