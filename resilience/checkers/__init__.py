@@ -23,12 +23,13 @@ from .generations import Generations
 from .integrity import Integrity
 from .resume import ResumeEquivalence
 from .saves import SaveOutcomes
+from .symmetry import FailureSymmetry
 from .topology import TopologyIndependence, expected_loadable
 
 ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes(),
-       Generations(), ExceptionContract())
+       Generations(), ExceptionContract(), FailureSymmetry())
 
-__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "ExceptionContract", "FAIL", "FAILING", "Generations",
-           "Integrity", "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes", "SaveRecord",
-           "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable", "is_failing",
-           "run_checker", "worst"]
+__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "ExceptionContract", "FAIL", "FAILING", "FailureSymmetry",
+           "Generations", "Integrity", "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes",
+           "SaveRecord", "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable",
+           "is_failing", "run_checker", "worst"]

@@ -84,6 +84,8 @@ class Evidence:
     expect: dict = field(default_factory=dict)
     # every save or finalize that raised: {"op", "save_id", "job", "rank", "iteration", "error", "errno", "index"}
     errors: list[dict] = field(default_factory=list)
+    # ranks still running a while after another rank raised: {"job", "rank", "error", "stacks"}
+    blocked: list[dict] = field(default_factory=list)
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]

@@ -34,8 +34,9 @@ class RankContext:
 
 @dataclass
 class RankOutcome:
-    """How one rank ended: ok (with result), error (with traceback), signal, exit, torn_down, timeout, or
-    stopped (SIGSTOPped and never continued until the job ended; then killed)."""
+    """How one rank ended: ok (with result), error (with traceback), signal, exit, torn_down, timeout,
+    stopped (SIGSTOPped and never continued until the job ended; then killed), or blocked (still running
+    a while after another rank raised: `stacks` holds its Python stacks, taken before it was killed)."""
 
     rank: int
     status: str = "running"
@@ -45,6 +46,7 @@ class RankOutcome:
     signal: int | None = None
     exitcode: int | None = None
     seconds: float = 0.0
+    stacks: str = ""
 
     @property
     def ok(self) -> bool:

@@ -5,6 +5,7 @@ store's socket on a port the OS picks (rank 0 serves it), so parallel runs (pyte
 collide, and the parent starts no thread that a fork could catch holding a lock."""
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
@@ -27,6 +28,9 @@ from .base import JobOutcome, RankContext, RankOutcome, check_seconds
 from .lifetime import die_with_parent, guard_process_group
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
+BLOCKED_AFTER = 10.0  # seconds the other ranks get to end after one raised, before they count as blocked
+STACKS_WAIT = 3.0     # seconds to wait for a rank's faulthandler to write its stacks
+LINGER = BLOCKED_AFTER + STACKS_WAIT + 5.0  # seconds a rank that raised stays alive for the runner to end it
 
 
 def _loopback_interface() -> str:
@@ -69,6 +73,9 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
                                 timeout=timedelta(seconds=init_timeout))
         store.add(_JOINED, 1)
+        if log_dir:  # the runner asks for this rank's stacks (into its log) with SIGUSR1 when it may be blocked
+            # fd 2 itself (the rank log): sys.stderr may be a caller's capture object (pytest's)
+            faulthandler.register(signal.SIGUSR1, file=open(2, "w", closefd=False), all_threads=True)  # noqa: SIM115
         result = fn(RankContext(rank, world, os.getpid()), *args, **kwargs)
         conn.send(("ok", result))
         _leave(store, rank, world, init_timeout)
@@ -78,6 +85,11 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
             conn.send(("error", f"{type(e).__name__}: {e}", traceback.format_exc()))
         except Exception:
             pass
+        else:
+            # Stay alive, connections open, as a training loop that caught the error would: a peer still
+            # waiting in a collective for this rank stays blocked, for the runner to see (Job.wait), instead
+            # of being freed by this process's sockets closing. The runner ends this process.
+            time.sleep(LINGER)
     finally:
         try:
             conn.close()
@@ -203,7 +215,9 @@ class Job:
                 ready = wait(list(pending) + list(readers), timeout=min(left, 0.5))
                 for obj in ready:
                     if obj in readers:
-                        self._receive(readers.pop(obj), obj)
+                        rank = readers.pop(obj)
+                        self._receive(rank, obj)
+                        failed = failed or self.outcome.outcomes[rank].status == "error"
                     elif obj in pending:
                         rank = pending.pop(obj)
                         conn = self.conns[rank]
@@ -212,14 +226,70 @@ class Job:
                         self._exited(rank)
                         failed = failed or not self.outcome.outcomes[rank].ok
                 if failed and pending:
+                    self._wait_or_blocked(pending, readers, deadline)
                     for r in pending.values():
-                        if not self.outcome.outcomes[r].ok:
+                        if self.outcome.outcomes[r].status == "running":  # not one that reported (and lingers)
                             self._ended_unfinished(r, "torn_down", limit)
                     break
         finally:
             self.teardown()
         self.outcome.seconds = time.monotonic() - self._started
         return self.outcome
+
+    def _wait_or_blocked(self, pending: dict, readers: dict, deadline: float) -> None:
+        """A rank raised: give the others BLOCKED_AFTER seconds to end as well (each raising its own error
+        is a symmetric failure). A rank still running then is blocked (in a collective the failed rank
+        never joins, as a real job would hang): its Python stacks are taken (faulthandler, SIGUSR1) before
+        the teardown. Not after a rank was killed by a signal: peers waiting on a dead rank are expected."""
+        raised = [o for o in self.outcome.outcomes if o.status == "error"]
+        if not raised or not self.log_dir:
+            return
+        end = min(deadline, time.monotonic() + BLOCKED_AFTER)
+        while time.monotonic() < end and any(self.outcome.outcomes[r].status == "running" for r in pending.values()):
+            check_stop()
+            for obj in wait(list(pending) + list(readers), timeout=min(0.5, max(0.0, end - time.monotonic()))):
+                if obj in readers:
+                    self._receive(readers.pop(obj), obj)
+                elif obj in pending:
+                    rank = pending.pop(obj)
+                    if self.conns[rank] in readers:
+                        self._receive(readers.pop(self.conns[rank]), self.conns[rank])
+                    self._exited(rank)
+        first = raised[0]
+        for r in list(pending.values()):
+            out = self.outcome.outcomes[r]
+            if out.status != "running" or _is_stopped(self.procs[r].pid):
+                continue
+            out.status, out.seconds = "blocked", time.monotonic() - self._started
+            out.error = (f"still running {BLOCKED_AFTER:g} s after rank {first.rank} raised "
+                         f"{first.error.splitlines()[0][:200] if first.error else 'an error'}; killed")
+            out.stacks = self._stacks(r)
+
+    def _stacks(self, rank: int) -> str:
+        """The Python stacks of a running rank (every thread), which its faulthandler appends to its log on
+        SIGUSR1."""
+        assert self.log_dir is not None
+        path = os.path.join(self.log_dir, f"rank{rank}.log")
+        try:
+            start = os.path.getsize(path)
+            os.kill(self.procs[rank].pid, signal.SIGUSR1)  # type: ignore[arg-type]  # a started process
+        except (OSError, ProcessLookupError):
+            return ""
+        end = time.monotonic() + STACKS_WAIT
+        text, before = "", -1
+        while time.monotonic() < end:  # faulthandler writes from its C handler: done once the size holds
+            time.sleep(0.1)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    text = f.read().decode(errors="replace")
+            except OSError:
+                break
+            if text and len(text) == before:
+                break
+            before = len(text)
+        at = text.find("Thread 0x") if "Thread 0x" in text else text.find("Current thread")
+        return text[max(at, 0):][-20000:]
 
     def _ended_unfinished(self, rank: int, status: str, limit: float) -> None:
         """A rank still running when the job ends: timed out or torn down, unless it is stopped (SIGSTOP,

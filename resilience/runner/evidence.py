@@ -27,14 +27,17 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
     invoked: dict[tuple, int] = {}
     loads: list[LoadRecord] = []
     corruptions, crashes, fired, errors = [], [], [], []
+    blocked: list[dict] = []  # ranks still running a while after another raised: {"job", "rank", "error", "stacks"}
     topo_of_job: dict[int, str] = {}
     current_load: LoadRecord | None = None
     for i, e in enumerate(events):
         v = e.value
         if e.f == "job" and e.type == INVOKE:
             topo_of_job[v["job"]] = v["topology"]
-        elif e.f == "job" and v.get("signals"):
-            crashes.append({"job": v["job"], "index": i, "signals": v["signals"]})
+        elif e.f == "job" and (v.get("signals") or v.get("blocked")):
+            if v.get("signals"):
+                crashes.append({"job": v["job"], "index": i, "signals": v["signals"]})
+            blocked += [dict(b, job=v["job"], rank=int(r)) for r, b in (v.get("blocked") or {}).items()]
         elif e.f == "save":
             sid = _save_id(e, saves, open_saves, invoked)
             if sid is None:
@@ -83,7 +86,8 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
         if rec.status != OK and rec.errors and not rec.ok_ranks:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
     return Evidence(combo, save_topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
-                    crashes, [], expected, list(faults_configured or []), fired, dict(expect or {}), errors)
+                    crashes, [], expected, list(faults_configured or []), fired, dict(expect or {}), errors,
+                    blocked)
 
 
 def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:

@@ -243,8 +243,10 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
         history.write(e)
     statuses = {o.rank: o.status for o in outcome.outcomes}
     signals = {o.rank: o.signal for o in outcome.outcomes if o.signal}
+    blocked = {o.rank: {"error": o.error, "stacks": o.stacks} for o in outcome.outcomes if o.status == "blocked"}
     history.append(OK if outcome.ok else INFO, "job", job=job_no, statuses=statuses, signals=signals,
-                   timed_out=outcome.timed_out, seconds=round(outcome.seconds, 3))
+                   timed_out=outcome.timed_out, seconds=round(outcome.seconds, 3),
+                   **({"blocked": blocked} if blocked else {}))
     planned_kill = bool(spec.kills) or any(f["record"]["kind"] in ("rank_crash", "lost_unsynced_writes")
                                            for f in spec.faults)
     unexpected = []
