@@ -39,3 +39,27 @@ def worst(statuses) -> Status:
     """The verdict that sums up several: the most severe."""
     statuses = [Status(s) for s in statuses] or [NA]
     return max(statuses, key=lambda s: SEVERITY[s])
+
+
+# What a summary counts as passed. N/A is neither: nothing was judged, so it is counted on its own.
+PASSED = frozenset({PASS, REFUSED})
+
+
+def summary_line(statuses) -> str:
+    """The one summary line every command prints for its verdicts (Status values or their strings):
+    '6 passed, 1 N/A, 5 not passed (3 FAIL, 2 UNPROBED)'. Only PASS and REFUSED-AS-EXPECTED are passed;
+    every FAILING verdict (UNKNOWN and UNPROBED too) is not passed, which is also what makes the exit
+    status 1 (`is_failing`)."""
+    counts: dict[Status, int] = {}
+    for s in statuses:
+        status = Status(s)
+        counts[status] = counts.get(status, 0) + 1
+    passed = sum(n for s, n in counts.items() if s in PASSED)
+    bad = {s: n for s, n in counts.items() if s in FAILING}
+    parts = [f"{passed} passed"]
+    if counts.get(NA):
+        parts.append(f"{counts[NA]} N/A")
+    text = f"{sum(bad.values())} not passed"
+    if bad:
+        text += " (" + ", ".join(f"{bad[s]} {s}" for s in sorted(bad, key=lambda s: -SEVERITY[s])) + ")"
+    return ", ".join(parts + [text])

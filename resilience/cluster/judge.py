@@ -28,6 +28,7 @@ from ..checkpoint.manifest import versions
 from ..faults import read_firings
 from ..runner.evidence import evidence_from
 from ..runner.expected import NeverStopped
+from ..status import summary_line
 from ..runner.history import read_events
 from ..state import Topology
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, slug, write_json
@@ -190,9 +191,10 @@ def render_summary(summary: dict, root: str) -> str:
              + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())]
     for r in summary["results"]:
         lines.append(f"  {r['combo']:<{width}}  {r['verdict']:<8}  {r['detail'][:200]}")
-    passed = sum(not is_failing(r["verdict"]) and r["verdict"] != NA for r in summary["results"])
-    lines.append(f"{passed} of {len(summary['results'])} combinations passed; report: "
-                 f"{os.path.join(root, summary['report']['report.md'])}")
+    verdicts = [r["verdict"] for r in summary["results"]]
+    # the summary rule of every command; a combination that judged nothing (N/A) did not validate either
+    note = " (N/A validates nothing: exit status 1)" if NA in verdicts else ""
+    lines.append(f"{summary_line(verdicts)}{note}; report: {os.path.join(root, summary['report']['report.md'])}")
     return "\n".join(lines)
 
 

@@ -73,8 +73,11 @@ def run(args) -> int:
                     bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
                 found.add(key)
         outcome = fuzz(opts, progress=progress)
-    counts = ", ".join(f"{v} {k}" for k, v in sorted(outcome.counts.items())) or "no cases"
-    print(f"{counts} ({outcome.seconds:.1f} s)")
+    from ..status import summary_line
+    verdicts = [v for v, n in outcome.counts.items() if v != "rejected" for _ in range(n)]
+    rejected = outcome.counts.get("rejected", 0)
+    print(f"{summary_line(verdicts) if verdicts else 'no cases'}"
+          + (f"; {rejected} generated examples rejected" if rejected else "") + f" ({outcome.seconds:.1f} s)")
     for mode, why in outcome.stopped.items():
         print(f"{mode}: stopped when its {why} was spent")
     for f in outcome.failures:
@@ -87,11 +90,18 @@ def run(args) -> int:
     if outcome.ok:
         print("no failure found")
         return 0
-    # UNPROBED counts as not passed here as in every other command's summary, though it is not shrunk
-    print(f"{len(outcome.failures)} failure{'s' if len(outcome.failures) != 1 else ''}"
-          + (f", {len(outcome.errors)} errors" if outcome.errors else "")
-          + (f", {outcome.unprobed} cases UNPROBED (a generated fault never fired: not passed)"
-             if outcome.unprobed else ""))
+    # UNPROBED is not passed here as in every other command's summary, though it is not shrunk
+    parts = []
+    if outcome.failures:
+        n = len(outcome.failures)
+        parts.append(f"{n} failure{'s' if n != 1 else ''} shrunk to a minimal scenario")
+    if outcome.errors:
+        parts.append(f"{len(outcome.errors)} errors")
+    if outcome.unprobed:
+        n = outcome.unprobed
+        parts.append(f"{n} case{'s' if n != 1 else ''} UNPROBED: a generated fault never fired, so nothing was tested "
+                     "(not passed; their scenarios are in the run folder's cases/)")
+    print("; ".join(parts))
     return 1
 
 

@@ -81,10 +81,10 @@ def _safe(name: str) -> str:
 
 
 def summarize(rows: list[dict], paths: dict) -> int:
-    from ..status import is_failing
+    from ..status import is_failing, summary_line
     bad = [r for r in rows if is_failing(r["verdict"])]
     for r in bad:
         print(f"{r['verdict']}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
-    print(f"{len(rows) - len(bad)} passed, {len(bad)} failed")
+    print(summary_line(r["verdict"] for r in rows))
     print(f"report: {paths['report.md']}  ({paths['report.html']}, {paths['results.json']}, {paths['junit.xml']})")
     return 1 if bad else 0

@@ -171,7 +171,7 @@ class _Judge:
         path = os.path.join(folder, f"{self.n:05d}-{mode}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"# {result.verdict}: {result.detail[:300]}\n")
-            f.write(scenario.to_yaml())
+            f.write(scenario.as_run(combo, self.opts.backend).to_yaml())
         row = dict(result.to_row(), column=mode, case_dir=None, scenario_file=path,
                    replay=replay_command(path, combo, self.opts.backend, self.opts.io))
         self.rows.append(row)

@@ -101,8 +101,9 @@ def write_failure(folder: str, stem: str, scenario: Scenario, result: CaseResult
     """The scenario as `folder/stem.yaml`, the replay command as its first line; (path, command)."""
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{stem}.yaml")
-    command = replay_command(path, Combination.parse(result.combo), scenario.backend)
+    combo = Combination.parse(result.combo)
+    command = replay_command(path, combo, scenario.backend)
     with open(path, "w", encoding="utf-8") as f:
         f.write(f"# {result.verdict}: {result.detail[:300]}\n# replay: {command}\n")
-        f.write(scenario.to_yaml())
+        f.write(scenario.as_run(combo).to_yaml())
     return path, command

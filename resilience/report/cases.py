@@ -76,7 +76,7 @@ def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *,
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     if not os.path.exists(scenario_file):
         with open(scenario_file, "w", encoding="utf-8") as f:
-            f.write(scenario.to_yaml())
+            f.write(scenario.as_run(combo, backend).to_yaml())
     trace = os.path.join(case_dir, FRAMEWORK_ERROR)
     with open(trace, "w", encoding="utf-8") as f:
         f.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))

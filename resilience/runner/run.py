@@ -68,7 +68,8 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     with open(scenario_file, "w") as f:
-        f.write(replace(scenario, io=io).to_yaml())  # the way it ran, so the file replays alone
+        # the way it ran (its io, backend and one combination), so the file replays alone
+        f.write(replace(scenario.as_run(combo, backend), io=io).to_yaml())
     replay = replay_command(scenario_file, combo, backend)
     if way == ways.FUSE and (why := ways.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)

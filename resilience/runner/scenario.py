@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -130,6 +130,11 @@ class Scenario:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def as_run(self, combo: Combination, backend: str | None = None) -> Scenario:
+        """This scenario as one case ran it: that combination only, and the backend that was tested (what a
+        case folder's scenario.yaml records, so it replays alone)."""
+        return replace(self, combinations=[combo], backend=backend or self.backend)
 
 
 # ---- reading ------------------------------------------------------------------------------------------

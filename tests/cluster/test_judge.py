@@ -113,4 +113,4 @@ def test_summary_and_exit_status(tmp_path, capsys):
     assert summary["ok"] and summary["attempts"] == 2 and summary["results"][0]["verdict"] == "PASS"
     for name in ("results.json", "report.md", "junit.xml"):
         assert (tmp_path / "shared" / "report" / name).is_file()
-    assert "1 of 1 combinations passed" in capsys.readouterr().out
+    assert "1 passed, 0 not passed; report: " in capsys.readouterr().out

@@ -179,3 +179,15 @@ def test_the_time_budget_stops_a_huge_example_count(tmp_path):
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "scenarios: stopped when its time budget was spent" in proc.stdout
+
+
+@pytest.mark.multiprocess
+def test_unprobed_cases_are_not_passed(tmp_path, capsys):
+    # the in-house library writes with plain open(): a generated io_error never reaches it, the case is UNPROBED
+    code = main(["fuzz", "--backend", "tests.backends.inhouse:factory", "--combos", "LOCAL/torch/sync",
+                 "--faults", "io_error", "--mode", "scenarios", "--examples", "4", "--seed", "2", "--max-world", "1",
+                 "--max-steps", "4", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "no failure found" not in out
+    assert "2 passed, 2 not passed (2 UNPROBED)" in out and "2 cases UNPROBED: a generated fault never fired" in out

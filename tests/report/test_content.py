@@ -152,7 +152,8 @@ def test_report_rebuilds_the_same_reports_and_exits_1_on_a_failing_row(run_dir, 
     before = {name: _read(run_dir, name) for name in ("report.md", "junit.xml", "results.json")}
     assert main(["report", str(run_dir)]) == 1
     out = capsys.readouterr().out
-    assert "3 passed, 5 failed" in out  # PASS, REFUSED and N/A are not failing verdicts
+    # PASS and REFUSED pass, N/A is on its own, and every FAILING verdict (UNKNOWN, UNPROBED) is not passed
+    assert "2 passed, 1 N/A, 5 not passed (3 FAIL, 1 UNKNOWN, 1 UNPROBED)" in out
     assert f"FAIL: bitflip {COMBO}: integrity: a load returned wrong values" in out
     assert f"  replay: resilience run cases/bitflip/scenario.yaml --combos {COMBO}" in out
     assert {name: _read(run_dir, name) for name in before} == before
