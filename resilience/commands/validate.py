@@ -17,7 +17,10 @@ def register(sub) -> None:
                                         "restarts the group, which resumes from the newest valid checkpoint; "
                                         "prints what to run on each node (--local: runs it here)")
     p.add_argument("--shared", help="a folder every node sees at the same path, empty for each run (--local: "
-                                    "default a new folder under runs/)")
+                                    "default a new folder under --out)")
+    p.add_argument("--out", help="or: where to make the shared folder, a new run folder under OUT as every "
+                                 "command makes one (--local: default runs/); on a cluster, OUT must be seen by "
+                                 "every node at the same path")
     p.add_argument("--nnodes", type=positive_int, help="number of nodes (--local: default 2)")
     p.add_argument("--nproc-per-node", type=positive_int, help="rank processes per node (--local: default 2)")
     p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="the first node's address and a free port: it "
@@ -48,11 +51,18 @@ def run(args) -> int:
         print(render_summary(summary, Layout(args.show).root))
         return summary["exit_status"]
     plan = plan_from_args(args)
+    if args.shared and args.out:
+        raise ConfigError("--out", "given with --shared", "give --shared (that folder) or --out (a new folder "
+                                                          "under it), not both")
     if args.local:
         return _run_local(args, plan)
-    if not args.shared or not args.nnodes or not args.nproc_per_node or not args.rdzv_endpoint:
-        raise ConfigError("validate", "to print the command lines it needs --shared, --nnodes, --nproc-per-node "
-                                      "and --rdzv-endpoint", "or use --local to run two node agents here")
+    if not (args.shared or args.out) or not args.nnodes or not args.nproc_per_node or not args.rdzv_endpoint:
+        raise ConfigError("validate", "to print the command lines it needs --shared (or --out), --nnodes, "
+                                      "--nproc-per-node and --rdzv-endpoint", "or use --local to run two node "
+                                                                              "agents here")
+    if not args.shared:
+        from ..report import make_run_dir
+        args.shared = make_run_dir(args.out, "validate")
     print(instructions(args, plan))
     return 0
 
@@ -117,7 +127,8 @@ def _run_local(args, plan) -> int:
 
     nnodes, nproc = args.nnodes or 2, args.nproc_per_node or 2
     # the shared folder, made and proven writable before any agent starts
-    shared = os.path.abspath(make_folder(args.shared, "--shared") if args.shared else make_run_dir("runs", "validate"))
+    shared = os.path.abspath(make_folder(args.shared, "--shared") if args.shared
+                             else make_run_dir(args.out or "runs", "validate"))
     endpoint = args.rdzv_endpoint or f"127.0.0.1:{free_port()}"
     rdzv_id = args.rdzv_id or new_run_id()
     cmds = _commands(args, plan, shared=shared, nnodes=nnodes, nproc=nproc, endpoint=endpoint, rdzv_id=rdzv_id,

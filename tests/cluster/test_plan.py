@@ -1,5 +1,6 @@
 """Cluster plans, the torchrun environment, the command lines printed for each node (no process started)."""
 import argparse
+import os
 import shlex
 
 import pytest
@@ -118,6 +119,15 @@ def test_validate_prints_what_to_run_on_each_node(capsys):
     lines = [ln for ln in out.splitlines() if ln.startswith(f"{STORE_FIX}=1 torchrun")]
     assert len(lines) == 2 and "--node-rank 1" in lines[1] and "--max-restarts 1" in lines[0]
     assert "$SLURM_NODEID" in out and "resilience validate --show /mnt/shared/v1" in out
+
+
+def test_validate_out_makes_the_shared_folder_under_it(tmp_path, capsys):
+    code = main(["validate", "--out", str(tmp_path), "--nnodes", "2", "--nproc-per-node", "2",
+                 "--rdzv-endpoint", "node0:29500"])
+    out = capsys.readouterr().out
+    (shared,) = tmp_path.iterdir()  # a new run folder, as every command's --out makes one
+    assert code == 0 and shared.name.endswith("-validate") and not os.listdir(shared)
+    assert f"resilience validate --show {shared}" in out
 
 
 def test_validate_needs_the_cluster_or_local(capsys):
