@@ -3,7 +3,10 @@
 - `stock_dcp`: torch.distributed.checkpoint as its users use it (--backend dcp, dcp-threads);
 - `megatron`: megatron-core's dist_checkpointing, optional extra [megatron] (--backend megatron).
 The reference implementation (resilience.checkpoint.reference) and the broken ones (resilience.broken)
-are backends too. Adapters are imported only when named, so a missing optional package costs nothing."""
-from .base import CheckpointBackend, with_defaults
+are backends too. Adapters are imported only when named, so a missing optional package costs nothing.
 
-__all__ = ["CheckpointBackend", "with_defaults"]
+What an adapter of your own imports from here: CheckpointBackend (the protocol), LoadResult and CheckpointInfo
+(what its load and list_checkpoints return); docs/adapters.md walks through one."""
+from .base import CheckpointBackend, CheckpointInfo, LoadResult, with_defaults
+
+__all__ = ["CheckpointBackend", "CheckpointInfo", "LoadResult", "with_defaults"]

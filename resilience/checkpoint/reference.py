@@ -504,4 +504,4 @@ def list_checkpoints(root: str) -> list[CheckpointInfo]:
                 out.append(CheckpointInfo(iteration, path, True, manifest))
             except (IntegrityError, ValueError, OverflowError) as e:
                 out.append(CheckpointInfo(iteration, path, False, None, str(e)))
-    return out
+    return sorted(out, key=lambda c: -c.iteration)  # newest first, as the protocol says; ranks' copies in order

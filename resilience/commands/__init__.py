@@ -1,2 +1,2 @@
 """One module per `resilience` subcommand, each with `register(subparsers)` setting `func`."""
-COMMANDS = ["demo", "combos", "inspect", "run", "matrix", "fuzz", "validate", "corpus", "broken", "report"]
+COMMANDS = ["demo", "combos", "adapter", "inspect", "run", "matrix", "fuzz", "validate", "corpus", "broken", "report"]

@@ -1,5 +1,8 @@
 """`resilience inspect DIR`: every checkpoint in a folder, complete or not, verified or which check failed.
 
+The reference's format is read in full (manifests, checksums, trackers, staging leftovers); any other
+backend (`--backend`) through its adapter: what its `list_checkpoints` reports, complete or not and why.
+
 Exit status: 0 when the newest checkpoint (of each layout present) is loadable, 1 when it is not,
 2 when DIR is missing or holds no checkpoint."""
 from __future__ import annotations
@@ -8,7 +11,8 @@ import json
 import os
 import sys
 
-from ..errors import ResilienceError
+from ..errors import CheckpointNotFound, ResilienceError
+from .common import combination_arg
 
 
 def register(sub) -> None:
@@ -16,14 +20,25 @@ def register(sub) -> None:
                                        "completeness and integrity; exit 1 if the newest is not loadable")
     p.add_argument("dir", metavar="DIR", help="a checkpoint folder (the one given to save)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--backend", default="reference",
+                   help="the implementation that wrote DIR: 'reference' (default: its format read in full), "
+                        "'broken:NAME', 'dcp', 'megatron' or package.module:factory (through its list_checkpoints)")
+    p.add_argument("--combo", type=combination_arg, metavar="TYPE/format/io",
+                   help="the combination to make the backend for (default: the first its factory declares)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.backend != "reference":
+        return run_adapter(args)
     from ..checkpoint.inspect import inspect
 
     try:
         result = inspect(args.dir)  # CheckpointNotFound: one clear error, exit 2 (cli.main)
+    except CheckpointNotFound as e:
+        if not os.path.isdir(args.dir):
+            raise
+        raise CheckpointNotFound(f"{e} (another implementation's checkpoints? name it with --backend)") from None
     except OSError as e:
         if isinstance(e, ResilienceError):
             raise
@@ -107,3 +122,43 @@ def render(result) -> str:
                     else "no older loadable checkpoint to fall back to")
             lines.append(f"NOT LOADABLE: the newest {c.layout} checkpoint, iteration {c.iteration}; {then}")
     return "\n".join(lines)
+
+
+# ---- any backend, through its adapter -----------------------------------------------------------------
+def run_adapter(args) -> int:
+    from ..runner.listing import listed_checkpoints
+
+    combo, listed = listed_checkpoints(args.backend, args.dir, args.combo)
+    root = os.path.abspath(args.dir)
+    if not listed:
+        raise CheckpointNotFound(f"{root}: {args.backend} ({combo}) lists no checkpoint here "
+                                 "(its list_checkpoints returned none)")
+    newest = listed[0]
+    fallback = next((c for c in listed if c.complete), None)
+    if args.json:
+        print(json.dumps({"root": root, "backend": args.backend, "combination": str(combo), "ok": newest.complete,
+                          "newest": {"iteration": newest.iteration, "loadable": newest.complete},
+                          "checkpoints": [{"iteration": c.iteration, "path": c.path, "complete": c.complete,
+                                           "problem": c.problem} for c in listed]}, indent=1))
+        return 0 if newest.complete else 1
+
+    def rel(path: str) -> str:
+        r = os.path.relpath(os.path.abspath(path), root)
+        return path if r.startswith("..") else r
+
+    rows = [("iteration", "path", "complete", "problem")]
+    rows += [(str(c.iteration), rel(c.path), "yes" if c.complete else "NO", c.problem) for c in listed]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [f"checkpoints in {root}, as {args.backend} ({combo}) lists them (its list_checkpoints; newest "
+             "first)", ""]
+    lines += [("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[3]).rstrip() for r in rows]
+    lines.append("")
+    if newest.complete:
+        lines.append(f"OK: the newest checkpoint, iteration {newest.iteration}, is complete")
+    else:
+        then = (f"the newest complete one is iteration {fallback.iteration}" if fallback
+                else "no checkpoint is complete")
+        lines.append(f"NOT LOADABLE: the newest checkpoint, iteration {newest.iteration}, is not complete "
+                     f"({newest.problem or 'no reason given'}); {then}")
+    print("\n".join(lines))
+    return 0 if newest.complete else 1

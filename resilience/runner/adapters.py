@@ -54,6 +54,12 @@ def _factory(name: str):
         found = importlib.import_module(module)
         for part in attr.split("."):
             found = getattr(found, part)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        fix = (f"make {top!r} importable: run from the folder that holds it with PYTHONPATH=. (the `resilience` "
+               "command does not look in the current folder), or install your project (pip install -e .)"
+               if e.name and top == e.name.split(".")[0] else "install what it imports")
+        raise ConfigError("backend", f"cannot import {name!r}: {e}", fix) from None
     except (ImportError, AttributeError) as e:
         raise ConfigError("backend", f"cannot import {name!r}: {e}", "check the module path and factory name") from None
     except Exception as e:  # the module itself failed while importing

@@ -1,0 +1,53 @@
+"""Adapters with the mistakes a first draft makes, for `resilience adapter check` to name
+(`tests.runner.bad_adapters:NAME`). Built on the plain in-house library of tests/backends/inhouse.py."""
+from __future__ import annotations
+
+import os
+
+from resilience.state import ShardedTensor
+from tests.backends.inhouse import InhouseBackend, _rank, load_shard, read_latest
+
+
+class _Sloppy(InhouseBackend):
+    """The library's own errors and answers, untranslated: FileNotFoundError on an empty folder, a shape
+    mismatch on another topology, a dict from load, bare iteration numbers from list_checkpoints."""
+
+    def load(self, state, root):
+        iteration, _ = read_latest(root)
+        shard = load_shard(root, iteration, _rank())
+        for r in state.sharded_state_dict():
+            if isinstance(r, ShardedTensor):
+                r.data.copy_(shard[r.key])
+        return {"iteration": iteration}
+
+    def list_checkpoints(self, root):
+        return [int(n[5:]) for n in sorted(os.listdir(root)) if n.startswith("iter_")]
+
+
+def sloppy(combo):
+    """No `combinations` declared: every command would run all six."""
+    return _Sloppy(combo)
+
+
+class _Forgetful(InhouseBackend):
+    """Fills the tensors but never calls state.load_objects (iteration, data position and RNG stay as they
+    were), and is declared under GLOBAL semantics though the library refuses every topology change."""
+
+    def __init__(self, combo):
+        self.combo = combo
+
+    def load(self, state, root):
+        state.load_objects = lambda objects: None  # the call the draft forgot
+        return super().load(state, root)
+
+
+def forgetful(combo):
+    return _Forgetful(combo)
+
+
+forgetful.combinations = ("GLOBAL/torch_dist/sync",)
+
+
+def refuses_everything(combo):
+    from resilience.errors import ConfigError
+    raise ConfigError("combination", f"not {combo}")
