@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 
+import ckptlib
 import torch
 import torch.distributed as dist
 
-import ckptlib
 from resilience.backends import CheckpointInfo, LoadResult
 from resilience.errors import CheckpointNotFound, ConfigError, IntegrityError, TopologyChangeRefused
 from resilience.state import ShardedTensor

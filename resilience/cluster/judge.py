@@ -28,9 +28,9 @@ from ..checkpoint.manifest import versions
 from ..faults import read_firings
 from ..runner.evidence import evidence_from
 from ..runner.expected import NeverStopped
-from ..status import summary_line
 from ..runner.history import read_events
 from ..state import Topology
+from ..status import summary_line
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, slug, write_json
 
 SUMMARY_FORMAT = "resilience-cluster-validation"

@@ -202,6 +202,12 @@ def _run(plan: CheckPlan, timeout: float, log_dir: str) -> tuple[list[dict[str, 
     return _read(plan, plan.topo.world), failed
 
 
+def _first(steps: dict[str, list[dict]], step: str) -> dict | None:
+    """The first fact a rank wrote for `step`, or None when it never got there."""
+    found = steps.get(step)
+    return found[0] if found else None
+
+
 def _raised(fact: dict) -> str:
     return f"{fact['raised']}: {fact['error'][:200]}"
 
@@ -237,7 +243,7 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
     ranks, failed = _run(plan, timeout, os.path.join(base, "logs", "first"))
     lead = ranks[0]
 
-    empty = (lead.get("empty_load") or [None])[0]
+    empty = _first(lead, "empty_load")
     if empty is None:
         check.problems.append(f"load of an empty folder on {a} did not return: {failed}")
     elif "raised" not in empty:
@@ -262,9 +268,9 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
                            "being written")
     check.found.append((f"save on {a}", f"iterations {FIRST} and {SECOND} "
                         + ("staged, then finalized" if combo.is_async else "saved (returned on every rank)")))
-    saved = (lead.get("saved") or [{}])[0]
+    saved = _first(lead, "saved") or {}
 
-    listing = (lead.get("listing") or [None])[0]
+    listing = _first(lead, "listing")
     if listing is None:
         check.problems.append(f"list_checkpoints did not return: {failed}")
     elif "raised" in listing:
@@ -284,7 +290,7 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
                 f"iteration {c['iteration']} ({'complete' if c['complete'] else 'NOT complete'})" for c in items)
                 or "nothing"))
 
-    same = (lead.get("load_same") or [None])[0]
+    same = _first(lead, "load_same")
     label = f"load on {a}"
     if same is None:
         check.problems.append(f"{label} did not return: {failed}")
@@ -305,7 +311,7 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
     lead_b = ranks_b[0]
     moved = Transition(a, b)
     promised = expected_loadable(combo, moved)
-    other = (lead_b.get("load_other") or [None])[0]
+    other = _first(lead_b, "load_other")
     label = f"load on {b}"
     if other is None:
         check.problems.append(f"{label} ({moved}) did not return: {failed_b}")
@@ -326,8 +332,8 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
             check.problems.append(f"{label}: loads {moved} exactly, but the declared {combo} promises a refusal: the "
                                   "topology checker will FAIL it; declare a combination whose semantics load it "
                                   "(GLOBAL/torch_dist/sync loads any change)")
-    own_saved = (lead_b.get("own_saved") or [{}])[0]
-    own = (lead_b.get("own_load") or [None])[0]
+    own_saved = _first(lead_b, "own_saved") or {}
+    own = _first(lead_b, "own_load")
     label = f"round trip on {b}"
     own_bad = [s for r in ranks_b for s in r.get("own_save", []) if "raised" in s]
     if own_bad:

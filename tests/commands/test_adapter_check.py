@@ -37,7 +37,8 @@ def test_the_example_adapter_has_no_problem(example_on_path, capsys):
                  "iter_{iteration}/rank_1.pt (data)",
                  "metadata files iter_{iteration}/index.json", "tracker latest.txt",
                  "I/O outside the storage seam (plain open()/torch.save)",
-                 "no problem found (1 combination checked); next: resilience matrix --backend ckptlib_resilience:factory"]:
+                 "no problem found (1 combination checked); next: resilience matrix --backend "
+                 "ckptlib_resilience:factory"]:
         assert line in said, line
 
 
