@@ -369,7 +369,10 @@ def _describe_layout(check: ComboCheck, layout) -> None:
     if not trackers:
         check.notes.append("no tracker file (a root-level file naming the newest iteration): tracker damage is N/A")
     if not meta:
-        check.notes.append("no metadata file: metadata damage is N/A")
+        names = sorted({os.path.basename(f.template) for f in per_save if f.role == "data"})
+        check.notes.append("no metadata file: metadata damage is N/A. If one of the files above is metadata (its "
+                           "role is guessed from its name), name it on the factory: factory.layout_hints = "
+                           f"{{\"metadata\": [{names[0]!r}]}}" if names else "no metadata file: metadata damage is N/A")
     if layout.seam:
         check.found.append(("I/O", "through the storage seam (resilience.storage): every fault reaches it"))
     elif layout.logged:
