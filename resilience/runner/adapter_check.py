@@ -351,11 +351,11 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
         check.problems.append(f"one clean save to learn the layout failed: {str(e).splitlines()[0][:300]}")
         return check
     check.layout = layout.to_dict()
-    _describe_layout(check, layout)
+    _describe_layout(check, layout, backend)
     return check
 
 
-def _describe_layout(check: ComboCheck, layout) -> None:
+def _describe_layout(check: ComboCheck, layout, backend: str) -> None:
     per_save = [f for f in layout.files if f.per_iteration]
     check.found.append(("layout", f"one save of iteration {layout.iteration} on {TOPOLOGIES[0]}, learned from "
                         + ("the operations it made through the storage seam" if layout.source == "oplog"
@@ -373,21 +373,40 @@ def _describe_layout(check: ComboCheck, layout) -> None:
         check.notes.append("no metadata file: metadata damage is N/A. If one of the files above is metadata (its "
                            "role is guessed from its name), name it on the factory: factory.layout_hints = "
                            f"{{\"metadata\": [{names[0]!r}]}}" if names else "no metadata file: metadata damage is N/A")
-    if layout.seam:
-        check.found.append(("I/O", "through the storage seam (resilience.storage): every fault reaches it"))
-    elif layout.logged:
-        check.found.append(("I/O", "partly through the storage seam; outside it: " + ", ".join(
-            f.template for f in per_save if f.written_as is None)))
-        check.notes.append("files written outside the storage seam: in-process faults aimed at them (a crash at a "
-                           "byte, io_error, torn and short writes, power loss) are UNPROBED; they need the FUSE layer")
-    else:
-        check.found.append(("I/O", "outside the storage seam (plain open()/torch.save)"))
-        check.notes.append("writes outside the storage seam: in-process faults (a crash at a byte, io_error, torn and "
-                           "short writes, power loss) are UNPROBED until they go through resilience.storage or the "
-                           "FUSE layer; damage at rest and topology changes apply in full")
+    _describe_io(check, layout, per_save, backend)
     unread = sorted({f.template for f in layout.files if f.read is False})
     if unread:
         check.notes.append(f"never read by a load: {', '.join(unread)} (damage there tests nothing and is N/A)")
+
+
+IN_PROCESS = "in-process faults (a crash at a byte, io_error, torn and short writes, power loss)"
+
+
+def _describe_io(check: ComboCheck, layout, per_save: list, backend: str) -> None:
+    """Whether its writes go through resilience.storage, and so which way `--io auto` takes its faults."""
+    from . import ways
+    declared = ways.through_seam(backend)
+    outside = [f.template for f in per_save if f.written_as is None]
+    if layout.seam:
+        check.found.append(("I/O", "through the storage seam (resilience.storage)"))
+        if not declared:
+            check.notes.append("every file goes through the storage seam: with factory.io_through_seam = True its "
+                               f"{IN_PROCESS} run in process, without mounting the fault-injecting file system")
+        return
+    check.found.append(("I/O", "outside the storage seam (plain open()/torch.save)" if not layout.logged
+                        else f"partly outside the storage seam: {', '.join(outside)}"))
+    if declared:
+        check.problem(f"factory.io_through_seam is True, but {', '.join(outside)} are written around "
+                      f"resilience.storage: under --io auto its {IN_PROCESS} aimed at them are UNPROBED; drop "
+                      "io_through_seam and the fault-injecting file system reaches them", "seam")
+        return
+    why = ways.unavailable()
+    if why is None:
+        check.notes.append(f"its {IN_PROCESS} go through the fault-injecting file system (--io auto, the default; "
+                           "docs/io.md)")
+    else:
+        check.notes.append(f"its {IN_PROCESS} need the fault-injecting file system, which cannot mount here "
+                           f"({why}): here they are UNPROBED, never passed")
 
 
 def check_adapter(backend: str, combos: list[Combination] | None = None, *, timeout: float = 120.0,

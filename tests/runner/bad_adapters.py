@@ -31,7 +31,8 @@ def sloppy(combo):
 
 class _Forgetful(InhouseBackend):
     """Fills the tensors but never calls state.load_objects (iteration, data position and RNG stay as they
-    were), and is declared under GLOBAL semantics though the library refuses every topology change."""
+    were), is declared under GLOBAL semantics though the library refuses every topology change, and claims
+    its I/O goes through the storage seam."""
 
     def __init__(self, combo):
         self.combo = combo
@@ -46,6 +47,7 @@ def forgetful(combo):
 
 
 forgetful.combinations = ("GLOBAL/torch_dist/sync",)
+forgetful.io_through_seam = True  # it claims every byte goes through resilience.storage; none does
 
 
 def refuses_everything(combo):

@@ -44,7 +44,12 @@ def _gap(path: Path):
 
 @pytest.mark.parametrize("path", [_gap(p) for p in KNOWN_GAPS])
 def test_known_gap(resilience_run, path):
-    resilience_run(path)
+    try:
+        resilience_run(path, fail_on=("FAIL", "UNKNOWN", "UNPROBED"))
+    except rst.ScenarioFailed as e:
+        if e.result.verdict == "UNPROBED":  # nothing was tested here (a power loss where FUSE cannot mount)
+            pytest.skip(f"not probed here: {e.result.detail[:300]}")
+        raise
 
 
 # ---- any sequence of saves, resumes and topology changes ------------------------------------------------
