@@ -51,7 +51,7 @@ import torch.distributed.checkpoint as dcp
 import xxhash
 
 from resilience import storage
-from resilience.checkpoint import ReferenceBackend, valid_combinations
+from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.manifest import Manifest, file_digest
 from resilience.commands.common import nonnegative_int, positive_float, positive_int
 from resilience.errors import ConfigError
@@ -59,6 +59,7 @@ from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState
 from resilience.state.sharding import ShardedObject, ShardedTensor
 from resilience.storage.local import LocalFileSystem, LocalWriteStream
+from resilience.vocab import valid_combinations
 
 TARGET_GLOBAL_VS_DCP = 1.0  # GLOBAL/torch_dist/sync save time / stock DCP save time, at most
 TARGET_ASYNC_BLOCKING = 0.10  # async save() blocking time / the sync save time, at most

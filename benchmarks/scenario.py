@@ -24,10 +24,10 @@ import time
 import torch
 
 from resilience.checkers.base import PASS, REFUSED
-from resilience.checkpoint.combos import Combination
 from resilience.commands.common import combination_arg, nonnegative_int, positive_int
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
+from resilience.vocab import Combination
 
 TARGET_FORK_SECONDS = 1.0  # warm launcher: median wall time of one scenario, under
 TARGET_SPEEDUP = 10.0  # spawn median / fork median, at least

@@ -39,8 +39,8 @@ def parse_combos(text: str) -> list:
     items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
     if not items:
         raise pytest.UsageError("--resilience-combos: empty; give TYPE/format/io[,...] or all")
-    from .checkpoint.combos import Combination, valid_combinations
     from .errors import ConfigError
+    from .vocab.combos import Combination, valid_combinations
     if items == ["all"]:
         return valid_combinations()
     out = []
@@ -163,7 +163,7 @@ def pytest_configure(config):
         from .runner.adapters import make_backend
         combos = config.getoption("resilience_combos")
         try:
-            from .checkpoint.combos import valid_combinations
+            from .vocab.combos import valid_combinations
             make_backend(backend, (combos or valid_combinations())[0])
         except ConfigError as e:
             raise pytest.UsageError(f"--resilience-backend: {e}") from None
@@ -233,7 +233,7 @@ class ScenarioRunner:
             scenario = load_file(scenario)
         chosen = self.options.selected(scenario.combinations)
         if combos is not None:
-            from .checkpoint.combos import Combination
+            from .vocab.combos import Combination
             wanted = [c if isinstance(c, Combination) else Combination.parse(c) for c in combos]
             chosen = [c for c in chosen if c in wanted]
         return [judge(scenario, combo, backend=self.options.backend, io=self.options.io,
@@ -256,7 +256,7 @@ def resilience_run_dir(resilience_options) -> str:
 @pytest.fixture(scope="session")
 def resilience_backend(resilience_options) -> BackendUnderTest:
     """The implementation under test (--resilience-backend, default reference) and the selected combos."""
-    from .checkpoint.combos import valid_combinations
+    from .vocab.combos import valid_combinations
     return BackendUnderTest(resilience_options.backend or "reference",
                             tuple(resilience_options.combos or valid_combinations()))
 
@@ -275,7 +275,7 @@ def resilience_run(resilience_options) -> ScenarioRunner:
 
 def pytest_generate_tests(metafunc):
     if "resilience_combo" in metafunc.fixturenames:
-        from .checkpoint.combos import valid_combinations
+        from .vocab.combos import valid_combinations
         combos = options_of(metafunc.config).combos or valid_combinations()
         metafunc.parametrize("resilience_combo", combos, ids=[combo_id(c) for c in combos])
 

@@ -1,5 +1,6 @@
-"""The package's layers (pyproject.toml, [tool.importlinter]; docs/architecture.md): the contract holds, it
-names every part of the package, and it does catch an import that goes up."""
+"""The package's layers (pyproject.toml, [tool.importlinter]; docs/architecture.md): the contracts hold, the
+layers name every part of the package, and they do catch an import that goes up, or a fault that reaches
+for the reference implementation instead of the vocabulary."""
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ def _layers() -> list[str]:
 def test_the_package_keeps_its_layers():
     run = _lint_imports(ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "1 kept, 0 broken" in run.stdout
+    assert "2 kept, 0 broken" in run.stdout
 
 
 def test_the_layers_name_every_module_of_the_package():
@@ -60,3 +61,14 @@ def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.checkers is not allowed to import resilience.runner" in run.stdout
     assert "resilience.checkers.base -> resilience.runner.run" in run.stdout
+
+
+def test_a_fault_reaching_for_the_reference_breaks_the_contract(tmp_path):
+    shutil.copytree(ROOT / "resilience", tmp_path / "resilience", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    with open(tmp_path / "resilience" / "faults" / "corruption.py", "a") as f:
+        f.write("\n\ndef _reference_names():\n    from ..checkpoint.commit import staging_name  # not the vocabulary\n")
+    run = _lint_imports(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "resilience.faults is not allowed to import resilience.checkpoint" in run.stdout
+    assert "resilience.faults.corruption -> resilience.checkpoint.commit" in run.stdout

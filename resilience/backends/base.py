@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from ..checkpoint.reference import CheckpointInfo, LoadResult
 from ..errors import ConfigError
 from ..state import TrainingState
+from ..vocab import CheckpointInfo, LoadResult
 
 REQUIRED = ("save", "load", "list_checkpoints")
 OPTIONAL = ("finalize", "in_flight_iteration")

@@ -37,19 +37,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint import CheckpointException
 
 from .. import storage
-from ..checkpoint.combos import CheckpointType, CkptFormat, Combination, combination
 from ..checkpoint.formats.base import RankInfo
-from ..checkpoint.reference import CheckpointInfo, LoadResult
+from ..dist import barrier, this_rank, world_size
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
 from ..state import TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
+from ..vocab import CheckpointInfo, CheckpointType, CkptFormat, Combination, LoadResult, combination
+from ..vocab.folders import ITER_FOLDER, TRACKER, iter_name
 
-TRACKER = "latest_checkpointed_iteration.txt"
 ARGS = "args"
 
 
@@ -113,7 +112,7 @@ def megatron_calls() -> Iterator[None]:
 
 
 def iter_folder(root: str, iteration: int) -> str:
-    return os.path.join(root, f"iter_{iteration:07d}")
+    return os.path.join(root, iter_name(iteration))
 
 
 def read_tracker(root: str) -> int | None:
@@ -126,19 +125,11 @@ def read_tracker(root: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
 def _failures(e: BaseException) -> dict:
     failures = getattr(e, "failures", None)
     if isinstance(failures, dict) and failures:
         return {r: f"{type(x[0]).__name__}: {x[0]}" if isinstance(x, tuple) else str(x) for r, x in failures.items()}
-    return {_rank(): f"{type(e).__name__}: {e}"}
+    return {this_rank(): f"{type(e).__name__}: {e}"}
 
 
 class MegatronBackend:
@@ -160,7 +151,7 @@ class MegatronBackend:
         self.layout = TorchDcpFormat()  # only its dp gather of distributed-optimizer rows
 
     def _info(self, state: TrainingState) -> RankInfo:
-        return RankInfo(_rank(), _world(), state.topo, state.coords, state.spec, self.combo, None,
+        return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None,
                         state.groups.dp_group)
 
     # ---- state -----------------------------------------------------------------------------------
@@ -203,10 +194,9 @@ class MegatronBackend:
         root = os.path.abspath(root)
         folder = iter_folder(root, state.iteration)
         iteration = state.iteration
-        if _rank() == 0:
+        if this_rank() == 0:
             storage.current().mkdir(folder)  # Megatron-LM's ensure_directory_exists: makedirs, no fsync
-        if _world() > 1:
-            dist.barrier()
+        barrier()
         sd, _ = self.sharded_state_dict(state, state.sharded_state_dict())
         with megatron_calls():
             try:
@@ -226,9 +216,8 @@ class MegatronBackend:
 
     def _commit(self, root: str, iteration: int) -> None:
         """Megatron-LM: barrier, then rank 0 writes the tracker with a plain open('w')."""
-        if _world() > 1:
-            dist.barrier()
-        if _rank() == 0:
+        barrier()
+        if this_rank() == 0:
             with storage.current().open_write(os.path.join(root, TRACKER), sync=False) as f:
                 f.write(str(iteration).encode())
 
@@ -295,8 +284,9 @@ class MegatronBackend:
         out = []
         if fs.is_dir(root):
             for name in fs.listdir(root):
-                if name.startswith("iter_") and name[5:].isdigit():
-                    it = int(name[5:])
+                m = ITER_FOLDER.fullmatch(name)
+                if m:
+                    it = int(m.group(1))
                     path = os.path.join(root, name)
                     complete = fs.exists(os.path.join(path, "metadata.json"))
                     problem = "" if complete else "no metadata.json"

@@ -33,7 +33,6 @@ How the framework observes it, without changing what DCP does (see docs/adapters
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import io
 import os
@@ -55,15 +54,23 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from .. import storage
-from ..checkpoint.combos import CheckpointType, Combination, combination
 from ..checkpoint.formats.base import RankInfo
-from ..checkpoint.formats.torch_dcp import TorchDcpFormat, _copy_real_rows, _copy_rows, _get, _nest, _rng_path
-from ..checkpoint.reference import CheckpointInfo, LoadResult
+from ..checkpoint.formats.torch_dcp import (
+    TorchDcpFormat,
+    copy_real_rows,
+    copy_rows,
+    get_nested,
+    nest,
+    object_targets,
+    rng_cells,
+)
+from ..dist import all_agree, this_rank, world_size
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
 from ..state import TrainingState
-from ..state.sharding import ShardedObject, ShardedTensor
+from ..state.sharding import ShardedTensor
 from ..state.training import RNG_KEY
 from ..storage.dcp import read_metadata_safely
+from ..vocab import CheckpointInfo, CheckpointType, Combination, LoadResult, combination
 
 STEP = re.compile(r"step-(\d+)")
 METADATA = ".metadata"
@@ -241,14 +248,6 @@ def find_load_step(root: str) -> int | None:
     return max(steps) if steps else None
 
 
-def _world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
 # ---- the backend -----------------------------------------------------------------------------------
 class StockDcpBackend:
     """TORCH_DCP/torch_dcp, sync or async, with stock DCP and torchtitan-style step folders."""
@@ -270,7 +269,7 @@ class StockDcpBackend:
         install_fsync_router()
 
     def _info(self, state: TrainingState) -> RankInfo:
-        return RankInfo(_rank(), _world(), state.topo, state.coords, state.spec, self.combo, None,
+        return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None,
                         state.groups.dp_group)
 
     # ---- save ------------------------------------------------------------------------------------
@@ -287,7 +286,7 @@ class StockDcpBackend:
         sd = self.state_dict(info, state.sharded_state_dict())
         try:
             if self.combo.is_async:
-                if self._async_group is None and _world() > 1:
+                if self._async_group is None and world_size() > 1:
                     self._async_group = dist.new_group(backend="gloo")
                 self._future = dcp.async_save(sd, storage_writer=writer(folder, **self.options),
                                               process_group=self._async_group)
@@ -301,14 +300,8 @@ class StockDcpBackend:
         future = self._future
         if future is None:
             return True
-        if not blocking:
-            done: list[Any] = [None] * _world()
-            if _world() > 1:
-                dist.all_gather_object(done, future.done(), group=self._async_group)
-            else:
-                done = [future.done()]
-            if not all(done):
-                return False
+        if not blocking and not all_agree(future.done(), self._async_group):
+            return False
         iteration = self._future_iteration
         self._future, self._future_iteration = None, None
         try:
@@ -316,7 +309,7 @@ class StockDcpBackend:
         except CheckpointException as e:
             raise AsyncSaveFailed(_failures(e), f"async dcp save of iteration {iteration} failed") from e
         except Exception as e:
-            raise AsyncSaveFailed({_rank(): f"{type(e).__name__}: {e}"},
+            raise AsyncSaveFailed({this_rank(): f"{type(e).__name__}: {e}"},
                                   f"async dcp save of iteration {iteration} failed") from e
         return True
 
@@ -355,7 +348,7 @@ class StockDcpBackend:
             raise IntegrityError(folder, "dcp.load", first[:2000]) from None
         for step_fn in after:
             step_fn()
-        objects = {key: _get(target, path) for key, path in names.items()}
+        objects = {key: get_nested(target, path) for key, path in names.items()}
         state.load_objects(objects)
         return LoadResult(int(objects.get("iteration", step)), folder, RNG_KEY in objects, warnings)
 
@@ -367,34 +360,26 @@ class StockDcpBackend:
         stored = metadata.state_dict_metadata if metadata is not None else None
         state: dict[str, Any] = {}
         after: list[Callable[[], Any]] = []
-        names: dict[str, str] = {}
         for r in records:
             if isinstance(r, ShardedTensor):
                 if r.key in split:  # the whole tp piece, then this dp rank's rows
                     param = split[r.key]
                     buf, offset = torch.empty(param.local_shape, dtype=r.data.dtype), param.global_offset
-                    after.append(functools.partial(_copy_rows, r.data, buf, r.global_offset[0] - offset[0]))
+                    after.append(functools.partial(copy_rows, r.data, buf, r.global_offset[0] - offset[0]))
                 else:
                     buf, offset = r.data, r.global_offset
                 md = stored.get(r.key) if stored is not None else None
                 if isinstance(md, TensorStorageMetadata) and tuple(md.size) != tuple(r.global_shape) \
                         and r.logical_shape is not None:
                     full = torch.empty(md.size, dtype=md.properties.dtype)  # padded vocabulary of another tp
-                    _nest(state, r.key, full)
-                    after.insert(0, functools.partial(_copy_real_rows, full, buf, offset, r.logical[0]))
+                    nest(state, r.key, full)
+                    after.insert(0, functools.partial(copy_real_rows, full, buf, offset, r.logical[0]))
                 else:
-                    _nest(state, r.key, fmt._dtensor(info, buf, r.global_shape, offset))
-            elif isinstance(r, ShardedObject):
-                if r.key == RNG_KEY:
-                    grid = {f"{RNG_KEY}.pp{p}_tp{t}" for p in range(info.topo.pp) for t in range(info.topo.tp)}
-                    cells = {k for k in stored if k.startswith(RNG_KEY + ".")} if stored is not None else grid
-                    if cells != grid:
-                        continue  # saved on another (pp, tp) grid: not restorable here
-                    names[r.key] = _rng_path(info)
-                else:
-                    names[r.key] = r.key
-                value = torch.empty_like(r.value) if isinstance(r.value, torch.Tensor) else copy.deepcopy(r.value)
-                _nest(state, names[r.key], value)
+                    nest(state, r.key, fmt._dtensor(info, buf, r.global_shape, offset))
+        # the RNG cells this checkpoint holds tell the grid it was saved on (no manifest says so here)
+        grid = rng_cells(info.topo)
+        cells = {k for k in stored if k.startswith(RNG_KEY + ".")} if stored is not None else grid
+        names = object_targets(info, records, state, rng=cells == grid)
         return state, after, names
 
     # ---- listing ---------------------------------------------------------------------------------

@@ -6,11 +6,13 @@ import os
 import threading
 
 from .. import storage
-from ..checkpoint import commit, manifest as manifest_mod
+from ..checkpoint import async_save, commit, global_save, loading, manifest as manifest_mod
 from ..checkpoint.formats import torchfile
-from ..checkpoint.reference import ReferenceBackend, _rank
+from ..checkpoint.reference import ReferenceBackend
+from ..dist import this_rank
 from ..errors import AsyncSaveFailed
 from ..state.sharding import ShardedTensor
+from ..vocab.folders import MANIFEST, iter_name
 
 
 @contextlib.contextmanager
@@ -68,8 +70,7 @@ class no_dir_fsync(_Wrapped):
 
 class no_checksum(ReferenceBackend):
     def _check_candidate(self, info, path, manifest):
-        import resilience.checkpoint.reference as ref
-        with patched(ref, "verify_file", lambda *a: None):  # the bug: listed files are never checked
+        with patched(loading, "verify_file", lambda *a: None):  # the bug: listed files are never checked
             return super()._check_candidate(info, path, manifest)
 
 
@@ -78,7 +79,7 @@ class tracker_before_data(ReferenceBackend):
 
     def save(self, state, root):
         root = os.path.abspath(root)
-        if _rank() == 0:
+        if this_rank() == 0:
             storage.current().mkdir(root)
             commit.write_tracker(root, state.iteration)
         return super().save(state, root)
@@ -88,7 +89,7 @@ class tracker_before_data(ReferenceBackend):
         tracked, _ = commit.read_tracker(root)
         only = [c for c in candidates if c[0] == tracked]
         if not only:
-            only = [(tracked, os.path.join(root, commit.iter_name(tracked or 0)), None, "tracked iteration missing")]
+            only = [(tracked, os.path.join(root, iter_name(tracked or 0)), None, "tracked iteration missing")]
         return only, None
 
 
@@ -97,7 +98,7 @@ class in_place_overwrite(ReferenceBackend):
 
     def save(self, state, root):
         root = os.path.abspath(root)
-        with patched(commit, "staging_name", lambda it: commit.iter_name(it)), \
+        with patched(commit, "staging_name", lambda it: iter_name(it)), \
                 patched(commit, "publish", lambda staging, final, **_: None):
             return super().save(state, root)
 
@@ -106,11 +107,10 @@ class commit_before_all_ranks(ReferenceBackend):
     """The coordinator commits with its own files only, without waiting for the other ranks."""
 
     def _commit(self, state, iteration, root, staging, files, error, group=None):
-        if _rank() != 0:
+        if this_rank() != 0:
             return
-        import resilience.checkpoint.reference as ref
-        with patched(ref, "all_gather", lambda obj, group=None: [obj]), \
-                patched(ref, "broadcast", lambda obj, group=None, src=0: obj):
+        with patched(global_save, "all_gather", lambda obj, group=None: [obj]), \
+                patched(global_save, "broadcast", lambda obj, group=None, src=0: obj):
             return super()._commit(state, iteration, root, staging, files, error, group)
 
 
@@ -138,7 +138,7 @@ class retention_deletes_newest(ReferenceBackend):
 class manifest_not_durable(ReferenceBackend):
     def save(self, state, root):
         def write(self_, folder):
-            with storage.current().open_write(os.path.join(folder, manifest_mod.MANIFEST), sync=False) as f:
+            with storage.current().open_write(os.path.join(folder, MANIFEST), sync=False) as f:
                 f.write(self_.to_json().encode())
         with patched(manifest_mod.Manifest, "write", write):  # the bug: the manifest is never fsynced
             return super().save(state, root)
@@ -148,8 +148,7 @@ class async_no_snapshot(ReferenceBackend):
     """The writer runs at finalize on the live tensors (on CPU, Megatron's preload copies nothing)."""
 
     def _start_async(self, state, records, root, staging):
-        import resilience.checkpoint.reference as ref
-        with patched(ref, "StagedCopy", _LiveRecords), patched(threading.Thread, "start", _deferred_start):
+        with patched(async_save, "StagedCopy", _LiveRecords), patched(threading.Thread, "start", _deferred_start):
             super()._start_async(state, records, root, staging)
 
     def finalize(self, *, blocking=True):
@@ -240,7 +239,7 @@ class mixed_resave(ReferenceBackend):
     def save(self, state, root):
         real = commit.publish
 
-        def merge(staging, final):
+        def merge(staging, final, **_):
             fs = storage.current()
             if not fs.exists(final):
                 return real(staging, final)
@@ -259,4 +258,4 @@ class mixed_resave(ReferenceBackend):
             return super().save(state, root)
 
 
-_METADATA = {manifest_mod.MANIFEST, ".metadata", "metadata.json"}
+_METADATA = {MANIFEST, ".metadata", "metadata.json"}

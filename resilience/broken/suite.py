@@ -10,9 +10,9 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import ConfigError
 from ..status import FAIL
+from ..vocab.combos import Combination, valid_combinations
 from . import CATALOGUE, BrokenImpl
 
 

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..checkpoint.combos import Combination
 from ..state import Topology
 from ..status import FAIL, FAILING, NA, PASS, REFUSED, SEVERITY, UNKNOWN, UNPROBED, Status, is_failing, worst
+from ..vocab.combos import Combination
 
 
 @dataclass

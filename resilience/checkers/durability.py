@@ -1,7 +1,7 @@
 """Durability: a save reported done survives crashes of every process and the loss of unsynced writes."""
 from __future__ import annotations
 
-from ..checkpoint.combos import CheckpointType
+from ..vocab.combos import CheckpointType
 from .base import FAIL, NA, PASS, Evidence, SaveRecord, Verdict
 
 

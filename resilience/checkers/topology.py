@@ -1,8 +1,8 @@
 """Topology independence: each transition LOADED-EXACT, REFUSED-CLEARLY or WRONG, against the seed's table."""
 from __future__ import annotations
 
-from ..checkpoint.combos import CheckpointType, Combination
 from ..state import Topology, Transition
+from ..vocab.combos import CheckpointType, Combination
 from .base import FAIL, NA, PASS, REFUSED, Evidence, Verdict
 
 LOADED_EXACT, REFUSED_CLEARLY, WRONG = "LOADED-EXACT", "REFUSED-CLEARLY", "WRONG"

@@ -1,6 +1,6 @@
-"""The reference checkpoint implementation of the seed's three layers."""
-from .combos import CheckpointType, CkptFormat, Combination, IOMode, combination, table, valid_combinations
-from .reference import CheckpointInfo, LoadResult, ReferenceBackend, list_checkpoints
+"""The reference checkpoint implementation of the seed's three layers (the words it shares with every
+other implementation, such as Combination and LoadResult, are in resilience.vocab)."""
+from .listing import list_checkpoints
+from .reference import ReferenceBackend
 
-__all__ = ["CheckpointInfo", "CheckpointType", "CkptFormat", "Combination", "IOMode", "LoadResult",
-           "ReferenceBackend", "combination", "list_checkpoints", "table", "valid_combinations"]
+__all__ = ["ReferenceBackend", "list_checkpoints"]

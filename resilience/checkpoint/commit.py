@@ -1,7 +1,8 @@
 """Atomic commit on a POSIX filesystem: stage, fsync, manifest, rename into place, fsync, tracker.
 
-A save is visible only once its folder is renamed into place with a complete manifest inside; the
-tracker is written after, atomically, and is a hint: loaders trust folders with valid manifests.
+`commit_folder` is that order, the one every save path of the reference follows. A save is visible
+only once its folder is renamed into place with a complete manifest inside; the tracker is written
+after, atomically, and is a hint: loaders trust folders with valid manifests.
 A LOCAL re-save of an iteration keeps the copy it replaces beside it (`iter_N.replaced-XXXXXXXX`): without
 a collective another rank may still hold only that copy, and a loader must find it whole."""
 from __future__ import annotations
@@ -13,22 +14,18 @@ import uuid
 from .. import storage
 from ..errors import IntegrityError
 from ..storage.contained import is_inside
+from ..vocab import folders, phases
+from ..vocab.folders import ITER_FOLDER, STAGING_PREFIX, TRACKER, iter_name
+from .manifest import Manifest
 
-TRACKER = "latest_checkpointed_iteration.txt"
-STAGING_PREFIX = ".staging-"
-ITER_FOLDER = re.compile(r"iter_(\d{7})")  # the names iter_name writes; group 1 is the iteration
 REPLACED_MARK = ".replaced-"
 _REPLACED = re.compile(rf"{ITER_FOLDER.pattern}\.replaced-[0-9a-f]{{8}}")
 MAX_TRACKER_BYTES = 64  # an iteration number and a newline; anything longer is not a tracker
 MAX_TRACKER_DIGITS = 15
 
 
-def iter_name(iteration: int) -> str:
-    return f"iter_{iteration:07d}"
-
-
 def staging_name(iteration: int) -> str:
-    return f"{STAGING_PREFIX}{iter_name(iteration)}-{uuid.uuid4().hex[:8]}"
+    return folders.staging_name(iteration, uuid.uuid4().hex[:8])
 
 
 def list_iterations(root: str) -> list[tuple[int, str]]:
@@ -107,6 +104,25 @@ def publish(staging: str, final: str, *, keep_replaced: bool = False) -> None:
     else:
         fs.rename(staging, final)
     fs.fsync_dir(parent)
+
+
+def commit_folder(staging: str, root: str, manifest: Manifest, *, keep_last: int | None,
+                  keep_replaced: bool = False) -> None:
+    """Commit the staging folder of a save whose files are all written and fsynced (with their
+    folders): the manifest into it and fsynced, the folder renamed into place as iter_N under `root`,
+    the tracker, then retention of the newest `keep_last` (None: keep all). Each step is announced
+    (vocab.phases) just before it is done, so a fault can strike between any two."""
+    iteration = manifest.iteration
+    phases.reached("manifest", iteration=iteration, path=staging)
+    manifest.write(staging)
+    storage.current().fsync_dir(staging)
+    phases.reached("commit_rename", iteration=iteration, path=staging)
+    publish(staging, os.path.join(root, iter_name(iteration)), keep_replaced=keep_replaced)
+    phases.reached("tracker_update", iteration=iteration, path=root)
+    write_tracker(root, iteration)
+    if keep_last:
+        phases.reached("retention", iteration=iteration, path=root)
+        apply_retention(root, keep_last, iteration)
 
 
 def write_tracker(root: str, iteration: int) -> None:

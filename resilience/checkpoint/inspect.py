@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass, field
 
 from .. import storage
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError
+from ..vocab import Combination, on_every_rank
+from ..vocab.folders import LOCAL_FOLDER, MANIFEST, RANK_FOLDER, TRACKER, iter_name, rank_root
 from . import commit
-from .combos import Combination
-from .manifest import MANIFEST, Manifest, save_number, verify_file
+from .manifest import Manifest, save_number, verify_file
 
 DCP_METADATA = ".metadata"
 
@@ -192,7 +193,7 @@ def _check_dcp_metadata(path: str) -> Problem | None:
 def inspect_tracker(root: str, iterations: list[int]) -> TrackerReport:
     tracked, _ = commit.read_tracker(root)
     problem = commit.check_tracker(root, iterations)
-    return TrackerReport(os.path.join(root, commit.TRACKER), tracked,
+    return TrackerReport(os.path.join(root, TRACKER), tracked,
                          Problem.from_error(problem) if problem else None)
 
 
@@ -211,9 +212,9 @@ def _copies_read(iteration: int, folders: list[FolderReport]) -> tuple[list[Fold
     for f in sorted(folders, key=lambda f: f.replaced):  # a committed copy before a kept one of its save
         if f.verified and f.rank is not None and f.save is not None:
             saves[f.rank].setdefault(f.save, f)
-    common = set.intersection(*(set(s) for s in saves.values())) if saves else set()
+    common = on_every_rank(saves.values())
     if common:
-        return [saves[r][max(common)] for r in ranks], None
+        return [saves[r][common[0]] for r in ranks], None
     chosen = [min((f for f in folders if f.rank == r), key=lambda f: (f.replaced, -(f.save or 0))) for r in ranks]
     numbers = {f.save for f in chosen if f.committed and f.save is not None}
     if len(numbers) < 2:
@@ -242,9 +243,9 @@ def _local_checkpoint(iteration: int, folders: list[FolderReport], rank_roots: d
         missing = [r for r in range(world) if r not in have]
         if missing:
             complete = False
-            name = commit.iter_name(iteration)
-            where = rank_roots.get(missing[0], os.path.join(os.path.dirname(os.path.dirname(folders[0].path)),
-                                                           f"rank_{missing[0]:05d}"))
+            name = iter_name(iteration)
+            top = os.path.dirname(os.path.dirname(os.path.dirname(folders[0].path)))  # of ROOT/local/rank_R/iter_N
+            where = rank_roots.get(missing[0], rank_root(top, missing[0]))
             problems.append(Problem(os.path.join(where, name), "present on every rank",
                                     f"missing on rank{'s' if len(missing) > 1 else ''} "
                                     f"{', '.join(map(str, missing))} of {world}"))
@@ -274,22 +275,23 @@ def inspect(root: str) -> Inspection:
     if found:
         trackers.append(inspect_tracker(root, [it for it, _ in found]))
 
-    local = os.path.join(root, "local")
+    local = os.path.join(root, LOCAL_FOLDER)
     rank_roots: dict[int, str] = {}
     if fs.is_dir(local):
         for name in fs.listdir(local):
-            if name.startswith("rank_") and name[5:].isdigit() and fs.is_dir(os.path.join(local, name)):
-                rank_roots[int(name[5:])] = os.path.join(local, name)
+            m = RANK_FOLDER.fullmatch(name)
+            if m and fs.is_dir(os.path.join(local, name)):
+                rank_roots[int(m.group(1))] = os.path.join(local, name)
     by_iteration: dict[int, list[FolderReport]] = {}
-    for rank, rank_root in sorted(rank_roots.items()):
-        its = commit.list_iterations(rank_root)
+    for rank, folder in sorted(rank_roots.items()):
+        its = commit.list_iterations(folder)
         for iteration, path in its:
             by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank, root))
-        for iteration, path in commit.list_replaced(rank_root):
+        for iteration, path in commit.list_replaced(folder):
             by_iteration.setdefault(iteration, []).append(inspect_folder(path, iteration, rank, root, replaced=True))
         if its:
-            trackers.append(inspect_tracker(rank_root, [it for it, _ in its]))
-        staging += commit.stale_staging(rank_root)
+            trackers.append(inspect_tracker(folder, [it for it, _ in its]))
+        staging += commit.stale_staging(folder)
     for iteration, folders in by_iteration.items():
         checkpoints.append(_local_checkpoint(iteration, folders, rank_roots))
 

@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 
-import torch
 import xxhash
 
 from .. import storage
 from ..errors import IntegrityError
 from ..state.topology import Topology
 from ..storage.contained import check_folder, check_inside
-from .combos import Combination
+from ..vocab.combos import Combination
+from ..vocab.folders import MANIFEST
+from ..vocab.manifest_format import FORMAT_VERSION, body_digest, manifest_text
+from ..vocab.versions import versions
 
-MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
 CHUNK = 8 << 20
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_ITERATION = 10 ** 15
@@ -58,11 +57,6 @@ def file_digest(path: str) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def versions() -> dict:
-    from .. import __version__
-    return {"python": platform.python_version(), "torch": torch.__version__, "resilience": __version__}
-
-
 @dataclass
 class Manifest:
     """What a committed checkpoint holds: combination, topology, model, iteration, every file."""
@@ -82,10 +76,7 @@ class Manifest:
                 "writer": self.writer, "created": self.created}
 
     def to_json(self) -> str:
-        body = self.body()
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        return json.dumps({"kind": "resilience-checkpoint-manifest", "format_version": FORMAT_VERSION,
-                           "digest": xxhash.xxh3_128_hexdigest(canonical.encode()), "body": body}, indent=1)
+        return manifest_text(self.body())
 
     def write(self, folder: str) -> None:
         """Write and fsync manifest.json into `folder` (a staging folder: not yet visible)."""
@@ -124,10 +115,10 @@ class Manifest:
             raise IntegrityError(path, "manifest version", f"format_version {str(version)[:40]!r} is newer than "
                                  f"{FORMAT_VERSION}; upgrade checkpoint-resilience to read it")
         try:
-            canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+            digest = body_digest(body)
         except (ValueError, TypeError, RecursionError) as e:
             raise IntegrityError(path, "manifest parse", f"{type(e).__name__}: {e}") from None
-        if doc.get("digest") != xxhash.xxh3_128_hexdigest(canonical.encode()):
+        if doc.get("digest") != digest:
             raise IntegrityError(path, "manifest checksum", "the manifest body does not match its digest")
         try:
             files = {safe_relpath(k, path): {"size": bounded_int(v["size"], MAX_SIZE, path, f"the size of {k!r}"),

@@ -7,10 +7,10 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from ..checkpoint.combos import Combination, valid_combinations
-from ..checkpoint.phases import PHASES
 from ..errors import ConfigError
 from ..state import ModelSpec, Topology
+from ..vocab.combos import Combination, valid_combinations
+from ..vocab.phases import PHASES
 
 PLAN_VERSION = 1
 KILL_POLICIES = ("each", "last")

@@ -16,8 +16,6 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..checkers import expected_loadable
-from ..checkpoint.combos import Combination, valid_combinations
-from ..checkpoint.manifest import versions
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, RankFailure, TopologyChangeRefused
 from ..state import (
     TOPOLOGY_BOUND_KEYS,
@@ -30,6 +28,8 @@ from ..state import (
     differences,
     fingerprint,
 )
+from ..vocab.combos import Combination, valid_combinations
+from ..vocab.versions import versions
 from .base import read_json, slug, write_json
 
 CORPUS_FILE = "corpus.json"

@@ -23,14 +23,14 @@ from ..checkers import (
     run_checker,
     worst,
 )
-from ..checkpoint.combos import CheckpointType, Combination
-from ..checkpoint.manifest import versions
 from ..faults import read_firings
 from ..runner.evidence import evidence_from
 from ..runner.expected import NeverStopped
 from ..runner.history import read_events
 from ..state import Topology
 from ..status import summary_line
+from ..vocab import CheckpointType, Combination, on_every_rank, versions
+from ..vocab.folders import LOCAL_FOLDER
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, slug, write_json
 
 SUMMARY_FORMAT = "resilience-cluster-validation"
@@ -39,16 +39,16 @@ SUMMARY_VERSION = 1
 
 def newest_valid(backend, root: str, combo: Combination) -> int | None:
     """The newest iteration a correct loader must pick, from the backend's own listing (this process only):
-    complete, and for LOCAL present in every rank's folder."""
+    complete, and for LOCAL complete in every rank's folder (vocab.on_every_rank)."""
     found = [c for c in backend.list_checkpoints(root) if c.complete]
     if combo.type is CheckpointType.LOCAL:
         folders: dict[str, set] = {}
         for c in found:
             folders.setdefault(os.path.dirname(c.path), set()).add(c.iteration)
-        local = os.path.join(os.path.abspath(root), "local")
+        local = os.path.join(os.path.abspath(root), LOCAL_FOLDER)
         ranks = [n for n in os.listdir(local)] if os.path.isdir(local) else []
         per_rank = [folders.get(os.path.join(local, n), set()) for n in ranks] or list(folders.values())
-        return max(set.intersection(*per_rank), default=None) if per_rank else None
+        return next(iter(on_every_rank(per_rank)), None)
     return max((c.iteration for c in found), default=None)
 
 

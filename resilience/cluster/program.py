@@ -19,13 +19,13 @@ import torch
 import torch.distributed as dist
 
 from ..checkers import UNKNOWN, Verdict
-from ..checkpoint.combos import Combination
-from ..checkpoint.reference import all_gather, broadcast
+from ..dist import all_agree, all_gather, broadcast
 from ..errors import ConfigError, TopologyChangeRefused
 from ..runner.adapters import make_backend
 from ..runner.history import EventLog
 from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
+from ..vocab.combos import Combination
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, TorchrunEnv, read_json, slug, write_json
 from .judge import finish, judge, newest_valid, row_of
 
@@ -43,8 +43,7 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
     """One attempt on this rank; returns the process exit status (the same on every rank)."""
     attempt = group_attempt(env)
     who = (env.rank, env.restart_count, env.group_rank, socket.gethostname(), os.getpid())
-    everyone = [None] * env.world
-    dist.all_gather_object(everyone, who)
+    everyone = all_gather(who)
     lead = env.rank == 0
     decision = None
     if lead:
@@ -225,7 +224,7 @@ def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Top
         log.fail("load", combo=combo_text, topology=str(topo), refused=isinstance(e, TopologyChangeRefused),
                  error=f"{type(e).__name__}: {e}")
         result = None
-    if not all(all_gather(result is not None)):
+    if not all_agree(result is not None):
         result = None
     after = None
     if result is not None:

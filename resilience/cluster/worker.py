@@ -14,10 +14,10 @@ import shlex
 import sys
 from datetime import timedelta
 
-from ..checkpoint.phases import PHASES
 from ..errors import ConfigError, ResilienceError
 from ..launch.lifetime import die_with_parent
 from ..state import ModelSpec
+from ..vocab.phases import PHASES
 from .base import KILL_POLICIES, ClusterPlan, Layout, TorchrunEnv
 
 DEFAULT_TIMEOUT = 300.0
@@ -51,8 +51,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
-    from ..checkpoint.combos import Combination, valid_combinations
     from ..runner.adapters import supported_combinations
+    from ..vocab.combos import Combination, valid_combinations
 
     if args.combos:
         combos = [str(Combination.parse(c)) for c in args.combos]

@@ -13,7 +13,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..checkpoint.combos import table
+    from ..vocab.combos import table
 
     rows = table()
     if args.json:

@@ -15,7 +15,7 @@ def topology_arg(text: str):
 
 
 def combination_arg(text: str):
-    from ..checkpoint.combos import Combination
+    from ..vocab.combos import Combination
     try:
         return Combination.parse(text)
     except ConfigError as e:

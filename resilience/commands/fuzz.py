@@ -106,7 +106,7 @@ def run(args) -> int:
 
 
 def _first_combo():
-    from ..checkpoint.combos import valid_combinations
+    from ..vocab.combos import valid_combinations
     return valid_combinations()[0]
 
 

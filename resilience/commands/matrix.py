@@ -32,12 +32,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..checkpoint.combos import valid_combinations
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
     from ..report.table import text_table
     from ..runner.adapters import make_backend, supported_combinations
     from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
+    from ..vocab.combos import valid_combinations
     from .progress import Progress
     from .run import summarize
 

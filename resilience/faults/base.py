@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from ..checkpoint.phases import PHASES
 from ..errors import ConfigError
+from ..vocab.phases import PHASES
 
 # Operations of the I/O seam a fault can match ("create" is open_write, "read" is open_read).
 OPS = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree", "read")
@@ -59,7 +59,7 @@ class Trigger:
     nth: int = 1                   # the nth matching operation, file or phase (1-based)
     when: str = "before"           # crash before or after the matching operation
     at_byte: int | None = None     # crash once a matching file holds this many bytes
-    phase: str | None = None       # crash as the save reaches this named phase (checkpoint.phases)
+    phase: str | None = None       # crash as the save reaches this named phase (vocab.phases)
     after: float | None = None     # nemesis: seconds after it started
     size: int | None = None        # nemesis: once a matching file reaches this many bytes
 

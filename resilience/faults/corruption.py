@@ -3,7 +3,11 @@
 Each function damages exactly one thing and returns a Damage record of exactly what it did (file, offset,
 bits, old and new size or content) for the history. Which checkpoint, which rank's files, which file,
 offset and bit come from the fault's target, and whatever it leaves open is drawn from
-random.Random(fault.seed), so the same record always does the same damage."""
+random.Random(fault.seed), so the same record always does the same damage.
+
+Where to look comes from a learned layout (faults.layout, carried out by layout_damage) or, without one,
+from the folder and file names of the vocabulary (vocab.folders: iter_N folders, the tracker, staging
+folders, LOCAL rank folders, the manifest), which torchtitan's step-N folders extend."""
 from __future__ import annotations
 
 import json
@@ -16,10 +20,10 @@ from dataclasses import asdict, dataclass
 
 import xxhash
 
-from ..checkpoint.commit import ITER_FOLDER, STAGING_PREFIX, TRACKER, iter_name
-from ..checkpoint.manifest import MANIFEST, Manifest
 from ..errors import ConfigError
 from ..state import Topology
+from ..vocab.folders import ITER_FOLDER, LOCAL_FOLDER, MANIFEST, RANK_FOLDER, TRACKER, staging_name
+from ..vocab.manifest_format import manifest_text
 from .base import Fault, faults_from, matches_path
 from .hostile_pickle import plant as plant_hostile_pickle
 from .kinds import (
@@ -38,7 +42,6 @@ from .kinds import (
 _NUMBER = re.compile(r"\d+")
 # ours and Megatron's, and torchtitan's DCP step folders
 CHECKPOINT_FOLDER = re.compile(rf"{ITER_FOLDER.pattern}|step-(\d+)")
-_LOCAL_RANK = re.compile(r"rank_(\d{5})")
 _DCP_RANK = re.compile(r"__(\d+)_\d+\.distcp")
 
 
@@ -94,11 +97,11 @@ def iteration_in(path: str) -> int | None:
 
 
 def _local_roots(root: str) -> list[tuple[str, int]]:
-    local = os.path.join(root, "local")
+    local = os.path.join(root, LOCAL_FOLDER)
     if not os.path.isdir(local):
         return []
     return [(os.path.join(local, n), int(m.group(1))) for n in sorted(os.listdir(local))
-            if (m := _LOCAL_RANK.fullmatch(n))]
+            if (m := RANK_FOLDER.fullmatch(n))]
 
 
 def files_of_rank(folder: str, rank: int) -> list[str]:
@@ -255,9 +258,7 @@ def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random, fo
         raise ConfigError("target", f"{path} is not a manifest to rewrite: {e}") from None
     files = dict(body["files"])
     files[fault.escape] = {"size": 0, "xxh3_128": xxhash.xxh3_128_hexdigest(b"")}
-    forged = Manifest(body["combination"], body["topology"], body["model"], body["iteration"], files,
-                      body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
-    data = forged.to_json().encode()
+    data = manifest_text(dict(body, files=dict(sorted(files.items())))).encode()
     with open(path, "wb") as f:
         f.write(data)
     return _record(fault, "rewrite manifest", root, path, old_size=len(raw), new_size=len(data),
@@ -311,7 +312,7 @@ def leftover_staging(root: str, fault: LeftoverStaging, rng: random.Random) -> D
     base = _tracker_root(root, fault, rng)
     iterations = [(it, p) for it, p, r in checkpoint_folders(root) if os.path.dirname(p) == base]
     newest, src = max(iterations) if iterations else (0, None)
-    name = f"{STAGING_PREFIX}{iter_name(newest + 1)}-{rng.randbytes(4).hex()}"
+    name = staging_name(newest + 1, rng.randbytes(4).hex())
     staging = os.path.join(base, name)
     n = 1
     while os.path.exists(staging):  # the same seed again names the same folder: leave another one

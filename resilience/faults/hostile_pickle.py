@@ -15,8 +15,9 @@ import shlex
 
 import xxhash
 
-from ..checkpoint.manifest import MANIFEST, Manifest
 from ..errors import ConfigError
+from ..vocab.folders import MANIFEST
+from ..vocab.manifest_format import manifest_text
 
 DCP_METADATA = ".metadata"
 MARKER = "HOSTILE_PICKLE_RAN"
@@ -69,10 +70,8 @@ def _rewrite_manifest(folder: str, rel: str, data: bytes) -> bool:
             raise ConfigError("target", f"{path} is not a manifest to rewrite: {e}") from None
     files = dict(body["files"])
     files[rel] = {"size": len(data), "xxh3_128": xxhash.xxh3_128_hexdigest(data)}
-    forged = Manifest(body["combination"], body["topology"], body["model"], body["iteration"], files,
-                      body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
     with open(path, "wb") as f:
-        f.write(forged.to_json().encode())
+        f.write(manifest_text(dict(body, files=dict(sorted(files.items())))).encode())
     return True
 
 

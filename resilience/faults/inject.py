@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 
 from .. import storage
-from ..checkpoint import phases
 from ..errors import ConfigError
 from ..storage.base import WriteStreamBase
+from ..vocab import phases
 from .base import Fault, faults_from, matches_path
 from .firings import FaultReport, firing
 from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWrite, TornWrite
@@ -216,7 +216,7 @@ class FaultyFileSystem:
 
     # ---- phases ----------------------------------------------------------------------------------
     def on_phase(self, phase: str, info: dict) -> None:
-        """checkpoint.phases listener: crash as the nth matching phase begins."""
+        """vocab.phases listener: crash as the nth matching phase begins."""
         due = None
         with self._lock:
             for i, f in enumerate(self.faults):

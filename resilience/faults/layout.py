@@ -69,7 +69,7 @@ class Layout:
     seam: bool
     source: str                                   # "oplog" or "scan"
     phases: dict = field(default_factory=dict)    # named phase -> the operation that starts it (op, role, rank)
-    announced: tuple[str, ...] = ()               # phases the backend itself announced (checkpoint.phases)
+    announced: tuple[str, ...] = ()               # phases the backend itself announced (vocab.phases)
 
     # ---- questions --------------------------------------------------------------------------------
     def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:

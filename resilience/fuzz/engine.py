@@ -34,11 +34,11 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
-from ..checkpoint.combos import Combination
 from ..errors import ConfigError, Interrupted
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from ..stopping import ask, check as check_stop
+from ..vocab.combos import Combination
 from . import profiles  # noqa: F401  (registers the profiles)
 from .judge import BAD, failure_class, write_failure
 from .machine import lifecycle_machine

@@ -13,9 +13,9 @@ import tempfile
 from collections.abc import Iterable
 
 from ..checkers import FAIL, FAILING, UNKNOWN
-from ..checkpoint.combos import Combination
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
+from ..vocab.combos import Combination
 
 # what fails a property and is shrunk; an UNPROBED case (a generated fault found nothing to hit) is not a bug
 # to shrink, but it is not a pass either: the fuzz summary counts it among FAILING, as every command does

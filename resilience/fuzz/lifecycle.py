@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..checkpoint.combos import CheckpointType, Combination
 from ..state import Topology
+from ..vocab.combos import CheckpointType, Combination
 
 # ---- raw actions ------------------------------------------------------------------------------------
 COORDINATOR_PHASES = ("manifest", "commit_rename", "tracker_update")

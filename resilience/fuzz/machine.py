@@ -22,9 +22,9 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from ..checkpoint.combos import Combination
 from ..runner.run import CaseResult
 from ..runner.scenario import Scenario, from_dict
+from ..vocab.combos import Combination
 from . import lifecycle as lc, strategies as rst
 from .judge import judge
 

@@ -14,13 +14,13 @@ from functools import lru_cache, reduce
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from ..checkpoint.combos import Combination, valid_combinations
-from ..checkpoint.phases import PHASES
 from ..errors import ConfigError
 from ..faults import KINDS, Fault, fault_from_dict
 from ..state import ModelSpec, Topology, Transition
 from ..state.model import DTYPES, OPTIMIZERS
 from ..state.topology import MAX_WORLD
+from ..vocab.combos import Combination, valid_combinations
+from ..vocab.phases import PHASES
 from . import lifecycle as lc
 
 DIMS = ("tp", "pp", "dp")

@@ -16,8 +16,8 @@ import shutil
 import sys
 import time
 
-from ..checkpoint.manifest import versions
 from ..errors import ConfigError
+from ..vocab.versions import versions
 from .html import render_html
 from .junit import render_junit
 from .markdown import render_markdown

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # the combinations module loads torch; parse_backend runs while pytest reads its options
-    from ..checkpoint.combos import Combination
+    from ..vocab.combos import Combination
 
 # short names for the adapters this project ships
 ALIASES = {
@@ -110,7 +110,7 @@ def make_backend(name: str, combo: Combination):
 
 def supported_combinations(name: str) -> list[Combination] | None:
     """The combinations a backend's factory declares (its `combinations` attribute), or None: all."""
-    from ..checkpoint.combos import Combination
+    from ..vocab.combos import Combination
     if name in ("", "reference") or name.startswith("broken:"):
         if name.startswith("broken:"):
             from ..broken import CATALOGUE

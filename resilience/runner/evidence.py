@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..checkers import Evidence, LoadRecord, SaveRecord
-from ..checkpoint.combos import Combination
-from ..checkpoint.commit import ITER_FOLDER
 from ..state import Topology
+from ..vocab.combos import Combination
+from ..vocab.folders import ITER_FOLDER
 from .history import FAIL, INFO, INVOKE, OK, Event
 
 

@@ -10,10 +10,10 @@ import json
 import os
 from dataclasses import dataclass
 
-from ..checkpoint.combos import Combination
 from ..errors import RankFailure
 from ..faults.layout import Layout, learn
 from ..state import ModelSpec, Topology
+from ..vocab.combos import Combination
 from .adapters import make_backend, resolve
 
 _CACHE: dict[tuple, Layout] = {}
@@ -41,9 +41,9 @@ def probe_iteration(world: int) -> int:
 def _probe_rank(ctx, plan: ProbePlan) -> dict:
     import torch.distributed as dist
 
-    from ..checkpoint import phases
     from ..faults import inject
     from ..state import TrainingState
+    from ..vocab import phases
     if plan.control:
         from ..fusefs import tell
         tell(plan.control, "rank", ctx.rank)

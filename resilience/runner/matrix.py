@@ -5,9 +5,9 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..checkpoint.combos import Combination
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
+from ..vocab.combos import Combination
 from .scenario import Scenario, Step
 
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an

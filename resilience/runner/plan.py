@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..checkpoint.combos import Combination
 from ..faults import KINDS
 from ..state import Topology
+from ..vocab.combos import Combination
 from .faultplan import record_of
 from .scenario import FAULT_STEPS, Scenario
 

@@ -8,10 +8,10 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from ..checkpoint.combos import Combination
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprint import assemble, gather_pieces, generations
+from ..vocab.combos import Combination
 from .adapters import make_backend
 from .history import EventLog
 

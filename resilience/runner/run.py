@@ -9,11 +9,11 @@ from dataclasses import dataclass, field, replace
 
 from ..checkers import ALL, UNPROBED, Evidence, Status, Verdict, run_checker
 from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE, NOT_IN_BACKEND, case_verdict, expectations
-from ..checkpoint.combos import Combination
 from ..errors import ResilienceError
 from ..faults import NothingToDamage, read_firings
 from ..faults.layout_damage import NotApplicable
 from ..launch import Job
+from ..vocab.combos import Combination
 from . import faultplan, ways
 from .adapters import make_backend
 from .evidence import evidence_from

@@ -15,11 +15,11 @@ from typing import Any, TypeGuard
 import yaml
 
 from .. import safe_yaml
-from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import ConfigError
 from ..launch.base import MAX_JOB_TIMEOUT
 from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
+from ..vocab.combos import Combination, valid_combinations
 
 STEP_KINDS = {
     "train": "train N steps (1 <= N <= 10000)",

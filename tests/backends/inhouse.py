@@ -12,9 +12,10 @@ import os
 import torch
 import torch.distributed as dist
 
-from resilience.checkpoint.reference import CheckpointInfo, LoadResult
+from resilience.dist import all_agree, barrier, this_rank
 from resilience.errors import CheckpointNotFound, ConfigError, IntegrityError, TopologyChangeRefused
 from resilience.state.sharding import ShardedTensor
+from resilience.vocab import CheckpointInfo, LoadResult
 
 LATEST, INDEX = "latest.txt", "index.json"
 
@@ -23,17 +24,6 @@ LATEST, INDEX = "latest.txt", "index.json"
 def _barrier():
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-
-
-def _all_ranks_agree(ok: bool) -> bool:
-    flag = torch.tensor([int(ok)])
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-    return bool(flag.item())
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def save_checkpoint(shard: dict, root: str, iteration: int, rank: int, index: dict) -> None:
@@ -71,7 +61,7 @@ class InhouseBackend:
 
     def save(self, state, root: str) -> None:
         shard = {r.key: (r.data if isinstance(r, ShardedTensor) else r.value) for r in state.sharded_state_dict()}
-        save_checkpoint(shard, root, state.iteration, _rank(), {"topology": str(state.topo)})
+        save_checkpoint(shard, root, state.iteration, this_rank(), {"topology": str(state.topo)})
 
     def load(self, state, root: str) -> LoadResult:
         if not os.path.exists(os.path.join(root, LATEST)):
@@ -85,7 +75,7 @@ class InhouseBackend:
             raise TopologyChangeRefused(f"saved on {index.get('topology')}, cannot load on {state.topo}")
         records = state.sharded_state_dict()
         try:
-            shard = load_shard(root, iteration, _rank()) if not error else {}
+            shard = load_shard(root, iteration, this_rank()) if not error else {}
             for r in records:
                 value = shard.get(r.key)
                 if isinstance(r, ShardedTensor) and not (isinstance(value, torch.Tensor) and value.shape == r.data.shape
@@ -93,7 +83,7 @@ class InhouseBackend:
                     raise ValueError(f"{r.key}: stored piece does not fit")
         except Exception as e:
             error = error or f"{type(e).__name__}: {e}"
-        if not _all_ranks_agree(error is None):  # load is collective: every rank gives up together
+        if not all_agree(error is None):  # load is collective: every rank gives up together
             raise IntegrityError(root, "in-house load", error or "another rank could not load")
         objects = {}
         for r in records:
@@ -125,10 +115,10 @@ class NotesBackend(InhouseBackend):
 
     def save(self, state, root: str) -> None:
         super().save(state, root)
-        if _rank() == 0:
+        if this_rank() == 0:
             with open(os.path.join(root, f"iter_{state.iteration}", "notes.json"), "w") as f:
                 json.dump({"note": "written, never read"}, f)
-        _barrier()
+        barrier()
 
 
 def with_notes(combo) -> NotesBackend:

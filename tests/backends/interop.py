@@ -10,11 +10,12 @@ from types import SimpleNamespace
 
 import torch
 
-from resilience.checkpoint import Combination, ReferenceBackend
+from resilience.checkpoint import ReferenceBackend
 from resilience.launch import run_ranks
 from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, differences, fingerprint
 from resilience.state.sharding import ShardedObject, ShardedTensor
 from resilience.state.training import RNG_KEY
+from resilience.vocab import Combination
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=50, optimizer="distributed")
 COMBO = Combination.parse("GLOBAL/torch_dist/sync")

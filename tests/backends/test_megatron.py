@@ -27,9 +27,9 @@ def test_cpu_shim_changes_two_functions_and_restores_them():
 @pytest.mark.parametrize("combo", ["GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"])
 def test_resharding_round_trip(tmp_path, combo):
     """tp2pp2dp1 -> tp1pp2dp2 through megatron-core: exact, including the padded vocabulary."""
-    from resilience.checkpoint import Combination
     from resilience.runner.matrix import transition_scenario
     from resilience.runner.run import run_case
+    from resilience.vocab import Combination
     result = run_case(transition_scenario("tp+pp+dp", "tp2pp2dp1->tp1pp2dp2", 0), Combination.parse(combo),
                       str(tmp_path), backend="megatron")
     assert result.verdict == "PASS", result.detail

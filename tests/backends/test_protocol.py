@@ -6,10 +6,11 @@ import pytest
 from resilience.backends import CheckpointBackend, with_defaults
 from resilience.backends.megatron import available as megatron_available
 from resilience.broken import CATALOGUE
-from resilience.checkpoint import Combination, ReferenceBackend
-from resilience.checkpoint.combos import valid_combinations
+from resilience.checkpoint import ReferenceBackend
 from resilience.errors import ConfigError
 from resilience.runner.adapters import make_backend, resolve, supported_combinations
+from resilience.vocab import Combination
+from resilience.vocab.combos import valid_combinations
 
 DCP_SYNC = Combination.parse("TORCH_DCP/torch_dcp/sync")
 DIST_ASYNC = Combination.parse("GLOBAL/torch_dist/async")

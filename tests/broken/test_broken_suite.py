@@ -10,9 +10,9 @@ import os
 import pytest
 
 from resilience.broken import CATALOGUE
-from resilience.checkpoint.combos import valid_combinations
 from resilience.cli import main
 from resilience.runner.matrix import FAULTS, TRANSITIONS
+from resilience.vocab.combos import valid_combinations
 
 pytestmark = pytest.mark.multiprocess
 

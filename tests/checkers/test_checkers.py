@@ -16,8 +16,8 @@ from resilience.checkers import (
     TopologyIndependence,
     run_checker,
 )
-from resilience.checkpoint.combos import Combination
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 
 T = Topology(2, 1, 1)
 

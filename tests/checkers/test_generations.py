@@ -2,8 +2,8 @@
 import pytest
 
 from resilience.checkers import FAIL, NA, PASS, Evidence, Generations, LoadRecord, SaveRecord
-from resilience.checkpoint.combos import Combination
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 
 T = Topology(2, 1, 1)
 

@@ -7,11 +7,11 @@ import pytest
 from resilience.checkers import ALL, FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Verdict, run_checker
 from resilience.checkers.case import FIRED, NEVER_FIRED, case_verdict as combine
 from resilience.checkers.integrity import INERT
-from resilience.checkpoint.combos import Combination
 from resilience.report.table import cell_of, text_table
 from resilience.runner.evidence import evidence_from
 from resilience.runner.history import Event
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 
 T = "tp2pp1dp1"  # two ranks
 

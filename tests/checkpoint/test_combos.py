@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from resilience.checkpoint import ReferenceBackend, combination, table, valid_combinations
-from resilience.checkpoint.combos import VALID, CheckpointType, CkptFormat, Combination, IOMode
+from resilience.checkpoint import ReferenceBackend
 from resilience.cli import main
 from resilience.errors import ConfigError, InvalidCombination
 from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.vocab import combination, table, valid_combinations
+from resilience.vocab.combos import VALID, CheckpointType, CkptFormat, Combination, IOMode
 
 ALL = list(itertools.product(CheckpointType, CkptFormat, IOMode))
 INVALID = [k for k in ALL if k not in VALID]

@@ -18,12 +18,13 @@ import sys
 import pytest
 
 from resilience import storage
-from resilience.checkpoint import ReferenceBackend, phases, valid_combinations
-from resilience.checkpoint.combos import CheckpointType, CkptFormat
+from resilience.checkpoint import ReferenceBackend
 from resilience.cli import main
 from resilience.errors import AsyncSaveFailed, RankFailure
 from resilience.launch import run_ranks
 from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, fingerprint
+from resilience.vocab import phases, valid_combinations
+from resilience.vocab.combos import CheckpointType, CkptFormat
 
 pytestmark = pytest.mark.multiprocess
 

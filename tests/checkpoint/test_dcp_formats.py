@@ -15,13 +15,13 @@ import resilience.checkpoint.formats.torch_dist  # noqa: F401
 from resilience import storage
 from resilience.broken import make as make_broken
 from resilience.checkpoint import ReferenceBackend
-from resilience.checkpoint.combos import Combination
 from resilience.checkpoint.formats.torch_dist import BACKEND, METADATA_JSON
 from resilience.checkpoint.manifest import Manifest
 from resilience.errors import AsyncSaveFailed
 from resilience.launch import run_ranks
 from resilience.state import TOPOLOGY_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine, fingerprint
 from resilience.storage.dcp import SeamFileSystem, SeamReader, SeamWriter
+from resilience.vocab.combos import Combination
 
 pytestmark = pytest.mark.multiprocess
 

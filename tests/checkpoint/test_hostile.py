@@ -18,15 +18,16 @@ import xxhash
 import resilience.checkpoint.formats.torch_dcp  # noqa: F401  imported before forking: ranks skip the imports
 import resilience.checkpoint.formats.torch_dist  # noqa: F401
 from resilience.checkpoint import ReferenceBackend
-from resilience.checkpoint.combos import Combination
-from resilience.checkpoint.commit import TRACKER, read_tracker
-from resilience.checkpoint.manifest import MANIFEST, Manifest
+from resilience.checkpoint.commit import read_tracker
+from resilience.checkpoint.manifest import Manifest
 from resilience.errors import IntegrityError
 from resilience.faults import corrupt
 from resilience.faults.hostile_pickle import MARKER
 from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState
 from resilience.storage import safe_pickle
+from resilience.vocab.combos import Combination
+from resilience.vocab.folders import MANIFEST, TRACKER
 
 SPEC = ModelSpec(num_layers=2, hidden=8, ffn_hidden=16, heads=2, vocab=16)
 DIST = "GLOBAL/torch_dist/sync"

@@ -8,12 +8,14 @@ import time
 
 import pytest
 
-from resilience.checkpoint import ReferenceBackend, commit, list_checkpoints, phases
-from resilience.checkpoint.combos import Combination
+from resilience.checkpoint import ReferenceBackend, commit, list_checkpoints
 from resilience.checkpoint.inspect import inspect
 from resilience.errors import RankFailure
 from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState, fingerprint
+from resilience.vocab import phases
+from resilience.vocab.combos import Combination
+from resilience.vocab.folders import iter_name
 
 COMBO = Combination.parse("LOCAL/torch/sync")
 TOPO = Topology(2, 1, 1)
@@ -173,7 +175,7 @@ def _folder(path, text=""):
 
 
 def test_publish_keeping_the_replaced_copy(tmp_path):
-    final = str(tmp_path / commit.iter_name(2))
+    final = str(tmp_path / iter_name(2))
     _folder(final, "a")
     _folder(str(tmp_path / ".staging-x"), "b")
     commit.publish(str(tmp_path / ".staging-x"), final, keep_replaced=True)

@@ -6,7 +6,6 @@ import pytest
 
 import resilience.checkpoint.formats.torch_dist  # noqa: F401  imported before forking: ranks skip the imports
 from resilience.checkpoint import ReferenceBackend
-from resilience.checkpoint.combos import Combination
 from resilience.checkpoint.formats.base import RankInfo
 from resilience.checkpoint.formats.torch_dist import METADATA_JSON, TorchDistFormat
 from resilience.checkpoint.manifest import Manifest, file_digest
@@ -14,6 +13,7 @@ from resilience.errors import CheckpointNotFound
 from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState
 from resilience.state.sharding import ShardedTensor
+from resilience.vocab.combos import Combination
 
 pytestmark = pytest.mark.multiprocess
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from resilience.checkpoint import Combination, ReferenceBackend, list_checkpoints
+from resilience.checkpoint import ReferenceBackend, list_checkpoints
 from resilience.errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from resilience.faults import Snapshot, inject
 from resilience.launch import Job, run_ranks
@@ -24,6 +24,7 @@ from resilience.state import (
     combine,
     fingerprint,
 )
+from resilience.vocab import Combination
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)
 TOPO = Topology(2, 1, 1)  # both ranks write a file in every layout

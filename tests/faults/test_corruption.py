@@ -5,12 +5,14 @@ import shutil
 
 import pytest
 
-from resilience.checkpoint import ReferenceBackend, combination
-from resilience.checkpoint.commit import TRACKER, read_tracker, stale_staging
+from resilience.checkpoint import ReferenceBackend
+from resilience.checkpoint.commit import read_tracker, stale_staging
 from resilience.checkpoint.manifest import Manifest
 from resilience.errors import ConfigError, IntegrityError
 from resilience.faults import NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
 from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.vocab import combination
+from resilience.vocab.folders import TRACKER
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)
 SHARD = "iter_0000002/mp_rank_00/model_optim_rng.pt"

@@ -4,9 +4,10 @@ import os
 import pytest
 
 from resilience import storage
-from resilience.checkpoint import ReferenceBackend, combination, list_checkpoints
+from resilience.checkpoint import ReferenceBackend, list_checkpoints
 from resilience.faults import Snapshot, crash_states, faults_from, inject, power_loss_states, read_ops
 from resilience.state import ModelSpec, Topology, TrainingState
+from resilience.vocab import combination
 
 
 def _tree(folder) -> dict:

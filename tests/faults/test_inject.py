@@ -7,10 +7,10 @@ import time
 import pytest
 
 from resilience import storage
-from resilience.checkpoint import phases
 from resilience.errors import ConfigError
 from resilience.faults import FaultyFileSystem, faults_from, inject, read_firings, read_ops, unprobed
 from resilience.storage import LocalFileSystem
+from resilience.vocab import phases
 
 
 class Crashed(BaseException):

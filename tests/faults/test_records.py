@@ -5,7 +5,6 @@ import json
 import pytest
 import yaml
 
-from resilience.checkpoint.phases import PHASES
 from resilience.errors import ConfigError
 from resilience.faults import (
     KINDS,
@@ -23,6 +22,7 @@ from resilience.faults import (
     read_firings,
     unprobed,
 )
+from resilience.vocab.phases import PHASES
 
 EXAMPLES = [
     {"kind": "io_error", "errno": "ENOSPC", "target": {"rank": 1, "op": "write", "path": "*.pt"},

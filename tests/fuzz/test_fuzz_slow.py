@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import resilience.strategies as rst
-from resilience.checkpoint.combos import valid_combinations
 from resilience.cli import main
 from resilience.runner.scenario import load_file
+from resilience.vocab.combos import valid_combinations
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 

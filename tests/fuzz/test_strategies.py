@@ -5,12 +5,12 @@ from hypothesis import find, given, settings, strategies as st
 from hypothesis.errors import InvalidArgument
 
 import resilience.strategies as rst
-from resilience.checkpoint.combos import Combination, valid_combinations
 from resilience.errors import ConfigError
 from resilience.faults import KINDS, Fault, fault_from_dict
 from resilience.runner.plan import plan_jobs
 from resilience.runner.scenario import FAULT_STEPS, Scenario, load_text
 from resilience.state import Topology, Transition
+from resilience.vocab.combos import Combination, valid_combinations
 
 
 @given(rst.topologies(max_world=6, min_world=2, pp=1))

@@ -1,9 +1,9 @@
 """Faults aimed through a learned layout: pure planning, no processes."""
-from resilience.checkpoint.combos import Combination
 from resilience.faults.layout import Layout, LayoutFile
 from resilience.runner.faultplan import OUTSIDE_SEAM, aim
 from resilience.runner.matrix import fault_scenario
 from resilience.runner.plan import plan_jobs
+from resilience.vocab.combos import Combination
 
 DCP = Layout(13, (LayoutFile("step-{iteration}/__0_0.distcp", "data", 0, "step-{iteration}/__0_0.distcp"),
                   LayoutFile("step-{iteration}/__1_0.distcp", "data", 1, "step-{iteration}/__1_0.distcp"),

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from resilience.checkpoint.combos import Combination
 from resilience.runner.learn import learn_layout
 from resilience.runner.matrix import MODEL, fault_scenario
 from resilience.runner.run import run_case
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 
 INHOUSE = "tests.backends.inhouse:factory"
 TOPO = Topology.parse("tp2pp1dp1")

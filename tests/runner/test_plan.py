@@ -2,10 +2,10 @@
 actions once it ended, faults set aside with why). Pure logic: scenarios from text, no ranks."""
 import pytest
 
-from resilience.checkpoint.combos import Combination
 from resilience.runner.faultplan import OUTSIDE_SEAM
 from resilience.runner.plan import plan_jobs
 from resilience.runner.scenario import load_text
+from resilience.vocab.combos import Combination
 
 from .test_aim import DCP, SCAN
 

@@ -5,11 +5,11 @@ import os
 import psutil
 import pytest
 
-from resilience.checkpoint.combos import Combination
 from resilience.cli import main
 from resilience.errors import ConfigError
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_file, load_text
+from resilience.vocab.combos import Combination
 
 pytestmark = pytest.mark.multiprocess
 

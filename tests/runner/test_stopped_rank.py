@@ -1,9 +1,9 @@
 """A rank stopped for good (SIGSTOP, never continued) ends the job at its timeout and the case in UNKNOWN."""
 import pytest
 
-from resilience.checkpoint.combos import Combination
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
+from resilience.vocab.combos import Combination
 
 pytestmark = pytest.mark.multiprocess
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from resilience.checkpoint.combos import Combination
 from resilience.cli import main
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
+from resilience.vocab.combos import Combination
 
 pytestmark = pytest.mark.multiprocess
 

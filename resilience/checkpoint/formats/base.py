@@ -1,7 +1,7 @@
 """What a checkpoint format does: write one rank's records into a folder, read them back.
 
-The driver (reference.py) owns staging, manifests, checksums, commit and fallback; a format only
-lays bytes out. Every call is made on every rank, in the same order."""
+The driver (reference.ReferenceBackend) owns staging, manifests, checksums, commit and fallback; a
+format only lays bytes out. Every call is made on every rank, in the same order."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ...state import ModelSpec, Topology
 from ...state.sharding import Record
 from ...state.topology import Coords
-from ..combos import Combination
+from ...vocab.combos import Combination
 from ..manifest import Manifest
 
 

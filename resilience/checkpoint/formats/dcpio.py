@@ -8,31 +8,18 @@ from math import prod
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
 
+from ...dist import gather_failures
 from ...errors import RankFailure, ResilienceError
 
 
 class CheckpointContentError(ResilienceError, ValueError):
     """The checkpoint does not hold what this rank needs. A plain one-message exception: DCP pickles
     exceptions raised inside its steps to send them to the coordinator, so it keeps one argument."""
-
-
-def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def all_gather(obj, group=None) -> list:
-    """all_gather_object that also works in a single process with no process group."""
-    if not is_distributed():
-        return [obj]
-    out = [None] * dist.get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
-    return out
 
 
 @contextlib.contextmanager
@@ -44,7 +31,7 @@ def agreed(what: str, group=None) -> Iterator[None]:
         yield
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
-    failures = {rank: err for rank, err in enumerate(all_gather(error, group)) if err}
+    failures = gather_failures(error, group)
     if failures:
         raise RankFailure(failures, what)
 

@@ -23,6 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
+from ...dist import is_distributed
 from ...state import Topology
 from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import RNG_KEY
@@ -34,14 +35,13 @@ from .dcpio import (
     agreed,
     check_dtype,
     dcp_errors,
-    is_distributed,
     stored_tensor,
 )
 
 OPTIMIZER = "optimizer."
 
 
-def _nest(state: dict, key: str, value) -> None:
+def nest(state: dict, key: str, value) -> None:
     head, _, rest = key.partition(".")
     if rest:
         state.setdefault(head, {})[rest] = value
@@ -49,13 +49,38 @@ def _nest(state: dict, key: str, value) -> None:
         state[key] = value
 
 
-def _get(state: dict, key: str):
+def get_nested(state: dict, key: str):
     head, _, rest = key.partition(".")
     return state[head][rest] if rest else state[key]
 
 
-def _rng_path(info: RankInfo) -> str:
+def rng_path(info: RankInfo) -> str:
+    """Where this rank's RNG goes in the state dict: one cell per (pp, tp) of the grid."""
     return f"{RNG_KEY}.pp{info.coords.pp}_tp{info.coords.tp}"
+
+
+def rng_cells(topo: Topology) -> set[str]:
+    """Every RNG cell (rng_path) of the (pp, tp) grid of `topo`."""
+    return {f"{RNG_KEY}.pp{p}_tp{t}" for p in range(topo.pp) for t in range(topo.tp)}
+
+
+def object_targets(info: RankInfo, records, state: dict, *, rng: bool) -> dict[str, str]:
+    """Put a load target for every object record into `state`; returns record key -> its path there.
+    The RNG is loaded only when `rng`: when it was saved on this (pp, tp) grid, the only topology on
+    which it can be restored exactly (the caller knows from what it read of the checkpoint)."""
+    names: dict[str, str] = {}
+    for r in records:
+        if not isinstance(r, ShardedObject):
+            continue
+        if r.key == RNG_KEY:
+            if not rng:
+                continue  # saved for another (pp, tp) grid: not restorable here
+            names[r.key] = rng_path(info)
+        else:
+            names[r.key] = r.key
+        value = torch.empty_like(r.value) if isinstance(r.value, torch.Tensor) else copy.deepcopy(r.value)
+        nest(state, names[r.key], value)
+    return names
 
 
 def _strides(shape) -> tuple[int, ...]:
@@ -139,9 +164,9 @@ class TorchDcpFormat:
                     data, offset = whole[r.key], split[r.key].global_offset
                 else:
                     data, offset = r.data.detach(), r.global_offset
-                _nest(state, r.key, self._dtensor(info, data, r.global_shape, offset))
+                nest(state, r.key, self._dtensor(info, data, r.global_shape, offset))
             elif isinstance(r, ShardedObject):
-                _nest(state, _rng_path(info) if r.key == RNG_KEY else r.key, r.value)
+                nest(state, rng_path(info) if r.key == RNG_KEY else r.key, r.value)
         return state
 
     def _gather_rows(self, info: RankInfo, parts: dict[str, ShardedTensor],
@@ -185,24 +210,13 @@ class TorchDcpFormat:
         with agreed(f"torch_dcp load from {folder}", info.group):
             metadata = reader.read_metadata()
             saved = Topology.from_dict(manifest.topology)
-            same_grid = (saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)
             self._targets(info, records, metadata, folder, state, after)
-            for r in records:
-                if not isinstance(r, ShardedObject):
-                    continue
-                if r.key == RNG_KEY:
-                    if not same_grid:
-                        continue  # saved for another (pp, tp) grid: not restorable here
-                    names[r.key] = _rng_path(info)
-                else:
-                    names[r.key] = r.key
-                value = torch.empty_like(r.value) if isinstance(r.value, torch.Tensor) else copy.deepcopy(r.value)
-                _nest(state, names[r.key], value)
+            names = object_targets(info, records, state, rng=(saved.tp, saved.pp) == (info.topo.tp, info.topo.pp))
         with dcp_errors(f"torch_dcp load from {folder}"):
             dcp.load(state, storage_reader=reader, planner=CheckedLoadPlanner(folder), process_group=info.group)
         for step in after:
             step()
-        return {key: _get(state, path) for key, path in names.items()}
+        return {key: get_nested(state, path) for key, path in names.items()}
 
     def _targets(self, info: RankInfo, records, metadata, folder: str, state: dict,
                  after: list[Callable[[], Any]]) -> None:
@@ -220,14 +234,14 @@ class TorchDcpFormat:
             stored = stored_tensor(metadata, r.key, folder)
             check_dtype(stored, r.key, buf.dtype, folder)
             if tuple(stored.size) == tuple(r.global_shape):
-                _nest(state, r.key, self._dtensor(info, buf, r.global_shape, offset))
+                nest(state, r.key, self._dtensor(info, buf, r.global_shape, offset))
             else:
                 full = torch.empty(stored.size, dtype=buf.dtype)
                 self._check_padding_only(r, tuple(stored.size), folder)
-                _nest(state, r.key, full)
-                after.append(functools.partial(_copy_real_rows, full, buf, offset, r.logical[0]))
+                nest(state, r.key, full)
+                after.append(functools.partial(copy_real_rows, full, buf, offset, r.logical[0]))
             if lo is not None:
-                after.append(functools.partial(_copy_rows, r.data, buf, lo))
+                after.append(functools.partial(copy_rows, r.data, buf, lo))
 
     @staticmethod
     def _check_padding_only(r: ShardedTensor, saved: tuple[int, ...], folder: str) -> None:
@@ -236,7 +250,7 @@ class TorchDcpFormat:
             raise CheckpointContentError(f"{folder}: {r.key}: saved shape {saved} does not fit {tuple(r.global_shape)}")
 
 
-def _copy_real_rows(full: torch.Tensor, buf: torch.Tensor, offset, logical_rows: int) -> None:
+def copy_real_rows(full: torch.Tensor, buf: torch.Tensor, offset, logical_rows: int) -> None:
     """buf (a piece at `offset` of a padded tensor) <- the real rows of `full`; padding rows zero."""
     k = max(0, min(buf.shape[0], logical_rows - offset[0]))
     box = (slice(offset[0], offset[0] + k),) + tuple(slice(o, o + n) for o, n in zip(offset[1:], buf.shape[1:]))
@@ -244,5 +258,5 @@ def _copy_real_rows(full: torch.Tensor, buf: torch.Tensor, offset, logical_rows:
     buf[k:].zero_()
 
 
-def _copy_rows(dst: torch.Tensor, whole: torch.Tensor, lo: int) -> None:
+def copy_rows(dst: torch.Tensor, whole: torch.Tensor, lo: int) -> None:
     dst.copy_(whole[lo:lo + dst.shape[0]])

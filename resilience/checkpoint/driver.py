@@ -1,0 +1,68 @@
+"""What every part of the reference shares (reference.ReferenceBackend is made of the parts): its
+settings, who this rank is, and the write step of every save path: this rank's files into a staging
+folder, with their sizes and checksums recorded as they are written (recorder), then its folders fsynced."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from torch.distributed.checkpoint.api import CheckpointException
+
+from .. import storage
+from ..dist import gather_failures, this_rank, world_size
+from ..state import TrainingState
+from ..vocab import Combination, phases
+from . import commit
+from .formats.base import Format, RankInfo
+from .recorder import recording
+
+log = logging.getLogger("resilience.checkpoint")
+
+
+def describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def state_model(info: RankInfo) -> dict:
+    """The model a checkpoint must have been saved with to load into this rank's state."""
+    return info.spec.to_dict()
+
+
+class Driver:
+    """The settings every part reads, set by ReferenceBackend.__init__."""
+
+    combo: Combination
+    format: Format
+    keep_last: int | None
+    strict: bool
+    _local_saves: dict[str, int]  # LOCAL: root -> the number of the newest save known of
+
+    def _info(self, state: TrainingState, group: Any = None) -> RankInfo:
+        return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, group,
+                        state.groups.dp_group)
+
+    def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:
+        """(relpath -> size and checksum of every file this rank wrote, None) or ({}, its error).
+        `records`, or a function returning them (an async snapshot that is still being copied)."""
+        try:
+            with recording() as rec:
+                error = None
+                try:
+                    if callable(records):
+                        records = records()
+                    phases.reached("write", path=staging)
+                    storage.current().mkdir(staging)
+                except Exception as e:
+                    error = describe(e)
+                if self.format.layout == "global":
+                    # a format's collectives must not start unless every rank is there to join them
+                    if gather_failures(error, info.group):
+                        return {}, error
+                elif error:
+                    return {}, error
+                self.format.write(info, records, staging)
+            commit.fsync_tree_dirs(staging)
+            return rec.files(staging), None
+        except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+            log.debug("rank %d write failed", info.rank, exc_info=True)
+            return {}, describe(e)

@@ -1,0 +1,191 @@
+"""The reference's load: the newest valid checkpoint, falling back past damaged ones.
+
+Global: the coordinator lists the candidates, newest first (the tracker is a hint: a bad one is a
+warning); for each, every rank checks the manifest, the topology and the model, then every listed
+file's checksum (each file hashed by one rank), and all ranks agree on the outcome before reading it.
+LOCAL: each rank checks its own copies; the newest save every rank holds valid is read
+(vocab.on_every_rank). A failed check warns and falls back to the next older one, or raises when strict;
+a topology the combination cannot load on raises at once (an older checkpoint would not help)."""
+from __future__ import annotations
+
+import os
+
+from ..dist import all_gather, broadcast, this_rank
+from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
+from ..state import Topology, TrainingState
+from ..vocab import LoadResult, on_every_rank
+from ..vocab.folders import rank_root
+from . import commit
+from .driver import Driver, describe, log, state_model
+from .formats.base import RankInfo
+from .manifest import Manifest, save_number, verify_file
+
+
+class FallbackLoad(Driver):
+    """Every method is collective except where it says (coordinator)."""
+
+    # ---- global ------------------------------------------------------------------------------------
+    def _load_global(self, state: TrainingState, root: str) -> LoadResult:
+        warnings: list[str] = []
+        plan: tuple[list[tuple], tuple | None] | IntegrityError | None = None
+        if this_rank() == 0:
+            try:  # decided here, then sent to every rank: an error here must reach them all, not hang them
+                plan = self._candidates(root, warnings)
+            except Exception as e:
+                plan = IntegrityError(root, "checkpoint listing", describe(e))
+        plan, warnings = broadcast((plan, warnings))
+        if isinstance(plan, IntegrityError):
+            raise plan
+        candidates, tracker = plan  # type: ignore[misc]  # rank 0 made it: never None
+        if tracker is not None and self.strict:
+            raise IntegrityError(*tracker)
+        info = self._info(state)
+        for iteration, path, manifest, problem in candidates:
+            if problem is None:
+                problem = self._check_candidate(info, path, manifest)
+            if problem is not None:
+                self._fallback(warnings, path, problem)
+                continue
+            objects = self._read(info, state, path, manifest, warnings)
+            if objects is None:
+                continue
+            state.load_objects(objects)
+            return LoadResult(iteration, path, "rng" in objects, warnings)
+        raise CheckpointNotFound(f"{root}: no loadable {self.combo} checkpoint"
+                                 + ("".join(f"\n  {w}" for w in warnings) if warnings else ""))
+
+    def _candidates(self, root: str, warnings: list[str]) -> tuple[list[tuple], tuple | None]:
+        """(iteration, path, manifest or None, problem or None), newest first, and the tracker's problem
+        as (path, check, detail) or None (coordinator)."""
+        found = commit.list_iterations(root)
+        bad_tracker = commit.check_tracker(root, [it for it, _ in found])
+        tracker = None
+        if bad_tracker is not None:
+            warnings.append(f"{bad_tracker}; scanning the folders instead")
+            tracker = (bad_tracker.path, bad_tracker.check, bad_tracker.detail)
+        out: list[tuple] = []
+        for iteration, path in found:
+            manifest: Manifest | None
+            try:
+                manifest = Manifest.read(path, root)
+                problem = None
+                if manifest.iteration != iteration:
+                    raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
+            except IntegrityError as e:
+                manifest, problem = None, str(e)
+            except Exception as e:  # whatever a hostile folder makes of the reader, it is that folder's fault
+                manifest, problem = None, str(IntegrityError(path, "manifest", describe(e)))
+            out.append((iteration, path, manifest, problem))
+        return out, tracker
+
+    def _fallback(self, warnings: list[str], path: str, problem: str) -> None:
+        if self.strict:
+            raise IntegrityError(path, "checkpoint", problem)
+        msg = f"{problem}; falling back to an older checkpoint"
+        warnings.append(msg)
+        if this_rank() == 0:
+            log.warning(msg)
+
+    def _check_candidate(self, info: RankInfo, path: str, manifest: Manifest) -> str | None:
+        """None if every file checks out (each file hashed by one rank); else the first problem.
+        A topology the combination cannot load on raises: an older checkpoint would not help."""
+        saved = (manifest.combination.get("type"), manifest.combination.get("format"))
+        if saved != (self.combo.type.value, self.combo.format.value):  # sync and async read each other
+            raise TopologyChangeRefused(
+                f"{path}: written as {manifest.combination}, cannot be read as {self.combo}")
+        self.format.check_topology(Topology.from_dict(manifest.topology), info)
+        if manifest.model != state_model(info):
+            raise TopologyChangeRefused(f"{path}: saved with model {manifest.model}, loading {state_model(info)}")
+        problem = None
+        for i, (rel, expected) in enumerate(sorted(manifest.files.items())):
+            if i % info.world == info.rank:
+                try:
+                    verify_file(path, rel, expected)
+                except Exception as e:  # every rank must reach the all_gather below, whatever failed
+                    problem = str(e) if isinstance(e, IntegrityError) else \
+                        str(IntegrityError(os.path.join(path, rel), "verify", describe(e)))
+                    break
+        problems = [p for p in all_gather(problem) if p]
+        return problems[0] if problems else None
+
+    def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings) -> dict | None:
+        records = state.sharded_state_dict()
+        error: Exception | None = None
+        objects = {}
+        try:
+            objects = self.format.read(info, records, path, manifest)
+        except TopologyChangeRefused as e:
+            error = e
+        except Exception as e:
+            error = IntegrityError(path, "read", describe(e))
+        errors = [e for e in all_gather(str(error) if error else None) if e]
+        if isinstance(error, TopologyChangeRefused):
+            raise error
+        if errors:
+            self._fallback(warnings, path, errors[0])
+            return None
+        return objects
+
+    # ---- LOCAL -------------------------------------------------------------------------------------
+    def _load_local(self, state: TrainingState, root: str) -> LoadResult:
+        """Each rank checks its own copies (committed, and those a re-save replaced); the newest
+        (iteration, save number) valid on every rank is loaded: one whole save, never a re-save that
+        reached some ranks mixed with the save it replaced on the others."""
+        info = self._info(state)
+        folder = rank_root(root, info.rank)
+        valid: dict[tuple[int, int], tuple[str, Manifest]] = {}  # (iteration, save number) -> its copy
+        warnings: list[str] = []
+        refused: str | None = None
+        numbers = [0]
+        found = commit.list_iterations(folder) + commit.list_replaced(folder)  # committed ones first
+        tracker = commit.check_tracker(folder, [it for it, _ in found])
+        if tracker is not None:
+            warnings.append(f"rank {info.rank}: {tracker}; scanning the folders instead")
+        for iteration, path in found:
+            try:
+                manifest = Manifest.read(path, root)  # a rank folder that leads outside `root` is refused too
+                number = save_number(manifest, path)
+                numbers.append(number)
+                if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
+                    raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
+                self.format.check_topology(Topology.from_dict(manifest.topology), info)
+                if manifest.model != state_model(info):
+                    raise TopologyChangeRefused(f"{path}: saved with model {manifest.model}, "
+                                                f"loading {state_model(info)}")
+                for rel, expected in manifest.files.items():
+                    verify_file(path, rel, expected)
+                valid.setdefault((iteration, number), (path, manifest))
+            except TopologyChangeRefused as e:
+                refused = str(e)
+            except IntegrityError as e:
+                warnings.append(f"rank {info.rank}: {e}")
+            except Exception as e:  # every rank must reach the all_gather below
+                warnings.append(f"rank {info.rank}: {IntegrityError(path, 'checkpoint', describe(e))}")
+        gathered = all_gather((sorted(valid), warnings, refused, max(numbers)))
+        # the saves after this load are numbered past every save on any rank, even one not loadable
+        self._local_saves[root] = max([self._local_saves.get(root, 0)] + [n for *_, n in gathered])
+        refusals = [r for _, _, r, _ in gathered if r]
+        if refusals:
+            raise TopologyChangeRefused(refusals[0])
+        all_warnings = [w for _, ws, _, _ in gathered for w in ws]
+        newest_anywhere = max((max(keys) for keys, _, _, _ in gathered if keys), default=None)
+        for key in on_every_rank(keys for keys, _, _, _ in gathered):
+            if newest_anywhere is not None and key < newest_anywhere:
+                all_warnings.append(_not_on_every_rank(newest_anywhere, key))
+                newest_anywhere = None
+            if self.strict and all_warnings:
+                raise IntegrityError(root, "local checkpoint", "; ".join(all_warnings))
+            path, manifest = valid[key]
+            objects = self._read(info, state, path, manifest, all_warnings)
+            if objects is not None:
+                state.load_objects(objects)
+                return LoadResult(key[0], path, "rng" in objects, all_warnings)
+        raise CheckpointNotFound(f"{root}: no local checkpoint present and valid on every rank"
+                                 + "".join(f"\n  {w}" for w in all_warnings))
+
+
+def _not_on_every_rank(newest: tuple[int, int], loading: tuple[int, int]) -> str:
+    if newest[0] != loading[0]:
+        return f"iteration {newest[0]} is not present and valid on every rank; loading iteration {loading[0]}"
+    return (f"the latest save of iteration {newest[0]} (save {newest[1]}) is not present and valid on every "
+            f"rank; loading the earlier save of iteration {loading[0]} (save {loading[1]}) that every rank holds")
