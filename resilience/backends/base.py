@@ -19,7 +19,8 @@ calls it, in the same order; rank-local work inside is the backend's business):
 What the runner needs from the answers, so the checkers can judge them:
 - `save` raising means the save is not done; returning (sync) or `finalize` returning (async) is the
   acknowledgement the durability checker holds the backend to.
-- `load` returns `LoadResult(iteration, path, rng_restored, warnings)`: the iteration loaded (as saved),
+- `load` returns `LoadResult(iteration, path, rng_restored, warnings)` (resilience.vocab, with
+  `CheckpointInfo`, the entries of `list_checkpoints`): the iteration loaded (as saved),
   its folder, whether the RNG was restored (only claim it where it is exact), and any fallback warnings.
   It raises `TopologyChangeRefused` for a topology change it does not support, `CheckpointNotFound` or
   `IntegrityError` when nothing valid can be loaded. Any other exception counts as a crash of the rank.

@@ -1,0 +1,24 @@
+"""vocab.folders: the names the reference writes are the ones its listing and the corruption find."""
+import os
+
+from resilience.checkpoint import commit
+from resilience.faults import checkpoint_folders, iteration_in
+from resilience.vocab.folders import ITER_FOLDER, RANK_FOLDER, STAGING_PREFIX, iter_name, rank_root, staging_name
+
+
+def test_each_name_reads_back():
+    assert iter_name(3) == "iter_0000003" and ITER_FOLDER.fullmatch(iter_name(3)).group(1) == "0000003"
+    assert staging_name(4, "1f2e3d4c") == f"{STAGING_PREFIX}iter_0000004-1f2e3d4c"
+    assert commit.staging_name(4).startswith(f"{STAGING_PREFIX}iter_0000004-")
+    folder = rank_root("/ckpt", 12)
+    assert folder == "/ckpt/local/rank_00012" and RANK_FOLDER.fullmatch(os.path.basename(folder)).group(1) == "00012"
+
+
+def test_the_listing_and_the_corruption_find_the_same_folders(tmp_path):
+    for path in [tmp_path / iter_name(2), tmp_path / staging_name(3, "abcdef12"), tmp_path / "iter_12",
+                 os.path.join(rank_root(str(tmp_path), 1), iter_name(1))]:
+        os.makedirs(path)
+    assert commit.list_iterations(str(tmp_path)) == [(2, str(tmp_path / iter_name(2)))]
+    assert [(it, os.path.relpath(p, tmp_path), r) for it, p, r in checkpoint_folders(str(tmp_path))] == \
+        [(2, iter_name(2), None), (1, os.path.join("local", "rank_00001", iter_name(1)), 1)]
+    assert iteration_in(os.path.join("local", "rank_00001", iter_name(1), "x.pt")) == 1
