@@ -10,16 +10,17 @@ import tempfile
 
 import torch
 
+from resilience.dist import this_rank
 from resilience.state.sharding import ShardedTensor
 
-from .inhouse import INDEX, LATEST, InhouseBackend, _barrier, _rank
+from .inhouse import INDEX, LATEST, InhouseBackend, _barrier
 
 
 class ShellCopyBackend(InhouseBackend):
     name = "shell-copy"
 
     def save(self, state, root: str) -> None:
-        rank = _rank()
+        rank = this_rank()
         shard = {r.key: (r.data if isinstance(r, ShardedTensor) else r.value) for r in state.sharded_state_dict()}
         folder = os.path.join(root, f"iter_{state.iteration}")
         os.makedirs(folder, exist_ok=True)

@@ -5,10 +5,10 @@ import os
 import pytest
 
 from resilience.checkers import FAIL, NA, PASS, Evidence, ExceptionContract
-from resilience.checkpoint.combos import Combination
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 from tests.backends.inhouse import InhouseBackend
 
 COMBO = Combination.parse("LOCAL/torch/sync")

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from resilience.checkpoint.combos import Combination
 from resilience.errors import ConfigError
 from resilience.runner import ways
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
+from resilience.vocab.combos import Combination
 
 COMBO = Combination.parse("LOCAL/torch/sync")
 SHELL_COPY = "tests.backends.shell_copy:factory"
