@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..checkers.topology import expected_loadable
-from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, ResilienceError, TopologyChangeRefused
 from ..state import ModelSpec, Topology, Transition
+from ..vocab import Combination, valid_combinations
 from .adapters import make_backend, resolve, supported_combinations
 from .listing import listing_problems
 from .matrix import MODEL

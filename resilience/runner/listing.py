@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from ..checkpoint.combos import Combination, valid_combinations
 from ..errors import CheckpointNotFound, ConfigError, ResilienceError
+from ..vocab import Combination, valid_combinations
 from .adapters import make_backend, supported_combinations
 
 FIX = "fix the adapter; `resilience adapter check` runs each of its methods once and says what it found"

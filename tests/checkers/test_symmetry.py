@@ -5,11 +5,12 @@ import pytest
 
 from resilience.checkers import FAIL, NA, PASS, Evidence, FailureSymmetry, SaveRecord
 from resilience.checkers.symmetry import waiting_in
-from resilience.checkpoint.combos import Combination
+from resilience.dist import this_rank as _rank
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
 from resilience.state import Topology
-from tests.backends.inhouse import InhouseBackend, _rank
+from resilience.vocab import Combination
+from tests.backends.inhouse import InhouseBackend
 
 COMBO = Combination.parse("LOCAL/torch/sync")
 STACKS = '''Thread 0x00007f (most recent call first):
