@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from resilience.state import ShardedTensor
-from tests.backends.inhouse import InhouseBackend, _rank, load_shard, read_latest
+from resilience.dist import this_rank as _rank
+from tests.backends.inhouse import InhouseBackend, load_shard, read_latest
 
 
 class _Sloppy(InhouseBackend):

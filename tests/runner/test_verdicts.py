@@ -44,15 +44,20 @@ def test_a_failed_resave_never_overwrites_the_acknowledgement_before_it(tmp_path
     assert "1 of 2 saves acknowledged" in next(v.detail for v in result.verdicts if v.checker == "saves")
 
 
-def test_a_backend_whose_every_save_raises_enospc_never_passes(tmp_path, capsys):
+def test_a_backend_whose_every_save_raises_enospc_on_one_rank_never_passes(tmp_path, capsys):
     code = main(["matrix", "--backend", f"{FAULTY}:disk_full", "--combos", "GLOBAL/torch_dist/sync",
                  "--faults", "save/load", "--transitions", "none", "--out", str(tmp_path),
                  "--json", str(tmp_path / "rows.json")])
     out = capsys.readouterr().out
     assert code == 1, out
     (row,) = json.loads((tmp_path / "rows.json").read_text())
-    assert row["verdict"] == "UNKNOWN", row
-    assert "save raised OSError ENOSPC: No space left on device on rank 1" in row["detail"], row
+    checks = {c["checker"]: c for c in row["checkers"]}
+    # the full disk alone would be UNKNOWN (the environment refused); rank 0 left waiting for rank 1 in the
+    # save's collective is the implementation's own FAIL
+    assert checks["saves"]["status"] == "UNKNOWN", row
+    assert "save raised OSError ENOSPC: No space left on device on rank 1" in checks["saves"]["detail"], row
+    assert row["verdict"] == "FAIL" and checks["symmetry"]["status"] == "FAIL", row
+    assert "rank 1 raised OSError" in checks["symmetry"]["detail"] and "rank 0 stayed blocked" in row["detail"]
 
 
 def test_a_save_that_raises_a_bug_is_a_failure_with_the_error(tmp_path):
