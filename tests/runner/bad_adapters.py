@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from resilience.state import ShardedTensor
 from resilience.dist import this_rank as _rank
+from resilience.state import ShardedTensor
 from tests.backends.inhouse import InhouseBackend, load_shard, read_latest
 
 
