@@ -94,3 +94,7 @@ class RankTimeout(RankFailure, TimeoutError):
 
 class AsyncSaveFailed(RankFailure):
     """A background write failed; raised at the next finalize, on every rank, with `failures`."""
+
+
+class BrowserFailed(ResilienceError, RuntimeError):
+    """The headless browser that renders a report crashed or did not finish in time."""

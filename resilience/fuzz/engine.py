@@ -241,11 +241,13 @@ def _while_damaging(e: BaseException) -> bool:
 
 def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backend: str, e: Exception) -> CaseResult:
     import traceback
+
+    from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
     detail = f"the runner raised {type(e).__name__}: {e}"
     os.makedirs(case_dir, exist_ok=True)
-    with open(os.path.join(case_dir, "framework-error.txt"), "w", encoding="utf-8") as f:
+    with open(os.path.join(case_dir, FRAMEWORK_ERROR), "w", encoding="utf-8") as f:
         f.write(traceback.format_exc())
-    return CaseResult(scenario.name, str(combo), UNKNOWN, [Verdict("runner", UNKNOWN, detail,
+    return CaseResult(scenario.name, str(combo), UNKNOWN, [Verdict(FRAMEWORK, UNKNOWN, detail,
                                                                    [{"traceback": traceback.format_exc()}])],
                       0.0, case_dir, replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend), detail)
 

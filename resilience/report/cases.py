@@ -16,9 +16,9 @@ from typing import Any
 from ..errors import Interrupted
 from ..stopping import check as check_stop, deferred
 from .folder import INTERRUPTED, RunFolder
+from .table import FRAMEWORK, FRAMEWORK_ERROR
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
-FRAMEWORK_ERROR = "framework-error.txt"
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *,
     detail = f"framework error: {type(error).__name__}: {str(error)[:400]} (traceback: {trace})"
     return dict({"scenario": scenario.name, "combo": str(combo), "fault": fault, "transition": transition,
                  "verdict": UNKNOWN, "detail": detail, "seconds": round(seconds, 3),
-                 "checkers": [{"checker": "framework", "status": UNKNOWN, "detail": detail, "evidence": []}],
+                 "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": []}],
                  "case_dir": case_dir, "replay": replay_command(scenario_file, combo, backend)}, **extra)
 
 

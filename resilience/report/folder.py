@@ -232,8 +232,8 @@ def write_run_files(run_dir: str, rows: list[dict], meta: dict, columns: list[st
     paths = {name: os.path.join(run_dir, name) for name in REPORTS}
     _write(paths["results.json"], json.dumps(rows, indent=1, default=str))
     _write(paths["run.json"], json.dumps({k: v for k, v in meta.items() if k != "note"}, indent=1, default=str))
-    _write(paths["report.md"], render_markdown(rows, meta, columns))
-    _write(paths["report.html"], render_html(rows, meta, columns))
+    _write(paths["report.md"], render_markdown(rows, meta, columns, run_dir))
+    _write(paths["report.html"], render_html(rows, meta, columns, run_dir))
     _write(paths["junit.xml"], render_junit(rows, meta))
     return paths
 

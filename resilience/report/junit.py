@@ -4,7 +4,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..status import FAIL, NA, is_failing
-from .table import column_of
+from .table import column_of, is_framework_error
 
 
 def render_junit(rows: list[dict], meta: dict) -> str:
@@ -22,7 +22,8 @@ def render_junit(rows: list[dict], meta: dict) -> str:
         if r["verdict"] == FAIL:
             ET.SubElement(case, "failure", message=r.get("detail", "")[:200]).text = text
         elif is_failing(r["verdict"]):
-            ET.SubElement(case, "error", message=f"{r['verdict']}: {r.get('detail', '')[:200]}").text = text
+            kind = "framework error" if is_framework_error(r) else str(r["verdict"])
+            ET.SubElement(case, "error", type=kind, message=f"{r['verdict']}: {r.get('detail', '')[:200]}").text = text
         elif r["verdict"] == NA:
             ET.SubElement(case, "skipped", message="not applicable")
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)

@@ -1,41 +1,63 @@
-"""report.md: the matrix, then each non-passing case with its evidence and replay command."""
+"""report.md: the counts, the matrix, then each case that did not pass, grouped as report.html groups them,
+with its evidence, its files and its replay command."""
 from __future__ import annotations
 
-import json
-
-from ..status import NA, PASS, REFUSED
-from .table import column_of, matrix, short
+from .view import CaseView, build
 
 
-def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None) -> str:
-    combos, cols, cells = matrix(rows, columns)
-    out = [f"# {meta.get('title', 'Resilience run')}", "",
-           f"seed `{meta.get('seed')}` · backend `{meta.get('backend', 'reference')}` · "
-           f"{len(rows)} cases · command `{meta.get('command', '')}`", ""]
-    if meta.get("note"):
-        out += [f"**{meta['note']}**: the rows below are the cases that finished.", ""]
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
-    out.append("Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    out += ["", "| combination | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for combo in combos:
-        out.append(f"| {combo} | " + " | ".join(short(cells.get((combo, c), NA.value)) for c in cols) + " |")
-    bad = [r for r in rows if r["verdict"] not in (PASS, REFUSED, NA)]
-    if bad:
-        out += ["", "## Cases that did not pass", ""]
-        for r in bad:
-            out += [f"### {r['combo']} · {column_of(r)} · {r['verdict']}", "", r.get("detail", ""), "",
-                    f"replay: `{r.get('replay', '')}`", ""]
-            for v in r.get("checkers", []):
-                if v["status"] not in (PASS, NA, REFUSED):
-                    out += [f"- **{v['checker']}** {v['status']}: {v['detail']}"]
-                    for e in v.get("evidence", [])[:3]:
-                        out.append(f"  - `{json.dumps(e)[:400]}`")
-            out.append("")
-    refused = [r for r in rows if r["verdict"] == REFUSED]
-    if refused:
-        out += ["", "## Refused as expected", ""]
-        for r in refused:
-            out.append(f"- {r['combo']} · {column_of(r)}: {r.get('detail', '')[:300]}")
+def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None,
+                    run_dir: str | None = None) -> str:
+    v = build(rows, meta, columns, run_dir)
+    facts = " · ".join(f"{k} `{val}`" for k, val in v.facts)
+    out = [f"# {v.title}", "", facts, ""]
+    if v.note:
+        out += [f"**{v.note}**: the rows below are the cases that finished.", ""]
+    counts = ", ".join(f"{label} {n}" for label, n, _ in v.counts)
+    out += [f"**{v.headline}**", "", f"Verdicts: {v.total} cases: {counts}", ""]
+    cols = [name for name, _ in v.columns]
+    out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for combo, cells in v.grid:
+        out.append(f"| {_cell(combo)} | " + " | ".join(_cell(c.text + (f" ({c.cases})" if c.cases > 1 else ""))
+                                                       for c in cells) + " |")
+    for cat, cases in v.sections:
+        if cases:
+            out += ["", f"## {cat.title} ({len(cases)})", "", cat.blurb, ""]
+            for c in cases:
+                out += _case(c)
+    if v.refused:
+        out += ["", f"## Refused as expected ({len(v.refused)})", ""]
+        out += [f"- {c.combo} · {c.column}: {c.detail[:300]}" for c in v.refused]
     return "\n".join(out) + "\n"
+
+
+def _case(c: CaseView) -> list[str]:
+    out = [f"### {c.combo} · {c.column} · {c.label}", "", c.detail, ""]
+    for f in c.findings:
+        out.append(f"- **{f.checker}** {f.status}: {f.detail}")
+        for n, item in enumerate(f.evidence, 1):
+            out.append(f"  - evidence {n}:")
+            for k, t in item:
+                out += _value(k, t)
+        if f.more:
+            out.append(f"  - and {f.more} more in results.json")
+    unfired = [x for x in c.faults if x.get("status") != "fired"]
+    if unfired:
+        out.append("- faults that never fired: " + "; ".join(f"`{x.get('fault', '?')}`" for x in unfired))
+    if c.links:
+        out += ["", "files: " + " · ".join(f"[{link.label}]({link.href})" for link in c.links)]
+    out += ["", "replay:", "", "```", c.replay, "```", ""]
+    return out
+
+
+def _value(key: str, text: str) -> list[str]:
+    """One evidence value: inline code when it is one short line, else a fenced block (tracebacks, errors)."""
+    label = f"{key}: " if key else ""
+    if "\n" not in text and len(text) <= 160:
+        return [f"    - {label}`{text.replace('`', chr(39))}`"]
+    fence = "~~~~" if "```" in text else "```"
+    block = [f"      {fence}", *(f"      {line}" for line in text.splitlines()), f"      {fence}"]
+    return [f"    - {label}", "", *block, ""]
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")

@@ -6,11 +6,24 @@ from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, worst
 SHORT: dict[str, str] = {PASS: "PASS", FAIL: "FAIL", UNKNOWN: "UNKNOWN", REFUSED: "REFUSED", NA: "-",
                          UNPROBED: "UNPROBED"}
 ALSO_UNPROBED = "+" + UNPROBED.value  # a FAIL or UNKNOWN beside a configured fault that never fired: both shown
+# The checker name of a row the framework could not judge (the runner raised, not the implementation):
+# its own category in every report, apart from the implementation's failures
+FRAMEWORK = "framework"
+FRAMEWORK_CELL = UNKNOWN.value + "+ERROR"
+FRAMEWORK_ERROR = "framework-error.txt"  # the traceback, in the case folder
+
+
+def is_framework_error(row: dict) -> bool:
+    """Whether the row is UNKNOWN because the framework broke on the case (report.cases.framework_error_row)."""
+    return row.get("verdict") == UNKNOWN and any(v.get("checker") == FRAMEWORK for v in row.get("checkers") or [])
 
 
 def cell_of(row: dict) -> str:
-    """A row's verdict as a cell shows it: marked when one of its faults never fired, so nothing hides."""
+    """A row's verdict as a cell shows it: marked when one of its faults never fired, so nothing hides, and
+    when the framework, not the implementation, broke on it."""
     verdict = Status(row["verdict"])
+    if is_framework_error(row):
+        return FRAMEWORK_CELL
     if verdict in (FAIL, UNKNOWN) and any(f.get("status") != "fired" for f in row.get("faults") or []):
         return verdict.value + ALSO_UNPROBED
     return verdict.value
@@ -21,7 +34,10 @@ def status_of(cell: str) -> Status:
 
 
 def short(cell: str) -> str:
-    """'FAIL+UNPROBED' -> 'FAIL+UNPROBED', 'N/A' -> '-', 'REFUSED-AS-EXPECTED' -> 'REFUSED'."""
+    """'FAIL+UNPROBED' -> 'FAIL+UNPROBED', 'N/A' -> '-', 'REFUSED-AS-EXPECTED' -> 'REFUSED', a framework
+    error -> 'ERROR'."""
+    if cell == FRAMEWORK_CELL:
+        return "ERROR"
     base, plus, rest = cell.partition("+")
     return SHORT.get(base, base) + plus + rest
 
@@ -47,7 +63,7 @@ def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str
         cell = cell_of(r)
         if key in cells and status_of(cells[key]) != status_of(cell):
             cell = cells[key] if worst([status_of(cells[key]), status_of(cell)]) == status_of(cells[key]) else cell
-        elif key in cells and ALSO_UNPROBED in cells[key]:
+        elif key in cells and "+" in cells[key]:
             cell = cells[key]
         cells[key] = cell
     return combos, cols, cells

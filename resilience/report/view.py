@@ -1,0 +1,247 @@
+"""What report.md and report.html say, computed once from the rows: verdict counts, the matrix with a
+link from each cell, every case that did not pass with its evidence written out, grouped by who is to
+blame (the implementation, an unfired fault, the framework), and links to each case's files.
+
+Links are relative to the run folder, so a moved or copied folder keeps them; a row's paths are matched
+to the folder by their tail when the folder moved since the run (results.json keeps the old paths)."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing
+from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, short, status_of
+
+TIMELINE = "timeline.html"  # written into each case folder by report.timeline
+# (label, name inside the case folder; "" is the folder itself), linked when present
+CASE_FILES = (("case folder", ""), ("scenario", "scenario.yaml"), ("history", "history.jsonl"), ("logs", "logs"),
+              ("faults fired", "faults.jsonl"), ("timeline", TIMELINE), ("traceback", FRAMEWORK_ERROR))
+MAX_EVIDENCE = 5        # evidence items written out per checker; the rest are counted, and are in results.json
+MAX_VALUE = 3000        # characters of one evidence value
+
+
+@dataclass(frozen=True)
+class Category:
+    key: str
+    title: str
+    blurb: str
+    one: str = ""       # how the headline counts it: "1 framework error", "2 framework errors"
+    many: str = ""
+
+    def counted(self, n: int) -> str:
+        return f"{n} {self.one if n == 1 else self.many}"
+
+
+FAILED = Category("failed", "Failures of the implementation",
+                  "FAIL: a checker found a broken guarantee. UNKNOWN: the case could not be judged (a rank failed "
+                  "unexpectedly, a checker crashed).")
+NOT_PROBED = Category("unprobed", "Not probed",
+                      "UNPROBED: a configured fault never fired, so nothing was tested. Not a pass.",
+                      "not probed", "not probed")
+FRAMEWORK_ERRORS = Category("framework", "Framework errors",
+                            "The framework broke on the case, not the implementation: a bug of this tool. The "
+                            "traceback is in the case folder.", "framework error", "framework errors")
+SECTIONS = (FAILED, NOT_PROBED, FRAMEWORK_ERRORS)
+
+# The count line: (label, css class) in reading order; a framework error is counted apart from UNKNOWN
+COUNTED = (("PASS", "pass"), ("REFUSED", "refused"), ("FAIL", "fail"), ("UNKNOWN", "unknown"),
+           ("framework error", "error"), ("UNPROBED", "unprobed"), ("N/A", "na"))
+COUNT_LABEL = {REFUSED: "REFUSED"}
+CSS = {PASS: "pass", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPROBED: "unprobed", NA: "na"}
+
+
+@dataclass(frozen=True)
+class Link:
+    label: str
+    href: str   # relative to the run folder, URL-quoted
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One checker's verdict that was not a pass, with its evidence as (key, text) pairs per item."""
+    checker: str
+    status: str
+    detail: str
+    evidence: list[list[tuple[str, str]]]
+    more: int   # items not written out
+
+
+@dataclass(frozen=True)
+class CaseView:
+    number: int
+    anchor: str
+    combo: str
+    column: str
+    scenario: str
+    verdict: str
+    label: str          # as a matrix cell shows it
+    css: str
+    category: Category | None
+    detail: str
+    seconds: float
+    replay: str
+    findings: list[Finding]
+    faults: list[dict]
+    links: list[Link]
+
+    @property
+    def folder(self) -> str | None:
+        return next((link.href for link in self.links if link.label in ("case folder", "scenario")), None)
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    css: str
+    href: str | None
+    cases: int
+
+
+@dataclass
+class RunView:
+    title: str
+    note: str
+    facts: list[tuple[str, str]]
+    total: int
+    passed: int
+    failed: int
+    counts: list[tuple[str, int, str]]
+    columns: list[tuple[str, str]]                  # (name, transition or "")
+    grid: list[tuple[str, list[Cell]]]
+    sections: list[tuple[Category, list[CaseView]]]
+    refused: list[CaseView]
+    cases: list[CaseView] = field(default_factory=list)
+
+    @property
+    def headline(self) -> str:
+        """What a reader needs first, in words: as `resilience run` prints it."""
+        blamed = [c.counted(len(cases)) for c, cases in self.sections if cases and c is not FAILED]
+        return f"{self.passed} passed, {self.failed} failed" + (f" ({', '.join(blamed)})" if blamed else "")
+
+
+def category_of(row: dict) -> Category | None:
+    """The section a row goes in; None for a row that passed, was refused as expected or had nothing to judge."""
+    if is_framework_error(row):
+        return FRAMEWORK_ERRORS
+    if row["verdict"] == UNPROBED:
+        return NOT_PROBED
+    return FAILED if is_failing(row["verdict"]) else None
+
+
+def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> RunView:
+    """The view of a run folder's rows; `run_dir` (the folder the report is written into) for the links."""
+    cases = [_case(i, r, run_dir) for i, r in enumerate(rows)]
+    combos, cols, cells = matrix(rows, columns)
+    by_cell: dict[tuple[str, str], list[CaseView]] = {}
+    for r, c in zip(rows, cases):
+        by_cell.setdefault((r["combo"], c.column), []).append(c)
+    grid = [(combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
+            for combo in combos]
+    transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
+    failed = sum(is_failing(r["verdict"]) for r in rows)
+    return RunView(title=str(meta.get("title", "Resilience run")), note=str(meta.get("note") or ""),
+                   facts=_facts(meta, rows), total=len(rows), passed=len(rows) - failed, failed=failed,
+                   counts=_counts(rows), columns=[(c, transitions.get(c, "")) for c in cols], grid=grid,
+                   sections=[(cat, [c for c in cases if c.category is cat]) for cat in SECTIONS],
+                   refused=[c for c in cases if c.verdict == REFUSED], cases=cases)
+
+
+def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:
+    n = {label: 0 for label, _ in COUNTED}
+    for r in rows:
+        label = "framework error" if is_framework_error(r) else COUNT_LABEL.get(r["verdict"], str(r["verdict"]))
+        n[label] = n.get(label, 0) + 1
+    return [(label, n[label], css) for label, css in COUNTED if n[label]]
+
+
+def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
+    facts = [("seed", str(meta.get("seed"))), ("backend", str(meta.get("backend", "reference")))]
+    if meta.get("io"):
+        facts.append(("faults through", str(meta["io"])))
+    planned = meta.get("cases")
+    facts.append(("cases", f"{len(rows)} of {planned}" if planned and planned != len(rows) else str(len(rows))))
+    facts.append(("time in cases", f"{sum(float(r.get('seconds') or 0) for r in rows):.1f} s"))
+    if meta.get("started"):
+        facts.append(("started", str(meta["started"])))
+    facts.append(("command", str(meta.get("command", ""))))
+    return facts
+
+
+def _cell(cell: str, cases: list[CaseView]) -> Cell:
+    css = "error" if short(cell) == "ERROR" else CSS.get(status_of(cell), "na")
+    worst = next((c for c in cases if c.label == short(cell)), cases[0] if cases else None)
+    href = None
+    if worst is not None:
+        href = "#" + worst.anchor if worst.category is not None else worst.folder
+    return Cell(short(cell), css, href, len(cases))
+
+
+def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
+    from .table import cell_of
+    verdict = str(row["verdict"])
+    category = category_of(row)
+    findings = [_finding(v) for v in row.get("checkers") or []
+                if v.get("status") not in (PASS, NA, REFUSED)] if category is not None else []
+    return CaseView(number=i + 1, anchor=f"case-{i + 1}", combo=str(row["combo"]), column=column_of(row),
+                    scenario=str(row.get("scenario", "")), verdict=verdict, label=short(cell_of(row)),
+                    css="error" if is_framework_error(row) else CSS.get(Status(verdict), "na"), category=category,
+                    detail=str(row.get("detail", "")), seconds=float(row.get("seconds") or 0.0),
+                    replay=str(row.get("replay", "")), findings=findings,
+                    faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
+                    links=case_links(run_dir, row) if run_dir else [])
+
+
+def _finding(v: dict) -> Finding:
+    items = v.get("evidence") or []
+    return Finding(str(v.get("checker", "?")), str(v.get("status", "?")), str(v.get("detail", "")),
+                   [_pairs(e) for e in items[:MAX_EVIDENCE]], max(0, len(items) - MAX_EVIDENCE))
+
+
+def _pairs(item) -> list[tuple[str, str]]:
+    """An evidence item as (key, text) pairs: strings as they are (tracebacks keep their lines), the rest as JSON."""
+    if not isinstance(item, dict):
+        return [("", _text(item))]
+    return [(str(k), _text(v)) for k, v in item.items()]
+
+
+def _text(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= MAX_VALUE else text[:MAX_VALUE] + f" ... ({len(text) - MAX_VALUE} more characters)"
+
+
+def case_links(run_dir: str, row: dict) -> list[Link]:
+    """Links to the case's folder and files that exist, relative to `run_dir`."""
+    links = []
+    case = local_path(run_dir, row.get("case_dir"))
+    if case is not None:
+        for label, name in CASE_FILES:
+            rel = f"{case}/{name}" if name else case
+            if os.path.exists(os.path.join(run_dir, rel)):
+                links.append(Link(label, _href(rel) + ("/" if os.path.isdir(os.path.join(run_dir, rel)) else "")))
+    scenario = local_path(run_dir, row.get("scenario_file"))
+    if scenario is not None and not any(link.label == "scenario" for link in links):
+        links.insert(0, Link("scenario", _href(scenario)))
+    return links
+
+
+def local_path(run_dir: str, path) -> str | None:
+    """`path` as a path relative to `run_dir` ('/'-separated), if it is there; matched by its tail when the
+    folder was moved since (a path recorded as /old/runs/x/cases/001 is found as cases/001)."""
+    if not path or not isinstance(path, str):
+        return None
+    root = os.path.abspath(run_dir)
+    full = os.path.abspath(path)
+    if full.startswith(root + os.sep) and os.path.exists(full):
+        return os.path.relpath(full, root).replace(os.sep, "/")
+    parts = [p for p in os.path.normpath(path).split(os.sep) if p not in ("", ".", "..")]
+    for i in range(len(parts)):  # the longest tail that exists under the folder
+        rel = "/".join(parts[i:])
+        if os.path.exists(os.path.join(root, *parts[i:])):
+            return rel
+    return None
+
+
+def _href(rel: str) -> str:
+    return quote(rel, safe="/")
