@@ -62,8 +62,18 @@ def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: st
     except Exception as e:  # the framework broke on this case: UNKNOWN for it, never an abort of the run
         row = framework_error_row(scenario, combo, case_dir, e, backend=backend, fault=fault,
                                   transition=transition, seconds=time.monotonic() - start, io=io, **extra)
+    _draw_timeline(case_dir)
     folder.append(row)
     return row
+
+
+def _draw_timeline(case_dir: str) -> None:
+    """The case's timeline.html, drawn now: its file-operation logs are on this boot's monotonic clock."""
+    from .timeline import write_timeline
+    try:
+        write_timeline(case_dir)
+    except OSError:
+        pass  # no room to draw it: the verdict and the evidence stand without the picture
 
 
 def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *, backend: str,

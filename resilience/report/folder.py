@@ -230,12 +230,27 @@ def write_run_files(run_dir: str, rows: list[dict], meta: dict, columns: list[st
         meta["title"] = f"{meta.get('title', 'Resilience run')} ({meta['status']})"
     meta["note"] = note
     paths = {name: os.path.join(run_dir, name) for name in REPORTS}
+    _draw_missing_timelines(run_dir, rows)
     _write(paths["results.json"], json.dumps(rows, indent=1, default=str))
     _write(paths["run.json"], json.dumps({k: v for k, v in meta.items() if k != "note"}, indent=1, default=str))
     _write(paths["report.md"], render_markdown(rows, meta, columns, run_dir))
     _write(paths["report.html"], render_html(rows, meta, columns, run_dir))
     _write(paths["junit.xml"], render_junit(rows, meta))
     return paths
+
+
+def _draw_missing_timelines(run_dir: str, rows: list[dict]) -> None:
+    """A timeline for each case folder that has none yet (the fuzzer's kept failures; cases of a run that was
+    killed before it drew them)."""
+    from .timeline import write_timeline
+    from .view import TIMELINE, local_path
+    for r in rows:
+        case = local_path(run_dir, r.get("case_dir"))
+        if case is not None and not os.path.exists(os.path.join(run_dir, case, TIMELINE)):
+            try:
+                write_timeline(os.path.join(run_dir, case))
+            except OSError:
+                pass  # the reports come first
 
 
 def _now() -> str:

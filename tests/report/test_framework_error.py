@@ -33,3 +33,11 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
     assert rows[0]["replay"].startswith("resilience run ") and os.path.exists(rows[0]["replay"].split()[2])
     assert json.loads((run_dir / "run.json").read_text())["status"] == "complete"
     assert "UNKNOWN" in (run_dir / "junit.xml").read_text()
+    # the case that ran has its timeline (both ranks' saves), linked from the report; the one the framework
+    # broke on before anything ran has none, and a link to its traceback
+    page = open(os.path.join(rows[1]["case_dir"], "timeline.html")).read()
+    assert 'data-lane="rank 0"' in page and 'data-lane="rank 1"' in page and ">save it 2<" in page
+    report = (run_dir / "report.html").read_text()
+    broken, ran = (os.path.relpath(r["case_dir"], run_dir) for r in rows)
+    assert f'href="{ran}/timeline.html">timeline</a>' in report
+    assert f'href="{broken}/framework-error.txt">traceback</a>' in report and f"{broken}/timeline.html" not in report
