@@ -15,6 +15,14 @@ $(STAMP): pyproject.toml ci/constraints.txt
 		|| { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq fuse3 libfuse3-3 >/dev/null 2>&1; } \
 		|| echo "fuse3 could not be installed with apt-get: the FUSE tests will be skipped"; \
 	fi
+	@# the report tests render report.html in headless Chromium: the same rule (without it they are skipped,
+	@# and fail under CI=true)
+	-@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -qq chromium >/dev/null 2>&1 \
+		|| { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium >/dev/null 2>&1; } \
+		|| echo "chromium could not be installed with apt-get: the browser tests will be skipped"; \
+	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c ci/constraints.txt -e ".[megatron,dev]"

@@ -35,6 +35,20 @@ def fuse():
         pytest.skip(why)
 
 
+@pytest.fixture
+def browser():
+    """A headless Chromium for the report tests, else the test is skipped with why; under CI=true it fails
+    instead (`make test` installs chromium where it is root with apt, so a skip there means the browser
+    tests never ran)."""
+    from resilience.report.browser import browser_available
+    ok, why = browser_available()
+    if not ok:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"a headless browser is required under CI=true: {why}")
+        pytest.skip(why)
+    return why
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Under CI=true a test skipped because a dependency is missing fails: CI installs every extra, so such a

@@ -114,7 +114,7 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     # links relative to the run folder, though the rows name the folder's old place
     assert ("files: [case folder](cases/001-bitflip/) · [scenario](cases/001-bitflip/scenario.yaml) · "
             "[history](cases/001-bitflip/history.jsonl) · [logs](cases/001-bitflip/logs/) · "
-            "[faults fired](cases/001-bitflip/faults.jsonl)") in failed
+            "[faults fired](cases/001-bitflip/faults.jsonl) · [timeline](cases/001-bitflip/timeline.html)") in failed
     assert "[traceback](cases/002-metadata/framework-error.txt)" in framework
     assert f"- {COMBO} · tp: TopologyChangeRefused: LEGACY cannot load on tp1" in sections["Refused as expected (1)"]
 
@@ -150,7 +150,7 @@ def check_report_page(page, run_dir: str) -> None:
     assert [[dd.text for dd in dl.find_all("dd")] for dl in items] == [["save", str(i), "0"] for i in range(1, 6)]
     assert "and 2 more evidence items in results.json" in bitflip.text
     assert [a.text for a in bitflip.find(cls="links").find_all("a")] == \
-        ["case folder", "scenario", "history", "logs", "faults fired"]
+        ["case folder", "scenario", "history", "logs", "faults fired", "timeline"]
     for a in page.find_all("a"):  # every file link resolves inside the run folder
         href = a.attrs["href"]
         if not href.startswith("#"):
