@@ -69,8 +69,8 @@ def check_names(names: list[str] | None) -> list[str]:
 def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0,
               progress=None, folder=None) -> list[SuiteResult]:
     """Run each named implementation (default: all) in its own folder under `out_dir`. Each case's row is
-    appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and a
-    framework error is that case's UNKNOWN."""
+    appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and
+    `progress(row)` called; a framework error is that case's UNKNOWN."""
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
@@ -86,7 +86,7 @@ def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = Fals
                                   os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}"),
                                   f"broken:{name}", case.fault, case.transition,
                                   {"column": case.column, "broken": name}))
-    rows = judge_cases(folder, specs, after=(lambda row: progress()) if progress is not None else None)
+    rows = judge_cases(folder, specs, after=progress)
     return [SuiteResult(CATALOGUE[name], [r for r in rows if r["broken"] == name]) for name in names]
 
 

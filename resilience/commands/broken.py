@@ -30,7 +30,7 @@ def run(args) -> int:
     run_dir = folder.path
     print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}", flush=True)
     with Progress(total, "cases") as bar:  # an interruption keeps the folder (judge_cases)
-        results = run_suite(run_dir, names, full=args.full, seed=args.seed, progress=bar.update, folder=folder)
+        results = run_suite(run_dir, names, full=args.full, seed=args.seed, progress=bar.row, folder=folder)
     text = render(results, args.full)
     with open(os.path.join(run_dir, "broken.md"), "w") as f:
         f.write(text)

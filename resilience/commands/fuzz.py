@@ -66,12 +66,13 @@ def run(args) -> int:
     found: set[str] = set()
     with Progress(opts.examples * len(opts.modes), "cases") as bar:
         def progress(mode, result):
-            bar.update()
+            if result is not None and result.verdict in BAD and not found:
+                bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
+                bar.phase(f"{mode}: shrinking")  # as many cases as shrinking takes: no total
+            bar.start(mode)
+            bar.update(1, result.verdict if result is not None else "rejected")
             if result is not None and result.verdict in BAD:
-                key = f"{mode}:{result.verdict}:{result.detail[:60]}"
-                if not found:
-                    bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
-                found.add(key)
+                found.add(f"{mode}:{result.verdict}:{result.detail[:60]}")
         outcome = fuzz(opts, progress=progress)
     from ..status import summary_line
     verdicts = [v for v, n in outcome.counts.items() if v != "rejected" for _ in range(n)]

@@ -75,7 +75,7 @@ def run(args) -> int:
                       args.backend, c.fault, c.transition, {"column": c.column}, args.io) for i, c in enumerate(work)]
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
-        rows = judge_cases(folder, specs, columns=columns, after=lambda row: bar.update())
+        rows = judge_cases(folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row)
     print(text_table(rows, columns))
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)

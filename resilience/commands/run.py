@@ -69,8 +69,8 @@ def run(args) -> int:
     with Progress(len(work), "cases") as bar:
         def after(row: dict) -> None:
             bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")
-            bar.update()
-        rows = judge_cases(folder, specs, after=after)
+            bar.row(row)
+        rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after)
     return summarize(rows, folder.finish(rows))
 
 

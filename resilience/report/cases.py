@@ -33,14 +33,22 @@ class CaseSpec:
     extra: dict = field(default_factory=dict)
     io: str | None = None  # the way in-process faults reach the backend (runner.ways); None: auto
 
+    def __str__(self) -> str:
+        """What a progress line calls the case: its combination and column (or scenario)."""
+        return f"{self.combo} {self.extra.get('column') or self.fault or self.transition or self.scenario.name}"
+
 
 def judge_cases(folder: RunFolder, cases: Iterable[CaseSpec], *, columns: list[str] | None = None,
-                after: Callable[[dict], None] | None = None) -> list[dict]:
-    """Judge every case in order into `folder` (judge_case), calling `after(row)` as each ends (a progress
-    bar); an interruption keeps the folder for the rows so far (keeping). The rows; finishing is the caller's."""
+                after: Callable[[dict], None] | None = None,
+                before: Callable[[CaseSpec], None] | None = None) -> list[dict]:
+    """Judge every case in order into `folder` (judge_case), calling `before(case)` as each starts and
+    `after(row)` as each ends (a progress bar); an interruption keeps the folder for the rows so far
+    (keeping). The rows; finishing is the caller's."""
     rows: list[dict] = []
     with keeping(folder, columns):
         for c in cases:
+            if before is not None:
+                before(c)
             rows.append(judge_case(folder, c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault,
                                    transition=c.transition, io=c.io, **c.extra))
             if after is not None:

@@ -24,6 +24,9 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
     code = main(["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "metadata:manifest.json", "save/load",
                  "--transitions", "none", "--out", str(tmp_path)])
     assert code == 1 and len(seen) == 2
+    err = capsys.readouterr().err  # not a terminal: a plain progress line per tenth of the cases
+    assert "progress: 1/2 cases · 1 failed (UNKNOWN 1) · " in err
+    assert "progress: 2/2 cases · 1 failed (PASS 1, UNKNOWN 1) · " in err
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     rows = json.loads((run_dir / "results.json").read_text())
     assert [r["verdict"] for r in rows] == ["UNKNOWN", "PASS"]
