@@ -89,6 +89,8 @@ class FuzzFailure:
     replay: str
     case_dir: str
     steps: int
+    checkers: list = field(default_factory=list)  # each checker's verdict and evidence, as a row holds them
+    faults: list = field(default_factory=list)
 
 
 @dataclass
@@ -101,6 +103,7 @@ class FuzzOutcome:
     errors: list[str] = field(default_factory=list)  # what Hypothesis raised besides our failures
     seconds: float = 0.0
     stopped: dict = field(default_factory=dict)  # mode -> why it stopped early ("time budget", "shrink budget")
+    timings: dict = field(default_factory=dict)  # mode -> {"seconds": all of it, "shrinking": from the first failure}
 
     @property
     def unprobed(self) -> int:
@@ -114,7 +117,7 @@ class FuzzOutcome:
     def to_dict(self) -> dict:
         return {"run_dir": self.run_dir, "seed": self.seed, "options": self.options, "counts": self.counts,
                 "failures": [asdict(f) for f in self.failures], "errors": self.errors,
-                "seconds": round(self.seconds, 3), "stopped": self.stopped}
+                "seconds": round(self.seconds, 3), "stopped": self.stopped, "timings": self.timings}
 
 
 class _Stop(BaseException):
@@ -151,6 +154,12 @@ class _Judge:
         """Each mode gets its share of the time budget and its own shrink budget."""
         self.start, self.first_failure, self.stopped = time.monotonic(), None, ""
         self.budget = None if self.opts.time_budget is None else self.opts.time_budget / len(self.opts.modes)
+
+    def timing(self) -> dict:
+        """The mode's seconds so far, and how many of them went to shrinking (from its first failure on)."""
+        now = time.monotonic()
+        shrinking = 0.0 if self.first_failure is None else now - self.first_failure
+        return {"seconds": round(now - self.start, 3), "shrinking": round(shrinking, 3)}
 
     def _may_run(self, key: str) -> str:
         """'' when the example may run, else the budget it would exceed. Known failures always run
@@ -300,6 +309,8 @@ def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None
                         log.write(f"{type(x).__name__}: {x}\n\n")
                     leftover = [x for x in _flatten(e) if not _is_failure(x)]
                     outcome.errors += [f"{mode}: {type(x).__name__}: {str(x)[:2000]}" for x in leftover]
+                finally:
+                    outcome.timings[mode] = judge.timing()
         except _Interrupt as e:
             interrupted = e.error
         except KeyboardInterrupt as e:
@@ -384,7 +395,7 @@ def _keep_failures(judge: _Judge, run_dir: str) -> list[FuzzFailure]:
         if os.path.isdir(result.case_dir):
             shutil.move(result.case_dir, evidence)
         out.append(FuzzFailure(mode, kind, result.verdict, result.combo, result.detail, path, command, evidence,
-                               len(scenario.steps)))
+                               len(scenario.steps), [v.to_dict() for v in result.verdicts], result.faults))
     return out
 
 
@@ -397,21 +408,28 @@ def _options(opts: FuzzOptions) -> dict:
 
 def _write(outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict],
            interrupted: BaseException | None) -> None:
-    """results.json: a row per case (as appended), then one per minimal failure; and the reports."""
+    """results.json: a row per case (as appended), then one per minimal failure (appended to results.jsonl
+    too, so `resilience report` rebuilds the same reports); and the reports."""
     from ..report.cases import signal_name
     from ..report.folder import COMPLETE, INTERRUPTED
     # interrupted: results.jsonl holds exactly the rows that were written, whenever the signal came
     rows = folder.rows()[0] if interrupted is not None else list(case_rows)
-    rows += [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
-              "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": [], "case_dir": f.case_dir,
-              "replay": f.replay, "column": f"{f.mode}: minimal failure", "scenario_file": f.scenario_file}
+    extra = [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
+              "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": f.checkers, "faults": f.faults,
+              "case_dir": f.case_dir, "replay": f.replay, "column": f"{f.mode}: minimal failure",
+              "scenario_file": f.scenario_file, "minimal": True}
              for f in outcome.failures]
     if outcome.errors:
-        rows.append({"scenario": "fuzz", "combo": ", ".join(map(str, opts.combos or [])) or "all", "fault": None,
+        extra.append({"scenario": "fuzz", "combo": ", ".join(map(str, opts.combos or [])) or "all", "fault": None,
                      "transition": None, "verdict": FAIL, "detail": outcome.errors[0][:300],
                      "seconds": round(outcome.seconds, 3), "checkers": [], "case_dir": outcome.run_dir,
                      "replay": replay_fuzz(opts), "column": "fuzz"})
-    folder.meta.update(stopped=outcome.stopped, counts=outcome.counts)
+    for row in extra:
+        folder.append(row)
+    rows += extra
+    folder.meta.update(stopped=outcome.stopped, counts=outcome.counts, kind="fuzz",
+                       fuzz={"examples": opts.examples, "modes": list(opts.modes), "timings": outcome.timings,
+                             "rejected": outcome.counts.get("rejected", 0), "errors": outcome.errors})
     folder.finish(rows, status=INTERRUPTED if interrupted is not None else COMPLETE,
                   why=signal_name(interrupted) if interrupted is not None else "")
     with open(os.path.join(outcome.run_dir, "fuzz.json"), "w", encoding="utf-8") as f:

@@ -14,14 +14,22 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
         out += [f"**{v.note}**: the rows below are the cases that finished.", ""]
     counts = ", ".join(f"{label} {n}" for label, n, _ in v.counts)
     out += [f"**{v.headline}**", "", f"Verdicts: {v.total} cases: {counts}", ""]
+    if v.fuzz:
+        out += ["| mode | cases run | verdicts | seconds | of them shrinking | stopped |", "|---|---|---|---|---|---|"]
+        out += [f"| {m.mode} | {m.cases} | {', '.join(f'{label} {n}' for label, n, _ in m.counts)} | {m.seconds:.1f} | "
+                f"{m.shrinking:.1f} | {f'when its {m.stopped} was spent' if m.stopped else ''} |" for m in v.fuzz]
+        out.append("")
     cols = [name for name, _ in v.columns]
     out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for combo, cells in v.grid:
-        out.append(f"| {_cell(combo)} | " + " | ".join(_cell(c.text + (f" ({c.cases})" if c.cases > 1 else ""))
+        out.append(f"| {_cell(combo)} | " + " | ".join(_cell(c.text + (f" ({c.cases} cases)" if c.cases > 1 else ""))
                                                        for c in cells) + " |")
     for cat, cases in v.sections:
         if cases:
             out += ["", f"## {cat.title} ({len(cases)})", "", cat.blurb, ""]
+            if cat.key == "failed" and v.on_the_way:
+                out += [f"Each minimal failure stands for the {v.on_the_way} failing cases met while searching and "
+                        "shrinking: they are in results.json.", ""]
             for c in cases:
                 out += _case(c)
     if v.refused:
@@ -45,6 +53,8 @@ def _case(c: CaseView) -> list[str]:
         out.append("- faults that never fired: " + "; ".join(f"`{x.get('fault', '?')}`" for x in unfired))
     if c.links:
         out += ["", "files: " + " · ".join(f"[{link.label}]({link.href})" for link in c.links)]
+    if c.scenario_text:
+        out += ["", "minimal scenario:", "", "```yaml", *c.scenario_text.splitlines(), "```"]
     out += ["", "replay:", "", "```", c.replay, "```", ""]
     return out
 

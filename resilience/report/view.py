@@ -85,10 +85,22 @@ class CaseView:
     findings: list[Finding]
     faults: list[dict]
     links: list[Link]
+    scenario_text: str = ""   # a fuzzing run's minimal failing scenario, written out
 
     @property
     def folder(self) -> str | None:
         return next((link.href for link in self.links if link.label in ("case folder", "scenario")), None)
+
+
+@dataclass(frozen=True)
+class FuzzMode:
+    """One mode of a fuzzing run: the cases it ran, their verdicts, and where its time went."""
+    mode: str
+    cases: int
+    counts: list[tuple[str, int, str]]
+    seconds: float
+    shrinking: float
+    stopped: str
 
 
 @dataclass(frozen=True)
@@ -113,11 +125,16 @@ class RunView:
     sections: list[tuple[Category, list[CaseView]]]
     refused: list[CaseView]
     cases: list[CaseView] = field(default_factory=list)
+    fuzz: list[FuzzMode] = field(default_factory=list)
+    minimal: int = 0          # minimal failures a fuzzing run kept (rows of their own, not cases run)
+    on_the_way: int = 0       # failing cases a fuzzing run met while searching and shrinking, left to the table
 
     @property
     def headline(self) -> str:
         """What a reader needs first, in words: as `resilience run` prints it."""
         blamed = [c.counted(len(cases)) for c, cases in self.sections if cases and c is not FAILED]
+        if self.fuzz:
+            blamed.insert(0, f"{self.minimal} minimal failure{'s' if self.minimal != 1 else ''} kept")
         return f"{self.passed} passed, {self.failed} failed" + (f" ({', '.join(blamed)})" if blamed else "")
 
 
@@ -140,12 +157,33 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
     grid = [(combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
             for combo in combos]
     transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
-    failed = sum(is_failing(r["verdict"]) for r in rows)
+    # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
+    # stand for the failing cases met while searching and shrinking, which only the table of cases lists
+    runs = [r for r in rows if not r.get("minimal")]
+    minimal = len(rows) - len(runs)
+    shown = [c for r, c in zip(rows, cases) if r.get("minimal") or not minimal or c.category is NOT_PROBED]
+    listed = {c.number for c in shown}
+    failed = sum(is_failing(r["verdict"]) for r in runs)
+    counts = _counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
     return RunView(title=str(meta.get("title", "Resilience run")), note=str(meta.get("note") or ""),
-                   facts=_facts(meta, rows), total=len(rows), passed=len(rows) - failed, failed=failed,
-                   counts=_counts(rows), columns=[(c, transitions.get(c, "")) for c in cols], grid=grid,
-                   sections=[(cat, [c for c in cases if c.category is cat]) for cat in SECTIONS],
-                   refused=[c for c in cases if c.verdict == REFUSED], cases=cases)
+                   facts=_facts(meta, runs), total=len(runs), passed=len(runs) - failed, failed=failed,
+                   counts=counts, columns=[(c, transitions.get(c, "")) for c in cols], grid=grid,
+                   sections=[(cat, [c for c in shown if c.category is cat]) for cat in SECTIONS],
+                   refused=[c for c in cases if c.verdict == REFUSED], cases=cases,
+                   fuzz=_fuzz_modes(meta, runs), minimal=minimal,
+                   on_the_way=sum(c.category is not None and c.number not in listed for c in cases))
+
+
+def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
+    if meta.get("kind") != "fuzz":
+        return []
+    info = meta.get("fuzz") or {}
+    timings, stopped = info.get("timings") or {}, meta.get("stopped") or {}
+    modes = list(info.get("modes") or dict.fromkeys(column_of(r) for r in runs))
+    return [FuzzMode(m, sum(column_of(r) == m for r in runs), _counts([r for r in runs if column_of(r) == m]),
+                     float((timings.get(m) or {}).get("seconds", 0.0)),
+                     float((timings.get(m) or {}).get("shrinking", 0.0)), str(stopped.get(m, "")))
+            for m in modes]
 
 
 def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:
@@ -162,6 +200,10 @@ def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
         facts.append(("faults through", str(meta["io"])))
     planned = meta.get("cases")
     facts.append(("cases", f"{len(rows)} of {planned}" if planned and planned != len(rows) else str(len(rows))))
+    if meta.get("kind") == "fuzz":
+        info = meta.get("fuzz") or {}
+        facts.append(("examples", f"{info.get('examples', '?')} per mode"))
+        facts.append(("rejected", f"{info.get('rejected', 0)} (generated, but nothing to damage: not run)"))
     facts.append(("time in cases", f"{sum(float(r.get('seconds') or 0) for r in rows):.1f} s"))
     if meta.get("started"):
         facts.append(("started", str(meta["started"])))
@@ -190,7 +232,8 @@ def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
                     detail=str(row.get("detail", "")), seconds=float(row.get("seconds") or 0.0),
                     replay=str(row.get("replay", "")), findings=findings,
                     faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
-                    links=case_links(run_dir, row) if run_dir else [])
+                    links=case_links(run_dir, row) if run_dir else [],
+                    scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "")
 
 
 def _finding(v: dict) -> Finding:
@@ -224,6 +267,15 @@ def case_links(run_dir: str, row: dict) -> list[Link]:
     if scenario is not None and not any(link.label == "scenario" for link in links):
         links.insert(0, Link("scenario", _href(scenario)))
     return links
+
+
+def _scenario_text(run_dir: str, row: dict, limit: int = 20_000) -> str:
+    rel = local_path(run_dir, row.get("scenario_file"))
+    if rel is None:
+        return ""
+    with open(os.path.join(run_dir, rel), encoding="utf-8", errors="replace") as f:
+        text = f.read(limit + 1)
+    return text if len(text) <= limit else text[:limit] + "\n..."
 
 
 def local_path(run_dir: str, path) -> str | None:

@@ -20,8 +20,9 @@ def _fake_runs(monkeypatch, fail_when=None):
         os.makedirs(case_dir, exist_ok=True)
         seen.append(f"{combo}\n{scenario.to_yaml()}")
         verdict = "FAIL" if fail_when and fail_when(scenario) else PASS
-        return CaseResult(scenario.name, str(combo), verdict, [Verdict("durability", verdict, "fake")], 0.0, case_dir,
-                          "replay", "durability: fake")
+        evidence = [{"acknowledged": 2, "problem": "fake loss"}] if verdict == "FAIL" else []
+        return CaseResult(scenario.name, str(combo), verdict, [Verdict("durability", verdict, "fake", evidence)], 0.0,
+                          case_dir, "replay", "durability: fake")
 
     monkeypatch.setattr(engine, "run_case", run_case)
     return seen
@@ -165,7 +166,45 @@ def test_results_hold_a_row_per_case_each_with_its_replay(tmp_path, monkeypatch)
         assert case.endswith(load_file(r["scenario_file"]).to_yaml())  # the kept file replays that case
     assert {r["verdict"] for r in cases} == {"PASS", "FAIL"}
     jsonl = [json.loads(line) for line in open(os.path.join(out.run_dir, "results.jsonl"))]
-    assert jsonl == cases  # appended as each case ended
+    assert jsonl == rows  # appended as each case ended, the minimal failure after them
+
+
+def check_fuzz_page(page, run_dir: str) -> None:
+    """The fuzz report accounts for every case run (by mode, by verdict, shrinking included) and writes out
+    the minimal failure: its evidence, its scenario and its replay; the failing cases met on the way to it
+    are counted and listed, not each written out. Read from the DOM, as written or as a browser built it."""
+    rows = json.load(open(os.path.join(run_dir, "results.json")))
+    cases = [r for r in rows if r["column"] == "scenarios"]
+    failing = sum(r["verdict"] == "FAIL" for r in cases)
+    (minimal,) = [r for r in rows if r.get("minimal")]
+    assert page.by_id("headline").text == \
+        f"{len(cases) - failing} passed, {failing} failed (1 minimal failure kept)"
+    counts = {li.attrs.get("data-verdict", "cases"): int(li.find(cls="n").text)
+              for li in page.by_id("counts").find_all("li")}
+    assert counts == {"cases": len(cases), "PASS": len(cases) - failing, "FAIL": failing, "minimal failure": 1}
+    (mode,) = page.by_id("fuzz").find("tbody").find_all("tr")
+    cells = [td.text for td in mode.find_all("td")]
+    assert cells[:3] == ["scenarios", str(len(cases)), f"{len(cases) - failing} PASS {failing} FAIL "]
+    assert float(cells[4]) <= float(cells[3])  # shrinking is part of the mode's time
+    (article,) = page.by_id("failed").find_all("article")
+    assert article.find("h3").text == f"FAIL {minimal['combo']} · scenarios: minimal failure"
+    assert [dd.text for dd in article.find("dl", cls="evidence").find_all("dd")] == ["2", "fake loss"]
+    assert article.find("pre", cls="scenario").text == open(minimal["scenario_file"]).read()
+    assert article.find(cls="replay").find("pre").text == minimal["replay"]
+    assert f"stands for the {failing} failing cases met while searching and shrinking" in \
+        page.by_id("failed").find(cls="on-the-way").text
+    listed = page.by_id("cases").find("tbody").find_all("tr")
+    assert len(listed) == len(rows)  # every case run, and the minimal failure
+
+
+def test_the_fuzz_report_accounts_for_every_case_and_writes_out_the_minimal_failure(tmp_path, monkeypatch):
+    from tests.report.dom import parse
+    _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
+    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    check_fuzz_page(parse(open(os.path.join(out.run_dir, "report.html")).read()), out.run_dir)
+    before = open(os.path.join(out.run_dir, "report.md")).read()
+    assert main(["report", out.run_dir]) == 1  # rebuilt from results.jsonl: the same report
+    assert open(os.path.join(out.run_dir, "report.md")).read() == before
 
 
 def test_the_time_budget_stops_a_huge_example_count(tmp_path):
