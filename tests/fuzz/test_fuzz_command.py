@@ -119,9 +119,13 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "run_case", run_case)
     out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     (failure,) = out.failures
-    assert failure.verdict == "UNKNOWN" and failure.kind == "UnknownInRunner" and not out.errors
+    assert failure.verdict == "UNKNOWN" and failure.kind == "UnknownInFramework" and not out.errors
     assert "the runner raised FileExistsError" in failure.detail
     assert [s.kind for s in load_file(failure.scenario_file).steps] == ["train", "save", "corrupt"]
+    from tests.report.dom import parse  # the report files it under framework errors, not the implementation's
+    page = parse(open(os.path.join(out.run_dir, "report.html")).read())
+    assert [a.find(cls="detail").text for a in page.by_id("framework").find_all("article")] == [failure.detail]
+    assert not page.find_all("section", id="failed")
 
 
 def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
