@@ -2,7 +2,7 @@
 with its evidence, its files and its replay command."""
 from __future__ import annotations
 
-from .view import CaseView, build
+from .view import CaseView, RunView, build
 
 
 def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None,
@@ -15,10 +15,7 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
     counts = ", ".join(f"{label} {n}" for label, n, _ in v.counts)
     out += [f"**{v.headline}**", "", f"Verdicts: {v.total} cases: {counts}", ""]
     if v.fuzz:
-        out += ["| mode | cases run | verdicts | seconds | of them shrinking | stopped |", "|---|---|---|---|---|---|"]
-        out += [f"| {m.mode} | {m.cases} | {', '.join(f'{label} {n}' for label, n, _ in m.counts)} | {m.seconds:.1f} | "
-                f"{m.shrinking:.1f} | {f'when its {m.stopped} was spent' if m.stopped else ''} |" for m in v.fuzz]
-        out.append("")
+        out += _fuzz_table(v) + [""]
     cols = [name for name, _ in v.columns]
     out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for combo, cells in v.grid:
@@ -36,6 +33,18 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
         out += ["", f"## Refused as expected ({len(v.refused)})", ""]
         out += [f"- {c.combo} · {c.column}: {c.detail[:300]}" for c in v.refused]
     return "\n".join(out) + "\n"
+
+
+def _fuzz_table(v: RunView) -> list[str]:
+    out = ["| mode | cases run | verdicts | seconds | of them shrinking | stopped | faults drawn (cases; fired in) |",
+           "|---|---|---|---|---|---|---|"]
+    for m in v.fuzz:
+        verdicts = ", ".join(f"{label} {n}" for label, n, _ in m.counts)
+        stopped = f"when its {m.stopped} was spent" if m.stopped else ""
+        drawn = ", ".join(f"{kind} {n}" + (f" (fired in {fired})" if fired != n else "") for kind, n, fired in m.faults)
+        out.append(f"| {m.mode} | {m.cases} | {verdicts} | {m.seconds:.1f} | {m.shrinking:.1f} | {stopped} | "
+                   f"{_cell(drawn)} |")
+    return out
 
 
 def _case(c: CaseView) -> list[str]:

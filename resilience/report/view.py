@@ -101,6 +101,7 @@ class FuzzMode:
     seconds: float
     shrinking: float
     stopped: str
+    faults: list[tuple[str, int, int]]   # (fault kind, cases that drew it, cases where it fired)
 
 
 @dataclass(frozen=True)
@@ -182,8 +183,26 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
     modes = list(info.get("modes") or dict.fromkeys(column_of(r) for r in runs))
     return [FuzzMode(m, sum(column_of(r) == m for r in runs), _counts([r for r in runs if column_of(r) == m]),
                      float((timings.get(m) or {}).get("seconds", 0.0)),
-                     float((timings.get(m) or {}).get("shrinking", 0.0)), str(stopped.get(m, "")))
+                     float((timings.get(m) or {}).get("shrinking", 0.0)), str(stopped.get(m, "")),
+                     _faults_drawn([r for r in runs if column_of(r) == m]))
             for m in modes]
+
+
+def _faults_drawn(rows: list[dict]) -> list[tuple[str, int, int]]:
+    """Each fault kind the cases drew (a fault record's text starts with its kind): in how many cases, and in
+    how many of those it fired."""
+    drawn: dict[str, list[int]] = {}
+    for r in rows:
+        seen: dict[str, bool] = {}
+        for f in r.get("faults") or []:
+            if isinstance(f, dict) and f.get("fault"):
+                kind = str(f["fault"]).split()[0]
+                seen[kind] = seen.get(kind, False) or f.get("status") == "fired"
+        for kind, fired in seen.items():
+            n = drawn.setdefault(kind, [0, 0])
+            n[0] += 1
+            n[1] += fired
+    return [(kind, n[0], n[1]) for kind, n in sorted(drawn.items(), key=lambda kv: (-kv[1][0], kv[0]))]
 
 
 def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:

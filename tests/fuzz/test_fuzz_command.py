@@ -21,8 +21,9 @@ def _fake_runs(monkeypatch, fail_when=None):
         seen.append(f"{combo}\n{scenario.to_yaml()}")
         verdict = "FAIL" if fail_when and fail_when(scenario) else PASS
         evidence = [{"acknowledged": 2, "problem": "fake loss"}] if verdict == "FAIL" else []
+        faults = [{"fault": f"{step.kind} fake", "status": "fired"} for step in scenario.steps if step.kind == "crash"]
         return CaseResult(scenario.name, str(combo), verdict, [Verdict("durability", verdict, "fake", evidence)], 0.0,
-                          case_dir, "replay", "durability: fake")
+                          case_dir, "replay", "durability: fake", faults=faults)
 
     monkeypatch.setattr(engine, "run_case", run_case)
     return seen
@@ -190,6 +191,7 @@ def check_fuzz_page(page, run_dir: str) -> None:
     cells = [td.text for td in mode.find_all("td")]
     assert cells[:3] == ["scenarios", str(len(cases)), f"{len(cases) - failing} PASS {failing} FAIL "]
     assert float(cells[4]) <= float(cells[3])  # shrinking is part of the mode's time
+    assert cells[6] == f"crash {sum(bool(r['faults']) for r in cases)}"  # the fault kinds drawn, in how many cases
     (article,) = page.by_id("failed").find_all("article")
     assert article.find("h3").text == f"FAIL {minimal['combo']} · scenarios: minimal failure"
     assert [dd.text for dd in article.find("dl", cls="evidence").find_all("dd")] == ["2", "fake loss"]

@@ -234,3 +234,15 @@ def test_report_rebuilds_the_same_reports_and_exits_1_on_a_failing_row(run_dir, 
     assert f"FAIL: bitflip {COMBO}: integrity: a load returned wrong values" in out
     assert f"  replay: resilience run cases/bitflip/scenario.yaml --combos {COMBO}" in out
     assert {name: _read(run_dir, name) for name in before} == before
+
+
+def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
+    from resilience.report.view import build
+    faults = [[("rank_crash rank=1", "fired"), ("bit_flip seed=3", "never fired")],
+              [("rank_crash rank=0", "never fired")],
+              [("bit_flip seed=4", "fired"), ("bit_flip seed=5", "never fired")], []]
+    rows = [_row("scenarios", "PASS", faults=[{"fault": f, "status": s} for f, s in fs]) for fs in faults]
+    meta = {"kind": "fuzz", "fuzz": {"modes": ["scenarios"], "timings": {"scenarios": {"seconds": 9, "shrinking": 0}}}}
+    (mode,) = build(rows, meta).fuzz
+    assert (mode.mode, mode.cases, mode.seconds) == ("scenarios", 4, 9.0)
+    assert mode.faults == [("bit_flip", 2, 1), ("rank_crash", 2, 1)]  # cases that drew it, cases where it fired
