@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing
+from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, short, status_of
 
 TIMELINE = "timeline.html"  # written into each case folder by report.timeline
@@ -118,8 +118,7 @@ class RunView:
     note: str
     facts: list[tuple[str, str]]
     total: int
-    passed: int
-    failed: int
+    summary: str        # status.summary_line of the cases run, as every command prints it
     counts: list[tuple[str, int, str]]
     columns: list[tuple[str, str]]                  # (name, transition or "")
     grid: list[tuple[str, list[Cell]]]
@@ -132,11 +131,12 @@ class RunView:
 
     @property
     def headline(self) -> str:
-        """What a reader needs first, in words: as `resilience run` prints it."""
-        blamed = [c.counted(len(cases)) for c, cases in self.sections if cases and c is not FAILED]
+        """What a reader needs first, in words: the summary line every command prints, and what it does not
+        tell apart: UNKNOWN cases the framework broke on, a fuzzing run's minimal failures."""
+        extra = [FRAMEWORK_ERRORS.counted(n) for label, n, _ in self.counts if label == "framework error"]
         if self.fuzz:
-            blamed.insert(0, f"{self.minimal} minimal failure{'s' if self.minimal != 1 else ''} kept")
-        return f"{self.passed} passed, {self.failed} failed" + (f" ({', '.join(blamed)})" if blamed else "")
+            extra.append(f"{self.minimal} minimal failure{'s' if self.minimal != 1 else ''} kept")
+        return self.summary + "".join(f"; {e}" for e in extra)
 
 
 def category_of(row: dict) -> Category | None:
@@ -164,10 +164,9 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
     minimal = len(rows) - len(runs)
     shown = [c for r, c in zip(rows, cases) if r.get("minimal") or not minimal or c.category is NOT_PROBED]
     listed = {c.number for c in shown}
-    failed = sum(is_failing(r["verdict"]) for r in runs)
     counts = _counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
     return RunView(title=str(meta.get("title", "Resilience run")), note=str(meta.get("note") or ""),
-                   facts=_facts(meta, runs), total=len(runs), passed=len(runs) - failed, failed=failed,
+                   facts=_facts(meta, runs), total=len(runs), summary=summary_line(r["verdict"] for r in runs),
                    counts=counts, columns=[(c, transitions.get(c, "")) for c in cols], grid=grid,
                    sections=[(cat, [c for c in shown if c.category is cat]) for cat in SECTIONS],
                    refused=[c for c in cases if c.verdict == REFUSED], cases=cases,

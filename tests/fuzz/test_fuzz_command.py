@@ -183,7 +183,7 @@ def check_fuzz_page(page, run_dir: str) -> None:
     failing = sum(r["verdict"] == "FAIL" for r in cases)
     (minimal,) = [r for r in rows if r.get("minimal")]
     assert page.by_id("headline").text == \
-        f"{len(cases) - failing} passed, {failing} failed (1 minimal failure kept)"
+        f"{len(cases) - failing} passed, {failing} not passed ({failing} FAIL); 1 minimal failure kept"
     counts = {li.attrs.get("data-verdict", "cases"): int(li.find(cls="n").text)
               for li in page.by_id("counts").find_all("li")}
     assert counts == {"cases": len(cases), "PASS": len(cases) - failing, "FAIL": failing, "minimal failure": 1}

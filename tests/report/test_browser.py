@@ -76,7 +76,7 @@ def test_a_failing_matrix_report_says_what_failed_why_where_and_how_to_replay(tm
     assert code == 1
     (run_dir,) = [str(p) for p in tmp_path.iterdir() if p.is_dir()]
     dom = _render(os.path.join(run_dir, "report.html"), "report.png")
-    assert dom.by_id("headline").text == "0 passed, 1 failed"
+    assert dom.by_id("headline").text == "0 passed, 1 not passed (1 FAIL)"
     assert {li.attrs.get("data-verdict", "cases"): li.find(cls="n").text
             for li in dom.by_id("counts").find_all("li")} == {"cases": "1", "FAIL": "1"}
     case = dom.by_id("case-1")

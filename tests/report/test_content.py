@@ -88,7 +88,7 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     lines = md.splitlines()
     assert lines[0] == "# resilience matrix <&>"
     assert lines[2].startswith("seed `[7]` · backend `reference` · cases `9 of 10` · time in cases `13.5 s`")
-    assert "**3 passed, 6 failed (1 not probed, 1 framework error)**" in lines
+    assert "**2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error**" in lines
     assert "Verdicts: 9 cases: PASS 1, REFUSED 1, FAIL 3, UNKNOWN 1, framework error 1, UNPROBED 1, N/A 1" in lines
     assert f"| {COMBO} | PASS | FAIL | ERROR | UNPROBED | REFUSED | - | - | - | - |" in lines
     assert f"| {OTHER} | - | - | - | - | - | FAIL+UNPROBED | - | FAIL | UNKNOWN |" in lines
@@ -124,7 +124,8 @@ def check_report_page(page, run_dir: str) -> None:
     or as a browser rendered it): counts, matrix cells and their links, each case that did not pass with
     its evidence, files and replay, and file links that resolve inside the run folder."""
     assert page.find("title").text == "resilience matrix <&>"
-    assert page.by_id("headline").text == "3 passed, 6 failed (1 not probed, 1 framework error)"
+    assert page.by_id("headline").text == \
+        "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error"
     counts = {li.attrs.get("data-verdict", "cases"): li.find(cls="n").text
               for li in page.by_id("counts").find_all("li")}
     assert counts == {"cases": "9", "PASS": "1", "REFUSED": "1", "FAIL": "3", "UNKNOWN": "1",
