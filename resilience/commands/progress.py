@@ -1,7 +1,7 @@
 """Progress on stderr. In a terminal, a bar (tqdm) with the failures so far and the case running; elsewhere
 (a CI log, `make run > file`) one plain line every few seconds or every tenth of the cases, with the counts
-so far, so a long run is never silent. A phase with no known end (the fuzzer shrinking a failure) is shown
-as itself, counting cases, never as a count past 100%."""
+so far and the case that ended last, so a long run is never silent. A phase with no known end (the fuzzer
+shrinking a failure) is shown as itself, counting cases, never as a count past 100%."""
 from __future__ import annotations
 
 import sys
@@ -23,20 +23,21 @@ class Progress:
         self.every_seconds, self.every = every_seconds, every or max(1, total // 10)
         self.done = 0
         self.counts: Counter[str] = Counter()
-        self.current, self.phase_name = "", ""
+        self.current, self.finished, self.phase_name = "", "", ""
         self.started = self.last_line = clock()
         self.since_line = 0
         self.bar = tqdm(total=total, unit=unit, file=self.stream, dynamic_ncols=True, leave=False,
                         disable=self.plain)
 
     def start(self, what: str) -> None:
-        """The case that runs now: on the bar, and in the next plain line."""
+        """The case that runs now: on the bar, and in the plain line written as it ends."""
         self.current = what
         self._postfix()
 
     def update(self, n: int = 1, verdict: str | None = None) -> None:
         """`n` more cases done; `verdict` (of one case) counted for the failures so far."""
         self.done += n
+        self.finished = f"{self.current} {verdict or ''}".strip()
         if verdict is not None:
             self.counts[str(verdict)] += 1
         self.bar.update(n)
@@ -67,8 +68,8 @@ class Progress:
                  f"{self.clock() - self.started:.0f} s"]
         if self.phase_name:
             parts.insert(0, self.phase_name)
-        if self.current:
-            parts.append(f"now: {self.current}")
+        if self.finished:
+            parts.append(f"last: {self.finished}")
         print("progress: " + " · ".join(parts), file=self.stream, flush=True)
 
     @property

@@ -28,8 +28,9 @@ def test_a_line_every_tenth_of_the_cases_with_the_counts_so_far():
             clock.now += 1.0
             bar.row({"verdict": verdict})
     assert _lines(stream) == [
-        "progress: 2/20 cases · 1 failed (FAIL 1, PASS 1) · 2 s · now: GLOBAL/torch_dist/sync kill-1",
-        "progress: 4/20 cases · 2 failed (FAIL 1, PASS 2, UNPROBED 1) · 4 s · now: GLOBAL/torch_dist/sync kill-3"]
+        "progress: 2/20 cases · 1 failed (FAIL 1, PASS 1) · 2 s · last: GLOBAL/torch_dist/sync kill-1 FAIL",
+        "progress: 4/20 cases · 2 failed (FAIL 1, PASS 2, UNPROBED 1) · 4 s · last: GLOBAL/torch_dist/sync kill-3 "
+        "UNPROBED"]
 
 
 def test_a_line_after_a_few_seconds_however_few_cases_finished():
@@ -39,7 +40,7 @@ def test_a_line_after_a_few_seconds_however_few_cases_finished():
         assert _lines(stream) == []
         clock.now += 10.5
         bar.update(1, "PASS")
-    assert _lines(stream) == ["progress: 2/1000 cases · 0 failed (PASS 2) · 10 s"]
+    assert _lines(stream) == ["progress: 2/1000 cases · 0 failed (PASS 2) · 10 s · last: PASS"]
 
 
 def test_shrinking_is_a_phase_of_its_own_not_a_count_past_the_total():
@@ -51,7 +52,7 @@ def test_shrinking_is_a_phase_of_its_own_not_a_count_past_the_total():
         for _ in range(3):
             bar.update(1, "FAIL")
     lines = _lines(stream)
-    assert lines[:2] == ["progress: 1/2 cases · 0 failed (PASS 1) · 0 s",
-                         "progress: 2/2 cases · 1 failed (FAIL 1, PASS 1) · 0 s"]
-    assert lines[-1] == "progress: scenarios: shrinking · 5 cases · 4 failed (FAIL 4, PASS 1) · 0 s"
+    assert lines[:2] == ["progress: 1/2 cases · 0 failed (PASS 1) · 0 s · last: PASS",
+                         "progress: 2/2 cases · 1 failed (FAIL 1, PASS 1) · 0 s · last: FAIL"]
+    assert lines[-1] == "progress: scenarios: shrinking · 5 cases · 4 failed (FAIL 4, PASS 1) · 0 s · last: FAIL"
     assert not any("/2 cases" in line for line in lines[2:])
