@@ -48,7 +48,7 @@ def _fuzz_table(v: RunView) -> list[str]:
 
 
 def _case(c: CaseView) -> list[str]:
-    out = [f"### {c.combo} · {c.column} · {c.label}", "", c.detail, ""]
+    out = [f"### {c.combo} · {c.column} · {c.label}", ""] + ([] if c.detail_repeats else [c.detail, ""])
     for f in c.findings:
         out.append(f"- **{f.checker}** {f.status}: {f.detail}")
         for n, item in enumerate(f.evidence, 1):

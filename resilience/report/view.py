@@ -88,6 +88,11 @@ class CaseView:
     scenario_text: str = ""   # a fuzzing run's minimal failing scenario, written out
 
     @property
+    def detail_repeats(self) -> bool:
+        """Whether the row's detail only repeats its one finding ("durability: 1 of 1 loads lost ...")."""
+        return len(self.findings) == 1 and self.detail == f"{self.findings[0].checker}: {self.findings[0].detail}"
+
+    @property
     def folder(self) -> str | None:
         return next((link.href for link in self.links if link.label in ("case folder", "scenario")), None)
 
