@@ -134,13 +134,16 @@ AT = 100_000
 
 def _forked_writer(conn, path):
     """The rank forks a writer child (as megatron-core's async writers are) and waits for it."""
+    start_r, start_w = os.pipe()
     child = os.fork()
     if child == 0:
+        os.read(start_r, 1)  # not before the rank has said who its child is: the crash kills both
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         for _ in range(64):
             os.write(fd, b"w" * 65536)
         os._exit(0)
     conn.send(("child", child))
+    os.write(start_w, b"g")
     os.waitpid(child, 0)
     return "survived"
 
