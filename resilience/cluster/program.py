@@ -27,7 +27,7 @@ from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
 from ..vocab.combos import Combination
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, TorchrunEnv, read_json, slug, write_json
-from .judge import finish, judge, newest_valid, row_of
+from .verdicts import finish, judge, newest_valid, row_of
 
 
 def group_attempt(env: TorchrunEnv) -> int:

@@ -39,7 +39,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..cluster import Layout
-    from ..cluster.judge import read_summary, render_summary
+    from ..cluster.verdicts import read_summary, render_summary
     from ..cluster.worker import plan_from_args
     from ..errors import ConfigError
 
@@ -120,8 +120,8 @@ def instructions(args, plan) -> str:
 
 def _run_local(args, plan) -> int:
     from ..cluster import Layout
-    from ..cluster.judge import read_summary, render_summary
     from ..cluster.nodes import free_port, new_run_id, run_local, this_python_torchrun
+    from ..cluster.verdicts import read_summary, render_summary
     from ..report import make_run_dir
     from ..report.folder import make_folder
 

@@ -1,4 +1,4 @@
-"""History -> evidence: the one rule, for `resilience run` and the cluster judge alike.
+"""History -> evidence: the one rule, for `resilience run` and the cluster verdicts alike.
 
 As Jepsen records operations: every save is an invoke and, on each rank, an ok, fail or info, tied
 together by a save id that is unique in the case (histories written without one get `job.n`, the n-th

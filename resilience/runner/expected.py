@@ -1,5 +1,5 @@
 """Fingerprints of training that never stopped, computed in this process on one rank, with no process
-group: the same answer inside a live group of ranks (the cluster judge), where one rank alone must not
+group: the same answer inside a live group of ranks (the cluster verdicts), where one rank alone must not
 create a group (a new_group on one rank hangs every other). The training step is topology-invariant,
 so these hold for every topology."""
 from __future__ import annotations

@@ -264,7 +264,7 @@ def _is_logged_failure(events, rank: int) -> bool:
 
 
 def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[dict]) -> Evidence:
-    """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster judge uses)."""
+    """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster verdicts use)."""
     return evidence_from(events, combo=combo, save_topology=scenario.topology, expected=never_stopped(scenario.model),
                          faults_configured=faults_configured, expect=scenario.expect)
 

@@ -1,5 +1,5 @@
 """Hand-written histories and the verdict each must give: history -> evidence (the one builder the runner
-and the cluster judge use) -> checkers -> the case's verdict. Pure logic: no processes."""
+and the cluster verdicts use) -> checkers -> the case's verdict. Pure logic: no processes."""
 from __future__ import annotations
 
 import pytest

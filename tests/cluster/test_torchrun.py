@@ -12,8 +12,8 @@ import pytest
 
 from resilience.cli import main
 from resilience.cluster import ClusterPlan, Layout
-from resilience.cluster.judge import read_summary
 from resilience.cluster.nodes import free_port, run_local, this_python_torchrun, torchrun_commands
+from resilience.cluster.verdicts import read_summary
 from resilience.faults import read_firings
 
 pytestmark = pytest.mark.multiprocess

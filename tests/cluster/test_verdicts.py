@@ -5,7 +5,7 @@ import pytest
 
 from resilience.cluster import ClusterPlan, Layout
 from resilience.cluster.base import write_json
-from resilience.cluster.judge import finish, judge
+from resilience.cluster.verdicts import finish, judge
 from resilience.faults import FaultReport
 from resilience.runner.expected import NeverStopped
 from resilience.runner.history import EventLog
