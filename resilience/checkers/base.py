@@ -78,7 +78,7 @@ class Evidence:
     corruptions: list[dict]          # {"index", "iteration", "detail", ...}
     crashes: list[dict]              # {"job", "index", "ranks", "how"}
     lost_unsynced: list[dict]        # {"index", "states"}
-    expected: Callable[[int], str]   # fingerprint of training that never stopped, at an iteration
+    never_stopped: Callable[[int], str]  # fingerprint of training that never stopped, at an iteration
     faults_configured: list[dict] = field(default_factory=list)
     faults_fired: list[dict] = field(default_factory=list)
     expect: dict = field(default_factory=dict)

@@ -19,10 +19,10 @@ class ResumeEquivalence:
             if ld.fingerprint not in {s.fingerprint for s in saves}:
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "problem": "state differs from the save",
                             "expected": sorted({str(s.fingerprint) for s in saves}), "found": ld.fingerprint})
-            if ld.fingerprint != ev.expected(ld.iteration):  # type: ignore[arg-type]  # an ok load has one
+            if ld.fingerprint != ev.never_stopped(ld.iteration):  # type: ignore[arg-type]  # an ok load has one
                 bad.append({"load_job": ld.job, "iteration": ld.iteration,
                             "problem": "state differs from training that never stopped",
-                            "expected": ev.expected(ld.iteration), "found": ld.fingerprint})  # type: ignore[arg-type]
+                            "expected": ev.never_stopped(ld.iteration), "found": ld.fingerprint})  # type: ignore[arg-type]
             same_tp_pp = _same_tp_pp(ev.save_topology, ld.topology)
             if ld.rng_restored and not same_tp_pp:
                 bad.append({"load_job": ld.job, "problem": f"RNG reported restored across {ev.save_topology}->"
@@ -31,11 +31,11 @@ class ResumeEquivalence:
                 bad.append({"load_job": ld.job, "problem": "RNG state differs from the save",
                             "expected": sorted({str(s.rng) for s in saves}), "found": ld.rng})
             for iteration, fp in ld.continued:
-                if fp != ev.expected(iteration):
+                if fp != ev.never_stopped(iteration):
                     bad.append({"load_job": ld.job, "iteration": iteration,
                                 "problem": "training continued after the resume diverged from training that "
                                            "never stopped",
-                                "expected": ev.expected(iteration), "found": fp})
+                                "expected": ev.never_stopped(iteration), "found": fp})
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} mismatches after resume", bad)
         cont = sum(len(ld.continued) for ld in loads)

@@ -57,7 +57,7 @@ def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, fir
     events = sorted((e for r in range(topo.world) for e in read_events(layout.history(r))
                      if e.value.get("combo") == combo), key=lambda e: (e.job, e.time))
     ev = evidence_from(events, combo=Combination.parse(combo), save_topology=topo,
-                       expected=NeverStopped(plan.spec), topology=str(topo))
+                       never_stopped=NeverStopped(plan.spec), topology=str(topo))
     ev.crashes = [{"job": f.get("attempt"), "index": 0, "signals": {f.get("rank"): 9}} for f in firings]
     ev.faults_fired = [dict(f, job=f.get("attempt")) for f in firings]
     return ev

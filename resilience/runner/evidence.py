@@ -18,7 +18,7 @@ from .history import FAIL, INFO, INVOKE, OK, Event
 
 
 def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology: Topology,
-                  expected: Callable[[int], str], topology: str | None = None,
+                  never_stopped: Callable[[int], str], topology: str | None = None,
                   faults_configured: list[dict] | None = None, expect: dict | None = None) -> Evidence:
     """The evidence of a history (events of every rank, in order). `topology` is the job topology for
     histories without job events (the world every rank of a save must answer from)."""
@@ -86,7 +86,7 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
         if rec.status != OK and rec.errors and not rec.ok_ranks:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
     return Evidence(combo, save_topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
-                    crashes, [], expected, list(faults_configured or []), fired, dict(expect or {}), errors,
+                    crashes, [], never_stopped, list(faults_configured or []), fired, dict(expect or {}), errors,
                     blocked)
 
 

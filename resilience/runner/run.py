@@ -265,8 +265,9 @@ def _is_logged_failure(events, rank: int) -> bool:
 
 def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[dict]) -> Evidence:
     """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster verdicts use)."""
-    return evidence_from(events, combo=combo, save_topology=scenario.topology, expected=never_stopped(scenario.model),
-                         faults_configured=faults_configured, expect=scenario.expect)
+    return evidence_from(events, combo=combo, save_topology=scenario.topology,
+                         never_stopped=never_stopped(scenario.model), faults_configured=faults_configured,
+                         expect=scenario.expect)
 
 
 def _snapshot(root: str, case_dir: str, job_no: int):

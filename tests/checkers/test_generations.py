@@ -98,7 +98,7 @@ def _history(load_found, resave_status="ok"):
 def test_generations_through_the_history_to_evidence_rule(found, resave_status, status):
     from resilience.runner.evidence import evidence_from
     e = evidence_from(_history(found, resave_status), combo=Combination.parse("GLOBAL/torch_dist/sync"),
-                      save_topology=T, expected=lambda it: "fp")
+                      save_topology=T, never_stopped=lambda it: "fp")
     assert [s.generation for s in e.saves] == [1, 2]
     assert Generations().check(e).status == status
 

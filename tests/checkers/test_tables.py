@@ -57,7 +57,7 @@ class History:
 
 def judge(h: History, combo="GLOBAL/torch_dist/sync", save_topology=T) -> dict:
     ev = evidence_from(h.events, combo=Combination.parse(combo), save_topology=Topology.parse(save_topology),
-                       expected=fp)
+                       never_stopped=fp)
     return {v.checker: v for v in (run_checker(c, ev) for c in ALL)}
 
 
@@ -174,7 +174,7 @@ def test_histories_without_save_ids_pair_each_answer_with_its_save():
         for r in (0, 1) if it != 3 else (0,):
             h.add("ok", "save", r, iteration=it)
     ev = evidence_from(h.start(1).load(2).events, combo=Combination.parse("GLOBAL/torch_dist/sync"),
-                       save_topology=Topology.parse(T), expected=fp)
+                       save_topology=Topology.parse(T), never_stopped=fp)
     assert [(s.save_id, s.iteration, s.status) for s in ev.saves] == [("0.1", 2, "ok"), ("0.2", 2, "ok"),
                                                                       ("0.3", 3, "info")]
 
