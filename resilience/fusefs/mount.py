@@ -107,7 +107,7 @@ class Mount:
         cfg = ServerConfig(self.backing, self.mountpoint, faults=self.faults, arm_at=self.arm_at,
                            paths_as=self.paths_as, ranks=self.ranks, log=self.log,
                            report=self.report, stderr=self._stderr, runner_pid=os.getpid(), runner_pgid=os.getpgid(0),
-                           runner_fds=(commands.fileno(), events.fileno()))
+                           runner_fds=(commands.fileno(), events.fileno()), stderr_is_temporary=self._own_stderr)
         proc = self._proc = ctx.Process(target=serve, args=(cfg, child_commands, child_events), name="fusefs",
                                         daemon=True)
         proc.start()

@@ -11,6 +11,7 @@ next write is attributed by it); events go out: ready (from libfuse's init, the 
 process unmounts itself lazily and exits: a mount never outlives the run that made it for long."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -26,6 +27,7 @@ from .mounts import unmount
 from .ranks import RankMap
 
 ORPHAN_GRACE = 5.0  # seconds a lazily unmounted file system waits for its last users before it exits
+_ORPHANED = threading.Event()  # set once the runner died without unmounting
 
 
 @dataclass
@@ -39,6 +41,7 @@ class ServerConfig:
     log: str | None = None                          # folder of both logs
     report: str | None = None                       # firings (faults.firings format)
     stderr: str | None = None                       # where libfuse's own messages go
+    stderr_is_temporary: bool = False               # a temp file of the runner's: removed if the runner dies
     runner_pid: int = 0
     runner_pgid: int = 0
     runner_fds: tuple[int, ...] = ()                # the runner's ends of the pipes, closed in the child
@@ -78,7 +81,7 @@ def serve(cfg: ServerConfig, commands, events) -> None:
         journal = Journal(cfg.log, cfg.paths_as or cfg.mountpoint)
         ops = Passthrough(cfg.backing, ranks=ranks, injector=injector, journal=journal,
                           on_ready=lambda: send(("ready", os.getpid())))
-        threading.Thread(target=_control, args=(ops, commands, send, cfg.mountpoint), name="fusefs-control",
+        threading.Thread(target=_control, args=(ops, commands, send, cfg), name="fusefs-control",
                          daemon=True).start()
         # no auto_unmount: its fusermount3 helper would race the runner's own unmount and clean_stale_mounts
         FaultyFUSE(ops, cfg.mountpoint, foreground=True, nothreads=False, default_permissions=True,
@@ -90,10 +93,13 @@ def serve(cfg: ServerConfig, commands, events) -> None:
     except BaseException as e:  # the runner reads why from the event pipe
         send(("error", f"{type(e).__name__}: {e}"))
     finally:
+        if _ORPHANED.is_set() and cfg.stderr_is_temporary and cfg.stderr:  # its owner is gone: nobody else will
+            with contextlib.suppress(OSError):
+                os.unlink(cfg.stderr)
         os._exit(status)
 
 
-def _control(ops, commands, send, mountpoint: str) -> None:
+def _control(ops, commands, send, cfg: ServerConfig) -> None:
     while True:
         try:
             msg = commands.recv()
@@ -104,8 +110,12 @@ def _control(ops, commands, send, mountpoint: str) -> None:
         elif msg[0] == "bye":
             return  # the runner is unmounting; from here the loop's end is the process's end
     # the runner died without unmounting: detach the mount, let its last users finish, go
-    unmount(mountpoint, lazy=True)
+    _ORPHANED.set()
+    unmount(cfg.mountpoint, lazy=True)
     time.sleep(ORPHAN_GRACE)
+    if cfg.stderr_is_temporary and cfg.stderr:  # the runner that would have removed it is gone
+        with contextlib.suppress(OSError):
+            os.unlink(cfg.stderr)
     os._exit(1)
 
 

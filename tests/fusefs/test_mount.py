@@ -63,8 +63,8 @@ def test_clean_stale_mounts_clears_what_a_killed_run_left(dirs, tmp_path):
 
 
 def _runner(backing, mnt, conn):
-    with mounted(backing, mnt):
-        conn.send("mounted")
+    with mounted(backing, mnt) as m:
+        conn.send(("mounted", m._stderr, m.pid))
         time.sleep(WAIT)
 
 
@@ -76,7 +76,9 @@ def test_a_mount_does_not_outlive_its_runner(dirs):
     runner = mp.get_context("fork").Process(target=_runner, args=(str(backing), str(mnt), there))
     runner.start()
     try:
-        assert here.poll(WAIT) and here.recv() == "mounted" and is_mounted(mnt)
+        assert here.poll(WAIT)
+        said, stderr, server = here.recv()
+        assert said == "mounted" and is_mounted(mnt) and os.path.exists(stderr)
     finally:
         runner.kill()
         runner.join()
@@ -84,6 +86,8 @@ def test_a_mount_does_not_outlive_its_runner(dirs):
     while is_mounted(mnt) and time.monotonic() < end:
         time.sleep(0.05)
     assert not is_mounted(mnt)
+    assert gone(server)  # and its temporary libfuse message file goes with it
+    assert not os.path.exists(stderr)
 
 
 def test_wrong_folders_are_refused_before_mounting(tmp_path):
