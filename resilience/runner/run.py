@@ -89,15 +89,15 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     if layout is not None:
         history.info("layout", learned=True, seam=layout.seam, layout=layout.describe())
     job_no = 0
-    for spec in plan_jobs(scenario, combo, layout):
-        configured += [f["record"] for f in spec.faults + spec.kills]
-        for u in spec.unreachable:  # aimed through the layout, nothing in this backend to aim at
+    for planned in plan_jobs(scenario, combo, layout):
+        configured += [f["record"] for f in planned.faults + planned.kills]
+        for u in planned.unreachable:  # aimed through the layout, nothing in this backend to aim at
             outcomes.append(_fault(u["record"], NEVER_FIRED if u["why"] == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND,
                                    u["why"]))
-        unexpected += _run_job(spec, job_no, combo, scenario, root, case_dir, history, backend,
+        unexpected += _run_job(planned, job_no, combo, scenario, root, case_dir, history, backend,
                                start_method=start_method, way=way)
         this_job = job_no
-        for action in spec.after:
+        for action in planned.after:
             if "corrupt" in action:
                 try:
                     done = faultplan.corrupt(root, action["corrupt"], layout)
@@ -127,7 +127,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                 lost.append(states)
                 for state_root in states["states"]:
                     job_no += 1
-                    probe = JobSpec(spec.topo, "crash_state", [{"op": "load"}])
+                    probe = JobSpec(planned.topo, "crash_state", [{"op": "load"}])
                     unexpected += _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
                                            crash_state=os.path.basename(state_root), start_method=start_method)
         job_no += 1
@@ -198,7 +198,7 @@ def fault_statuses(configured: list[dict], fault_log: str, outcomes: list[dict])
     return [{k: v for k, v in f.items() if k != "record"} for f in out]
 
 
-def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
+def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
              history: EventLog, backend: str, crash_state: str | None = None,
              start_method: str = "fork", way: str = ways.SEAM) -> list[dict]:
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
@@ -206,30 +206,31 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     fault_log = os.path.join(case_dir, "faults.jsonl")
     snapshot_dir = os.path.join(case_dir, "snapshots", f"job{job_no}")
     fired_before = len(read_firings(fault_log))
-    history.append(INVOKE, "job", job=job_no, kind=spec.kind, topology=str(spec.topo), ops=spec.ops,
+    history.append(INVOKE, "job", job=job_no, kind=planned.kind, topology=str(planned.topo), ops=planned.ops,
                    crash_state=crash_state)
     if crash_state:
         way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
     if way == ways.FUSE and any(ways.in_ranks(f["record"]) and f["record"]["kind"] == "lost_unsynced_writes"
-                                for f in spec.faults):
+                                for f in planned.faults):
         from ..faults import Snapshot
         Snapshot.take(root, snapshot_dir)  # the file system logs every operation of the job from here
-    with ways.job_way(way, root, case_dir, job_no, spec.faults, fault_log) as w:
-        plan = RankPlan(scenario.model, spec.topo, combo, w.root, rank_dir, spec.ops, job_no, backend, w.in_process,
-                        fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"), snapshot_dir, control=w.control,
-                        fs_arms=w.arms)
-        job = Job(run_plan, spec.topo.world, args=(plan,), timeout=scenario.timeout,
+    with ways.job_way(way, root, case_dir, job_no, planned.faults, fault_log) as w:
+        plan = RankPlan(scenario.model, planned.topo, combo, w.root, rank_dir, planned.ops, job_no, backend,
+                        w.in_process, fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"), snapshot_dir,
+                        control=w.control, fs_arms=w.arms)
+        job = Job(run_plan, planned.topo.world, args=(plan,), timeout=scenario.timeout,
                   log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
                   pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
         with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
-            kills = [k["record"] for k in spec.kills]
+            kills = [k["record"] for k in planned.kills]
             nemesis = faultplan.start_nemesis(job, kills, root, fault_log) if kills else None
             try:
                 outcome = job.wait()
             finally:
                 if nemesis is not None:
                     nemesis.stop()
-    events = sorted((e for r in range(spec.topo.world) for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
+    events = sorted((e for r in range(planned.topo.world)
+                     for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
                     key=lambda e: e.time)
     for e in events:
         e.job = job_no
@@ -248,8 +249,8 @@ def _run_job(spec: JobSpec, job_no: int, combo: Combination, scenario: Scenario,
     history.append(OK if outcome.ok else INFO, "job", job=job_no, statuses=statuses, signals=signals,
                    timed_out=outcome.timed_out, seconds=round(outcome.seconds, 3),
                    **({"blocked": blocked} if blocked else {}))
-    planned_kill = bool(spec.kills) or any(f["record"]["kind"] in ("rank_crash", "lost_unsynced_writes")
-                                           for f in spec.faults)
+    planned_kill = bool(planned.kills) or any(f["record"]["kind"] in ("rank_crash", "lost_unsynced_writes")
+                                           for f in planned.faults)
     unexpected = []
     for o in sorted(outcome.outcomes, key=lambda o: o.status != "stopped"):  # a stopped rank explains the rest
         if o.status == "error" and not _is_logged_failure(events, o.rank):
