@@ -52,23 +52,26 @@ def test_the_layers_name_every_module_of_the_package():
     assert outside == [], f"add these to a layer in pyproject.toml [tool.importlinter]: {outside}"
 
 
-def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path):
+def _lint_with(tmp_path, module: str, code: str):
+    """lint-imports on a copy of the package with `code` appended to `module` (a path under resilience/)."""
     shutil.copytree(ROOT / "resilience", tmp_path / "resilience", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / "resilience" / "checkers" / "base.py", "a") as f:
-        f.write("\n\ndef _upward():\n    from ..runner import run  # a checker reaching for the runner\n")
-    run = _lint_imports(tmp_path)
+    with open(tmp_path / "resilience" / module, "a") as f:
+        f.write(code)
+    return _lint_imports(tmp_path)
+
+
+def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path):
+    run = _lint_with(tmp_path, "checkers/base.py",
+                     "\n\ndef _upward():\n    from ..runner import run  # a checker reaching for the runner\n")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.checkers is not allowed to import resilience.runner" in run.stdout
     assert "resilience.checkers.base -> resilience.runner.run" in run.stdout
 
 
 def test_a_fault_reaching_for_the_reference_breaks_the_contract(tmp_path):
-    shutil.copytree(ROOT / "resilience", tmp_path / "resilience", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    with open(tmp_path / "resilience" / "faults" / "corruption.py", "a") as f:
-        f.write("\n\ndef _reference_names():\n    from ..checkpoint.commit import staging_name  # not the vocabulary\n")
-    run = _lint_imports(tmp_path)
+    run = _lint_with(tmp_path, "faults/corruption.py", "\n\ndef _reference_names():\n"
+                     "    from ..checkpoint.commit import staging_name  # not the vocabulary\n")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.faults is not allowed to import resilience.checkpoint" in run.stdout
     assert "resilience.faults.corruption -> resilience.checkpoint.commit" in run.stdout

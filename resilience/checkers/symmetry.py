@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from ..vocab import CheckpointType
 from .base import FAIL, NA, PASS, Evidence, Verdict
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
@@ -39,7 +40,7 @@ class FailureSymmetry:
                            + (f"; {len(ev.blocked) - 1} more ranks blocked" if len(ev.blocked) > 1 else ""),
                            ev.blocked)
         split = [s for s in ev.saves if s.ok_ranks and s.errors]
-        if split and ev.combo.type.value == "LOCAL":  # per-rank saves with no collective, by design
+        if split and ev.combo.type is CheckpointType.LOCAL:  # per-rank saves with no collective, by design
             return Verdict(self.name, PASS, f"save {split[0].save_id} returned on ranks {sorted(split[0].ok_ranks)} "
                                             f"and raised on ranks {sorted(split[0].errors)}: LOCAL saves are per "
                                             f"rank with no collective, so each rank answers for its own; no rank "

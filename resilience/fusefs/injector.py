@@ -56,7 +56,7 @@ class FuseInjector:
         arms = list(arm_at) if arm_at is not None else [None] * len(parsed)
         if len(arms) != len(parsed):
             raise ValueError(f"{len(arms)} arming points for {len(parsed)} fault records")
-        kept = [(f, a) for f, a in zip(parsed, arms) if f.layer == "inject" and f.trigger.phase is None]
+        kept = [(f, a) for f, a in zip(parsed, arms) if carries_out(f)]
         self.faults = [f for f, _ in kept]
         self.arm_at = [a for _, a in kept]
         self.report = report
@@ -212,6 +212,12 @@ class FuseInjector:
                 self.fire(i, None if r is None else Caller(0, 0, r), "power_loss", when="after the last operation")
 
 
+def carries_out(f: Fault) -> bool:
+    """Whether the file system can carry out a fault: one the in-process injector would, not at a phase
+    (phases are announced by checkpoint code in process; a file system cannot hear them)."""
+    return f.layer == "inject" and f.trigger.phase is None
+
+
 def crash_action(f: Fault) -> str:
     """What a crash record's firing says it did: the seam's words."""
     return "power_loss" if isinstance(f, LostUnsyncedWrites) else "sigkill"
@@ -222,4 +228,4 @@ def torn_fill(f: TornWrite, length: int) -> bytes:
     return bytes(length) if f.fill == "zeros" else random.Random(f.seed).randbytes(length)
 
 
-__all__ = ["FuseInjector", "Plan", "VIA", "crash_action", "torn_fill"]
+__all__ = ["FuseInjector", "Plan", "VIA", "carries_out", "crash_action", "torn_fill"]

@@ -15,6 +15,7 @@ from ..faults.layout import Layout, learn
 from ..state import ModelSpec, Topology
 from ..vocab.combos import Combination
 from .adapters import make_backend, resolve
+from .ways import FUSE
 
 _CACHE: dict[tuple, Layout] = {}
 
@@ -126,7 +127,7 @@ def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: s
 @contextlib.contextmanager
 def _way(io: str, plan: ProbePlan, folder: str):
     """The probe plan as the ranks run it: through the file system mounted over its root when io is fuse."""
-    if io != "fuse":
+    if io != FUSE:
         yield plan
         return
     from dataclasses import replace

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..faults import KINDS
 
 SEAM, FUSE, AUTO = "seam", "fuse", "auto"
 CHOICES = (SEAM, FUSE, AUTO)
@@ -53,10 +52,15 @@ def resolve(io: str | None, backend: str) -> str:
 
 
 def in_ranks(record: dict) -> bool:
-    """A fault record the file system can carry out: one the in-process injector would, not at a phase
-    (phases are announced by checkpoint code in process; a file system cannot hear them)."""
-    cls = KINDS.get(str(record.get("kind")))
-    return cls is not None and cls.layer == "inject" and not record.get("phase")
+    """A fault record the file system carries out (fusefs.injector.carries_out: the same rule it applies);
+    a record that does not parse is left to the layer that reports why."""
+    from ..faults import faults_from
+    from ..fusefs.injector import carries_out
+    try:
+        (fault,) = faults_from([record])
+    except ConfigError:
+        return False
+    return carries_out(fault)
 
 
 @dataclass

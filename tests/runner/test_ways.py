@@ -30,6 +30,15 @@ def test_auto_is_the_seam_for_the_reference_and_the_file_system_for_others():
         ways.check("nfs")
 
 
+def test_the_file_system_takes_the_records_its_injector_carries_out():
+    """One rule with fusefs.injector: in-rank kinds not at a phase, in flat or nested form alike."""
+    assert ways.in_ranks({"kind": "rank_crash", "rank": 1, "at_byte": 256, "path": "@data"})
+    assert ways.in_ranks({"kind": "lost_unsynced_writes", "target": {"rank": 1}, "trigger": {"at_byte": 9}})
+    assert not ways.in_ranks({"kind": "rank_crash", "trigger": {"phase": "write"}})  # heard only in process
+    assert not ways.in_ranks({"kind": "rank_crash", "phase": "commit_rename"})
+    assert not ways.in_ranks({"kind": "rank_kill", "rank": 1}) and not ways.in_ranks({"kind": "truncate"})
+
+
 def test_a_scenario_says_its_way_and_a_bad_one_is_named():
     assert load_text(CRASH_IN_COPY + "io: fuse\n").io == "fuse"
     assert "io: fuse" in load_text(CRASH_IN_COPY + "io: fuse\n").to_yaml()
