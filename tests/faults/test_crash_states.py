@@ -8,17 +8,7 @@ from resilience.checkpoint import ReferenceBackend, list_checkpoints
 from resilience.faults import Snapshot, crash_states, faults_from, inject, power_loss_states, read_ops
 from resilience.state import ModelSpec, Topology, TrainingState
 from resilience.vocab import combination
-
-
-def _tree(folder) -> dict:
-    out = {}
-    for dirpath, dirnames, files in os.walk(folder):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), folder) + "/"] = None
-        for f in files:
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(dirpath, f), folder)] = fh.read()
-    return out
+from tests.folders import contents
 
 
 @pytest.fixture
@@ -62,13 +52,13 @@ def _expected(torn: bool) -> set:
 def test_hand_checked_example_gives_the_expected_set(example, torn):
     snap, ops, tmp = example
     got = crash_states(snap, ops, tmp / "states", max_states=64, torn=torn, model="posix_minimum")
-    states = [frozenset(_tree(s.path).items()) for s in got.states]
+    states = [frozenset(contents(s.path).items()) for s in got.states]
     assert len(states) == len(set(states))  # distinct
     assert set(states) == _expected(torn)
     assert len(got.unsynced) == 4 and got.explored >= len(states) and not got.bounded
     first, everything = got.states[0], got.states[1]
-    assert first.how == "fsynced only" and _tree(first.path) == {"a": b"hello", "old": b"OLD"}
-    assert everything.how == "every operation landed" and _tree(everything.path) == {"b": b"xy", "c": b"hello"}
+    assert first.how == "fsynced only" and contents(first.path) == {"a": b"hello", "old": b"OLD"}
+    assert everything.how == "every operation landed" and contents(everything.path) == {"b": b"xy", "c": b"hello"}
     assert str(got.summary()).startswith(f"{len(states)} distinct crash states")
 
 
@@ -97,8 +87,9 @@ def test_rename_is_durable_only_once_the_folder_is_fsynced(tmp_path):
         fs.rename(str(root / "t.tmp"), str(root / "tracker"))
     got = crash_states(Snapshot.empty(root), tmp_path / "ops", tmp_path / "states", model="posix_minimum")
     # the file's data was fsynced but no folder was: its name may not survive at all
-    assert _tree(got.states[0].path) == {}
-    assert {frozenset(_tree(s.path)) for s in got.states} == {frozenset(), frozenset({"t.tmp"}), frozenset({"tracker"})}
+    assert contents(got.states[0].path) == {}
+    assert {frozenset(contents(s.path)) for s in got.states} == \
+        {frozenset(), frozenset({"t.tmp"}), frozenset({"tracker"})}
 
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)

@@ -6,17 +6,7 @@ import torch
 
 from resilience.fusefs import mounted, read_log
 from resilience.storage.local import LocalFileSystem
-
-
-def _tree(folder) -> dict:
-    out = {}
-    for dirpath, dirnames, files in os.walk(folder):
-        for d in dirnames:
-            out[os.path.relpath(os.path.join(dirpath, d), folder) + "/"] = None
-        for f in files:
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(dirpath, f), folder)] = fh.read()
-    return out
+from tests.folders import contents
 
 
 def test_files_and_folders_round_trip(dirs):
@@ -53,9 +43,9 @@ def test_files_and_folders_round_trip(dirs):
         os.rmdir(mnt / "gone")
         with open(mnt / "ckpt" / "iter_2" / "shard.bin", "rb") as f:
             assert f.read() == data
-        seen = _tree(mnt)
+        seen = contents(mnt)
     assert (backing / "ckpt" / "iter_2").stat().st_mode & 0o777 == 0o775  # the caller's umask, applied once
-    assert _tree(backing) == seen == {
+    assert contents(backing) == seen == {
         "ckpt/": None, "ckpt/iter_2/": None, "ckpt/iter_2/shard.bin": data, "ckpt/moved.txt": b"old+new",
         "ckpt/trunc.txt": b"0123", "ckpt/hard.txt": b"0123"}
     ops = {r["op"] for r in read_log(log)}

@@ -7,6 +7,7 @@ import pytest
 
 from resilience.faults import Snapshot, faults_from
 from resilience.fusefs import mounted, power_loss_states, read_log
+from tests.folders import contents
 
 from .procs import Rank
 
@@ -14,13 +15,6 @@ pytestmark = pytest.mark.multiprocess
 SYNCED, UNSYNCED = os.urandom(50_000), os.urandom(70_000)
 
 
-def _tree(folder) -> dict:
-    out = {}
-    for dirpath, _, files in os.walk(folder):
-        for f in files:
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(dirpath, f), folder)] = fh.read()
-    return out
 
 
 def _fsync_dir(path):
@@ -57,7 +51,7 @@ def test_unsynced_data_is_lost_in_a_power_loss_state_while_fsynced_data_survives
     fired = m.firings()
     assert [(f["action"], f["when"]) for f in fired] == [("power_loss", "after the last operation")]
     states = power_loss_states(faults_from([fault])[0], snapshot, log, tmp_path / "states")
-    trees = [_tree(s.path) for s in states.states]
+    trees = [contents(s.path, folders=False) for s in states.states]
     assert states.model == model and len(trees) > 2
     assert all(t.get("ckpt/synced.pt") == SYNCED for t in trees)  # durable in every state
     assert trees[0] == {"ckpt/synced.pt": SYNCED}  # "fsynced only": the unsynced file is gone
@@ -87,7 +81,7 @@ def test_a_power_loss_at_a_crash_point_stops_every_rank_and_the_disk(dirs, tmp_p
     assert sorted(os.listdir(backing / "ckpt")) == ["synced.pt", "unsynced.pt"]  # the rename never happened
     assert not any(r["path"].endswith("later") for r in read_log(log) if r["op"] == "create")
     states = power_loss_states(faults_from([fault])[0], snapshot, log, tmp_path / "states")
-    trees = [_tree(s.path) for s in states.states]
+    trees = [contents(s.path, folders=False) for s in states.states]
     assert trees and all(t.get("ckpt/synced.pt") == SYNCED and "ckpt/final.pt" not in t for t in trees)
 
 
@@ -123,5 +117,5 @@ def test_a_write_to_an_o_sync_file_is_durable_when_it_returns(dirs, tmp_path):
         m.set_ranks({0: p.pid})
         assert p.go().wait() == (0, ("ok", "written"))
     states = power_loss_states(faults_from([fault])[0], Snapshot.empty(mnt), log, tmp_path / "states")
-    trees = [_tree(s.path) for s in states.states]
+    trees = [contents(s.path, folders=False) for s in states.states]
     assert {} in trees and {"synced.bin": SYNCED} in trees and all(t in ({}, {"synced.bin": SYNCED}) for t in trees)
