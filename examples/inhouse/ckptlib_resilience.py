@@ -18,10 +18,11 @@ from resilience.backends import CheckpointInfo, LoadResult
 from resilience.errors import CheckpointNotFound, ConfigError, IntegrityError, TopologyChangeRefused
 from resilience.state import ShardedTensor
 
-# ckptlib loads only on the topology that saved: each rank reads back the file it wrote. Of the framework's
-# combinations, LOCAL/torch/sync says exactly that (per-rank files, any topology change refused), so the
-# topology checker expects a clear refusal of every tp, pp and dp change.
+# ckptlib saves per-rank files synchronously: LOCAL/torch/sync (each rank's save is acknowledged on its own)
 COMBINATIONS = ("LOCAL/torch/sync",)
+# ckptlib loads only on the topology that saved (each rank reads back the file it wrote): the topology
+# checker expects a clear refusal of every tp, pp and dp change
+CONTRACT = {"tp": "refuse", "pp": "refuse", "dp": "refuse"}
 
 # the errors a load may end in, and which is worse when ranks disagree (the collective raises the worst)
 _OK, _NOT_FOUND, _REFUSED, _DAMAGED = 0, 1, 2, 3
@@ -106,3 +107,4 @@ def factory(combo) -> CkptlibBackend:
 
 
 factory.combinations = COMBINATIONS  # what the matrix, the pytest plugin and `adapter check` run
+factory.contract = CONTRACT  # what a load on another topology must do

@@ -24,12 +24,12 @@ from .integrity import Integrity
 from .resume import ResumeEquivalence
 from .saves import SaveOutcomes
 from .symmetry import FailureSymmetry
-from .topology import TopologyIndependence, expected_loadable
+from .topology import TopologyIndependence, promised
 
 ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes(),
        Generations(), ExceptionContract(), FailureSymmetry())
 
 __all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "ExceptionContract", "FAIL", "FAILING", "FailureSymmetry",
            "Generations", "Integrity", "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes",
-           "SaveRecord", "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "expected_loadable",
+           "SaveRecord", "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "promised",
            "is_failing", "run_checker", "worst"]

@@ -10,6 +10,7 @@ from typing import Protocol
 from ..state import Topology
 from ..status import FAIL, FAILING, NA, PASS, REFUSED, SEVERITY, UNKNOWN, UNPROBED, Status, is_failing, worst
 from ..vocab.combos import Combination
+from ..vocab.contract import TopologyContract
 
 
 @dataclass
@@ -86,6 +87,8 @@ class Evidence:
     errors: list[dict] = field(default_factory=list)
     # ranks still running a while after another rank raised: {"job", "rank", "error", "stacks"}
     blocked: list[dict] = field(default_factory=list)
+    # what the backend promises across topologies (None: the preset of `combo`)
+    contract: TopologyContract | None = None
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]

@@ -1,20 +1,20 @@
-"""Topology independence: each transition LOADED-EXACT, REFUSED-CLEARLY or WRONG, against the seed's table."""
+"""Topology independence: each transition LOADED-EXACT, REFUSED-CLEARLY or WRONG, against what the backend
+promises (its stated contract, else the seed's table for its combination: vocab.contract)."""
 from __future__ import annotations
 
 from ..state import Topology, Transition
-from ..vocab.combos import CheckpointType, Combination
+from ..vocab.combos import Combination
+from ..vocab.contract import LOAD, REFUSE, TopologyContract
 from .base import FAIL, NA, PASS, REFUSED, Evidence, Verdict
 
 LOADED_EXACT, REFUSED_CLEARLY, WRONG = "LOADED-EXACT", "REFUSED-CLEARLY", "WRONG"
 
 
-def expected_loadable(combo: Combination, t: Transition) -> bool:
-    """What the seed's semantics promise for a transition (DESIGN.md table)."""
+def promised(combo: Combination, t: Transition, contract: TopologyContract | None = None) -> str | None:
+    """LOAD or REFUSE for a transition, as `contract` (else the preset of `combo`) says; None: not stated."""
     if not t.changed:
-        return True
-    if combo.type is CheckpointType.LEGACY:
-        return set(t.changed) <= {"dp"}
-    return combo.type is not CheckpointType.LOCAL  # GLOBAL and TORCH_DCP load any change
+        return LOAD
+    return (contract or TopologyContract.preset(combo)).promise(t.changed)
 
 
 def classify(ld, ev: Evidence) -> str:
@@ -36,16 +36,16 @@ class TopologyIndependence:
         for ld in moved:
             t = Transition(ev.save_topology, Topology.parse(ld.topology))
             measured = classify(ld, ev)
-            promised = expected_loadable(ev.combo, t)
-            row = {"transition": str(t), "measured": measured, "expected": "load" if promised else "refuse",
-                   "error": ld.error[:300]}
+            promise = promised(ev.combo, t, ev.contract)
+            row = {"transition": str(t), "measured": measured, "expected": promise or "either",
+                   "contract": str(ev.contract or TopologyContract.preset(ev.combo)), "error": ld.error[:300]}
             rows.append(row)
-            if measured == WRONG or (measured == REFUSED_CLEARLY and promised) \
-                    or (measured == LOADED_EXACT and not promised):
+            if measured == WRONG or (measured == REFUSED_CLEARLY and promise == LOAD) \
+                    or (measured == LOADED_EXACT and promise == REFUSE):
                 bad.append(row)
         if bad:
             return Verdict(self.name, FAIL, "; ".join(f"{r['transition']}: {r['measured']}, expected to "
-                                                      f"{r['expected']}" for r in bad), rows)
+                                                      f"{r['expected']} ({r['contract']})" for r in bad), rows)
         if all(r["measured"] == REFUSED_CLEARLY for r in rows):
             return Verdict(self.name, REFUSED, "; ".join(f"{r['transition']} refused clearly" for r in rows), rows)
         return Verdict(self.name, PASS, "; ".join(f"{r['transition']}: {r['measured']}" for r in rows), rows)

@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 
-from ..checkers import expected_loadable
+from ..checkers import promised as promise_of
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, RankFailure, TopologyChangeRefused
 from ..state import (
     TOPOLOGY_BOUND_KEYS,
@@ -29,6 +29,7 @@ from ..state import (
     fingerprint,
 )
 from ..vocab.combos import Combination, valid_combinations
+from ..vocab.contract import REFUSE
 from ..vocab.versions import versions
 from .base import read_json, slug, write_json
 
@@ -317,7 +318,7 @@ def _verify(corpus: Corpus, folder: str, topos: list[Topology], backend: str, ti
 
 def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
     saved = Topology.parse(e.topology)
-    promised = expected_loadable(Combination.parse(e.combo), Transition(saved, target))
+    promised = promise_of(Combination.parse(e.combo), Transition(saved, target)) != REFUSE
     base = corpus.baseline.get(e.id, {}).get(str(target))
     check = Check(e.id, e.combo, e.topology, str(target), "load" if promised else "refuse", FAILED, False,
                   rng_restored=bool(r.get("rng_restored")))

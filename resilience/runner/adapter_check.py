@@ -20,11 +20,12 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..checkers.topology import expected_loadable
+from ..checkers.topology import promised as promise_of
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, ResilienceError, TopologyChangeRefused
 from ..state import ModelSpec, Topology, Transition
 from ..vocab import Combination, valid_combinations
-from .adapters import make_backend, resolve, supported_combinations
+from ..vocab.contract import LOAD, REFUSE
+from .adapters import contract_of, make_backend, resolve, supported_combinations
 from .listing import listing_problems
 from .matrix import MODEL
 
@@ -310,28 +311,30 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
     ranks_b, failed_b = _run(plan_b, timeout, os.path.join(base, "logs", "second"))
     lead_b = ranks_b[0]
     moved = Transition(a, b)
-    promised = expected_loadable(combo, moved)
+    contract = contract_of(backend, combo)
+    promise = promise_of(combo, moved, contract)
     other = _first(lead_b, "load_other")
     label = f"load on {b}"
+    stating = ('state what it does: factory.contract = {"tp": ..., "pp": ..., "dp": ...} with "load" or "refuse" '
+               "for each (docs/adapters.md)")
     if other is None:
         check.problems.append(f"{label} ({moved}) did not return: {failed_b}")
     elif "raised" in other:
         if other["kind"] == "refused":
             check.found.append((label, f"refused clearly ({_raised(other)})"))
-            if promised:
-                check.problems.append(f"{label}: refused, but the declared {combo} promises it loads ({moved}): the "
-                                      f"topology checker will FAIL every such change; declare a combination whose "
-                                      f"semantics refuse it (LOCAL/torch/sync refuses every change, LEGACY/torch/sync "
-                                      f"all but dp) if refusing is intended")
+            if promise == LOAD:
+                check.problems.append(f"{label}: refused, but its contract ({contract}) promises {moved} loads: the "
+                                      f"topology checker will FAIL every such change; if refusing is intended, "
+                                      + stating)
         else:
             check.problems.append(f"{label} ({moved}) raised {_raised(other)}: raise TopologyChangeRefused for a "
                                   "topology you do not load on")
     elif _judge_load(check, label, other, saved.get("fingerprint"), SECOND) == "exact":
         check.found.append((label, f"iteration {SECOND} bit-exact after {moved}"))
-        if not promised:
-            check.problems.append(f"{label}: loads {moved} exactly, but the declared {combo} promises a refusal: the "
-                                  "topology checker will FAIL it; declare a combination whose semantics load it "
-                                  "(GLOBAL/torch_dist/sync loads any change)")
+        if promise == REFUSE:
+            check.problems.append(f"{label}: loads {moved} exactly, but its contract ({contract}) promises a "
+                                  "refusal: the topology checker will FAIL it; if loading is intended, " + stating)
+    check.found.append(("contract", str(contract)))
     own_saved = _first(lead_b, "own_saved") or {}
     own = _first(lead_b, "own_load")
     label = f"round trip on {b}"
@@ -443,7 +446,8 @@ def check_adapter(backend: str, combos: list[Combination] | None = None, *, time
         report.problems.append("the factory declares no `combinations`, so the matrix and the pytest plugin run all "
                                "six" + (f" (it refuses {', '.join(refused)})" if refused else "")
                                + ": declare the ones it implements, factory.combinations = (...); that choice also "
-                               "decides what the topology checker expects")
+                               "decides what the topology checker expects, unless it states a contract "
+                               "(factory.contract)")
     elif refused:
         report.problems.append(f"the factory refuses {', '.join(refused)}")
     work = keep() if keep is not None else tempfile.mkdtemp(prefix="resilience-adapter-check-")

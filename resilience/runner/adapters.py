@@ -9,6 +9,7 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:  # the combinations module loads torch; parse_backend runs while pytest reads its options
     from ..vocab.combos import Combination
+    from ..vocab.contract import TopologyContract
 
 # short names for the adapters this project ships
 ALIASES = {
@@ -105,7 +106,9 @@ def make_backend(name: str, combo: Combination):
     except Exception as e:
         raise ConfigError("backend", f"{name}({combo}) raised {type(e).__name__}: {e}",
                           "the factory must return a CheckpointBackend for the combination") from None
-    return with_defaults(backend, f"backend {name}")
+    made = with_defaults(backend, f"backend {name}")
+    contract_of(name, combo)  # a contract that does not read is one clear error before anything runs
+    return made
 
 
 def supported_combinations(name: str) -> list[Combination] | None:
@@ -120,3 +123,18 @@ def supported_combinations(name: str) -> list[Combination] | None:
         return None
     declared = getattr(_factory(name), "combinations", None)
     return [Combination.parse(c) for c in declared] if declared else None
+
+
+def contract_of(name: str | None, combo: Combination) -> TopologyContract:
+    """What the backend promises across topologies for `combo`: its factory's `contract` (a mapping
+    {change: "load" | "refuse"}, or a function of the combination returning one), else the preset of
+    `combo`. ConfigError naming the bad entry."""
+    from ..vocab.contract import TopologyContract
+    if not name or name == "reference" or name.startswith("broken:"):
+        return TopologyContract.preset(combo)
+    stated = getattr(_factory(name), "contract", None)
+    if stated is None:
+        return TopologyContract.preset(combo)
+    if callable(stated):
+        stated = stated(combo)
+    return TopologyContract.parse(stated, where=f"backend {resolve(name)}: contract", source=f"stated by {name}")

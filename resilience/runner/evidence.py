@@ -13,13 +13,15 @@ from collections.abc import Callable, Iterable
 from ..checkers import Evidence, LoadRecord, SaveRecord
 from ..state import Topology
 from ..vocab.combos import Combination
+from ..vocab.contract import TopologyContract
 from ..vocab.folders import ITER_FOLDER
 from .history import FAIL, INFO, INVOKE, OK, Event
 
 
 def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology: Topology,
                   never_stopped: Callable[[int], str], topology: str | None = None,
-                  faults_configured: list[dict] | None = None, expect: dict | None = None) -> Evidence:
+                  faults_configured: list[dict] | None = None, expect: dict | None = None,
+                  contract: TopologyContract | None = None) -> Evidence:
     """The evidence of a history (events of every rank, in order). `topology` is the job topology for
     histories without job events (the world every rank of a save must answer from)."""
     saves: dict[str, SaveRecord] = {}
@@ -87,7 +89,7 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
     return Evidence(combo, save_topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
                     crashes, [], never_stopped, list(faults_configured or []), fired, dict(expect or {}), errors,
-                    blocked)
+                    blocked, contract)
 
 
 def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:

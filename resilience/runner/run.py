@@ -14,8 +14,9 @@ from ..faults import NothingToDamage, read_firings
 from ..faults.layout_damage import NotApplicable
 from ..launch import Job
 from ..vocab.combos import Combination
+from ..vocab.contract import TopologyContract
 from . import faultplan, ways
-from .adapters import make_backend
+from .adapters import contract_of, make_backend
 from .evidence import evidence_from
 from .expected import never_stopped
 from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
@@ -64,6 +65,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     io = ways.check(io or scenario.io)
     start = time.monotonic()
     make_backend(backend, combo)  # imports the implementation here, once, not in every forked rank
+    contract = contract_of(backend, combo)
     way = case_way(scenario, backend, io)
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
@@ -74,7 +76,8 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     if way == ways.FUSE and (why := ways.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)
     history = EventLog(os.path.join(case_dir, "history.jsonl"), process="runner")
-    history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend, io=way)
+    history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend, io=way,
+                 contract=str(contract))
     root = os.path.join(case_dir, "ckpt")
     unexpected: list[dict] = []
     configured: list[dict] = []
@@ -133,7 +136,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
         job_no += 1
     history.close()
     events = read_events(os.path.join(case_dir, "history.jsonl"))
-    ev = evidence(events, scenario, combo, configured)
+    ev = evidence(events, scenario, combo, configured, contract)
     ev.lost_unsynced = lost
     faults = fault_statuses(configured, fault_log, outcomes)
     verdicts = [run_checker(c, ev) for c in ALL]
@@ -264,11 +267,12 @@ def _is_logged_failure(events, rank: int) -> bool:
     return any(e.type == FAILED and e.process == rank for e in events)
 
 
-def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[dict]) -> Evidence:
+def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[dict],
+             contract: TopologyContract | None = None) -> Evidence:
     """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster verdicts use)."""
     return evidence_from(events, combo=combo, save_topology=scenario.topology,
                          never_stopped=never_stopped(scenario.model), faults_configured=faults_configured,
-                         expect=scenario.expect)
+                         expect=scenario.expect, contract=contract)
 
 
 def _snapshot(root: str, case_dir: str, job_no: int):

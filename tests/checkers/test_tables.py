@@ -7,11 +7,13 @@ import pytest
 from resilience.checkers import ALL, FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Verdict, run_checker
 from resilience.checkers.case import FIRED, NEVER_FIRED, case_verdict as combine
 from resilience.checkers.integrity import INERT
+from resilience.checkers.topology import TopologyIndependence
 from resilience.report.table import cell_of, text_table
 from resilience.runner.evidence import evidence_from
 from resilience.runner.history import Event
 from resilience.state import Topology
 from resilience.vocab.combos import Combination
+from resilience.vocab.contract import TopologyContract
 
 T = "tp2pp1dp1"  # two ranks
 
@@ -212,3 +214,26 @@ def test_damage_that_changed_nothing_loaded_makes_the_case_na_never_pass():
     # the same damage detected by the loader is a real PASS
     overall, _, _ = combine([Verdict("atomic_commit", PASS, "ok"), Verdict("integrity", PASS, "detected")], [], faults)
     assert overall == PASS
+
+
+@pytest.mark.parametrize("contract, status", [({"tp": "refuse"}, REFUSED), ({"tp": "load"}, FAIL),
+                                              ({"dp": "load"}, REFUSED), ({"tp": "load", "dp": "refuse"}, FAIL)])
+def test_a_stated_contract_decides_over_the_combination(contract, status):
+    # the same refusal of a tp change under GLOBAL (whose preset promises a load): the contract decides
+    h = History().start(0).save("0.1", 2).start(1, "tp1pp1dp1").load(
+        ok=False, topology="tp1pp1dp1", refused=True, error="TopologyChangeRefused: tp 2 -> 1")
+    ev = evidence_from(h.events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
+                       never_stopped=fp, contract=TopologyContract.parse(contract, source="stated by test"))
+    v = run_checker(TopologyIndependence(), ev)
+    assert v.status == status, v
+    if status == FAIL:
+        assert "stated by test" in v.detail
+
+
+def test_a_loaded_change_the_contract_refuses_fails():
+    h = History().start(0).save("0.1", 2).start(1, "tp1pp1dp1").load(2, topology="tp1pp1dp1")
+    ev = evidence_from(h.events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
+                       never_stopped=fp, contract=TopologyContract.parse({"tp": "refuse"}))
+    assert run_checker(TopologyIndependence(), ev).status == FAIL
+    ev.contract = None  # the preset of GLOBAL loads any change
+    assert run_checker(TopologyIndependence(), ev).status == PASS

@@ -71,8 +71,9 @@ def test_the_reference_has_no_problem_and_the_evidence_is_kept(tmp_path, capsys)
                 "raise TopologyChangeRefused for a topology you do not load on"]),
     ("forgetful", ["GLOBAL/torch_dist/sync: load on tp2pp1dp1: the loaded state differs from what was saved: fill "
                    "every ShardedTensor's data in place and pass the other records' values to state.load_objects",
-                   "GLOBAL/torch_dist/sync: load on tp1pp1dp2: refused, but the declared GLOBAL/torch_dist/sync "
-                   "promises it loads (tp2pp1dp1->tp1pp1dp2): the topology checker will FAIL every such change",
+                   "GLOBAL/torch_dist/sync: load on tp1pp1dp2: refused, but its contract (tp load, pp load, dp load "
+                   "(preset of GLOBAL/torch_dist/sync)) promises tp2pp1dp1->tp1pp1dp2 loads: the topology checker "
+                   "will FAIL every such change; if refusing is intended, state what it does: factory.contract",
                    "factory.io_through_seam is True, but iter_{iteration}/index.json, iter_{iteration}/rank_0.pt, "
                    "iter_{iteration}/rank_1.pt are written around resilience.storage: under --io auto its in-process "
                    "faults (a crash at a byte, io_error, torn and short writes, power loss) aimed at them are "
@@ -94,6 +95,7 @@ def test_each_mistake_of_a_draft_adapter_is_one_message(capsys, factory, problem
     ("os:system", "'os:system' is a builtin_function_or_method, not a backend factory"),
     ("tests.runner.bad_adapters:refuses_everything", "refuses every combination asked for (LEGACY/torch/sync, "),
     ("tests.backends.test_protocol:no_load", "NoLoad has no load, list_checkpoints"),
+    ("tests.runner.bad_adapters:vague", "contract.tp: unknown promise 'maybe' (use 'load' (must load exactly) or "),
 ])
 def test_a_backend_that_cannot_be_made_is_one_clear_error(capsys, tmp_path, backend, says):
     assert main(["adapter", "check", backend, "--out", str(tmp_path)]) == 2

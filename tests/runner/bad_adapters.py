@@ -54,3 +54,11 @@ forgetful.io_through_seam = True  # it claims every byte goes through resilience
 def refuses_everything(combo):
     from resilience.errors import ConfigError
     raise ConfigError("combination", f"not {combo}")
+
+
+def vague(combo):
+    """A draft whose contract promises something the framework does not know."""
+    return _Forgetful(combo)
+
+
+vague.contract = {"tp": "maybe"}
