@@ -21,15 +21,16 @@ from .durability import Durability
 from .exceptions import ExceptionContract
 from .generations import Generations
 from .integrity import Integrity
+from .precision import PrecisionOnResume
 from .resume import ResumeEquivalence
 from .saves import SaveOutcomes
 from .symmetry import FailureSymmetry
 from .topology import TopologyIndependence, promised
 
 ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes(),
-       Generations(), ExceptionContract(), FailureSymmetry())
+       Generations(), ExceptionContract(), FailureSymmetry(), PrecisionOnResume())
 
 __all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "ExceptionContract", "FAIL", "FAILING", "FailureSymmetry",
-           "Generations", "Integrity", "LoadRecord", "NA", "PASS", "REFUSED", "ResumeEquivalence", "SaveOutcomes",
-           "SaveRecord", "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED", "Verdict", "promised",
-           "is_failing", "run_checker", "worst"]
+           "Generations", "Integrity", "LoadRecord", "NA", "PASS", "PrecisionOnResume", "REFUSED",
+           "ResumeEquivalence", "SaveOutcomes", "SaveRecord", "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED",
+           "Verdict", "is_failing", "promised", "run_checker", "worst"]

@@ -8,9 +8,10 @@ class AtomicCommit:
     name = "atomic_commit"
 
     def check(self, ev: Evidence) -> Verdict:
-        loads = [ld for ld in ev.loads if ld.status == "ok"]
+        loads = ev.same_precision([ld for ld in ev.loads if ld.status == "ok"])
         if not loads:
-            return Verdict(self.name, NA, "no checkpoint was loaded")
+            return Verdict(self.name, NA, "no checkpoint was loaded in the dtype it was saved in"
+                           if any(ld.status == "ok" for ld in ev.loads) else "no checkpoint was loaded")
         bad: list[dict] = []
         for ld in loads:
             candidates = ev.saved(ld.iteration)

@@ -43,6 +43,7 @@ class SaveRecord:
     invoked_at: dict[int, float] = field(default_factory=dict)   # rank -> time it invoked the save
     returned_at: dict[int, float] = field(default_factory=dict)  # rank -> time it returned ok
     generation: int | None = None  # the number this save stamped into the state (unique in the case)
+    dtype: str | None = None       # the parameters' dtype it saved (None: not recorded)
 
     @property
     def acknowledged(self) -> bool:
@@ -66,6 +67,8 @@ class LoadRecord:
     crash_state: str | None = None  # set when loaded from a materialised power-loss state
     continued: list[tuple[int, str]] = field(default_factory=list)  # (iteration, fingerprint) after training on
     generations: dict | None = None  # {"found": [generation, ...], "pieces": {generation: [key, ...]}} if mixed
+    dtype: str | None = None         # the parameters' dtype of the state it loaded into (None: not recorded)
+    captured: list[str] = field(default_factory=list)  # Python warnings and log records heard during the load
 
 
 @dataclass
@@ -89,6 +92,8 @@ class Evidence:
     blocked: list[dict] = field(default_factory=list)
     # what the backend promises across topologies (None: the preset of `combo`)
     contract: TopologyContract | None = None
+    # (iteration, saved dtype, loaded dtype) -> what a load converting the parameters' dtype must give
+    converted: Callable[[int, str, str], PrecisionTargets] | None = None
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]
@@ -98,6 +103,30 @@ class Evidence:
 
     def corrupted_before(self, index: int) -> list[dict]:
         return [c for c in self.corruptions if c["index"] < index]
+
+    def precision_change(self, ld: LoadRecord) -> tuple[str, str] | None:
+        """(saved dtype, loaded dtype) when a load put a checkpoint into a state of another parameter dtype,
+        else None. An ok load is compared with the saves of its iteration, a failed one with the saves
+        acknowledged before it (it may have been refused by any of them)."""
+        saves = self.saved(ld.iteration) if ld.status == "ok" else self.acknowledged_before(ld.index)
+        saved = {s.dtype for s in saves if s.dtype}
+        if ld.dtype is None or len(saved) != 1 or ld.dtype in saved:
+            return None
+        return saved.pop(), ld.dtype
+
+    def same_precision(self, loads: list[LoadRecord]) -> list[LoadRecord]:
+        """The loads whose values compare with what a save wrote (the precision checker judges the rest)."""
+        return [ld for ld in loads if self.precision_change(ld) is None]
+
+
+@dataclass(frozen=True)
+class PrecisionTargets:
+    """What a load converting the parameters' dtype may give, as fingerprints (runner/expected.py)."""
+
+    exact: str           # converted without losing a bit (fp32 values kept as parameters or main parameters)
+    cast: str            # the values cast to the new dtype, the fp32 copy rebuilt from (or replaced by) the cast
+    lost: str            # what the cast loses, e.g. "output_layer.weight: 3200 of 3232 elements, ..."
+    after: Callable[[str, int], str]  # ("exact" or "cast", iteration) -> fingerprint after training on to it
 
 
 class Checker(Protocol):
@@ -118,4 +147,4 @@ def run_checker(checker: Checker, ev: Evidence) -> Verdict:
 
 
 __all__ = ["FAIL", "FAILING", "NA", "PASS", "REFUSED", "SEVERITY", "UNKNOWN", "UNPROBED", "Checker", "Evidence",
-           "LoadRecord", "SaveRecord", "Status", "Verdict", "is_failing", "run_checker", "worst"]
+           "LoadRecord", "PrecisionTargets", "SaveRecord", "Status", "Verdict", "is_failing", "run_checker", "worst"]

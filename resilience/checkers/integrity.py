@@ -22,9 +22,10 @@ class Integrity:
             return Verdict(self.name, FAIL, f"loading ran code planted in the checkpoint ({ran[0].get('rel')}): "
                            f"{ran[0]['marker']} was created ({times} run{'s' if times != 1 else ''})", ran)
         first = min(c["index"] for c in ev.corruptions)
-        after = [ld for ld in ev.loads if ld.index > first]
+        after = ev.same_precision([ld for ld in ev.loads if ld.index > first])
         if not after:
-            return Verdict(self.name, NA, "no load after the corruption")
+            return Verdict(self.name, NA, "no load after the corruption"
+                           + (" in the dtype it was saved in" if any(ld.index > first for ld in ev.loads) else ""))
         bad, detected, missed = [], 0, []
         hit = {c.get("iteration") for c in ev.corruptions}
         stamped = {s.generation: s for s in ev.saves if getattr(s, "generation", None) is not None}

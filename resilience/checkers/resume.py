@@ -13,9 +13,13 @@ class ResumeEquivalence:
         loads = [ld for ld in ev.loads if ld.status == "ok"]
         if not loads:
             return Verdict(self.name, NA, "no checkpoint was loaded")
+        same = ev.same_precision(loads)
         bad = []
         for ld in loads:
             saves = ev.saved(ld.iteration)
+            if ld not in same:  # values in another dtype: the precision checker judges them
+                bad += _rng_problems(ld, saves, ev)
+                continue
             if ld.fingerprint not in {s.fingerprint for s in saves}:
                 bad.append({"load_job": ld.job, "iteration": ld.iteration, "problem": "state differs from the save",
                             "expected": sorted({str(s.fingerprint) for s in saves}), "found": ld.fingerprint})
@@ -23,13 +27,7 @@ class ResumeEquivalence:
                 bad.append({"load_job": ld.job, "iteration": ld.iteration,
                             "problem": "state differs from training that never stopped",
                             "expected": ev.never_stopped(ld.iteration), "found": ld.fingerprint})  # type: ignore[arg-type]
-            same_tp_pp = _same_tp_pp(ev.save_topology, ld.topology)
-            if ld.rng_restored and not same_tp_pp:
-                bad.append({"load_job": ld.job, "problem": f"RNG reported restored across {ev.save_topology}->"
-                            f"{ld.topology}, where it cannot be exact"})
-            if ld.rng_restored and same_tp_pp and ld.rng not in {s.rng for s in saves}:
-                bad.append({"load_job": ld.job, "problem": "RNG state differs from the save",
-                            "expected": sorted({str(s.rng) for s in saves}), "found": ld.rng})
+            bad += _rng_problems(ld, saves, ev)
             for iteration, fp in ld.continued:
                 if fp != ev.never_stopped(iteration):
                     bad.append({"load_job": ld.job, "iteration": iteration,
@@ -38,9 +36,23 @@ class ResumeEquivalence:
                                 "expected": ev.never_stopped(iteration), "found": fp})
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} mismatches after resume", bad)
-        cont = sum(len(ld.continued) for ld in loads)
+        if not same:
+            return Verdict(self.name, NA, f"every load changed precision ({len(loads)}): judged by the precision "
+                           "checker; RNG restored as saved")
+        cont = sum(len(ld.continued) for ld in same)
         return Verdict(self.name, PASS,
-                       f"{len(loads)} resumes bit-exact, {cont} continued runs equal to never stopping")
+                       f"{len(same)} resumes bit-exact, {cont} continued runs equal to never stopping")
+
+
+def _rng_problems(ld, saves, ev: Evidence) -> list[dict]:
+    same_tp_pp = _same_tp_pp(ev.save_topology, ld.topology)
+    if ld.rng_restored and not same_tp_pp:
+        return [{"load_job": ld.job, "problem": f"RNG reported restored across {ev.save_topology}->"
+                 f"{ld.topology}, where it cannot be exact"}]
+    if ld.rng_restored and same_tp_pp and ld.rng not in {s.rng for s in saves}:
+        return [{"load_job": ld.job, "problem": "RNG state differs from the save",
+                 "expected": sorted({str(s.rng) for s in saves}), "found": ld.rng}]
+    return []
 
 
 def _same_tp_pp(a: Topology, b: str) -> bool:

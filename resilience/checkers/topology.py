@@ -30,6 +30,10 @@ class TopologyIndependence:
 
     def check(self, ev: Evidence) -> Verdict:
         moved = [ld for ld in ev.loads if ld.topology != str(ev.save_topology) and not ld.crash_state]
+        if moved and not ev.same_precision(moved):
+            return Verdict(self.name, NA, "every load on another topology also changed precision: judged by the "
+                           "precision checker")
+        moved = ev.same_precision(moved)
         if not moved:
             return Verdict(self.name, NA, "no load on another topology")
         rows, bad = [], []

@@ -28,6 +28,17 @@ def state_model(info: RankInfo) -> dict:
     return info.spec.to_dict()
 
 
+def model_problem(saved: object, info: RankInfo) -> str | None:
+    """Why a checkpoint saved with model `saved` (the manifest's) cannot load into this rank's state, or
+    None. The parameters' dtype alone may differ: the load converts it exactly (fp32 parameters are what
+    bf16 training keeps as its fp32 main parameters), so it is no reason to refuse."""
+    live = state_model(info)
+    if not isinstance(saved, dict) or {k: v for k, v in saved.items() if k != "dtype"} != \
+            {k: v for k, v in live.items() if k != "dtype"} or saved.get("dtype") not in ("fp32", "bf16"):
+        return f"saved with model {saved}, loading {live}"
+    return None
+
+
 class Driver:
     """The settings every part reads, set by ReferenceBackend.__init__."""
 

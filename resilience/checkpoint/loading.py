@@ -16,7 +16,7 @@ from ..state import Topology, TrainingState
 from ..vocab import LoadResult, on_every_rank
 from ..vocab.folders import rank_root
 from . import commit
-from .driver import Driver, describe, log, state_model
+from .driver import Driver, describe, log, model_problem
 from .formats.base import RankInfo
 from .manifest import Manifest, save_number, verify_file
 
@@ -94,8 +94,8 @@ class FallbackLoad(Driver):
             raise TopologyChangeRefused(
                 f"{path}: written as {manifest.combination}, cannot be read as {self.combo}")
         self.format.check_topology(Topology.from_dict(manifest.topology), info)
-        if manifest.model != state_model(info):
-            raise TopologyChangeRefused(f"{path}: saved with model {manifest.model}, loading {state_model(info)}")
+        if (wrong := model_problem(manifest.model, info)) is not None:
+            raise TopologyChangeRefused(f"{path}: {wrong}")
         problem = None
         for i, (rel, expected) in enumerate(sorted(manifest.files.items())):
             if i % info.world == info.rank:
@@ -109,7 +109,8 @@ class FallbackLoad(Driver):
         return problems[0] if problems else None
 
     def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings) -> dict | None:
-        records = state.sharded_state_dict()
+        saved_dtype = manifest.model.get("dtype", state.spec.dtype)
+        records, convert = self._records_as_saved(state, saved_dtype)
         error: Exception | None = None
         objects = {}
         try:
@@ -124,7 +125,16 @@ class FallbackLoad(Driver):
         if errors:
             self._fallback(warnings, path, errors[0])
             return None
+        convert()  # on every rank (it may gather rows), once every rank has read
+        if saved_dtype != state.spec.dtype and this_rank() == 0:
+            log.info("%s: parameters saved in %s, loaded into %s exactly (from the fp32 %s)", path, saved_dtype,
+                     state.spec.dtype, "main parameters" if saved_dtype == "bf16" else "parameters")
         return objects
+
+    def _records_as_saved(self, state: TrainingState, dtype: str):
+        """The records a checkpoint with parameters in `dtype` holds, and the step that moves what was read
+        into `state` (state.records_in_dtype: an exact conversion)."""
+        return state.records_in_dtype(dtype)
 
     # ---- LOCAL -------------------------------------------------------------------------------------
     def _load_local(self, state: TrainingState, root: str) -> LoadResult:
@@ -149,9 +159,8 @@ class FallbackLoad(Driver):
                 if manifest.iteration != iteration:  # an intact older checkpoint under a newer name
                     raise IntegrityError(path, "iteration", f"manifest says {manifest.iteration}")
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
-                if manifest.model != state_model(info):
-                    raise TopologyChangeRefused(f"{path}: saved with model {manifest.model}, "
-                                                f"loading {state_model(info)}")
+                if (wrong := model_problem(manifest.model, info)) is not None:
+                    raise TopologyChangeRefused(f"{path}: {wrong}")
                 for rel, expected in manifest.files.items():
                     verify_file(path, rel, expected)
                 valid.setdefault((iteration, number), (path, manifest))

@@ -21,9 +21,10 @@ from .history import FAIL, INFO, INVOKE, OK, Event
 def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology: Topology,
                   never_stopped: Callable[[int], str], topology: str | None = None,
                   faults_configured: list[dict] | None = None, expect: dict | None = None,
-                  contract: TopologyContract | None = None) -> Evidence:
+                  contract: TopologyContract | None = None, converted: Callable | None = None) -> Evidence:
     """The evidence of a history (events of every rank, in order). `topology` is the job topology for
-    histories without job events (the world every rank of a save must answer from)."""
+    histories without job events (the world every rank of a save must answer from); `converted` what a load
+    that changes the parameters' dtype must give (checkers.base.PrecisionTargets by iteration and dtypes)."""
     saves: dict[str, SaveRecord] = {}
     open_saves: dict[tuple, list[str]] = {}   # (job, rank) -> ids invoked there and not yet answered
     invoked: dict[tuple, int] = {}
@@ -54,6 +55,8 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
                 rec.invoked_at.setdefault(e.process, e.time)
                 if v.get("generation") is not None:
                     rec.generation = v["generation"]
+                if v.get("dtype"):
+                    rec.dtype = v["dtype"]
                 if v.get("fingerprint"):
                     rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
             elif e.type == OK and e.process not in rec.ok_ranks:
@@ -71,7 +74,8 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
                                       v.get("iteration"), v.get("fingerprint"), v.get("rng"),
                                       bool(v.get("rng_restored")), list(v.get("warnings") or []), v.get("error", ""),
                                       bool(v.get("refused")), v.get("path", ""), v.get("crash_state"),
-                                      generations=v.get("generations"))
+                                      generations=v.get("generations"), dtype=v.get("dtype"),
+                                      captured=list(v.get("captured") or []))
             loads.append(current_load)
         elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
             current_load.continued.append((v["iteration"], v["fingerprint"]))
@@ -89,7 +93,7 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
     return Evidence(combo, save_topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
                     crashes, [], never_stopped, list(faults_configured or []), fired, dict(expect or {}), errors,
-                    blocked, contract)
+                    blocked, contract, converted)
 
 
 def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:

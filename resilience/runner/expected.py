@@ -1,12 +1,17 @@
 """Fingerprints of training that never stopped, computed in this process on one rank, with no process
 group: the same answer inside a live group of ranks (the cluster verdicts), where one rank alone must not
 create a group (a new_group on one rank hangs every other). The training step is topology-invariant,
-so these hold for every topology."""
+so these hold for every topology. A resume may also change the parameters' dtype: PrecisionChange says
+what such a load must give."""
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from types import SimpleNamespace
 
+import torch
+
+from ..checkers.base import PrecisionTargets
 from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprint import assemble, local_pieces
 
@@ -40,3 +45,106 @@ class NeverStopped:
 @lru_cache(maxsize=16)
 def never_stopped(spec: ModelSpec) -> NeverStopped:
     return NeverStopped(spec)
+
+
+class PrecisionChange:
+    """(iteration, saved dtype, loaded dtype) -> checkers.PrecisionTargets: what a load of the never-stopped
+    state saved with parameters in one dtype gives in the other, converted exactly or cast, as fingerprints,
+    and training on from each. Written apart from the reference's conversion (TrainingState.records_in_dtype),
+    on whole tensors of one rank, so the two check each other."""
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+        self._cache: dict[tuple, PrecisionTargets] = {}
+
+    def __call__(self, iteration: int, saved: str, loaded: str) -> PrecisionTargets:
+        key = (iteration, saved, loaded)
+        if key not in self._cache:
+            exact, cast = (self._converted(iteration, saved, loaded, how) for how in ("exact", "cast"))
+            after = {"exact": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "exact")),
+                     "cast": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "cast"))}
+            self._cache[key] = PrecisionTargets(_digest(exact), _digest(cast), precision_lost(exact, cast),
+                                                lambda how, it: after[how](it))
+        return self._cache[key]
+
+    def _converted(self, iteration: int, saved: str, loaded: str, how: str) -> TrainingState:
+        source = _fresh(replace(self.spec, dtype=saved))
+        while source.iteration < iteration:
+            source.step()
+        return convert(source, loaded, exact=how == "exact")
+
+
+def convert(source: TrainingState, dtype: str, *, exact: bool) -> TrainingState:
+    """A whole (one-rank) state in parameter dtype `dtype` made from `source`: exactly (fp32 parameters
+    become the fp32 main parameters, the bf16 parameters rounded from them; fp32 parameters taken from the
+    fp32 main parameters), or cast (the fp32 main parameters rebuilt from the rounded bf16 parameters;
+    fp32 parameters upcast from the bf16 ones)."""
+    state = _fresh(replace(source.spec, dtype=dtype))
+    state.iteration, state.consumed_samples, state.opt_step = source.iteration, source.consumed_samples, source.opt_step
+    state.generation = source.generation
+    state.rng.set_state(source.rng.get_state())
+    for key, param in state.params.items():
+        for mine, theirs in ((state.exp_avg, source.exp_avg), (state.exp_avg_sq, source.exp_avg_sq),
+                             (state.stamps, source.stamps)):
+            mine[key].copy_(theirs[key])
+        if dtype == source.spec.dtype:
+            param.copy_(source.params[key])
+            if key in source.main:
+                state.main[key].copy_(source.main[key])
+        elif key in state.main:  # fp32 -> bf16 (on one rank the main parameters cover the whole tensor)
+            param.copy_(source.params[key].to(param.dtype))
+            state.main[key].copy_(source.params[key] if exact else param.float())
+        else:                    # bf16 -> fp32
+            param.copy_(source.main[key] if exact else source.params[key].float())
+    return state
+
+
+def precision_lost(exact: TrainingState, cast: TrainingState) -> str:
+    """What the cast lost against the exact conversion, in the fp32 values it changed: how many, and the
+    largest relative error (bf16 keeps 8 significant bits: up to 2**-9 when rounding to nearest)."""
+    changed, total, worst, worst_key = 0, 0, 0.0, ""
+    for key, want in exact.params.items():
+        a = exact.main.get(key, want).float()
+        b = cast.main.get(key, cast.params[key]).float()
+        total += a.numel()
+        diff = a != b
+        changed += int(diff.sum())
+        if diff.any():
+            rel = float(((a - b).abs() / a.abs().clamp_min(torch.finfo(torch.float32).tiny))[diff].max())
+            if rel > worst:
+                worst, worst_key = rel, key
+    if not changed:
+        return "nothing (every value fits the new dtype)"
+    what = "fp32 main parameters" if exact.main else "fp32 parameters"
+    return f"{changed} of {total} {what} changed, relative error up to {worst:.2e} ({worst_key})"
+
+
+class _TrainedOn:
+    """iteration -> fingerprint of a state made by `make` trained on to that iteration."""
+
+    def __init__(self, make):
+        self.make = make
+        self._state: TrainingState | None = None
+        self._cache: dict[int, str] = {}
+
+    def __call__(self, iteration: int) -> str:
+        if iteration not in self._cache:
+            if self._state is None or self._state.iteration > iteration:
+                self._state = self.make()
+            while self._state.iteration < iteration:
+                self._state.step()
+            self._cache[iteration] = _digest(self._state)
+        return self._cache[iteration]
+
+
+def _fresh(spec: ModelSpec) -> TrainingState:
+    return TrainingState(spec, Topology(1, 1, 1), 0, groups=_NO_GROUPS)  # type: ignore[arg-type]  # no process group here
+
+
+def _digest(state: TrainingState) -> str:
+    return combine(local_fingerprint(state), RUN_BOUND_KEYS)
+
+
+@lru_cache(maxsize=16)
+def precision_change(spec: ModelSpec) -> PrecisionChange:
+    return PrecisionChange(spec)

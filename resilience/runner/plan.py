@@ -19,6 +19,7 @@ class JobSpec:
     kills: list[dict] = field(default_factory=list)    # {"record": {...}, "arm_at": op index}: beside the whole job
     after: list[dict] = field(default_factory=list)    # at-rest records and power losses, once the job ended
     unreachable: list[dict] = field(default_factory=list)  # {"record", "why"}: faults that cannot apply here
+    dtype: str | None = None  # the parameters' dtype of this job when a resume changed it (None: the model's)
 
     @property
     def power_loss(self) -> dict | None:
@@ -112,7 +113,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
         elif k == "resume":
             jobs.append(cur)
             topo = scenario.topology if a.get("topology", "same") == "same" else Topology.parse(a["topology"])
-            cur = JobSpec(topo, "resume", [{"op": "load"}])
+            cur = JobSpec(topo, "resume", [{"op": "load"}], dtype=a.get("precision"))
             if a.get("continue", 2):
                 cur.ops.append({"op": "continue", "steps": a.get("continue", 2)})
     jobs.append(cur)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
@@ -132,7 +134,7 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 state.stamp(generation)  # a re-save of an iteration differs from the earlier save of it
                 fp, rng = digests_of(state)
                 log.invoke("save", save_id=save_id, iteration=state.iteration, generation=generation,
-                           **({"fingerprint": fp, "rng": rng} if lead else {}))
+                           dtype=plan.spec.dtype, **({"fingerprint": fp, "rng": rng} if lead else {}))
                 # a save first finalizes the one still in flight
                 previous = in_flight if backend.in_flight_iteration is not None else None
                 try:
@@ -179,22 +181,59 @@ def run_plan(ctx, plan: RankPlan) -> dict:
 
 
 def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPlan) -> bool:
-    log.invoke("load", topology=str(plan.topo))
-    try:
-        result = backend.load(state, plan.root)
-    except TopologyChangeRefused as e:
-        log.fail("load", refused=True, error=f"{type(e).__name__}: {e}", topology=str(plan.topo))
-        return False
-    except (CheckpointNotFound, IntegrityError) as e:
-        log.fail("load", refused=False, error=f"{type(e).__name__}: {e}", topology=str(plan.topo))
+    where = {"topology": str(plan.topo), "dtype": plan.spec.dtype}
+    log.invoke("load", **where)
+    failed: dict | None = None
+    with captured_warnings() as heard:
+        try:
+            result = backend.load(state, plan.root)
+        except TopologyChangeRefused as e:
+            failed = {"refused": True, "error": f"{type(e).__name__}: {e}"}
+        except (CheckpointNotFound, IntegrityError) as e:
+            failed = {"refused": False, "error": f"{type(e).__name__}: {e}"}
+    if failed is not None:
+        log.fail("load", **failed, **where, **({"captured": heard} if heard else {}))
         return False
     fp, rng, found = _digests(state, True)
     value = {"iteration": result.iteration, "path": os.path.relpath(result.path, plan.root),
-             "rng_restored": result.rng_restored, "warnings": result.warnings, "topology": str(plan.topo)}
+             "rng_restored": result.rng_restored, "warnings": result.warnings, **where,
+             **({"captured": heard} if heard else {})}
     if lead:
         value.update(fingerprint=fp, rng=rng, generations=found)
     log.ok("load", **value)
     return True
+
+
+MAX_CAPTURED, MAX_CAPTURED_CHARS = 20, 500
+
+
+class _Heard(logging.Handler):
+    def __init__(self, into: list[str]):
+        super().__init__(logging.WARNING)
+        self.into = into
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if len(self.into) < MAX_CAPTURED:
+            with contextlib.suppress(Exception):  # a record that cannot format is not worth a failed load
+                self.into.append(f"log {record.levelname} {record.name}: {record.getMessage()}"[:MAX_CAPTURED_CHARS])
+
+
+@contextlib.contextmanager
+def captured_warnings():
+    """What an implementation told its user during a load, besides LoadResult.warnings: every Python
+    warning and every log record at WARNING or above (how a library says it cast a tensor)."""
+    heard: list[str] = []
+    handler = _Heard(heard)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield heard
+    finally:
+        root.removeHandler(handler)
+        for w in caught[: max(0, MAX_CAPTURED - len(heard))]:
+            heard.append(f"warning {w.category.__name__}: {w.message}"[:MAX_CAPTURED_CHARS])
 
 
 def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> None:

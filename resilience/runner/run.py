@@ -18,7 +18,7 @@ from ..vocab.contract import TopologyContract
 from . import faultplan, ways
 from .adapters import contract_of, make_backend
 from .evidence import evidence_from
-from .expected import never_stopped
+from .expected import never_stopped, precision_change
 from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
 from .plan import JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
@@ -210,7 +210,7 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
     snapshot_dir = os.path.join(case_dir, "snapshots", f"job{job_no}")
     fired_before = len(read_firings(fault_log))
     history.append(INVOKE, "job", job=job_no, kind=planned.kind, topology=str(planned.topo), ops=planned.ops,
-                   crash_state=crash_state)
+                   crash_state=crash_state, dtype=planned.dtype or scenario.model.dtype)
     if crash_state:
         way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
     if way == ways.FUSE and any(ways.in_ranks(f["record"]) and f["record"]["kind"] == "lost_unsynced_writes"
@@ -218,7 +218,8 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
         from ..faults import Snapshot
         Snapshot.take(root, snapshot_dir)  # the file system logs every operation of the job from here
     with ways.job_way(way, root, case_dir, job_no, planned.faults, fault_log) as w:
-        plan = RankPlan(scenario.model, planned.topo, combo, w.root, rank_dir, planned.ops, job_no, backend,
+        spec = replace(scenario.model, dtype=planned.dtype) if planned.dtype else scenario.model
+        plan = RankPlan(spec, planned.topo, combo, w.root, rank_dir, planned.ops, job_no, backend,
                         w.in_process, fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"), snapshot_dir,
                         control=w.control, fs_arms=w.arms)
         job = Job(run_plan, planned.topo.world, args=(plan,), timeout=scenario.timeout,
@@ -272,7 +273,7 @@ def evidence(events, scenario: Scenario, combo: Combination, faults_configured: 
     """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster verdicts use)."""
     return evidence_from(events, combo=combo, save_topology=scenario.topology,
                          never_stopped=never_stopped(scenario.model), faults_configured=faults_configured,
-                         expect=scenario.expect, contract=contract)
+                         expect=scenario.expect, contract=contract, converted=precision_change(scenario.model))
 
 
 def _snapshot(root: str, case_dir: str, job_no: int):

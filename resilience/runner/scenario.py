@@ -19,6 +19,7 @@ from ..errors import ConfigError
 from ..launch.base import MAX_JOB_TIMEOUT
 from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
+from ..state.model import DTYPES
 from ..vocab.combos import Combination, valid_combinations
 
 STEP_KINDS = {
@@ -32,7 +33,7 @@ STEP_KINDS = {
     "corrupt": "damage the newest checkpoint at rest: {kind, file, ...}",
     "lose_unsynced": "record file operations from here on; at the power loss (a phase, at_byte, or the job's "
                      "end) check every on-disk state it could leave: {phase, max_states}",
-    "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue}",
+    "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue, precision}",
     "verify": "a marker: checkers always run at the end",
 }
 FAULT_STEPS = ("crash", "fault", "kill", "corrupt", "lose_unsynced")
@@ -40,7 +41,7 @@ TOP_FIELDS = {"name", "description", "seed", "model", "topology", "combinations"
               "backend", "tags", "io"}
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
 OUTCOMES = ("loaded", "refused", "failed")
-RESUME_FIELDS = {"topology", "continue"}
+RESUME_FIELDS = {"topology", "continue", "precision"}
 
 # Limits (documented in README.md, "Scenarios"); the YAML itself is bounded by resilience.safe_yaml.
 MAX_TIMEOUT = MAX_JOB_TIMEOUT  # seconds a job may take (the launcher's ceiling); also of every delay a fault waits
@@ -366,6 +367,7 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
         if step is None:
             continue
         out.append(step)
+        _after_precision_change(out, model, ("steps", i), bad)
         if step.kind == "resume":  # later faults target the resumed job's ranks
             raw_topo = step.args.get("topology", "same")
             world = (topology.world if topology else None) if raw_topo == "same" else Topology.parse(raw_topo).world
@@ -422,7 +424,25 @@ def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> S
     if not _is_int(cont) or not 0 <= cont <= MAX_TRAIN_STEPS:
         bad.add(here + ("continue",), f"must be a number of steps in 0..{MAX_TRAIN_STEPS}, got {_show(cont)}")
         ok = False
+    precision = args.get("precision")
+    if precision is not None and precision not in DTYPES:
+        bad.add(here + ("precision",), f"unknown dtype {_show(precision)}",
+                f"use one of {', '.join(DTYPES)}: the parameters' dtype of the resumed job")
+        ok = False
     return Step("resume", dict(args), line) if ok else None
+
+
+def _after_precision_change(steps: list[Step], model: ModelSpec | None, here: tuple, bad: _Problems) -> None:
+    """A save after a resume that changed precision is refused: what a load must give is known from
+    training in the scenario's dtype only."""
+    if steps[-1].kind != "save" or model is None:
+        return
+    changed = [s for s in steps if s.kind == "resume" and s.args.get("precision", model.dtype) != model.dtype]
+    if changed:
+        where = f" on line {changed[0].line}" if changed[0].line else ""
+        bad.add(here, f"a save after the resume{where} that changes precision to {changed[0].args['precision']} "
+                "(what a later load must give is known only for saves in the model's dtype)",
+                "put resumes that change precision after the last save")
 
 
 def _fault_keys(kind: str, args: dict) -> tuple[str, set[str]] | None:

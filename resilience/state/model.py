@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from ..errors import ConfigError
-from .topology import Topology
+from .topology import PRECISIONS, Topology
 
-DTYPES = ("fp32", "bf16")
+DTYPES = PRECISIONS  # the parameters' dtype (bf16 keeps fp32 main parameters)
 OPTIMIZERS = ("adam", "distributed")
 # Upper bounds of single fields (what a whole model takes in memory is bounded in state/limits.py).
 SIZE_LIMITS = {"num_layers": 1024, "hidden": 1 << 20, "ffn_hidden": 1 << 22, "heads": 1 << 12, "vocab": 1 << 24,

@@ -89,21 +89,48 @@ class Topology:
 
 @dataclass(frozen=True)
 class Transition:
-    """Topology at save -> topology at load."""
+    """Topology at save -> topology at load, and optionally the parameters' dtype on each side
+    ('tp1pp1dp2:bf16->tp1pp1dp2:fp32': a resume that changes precision)."""
 
     save: Topology
     load: Topology
+    save_dtype: str | None = None
+    load_dtype: str | None = None
 
     def __str__(self) -> str:
-        return f"{self.save}->{self.load}"
+        def side(topo: Topology, dtype: str | None) -> str:
+            return f"{topo}:{dtype}" if dtype else str(topo)
+        return f"{side(self.save, self.save_dtype)}->{side(self.load, self.load_dtype)}"
 
     @property
     def changed(self) -> tuple[str, ...]:
+        """The parallel sizes that change (a change of precision is `precision_changed`)."""
         return tuple(f for f in ("tp", "pp", "dp") if getattr(self.save, f) != getattr(self.load, f))
+
+    @property
+    def precision_changed(self) -> bool:
+        return self.save_dtype != self.load_dtype
 
     @classmethod
     def parse(cls, text: str) -> Transition:
         if "->" not in str(text):
-            raise ConfigError("transition", f"cannot read {text!r}", "write it as tp2pp1dp1->tp1pp1dp2")
-        a, b = str(text).split("->", 1)
-        return cls(Topology.parse(a), Topology.parse(b))
+            raise ConfigError("transition", f"cannot read {text!r}",
+                              "write it as tp2pp1dp1->tp1pp1dp2 (or tp1pp1dp1:fp32->tp1pp1dp1:bf16)")
+        sides = [_side(part) for part in str(text).split("->", 1)]
+        (save, save_dtype), (load, load_dtype) = sides
+        if (save_dtype is None) != (load_dtype is None):
+            raise ConfigError("transition", f"{text!r} gives a dtype on one side only",
+                              "give both, as tp1pp1dp1:fp32->tp1pp1dp1:bf16")
+        return cls(save, load, save_dtype, load_dtype)
+
+
+PRECISIONS = ("fp32", "bf16")  # the parameters' dtypes a transition may name (ModelSpec.dtype)
+
+
+def _side(text: str) -> tuple[Topology, str | None]:
+    topo, _, dtype = text.strip().partition(":")
+    if not dtype:
+        return Topology.parse(topo), None
+    if dtype.lower() not in PRECISIONS:
+        raise ConfigError("transition", f"unknown dtype {dtype!r} in {text!r}", f"use one of {', '.join(PRECISIONS)}")
+    return Topology.parse(topo), dtype.lower()

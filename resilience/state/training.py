@@ -9,6 +9,7 @@ optimizer state holding the number, and one more draw of every rank's RNG. Two s
 iteration then differ in every file they write, so a load tells which save (or which mix) it read."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from .topology import Coords, Topology
 from .values import element_values, global_index
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # ModelSpec.dtype -> the parameters' dtype
 RNG_KEY = "rng"
 TOPOLOGY_BOUND_KEYS = (RNG_KEY,)  # state that only means something on the topology that saved it
 GENERATION_PREFIX = "optimizer.generation."  # + parameter key: the stamp of the save that wrote it
@@ -75,7 +77,7 @@ class TrainingState:
         self.main: dict[str, torch.Tensor] = {}
         self.stamps: dict[str, torch.Tensor] = {}
         self.generation = 0
-        dtype = torch.bfloat16 if spec.dtype == "bf16" else torch.float32
+        dtype = TORCH_DTYPES[spec.dtype]
         for piece in self.pieces:
             key = piece.layout.key
             fp32 = self._initial(piece)
@@ -237,16 +239,49 @@ class TrainingState:
     def sharded_state_dict(self) -> list[Record]:
         """Every piece of this rank's state as sharded records sharing storage with the live state,
         so a loader can fill them in place."""
+        return self._records(self.params, self.main)
+
+    def records_in_dtype(self, dtype: str) -> tuple[list[Record], Callable[[], None]]:
+        """The records a checkpoint saved with parameters in `dtype` holds for this rank, and the step that
+        moves what a load put into them into this state without losing a bit. Collective over the dp group
+        (a distributed optimizer's rows are gathered) when the state is fp32 and the checkpoint bf16.
+
+        fp32 saved, bf16 here: the fp32 parameters become the fp32 main parameters, and the bf16 parameters
+        are rounded from them, as every bf16 step does. bf16 saved, fp32 here: the checkpoint's fp32 main
+        parameters are the values; its bf16 parameters, rounded copies of them, are read and dropped.
+        Same dtype: the live records, nothing to do."""
+        if dtype == self.spec.dtype:
+            return self.sharded_state_dict(), lambda: None
+        if dtype not in TORCH_DTYPES:
+            raise ValueError(f"unknown parameter dtype {dtype!r} (known: {', '.join(TORCH_DTYPES)})")
+        params = {k: torch.zeros(p.shape, dtype=TORCH_DTYPES[dtype]) for k, p in self.params.items()}
+        main = {k: torch.zeros_like(m) for k, m in self.exp_avg.items()} if dtype == "bf16" else {}
+
+        def finish() -> None:
+            for piece in self.pieces:
+                key = piece.layout.key
+                lo, hi = piece.opt_rows
+                if main:  # bf16 saved, fp32 here: this rank's rows from the main parameters
+                    self.params[key][lo:hi].copy_(main[key])
+                else:     # fp32 saved, bf16 here
+                    self.main[key].copy_(params[key][lo:hi])
+                    self.params[key].copy_(params[key].to(self.params[key].dtype))
+            if main and self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
+                self._gather_rows()  # the other dp ranks' rows: each holds its own main parameters
+
+        return self._records(params, main), finish
+
+    def _records(self, params: dict[str, torch.Tensor], main: dict[str, torch.Tensor]) -> list[Record]:
         c, topo = self.coords, self.topo
         out: list[Record] = []
         for piece in self.pieces:
             key = piece.layout.key
             logical = (piece.logical_rows,) + piece.global_shape[1:] if piece.logical_rows else None
-            out.append(ShardedTensor(f"model.{key}", self.params[key], piece.global_shape, piece.offset,
+            out.append(ShardedTensor(f"model.{key}", params[key], piece.global_shape, piece.offset,
                                      piece.param_replica, logical))
             lo, _ = piece.opt_rows
             opt_offset = (piece.offset[0] + lo,) + piece.offset[1:]
-            for name, table in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("main_param", self.main),
+            for name, table in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("main_param", main),
                                 ("generation", self.stamps)):
                 if key in table:
                     out.append(ShardedTensor(f"optimizer.{name}.{key}", table[key], piece.global_shape, opt_offset,

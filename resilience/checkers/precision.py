@@ -1,0 +1,98 @@
+"""Precision on resume: a load into a state whose parameters have another dtype (fp32 <-> bf16 with fp32
+main parameters) is LOADED-EXACT, LOADED-CAST, REFUSED-CLEARLY, CAST-SILENTLY or WRONG.
+
+The values a load gave are told apart by their fingerprint against the two answers the runner computes
+(evidence.converted): the exact conversion (the fp32 values kept, as bf16 training keeps them in its main
+parameters) and the cast (the values rounded to bf16 and the fp32 copy rebuilt from the rounded ones, or
+fp32 parameters upcast from bf16 ones). A cast is acceptable only when the implementation said so during
+the load (LoadResult.warnings, a Python warning or a log record naming the precision); a silent one is a
+FAIL by default. Training continued after the resume must match training on from the same answer."""
+from __future__ import annotations
+
+import re
+
+from .base import FAIL, NA, PASS, REFUSED, UNKNOWN, Evidence, LoadRecord, Status, Verdict, worst
+
+LOADED_EXACT, LOADED_CAST, REFUSED_CLEARLY = "LOADED-EXACT", "LOADED-CAST", "REFUSED-CLEARLY"
+CAST_SILENTLY, WRONG = "CAST-SILENTLY", "WRONG"
+# words by which a warning or an error speaks of the precision change
+_PRECISION_WORDS = re.compile(r"bf16|bfloat16|fp32|float32|dtype|precision|main.?param|\bcast", re.IGNORECASE)
+
+
+def names_precision(text: str) -> bool:
+    return bool(_PRECISION_WORDS.search(text or ""))
+
+
+def precision_warnings(ld: LoadRecord) -> list[str]:
+    """What the implementation said about precision during the load (its own warnings and what was heard)."""
+    return [w for w in ld.warnings + ld.captured if names_precision(w)]
+
+
+class PrecisionOnResume:
+    """`silent_cast`: the verdict of a cast nobody was told of (FAIL unless a user decides otherwise)."""
+
+    name = "precision"
+
+    def __init__(self, silent_cast: Status = FAIL):
+        self.silent_cast = silent_cast
+
+    def check(self, ev: Evidence) -> Verdict:
+        changed = [(ld, change) for ld in ev.loads if (change := ev.precision_change(ld)) is not None]
+        if not changed:
+            return Verdict(self.name, NA, "no resume changed precision")
+        if ev.converted is None:
+            return Verdict(self.name, UNKNOWN, f"{len(changed)} loads changed precision, and nothing says what "
+                           "they must give (the evidence has no precision oracle)")
+        rows = [r for ld, (saved, loaded) in changed if (r := self._row(ld, saved, loaded, ev)) is not None]
+        if not rows:
+            return Verdict(self.name, NA, "every load that changed precision failed after a fault: not judged")
+        statuses = {LOADED_EXACT: PASS, LOADED_CAST: PASS, REFUSED_CLEARLY: REFUSED, CAST_SILENTLY: self.silent_cast,
+                    WRONG: FAIL}
+        status = worst(statuses[r["measured"]] for r in rows)
+        if status in (PASS, REFUSED):  # equally severe: refused only when nothing loaded
+            status = REFUSED if all(r["measured"] == REFUSED_CLEARLY for r in rows) else PASS
+        shown = [r for r in rows if statuses[r["measured"]] == status] if status.failing else rows
+        return Verdict(self.name, status, "; ".join(_say(r) for r in shown)[:600], rows)
+
+    def _row(self, ld: LoadRecord, saved: str, loaded: str, ev: Evidence) -> dict | None:
+        row: dict = {"load_job": ld.job, "change": f"{saved}->{loaded}", "topology": ld.topology}
+        if ld.status != "ok":
+            row["error"] = ld.error[:300]
+            if ld.refused or names_precision(ld.error):  # refused by the protocol's class, or it says why
+                return dict(row, measured=REFUSED_CLEARLY)
+            if ev.corrupted_before(ld.index) or ev.crashes:
+                return None  # a fault may explain the failure: the fault's checkers judge it
+            return dict(row, measured=WRONG, problem="the load failed with an error that does not name the "
+                        "precision change")
+        targets = ev.converted(ld.iteration, saved, loaded)  # type: ignore[misc,arg-type]  # checked; ok loads have one
+        heard = precision_warnings(ld)
+        row.update(iteration=ld.iteration, found=ld.fingerprint)
+        if ld.fingerprint == targets.exact:
+            row["measured"], how = LOADED_EXACT, "exact"
+        elif ld.fingerprint == targets.cast:
+            row.update(measured=LOADED_CAST if heard else CAST_SILENTLY, lost=targets.lost, warned=heard[:3])
+            how = "cast"
+        else:
+            return dict(row, measured=WRONG, expected={"exact": targets.exact, "cast": targets.cast},
+                        problem="the loaded values are neither the exact conversion nor the cast")
+        for iteration, fp in ld.continued:
+            want = targets.after(how, iteration)
+            if fp != want:
+                return dict(row, measured=WRONG, problem=f"training continued after the {how} load diverged at "
+                            f"iteration {iteration}", expected=want, found=fp)
+        return row
+
+
+def _say(row: dict) -> str:
+    text = f"{row['change']} (job {row['load_job']}): {row['measured']}"
+    if row.get("problem"):
+        text += f", {row['problem']}"
+    if row.get("lost"):
+        text += f", lost {row['lost']}"
+    if row.get("warned"):
+        text += f", warned: {row['warned'][0][:120]}"
+    elif row["measured"] == CAST_SILENTLY:
+        text += ", no warning"
+    if row.get("error"):
+        text += f": {row['error'][:160]}"
+    return text
