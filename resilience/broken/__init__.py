@@ -53,6 +53,8 @@ CATALOGUE = {b.name: b for b in [
     BrokenImpl("async_no_snapshot", "async save reads the live tensors when the writer runs, no snapshot",
                "atomic_commit", "kill", ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
                witness="TORCH_DCP/torch_dcp/async"),
+    BrokenImpl("silent_cast", "a resume in another precision casts the saved parameters to the new dtype, ignores "
+               "the fp32 main parameters and says nothing", "precision", "to-fp32", witness="GLOBAL/torch_dist/sync"),
 ]}
 
 

@@ -259,3 +259,23 @@ class mixed_resave(ReferenceBackend):
 
 
 _METADATA = {MANIFEST, ".metadata", "metadata.json"}
+
+
+class silent_cast(ReferenceBackend):
+    """A resume in another precision copies each saved parameter into the new dtype (torch's copy_ casts
+    without a word): bf16 -> fp32 upcasts the rounded bf16 parameters and drops the fp32 main parameters;
+    fp32 -> bf16 rebuilds the main parameters from the rounded bf16 ones."""
+
+    def _records_as_saved(self, state, dtype):
+        records, _exact = state.records_in_dtype(dtype)
+        saved = {r.key.removeprefix("model."): r.data for r in records
+                 if isinstance(r, ShardedTensor) and r.key.startswith("model.")}
+
+        def cast() -> None:
+            for piece in state.pieces:
+                key = piece.layout.key
+                state.params[key].copy_(saved[key])  # the bug: the cast values, not the fp32 ones
+                if key in state.main:
+                    lo, hi = piece.opt_rows
+                    state.main[key].copy_(state.params[key][lo:hi])
+        return records, cast

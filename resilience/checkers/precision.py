@@ -88,7 +88,7 @@ def _say(row: dict) -> str:
     if row.get("problem"):
         text += f", {row['problem']}"
     if row.get("lost"):
-        text += f", lost {row['lost']}"
+        text += f", precision lost: {row['lost']}"
     if row.get("warned"):
         text += f", warned: {row['warned'][0][:120]}"
     elif row["measured"] == CAST_SILENTLY:

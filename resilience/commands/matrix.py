@@ -20,8 +20,8 @@ def register(sub) -> None:
     p.add_argument("--faults", nargs="+",
                    help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}")
     p.add_argument("--transitions", nargs="+",
-                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 "
-                        "(default: all named; none: no transition column)")
+                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (a precision change: "
+                        "tp1pp1dp1:fp32->tp1pp1dp1:bf16) (default: all named; none: no transition column)")
     p.add_argument("--backend", default="reference",
                    help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory")
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")

@@ -52,6 +52,9 @@ TRANSITIONS: dict[str, str] = {
     "pp": "tp1pp2dp1->tp1pp1dp1",
     "dp": "tp1pp1dp2->tp1pp1dp3",
     "tp+pp+dp": "tp2pp2dp1->tp1pp2dp2",
+    # a resume in another precision: the distributed optimizer's fp32 main parameters split unevenly over dp 2
+    "to-bf16": "tp1pp1dp2:fp32->tp1pp1dp2:bf16",
+    "to-fp32": "tp1pp1dp2:bf16->tp1pp1dp2:fp32",
 }
 # Both optimizers: the columns listed here run with plain Adam, the others with the distributed optimizer
 # (the LEGACY layout writes its distrib_optim.pt even on dp 1, so both kinds of file meet every fault).
@@ -95,11 +98,13 @@ def fault_scenario(name: str, seed: int) -> Scenario:
 
 def transition_scenario(label: str, text: str, seed: int) -> Scenario:
     t = Transition.parse(text)
-    model = model_of(label)
+    model = replace(model_of(label), dtype=t.save_dtype) if t.save_dtype else model_of(label)
     model.check_topology(t.save)
     model.check_topology(t.load)
-    steps = _steps([{"train": 2}, {"save": None}, {"train": 1}, {"save": None},
-                    {"resume": {"topology": str(t.load), "continue": 2}}])
+    resume: dict = {"topology": str(t.load), "continue": 2}
+    if t.precision_changed:
+        resume["precision"] = t.load_dtype
+    steps = _steps([{"train": 2}, {"save": None}, {"train": 1}, {"save": None}, {"resume": resume}])
     return Scenario(f"matrix-{label}", steps, model, t.save, seed=seed, tags=["matrix"])
 
 
@@ -136,7 +141,8 @@ def cases(combos: list[Combination], faults: list[str], transitions: dict[str, s
 
 
 def parse_transitions(items: list[str] | None) -> dict[str, str]:
-    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2'; 'none' for no transition column."""
+    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2' (with dtypes, 'tp1pp1dp1:fp32->tp1pp1dp1:bf16');
+    'none' for no transition column."""
     if not items:
         return dict(TRANSITIONS)
     out = {}
