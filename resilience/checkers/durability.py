@@ -15,8 +15,8 @@ class Durability:
             return Verdict(self.name, FAIL, early[0]["problem"] + more, early)
         bad, judged = [], 0
         for ld in ev.loads:
-            if ld.refused:
-                continue
+            if ld.refused or (ld.status != "ok" and ev.precision_change(ld)):
+                continue  # a refusal (of a topology, of a precision change) is judged by its own checker
             done = ev.acknowledged_before(ld.index)
             if not done:
                 continue

@@ -21,7 +21,7 @@ def test_catalogue_is_complete():
     assert len(CATALOGUE) >= 12
     valid = {str(c) for c in valid_combinations()}
     checkers = {"atomic_commit", "durability", "integrity", "resume_equivalence", "topology_independence",
-                "generations"}
+                "generations", "precision"}
     for impl in CATALOGUE.values():
         assert impl.column in FAULTS or impl.column in TRANSITIONS, impl
         assert impl.caught_by in checkers, impl

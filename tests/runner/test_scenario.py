@@ -85,7 +85,7 @@ def test_every_problem_of_a_file_is_reported_sorted_by_line():
 
 
 @pytest.mark.parametrize("step, field, allowed", [
-    ("resume: {dtype: bf16}", "steps.0.resume.dtype", "allowed: continue, topology"),
+    ("resume: {dtype: bf16}", "steps.0.resume.dtype", "allowed: continue, precision, topology"),
     ("crash: {rank: 0, phase: write, bytes: 5}", "steps.0.crash.bytes", "after_bytes"),
     ("kill: {rank: 0, after: 1, wen: 2}", "steps.0.kill.wen", "when"),
     ("corrupt: {kind: truncate, lenght: 0}", "steps.0.corrupt.lenght", "length"),
@@ -186,3 +186,16 @@ def test_the_matrix_seed_moves_the_damage_too():
     from resilience.runner.matrix import fault_scenario
     (step,) = [s for s in fault_scenario("bitflip", 7).steps if s.kind == "corrupt"]
     assert step.args["seed"] == 7
+
+
+def test_a_resume_may_change_precision_once_every_save_is_done():
+    s = load_text("model: {dtype: bf16}\nsteps:\n  - train: 1\n  - save\n  - resume: {precision: fp32}\n"
+                  "  - resume: {precision: bf16, continue: 0}\n", "x.yaml")
+    assert [st.args.get("precision") for st in s.steps if st.kind == "resume"] == ["fp32", "bf16"]
+    assert load_text(s.to_yaml(), "again.yaml").to_dict() == s.to_dict()
+    assert _problems("steps:\n  - save\n  - resume: {precision: fp16}\n") == [(3, "steps.1.resume.precision")]
+    # what a later load must give is known for saves in the model's dtype only
+    problems = _problems("steps:\n  - save\n  - resume: {precision: bf16}\n  - train: 1\n  - save\n")
+    assert problems == [(5, "steps.3")]
+    # a resume in the model's own dtype changes nothing: saves may follow
+    load_text("steps:\n  - save\n  - resume: {precision: fp32}\n  - save\n", "x.yaml")
