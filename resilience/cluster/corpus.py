@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..checkers import promised as promise_of
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, RankFailure, TopologyChangeRefused
+from ..report.causes import cause_of
 from ..state import (
     TOPOLOGY_BOUND_KEYS,
     ModelSpec,
@@ -245,6 +246,7 @@ class Check:
     detail: str = ""
     rng_restored: bool = False
     note: str = ""           # a deviation that does not fail the verification
+    cause: str = ""          # why a load that fails the verification went wrong, in a word (report.causes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -329,15 +331,17 @@ def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
         elif base is not None and base["outcome"] != BIT_EXACT:
             check.ok, check.note = True, f"refused when written too ({base['outcome']}); the seed's table says it loads"
         else:
-            check.ok = False  # newly refused
+            check.ok, check.cause = False, "refused"  # newly refused
         return check
     if r["status"] != "loaded":
-        check.detail = r["error"]
+        check.detail, check.cause = r["error"], cause_of(r["error"])
         return check
-    problems = []
+    problems, causes = [], []
     if r["iteration"] != e.iteration:
         problems.append(f"loaded iteration {r['iteration']}, the corpus holds {e.iteration}")
+        causes.append("iteration")
     if r["fingerprint"] != e.fingerprint:
+        causes.append("value")
         keys = differences(e.keys, r["keys"], TOPOLOGY_BOUND_KEYS) if e.keys else []
         problems.append(f"values differ from the corpus in {len(keys) or 'some'} keys"
                         + (f": {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}" if keys else ""))
@@ -349,7 +353,7 @@ def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
     elif not r["rng_restored"] and base is not None and base.get("rng_restored"):
         problems.append("RNG not restored, as it was when the corpus was written")
     if problems:
-        check.outcome, check.detail = WRONG, "; ".join(problems)
+        check.outcome, check.detail, check.cause = WRONG, "; ".join(problems), (causes or ["rng"])[0]
         return check
     check.outcome, check.ok = BIT_EXACT, True
     check.detail = f"iteration {e.iteration}" + (", RNG restored" if r["rng_restored"] else "")
@@ -371,9 +375,10 @@ def render(report: VerifyReport, *, title: str = "corpus") -> str:
     for c in report.checks:
         mark = "" if c.ok else "  <-- FAIL"
         what = c.outcome if c.ok or c.outcome != REFUSED_CLEARLY else "newly refused"
+        cause = f": {c.cause}" if c.cause else ""
         detail = f": {c.detail[:160]}" if c.detail and (not c.ok or c.outcome != BIT_EXACT) else ""
         note = f" [{c.note[:160]}]" if c.note else ""
-        lines.append(f"  {c.entry:<{w_id}}  {c.load_on:<10}  {c.expected:<8}  {what}{detail}{note}{mark}")
+        lines.append(f"  {c.entry:<{w_id}}  {c.load_on:<10}  {c.expected:<8}  {what}{cause}{detail}{note}{mark}")
     counts = report.counts()
     lines += ["", f"{len(report.checks)} loads: " + ", ".join(f"{v} {k}" for k, v in counts.items())
               + f" ({report.seconds:.1f} s)"]

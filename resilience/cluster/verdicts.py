@@ -23,7 +23,6 @@ from ..checkers import (
     run_checker,
     worst,
 )
-from ..faults import read_firings
 from ..runner.evidence import evidence_from
 from ..runner.expected import NeverStopped
 from ..runner.history import read_events
@@ -31,7 +30,8 @@ from ..state import Topology
 from ..status import summary_line
 from ..vocab import CheckpointType, Combination, on_every_rank, versions
 from ..vocab.folders import LOCAL_FOLDER
-from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, slug, write_json
+from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json
+from .facts import cluster_facts, firings_of
 
 SUMMARY_FORMAT = "resilience-cluster-validation"
 SUMMARY_VERSION = 1
@@ -67,10 +67,7 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
           after: int | None, seconds: float, command: str = "") -> dict:
     """The result row of one combination, after its resume phase (rank 0)."""
     st = read_json(layout.state(combo), {})
-    firings = [f for path in layout.fault_files(combo) for f in read_firings(path)]
-    # under io fuse: the nodes' file systems, whose kills are limited to one combination's folder each
-    firings += [f for path in layout.fuse_firing_files() for f in read_firings(path)
-                if f"/{slug(combo)}/" in str(f.get("path", ""))]
+    firings = firings_of(layout, combo)
     for f in firings:
         f["attempt"] = st.get("save_started")
     ev = _evidence(plan, layout, combo, topo, firings)
@@ -167,15 +164,19 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
         return 1
     rows = [read_json(layout.result(c)) for c in plan.combos]
     recorded = read_json(layout.plan, {})
+    facts = cluster_facts(plan, layout, rows)
     meta = {"title": "resilience validate: cluster kill and resume", "seed": plan.spec.seed,
-            "backend": plan.backend, "command": command or recorded.get("command", "")}
+            "backend": plan.backend, "command": command or recorded.get("command", ""), "kind": "validate",
+            "cluster": facts}
     paths = write_run_files(layout.report, rows, meta)
     # a combination where nothing could be judged did not validate either
     bad = [r for r in rows if is_failing(r["verdict"]) or r["verdict"] == NA]
     summary = {"format": SUMMARY_FORMAT, "version": SUMMARY_VERSION, "ok": not bad, "exit_status": 1 if bad else 0,
                "run_id": recorded.get("run_id"), "world": recorded.get("world"), "topology": recorded.get("topology"),
                "attempts": attempt + 1, "finished": time.time(), "versions": versions(), "plan": plan.to_dict(),
-               "results": [{k: r[k] for k in ("combo", "verdict", "detail")} for r in rows],
+               "nodes": facts["nodes"], "restarts": facts["restarts"], "kills": facts["kills"],
+               "results": [dict({k: r[k] for k in ("combo", "verdict", "detail")}, cause=c["cause"])
+                           for r, c in zip(rows, facts["combos"])],
                "report": {k: os.path.relpath(v, layout.root) for k, v in paths.items()}}
     write_json(layout.summary, summary)
     print(render_summary(summary, layout.root), flush=True)
@@ -189,13 +190,27 @@ def render_summary(summary: dict, root: str) -> str:
              f"{Topology.from_dict(summary['topology']) if summary.get('topology') else '?'}, "
              f"{summary.get('attempts')} torchrun attempts; "
              + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())]
+    nodes = summary.get("nodes") or []
+    if nodes:
+        lines.append("  nodes: " + "; ".join(f"node {n['node']} on {n['host']} (ranks {_ranks(n['ranks'])})"
+                                              for n in nodes))
+    for k in summary.get("kills") or []:
+        lines.append(f"  killed: rank {k['rank']} (node {k.get('node')}, {k.get('host')}, pid {k.get('pid')}) at "
+                     f"{k['where']} of {k['combo']} on attempt {k['attempt']}"
+                     + (f", {k['at']:.1f} s into the run" if k.get("at") is not None else ""))
     for r in summary["results"]:
-        lines.append(f"  {r['combo']:<{width}}  {r['verdict']:<8}  {r['detail'][:200]}")
+        cause = f"{r['cause']}: " if r.get("cause") else ""
+        lines.append(f"  {r['combo']:<{width}}  {r['verdict']:<8}  {cause}{r['detail'][:200]}")
     verdicts = [r["verdict"] for r in summary["results"]]
     # the summary rule of every command; a combination that judged nothing (N/A) did not validate either
     note = " (N/A validates nothing: exit status 1)" if NA in verdicts else ""
     lines.append(f"{summary_line(verdicts)}{note}; report: {os.path.join(root, summary['report']['report.md'])}")
     return "\n".join(lines)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
+        else ", ".join(map(str, ranks))
 
 
 def read_summary(layout: Layout) -> dict | None:

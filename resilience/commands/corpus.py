@@ -28,6 +28,8 @@ def register(sub) -> None:
                                                                     f"(default: {DEFAULT_STEPS})")
     w.add_argument("--backend", default="reference", help="'reference' or package.module:factory")
     w.add_argument("--timeout", type=seconds, default=300.0, help="seconds per group of ranks (default: 300)")
+    w.add_argument("--out", default="runs", help="where the report of the baseline loads goes, a new run folder "
+                                                 "(default: runs/)")
     w.set_defaults(func=run_write)
 
     v = verbs.add_parser("verify", help="load every checkpoint on its own and on the other topologies; report "
@@ -38,6 +40,7 @@ def register(sub) -> None:
     v.add_argument("--backend", help="the backend to load with (default: the one that wrote the corpus)")
     v.add_argument("--json", metavar="FILE", help="also write the verification as JSON to FILE")
     v.add_argument("--timeout", type=seconds, default=300.0, help="seconds per group of ranks (default: 300)")
+    v.add_argument("--out", default="runs", help="where the report goes, a new run folder (default: runs/)")
     v.set_defaults(func=run_verify)
 
 
@@ -52,6 +55,7 @@ def run_write(args) -> int:
                           topologies=[str(t) for t in args.topologies] if args.topologies else None,
                           steps=args.steps, backend=args.backend, timeout=args.timeout, progress=_progress)
     print(render(report, title="corpus written to"))
+    _report(args.out, "corpus-write", report.to_dict())
     print(f"\nwritten by {describe_versions(report.written_by)}; the loads above are its baseline. "
           f"After an upgrade: resilience corpus verify {args.dir}")
     return 0
@@ -63,7 +67,16 @@ def run_verify(args) -> int:
     report = verify_corpus(args.dir, topologies=[str(t) for t in args.topologies] if args.topologies else None,
                            backend=args.backend, timeout=args.timeout, progress=_progress)
     print(render(report, title="corpus"))
+    _report(args.out, "corpus-verify", report.to_dict())
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report.to_dict(), f, indent=1)
     return 0 if report.ok else 1
+
+
+def _report(out: str, name: str, doc: dict) -> None:
+    """The report, in a run folder made once the loads are done (bad input made none)."""
+    from ..report import make_run_dir
+    from ..report.corpus import write_corpus_report
+    paths = write_corpus_report(make_run_dir(out, name), doc)
+    print(f"report: {paths['report.md']}  ({paths['report.html']}, {paths['verification.json']})")

@@ -16,6 +16,8 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
     out += [f"**{v.headline}**", "", f"Verdicts: {v.total} cases: {counts}", ""]
     if v.fuzz:
         out += _fuzz_table(v) + [""]
+    if v.cluster:
+        out += _cluster(v) + [""]
     cols = [name for name, _ in v.columns]
     out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for combo, cells in v.grid:
@@ -44,6 +46,25 @@ def _fuzz_table(v: RunView) -> list[str]:
         drawn = ", ".join(f"{kind} {n}" + (f" (fired in {fired})" if fired != n else "") for kind, n, fired in m.faults)
         out.append(f"| {m.mode} | {m.cases} | {verdicts} | {m.seconds:.1f} | {m.shrinking:.1f} | {stopped} | "
                    f"{_cell(drawn)} |")
+    return out
+
+
+def _cluster(v: RunView) -> list[str]:
+    k = v.cluster
+    assert k is not None
+    out = ["## Cluster", "", " · ".join(f"{key} `{val}`" for key, val in k.facts), "",
+           "| combination | saved on | kill | resumed on | verdict and cause |", "|---|---|---|---|---|"]
+    for line in k.loads:
+        cause = f"**{line.cause}**: " if line.cause else ""
+        out.append(f"| {_cell(line.name)} | {line.cells[0]} | {line.cells[1]} | {line.where} | "
+                   f"{line.verdict} {cause}{_cell(line.why[:300])} |")
+    out += [""] + [f"- killed: rank {x['rank']} (node {x.get('node')}, {x.get('host')}, pid {x.get('pid')}) at "
+                   f"{x['where']} of {x['combo']} on attempt {x['attempt']}"
+                   + (f", {x['at']:.1f} s into the run" if x.get("at") is not None else "") for x in k.kills]
+    for a in k.attempts:
+        out.append(f"- attempt {a['attempt']} at {a['at']:.1f} s: " + "; ".join(
+            f"node {n['node']} on {n['host']}: ranks {', '.join(map(str, n['ranks']))} "
+            f"(pids {', '.join(map(str, n['pids']))}, restart count {n['restart_count']})" for n in a["nodes"]))
     return out
 
 

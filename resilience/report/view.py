@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
+from .cluster_view import ClusterView, cluster_of
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, short, status_of
 
 TIMELINE = "timeline.html"  # written into each case folder by report.timeline
@@ -133,6 +134,7 @@ class RunView:
     fuzz: list[FuzzMode] = field(default_factory=list)
     minimal: int = 0          # minimal failures a fuzzing run kept (rows of their own, not cases run)
     on_the_way: int = 0       # failing cases a fuzzing run met while searching and shrinking, left to the table
+    cluster: ClusterView | None = None  # a cluster validation: nodes, attempts, restarts, kills, each load
 
     @property
     def headline(self) -> str:
@@ -176,7 +178,8 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
                    sections=[(cat, [c for c in shown if c.category is cat]) for cat in SECTIONS],
                    refused=[c for c in cases if c.verdict == REFUSED], cases=cases,
                    fuzz=_fuzz_modes(meta, runs), minimal=minimal,
-                   on_the_way=sum(c.category is not None and c.number not in listed for c in cases))
+                   on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
+                   cluster=cluster_of(meta.get("cluster")))
 
 
 def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:

@@ -71,10 +71,13 @@ def test_verify_is_clean_under_the_same_versions(corpus, capsys):
     assert out[("tp2pp1dp1/LEGACY-torch-sync", "tp1pp1dp2")] == (REFUSED_CLEARLY, True)
     assert out[("tp2pp1dp1/GLOBAL-torch_dist-sync", "tp1pp1dp2")] == (BIT_EXACT, True)
     assert report.counts()[BIT_EXACT] == 6 and report.counts()[REFUSED_CLEARLY] == 2
-    assert main(["corpus", "verify", str(corpus), "--json", str(corpus / "v.json")]) == 0
+    assert main(["corpus", "verify", str(corpus), "--json", str(corpus / "v.json"), "--out", str(corpus.parent)]) == 0
     text = capsys.readouterr().out
     assert "written by python" in text and "(same versions)" in text and "8 loads: 6 bit-exact" in text
     assert json.loads((corpus / "v.json").read_text())["ok"] is True
+    (run_dir,) = corpus.parent.glob("*-corpus-verify")
+    assert {p.name for p in run_dir.iterdir()} == {"report.html", "report.md", "verification.json"}
+    assert f"report: {run_dir / 'report.md'}" in text
 
 
 def test_one_wrong_expected_value_fails_the_verification(corpus, capsys):
@@ -84,10 +87,14 @@ def test_one_wrong_expected_value_fails_the_verification(corpus, capsys):
     victim["keys"][key] = "0" * 32
     victim["fingerprint"] = "f" * 32
     (corpus / CORPUS_FILE).write_text(json.dumps(doc))
-    assert main(["corpus", "verify", str(corpus)]) == 1
+    assert main(["corpus", "verify", str(corpus), "--out", str(corpus.parent)]) == 1
     out = capsys.readouterr().out
     bad = [ln for ln in out.splitlines() if ln.endswith("<-- FAIL")]
-    assert len(bad) == 2 and all(ln.split()[0] == victim["id"] and " wrong: " in ln and key in ln for ln in bad)
+    assert len(bad) == 2 and all(ln.split()[0] == victim["id"] and " wrong: value: " in ln and key in ln for ln in bad)
+    from tests.report.dom import parse
+    (run_dir,) = corpus.parent.glob("*-corpus-verify")
+    rows = parse((run_dir / "report.html").read_text()).by_id("loads").find_all("tr", **{"data-verdict": "FAIL"})
+    assert len(rows) == 2 and all(r.find("b", cls="cause").text == "value" and key in r.text for r in rows)
     assert "FAIL: 2 loads wrong, failed or newly refused under same versions" in out
 
 
@@ -140,9 +147,9 @@ def refuses_every_change(combo):
 
 def test_a_newly_refused_load_fails_the_verification(corpus, capsys):
     backend = f"{__name__}:refuses_every_change"
-    assert main(["corpus", "verify", str(corpus), "--backend", backend]) == 1
+    assert main(["corpus", "verify", str(corpus), "--backend", backend, "--out", str(corpus.parent)]) == 1
     out = capsys.readouterr().out
-    newly = [ln for ln in out.splitlines() if "newly refused" in ln and ln.endswith("<-- FAIL")]
+    newly = [ln for ln in out.splitlines() if "newly refused: refused: " in ln and ln.endswith("<-- FAIL")]
     assert len(newly) == 2 and all("GLOBAL-torch_dist-sync" in ln for ln in newly)
     assert f"backend reference -> {backend}" in out
 
@@ -151,15 +158,16 @@ def test_the_version_pair_is_reported(corpus, capsys):
     doc = json.loads((corpus / CORPUS_FILE).read_text())
     doc["written_by"]["torch"] = "2.12.0"
     (corpus / CORPUS_FILE).write_text(json.dumps(doc))
-    assert main(["corpus", "verify", str(corpus)]) == 0
+    assert main(["corpus", "verify", str(corpus), "--out", str(corpus.parent)]) == 0
     assert f"torch 2.12.0 -> {torch.__version__}" in capsys.readouterr().out
 
 
 def test_bad_input_is_one_clear_error(corpus, tmp_path, capsys):
-    assert main(["corpus", "write", str(corpus)]) == 2
+    assert main(["corpus", "write", str(corpus), "--out", str(tmp_path)]) == 2
     assert "is not empty" in capsys.readouterr().err
     (corpus / CORPUS_FILE).write_text("{not json")
-    assert main(["corpus", "verify", str(corpus)]) == 2
-    assert main(["corpus", "verify", str(tmp_path / "nowhere")]) == 2
+    assert main(["corpus", "verify", str(corpus), "--out", str(tmp_path)]) == 2
+    assert main(["corpus", "verify", str(tmp_path / "nowhere"), "--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.glob("*-corpus-*"))  # bad input made no report folder
     err = capsys.readouterr().err
     assert "corpus parse failed" in err and "resilience corpus write" in err and "Traceback" not in err
