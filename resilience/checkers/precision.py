@@ -6,11 +6,14 @@ The values a load gave are told apart by their fingerprint against the two answe
 parameters) and the cast (the values rounded to bf16 and the fp32 copy rebuilt from the rounded ones, or
 fp32 parameters upcast from bf16 ones). A cast is acceptable only when the implementation said so during
 the load (LoadResult.warnings, a Python warning or a log record naming the precision); a silent one is a
-FAIL by default. Training continued after the resume must match training on from the same answer."""
+FAIL by default. Training continued after the resume must match training on from the same answer. A backend
+whose contract states a precision promise (vocab.contract: "load" or "refuse") is held to it; the presets
+state none, so either a load or a clear refusal passes."""
 from __future__ import annotations
 
 import re
 
+from ..vocab.contract import LOAD, REFUSE
 from .base import FAIL, NA, PASS, REFUSED, UNKNOWN, Evidence, LoadRecord, Status, Verdict, worst
 
 LOADED_EXACT, LOADED_CAST, REFUSED_CLEARLY = "LOADED-EXACT", "LOADED-CAST", "REFUSED-CLEARLY"
@@ -46,12 +49,19 @@ class PrecisionOnResume:
         rows = [r for ld, (saved, loaded) in changed if (r := self._row(ld, saved, loaded, ev)) is not None]
         if not rows:
             return Verdict(self.name, NA, "every load that changed precision failed after a fault: not judged")
+        promise = dict(ev.contract.promises).get("precision") if ev.contract is not None else None
+        for r in rows:  # a backend that states a precision promise is held to it (vocab.contract)
+            r["expected"] = promise or "either"
+            if (promise == LOAD and r["measured"] == REFUSED_CLEARLY) or \
+                    (promise == REFUSE and r["measured"] in (LOADED_EXACT, LOADED_CAST)):
+                r["problem"] = f"the backend's contract says precision changes {promise}"
         statuses = {LOADED_EXACT: PASS, LOADED_CAST: PASS, REFUSED_CLEARLY: REFUSED, CAST_SILENTLY: self.silent_cast,
                     WRONG: FAIL}
-        status = worst(statuses[r["measured"]] for r in rows)
+        status = worst(FAIL if r.get("problem") and r["measured"] != WRONG else statuses[r["measured"]]
+                       for r in rows)
         if status in (PASS, REFUSED):  # equally severe: refused only when nothing loaded
             status = REFUSED if all(r["measured"] == REFUSED_CLEARLY for r in rows) else PASS
-        shown = [r for r in rows if statuses[r["measured"]] == status] if status.failing else rows
+        shown = [r for r in rows if statuses[r["measured"]] == status or r.get("problem")] if status.failing else rows
         return Verdict(self.name, status, "; ".join(_say(r) for r in shown)[:600], rows)
 
     def _row(self, ld: LoadRecord, saved: str, loaded: str, ev: Evidence) -> dict | None:

@@ -107,3 +107,20 @@ def test_a_silent_cast_may_be_accepted_by_choice():
     ev = evidence_from(events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
                        never_stopped=lambda it: f"fp{it}", converted=_targets)
     assert PrecisionOnResume(silent_cast=PASS).check(ev).status == PASS
+
+
+@pytest.mark.parametrize("promise, load, status", [
+    ("refuse", {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, FAIL),
+    ("load", {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, FAIL),
+    ("load", {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, PASS),
+    ("refuse", {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, REFUSED),
+])
+def test_a_stated_precision_promise_is_held(promise, load, status):
+    from resilience.vocab.contract import TopologyContract
+    ev = evidence_from(_history(dict(load)), combo=Combination.parse("GLOBAL/torch_dist/sync"),
+                       save_topology=Topology.parse(T), never_stopped=lambda it: f"fp{it}", converted=_targets,
+                       contract=TopologyContract.parse({"precision": promise}))
+    v = PrecisionOnResume().check(ev)
+    assert v.status == status, v
+    if status == FAIL:
+        assert f"contract says precision changes {promise}" in v.detail
