@@ -8,13 +8,21 @@
   `resilience_backend` is the implementation under test; `resilience_run_dir` the run folder;
   `resilience_combo` parametrizes a test over the selected combinations.
 - Markers: `multiprocess` (added to every test that starts ranks through the plugin) and `slow`.
-- Options, in one group: --resilience-combos, --resilience-max-world, --resilience-backend,
-  --resilience-profile, --resilience-out. A bad value stops pytest with one usage error.
+- Options, in one group: --resilience-combos, --resilience-max-world, --resilience-backend, --resilience-io,
+  --resilience-profile, --resilience-out, --resilience-time-budget, --resilience-shrink-budget. A bad value
+  stops pytest with one usage error.
+- Only the combinations the backend's factory declares run (others are not collected; a scenario left with
+  none is one skipped item saying why), judged by the contract it states (docs/adapters.md). A case with
+  nothing that applies to the backend (N/A) is skipped with the reason; UNPROBED and UNKNOWN fail, as in
+  every command (status.FAILING).
+- A framework error is one short paragraph naming the case folder (the traceback is kept there), apart
+  from the implementation's failures; property tests stop at their time budget and shrink budget.
 - Hypothesis profiles `ci`, `dev` and `fuzz` are registered on import (resilience.fuzz.profiles).
 
-Works with pytest-xdist (each worker keeps its own run folder) and with --junitxml (verdict, replay
-command and evidence folder are recorded as properties of each scenario item). This module imports
-nothing heavy: torch loads only when a scenario or a rank actually runs."""
+One run folder per session, also under pytest-xdist (each worker appends to a subfolder; the controller
+writes one report over all of them: report.html, results.json, junit.xml). With --junitxml, verdict, replay
+command and evidence folder are properties of each scenario item and of each test using resilience_run.
+This module imports nothing heavy: torch loads only when a scenario or a rank actually runs."""
 from __future__ import annotations
 
 import os
@@ -26,8 +34,18 @@ from typing import Any
 
 import pytest
 
-from .fuzz import profiles  # noqa: F401  (registers the Hypothesis profiles ci, dev and fuzz)
-from .status import FAILING  # what fails a scenario item, as every command counts it
+from ..fuzz import profiles  # noqa: F401  (registers the Hypothesis profiles ci, dev and fuzz)
+from ..status import FAILING, NA  # what fails a scenario item, as every command counts it
+from .budget import (
+    BudgetSpent,
+    FrameworkBroke,
+    TestRun,
+    faults_in,
+    framework_paragraph,
+    in_property_test,
+    tell_hypothesis,
+)
+from .session import WORKER_INPUT, SessionFolder, finish
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 SCENARIO_FOLDER = "scenarios"
@@ -39,8 +57,8 @@ def parse_combos(text: str) -> list:
     items = [t for t in re.split(r"[,\s]+", text.strip()) if t]
     if not items:
         raise pytest.UsageError("--resilience-combos: empty; give TYPE/format/io[,...] or all")
-    from .errors import ConfigError
-    from .vocab.combos import Combination, valid_combinations
+    from ..errors import ConfigError
+    from ..vocab.combos import Combination, valid_combinations
     if items == ["all"]:
         return valid_combinations()
     out = []
@@ -65,12 +83,32 @@ def parse_max_world(text: str) -> int:
 
 def parse_backend(text: str) -> str:
     """'reference', 'broken:NAME', an alias or 'package.module:factory', read as the runner reads it."""
-    from .errors import ConfigError
-    from .runner.adapters import parse_backend as parse
+    from ..errors import ConfigError
+    from ..runner.adapters import parse_backend as parse
     try:
         return parse(text.strip())
     except ConfigError as e:
         raise pytest.UsageError(f"--resilience-backend: {e.problem}; {e.fix}") from None
+
+
+def parse_seconds(text: str) -> float:
+    """A positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise pytest.UsageError(f"must be a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise pytest.UsageError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def _seconds_option(name: str):
+    def parse(text: str) -> float:
+        try:
+            return parse_seconds(text)
+        except pytest.UsageError as e:
+            raise pytest.UsageError(f"{name}: {e}") from None
+    return parse
 
 
 def parse_profile(text: str) -> str:
@@ -98,12 +136,18 @@ def pytest_addoption(parser):
     group.addoption("--resilience-out", default=None, metavar="DIR",
                     help="keep the evidence of the session in a run folder under DIR (default: pytest's "
                          "temporary directory)")
+    group.addoption("--resilience-time-budget", type=_seconds_option("--resilience-time-budget"), default=None,
+                    metavar="S", help="a property test (Hypothesis) that runs scenarios stops drawing examples "
+                                      "after S seconds and passes if none failed (default: no limit)")
+    group.addoption("--resilience-shrink-budget", type=_seconds_option("--resilience-shrink-budget"), default=120.0,
+                    metavar="S", help="once an example failed, a property test shrinks it for at most S seconds, "
+                                      "then reports the smallest failure found so far (default: 120)")
 
 
 # ---- session state ------------------------------------------------------------------------------------
 @dataclass
 class ResilienceOptions:
-    """What the command line selected; `run_dir()` makes the session's run folder on first use."""
+    """What the command line selected; `session` is the run folder, made on first use."""
 
     combos: list | None
     max_world: int | None
@@ -111,31 +155,29 @@ class ResilienceOptions:
     out: str | None
     _config: Any = field(repr=False, default=None)
     io: str | None = None
-    _run_dir: str | None = field(repr=False, default=None)
-    _cases: int = field(repr=False, default=0)
+    time_budget: float | None = None
+    shrink_budget: float | None = 120.0
+    session: SessionFolder = field(default_factory=lambda: SessionFolder(None))
+    current: TestRun | None = field(repr=False, default=None)  # the test item running scenarios now
+    _declared: dict = field(repr=False, default_factory=dict)
 
     def run_dir(self) -> str:
-        if self._run_dir is None:
-            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-            if self.out:
-                from .report import make_run_dir
-                self._run_dir = make_run_dir(self.out, f"pytest-{worker}")
-            else:
-                factory = getattr(self._config, "_tmp_path_factory", None)
-                if factory is not None:
-                    self._run_dir = str(factory.mktemp(f"resilience-{worker}", numbered=True))
-                else:  # the tmp_path plugin is disabled
-                    import tempfile
-                    self._run_dir = tempfile.mkdtemp(prefix=f"resilience-{worker}-")
-        return self._run_dir
+        return self.session.path
 
     def case_dir(self, name: str) -> str:
-        self._cases += 1
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:120] or "case"
-        return os.path.join(self.run_dir(), "cases", f"{self._cases:04d}-{safe}")
+        return self.session.case_dir(name)
 
-    def selected(self, combos) -> list:
-        return [c for c in combos if self.combos is None or c in self.combos]
+    def selected(self, combos, backend: str | None = None) -> list:
+        """`combos` as --resilience-combos narrows them, and as the backend's factory declares them."""
+        declared = self.declared(backend or self.backend or "reference")
+        return [c for c in combos if (self.combos is None or c in self.combos)
+                and (declared is None or c in declared)]
+
+    def declared(self, backend: str) -> list | None:
+        if backend not in self._declared:
+            from ..runner.adapters import supported_combinations
+            self._declared[backend] = supported_combinations(backend)
+        return self._declared[backend]
 
 
 _OPTIONS = pytest.StashKey[ResilienceOptions]()
@@ -159,18 +201,39 @@ def pytest_configure(config):
                                     "or register it in a conftest.py") from None
     backend = config.getoption("resilience_backend")
     if backend and backend != "reference" and not backend.startswith("broken:"):
-        from .errors import ConfigError
-        from .runner.adapters import make_backend
+        from ..errors import ConfigError
+        from ..runner.adapters import make_backend, supported_combinations
         combos = config.getoption("resilience_combos")
         try:
-            from .vocab.combos import valid_combinations
-            make_backend(backend, (combos or valid_combinations())[0])
+            from ..vocab.combos import valid_combinations
+            declared = supported_combinations(backend)
+            either = [c for c in (combos or declared or valid_combinations()) if declared is None or c in declared]
+            make_backend(backend, (either or declared or valid_combinations())[0])
         except ConfigError as e:
             raise pytest.UsageError(f"--resilience-backend: {e}") from None
+    worker = getattr(config, "workerinput", None)
+    session = SessionFolder(config.getoption("resilience_out"), config,
+                            shared=(worker or {}).get(WORKER_INPUT),
+                            worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
     config.stash[_OPTIONS] = ResilienceOptions(config.getoption("resilience_combos"),
                                                config.getoption("resilience_max_world"), backend,
                                                config.getoption("resilience_out"), config,
-                                               config.getoption("resilience_io"))
+                                               config.getoption("resilience_io"),
+                                               config.getoption("resilience_time_budget"),
+                                               config.getoption("resilience_shrink_budget"), session)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistController(config.stash[_OPTIONS]), "resilience-xdist")
+
+
+class _XdistController:
+    """On the xdist controller: every worker appends its cases under the one session folder."""
+
+    def __init__(self, options: ResilienceOptions):
+        self.options = options
+
+    def pytest_configure_node(self, node):
+        node.workerinput[WORKER_INPUT] = self.options.session.base()
+        self.options.session.shared = self.options.session.base()
 
 
 def pytest_report_header(config):
@@ -182,10 +245,25 @@ def pytest_report_header(config):
             f"max world {o.max_world or 'no limit'}")
 
 
+_FINISHED = pytest.StashKey[tuple]()
+
+
+def pytest_sessionfinish(session):
+    o = session.config.stash.get(_OPTIONS, None)
+    if o is None:
+        return
+    done = finish(o.session, controller=not hasattr(session.config, "workerinput"))
+    if done is not None:
+        session.config.stash[_FINISHED] = done
+
+
 def pytest_terminal_summary(terminalreporter, config):
-    o = config.stash.get(_OPTIONS, None)
-    if o is not None and o._run_dir is not None:
-        terminalreporter.write_line(f"resilience: evidence in {o._run_dir}")
+    done = config.stash.get(_FINISHED, None)
+    if done is not None:
+        from ..status import summary_line
+        folder, rows = done
+        terminalreporter.write_line(f"resilience: {len(rows)} cases, {summary_line(r['verdict'] for r in rows)}; "
+                                    f"report {os.path.join(folder, 'report.html')}")
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------
@@ -197,7 +275,7 @@ class BackendUnderTest:
     combos: tuple
 
     def make(self, combo):
-        from .runner.adapters import make_backend
+        from ..runner.adapters import make_backend
         return make_backend(self.name, combo)
 
 
@@ -213,32 +291,79 @@ class RankLauncher:
                  timeout: float = 120.0) -> list:
         if self.options.max_world is not None and world > self.options.max_world:
             pytest.skip(f"needs {world} ranks; --resilience-max-world is {self.options.max_world}")
-        from .launch import run_ranks
+        from ..launch import run_ranks
         return run_ranks(fn, world, args=args, kwargs=kwargs, timeout=timeout,
                          log_dir=self.options.case_dir(getattr(fn, "__name__", "ranks")))
 
 
 class ScenarioRunner:
-    """`run(scenario, combos=None, fail_on=("FAIL", "UNKNOWN"))`: run a Scenario (or a YAML file) for
-    each of its combinations selected by --resilience-combos (and `combos`), with the backend under
-    test; the CaseResults, or ScenarioFailed with the evidence and the replay command."""
+    """`run(scenario, combos=None, fail_on=FAILING)`: run a Scenario (or a YAML file) for each of its
+    combinations selected by --resilience-combos (and `combos`) that the backend under test declares; the
+    CaseResults, or ScenarioFailed with the evidence and the replay command. Inside a property test the
+    time and shrink budgets apply and Hypothesis events name the faults drawn."""
 
     def __init__(self, options: ResilienceOptions):
         self.options = options
 
-    def __call__(self, scenario, combos=None, *, fail_on=("FAIL", "UNKNOWN")) -> list:
-        from .fuzz.judge import judge
-        from .runner.scenario import Scenario, load_file
+    def __call__(self, scenario, combos=None, *, fail_on=FAILING) -> list:
+        __tracebackhide__ = True
+        from ..runner.scenario import Scenario, load_file
         if not isinstance(scenario, Scenario):
             scenario = load_file(scenario)
-        chosen = self.options.selected(scenario.combinations)
+        backend = self.options.backend or scenario.backend
+        chosen = self.options.selected(scenario.combinations, backend)
         if combos is not None:
-            from .vocab.combos import Combination
+            from ..vocab.combos import Combination
             wanted = [c if isinstance(c, Combination) else Combination.parse(c) for c in combos]
             chosen = [c for c in chosen if c in wanted]
-        return [judge(scenario, combo, backend=self.options.backend, io=self.options.io,
-                      case_dir=self.options.case_dir(f"{scenario.name}-{combo}"), fail_on=fail_on)
-                for combo in chosen]
+        return [self._one(scenario, combo, backend, tuple(fail_on)) for combo in chosen]
+
+    def _one(self, scenario, combo, backend: str, fail_on: tuple):
+        __tracebackhide__ = True
+        from dataclasses import replace
+
+        from ..fuzz.judge import failure_class
+        from ..runner.run import replay_command
+        test = self.options.current
+        key = f"{combo}\n{scenario.to_yaml()}"
+        prop = in_property_test()
+        if test is not None and prop:
+            spent = test.may_run(key)
+            if spent:
+                test.stopped = f"{spent} spent after {test.cases} cases"
+                raise BudgetSpent(spent)
+        if backend != scenario.backend or (self.options.io is not None and self.options.io != scenario.io):
+            scenario = replace(scenario, backend=backend, io=self.options.io or scenario.io)  # replays alone
+        case_dir = self.options.case_dir(f"{scenario.name}-{combo}")
+        result = _run_case(self.options, scenario, combo, case_dir, backend, f"scenario {scenario.name!r} [{combo}]")
+        replay = result.replay or replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend)
+        failed = failure_class(result)(scenario, result, replay) if result.verdict in fail_on else None
+        faults = faults_in(scenario)
+        if test is not None:
+            test.record(key, result, replay, failed, faults)
+        if prop:
+            tell_hypothesis(faults, result)
+        if failed is not None:
+            raise failed
+        return result
+
+
+def _run_case(options: ResilienceOptions, scenario, combo, case_dir: str, backend: str, where: str):
+    """run_case with its row in the session's run folder; a framework error raises FrameworkBroke."""
+    __tracebackhide__ = True
+    from ..report.cases import INTERRUPTIONS, framework_error_row
+    from ..runner.run import run_case
+    try:
+        result = run_case(scenario, combo, case_dir, backend=backend, io=options.io)
+    except INTERRUPTIONS:
+        raise
+    except Exception as e:  # the framework broke: one paragraph, the traceback in the case folder
+        row = framework_error_row(scenario, combo, case_dir, e, backend=backend, io=options.io)
+        options.session.append(row)
+        trace = row["detail"].rsplit("(traceback: ", 1)[-1].rstrip(")")
+        raise FrameworkBroke(framework_paragraph(e, where, case_dir, trace)) from None
+    options.session.append(dict(result.to_row(), case_dir=case_dir))
+    return result
 
 
 @pytest.fixture(scope="session")
@@ -255,10 +380,11 @@ def resilience_run_dir(resilience_options) -> str:
 
 @pytest.fixture(scope="session")
 def resilience_backend(resilience_options) -> BackendUnderTest:
-    """The implementation under test (--resilience-backend, default reference) and the selected combos."""
-    from .vocab.combos import valid_combinations
+    """The implementation under test (--resilience-backend, default reference) and the selected combos
+    it declares."""
+    from ..vocab.combos import valid_combinations
     return BackendUnderTest(resilience_options.backend or "reference",
-                            tuple(resilience_options.combos or valid_combinations()))
+                            tuple(resilience_options.selected(valid_combinations())))
 
 
 @pytest.fixture(scope="session")
@@ -269,15 +395,35 @@ def resilience_launcher(resilience_options) -> RankLauncher:
 
 @pytest.fixture(scope="session")
 def resilience_run(resilience_options) -> ScenarioRunner:
-    """Run a scenario on real ranks and raise ScenarioFailed (evidence + replay) on FAIL or UNKNOWN."""
+    """Run a scenario on real ranks and raise ScenarioFailed (evidence + replay) on FAIL, UNKNOWN or UNPROBED."""
     return ScenarioRunner(resilience_options)
 
 
 def pytest_generate_tests(metafunc):
     if "resilience_combo" in metafunc.fixturenames:
-        from .vocab.combos import valid_combinations
-        combos = options_of(metafunc.config).combos or valid_combinations()
+        from ..vocab.combos import valid_combinations
+        combos = options_of(metafunc.config).selected(valid_combinations())
         metafunc.parametrize("resilience_combo", combos, ids=[combo_id(c) for c in combos])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Around each test function: the cases it runs through resilience_run, its budgets, and what ends it."""
+    options = pyfuncitem.config.stash.get(_OPTIONS, None)
+    if options is None or "resilience_run" not in getattr(pyfuncitem, "fixturenames", ()):
+        return (yield)
+    test = options.current = TestRun(options.time_budget, options.shrink_budget)
+    try:
+        return (yield)
+    except BudgetSpent:
+        if test.last_failure is not None:  # the shrink budget ended it: the smallest failure so far
+            pytest.fail(f"{test.last_failure}\n\n(shrinking stopped: {test.stopped})", pytrace=False)
+        return True  # the time budget ended it and nothing failed: passed, with the count in JUnit
+    except FrameworkBroke as e:
+        pytest.fail(str(e), pytrace=False)
+    finally:
+        options.current = None
+        pyfuncitem.user_properties += test.properties()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -322,19 +468,29 @@ class ScenarioFile(pytest.File):
     collection error naming the file, line and field."""
 
     def collect(self):
-        from .errors import ConfigError
-        from .runner.scenario import load_file
+        from ..errors import ConfigError
+        from ..runner.scenario import load_file
         try:
             scenario = load_file(self.path)
         except ConfigError as e:
             raise self.CollectError(f"{e}") from None
-        for combo in options_of(self.config).selected(scenario.combinations):
+        options = options_of(self.config)
+        backend = options.backend or scenario.backend
+        combos = options.selected(scenario.combinations, backend)
+        for combo in combos:
             yield ScenarioItem.from_parent(self, name=f"{scenario.name}[{combo_id(combo)}]", scenario=scenario,
                                            combo=combo)
+        asked = options.selected(scenario.combinations, "reference")  # what --resilience-combos leaves
+        if not combos and asked:
+            declared = ", ".join(map(str, options.declared(backend) or []))
+            why = (f"{backend} declares only {declared}; the scenario asks for "
+                   f"{', '.join(map(str, asked))}")
+            yield ScenarioItem.from_parent(self, name=f"{scenario.name}[not-declared]", scenario=scenario,
+                                           combo=None, skip=why)
 
 
 def _world_needed(scenario) -> int:
-    from .state import Topology
+    from ..state import Topology
     worlds = [scenario.topology.world]
     for step in scenario.steps:
         if step.kind == "resume" and step.args.get("topology", "same") != "same":
@@ -345,29 +501,34 @@ def _world_needed(scenario) -> int:
 class ScenarioItem(pytest.Item):
     """One scenario x combination, run on real ranks with the backend under test."""
 
-    def __init__(self, *, scenario, combo, **kw):
+    def __init__(self, *, scenario, combo, skip: str = "", **kw):
         super().__init__(**kw)
-        self.scenario, self.combo = scenario, combo
+        self.scenario, self.combo, self.skip = scenario, combo, skip
         self.add_marker(pytest.mark.multiprocess)
 
     def runtest(self):
-        from .fuzz.judge import failure_class
-        from .runner.run import replay_command, run_case
+        from ..fuzz.judge import failure_class
+        from ..runner.run import replay_command
+        if self.skip:
+            pytest.skip(self.skip)
         options = options_of(self.config)
         world = _world_needed(self.scenario)
         if options.max_world is not None and world > options.max_world:
             pytest.skip(f"needs {world} ranks; --resilience-max-world is {options.max_world}")
         backend = options.backend or self.scenario.backend
-        result = run_case(self.scenario, self.combo, options.case_dir(f"{self.scenario.name}-{self.combo}"),
-                          backend=backend, io=options.io)
+        case_dir = options.case_dir(f"{self.scenario.name}-{self.combo}")
+        result = _run_case(options, self.scenario, self.combo, case_dir, backend,
+                           f"scenario {self.scenario.name!r} [{self.combo}]")
         replay = replay_command(str(self.path), self.combo, backend, options.io)
         self.user_properties += [("verdict", str(result.verdict)), ("replay", replay), ("evidence", result.case_dir)]
         if result.verdict in FAILING:
             raise failure_class(result)(self.scenario, result, replay)
+        if result.verdict == NA:  # nothing in it applies to this backend: skipped, with the reason
+            pytest.skip(f"nothing applies to {backend}: {result.detail}")
 
     def repr_failure(self, excinfo, style=None):
-        from .fuzz.judge import ScenarioFailed
-        if isinstance(excinfo.value, ScenarioFailed):
+        from ..fuzz.judge import ScenarioFailed
+        if isinstance(excinfo.value, (ScenarioFailed, FrameworkBroke)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 
