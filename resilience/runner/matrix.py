@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
+from .fault_steps import FAULT_STEPS, fault_of
 from .scenario import Scenario, Step
 
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an
@@ -74,11 +75,17 @@ class Case:
     transition: str | None
 
 
-def _steps(raw: list[dict]) -> list[Step]:
+def _steps(raw: list[dict], corrupt_with: dict | None = None) -> list[Step]:
+    """Steps as the YAML loader makes them, fault steps read into their records; `corrupt_with`: a seed a
+    corruption takes unless it has its own, and options it takes instead of its own."""
     out = []
     for d in raw:
         (kind, args), = d.items()
-        out.append(Step(kind, {"steps": args} if kind == "train" else dict(args or {})))  # as the YAML loader does
+        args = {"steps": args} if kind == "train" else dict(args or {})
+        if kind == "corrupt" and corrupt_with:
+            args.setdefault("seed", corrupt_with["seed"])
+            args.update({k: v for k, v in corrupt_with.items() if k != "seed"})
+        out.append(Step(kind, args, fault=fault_of(kind, args) if kind in FAULT_STEPS else None))
     return out
 
 
@@ -87,12 +94,9 @@ def fault_scenario(name: str, seed: int) -> Scenario:
     if column not in FAULTS or (file_name and column != "metadata"):
         raise ConfigError("--faults", f"unknown fault column {name!r}",
                           f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)")
-    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}])
-    for step in steps:  # --seed moves the damage too, not only the state
-        if step.kind == "corrupt":
-            step.args.setdefault("seed", seed)
-            if file_name:
-                step.args["name"] = file_name
+    # --seed moves the damage too, not only the state
+    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}],
+                   corrupt_with={"seed": seed, **({"name": file_name} if file_name else {})})
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
 
