@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..checkers import ALL, UNPROBED, Evidence, Status, Verdict, run_checker
-from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE, NOT_IN_BACKEND, case_verdict, expectations
+from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE, NOT_IN_BACKEND, case_verdict, judge_expect
 from ..errors import ResilienceError
 from ..faults import Fault, LostUnsyncedWrites, Nemesis, NothingToDamage, RankCrash, read_firings
 from ..faults.layout_damage import NotApplicable
@@ -19,8 +19,8 @@ from ..vocab.contract import TopologyContract
 from . import faultplan, ways
 from .adapters import contract_of, make_backend
 from .evidence import evidence_from
-from .expected import never_stopped, precision_change
 from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
+from .oracle import never_stopped, precision_change
 from .plan import Corruption, JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario
@@ -141,7 +141,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     ev.lost_unsynced = lost
     faults = fault_statuses(configured, fault_log, outcomes)
     verdicts = [run_checker(c, ev) for c in ALL]
-    verdicts += expectations(scenario.expect, ev)
+    verdicts += judge_expect(scenario.expect, ev)
     overall, detail, extra = case_verdict(verdicts, unexpected, faults)
     return CaseResult(scenario.name, str(combo), overall, verdicts + extra, time.monotonic() - start, case_dir,
                       replay, detail, fault, transition, scenario.tags, faults)
