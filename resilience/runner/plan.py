@@ -88,40 +88,31 @@ def _save_iteration(job: JobSpec, arm_at: int, nth: int) -> int | None:
 
 
 def _aim_job(job: JobSpec, layout: Layout | None) -> None:
-    kept: list[ArmedFault] = []
-    aimed_as: dict[int, Fault | None] = {}  # id of a planned fault -> what it became
-    for armed in job.faults:
-        why: str | None = OUTSIDE_SEAM
-        aimed: Fault | None = None
-        if layout is None or layout.logged:
-            aimed, why = _aim(job, armed, layout)
-        aimed_as[id(armed.fault)] = aimed
-        if aimed is None:
-            job.unreachable.append(Unreachable(armed.fault, why or ""))
-        else:
-            kept.append(ArmedFault(aimed, armed.arm_at))
-    job.faults = kept
+    """Aim every fault of the job through the layout; those that cannot apply go to `unreachable`, and a
+    power loss is built from its fault as aimed, or not at all."""
+    if layout is not None and not layout.logged:  # nothing of its saves went through the seam
+        placed: list[ArmedFault | Unreachable] = [Unreachable(a.fault, OUTSIDE_SEAM) for a in job.faults]
+    else:
+        placed = [_aim(job, a, layout) for a in job.faults]
+    became = {id(a.fault): p for a, p in zip(job.faults, placed)}
     after: list[AfterJob] = []
-    for action in job.after:  # a power loss is built from the fault as armed, or not at all
-        if isinstance(action, PowerLoss):
-            loss = aimed_as.get(id(action.fault), action.fault)
-            if isinstance(loss, LostUnsyncedWrites):
-                after.append(PowerLoss(loss))
-        else:
+    for action in job.after:
+        now = became.get(id(action.fault)) if isinstance(action, PowerLoss) else None
+        if now is None:
             after.append(action)
+        elif isinstance(now, ArmedFault) and isinstance(now.fault, LostUnsyncedWrites):
+            after.append(PowerLoss(now.fault))
+    # a kill runs beside the whole job, but "@data" is still the next save after its step
+    kills = [_aim(job, a, layout) for a in job.kills]
+    job.faults = [p for p in placed if isinstance(p, ArmedFault)]
+    job.kills = [p for p in kills if isinstance(p, ArmedFault)]
+    job.unreachable += [p for p in placed + kills if isinstance(p, Unreachable)]
     job.after = after
-    kills = []
-    for armed in job.kills:  # a kill runs beside the whole job, but "@data" is still the next save after its step
-        aimed, why = _aim(job, armed, layout)
-        if aimed is None:
-            job.unreachable.append(Unreachable(armed.fault, why or ""))
-        else:
-            kills.append(ArmedFault(aimed, armed.arm_at))
-    job.kills = kills
 
 
-def _aim(job: JobSpec, armed: ArmedFault, layout: Layout | None) -> tuple[Fault | None, str | None]:
-    return aim(armed.fault, layout, _save_iteration(job, armed.arm_at, path_wants_save(armed.fault)))
+def _aim(job: JobSpec, armed: ArmedFault, layout: Layout | None) -> ArmedFault | Unreachable:
+    aimed, why = aim(armed.fault, layout, _save_iteration(job, armed.arm_at, path_wants_save(armed.fault)))
+    return ArmedFault(aimed, armed.arm_at) if aimed is not None else Unreachable(armed.fault, why or "")
 
 
 def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:

@@ -83,7 +83,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     unexpected: list[dict] = []
     configured: list[Fault] = []
     lost: list[dict] = []
-    outcomes: list[dict] = []  # what became of the corruptions and power losses, beside the firings
+    outcomes: list[FaultOutcome] = []  # what became of the corruptions and power losses, beside the firings
     fault_log = os.path.join(case_dir, "faults.jsonl")
     try:
         layout = faultplan.layout_for(scenario, combo, backend, case_dir, start_method, io=way)
@@ -96,7 +96,8 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     for planned in plan_jobs(scenario, combo, layout):
         configured += [f.fault for f in planned.faults + planned.kills]
         for u in planned.unreachable:  # aimed through the layout, nothing in this backend to aim at
-            outcomes.append(_fault(u.fault, NEVER_FIRED if u.why == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND, u.why))
+            status = NEVER_FIRED if u.why == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND
+            outcomes.append(FaultOutcome(u.fault, status, u.why))
         unexpected += _run_job(planned, job_no, combo, scenario, root, case_dir, history, backend,
                                start_method=start_method, way=way)
         this_job = job_no
@@ -106,19 +107,20 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                 try:
                     done = faultplan.corrupt(root, acted_on, layout)
                     history.ok("corrupt", **done)
-                    outcomes.append(_fault(acted_on, FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
+                    outcomes.append(FaultOutcome(acted_on, FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
                 except NotApplicable as e:
                     history.info("corrupt", applied=False, fault=acted_on.to_dict(), why=str(e))
-                    outcomes.append(_fault(acted_on, NOT_IN_BACKEND, str(e)))
+                    outcomes.append(FaultOutcome(acted_on, NOT_IN_BACKEND, str(e)))
                 except NothingToDamage as e:
                     history.info("corrupt", applied=False, fault=acted_on.to_dict(), why=str(e))
-                    outcomes.append(_fault(acted_on, NOT_APPLICABLE, f"found nothing to damage: {e}"))
+                    outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE, f"found nothing to damage: {e}"))
                 continue
             by_fs = way == ways.FUSE and carries_out(acted_on)  # the file system logged the job, not the seam
             if not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")) or \
                     (by_fs and not _fired(fault_log, acted_on)):
-                history.info("lose_unsynced", armed=False, why="the job ended before the power-loss fault was armed")
-                outcomes.append(_fault(acted_on, NEVER_FIRED, "the job ended before the power-loss fault was armed"))
+                why = "the job ended before the power-loss fault was armed"
+                history.info("lose_unsynced", armed=False, why=why)
+                outcomes.append(FaultOutcome(acted_on, NEVER_FIRED, why))
             else:
                 states = faultplan.power_loss(action.fault, _snapshot(root, case_dir, this_job),
                                               os.path.join(case_dir, ways.FUSE_LOGS if by_fs else "oplog",
@@ -126,7 +128,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                                               os.path.join(case_dir, "states", f"job{this_job}"))
                 history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
                            summary=states["summary"])
-                outcomes.append(_fault(acted_on, NOT_APPLICABLE if states.get("unobserved") else FIRED,
+                outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE if states.get("unobserved") else FIRED,
                                        states["summary"]))
                 lost.append(states)
                 for state_root in states["states"]:
@@ -172,24 +174,32 @@ def _fired(fault_log: str, fault: Fault) -> bool:
     return any(f.get("action") == "power_loss" and f.get("text") == text for f in read_firings(fault_log))
 
 
-def _fault(fault: Fault, status: str, detail: str) -> dict:
-    return {"fault": str(fault), "status": status, "detail": detail, "record": fault}
+@dataclass(frozen=True)
+class FaultOutcome:
+    """What became of one fault: fired, never fired, not applicable or not in this backend (why)."""
+
+    fault: Fault
+    status: str
+    detail: str
+
+    def to_row(self) -> dict:
+        return {"fault": str(self.fault), "status": self.status, "detail": self.detail}
 
 
-def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[dict]) -> list[dict]:
+def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[FaultOutcome]) -> list[dict]:
     """Each configured fault once, with what became of it: fired, never fired, or not applicable (why)."""
     out = []
     never = faultplan.unfired(configured, fault_log)
     for fault in configured:
-        done = next((o for o in outcomes if o["record"] is fault), None)
+        done = next((o for o in outcomes if o.fault is fault), None)
         if any(f is fault for f in never):
-            out.append(_fault(fault, NEVER_FIRED, f"its trigger never came: {fault}"))
+            out.append(FaultOutcome(fault, NEVER_FIRED, f"its trigger never came: {fault}"))
         elif done is not None:
             out.append(done)
         else:
-            out.append(_fault(fault, FIRED, "fired"))
-    out += [o for o in outcomes if not any(o["record"] is f for f in configured)]
-    return [{k: v for k, v in f.items() if k != "record"} for f in out]
+            out.append(FaultOutcome(fault, FIRED, "fired"))
+    out += [o for o in outcomes if not any(o.fault is f for f in configured)]
+    return [o.to_row() for o in out]
 
 
 def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
