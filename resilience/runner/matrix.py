@@ -75,16 +75,18 @@ class Case:
     transition: str | None
 
 
-def _steps(raw: list[dict], corrupt_with: dict | None = None) -> list[Step]:
-    """Steps as the YAML loader makes them, fault steps read into their records; `corrupt_with`: a seed a
-    corruption takes unless it has its own, and options it takes instead of its own."""
+def _steps(raw: list[dict], seed: int | None = None, metadata_file: str = "") -> list[Step]:
+    """Steps as the YAML loader makes them, fault steps read into their records. A corruption takes `seed`
+    unless it names its own (--seed moves the damage too, not only the state) and damages `metadata_file`
+    when one is given."""
     out = []
     for d in raw:
         (kind, args), = d.items()
         args = {"steps": args} if kind == "train" else dict(args or {})
-        if kind == "corrupt" and corrupt_with:
-            args.setdefault("seed", corrupt_with["seed"])
-            args.update({k: v for k, v in corrupt_with.items() if k != "seed"})
+        if kind == "corrupt" and seed is not None:
+            args.setdefault("seed", seed)
+            if metadata_file:
+                args["name"] = metadata_file
         out.append(Step(kind, args, fault=fault_of(kind, args) if kind in FAULT_STEPS else None))
     return out
 
@@ -94,9 +96,7 @@ def fault_scenario(name: str, seed: int) -> Scenario:
     if column not in FAULTS or (file_name and column != "metadata"):
         raise ConfigError("--faults", f"unknown fault column {name!r}",
                           f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)")
-    # --seed moves the damage too, not only the state
-    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}],
-                   corrupt_with={"seed": seed, **({"name": file_name} if file_name else {})})
+    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}], seed, file_name)
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
 
