@@ -121,7 +121,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class PrecisionTargets:
-    """What a load converting the parameters' dtype may give, as fingerprints (runner/expected.py)."""
+    """What a load converting the parameters' dtype may give, as fingerprints (runner/oracle.py)."""
 
     exact: str           # converted without losing a bit (fp32 values kept as parameters or main parameters)
     cast: str            # the values cast to the new dtype, the fp32 copy rebuilt from (or replaced by) the cast

@@ -44,7 +44,7 @@ def case_verdict(verdicts: list[Verdict], unexpected: list[dict],
     return overall, detail[:600], extra
 
 
-def expectations(expect: dict, ev: Evidence) -> list[Verdict]:
+def judge_expect(expect: dict, ev: Evidence) -> list[Verdict]:
     """The scenario's `expect:` (loaded_iteration, outcome) judged against the final load."""
     out = []
     final = ev.loads[-1] if ev.loads else None
@@ -61,4 +61,4 @@ def expectations(expect: dict, ev: Evidence) -> list[Verdict]:
     return out
 
 
-__all__ = ["FIRED", "NEVER_FIRED", "NOT_APPLICABLE", "NOT_IN_BACKEND", "case_verdict", "expectations"]
+__all__ = ["FIRED", "NEVER_FIRED", "NOT_APPLICABLE", "NOT_IN_BACKEND", "case_verdict", "judge_expect"]

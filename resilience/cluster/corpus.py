@@ -240,7 +240,7 @@ class Check:
     combo: str
     saved_on: str
     load_on: str
-    expected: str            # "load" or "refuse" (the seed's table)
+    promised: str            # "load" or "refuse": what the topology contract promises (checkers.promised)
     outcome: str             # bit-exact / refused clearly / wrong / failed
     ok: bool
     detail: str = ""
@@ -371,14 +371,14 @@ def render(report: VerifyReport, *, title: str = "corpus") -> str:
              f"  read by    {describe_versions(report.read_by)}",
              f"  ({version_pair(report.written_by, report.read_by)})", ""]
     w_id = max([len(c.entry) for c in report.checks] + [10])
-    lines.append(f"  {'checkpoint':<{w_id}}  {'load on':<10}  {'expected':<8}  result")
+    lines.append(f"  {'checkpoint':<{w_id}}  {'load on':<10}  {'promised':<8}  result")
     for c in report.checks:
         mark = "" if c.ok else "  <-- FAIL"
         what = c.outcome if c.ok or c.outcome != REFUSED_CLEARLY else "newly refused"
         cause = f": {c.cause}" if c.cause else ""
         detail = f": {c.detail[:160]}" if c.detail and (not c.ok or c.outcome != BIT_EXACT) else ""
         note = f" [{c.note[:160]}]" if c.note else ""
-        lines.append(f"  {c.entry:<{w_id}}  {c.load_on:<10}  {c.expected:<8}  {what}{cause}{detail}{note}{mark}")
+        lines.append(f"  {c.entry:<{w_id}}  {c.load_on:<10}  {c.promised:<8}  {what}{cause}{detail}{note}{mark}")
     counts = report.counts()
     lines += ["", f"{len(report.checks)} loads: " + ", ".join(f"{v} {k}" for k, v in counts.items())
               + f" ({report.seconds:.1f} s)"]

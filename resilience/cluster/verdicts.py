@@ -24,8 +24,8 @@ from ..checkers import (
     worst,
 )
 from ..runner.evidence import evidence_from
-from ..runner.expected import NeverStopped
 from ..runner.history import read_events
+from ..runner.oracle import NeverStopped
 from ..state import Topology
 from ..status import summary_line
 from ..vocab import CheckpointType, Combination, on_every_rank, versions

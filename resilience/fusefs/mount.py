@@ -104,7 +104,7 @@ class Mount:
         child_commands, commands = ctx.Pipe(duplex=False)  # (reading end, writing end)
         events, child_events = ctx.Pipe(duplex=False)
         self._commands, self._events = commands, events
-        cfg = ServerConfig(self.backing, self.mountpoint, faults=self.faults, arm_at=self.arm_at,
+        cfg = ServerConfig(self.backing, self.mountpoint, faults=[f.to_dict() for f in self.faults], arm_at=self.arm_at,
                            paths_as=self.paths_as, ranks=self.ranks, log=self.log,
                            report=self.report, stderr=self._stderr, runner_pid=os.getpid(), runner_pgid=os.getpgid(0),
                            runner_fds=(commands.fileno(), events.fileno()), stderr_is_temporary=self._own_stderr)

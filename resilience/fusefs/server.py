@@ -1,7 +1,8 @@
 """The mount's own process: forked from the runner, it serves the file system until it is unmounted.
 
 Forked, not spawned: the fault records are classes of resilience.faults, whose import pulls in torch
-(seconds); the runner has it imported already. The child leaves the runner's session at once (a Ctrl-C
+(seconds); the runner has it imported already. The records cross as JSON all the same (`Fault.to_dict`),
+read back once by the injector, as on the ranks. The child leaves the runner's session at once (a Ctrl-C
 at the terminal or a kill of the runner's group must not take the disk away from under a teardown), and
 records the runner and its process group, which no crash may kill.
 
@@ -34,7 +35,7 @@ _ORPHANED = threading.Event()  # set once the runner died without unmounting
 class ServerConfig:
     backing: str
     mountpoint: str
-    faults: list = field(default_factory=list)     # parsed records (faults.base.Fault)
+    faults: list[dict] = field(default_factory=list)  # records as JSON (Fault.to_dict); the injector reads them
     arm_at: list | None = None                      # per record: the rank operation it counts from (injector)
     paths_as: str | None = None                     # the folder logs and fault paths name (default: the mount)
     ranks: dict = field(default_factory=dict)      # rank -> root pid

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
+from .fault_steps import FAULT_STEPS, fault_of
 from .scenario import Scenario, Step
 
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an
@@ -74,11 +75,19 @@ class Case:
     transition: str | None
 
 
-def _steps(raw: list[dict]) -> list[Step]:
+def _steps(raw: list[dict], seed: int | None = None, metadata_file: str = "") -> list[Step]:
+    """Steps as the YAML loader makes them, fault steps read into their records. A corruption takes `seed`
+    unless it names its own (--seed moves the damage too, not only the state) and damages `metadata_file`
+    when one is given."""
     out = []
     for d in raw:
         (kind, args), = d.items()
-        out.append(Step(kind, {"steps": args} if kind == "train" else dict(args or {})))  # as the YAML loader does
+        args = {"steps": args} if kind == "train" else dict(args or {})
+        if kind == "corrupt" and seed is not None:
+            args.setdefault("seed", seed)
+            if metadata_file:
+                args["name"] = metadata_file
+        out.append(Step(kind, args, fault=fault_of(kind, args) if kind in FAULT_STEPS else None))
     return out
 
 
@@ -87,12 +96,7 @@ def fault_scenario(name: str, seed: int) -> Scenario:
     if column not in FAULTS or (file_name and column != "metadata"):
         raise ConfigError("--faults", f"unknown fault column {name!r}",
                           f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)")
-    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}])
-    for step in steps:  # --seed moves the damage too, not only the state
-        if step.kind == "corrupt":
-            step.args.setdefault("seed", seed)
-            if file_name:
-                step.args["name"] = file_name
+    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}], seed, file_name)
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
 

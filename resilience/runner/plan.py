@@ -3,30 +3,67 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..faults import KINDS
+from ..faults import Fault, LostUnsyncedWrites
+from ..faults.layout import Layout
 from ..state import Topology
 from ..vocab.combos import Combination
-from .faultplan import record_of
-from .scenario import FAULT_STEPS, Scenario
+from .faultplan import OUTSIDE_SEAM, aim, path_wants_save
+from .scenario import Scenario
+
+
+@dataclass(frozen=True)
+class ArmedFault:
+    """A fault and the rank operation from which it watches (its index in the job's ops): in-process
+    faults are installed there, a nemesis fault's "@data" is the next save after it."""
+
+    fault: Fault
+    arm_at: int
+
+    def to_dict(self) -> dict:
+        """JSON-ready, as it crosses to the rank processes (RankPlan)."""
+        return {"fault": self.fault.to_dict(), "arm_at": self.arm_at}
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """A fault that cannot apply to this backend, and why (aimed through its layout)."""
+
+    fault: Fault
+    why: str
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """After the job: damage the checkpoint at rest."""
+
+    fault: Fault
+
+
+@dataclass(frozen=True)
+class PowerLoss:
+    """After the job: build every disk the power loss of this (armed) fault can leave, and load each."""
+
+    fault: LostUnsyncedWrites
+
+
+AfterJob = Corruption | PowerLoss  # what the runner does once a job ended
 
 
 @dataclass
 class JobSpec:
+    """One job of a case: its ranks' ops and the faults around them."""
+
     topo: Topology
-    kind: str                                          # "train", "resume", "probe" or "crash_state"
+    kind: str                                                      # "train", "resume", "probe" or "crash_state"
     ops: list[dict] = field(default_factory=list)
-    faults: list[dict] = field(default_factory=list)   # {"record": {...}, "arm_at": op index}
-    kills: list[dict] = field(default_factory=list)    # {"record": {...}, "arm_at": op index}: beside the whole job
-    after: list[dict] = field(default_factory=list)    # at-rest records and power losses, once the job ended
-    unreachable: list[dict] = field(default_factory=list)  # {"record", "why"}: faults that cannot apply here
+    faults: list[ArmedFault] = field(default_factory=list)         # in process, on the ranks
+    kills: list[ArmedFault] = field(default_factory=list)          # from outside, beside the whole job
+    after: list[AfterJob] = field(default_factory=list)            # once the job ended, in order
+    unreachable: list[Unreachable] = field(default_factory=list)   # faults that cannot apply here
     dtype: str | None = None  # the parameters' dtype of this job when a resume changed it (None: the model's)
 
-    @property
-    def power_loss(self) -> dict | None:
-        return next((f["record"] for f in self.faults if f["record"]["kind"] == "lost_unsynced_writes"), None)
 
-
-def plan_jobs(scenario: Scenario, combo: Combination, layout=None) -> list[JobSpec]:
+def plan_jobs(scenario: Scenario, combo: Combination, layout: Layout | None = None) -> list[JobSpec]:
     """The jobs of `scenario`; with the backend's learned `layout` every fault is aimed through it
     (faultplan.aim), and one that cannot apply is kept aside in `unreachable` with the reason."""
     jobs = _plan_jobs(scenario, combo)
@@ -50,37 +87,32 @@ def _save_iteration(job: JobSpec, arm_at: int, nth: int) -> int | None:
     return None
 
 
-def _aim_job(job: JobSpec, layout) -> None:
-    from .faultplan import OUTSIDE_SEAM, aim, path_wants_save
-    dropped = []
-    kept = []
-    aimed: dict | None
-    why: str | None
-    for f in job.faults:
-        rec = f["record"]
-        if layout is not None and not layout.logged:
-            aimed, why = None, OUTSIDE_SEAM
-        else:
-            aimed, why = aim(rec, layout, _save_iteration(job, f["arm_at"], path_wants_save(rec)))
-        if aimed is None:
-            job.unreachable.append({"record": rec, "why": why})
-            dropped.append(rec)
-        else:
-            kept.append({"record": aimed, "arm_at": f["arm_at"]})
-            for action in job.after:
-                if action.get("power_loss") is rec:
-                    action["power_loss"] = aimed
-    job.faults = kept
-    job.after = [a for a in job.after if not any(a.get("power_loss") is r for r in dropped)]
-    kills = []
-    for k in job.kills:  # a kill runs beside the whole job, but "@data" is still the next save after its step
-        rec = k["record"]
-        aimed, why = aim(rec, layout, _save_iteration(job, k["arm_at"], path_wants_save(rec)))
-        if aimed is None:
-            job.unreachable.append({"record": rec, "why": why})
-        else:
-            kills.append({"record": aimed, "arm_at": k["arm_at"]})
-    job.kills = kills
+def _aim_job(job: JobSpec, layout: Layout | None) -> None:
+    """Aim every fault of the job through the layout; those that cannot apply go to `unreachable`, and a
+    power loss is built from its fault as aimed, or not at all."""
+    if layout is not None and not layout.logged:  # nothing of its saves went through the seam
+        placed: list[ArmedFault | Unreachable] = [Unreachable(a.fault, OUTSIDE_SEAM) for a in job.faults]
+    else:
+        placed = [_aim(job, a, layout) for a in job.faults]
+    became = {id(a.fault): p for a, p in zip(job.faults, placed)}
+    after: list[AfterJob] = []
+    for action in job.after:
+        now = became.get(id(action.fault)) if isinstance(action, PowerLoss) else None
+        if now is None:
+            after.append(action)
+        elif isinstance(now, ArmedFault) and isinstance(now.fault, LostUnsyncedWrites):
+            after.append(PowerLoss(now.fault))
+    # a kill runs beside the whole job, but "@data" is still the next save after its step
+    kills = [_aim(job, a, layout) for a in job.kills]
+    job.faults = [p for p in placed if isinstance(p, ArmedFault)]
+    job.kills = [p for p in kills if isinstance(p, ArmedFault)]
+    job.unreachable += [p for p in placed + kills if isinstance(p, Unreachable)]
+    job.after = after
+
+
+def _aim(job: JobSpec, armed: ArmedFault, layout: Layout | None) -> ArmedFault | Unreachable:
+    aimed, why = aim(armed.fault, layout, _save_iteration(job, armed.arm_at, path_wants_save(armed.fault)))
+    return ArmedFault(aimed, armed.arm_at) if aimed is not None else Unreachable(armed.fault, why or "")
 
 
 def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
@@ -88,11 +120,10 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
     cur = JobSpec(scenario.topology, "train")
     topo = scenario.topology
     for step in scenario.steps:
-        k, a = step.kind, step.args
-        record = record_of(k, a) if k in FAULT_STEPS else None
-        layer = KINDS[record["kind"]].layer if record is not None else None  # each Fault class knows its layer
+        k, a, fault = step.kind, step.args, step.fault
+        layer = fault.layer if fault is not None else None
         runs_on_ranks = k in ("train", "save", "finalize") or layer in ("inject", "nemesis")
-        if runs_on_ranks and any("corrupt" in x for x in cur.after):
+        if runs_on_ranks and any(isinstance(x, Corruption) for x in cur.after):
             # training (or a fault on it) goes on after runner actions: a new job that first resumes; a
             # fault left in the ended job would be armed after its last op and never fire
             jobs.append(cur)
@@ -101,15 +132,15 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
             cur.ops.append({"op": "train", "steps": a["steps"]})
         elif k in ("save", "finalize"):
             cur.ops.append({"op": k})
-        elif record is not None:
+        elif fault is not None:
             if layer == "inject":
-                cur.faults.append({"record": record, "arm_at": len(cur.ops)})
-                if record["kind"] == "lost_unsynced_writes":
-                    cur.after.append({"power_loss": record})
+                cur.faults.append(ArmedFault(fault, len(cur.ops)))
+                if isinstance(fault, LostUnsyncedWrites):
+                    cur.after.append(PowerLoss(fault))
             elif layer == "nemesis":
-                cur.kills.append({"record": record, "arm_at": len(cur.ops)})
+                cur.kills.append(ArmedFault(fault, len(cur.ops)))
             else:
-                cur.after.append({"corrupt": record})
+                cur.after.append(Corruption(fault))
         elif k == "resume":
             jobs.append(cur)
             topo = scenario.topology if a.get("topology", "same") == "same" else Topology.parse(a["topology"])

@@ -30,7 +30,7 @@ class RankPlan:
     ops: list[dict]           # {"op": "load"|"train"|"save"|"finalize", ...}
     job: int = 0
     backend: str = "reference"
-    faults: list[dict] = field(default_factory=list)  # {"record", "arm_at"}: in-process faults
+    faults: list[dict] = field(default_factory=list)  # in-process faults as JSON (plan.ArmedFault.to_dict)
     fault_log: str = ""       # where fired faults are reported
     oplog_dir: str = ""       # where each rank logs its file operations (power-loss states)
     snapshot_dir: str = ""    # where rank 0 copies the folder as it was before those operations
@@ -242,13 +242,13 @@ def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> 
     if plan.control and index in plan.fs_arms:
         from ..fusefs import tell
         tell(plan.control, "arm", index)
-    records = [f["record"] for f in plan.faults if f["arm_at"] == index]
+    records = [f["fault"] for f in plan.faults if f["arm_at"] == index]
     if not records:
         return
-    from ..faults import inject
-    from .faultplan import needs_oplog
+    from ..faults import LostUnsyncedWrites, faults_from, inject
+    faults = faults_from(records, world=plan.topo.world, where="fault")  # read once, as they cross to the rank
     oplog = None
-    if needs_oplog(records):
+    if any(isinstance(f, LostUnsyncedWrites) for f in faults):
         import torch.distributed as dist
 
         from ..faults import Snapshot
@@ -257,4 +257,4 @@ def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> 
             Snapshot.take(plan.root, plan.snapshot_dir)
         dist.barrier()
         oplog = plan.oplog_dir
-    stack.enter_context(inject(records, rank=rank, world=plan.topo.world, report=plan.fault_log, oplog_dir=oplog))
+    stack.enter_context(inject(faults, rank=rank, world=plan.topo.world, report=plan.fault_log, oplog_dir=oplog))

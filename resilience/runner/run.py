@@ -8,19 +8,20 @@ import time
 from dataclasses import dataclass, field, replace
 
 from ..checkers import ALL, UNPROBED, Evidence, Status, Verdict, run_checker
-from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE, NOT_IN_BACKEND, case_verdict, expectations
+from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE, NOT_IN_BACKEND, case_verdict, judge_expect
 from ..errors import ResilienceError
-from ..faults import NothingToDamage, read_firings
+from ..faults import Fault, LostUnsyncedWrites, Nemesis, NothingToDamage, RankCrash, read_firings
 from ..faults.layout_damage import NotApplicable
+from ..fusefs.injector import carries_out
 from ..launch import Job
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
 from . import faultplan, ways
 from .adapters import contract_of, make_backend
 from .evidence import evidence_from
-from .expected import never_stopped, precision_change
 from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
-from .plan import JobSpec, plan_jobs
+from .oracle import never_stopped, precision_change
+from .plan import Corruption, JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
 from .scenario import Scenario
 
@@ -80,9 +81,9 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                  contract=str(contract))
     root = os.path.join(case_dir, "ckpt")
     unexpected: list[dict] = []
-    configured: list[dict] = []
+    configured: list[Fault] = []
     lost: list[dict] = []
-    outcomes: list[dict] = []  # what became of the corruptions and power losses, beside the firings
+    outcomes: list[FaultOutcome] = []  # what became of the corruptions and power losses, beside the firings
     fault_log = os.path.join(case_dir, "faults.jsonl")
     try:
         layout = faultplan.layout_for(scenario, combo, backend, case_dir, start_method, io=way)
@@ -93,39 +94,41 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
         history.info("layout", learned=True, seam=layout.seam, layout=layout.describe())
     job_no = 0
     for planned in plan_jobs(scenario, combo, layout):
-        configured += [f["record"] for f in planned.faults + planned.kills]
+        configured += [f.fault for f in planned.faults + planned.kills]
         for u in planned.unreachable:  # aimed through the layout, nothing in this backend to aim at
-            outcomes.append(_fault(u["record"], NEVER_FIRED if u["why"] == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND,
-                                   u["why"]))
+            status = NEVER_FIRED if u.why == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND
+            outcomes.append(FaultOutcome(u.fault, status, u.why))
         unexpected += _run_job(planned, job_no, combo, scenario, root, case_dir, history, backend,
                                start_method=start_method, way=way)
         this_job = job_no
         for action in planned.after:
-            if "corrupt" in action:
+            acted_on = action.fault  # (`fault` is the matrix column's name)
+            if isinstance(action, Corruption):
                 try:
-                    done = faultplan.corrupt(root, action["corrupt"], layout)
+                    done = faultplan.corrupt(root, acted_on, layout)
                     history.ok("corrupt", **done)
-                    outcomes.append(_fault(action["corrupt"], FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
+                    outcomes.append(FaultOutcome(acted_on, FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
                 except NotApplicable as e:
-                    history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
-                    outcomes.append(_fault(action["corrupt"], NOT_IN_BACKEND, str(e)))
+                    history.info("corrupt", applied=False, fault=acted_on.to_dict(), why=str(e))
+                    outcomes.append(FaultOutcome(acted_on, NOT_IN_BACKEND, str(e)))
                 except NothingToDamage as e:
-                    history.info("corrupt", applied=False, fault=action["corrupt"], why=str(e))
-                    outcomes.append(_fault(action["corrupt"], NOT_APPLICABLE, f"found nothing to damage: {e}"))
-            elif not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")) or \
-                    (way == ways.FUSE and ways.in_ranks(action["power_loss"])
-                     and not _fired(fault_log, action["power_loss"])):
-                history.info("lose_unsynced", armed=False, why="the job ended before the power-loss fault was armed")
-                outcomes.append(_fault(action["power_loss"], NEVER_FIRED,
-                                       "the job ended before the power-loss fault was armed"))
+                    history.info("corrupt", applied=False, fault=acted_on.to_dict(), why=str(e))
+                    outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE, f"found nothing to damage: {e}"))
+                continue
+            by_fs = way == ways.FUSE and carries_out(acted_on)  # the file system logged the job, not the seam
+            if not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")) or \
+                    (by_fs and not _fired(fault_log, acted_on)):
+                why = "the job ended before the power-loss fault was armed"
+                history.info("lose_unsynced", armed=False, why=why)
+                outcomes.append(FaultOutcome(acted_on, NEVER_FIRED, why))
             else:
-                logged = ways.FUSE_LOGS if way == ways.FUSE and ways.in_ranks(action["power_loss"]) else "oplog"
-                states = faultplan.power_loss(action["power_loss"], _snapshot(root, case_dir, this_job),
-                                              os.path.join(case_dir, logged, f"job{this_job}"),
+                states = faultplan.power_loss(action.fault, _snapshot(root, case_dir, this_job),
+                                              os.path.join(case_dir, ways.FUSE_LOGS if by_fs else "oplog",
+                                                           f"job{this_job}"),
                                               os.path.join(case_dir, "states", f"job{this_job}"))
                 history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
                            summary=states["summary"])
-                outcomes.append(_fault(action["power_loss"], NOT_APPLICABLE if states.get("unobserved") else FIRED,
+                outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE if states.get("unobserved") else FIRED,
                                        states["summary"]))
                 lost.append(states)
                 for state_root in states["states"]:
@@ -140,7 +143,7 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     ev.lost_unsynced = lost
     faults = fault_statuses(configured, fault_log, outcomes)
     verdicts = [run_checker(c, ev) for c in ALL]
-    verdicts += expectations(scenario.expect, ev)
+    verdicts += judge_expect(scenario.expect, ev)
     overall, detail, extra = case_verdict(verdicts, unexpected, faults)
     return CaseResult(scenario.name, str(combo), overall, verdicts + extra, time.monotonic() - start, case_dir,
                       replay, detail, fault, transition, scenario.tags, faults)
@@ -150,11 +153,8 @@ def case_way(scenario: Scenario, backend: str, io: str | None) -> str:
     """seam or fuse for this case: fuse only when asked (or auto for a backend outside the seam) and some
     fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount."""
     way = ways.resolve(io, backend)
-    if way == ways.FUSE:
-        from .scenario import FAULT_STEPS
-        records = [faultplan.record_of(s.kind, s.args) for s in scenario.steps if s.kind in FAULT_STEPS]
-        if not any(ways.in_ranks(r) for r in records):
-            return ways.SEAM
+    if way == ways.FUSE and not any(s.fault is not None and carries_out(s.fault) for s in scenario.steps):
+        return ways.SEAM
     return way
 
 
@@ -168,37 +168,38 @@ def _cannot_mount(scenario: Scenario, combo: Combination, case_dir: str, replay:
                       [{"fault": "every fault of the case", "status": NEVER_FIRED, "detail": detail}])
 
 
-def _fired(fault_log: str, record: dict) -> bool:
-    """Whether a power-loss record fired (the file system fires one only once a rank armed it)."""
-    text = faultplan.describe(record)
+def _fired(fault_log: str, fault: Fault) -> bool:
+    """Whether a power-loss fault fired (the file system fires one only once a rank armed it)."""
+    text = str(fault)
     return any(f.get("action") == "power_loss" and f.get("text") == text for f in read_firings(fault_log))
 
 
-def _fault(record: dict, status: str, detail: str) -> dict:
-    return {"fault": _fault_text(record), "status": status, "detail": detail, "record": record}
+@dataclass(frozen=True)
+class FaultOutcome:
+    """What became of one fault: fired, never fired, not applicable or not in this backend (why)."""
+
+    fault: Fault
+    status: str
+    detail: str
+
+    def to_row(self) -> dict:
+        return {"fault": str(self.fault), "status": self.status, "detail": self.detail}
 
 
-def _fault_text(record: dict) -> str:
-    try:
-        return str(faultplan.validate(record, 1 << 16))
-    except Exception:  # a record the fault layer cannot read still gets a row
-        return ", ".join(f"{k}={v}" for k, v in record.items())
-
-
-def fault_statuses(configured: list[dict], fault_log: str, outcomes: list[dict]) -> list[dict]:
+def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[FaultOutcome]) -> list[dict]:
     """Each configured fault once, with what became of it: fired, never fired, or not applicable (why)."""
     out = []
-    for record in configured:
-        done = next((o for o in outcomes if o["record"] is record), None)
-        never = faultplan.unfired([record], fault_log)
-        if never:
-            out.append(_fault(record, NEVER_FIRED, f"its trigger never came: {never[0]}"))
+    never = faultplan.unfired(configured, fault_log)
+    for fault in configured:
+        done = next((o for o in outcomes if o.fault is fault), None)
+        if any(f is fault for f in never):
+            out.append(FaultOutcome(fault, NEVER_FIRED, f"its trigger never came: {fault}"))
         elif done is not None:
             out.append(done)
         else:
-            out.append(_fault(record, FIRED, "fired"))
-    out += [o for o in outcomes if not any(o["record"] is r for r in configured)]
-    return [{k: v for k, v in f.items() if k != "record"} for f in out]
+            out.append(FaultOutcome(fault, FIRED, "fired"))
+    out += [o for o in outcomes if not any(o.fault is f for f in configured)]
+    return [o.to_row() for o in out]
 
 
 def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
@@ -213,21 +214,23 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
                    crash_state=crash_state, dtype=planned.dtype or scenario.model.dtype)
     if crash_state:
         way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
-    if way == ways.FUSE and any(ways.in_ranks(f["record"]) and f["record"]["kind"] == "lost_unsynced_writes"
+    if way == ways.FUSE and any(carries_out(f.fault) and isinstance(f.fault, LostUnsyncedWrites)
                                 for f in planned.faults):
         from ..faults import Snapshot
         Snapshot.take(root, snapshot_dir)  # the file system logs every operation of the job from here
     with ways.job_way(way, root, case_dir, job_no, planned.faults, fault_log) as w:
         spec = replace(scenario.model, dtype=planned.dtype) if planned.dtype else scenario.model
         plan = RankPlan(spec, planned.topo, combo, w.root, rank_dir, planned.ops, job_no, backend,
-                        w.in_process, fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"), snapshot_dir,
-                        control=w.control, fs_arms=w.arms)
+                        [f.to_dict() for f in w.in_process], fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"),
+                        snapshot_dir, control=w.control, fs_arms=w.arms)
         job = Job(run_plan, planned.topo.world, args=(plan,), timeout=scenario.timeout,
                   log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
                   pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
         with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
-            kills = [k["record"] for k in planned.kills]
-            nemesis = faultplan.start_nemesis(job, kills, root, fault_log) if kills else None
+            nemesis = None
+            if planned.kills:
+                os.makedirs(root, exist_ok=True)
+                nemesis = Nemesis(job, [k.fault for k in planned.kills], folder=root, report=fault_log).start()
             try:
                 outcome = job.wait()
             finally:
@@ -253,8 +256,8 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
     history.append(OK if outcome.ok else INFO, "job", job=job_no, statuses=statuses, signals=signals,
                    timed_out=outcome.timed_out, seconds=round(outcome.seconds, 3),
                    **({"blocked": blocked} if blocked else {}))
-    planned_kill = bool(planned.kills) or any(f["record"]["kind"] in ("rank_crash", "lost_unsynced_writes")
-                                           for f in planned.faults)
+    planned_kill = bool(planned.kills) or any(isinstance(f.fault, (RankCrash, LostUnsyncedWrites))
+                                              for f in planned.faults)
     unexpected = []
     for o in sorted(outcome.outcomes, key=lambda o: o.status != "stopped"):  # a stopped rank explains the rest
         if o.status == "error" and not _is_logged_failure(events, o.rank):
@@ -268,11 +271,12 @@ def _is_logged_failure(events, rank: int) -> bool:
     return any(e.type == FAILED and e.process == rank for e in events)
 
 
-def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[dict],
+def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[Fault],
              contract: TopologyContract | None = None) -> Evidence:
     """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster verdicts use)."""
     return evidence_from(events, combo=combo, save_topology=scenario.topology,
-                         never_stopped=never_stopped(scenario.model), faults_configured=faults_configured,
+                         never_stopped=never_stopped(scenario.model),
+                         faults_configured=[f.to_dict() for f in faults_configured],
                          expect=scenario.expect, contract=contract, converted=precision_change(scenario.model))
 
 

@@ -16,11 +16,13 @@ import yaml
 
 from .. import safe_yaml
 from ..errors import ConfigError
+from ..faults import KINDS, Fault
 from ..launch.base import MAX_JOB_TIMEOUT
 from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
 from ..state.model import DTYPES
 from ..vocab.combos import Combination, valid_combinations
+from .fault_steps import CORRUPT_KINDS, KILL_KINDS, fault_keys, fault_of
 
 STEP_KINDS = {
     "train": "train N steps (1 <= N <= 10000)",
@@ -36,7 +38,6 @@ STEP_KINDS = {
     "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue, precision}",
     "verify": "a marker: checkers always run at the end",
 }
-FAULT_STEPS = ("crash", "fault", "kill", "corrupt", "lose_unsynced")
 TOP_FIELDS = {"name", "description", "seed", "model", "topology", "combinations", "steps", "expect", "timeout",
               "backend", "tags", "io"}
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
@@ -96,9 +97,13 @@ class ScenarioError(ConfigError):
 
 @dataclass
 class Step:
+    """One step as the file wrote it (`args`, written back by to_dict) and, for a fault step, the fault
+    record it stands for, read and checked once as the file was loaded."""
+
     kind: str
     args: dict
     line: int | None = None
+    fault: Fault | None = None
 
     def to_dict(self) -> dict:
         if self.kind == "train":
@@ -405,9 +410,8 @@ def _step(raw, path: tuple, model: ModelSpec | None, topology: Topology | None, 
         return Step(kind, {}, line)
     if kind == "resume":
         return _resume(args, here, line, model, topology, bad)
-    if _fault_step(kind, args, here, world, bad):
-        return Step(kind, dict(args), line)
-    return None
+    fault = _fault_step(kind, args, here, world, bad)
+    return Step(kind, dict(args), line, fault) if fault is not None else None
 
 
 def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> Step | None:
@@ -445,41 +449,16 @@ def _after_precision_change(steps: list[Step], model: ModelSpec | None, here: tu
                 "put resumes that change precision after the last save")
 
 
-def _fault_keys(kind: str, args: dict) -> tuple[str, set[str]] | None:
-    """The fault kind a step stands for and the option names it takes (None: the kind is unknown)."""
-    from ..faults import KINDS
-    from .faultplan import CORRUPT_KINDS
-    extra: set[str] = set()
-    if kind == "fault":
-        record_kind, extra = args.get("kind"), {"kind"}
-    elif kind == "corrupt":
-        record_kind, extra = CORRUPT_KINDS.get(args.get("kind", "truncate")), {"kind"}
-    elif kind == "kill":
-        record_kind, extra = args.get("kind", "rank_kill"), {"kind", "when"}
-        if record_kind not in ("rank_kill", "rank_hang"):
-            return None
-    else:
-        record_kind = {"crash": "rank_crash", "lose_unsynced": "lost_unsynced_writes"}[kind]
-    if not isinstance(record_kind, str) or record_kind not in KINDS:
-        return None
-    cls = KINDS[record_kind]
-    keys = {"seed", "target", "trigger"} | set(cls.params()) | set(cls.uses) | extra
-    keys |= {"file"} if "path" in cls.uses else set()
-    keys |= {"after_bytes"} if "at_byte" in cls.uses else set()
-    return record_kind, keys
-
-
-def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Problems) -> bool:
-    from ..faults import KINDS  # noqa: F401  (registers every kind)
-    from .faultplan import CORRUPT_KINDS, record_of, validate
-    known = _fault_keys(kind, args)
+def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Problems) -> Fault | None:
+    """The fault a step stands for, or None when it has problems (they are added)."""
+    known = fault_keys(kind, args)
     if known is None:
         what = args.get("kind")
         allowed = {"fault": ", ".join(KINDS), "corrupt": ", ".join(sorted(CORRUPT_KINDS)),
-                   "kill": "rank_kill, rank_hang"}[kind]
+                   "kill": ", ".join(KILL_KINDS)}[kind]
         bad.add(here + ("kind",), f"unknown {'corruption' if kind == 'corrupt' else 'fault kind'} {_show(what)}",
                 f"use one of {allowed}")
-        return False
+        return None
     record_kind, keys = known
     ok = True
     for key in args:
@@ -490,7 +469,7 @@ def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Pro
     if kind == "kill" and "when" in args:
         if not isinstance(when, dict):
             bad.add(here + ("when",), f"must be a mapping, got {_show(when)}", "{file, size} or {after: seconds}")
-            return False
+            return None
         for key in when:
             if key not in ("file", "path", "size", "after") or key in args:
                 bad.add(here + ("when", key), "unknown or repeated option", "when: {file, size} or {after: seconds}")
@@ -502,13 +481,13 @@ def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Pro
                     "give a glob of files inside it, such as '*.pt' or '*iter_0000002*'")
             ok = False
     if not ok:
-        return False
+        return None
     try:
-        fault = validate(record_of(kind, args), world=world if world is not None else 1 << 16)
+        fault = fault_of(kind, args, world=world if world is not None else 1 << 16)
     except ConfigError as e:
         bad.add(here + _user_field(e.field, args), e.problem, e.fix)
-        return False
-    return _fault_bounds(fault, here, bad)
+        return None
+    return fault if _fault_bounds(fault, here, bad) else None
 
 
 _SHORTHANDS = {"at_byte": "after_bytes", "path": "file"}

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..fusefs.injector import carries_out
+from .plan import ArmedFault
 
 SEAM, FUSE, AUTO = "seam", "fuse", "auto"
 CHOICES = (SEAM, FUSE, AUTO)
@@ -51,25 +53,13 @@ def resolve(io: str | None, backend: str) -> str:
     return SEAM if through_seam(backend) else FUSE
 
 
-def in_ranks(record: dict) -> bool:
-    """A fault record the file system carries out (fusefs.injector.carries_out: the same rule it applies);
-    a record that does not parse is left to the layer that reports why."""
-    from ..faults import faults_from
-    from ..fusefs.injector import carries_out
-    try:
-        (fault,) = faults_from([record])
-    except ConfigError:
-        return False
-    return carries_out(fault)
-
-
 @dataclass
 class JobWay:
     """How one job's ranks see the checkpoint: `root` (the mount point, or the folder itself), the
-    records left in process, and what the file system carries out (records and where each is armed)."""
+    faults left in process, and the rank operations at which the file system's faults arm."""
 
     root: str
-    in_process: list[dict]
+    in_process: list[ArmedFault]
     control: str = ""                               # the mount point ranks tell who they are and arm at
     arms: list[int] = field(default_factory=list)   # the rank operations at which file-system records arm
     log: str = ""                                   # the file system's log folder (its seam-format oplog)
@@ -77,22 +67,23 @@ class JobWay:
 
 
 @contextlib.contextmanager
-def job_way(way: str, root: str, case_dir: str, job_no: int, faults: list[dict], fault_log: str) -> Iterator[JobWay]:
+def job_way(way: str, root: str, case_dir: str, job_no: int, faults: list[ArmedFault],
+            fault_log: str) -> Iterator[JobWay]:
     """For the length of a job: nothing for the seam; for fuse, the file system mounted over `root` at
-    the case's mount point, carrying out `faults` ({"record", "arm_at"}) that it can."""
+    the case's mount point, carrying out the `faults` it can (fusefs.injector.carries_out)."""
     if way == SEAM:
         yield JobWay(root, list(faults))
         return
     from ..fusefs import mounted
-    to_fs = [f for f in faults if in_ranks(f["record"])]
+    to_fs = [f for f in faults if carries_out(f.fault)]
     mountpoint = os.path.join(case_dir, MOUNT)
     log = os.path.join(case_dir, FUSE_LOGS, f"job{job_no}")
     os.makedirs(root, exist_ok=True)
     os.makedirs(mountpoint, exist_ok=True)
-    with mounted(root, mountpoint, faults=[f["record"] for f in to_fs], arm_at=[f["arm_at"] for f in to_fs],
+    with mounted(root, mountpoint, faults=[f.fault for f in to_fs], arm_at=[f.arm_at for f in to_fs],
                  log=log, report=fault_log, paths_as=root) as m:
-        yield JobWay(mountpoint, [f for f in faults if not in_ranks(f["record"])], control=mountpoint,
-                     arms=sorted({f["arm_at"] for f in to_fs}), log=log, mount=m)
+        yield JobWay(mountpoint, [f for f in faults if not carries_out(f.fault)], control=mountpoint,
+                     arms=sorted({f.arm_at for f in to_fs}), log=log, mount=m)
 
 
 def unavailable() -> str | None:
@@ -102,5 +93,5 @@ def unavailable() -> str | None:
     return None if ok else why
 
 
-__all__ = ["AUTO", "CHOICES", "FUSE", "FUSE_LOGS", "JobWay", "MOUNT", "SEAM", "check", "in_ranks", "job_way",
+__all__ = ["AUTO", "CHOICES", "FUSE", "FUSE_LOGS", "JobWay", "MOUNT", "SEAM", "check", "job_way",
            "resolve", "through_seam", "unavailable"]

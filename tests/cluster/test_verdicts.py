@@ -7,8 +7,8 @@ from resilience.cluster import ClusterPlan, Layout
 from resilience.cluster.base import write_json
 from resilience.cluster.verdicts import finish, judge
 from resilience.faults import FaultReport
-from resilience.runner.expected import NeverStopped
 from resilience.runner.history import EventLog
+from resilience.runner.oracle import NeverStopped
 from resilience.state import ModelSpec, Topology
 
 SPEC = ModelSpec(num_layers=2, hidden=8, heads=2, ffn_hidden=16, vocab=20, optimizer="distributed")

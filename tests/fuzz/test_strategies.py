@@ -7,8 +7,9 @@ from hypothesis.errors import InvalidArgument
 import resilience.strategies as rst
 from resilience.errors import ConfigError
 from resilience.faults import KINDS, Fault, fault_from_dict
+from resilience.runner.fault_steps import FAULT_STEPS
 from resilience.runner.plan import plan_jobs
-from resilience.runner.scenario import FAULT_STEPS, Scenario, load_text
+from resilience.runner.scenario import Scenario, load_text
 from resilience.state import Topology, Transition
 from resilience.vocab.combos import Combination, valid_combinations
 

@@ -1,8 +1,9 @@
 """Faults aimed through a learned layout: pure planning, no processes."""
+from resilience.faults import Fault
 from resilience.faults.layout import Layout, LayoutFile
 from resilience.runner.faultplan import OUTSIDE_SEAM, aim
 from resilience.runner.matrix import fault_scenario
-from resilience.runner.plan import plan_jobs
+from resilience.runner.plan import PowerLoss, plan_jobs
 from resilience.vocab.combos import Combination
 
 DCP = Layout(13, (LayoutFile("step-{iteration}/__0_0.distcp", "data", 0, "step-{iteration}/__0_0.distcp"),
@@ -16,41 +17,50 @@ COMBO = Combination.parse("TORCH_DCP/torch_dcp/sync")
 
 def _faults(scenario, layout):
     jobs = plan_jobs(scenario, COMBO, layout)
-    return [f["record"] for j in jobs for f in j.faults], [u for j in jobs for u in j.unreachable], jobs
+    return [f.fault for j in jobs for f in j.faults], [u for j in jobs for u in j.unreachable], jobs
+
+
+def _aim(record: dict, layout, iteration):
+    return aim(Fault.from_dict(record), layout, iteration)
 
 
 def test_matrix_crashes_land_in_a_data_file_of_the_second_save():
     faults, unreachable, _ = _faults(fault_scenario("kill", 0), DCP)
     assert not unreachable
-    assert [(f["kind"], f["path"]) for f in faults] == [("slow_write", "*/step-3/__1_0.distcp"),
+    assert [(f.kind, f.target.path) for f in faults] == [("slow_write", "*/step-3/__1_0.distcp"),
                                                         ("rank_crash", "*/step-3/__1_0.distcp")]
 
 
 def test_power_loss_is_armed_before_both_saves_and_cuts_inside_the_second():
     faults, _, jobs = _faults(fault_scenario("lost_unsynced", 0), DCP)
     [loss] = faults
-    assert loss["path"] == "*/step-3/__1_0.distcp" and loss["at_byte"] == 200
-    assert jobs[0].power_loss is loss and jobs[0].after == [{"power_loss": loss}]
+    assert loss.target.path == "*/step-3/__1_0.distcp" and loss.trigger.at_byte == 200
+    assert jobs[0].after == [PowerLoss(loss)] and jobs[0].after[0].fault is loss
 
 
 def test_in_process_faults_on_a_backend_outside_the_seam_are_set_aside_with_one_reason():
     faults, unreachable, jobs = _faults(fault_scenario("lost_unsynced", 0), SCAN)
-    assert faults == [] and [u["why"] for u in unreachable] == [OUTSIDE_SEAM]
+    assert faults == [] and [u.why for u in unreachable] == [OUTSIDE_SEAM]
     assert jobs[0].after == []  # no power loss is modelled from a log that saw nothing
 
 
 def test_a_phase_the_backend_does_not_announce_becomes_the_operation_that_starts_it():
-    rec, why = aim({"kind": "rank_crash", "phase": "write"}, DCP, 3)
-    assert why is None and rec == {"kind": "rank_crash", "op": "write", "path": "*/step-3/__*_0.distcp",
-                                   "when": "before"}
-    rec, _ = aim({"kind": "rank_crash", "phase": "commit_rename"}, DCP, 3)
-    assert (rec["op"], rec["path"]) == ("rename", "*/step-3/.metadata.tmp")
-    rec, why = aim({"kind": "rank_crash", "phase": "tracker_update"}, DCP, 3)
+    rec, why = _aim({"kind": "rank_crash", "phase": "write"}, DCP, 3)
+    assert why is None and rec == Fault.from_dict({"kind": "rank_crash", "op": "write", "path": "*/step-3/__*_0.distcp",
+                                                   "when": "before"})
+    rec, _ = _aim({"kind": "rank_crash", "trigger": {"phase": "commit_rename"}}, DCP, 3)  # nested alike
+    assert (rec.target.op, rec.target.path, rec.trigger.phase) == ("rename", "*/step-3/.metadata.tmp", None)
+    rec, why = _aim({"kind": "rank_crash", "phase": "tracker_update"}, DCP, 3)
     assert rec is None and "never reaches a 'tracker_update' phase" in why
 
 
+def test_a_fault_with_nothing_to_aim_is_itself():
+    fault = Fault.from_dict({"kind": "io_error", "rank": 1, "path": "*.pt", "errno": "EIO"})
+    assert aim(fault, DCP, 3) == (fault, None) and aim(fault, DCP, 3)[0] is fault
+
+
 def test_a_rank_that_writes_no_such_file_cannot_be_aimed_at():
-    rec, why = aim({"kind": "io_error", "rank": 2, "path": "@data"}, DCP, 3)
+    rec, why = _aim({"kind": "io_error", "rank": 2, "path": "@data"}, DCP, 3)
     assert rec is None and why.startswith("rank 2 writes no data file")
 
 
@@ -61,7 +71,7 @@ def test_a_backend_that_writes_some_files_through_the_seam_is_aimed_at_those_onl
                                      "latest_checkpointed_iteration.txt")),
                      False, "oplog and scan",
                      {"tracker_update": {"op": "create", "path": "latest_checkpointed_iteration.txt", "rank": 0}})
-    assert aim({"kind": "io_error", "rank": 1, "path": "@data"}, partial, 3) == (None, OUTSIDE_SEAM)
-    assert aim({"kind": "rank_crash", "phase": "write"}, partial, 3) == (None, OUTSIDE_SEAM)
-    rec, why = aim({"kind": "rank_crash", "phase": "tracker_update"}, partial, 3)
-    assert why is None and (rec["op"], rec["path"]) == ("create", "*/latest_checkpointed_iteration.txt")
+    assert _aim({"kind": "io_error", "rank": 1, "path": "@data"}, partial, 3) == (None, OUTSIDE_SEAM)
+    assert _aim({"kind": "rank_crash", "phase": "write"}, partial, 3) == (None, OUTSIDE_SEAM)
+    rec, why = _aim({"kind": "rank_crash", "phase": "tracker_update"}, partial, 3)
+    assert why is None and (rec.target.op, rec.target.path) == ("create", "*/latest_checkpointed_iteration.txt")

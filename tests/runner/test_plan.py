@@ -2,8 +2,9 @@
 actions once it ended, faults set aside with why). Pure logic: scenarios from text, no ranks."""
 import pytest
 
+from resilience.faults import LostUnsyncedWrites, RankKill, Target, Trigger
 from resilience.runner.faultplan import OUTSIDE_SEAM
-from resilience.runner.plan import plan_jobs
+from resilience.runner.plan import ArmedFault, Corruption, PowerLoss, plan_jobs
 from resilience.runner.scenario import load_text
 from resilience.vocab.combos import Combination
 
@@ -26,13 +27,13 @@ def summary(jobs) -> list[dict]:
         d = {"job": f"{j.kind} {j.topo}",
              "ops": [" ".join([op["op"]] + ([str(op["steps"])] if "steps" in op else [])) for op in j.ops]}
         if j.faults:
-            d["faults"] = [(f["record"]["kind"], f["arm_at"]) for f in j.faults]
+            d["faults"] = [(f.fault.kind, f.arm_at) for f in j.faults]
         if j.kills:
-            d["kills"] = [k["record"]["kind"] for k in j.kills]
+            d["kills"] = [k.fault.kind for k in j.kills]
         if j.after:
-            d["after"] = [(what, rec["kind"]) for a in j.after for what, rec in a.items()]
+            d["after"] = [("corrupt" if isinstance(a, Corruption) else "power_loss", a.fault.kind) for a in j.after]
         if j.unreachable:
-            d["unreachable"] = [u["record"]["kind"] for u in j.unreachable]
+            d["unreachable"] = [u.fault.kind for u in j.unreachable]
         out.append(d)
     return out
 
@@ -130,21 +131,35 @@ def test_the_jobs_of_a_scenario(name):
 
 def test_a_power_loss_action_is_the_armed_record_itself():
     [job, _] = jobs_of("  - train: 1\n  - lose_unsynced: {max_states: 4}\n  - save\n")
-    assert job.power_loss is job.faults[0]["record"] and job.after == [{"power_loss": job.power_loss}]
-    assert job.power_loss == {"kind": "lost_unsynced_writes", "max_states": 4}
+    [armed] = job.faults
+    assert job.after == [PowerLoss(armed.fault)] and job.after[0].fault is armed.fault
+    assert armed == ArmedFault(LostUnsyncedWrites(max_states=4), 1)
+
+
+def test_each_fault_is_the_record_its_step_was_read_into_once():
+    """The planner takes the scenario's records as they are: no second reading of the step's options."""
+    scenario = load_text("topology: tp2pp1dp1\nsteps:\n  - train: 1\n  - crash: {rank: 1, phase: write}\n"
+                         "  - save\n  - kill: {rank: 0, when: {after: 0.5}}\n  - corrupt: {kind: bitflip, seed: 3}\n",
+                         "plan.yaml")
+    crash, kill, flip = (s.fault for s in scenario.steps if s.fault is not None)
+    [job, _] = plan_jobs(scenario, SYNC)
+    assert job.faults[0].fault is crash and job.kills[0].fault is kill and job.after == [Corruption(flip)]
+    assert job.kills == [ArmedFault(RankKill(target=kill.target, trigger=kill.trigger), 2)]
+    assert (kill.target.rank, kill.trigger.after, flip.seed) == (0, 0.5, 3)
 
 
 # ---- aimed through a learned layout (DCP: step-{iteration}/__{rank}_0.distcp, written through the seam) --
 def test_a_layout_target_is_a_data_file_of_the_next_save_after_the_step():
     [job, _] = jobs_of("  - train: 1\n  - save\n  - fault: {kind: io_error, rank: 1, path: '@data', errno: EIO}\n"
                        "  - train: 2\n  - save\n", DCP_SYNC, DCP)
-    assert [f["record"]["path"] for f in job.faults] == ["*/step-3/__1_0.distcp"] and not job.unreachable
+    assert [f.fault.target.path for f in job.faults] == ["*/step-3/__1_0.distcp"] and not job.unreachable
+    assert [f.arm_at for f in job.faults] == [2]  # armed at the op after the first save
 
 
 def test_a_layout_target_in_a_resumed_job_matches_any_iteration():
     [_, job, _] = jobs_of("  - train: 1\n  - save\n  - resume: {continue: 0}\n"
                           "  - fault: {kind: io_error, rank: 1, path: '@data', errno: EIO}\n  - save\n", DCP_SYNC, DCP)
-    assert [f["record"]["path"] for f in job.faults] == ["*/step-*/__1_0.distcp"]
+    assert [f.fault.target.path for f in job.faults] == ["*/step-*/__1_0.distcp"]
 
 
 @pytest.mark.parametrize("steps", [
@@ -155,25 +170,26 @@ def test_a_layout_target_in_a_resumed_job_matches_any_iteration():
 ])
 def test_a_kill_aimed_at_a_data_file_strikes_the_save_its_step_names(steps):
     [job, _] = jobs_of(steps, DCP_SYNC, DCP)
-    assert [(k["record"]["path"], k["record"]["size"]) for k in job.kills] == [("*/step-3/__1_0.distcp", 100)]
+    assert [(k.fault.target.path, k.fault.trigger.size) for k in job.kills] == [("*/step-3/__1_0.distcp", 100)]
 
 
 def test_a_phase_the_backend_never_reaches_is_unreachable_with_why():
     [job, _] = jobs_of("  - train: 1\n  - crash: {rank: 1, phase: tracker_update}\n  - save\n", DCP_SYNC, DCP)
-    assert job.faults == [] and [u["record"]["kind"] for u in job.unreachable] == ["rank_crash"]
-    assert "never reaches a 'tracker_update' phase" in job.unreachable[0]["why"]
+    assert job.faults == [] and [u.fault.kind for u in job.unreachable] == ["rank_crash"]
+    assert "never reaches a 'tracker_update' phase" in job.unreachable[0].why
+    assert job.unreachable[0].fault.trigger.phase == "tracker_update"  # kept as the scenario wrote it
 
 
 def test_outside_the_seam_in_process_faults_and_their_power_loss_are_set_aside():
     [job, _] = jobs_of("  - train: 1\n  - lose_unsynced: {}\n  - crash: {rank: 0, phase: write}\n  - save\n"
                        "  - kill: {rank: 0, after: 0.2}\n", DCP_SYNC, SCAN)
-    assert job.faults == [] and job.after == [] and job.power_loss is None
-    assert [(u["record"]["kind"], u["why"]) for u in job.unreachable] == [("lost_unsynced_writes", OUTSIDE_SEAM),
-                                                                         ("rank_crash", OUTSIDE_SEAM)]
-    assert [k["record"] for k in job.kills] == [{"kind": "rank_kill", "rank": 0, "after": 0.2}]  # from outside
+    assert job.faults == [] and job.after == []
+    assert [(u.fault.kind, u.why) for u in job.unreachable] == [("lost_unsynced_writes", OUTSIDE_SEAM),
+                                                                 ("rank_crash", OUTSIDE_SEAM)]
+    assert [k.fault for k in job.kills] == [RankKill(Target(rank=0), Trigger(after=0.2))]  # from outside
 
 
 def test_a_role_the_backend_has_no_file_of_is_unreachable():
     [job, _] = jobs_of("  - train: 1\n  - kill: {rank: 0, file: '@pointer', size: 1}\n  - save\n", DCP_SYNC, DCP)
-    assert job.kills == [] and [u["record"]["kind"] for u in job.unreachable] == ["rank_kill"]
-    assert job.unreachable[0]["why"].startswith("rank 0 writes no pointer file")
+    assert job.kills == [] and [u.fault.kind for u in job.unreachable] == ["rank_kill"]
+    assert job.unreachable[0].why.startswith("rank 0 writes no pointer file")

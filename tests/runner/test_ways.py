@@ -6,8 +6,10 @@ import os
 import pytest
 
 from resilience.errors import ConfigError
+from resilience.faults import Fault
+from resilience.fusefs.injector import carries_out
 from resilience.runner import ways
-from resilience.runner.run import run_case
+from resilience.runner.run import case_way, run_case
 from resilience.runner.scenario import load_text
 from resilience.vocab.combos import Combination
 
@@ -32,11 +34,21 @@ def test_auto_is_the_seam_for_the_reference_and_the_file_system_for_others():
 
 def test_the_file_system_takes_the_records_its_injector_carries_out():
     """One rule with fusefs.injector: in-rank kinds not at a phase, in flat or nested form alike."""
-    assert ways.in_ranks({"kind": "rank_crash", "rank": 1, "at_byte": 256, "path": "@data"})
-    assert ways.in_ranks({"kind": "lost_unsynced_writes", "target": {"rank": 1}, "trigger": {"at_byte": 9}})
-    assert not ways.in_ranks({"kind": "rank_crash", "trigger": {"phase": "write"}})  # heard only in process
-    assert not ways.in_ranks({"kind": "rank_crash", "phase": "commit_rename"})
-    assert not ways.in_ranks({"kind": "rank_kill", "rank": 1}) and not ways.in_ranks({"kind": "truncate"})
+    def fs_takes(record: dict) -> bool:
+        return carries_out(Fault.from_dict(record))
+    assert fs_takes({"kind": "rank_crash", "rank": 1, "at_byte": 256, "path": "@data"})
+    assert fs_takes({"kind": "lost_unsynced_writes", "target": {"rank": 1}, "trigger": {"at_byte": 9}})
+    assert not fs_takes({"kind": "rank_crash", "trigger": {"phase": "write"}})  # heard only in process
+    assert not fs_takes({"kind": "rank_crash", "phase": "commit_rename"})
+    assert not fs_takes({"kind": "rank_kill", "rank": 1, "after": 1}) and not fs_takes({"kind": "truncate"})
+
+
+def test_a_case_mounts_only_for_faults_the_file_system_carries_out():
+    crash = load_text(CRASH_IN_COPY)
+    kill = load_text(CRASH_IN_COPY.replace("crash: {rank: 1, after_bytes: 1000", "kill: {rank: 1, size: 1000"))
+    assert case_way(crash, "reference", "fuse") == "fuse"
+    assert case_way(kill, "reference", "fuse") == "seam"  # the nemesis needs no mount
+    assert case_way(crash, "reference", "auto") == "seam"
 
 
 def test_a_scenario_says_its_way_and_a_bad_one_is_named():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from resilience.errors import ConfigError
-from resilience.runner.expected import _NO_GROUPS, convert, local_fingerprint, precision_change
+from resilience.runner.oracle import _NO_GROUPS, convert, local_fingerprint, precision_change
 from resilience.state import ModelSpec, Topology, TrainingState, Transition
 from resilience.state.sharding import ShardedTensor
 

@@ -1,8 +1,8 @@
-"""Fingerprints of training that never stopped, computed in this process on one rank, with no process
-group: the same answer inside a live group of ranks (the cluster verdicts), where one rank alone must not
-create a group (a new_group on one rank hangs every other). The training step is topology-invariant,
-so these hold for every topology. A resume may also change the parameters' dtype: PrecisionChange says
-what such a load must give."""
+"""The oracle: what a correct load must give, found without any checkpoint. Fingerprints of training that
+never stopped, computed in this process on one rank, with no process group: the same answer inside a live
+group of ranks (the cluster verdicts), where one rank alone must not create a group (a new_group on one
+rank hangs every other). The training step is topology-invariant, so these hold for every topology. A
+resume may also change the parameters' dtype: PrecisionChange says what such a load must give."""
 from __future__ import annotations
 
 from dataclasses import replace
