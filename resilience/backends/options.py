@@ -52,8 +52,9 @@ class Option:
             raise ConfigError(where, f"option {self.name}={text!r} is not allowed ({self.meaning})",
                               f"give {self.name}= one of: {self.allowed()}; default {show(self.default)}")
         if value in self.refused:
+            runnable = ", ".join(show(c) for c in self.choices if c not in self.refused)
             raise ConfigError(where, f"option {self.name}={show(value)} cannot run here: {self.refused[value]}",
-                              f"leave it out, or pick another of: {self.allowed()}")
+                              f"leave it out, or pick one of: {runnable}")
         return value
 
     def _read(self, text: str) -> Any:

@@ -67,10 +67,11 @@ def run(args) -> int:
             if "metadata" in faults:
                 print(f"matrix: learning which metadata files a load of {column.spec} reads ...", flush=True)
             mine = [c for c in combos if column.applies_to(c)]
-            work += [(column.spec, column.label if args.backend_options else None, case) for case in cases(
-                mine, faults, transitions, args.seed,
-                lambda combo, spec=column.spec, n=n: metadata_files_read(
-                    combo, spec, os.path.join(learned, f"{n}-{_label(combo)}")))]
+
+            def read(combo, spec: str = column.spec, n: int = n):
+                return metadata_files_read(combo, spec, os.path.join(learned, f"{n}-{_label(combo)}"))
+            work += [(column.spec, column.label if args.backend_options else None, case)
+                     for case in cases(mine, faults, transitions, args.seed, read)]
     finally:
         shutil.rmtree(learned, ignore_errors=True)
     seen = list(dict.fromkeys(c.column for _, _, c in work))
