@@ -16,6 +16,7 @@ from .fuzz.strategies import (
     SCENARIO_FAULTS,
     TIMED_FAULTS,
     InvalidStrategyArgument,
+    backend_specs,
     combinations,
     dtypes,
     fault_schedules,
@@ -27,6 +28,6 @@ from .fuzz.strategies import (
     transitions,
 )
 
-__all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "ScenarioFailed", "TIMED_FAULTS",
+__all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "ScenarioFailed", "TIMED_FAULTS", "backend_specs",
            "combinations", "dtypes", "fault_schedules", "faults", "judge", "judge_all", "lifecycle_machine",
            "model_specs", "optimizers", "scenarios", "topologies", "transitions"]

@@ -4,6 +4,8 @@
 - `megatron`: megatron-core's dist_checkpointing, optional extra [megatron] (--backend megatron).
 The reference implementation (resilience.checkpoint.reference) and the broken ones (resilience.broken)
 are backends too. Adapters are imported only when named, so a missing optional package costs nothing.
+Each adapter declares the options its library's users pick (`options.Option`, on the factory as
+`options`); a backend spec gives them: `dcp:thread_count=4,async=process`.
 
 What an adapter of your own imports from here: CheckpointBackend (the protocol), LoadResult and CheckpointInfo
 (what its load and list_checkpoints return); docs/adapters.md walks through one."""

@@ -18,6 +18,12 @@ What it does, as Megatron-LM's training loop does (written here, not imported fr
 - load: read the tracker, load `iter_%07d` with `dist_checkpointing.load`; the RNG only when the saved
   args have this tp and pp (Megatron-LM's rule). No fallback: a missing or unreadable tracker means no
   checkpoint (Megatron-LM then starts from scratch).
+- options (OPTIONS, given in the spec: `--backend megatron:fully_parallel_save=true`): the strategies
+  Megatron-LM builds from its flags - the torch_dist save strategy's writer threads and cached metadata
+  (--ckpt-assume-constant-structure), the fully-parallel save and load wrappers over the dp group
+  (--ckpt-fully-parallel-save/-load), the load's strictness (--dist-ckpt-strictness) and the async
+  queue's persistent worker (AsyncCallsQueue(persistent=True)).
+  Defaults are megatron-core's own (no wrapper, a new worker per async save).
 
 The CPU compatibility shim (`cpu_shim`), active only around megatron-core calls, in the rank processes,
 and only when CUDA is not available: `torch.cuda.synchronize` becomes a no-op (megatron calls it after
@@ -48,8 +54,36 @@ from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
 from ..vocab import CheckpointInfo, CheckpointType, CkptFormat, Combination, LoadResult, combination
 from ..vocab.folders import ITER_FOLDER, TRACKER, iter_name
+from .options import Option
 
 ARGS = "args"
+
+# what a megatron-core user picks (megatron-core 0.16's defaults; Megatron-LM's flags set them)
+OPTIONS = (
+    Option("save_threads", 2, "TorchDistSaveShardedStrategy(thread_count): writer threads per rank",
+           between=(1, 64), sweep=(1,)),
+    Option("cached_metadata", False, "TorchDistSaveShardedStrategy(cached_metadata): reuse the global plan "
+           "of the previous save (Megatron-LM's --ckpt-assume-constant-structure)", choices=(True, False)),
+    Option("fully_parallel_save", False, "FullyParallelSaveStrategyWrapper over the dp group: replicas split "
+           "the writing among the dp ranks (Megatron-LM's --ckpt-fully-parallel-save)", choices=(True, False)),
+    Option("fully_parallel_load", "off", "FullyParallelLoadStrategyWrapper over the dp group, with its "
+           "exchange algorithm: each dp rank reads a part and the parts are exchanged (--ckpt-fully-parallel-load)",
+           choices=("off", "gather_object", "broadcast", "gather_rounds"),
+           refused={"broadcast": "exchange_utils allocates the exchanged shards on device 'cuda'; this "
+                                 "machine runs on CPU",
+                    "gather_rounds": "exchange_utils gathers the shards in 'cuda' tensors; this machine runs "
+                                     "on CPU"}),
+    Option("strict", "assume_ok_unexpected", "dist_checkpointing.load(strict=...): what a load does about keys "
+           "the checkpoint and the state disagree on (Megatron-LM's --dist-ckpt-strictness)",
+           choices=("assume_ok_unexpected", "log_unexpected", "log_all", "raise_unexpected", "raise_all",
+                    "ignore_all"), sweep=("raise_all",)),
+    Option("persistent_queue", False, "AsyncCallsQueue(persistent=True): one long-lived writer process per "
+           "rank instead of a new one per async save", choices=(True, False), io="async",
+           refused={True: "the persistent worker starts with torch.cuda.set_device(rank % "
+                          "torch.cuda.device_count()) (async_utils.async_loop): ZeroDivisionError without a GPU, "
+                          "the worker dies and the save waits for it until the job's timeout"}),
+)
+DEFAULTS = {o.name: o.default for o in OPTIONS}
 
 
 def available() -> bool:
@@ -137,15 +171,22 @@ class MegatronBackend:
 
     SUPPORTED = ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async")
 
-    def __init__(self, combo: Combination):
+    def __init__(self, combo: Combination, **options: Any):
         combo = combination(combo.type, combo.format, combo.io)
         if (combo.type, combo.format) != (CheckpointType.GLOBAL, CkptFormat.TORCH_DIST):
             raise ConfigError("combination", f"the megatron-core adapter does not implement {combo}",
                               f"use one of {', '.join(self.SUPPORTED)}")
+        unknown = set(options) - set(DEFAULTS)
+        if unknown:
+            raise ConfigError("backend", f"the megatron-core adapter has no option {sorted(unknown)[0]!r}",
+                              f"its options are {', '.join(DEFAULTS)}")
         self.dc = _require()
         self.combo = combo
-        self.name = f"megatron:{combo}"
+        self.opts = {**DEFAULTS, **options}
+        chosen = ",".join(f"{k}={v}" for k, v in options.items() if v != DEFAULTS[k])
+        self.name = f"megatron({chosen}):{combo}" if chosen else f"megatron:{combo}"
         self._queue: Any = None  # megatron's AsyncCallsQueue, made on the first async save
+        self._strategy: Any = None  # the save strategy the options make (False: megatron-core's default)
         self._pending: int | None = None
         from ..checkpoint.formats.torch_dcp import TorchDcpFormat
         self.layout = TorchDcpFormat()  # only its dp gather of distributed-optimizer rows
@@ -187,6 +228,32 @@ class MegatronBackend:
         sd[ARGS] = {"tp": state.topo.tp, "pp": state.topo.pp, "dp": state.topo.dp}
         return sd, buffers
 
+    # ---- options, as Megatron-LM builds its strategies ----------------------------------------------
+    def _save_strategy(self, state: TrainingState):
+        """None (megatron-core's default torch_dist strategy) when every save option is the default."""
+        o = self.opts
+        if (o["save_threads"], o["cached_metadata"], o["fully_parallel_save"]) == \
+                (DEFAULTS["save_threads"], DEFAULTS["cached_metadata"], DEFAULTS["fully_parallel_save"]):
+            return None
+        from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+        strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=o["save_threads"],
+                                                cached_metadata=o["cached_metadata"])
+        if o["fully_parallel_save"]:
+            from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+            strategy = FullyParallelSaveStrategyWrapper(strategy, state.groups.dp_group)
+        return strategy
+
+    def _load_kwargs(self, state: TrainingState, folder: str) -> dict:
+        o = self.opts
+        kwargs: dict[str, Any] = {"strict": o["strict"]}
+        if o["fully_parallel_load"] != "off":
+            from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
+            from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelLoadStrategyWrapper
+            kwargs["sharded_strategy"] = FullyParallelLoadStrategyWrapper(
+                get_default_load_sharded_strategy(folder), state.groups.dp_group,
+                exchange_algo=o["fully_parallel_load"])
+        return kwargs
+
     # ---- save ------------------------------------------------------------------------------------
     def save(self, state: TrainingState, root: str) -> None:
         if self._pending is not None:
@@ -200,16 +267,19 @@ class MegatronBackend:
         sd, _ = self.sharded_state_dict(state, state.sharded_state_dict())
         with megatron_calls():
             try:
+                if self._strategy is None:
+                    self._strategy = self._save_strategy(state) or False
+                strategy = self._strategy or None  # one per backend: cached_metadata needs the previous plan
                 if self.combo.is_async:
-                    request = self.dc.save(sd, folder, async_sharded_save=True)
+                    request = self.dc.save(sd, folder, strategy, async_sharded_save=True)
                     request.finalize_fns.append(lambda: self._commit(root, iteration))
                     if self._queue is None:
                         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
-                        self._queue = AsyncCallsQueue()
+                        self._queue = AsyncCallsQueue(persistent=self.opts["persistent_queue"])
                     self._queue.schedule_async_request(request)
                     self._pending = iteration
                     return
-                self.dc.save(sd, folder)
+                self.dc.save(sd, folder, strategy)
             except Exception as e:
                 raise RankFailure(_failures(e), f"megatron save into {folder}") from e
         self._commit(root, iteration)
@@ -257,7 +327,7 @@ class MegatronBackend:
                 same_grid = (saved.get("tp"), saved.get("pp")) == (state.topo.tp, state.topo.pp)
                 keep = [r for r in records if same_grid or r.key != RNG_KEY]
                 sd, buffers = self.sharded_state_dict(state, keep, for_load=True)
-                loaded = self.dc.load(sd, folder)
+                loaded = self.dc.load(sd, folder, **self._load_kwargs(state, folder))
             except (Exception, CheckpointException) as e:
                 raise IntegrityError(folder, "dist_checkpointing.load", str(_failures(e))[:2000]) from None
         objects = {}
@@ -296,9 +366,10 @@ class MegatronBackend:
         return sorted(out, key=lambda c: -c.iteration)
 
 
-def make(combo: Combination) -> MegatronBackend:
-    """megatron-core dist_checkpointing with its default torch_dist strategy."""
-    return MegatronBackend(combo)
+def make(combo: Combination, **options: Any) -> MegatronBackend:
+    """megatron-core dist_checkpointing with its default torch_dist strategy, or the OPTIONS given."""
+    return MegatronBackend(combo, **options)
 
 
 make.combinations = MegatronBackend.SUPPORTED  # type: ignore[attr-defined]
+make.options = OPTIONS  # type: ignore[attr-defined]

@@ -6,9 +6,11 @@ What a DCP user writes, and nothing more:
   over dp, Shard over tp), built by the same helpers as the reference's TORCH_DCP format (so both test
   the same state); distributed-optimizer rows gathered over dp first; RNG one plain tensor per (pp, tp);
 - saving: `dcp.save(state, storage_writer=FileSystemWriter(step folder))` with the writer's default
-  options (sync_files, one file per rank, one thread, overwrite), or `make_threaded`: thread_count=4;
-  async: `dcp.async_save` (thread executor, the writer as stager, a gloo group of its own as torchtitan
-  makes), finalized with `future.result()`;
+  options (sync_files, one file per rank, one thread, overwrite); async: `dcp.async_save` (thread
+  executor, the writer as stager, a gloo group of its own as torchtitan makes), finalized with
+  `future.result()`. The options a DCP user picks instead are declared in OPTIONS (writer threads,
+  sync_files, file per rank, collectives, the async executor, staging, the async process group) and
+  given in the backend spec: `--backend dcp:thread_count=4,async=process`;
 - folders as torchtitan manages them: `<root>/step-<N>/`; load picks the highest step whose folder has a
   `.metadata` file, every rank on its own, and calls `dcp.load` with the default planner. No manifest,
   no checksum, no fallback to an older step, no retention;
@@ -71,9 +73,39 @@ from ..state.sharding import ShardedTensor
 from ..state.training import RNG_KEY
 from ..storage.dcp import read_metadata_safely
 from ..vocab import CheckpointInfo, CheckpointType, Combination, LoadResult, combination
+from .options import Option
 
 STEP = re.compile(r"step-(\d+)")
 METADATA = ".metadata"
+RANK_METADATA = re.compile(r"__(\d+)\.metadata")  # a rank's own metadata, written with use_collectives=False
+
+# what a DCP user can pick, with torch 2.13's defaults (FileSystemWriter, dcp.save, dcp.async_save)
+OPTIONS = (
+    Option("thread_count", 1, "FileSystemWriter: writer threads per rank", between=(1, 64), sweep=(4,)),
+    Option("sync_files", True, "FileSystemWriter: fsync every data file before the save returns",
+           choices=(True, False)),
+    Option("single_file_per_rank", True, "FileSystemWriter: one data file per rank (false: one per item)",
+           choices=(True, False)),
+    Option("collectives", "on", "how ranks agree on a save: on (one central plan and .metadata), off "
+           "(use_collectives=False: each rank plans alone and writes its own __R.metadata), no_dist "
+           "(no_dist=True on save and load: every rank acts as a job of one)", choices=("on", "off", "no_dist")),
+    Option("async", "thread", "dcp.async_save's async_checkpointer_type: the upload runs in a thread of the "
+           "rank or in a checkpoint process DCP spawns (its own gloo group)", choices=("thread", "process"),
+           io="async"),
+    Option("staging", "writer", "who copies the state before an async upload: writer (FileSystemWriter, "
+           "a BlockingAsyncStager), cached (the writer with cache_staged_state_dict=True: buffers kept "
+           "across saves), background (DefaultStager, use_async_staging: copies in a thread, async_save "
+           "returns an AsyncSaveResponse), shared (DefaultStager into shared memory), pinned",
+           choices=("writer", "cached", "background", "shared", "pinned"), io="async",
+           refused={"pinned": "pinned host memory needs CUDA (StagingOptions.use_pinned_memory); this "
+                              "machine runs on CPU",
+                    "cached": "the cached copy is pinned host memory (BlockingAsyncStager allocates it with "
+                              "pin_memory=True), which needs CUDA; this machine runs on CPU"}),
+    Option("process_group", "own", "the group async_save coordinates over: own (a new gloo group, as "
+           "torchtitan makes it) or default (the default group, DCP's own default, shared with training)",
+           choices=("own", "default"), io="async"),
+)
+DEFAULTS = {o.name: o.default for o in OPTIONS}
 
 
 # ---- observation: DCP's file operations through the storage seam, unchanged -------------------------
@@ -153,6 +185,13 @@ class ObservedFileSystem(FileSystemBase):
     no directory fsync) carried out through storage.current()."""
 
     def __init__(self):
+        self.router = install_fsync_router()
+
+    # DCP's process executor pickles the writer into its checkpoint process: the router is made there again
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
         self.router = install_fsync_router()
 
     def create_stream(self, path, mode: str):
@@ -235,17 +274,27 @@ def step_folder(root: str, iteration: int) -> str:
     return os.path.join(root, f"step-{iteration}")
 
 
-def find_load_step(root: str) -> int | None:
-    """The highest step whose folder holds a .metadata file (torchtitan's rule)."""
+def find_load_step(root: str, marker: str = METADATA) -> int | None:
+    """The highest step whose folder holds a .metadata file (torchtitan's rule; `marker` names another
+    file, a rank's own metadata when it saved without collectives)."""
     fs = storage.current()
     if not fs.is_dir(root):
         return None
     steps = []
     for name in fs.listdir(root):
         m = STEP.search(name)
-        if m and fs.exists(os.path.join(root, name, METADATA)) and not fs.is_dir(os.path.join(root, name, METADATA)):
+        if m and fs.exists(os.path.join(root, name, marker)) and not fs.is_dir(os.path.join(root, name, marker)):
             steps.append(int(m.group(1)))
     return max(steps) if steps else None
+
+
+def allow_children() -> None:
+    """Our launcher's rank processes are daemonic multiprocessing children, and Python forbids those to
+    start children; DCP's process executor spawns its checkpoint process from a thread of its own, at a
+    time the adapter does not see, so the rank counts as non-daemonic from here on (torchrun's are not
+    daemonic either). The checkpoint process is daemonic: it ends with the rank."""
+    import multiprocessing
+    multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]  # the flag's home
 
 
 # ---- the backend -----------------------------------------------------------------------------------
@@ -254,19 +303,66 @@ class StockDcpBackend:
 
     SUPPORTED = ("TORCH_DCP/torch_dcp/sync", "TORCH_DCP/torch_dcp/async")
 
-    def __init__(self, combo: Combination, *, thread_count: int = 1):
+    def __init__(self, combo: Combination, **options: Any):
         combo = combination(combo.type, combo.format, combo.io)
         if combo.type is not CheckpointType.TORCH_DCP:
             raise ConfigError("combination", f"stock DCP does not implement {combo}",
                               f"use one of {', '.join(self.SUPPORTED)}")
+        unknown = set(options) - set(DEFAULTS)
+        if unknown:
+            raise ConfigError("backend", f"stock DCP has no option {sorted(unknown)[0]!r}",
+                              f"its options are {', '.join(DEFAULTS)}")
         self.combo = combo
-        self.options = {"thread_count": thread_count} if thread_count != 1 else {}
-        self.name = "dcp" + (f"(thread_count={thread_count})" if thread_count != 1 else "") + f":{combo}"
+        self.chosen = {k: v for k, v in options.items() if v != DEFAULTS[k]}  # what differs from the defaults
+        self.opts = {**DEFAULTS, **options}
+        chosen = ",".join(f"{k}={v}" for k, v in self.chosen.items())
+        self.name = f"dcp({chosen}):{combo}" if chosen else f"dcp:{combo}"
         self.layout = TorchDcpFormat()  # DTensor helpers: mesh, dp gather, even-shard check
-        self._future: Any = None  # dcp.async_save's Future (or AsyncSaveResponse in newer torch)
+        self._future: Any = None  # dcp.async_save's Future, or an AsyncSaveResponse (staging=background)
         self._future_iteration: int | None = None
         self._async_group = None
+        self._stager: Any = None  # a DefaultStager the adapter owns, kept across saves (staging=background|shared)
         install_fsync_router()
+        if combo.is_async and self.opts["async"] == "process":
+            allow_children()
+
+    # ---- options, as DCP takes them -----------------------------------------------------------------
+    def _writer(self, folder: str) -> FileSystemWriter:
+        o = self.opts
+        kwargs: dict[str, Any] = {"thread_count": o["thread_count"], "sync_files": o["sync_files"],
+                                  "single_file_per_rank": o["single_file_per_rank"]}
+        if o["staging"] == "cached" and self.combo.is_async:
+            kwargs["cache_staged_state_dict"] = True
+        return writer(folder, **kwargs)
+
+    def _coordination(self) -> dict[str, Any]:
+        """dcp.save / async_save keyword arguments for the collectives option."""
+        mode = self.opts["collectives"]
+        return {"use_collectives": False} if mode == "off" else {"no_dist": True} if mode == "no_dist" else {}
+
+    def _async_kwargs(self) -> dict[str, Any]:
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+        o = self.opts
+        kwargs: dict[str, Any] = self._coordination()
+        if o["async"] == "process":
+            kwargs["async_checkpointer_type"] = AsyncCheckpointerType.PROCESS
+        if o["staging"] in ("background", "shared"):
+            if self._stager is None:
+                from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+                self._stager = DefaultStager(StagingOptions(
+                    use_pinned_memory=False, use_shared_memory=o["staging"] == "shared",
+                    use_async_staging=o["staging"] == "background", use_non_blocking_copy=False))
+            kwargs["async_stager"] = self._stager
+        if o["process_group"] == "own":
+            if self._async_group is None and world_size() > 1:
+                self._async_group = dist.new_group(backend="gloo")
+            kwargs["process_group"] = self._async_group
+        return kwargs
+
+    @property
+    def _marker(self) -> str:
+        """The file whose presence makes a step loadable for this rank."""
+        return f"__{this_rank()}{METADATA}" if self.opts["collectives"] == "off" else METADATA
 
     def _info(self, state: TrainingState) -> RankInfo:
         return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None,
@@ -286,13 +382,10 @@ class StockDcpBackend:
         sd = self.state_dict(info, state.sharded_state_dict())
         try:
             if self.combo.is_async:
-                if self._async_group is None and world_size() > 1:
-                    self._async_group = dist.new_group(backend="gloo")
-                self._future = dcp.async_save(sd, storage_writer=writer(folder, **self.options),
-                                              process_group=self._async_group)
+                self._future = dcp.async_save(sd, storage_writer=self._writer(folder), **self._async_kwargs())
                 self._future_iteration = state.iteration
             else:
-                dcp.save(sd, storage_writer=writer(folder, **self.options))
+                dcp.save(sd, storage_writer=self._writer(folder), **self._coordination())
         except CheckpointException as e:
             raise RankFailure(_failures(e), f"dcp save into {folder}") from e
 
@@ -300,6 +393,7 @@ class StockDcpBackend:
         future = self._future
         if future is None:
             return True
+        future = getattr(future, "upload_completion", future)  # an AsyncSaveResponse: its upload
         if not blocking and not all_agree(future.done(), self._async_group):
             return False
         iteration = self._future_iteration
@@ -322,14 +416,16 @@ class StockDcpBackend:
         if self._future is not None:
             self.finalize()
         root = os.path.abspath(root)
-        step = find_load_step(root)
+        step = find_load_step(root, self._marker)
         if step is None:
-            raise CheckpointNotFound(f"{root}: no step-N folder with {METADATA}")
+            raise CheckpointNotFound(f"{root}: no step-N folder with {self._marker}")
         folder = step_folder(root, step)
         info = self._info(state)
         records = state.sharded_state_dict()
         warnings = []
         try:
+            if not storage.current().exists(os.path.join(folder, METADATA)):  # saved without collectives
+                raise FileNotFoundError(os.path.join(folder, METADATA))
             # the adapter's own look at the stored sizes: never with plain pickle (that is DCP's to do)
             metadata = read_metadata_safely(reader(folder))
         except IntegrityError as e:
@@ -338,11 +434,15 @@ class StockDcpBackend:
             metadata = None  # what stock DCP makes of this file is what is under test: dcp.load reads it
             warnings.append(f"the adapter's safe read refused {e.path}: {e.check} failed: {e.detail}; "
                             f"dcp.load reads it with pickle")
+        except FileNotFoundError:
+            if self.opts["collectives"] != "off":
+                raise IntegrityError(folder, "read .metadata", "the file is gone") from None
+            metadata = None  # each rank's own __R.metadata, which dcp.load falls back to
         except Exception as e:
             raise IntegrityError(folder, "read .metadata", f"{type(e).__name__}: {e}") from None
         target, after, names = self._targets(info, records, metadata)
         try:
-            dcp.load(target, storage_reader=reader(folder))
+            dcp.load(target, storage_reader=reader(folder), no_dist=self.opts["collectives"] == "no_dist")
         except CheckpointException as e:
             first = next(iter(_failures(e).values()))
             raise IntegrityError(folder, "dcp.load", first[:2000]) from None
@@ -392,20 +492,22 @@ class StockDcpBackend:
                 m = STEP.fullmatch(name)
                 path = os.path.join(root, name)
                 if m and fs.is_dir(path):
-                    complete = fs.exists(os.path.join(path, METADATA))
+                    complete = fs.exists(os.path.join(path, METADATA)) or (
+                        self.opts["collectives"] == "off" and any(RANK_METADATA.fullmatch(n) for n in fs.listdir(path)))
                     out.append(CheckpointInfo(int(m.group(1)), path, complete, None,
                                               "" if complete else f"no {METADATA}"))
         return sorted(out, key=lambda c: -c.iteration)
 
 
-def make(combo: Combination) -> StockDcpBackend:
-    """Stock DCP with FileSystemWriter's default options."""
-    return StockDcpBackend(combo)
+def make(combo: Combination, **options: Any) -> StockDcpBackend:
+    """Stock DCP with FileSystemWriter's default options, or the OPTIONS given (`dcp:thread_count=4`)."""
+    return StockDcpBackend(combo, **options)
 
 
-def make_threaded(combo: Combination) -> StockDcpBackend:
+def make_threaded(combo: Combination, **options: Any) -> StockDcpBackend:
     """The common variant: FileSystemWriter(thread_count=4), several writer threads per rank."""
-    return StockDcpBackend(combo, thread_count=4)
+    return StockDcpBackend(combo, **{"thread_count": 4, **options})
 
 
 make.combinations = make_threaded.combinations = StockDcpBackend.SUPPORTED  # type: ignore[attr-defined]
+make.options = make_threaded.options = OPTIONS  # type: ignore[attr-defined]

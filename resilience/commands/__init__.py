@@ -1,2 +1,3 @@
 """One module per `resilience` subcommand, each with `register(subparsers)` setting `func`."""
-COMMANDS = ["demo", "combos", "adapter", "inspect", "run", "matrix", "fuzz", "validate", "corpus", "broken", "report"]
+COMMANDS = ["demo", "combos", "adapter", "inspect", "run", "matrix", "fuzz", "validate", "corpus", "broken", "report",
+            "options"]

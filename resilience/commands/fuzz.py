@@ -36,6 +36,9 @@ def register(sub) -> None:
                    help="shrink each failing checker's failure separately (slower); default: one per mode")
     p.add_argument("--backend", default="reference",
                    help="implementation under test: reference, broken:NAME or package.module:factory")
+    p.add_argument("--backend-options", action="store_true",
+                   help="generated scenarios also draw the backend's declared options (e.g. dcp:sync_files=false); "
+                        "a failure's replay names the options it drew")
     p.add_argument("--faults", nargs="*", metavar="KIND",
                    help="fault kinds to draw (default: every deterministic kind; give none for no faults)")
     p.add_argument("--mode", nargs="+", choices=("scenarios", "machine"), default=["scenarios", "machine"],
@@ -55,10 +58,17 @@ def run(args) -> int:
 
     opts = FuzzOptions(examples=args.examples, seed=args.seed, combos=args.combos, max_world=args.max_world,
                        time_budget=args.time_budget, shrink_budget=args.shrink_budget, all_bugs=args.all_bugs,
-                       backend=args.backend, io=args.io, out=args.out, modes=tuple(args.mode),
+                       backend=args.backend, backend_options=args.backend_options, io=args.io, out=args.out,
+                       modes=tuple(args.mode),
                        faults=args.faults, max_steps=args.max_steps, profile=args.profile)
     _check(opts)
     make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now
+    if opts.backend_options:
+        from ..errors import ConfigError
+        from ..runner.adapters import declared_options
+        if not declared_options(opts.backend):
+            raise ConfigError("--backend-options", f"{opts.backend} declares no options",
+                              "leave --backend-options out, or give a backend such as dcp or megatron")
     print(f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
           f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else ""))
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)

@@ -23,7 +23,12 @@ def register(sub) -> None:
                    help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (a precision change: "
                         "tp1pp1dp1:fp32->tp1pp1dp1:bf16) (default: all named; none: no transition column)")
     p.add_argument("--backend", default="reference",
-                   help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory")
+                   help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory, "
+                        "with options: dcp:thread_count=4,async=process or package.module:factory[name=value]")
+    p.add_argument("--backend-options", nargs="+", metavar="OPTION",
+                   help="sweep the backend's declared options ('all', or option names): the defaults, then each "
+                        "non-default value of each option one at a time against the defaults, each option set its "
+                        "own rows; `resilience options BACKEND` lists them")
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
@@ -35,8 +40,9 @@ def run(args) -> int:
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
     from ..report.table import text_table
-    from ..runner.adapters import make_backend, supported_combinations
+    from ..runner.adapters import declared_options, make_backend, supported_combinations
     from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
+    from ..runner.option_sweep import plan_sweep, refused_values
     from ..vocab.combos import valid_combinations
     from .progress import Progress
     from .run import summarize
@@ -44,6 +50,7 @@ def run(args) -> int:
     faults = [f for f in args.faults or list(FAULTS) if f != "none"]
     transitions = parse_transitions(args.transitions)
     combos = args.combos or supported_combinations(args.backend) or valid_combinations()
+    sweep = plan_sweep(args.backend, args.backend_options)  # a bad option or spec: one clear error here
     for f in faults:
         fault_scenario(f, args.seed)  # an unknown column: one clear error before anything runs
     if not faults and not transitions:
@@ -51,28 +58,43 @@ def run(args) -> int:
                           "give --faults or --transitions other than none")
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
-    make_backend(args.backend, combos[0])  # a backend that cannot be made: one clear error before any case
+    for column in sweep:  # a backend that cannot be made: one clear error before any case
+        make_backend(column.spec, next((c for c in combos if column.applies_to(c)), combos[0]))
     learned = tempfile.mkdtemp(prefix="resilience-layout-")
+    work = []  # (backend spec, option set label, case)
     try:
-        if "metadata" in faults:
-            print(f"matrix: learning which metadata files a load of {args.backend} reads ...", flush=True)
-        work = cases(combos, faults, transitions, args.seed,
-                     lambda combo: metadata_files_read(combo, args.backend, os.path.join(learned, _label(combo))))
+        for n, column in enumerate(sweep):
+            if "metadata" in faults:
+                print(f"matrix: learning which metadata files a load of {column.spec} reads ...", flush=True)
+            mine = [c for c in combos if column.applies_to(c)]
+
+            def read(combo, spec: str = column.spec, n: int = n):
+                return metadata_files_read(combo, spec, os.path.join(learned, f"{n}-{_label(combo)}"))
+            work += [(column.spec, column.label if args.backend_options else None, case)
+                     for case in cases(mine, faults, transitions, args.seed, read)]
     finally:
         shutil.rmtree(learned, ignore_errors=True)
-    seen = list(dict.fromkeys(c.column for c in work))
+    seen = list(dict.fromkeys(c.column for _, _, c in work))
     columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + \
         list(transitions)
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
     folder = RunFolder.create(args.out, "matrix", {"title": "resilience matrix", "seed": args.seed,
                                                    "backend": args.backend, "command": command, "columns": columns,
-                                                   "cases": len(work), "io": args.io})
+                                                   "cases": len(work), "io": args.io,
+                                                   "option_sets": [c.spec for c in sweep] if args.backend_options
+                                                   else None})
     print(f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
           f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args)}; "
           f"run folder {folder.path}", flush=True)
+    if args.backend_options:
+        print(f"matrix: {len(sweep)} option sets (the defaults, then one option changed at a time): "
+              f"{', '.join(c.label for c in sweep)}", flush=True)
+        for line in refused_values(declared_options(args.backend)):
+            print(f"matrix: not swept, cannot run here: {line}", flush=True)
     cases_dir = os.path.join(folder.path, "cases")
     specs = [CaseSpec(c.scenario, c.combo, os.path.join(cases_dir, f"{i:03d}-{_label(c.combo, c.column)}"),
-                      args.backend, c.fault, c.transition, {"column": c.column}, args.io) for i, c in enumerate(work)]
+                      spec, c.fault, c.transition, {"column": c.column, **({"options": label} if label else {})},
+                      args.io) for i, (spec, label, c) in enumerate(work)]
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
         rows = judge_cases(folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row)

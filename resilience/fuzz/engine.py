@@ -57,6 +57,7 @@ class FuzzOptions:
     shrink_budget: float = 120.0       # seconds a found failure may spend shrinking
     all_bugs: bool = False             # shrink each failing checker separately (slower), not one failure per mode
     backend: str = "reference"
+    backend_options: bool = False      # scenario mode draws the backend's declared options too
     io: str | None = None              # how faults reach the backend (runner.ways); None: auto
     out: str = "runs"
     modes: tuple[str, ...] = MODES
@@ -180,9 +181,9 @@ class _Judge:
         path = os.path.join(folder, f"{self.n:05d}-{mode}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"# {result.verdict}: {result.detail[:300]}\n")
-            f.write(scenario.as_run(combo, self.opts.backend).to_yaml())
+            f.write(scenario.as_run(combo, scenario.backend).to_yaml())
         row = dict(result.to_row(), column=mode, case_dir=None, scenario_file=path,
-                   replay=replay_command(path, combo, self.opts.backend, self.opts.io))
+                   replay=replay_command(path, combo, scenario.backend, self.opts.io))
         self.rows.append(row)
         self.folder.append(row)
 
@@ -205,13 +206,14 @@ class _Judge:
         self.n += 1
         case_dir = os.path.join(self.work, f"{self.n:05d}")
         try:
-            result = run_case(scenario, combo, case_dir, backend=self.opts.backend, io=self.opts.io)
+            # the scenario's backend: opts.backend, with drawn options under --backend-options
+            result = run_case(scenario, combo, case_dir, backend=scenario.backend, io=self.opts.io)
         except Interrupted as e:
             raise _Interrupt(e) from None
         except Exception as e:
             if not (isinstance(e, ConfigError) or _while_damaging(e)):
                 # the runner itself broke: never a pass, kept and shrunk like any failure
-                result = _runner_failed(scenario, combo, case_dir, self.opts.backend, e)
+                result = _runner_failed(scenario, combo, case_dir, scenario.backend, e)
             else:
                 # a generated corruption found nothing to damage (no file left of that rank, or a file this
                 # implementation does not write, such as our manifest.json): not an example
@@ -348,7 +350,8 @@ class _sigterm_interrupts:
 
 def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
     strategy = scenarios(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults,
-                         max_steps=opts.max_steps, backend=opts.backend, name="fuzz-scenario")
+                         max_steps=opts.max_steps, backend=opts.backend, backend_options=opts.backend_options,
+                         name="fuzz-scenario")
 
     @_settings(opts, database)
     @given(strategy)
@@ -450,6 +453,8 @@ def replay_fuzz(opts: FuzzOptions) -> str:
         cmd += ["--mode", *opts.modes]
     if opts.backend != "reference":
         cmd += ["--backend", opts.backend]
+    if opts.backend_options:
+        cmd += ["--backend-options"]
     if opts.time_budget is not None:
         cmd += ["--time-budget", f"{opts.time_budget:g}"]
     if opts.shrink_budget != FuzzOptions.shrink_budget:

@@ -363,18 +363,54 @@ def _actions(fault_kinds: frozenset[str], moves: bool) -> st.SearchStrategy:
     return st.one_of(options)
 
 
+def backend_specs(backend: str, *, options: Iterable[str] | None = None) -> st.SearchStrategy[str]:
+    """Backend specs over the options `backend` declares (resilience.backends.options): each option
+    (of `options`, when given) at its default or another value that can run here; the spec names only
+    the changed ones (`dcp:sync_files=false`). Shrinks toward the defaults, i.e. `backend` itself."""
+    from ..backends.options import join_spec, show
+    from ..runner.adapters import ALIASES, declared_options, parse_backend, split
+    try:
+        spec = parse_backend(backend) if isinstance(backend, str) else None
+        declared = declared_options(spec) if spec is not None else ()
+    except ConfigError as e:
+        raise _fail("backend", e.problem, e.fix) from None
+    if spec is None:
+        raise _fail("backend", f"must be a backend name, got {backend!r}", "'dcp', 'megatron' or module:factory")
+    base, given = split(spec)
+    chosen = [o for o in declared if o.name not in given]
+    if options is not None:
+        names = _names(list(options), "options", [o.name for o in chosen])
+        chosen = [o for o in chosen if o.name in names]
+
+    def values(o):
+        if o.between is not None:
+            lo, hi = o.between
+            others = st.integers(lo, min(hi, lo + 7)).filter(lambda v: v != o.default)
+            return st.one_of(st.just(o.default), others)
+        return st.sampled_from([o.default] + [c for c in o.choices if c != o.default and c not in o.refused])
+
+    @st.composite
+    def draw_spec(draw):
+        picked = {o.name: draw(values(o)) for o in chosen}
+        changed = {k: show(v) for k, v in picked.items() if v != next(o.default for o in chosen if o.name == k)}
+        return join_spec(base, {**given, **changed}, alias=base in ALIASES)
+
+    return draw_spec()
+
+
 def scenarios(*, combinations: Iterable[Combination | str] | None = None, max_world: int = 4,
               faults: Iterable[str] | None = None, min_steps: int = 1, max_steps: int = 8,
               moves: bool = True, max_layers: int = 2, backend: str = "reference",
-              name: str = "generated") -> st.SearchStrategy:
+              backend_options: bool = False, name: str = "generated") -> st.SearchStrategy:
     """Whole scenarios (resilience.runner.scenario.Scenario) that validate like a YAML file: one
     combination, a topology, a model that splits over every topology the scenario uses, and a
     lifecycle of train / save / finalize / faults / resume steps.
 
     `faults` names the fault kinds to draw (default: SCENARIO_FAULTS, the deterministic ones;
     () for none); `moves` allows resumes on other topologies; `min_steps`/`max_steps` bound the
-    drawn actions (each may stand for one to three steps). Shrinks toward fewer steps, plainer
-    faults, the smallest topology and model, and the first combination."""
+    drawn actions (each may stand for one to three steps); `backend_options` also draws the backend's
+    declared options (backend_specs) into the scenario's backend. Shrinks toward fewer steps, plainer
+    faults, the smallest topology and model, the first combination and the backend's defaults."""
     from ..runner.scenario import from_dict
     combos = _combinations(among=combinations) if combinations is not None else _combinations()
     _check_int("max_world", max_world, 1, MAX_WORLD)
@@ -397,6 +433,7 @@ def scenarios(*, combinations: Iterable[Combination | str] | None = None, max_wo
                     "'reference', 'broken:NAME' or module:factory")
     topos = _topologies(max_world=max_world)
     actions = _actions(kinds, moves)
+    specs = backend_specs(backend) if backend_options else st.just(backend)
 
     @st.composite
     def draw_scenario(draw):
@@ -406,11 +443,11 @@ def scenarios(*, combinations: Iterable[Combination | str] | None = None, max_wo
         model = draw(model_specs(topologies=[base, *others], max_layers=max_layers, max_heads=2, max_vocab=32))
         life = lc.interpret(combo, base, others, draw(st.lists(actions, min_size=min_steps, max_size=max_steps)))
         return from_dict({"name": name, "topology": str(base), "model": model.to_dict(),
-                          "combinations": [str(combo)], "steps": life.steps, "backend": backend,
+                          "combinations": [str(combo)], "steps": life.steps, "backend": draw(specs),
                           "tags": ["generated"]}, source=f"<{name}>")
 
     return draw_scenario()
 
 
-__all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "TIMED_FAULTS", "combinations", "dtypes",
+__all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "TIMED_FAULTS", "backend_specs", "combinations", "dtypes",
            "fault_schedules", "faults", "model_specs", "optimizers", "scenarios", "topologies", "transitions"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..status import FAIL, NA, is_failing
-from .table import column_of, is_framework_error
+from .table import column_of, is_framework_error, row_of
 
 
 def render_junit(rows: list[dict], meta: dict) -> str:
@@ -16,7 +16,7 @@ def render_junit(rows: list[dict], meta: dict) -> str:
     if meta.get("note"):
         ET.SubElement(props, "property", name="note", value=meta["note"])
     for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=r["combo"], name=column_of(r),
+        case = ET.SubElement(suite, "testcase", classname=row_of(r), name=column_of(r),
                              time=str(r.get("seconds", 0)))
         text = f"{r.get('detail', '')}\nreplay: {r.get('replay', '')}"
         if r["verdict"] == FAIL:

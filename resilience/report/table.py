@@ -48,18 +48,24 @@ def column_of(row: dict) -> str:
     return row.get("column") or row.get("fault") or row.get("scenario", "?")
 
 
+def row_of(row: dict) -> str:
+    """The table row a result goes into: its combination, and in an option sweep its option set."""
+    return f"{row['combo']} [{row['options']}]" if row.get("options") else row["combo"]
+
+
 def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str], list[str], dict]:
-    """(combos in order, columns in order, {(combo, column): cell}), a cell being cell_of() the worst row."""
+    """(rows in order, columns in order, {(row, column): cell}), a cell being cell_of() the worst row; a
+    table row is a combination, or a (combination, option set) in an option sweep (row_of)."""
     combos: list[str] = []
     cols = list(columns or [])
     cells: dict[tuple[str, str], str] = {}
     for r in rows:
         col = column_of(r)
-        if r["combo"] not in combos:
-            combos.append(r["combo"])
+        if row_of(r) not in combos:
+            combos.append(row_of(r))
         if col not in cols:
             cols.append(col)
-        key = (r["combo"], col)
+        key = (row_of(r), col)
         cell = cell_of(r)
         if key in cells and status_of(cells[key]) != status_of(cell):
             cell = cells[key] if worst([status_of(cells[key]), status_of(cell)]) == status_of(cells[key]) else cell

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
 from .cluster_view import ClusterView, cluster_of
-from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, short, status_of
+from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_of, short, status_of
 
 TIMELINE = "timeline.html"  # written into each case folder by report.timeline
 # (label, name inside the case folder; "" is the folder itself), linked when present
@@ -161,7 +161,7 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
     combos, cols, cells = matrix(rows, columns)
     by_cell: dict[tuple[str, str], list[CaseView]] = {}
     for r, c in zip(rows, cases):
-        by_cell.setdefault((r["combo"], c.column), []).append(c)
+        by_cell.setdefault((row_of(r), c.column), []).append(c)
     grid = [(combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
             for combo in combos]
     transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
@@ -252,7 +252,7 @@ def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
     category = category_of(row)
     findings = [_finding(v) for v in row.get("checkers") or []
                 if v.get("status") not in (PASS, NA, REFUSED)] if category is not None else []
-    return CaseView(number=i + 1, anchor=f"case-{i + 1}", combo=str(row["combo"]), column=column_of(row),
+    return CaseView(number=i + 1, anchor=f"case-{i + 1}", combo=row_of(row), column=column_of(row),
                     scenario=str(row.get("scenario", "")), verdict=verdict, label=short(cell_of(row)),
                     css="error" if is_framework_error(row) else CSS.get(Status(verdict), "na"), category=category,
                     detail=str(row.get("detail", "")), seconds=float(row.get("seconds") or 0.0),

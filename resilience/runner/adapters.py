@@ -3,31 +3,48 @@ processes and the pytest plugin use to turn a backend name into a CheckpointBack
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..backends.options import join_spec, resolve_options, split_spec
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # the combinations module loads torch; parse_backend runs while pytest reads its options
     from ..vocab.combos import Combination
     from ..vocab.contract import TopologyContract
 
-# short names for the adapters this project ships
+# short names for the adapters this project ships (an alias may carry options: see split)
 ALIASES = {
     "dcp": "resilience.backends.stock_dcp:make",
-    "dcp-threads": "resilience.backends.stock_dcp:make_threaded",
+    "dcp-threads": "resilience.backends.stock_dcp:make[thread_count=4]",
     "megatron": "resilience.backends.megatron:make",
 }
 
 
+def split(name: str) -> tuple[str, dict[str, str]]:
+    """(the backend without its options, {option: value as written}): `ALIAS:k=v,...` or
+    `NAME[k=v,...]` (resilience.backends.options.split_spec). Syntax only."""
+    return split_spec(name, ALIASES)
+
+
 def resolve(name: str) -> str:
-    """The backend name with aliases spelled out."""
-    return ALIASES.get(name, name)
+    """The backend name with aliases spelled out (options stay as written)."""
+    base, given = split(name)
+    if base not in ALIASES:
+        return name
+    full, preset = split(ALIASES[base])
+    return join_spec(full, {**preset, **given}, alias=False)
 
 
 def parse_backend(name: str) -> str:
-    """`name` as given, once it reads as a backend, checked without importing anything it names:
-    'reference', 'broken:NAME' (resilience.broken.CATALOGUE), an alias from ALIASES or
-    'package.module:factory'. Raises ConfigError with the fix."""
+    """`name` once it reads as a backend, checked without importing anything it names: 'reference',
+    'broken:NAME' (resilience.broken.CATALOGUE), an alias from ALIASES or 'package.module:factory', each
+    but the first two optionally with options (`dcp:thread_count=4,async=process`,
+    `pkg.mod:factory[thread_count=4]`; their names and values are checked when the factory is imported).
+    Returned with its options written one way. Raises ConfigError with the fix."""
+    name = name.strip()
+    base, given = split(name)
+    if given and (base == "reference" or base.startswith("broken:")):
+        raise ConfigError("backend", f"{base} takes no options", f"give {base!r} alone")
     if name == "reference":
         return name
     if name.startswith("broken:"):
@@ -36,7 +53,7 @@ def parse_backend(name: str) -> str:
         if impl not in CATALOGUE:
             raise ConfigError("backend", f"no broken implementation {impl!r}", f"choose from {', '.join(CATALOGUE)}")
         return name
-    full = resolve(name)
+    full, _ = split(resolve(base))
     if ":" not in full:
         aliases = ", ".join(map(repr, ALIASES))
         raise ConfigError("backend", f"cannot read {full!r}",
@@ -44,12 +61,18 @@ def parse_backend(name: str) -> str:
     module, attr = full.split(":", 1)
     if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
         raise ConfigError("backend", f"cannot read {full!r}", "write it as package.module:factory")
-    return name
+    return join_spec(base, given, alias=base in ALIASES)
 
 
 def _factory(name: str):
-    parse_backend(name)
-    name = resolve(name)
+    return _factory_and_options(name)[0]
+
+
+def _factory_and_options(name: str) -> tuple[Any, dict[str, Any]]:
+    """The factory `name` names and the typed options it is given (an alias's own, then the spec's)."""
+    from ..backends.options import declared_of
+    label = split(parse_backend(name))[0]
+    name, given = split(resolve(name))
     module, attr = name.split(":", 1)
     try:
         found = importlib.import_module(module)
@@ -70,7 +93,17 @@ def _factory(name: str):
         raise ConfigError("backend", f"{name!r} is a {type(found).__name__}, not a backend factory",
                           "give a Python function or class taking a combination and returning a CheckpointBackend "
                           "(see resilience.backends.base)")
-    return found
+    return found, resolve_options(declared_of(found), given, label)
+
+
+def declared_options(name: str):
+    """The options the backend `name` declares (resilience.backends.options.Option), () for the reference
+    and the broken implementations."""
+    from ..backends.options import declared_of
+    base, _ = split(name)
+    if base in ("", "reference") or base.startswith("broken:"):
+        return ()
+    return declared_of(_factory(base))
 
 
 def _is_factory(obj) -> bool:
@@ -90,7 +123,8 @@ def _is_factory(obj) -> bool:
 def make_backend(name: str, combo: Combination):
     """The backend `name` for `combo`, as a full CheckpointBackend (resilience.backends.base):
     'reference', 'broken:NAME' (resilience.broken), an alias from ALIASES, or 'package.module:factory'
-    (factory(combo) -> backend)."""
+    (factory(combo) -> backend), the last two with options: factory(combo, **options), each option
+    checked against the factory's declared `options`."""
     from ..backends.base import with_defaults
     if name in ("", "reference"):
         from ..checkpoint.reference import ReferenceBackend
@@ -98,9 +132,9 @@ def make_backend(name: str, combo: Combination):
     if name.startswith("broken:"):
         from ..broken import make
         return make(name.split(":", 1)[1], combo)
-    factory = _factory(name)
+    factory, options = _factory_and_options(name)
     try:
-        backend = factory(combo)
+        backend = factory(combo, **options) if options else factory(combo)
     except ConfigError:
         raise
     except Exception as e:

@@ -57,7 +57,9 @@ MAX_FILE_BYTES = 64 << 20     # bytes a fault may write (extra_file length)
 MAX_COUNT = 1 << 40           # any other count or byte position in a fault record
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 TAG_RE = re.compile(r"[A-Za-z0-9_.:-]+")
-BACKEND_RE = re.compile(r"reference|broken:[A-Za-z0-9_.-]+|[A-Za-z0-9_-]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+_OPTIONS = r"[A-Za-z_]\w*=[\w.+-]+(?:,[A-Za-z_]\w*=[\w.+-]+)*"  # backend options: name=value,...
+BACKEND_RE = re.compile(rf"reference|broken:[A-Za-z0-9_.-]+|[A-Za-z0-9_-]+(?::{_OPTIONS})?|"
+                        rf"[A-Za-z_][\w.]*:[A-Za-z_]\w*(?:\[{_OPTIONS}\])?|[A-Za-z0-9_-]+\[{_OPTIONS}\]")
 UNNAMED = "unnamed"
 
 
@@ -272,7 +274,8 @@ def _timeout(timeout, bad: _Problems) -> float:
 def _backend(backend, bad: _Problems) -> str:
     if not isinstance(backend, str) or len(backend) > 200 or not BACKEND_RE.fullmatch(backend):
         bad.add(("backend",), f"cannot read {_show(backend)}",
-                "use 'reference', 'broken:NAME', a short alias such as 'dcp', or 'package.module:factory'")
+                "use 'reference', 'broken:NAME', a short alias such as 'dcp', or 'package.module:factory', "
+                "with options as dcp:thread_count=4 or package.module:factory[thread_count=4]")
         return "reference"
     return backend
 
