@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 
 from . import base, safe_pickle
 from .contained import check_inside
+from .held import MemoryFile
 
 
 @contextlib.contextmanager
@@ -141,6 +142,8 @@ class SeamReader(FileSystemReader):
         return read_metadata_safely(self, kwargs.get("rank"))
 
     def _slice_file(self, file, sinfo):
+        if isinstance(file, MemoryFile):  # read and verified already (storage.held): no copy
+            return file.view(sinfo.offset, sinfo.length)
         # one read per item: torch.load through DCP's file view makes a Python call for every small read
         file.seek(sinfo.offset)
         return io.BytesIO(file.read(sinfo.length))
