@@ -589,8 +589,8 @@ def report(fig: dict) -> None:
     print(f"  load side: every load hashes each file as it reads it (one pass); a separate hashing pass over a "
           f"{v['method']} checkpoint, split over the ranks, would take {v['verify_s']:.3f} s "
           f"({v['share_of_load']:.0%} of its {v['load_s']:.3f} s load)")
-    for k, run in enumerate(fig["checksum_runs"]):
-        print(f"  checksum run {k + 1}: " + ", ".join(f"{name} {c['overhead']:+.1%}" for name, c in run.items()))
+    for number, run in enumerate(fig["checksum_runs"], 1):
+        print(f"  checksum run {number}: " + ", ".join(f"{name} {c['overhead']:+.1%}" for name, c in run.items()))
     print(f"  torch.save's own CRC32 (never checked by torch.load) off: {k['method']} saves in "
           f"{k['save_crc32_off_s']:.3f} s ({k['crc32_off_vs_dcp']:.2f}x stock dcp.save; "
           f"cpu {k['cpu_crc32_off_s']:.2f} s against {k['cpu_s']:.2f} s with it and {k['dcp_cpu_s']:.2f} s "
