@@ -28,7 +28,7 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
     later loaded without a copy into a buffer of our own. Anything else (a file object with no
     descriptor, an empty file) is read in cache-sized pieces, each hashed right after it is read."""
     with base.current().open_read(path) as f:
-        mapped = _mapped(f)
+        mapped = _mapped(f, path)
         if mapped is not None:
             h = xxhash.xxh3_128()
             with memoryview(mapped) as view:
@@ -38,15 +38,34 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
         return _read_pieces(f, size_hint)
 
 
-def _mapped(f) -> mmap.mmap | None:
-    """The whole file of `f`, mapped read-only; None when it has no descriptor or cannot be mapped."""
+def _mapped(f, path: str) -> mmap.mmap | None:
+    """The whole file of `f`, mapped read-only; None when it has no descriptor, cannot be mapped, or lies
+    on a FUSE file system (a read error there, an injected one included, would reach a mapping as SIGBUS
+    instead of an OSError: such files are read)."""
     try:
         fd = f.fileno()
-        if not isinstance(fd, int) or os.fstat(fd).st_size == 0:
+        if not isinstance(fd, int) or os.fstat(fd).st_size == 0 or not _plain_disk(path):
             return None
         return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return None
+
+
+def _plain_disk(path: str) -> bool:
+    """Whether `path` lies on a file system that is not FUSE (the mount table of /proc/self/mounts,
+    read each time: a FUSE layer is mounted and unmounted per job). False when it cannot be told."""
+    try:
+        with open("/proc/self/mounts") as mounts:
+            table = [line.split()[1:3] for line in mounts if len(line.split()) > 2]
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    for point, fstype in table:
+        point = point.replace("\\040", " ")
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fstype
+    return bool(best) and not kind.startswith("fuse")
 
 
 def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:

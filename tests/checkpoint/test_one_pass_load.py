@@ -145,3 +145,22 @@ def test_held_files_answer_from_memory_and_pass_the_rest_through(tmp_path):
     with held.open_read(str(on_disk)) as f:
         assert f.read() == b"from disk"
     assert held.exists(str(on_disk))
+
+
+def test_a_file_on_plain_disk_is_mapped_and_one_under_fuse_is_read(tmp_path):
+    import mmap
+
+    from resilience.fusefs import fuse_available, mounted
+    backing, mnt = tmp_path / "backing", tmp_path / "mnt"
+    backing.mkdir()
+    mnt.mkdir()
+    (backing / "f").write_bytes(b"abc" * 1000)
+    data, digest = read_hashed(str(backing / "f"), 3000)
+    assert isinstance(data, mmap.mmap)
+    ok, why = fuse_available()
+    if not ok:
+        pytest.skip(f"FUSE: {why}")
+    with mounted(str(backing), str(mnt)):
+        # a read error injected there must stay an OSError, never a SIGBUS through a mapping
+        through, same = read_hashed(str(mnt / "f"), 3000)
+        assert isinstance(through, bytearray) and same == digest and bytes(through) == b"abc" * 1000
