@@ -18,7 +18,8 @@ Cases per minute (`--matrix-runs N`, `--fuzz-examples N`): `resilience matrix` o
 this tree and, with `--baseline PATH`, for the tree at PATH (its own PYTHONPATH), interleaved; the verdicts
 of both must agree. Target: this tree's cases per minute at least TARGET_CASES_SPEEDUP x the baseline's.
 
-Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (resume on the same world),
+Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (rank 0, which writes the
+replica-0 pieces, killed mid-save; resume on the same world),
 time per case and per rank; target: time per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
 
     python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2]
@@ -215,7 +216,7 @@ steps:
   - train: 2
   - save
   - train: 1
-  - crash: {{rank: {world - 1}, after_bytes: 256}}
+  - crash: {{rank: 0, after_bytes: 256}}
   - save
   - resume: {{continue: 1}}
 """
