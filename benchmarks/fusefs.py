@@ -111,33 +111,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    size, chunk = args.size_mib * MIB, args.chunk_mib * MIB
+def run(size_mib: int, chunk_mib: int, repeats: int, folder: str | None = None) -> dict | None:
+    """Measure and print the four ways; the figures, or None when FUSE cannot mount here (said why)."""
+    size, chunk = size_mib * MIB, chunk_mib * MIB
     ok, why = fuse_available()
     if not ok:
         print(f"fusefs throughput: not measured, {why}")
-        return 0
-    with tempfile.TemporaryDirectory(prefix="bench-fusefs-", dir=args.folder) as folder:
-        kind = _fs_type(folder)
-        print(f"fusefs throughput: {args.size_mib} MiB in {args.chunk_mib} MiB writes + fsync, {args.repeats} "
-              f"repeats, backing folder on {kind} ({folder})")
-        seconds = measure(folder, size, chunk, args.repeats)
+        return None
+    with tempfile.TemporaryDirectory(prefix="bench-fusefs-", dir=folder) as where:
+        kind = _fs_type(where)
+        print(f"fusefs throughput: {size_mib} MiB in {chunk_mib} MiB writes + fsync, {repeats} "
+              f"repeats, backing folder on {kind} ({where})")
+        seconds = measure(where, size, chunk, repeats)
     fig = {}
     for way in WAYS:
         med = statistics.median(seconds[way])
-        fig[way] = {"median_s": med, "mib_per_s": args.size_mib / med, "runs_s": seconds[way]}
-        print(f"  {way:<10} median {med:.3f} s  {args.size_mib / med:8.1f} MiB/s  "
+        fig[way] = {"median_s": med, "mib_per_s": size_mib / med, "runs_s": seconds[way]}
+        print(f"  {way:<10} median {med:.3f} s  {size_mib / med:8.1f} MiB/s  "
               f"runs {' '.join(f'{s:.3f}' for s in seconds[way])}")
     ratios = {w: fig[w]["median_s"] / fig["bare"]["median_s"] for w in WAYS[1:]}
     print("  " + ", ".join(f"{w} takes {r:.2f}x the bare folder's time" for w, r in ratios.items()))
     to_seam = fig["mount+log"]["median_s"] / fig["seam+log"]["median_s"]
     print(f"  mount+log takes {to_seam:.2f}x the time of seam+log (both keep every byte for crash states)")
-    if args.json:
+    return {"size_mib": size_mib, "chunk_mib": chunk_mib, "repeats": repeats, "backing_fs": kind, "ways": fig,
+            "ratio_to_bare": ratios, "mount_log_to_seam_log": to_seam}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    fig = run(args.size_mib, args.chunk_mib, args.repeats, args.folder)
+    if fig is not None and args.json:
         with open(args.json, "w") as f:
-            json.dump({"benchmark": "fusefs", "version": 1, "size_mib": args.size_mib, "chunk_mib": args.chunk_mib,
-                       "repeats": args.repeats, "backing_fs": kind, "ways": fig, "ratio_to_bare": ratios,
-                       "mount_log_to_seam_log": to_seam,
+            json.dump({"benchmark": "fusefs", "version": 1, **fig,
                        "python": platform.python_version(), "cpus": os.cpu_count(),
                        "load_average": os.getloadavg()}, f, indent=2)
             f.write("\n")

@@ -1,4 +1,5 @@
-"""Scenario throughput: a 4-rank save, a rank killed mid-write, a resume on another topology.
+"""Scenario throughput: a 4-rank save, a rank killed mid-write, a resume on another topology; where a
+case's time goes; cases per minute of the matrix and the fuzzer (against a baseline tree); cost by world size.
 
 Median wall time of one whole scenario (`run_case`: jobs, fault, history, checkers, verdict) with the warm
 launcher (ranks forked from this process, which already imported torch and the checkpoint code) against
@@ -8,7 +9,21 @@ Every run must end with verdict PASS (the crash fired, the resume loaded the las
 REFUSED-AS-EXPECTED for LEGACY and LOCAL, which cannot change tp), or the timing is of a broken scenario
 and the benchmark fails.
 
-    python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2] [--json FILE]
+Where a case's time goes (`--breakdown`, on by default): the matrix's cases of a few columns judged into a
+run folder with the runner's steps timed (benchmarks/casecost.py): learning the layout, job start (fork, gloo,
+state), train, save, load, crash states, checkers, report, other.
+
+Cases per minute (`--matrix-runs N`, `--fuzz-examples N`): `resilience matrix` over a few columns and
+`resilience fuzz` with a fixed seed, each run as the user runs it (a fresh process, imports included), for
+this tree and, with `--baseline PATH`, for the tree at PATH (its own PYTHONPATH), interleaved; the verdicts
+of both must agree. Target: this tree's cases per minute at least TARGET_CASES_SPEEDUP x the baseline's.
+
+Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (rank 0, which writes the
+replica-0 pieces, killed mid-save; resume on the same world),
+time per case and per rank; target: time per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
+
+    python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2]
+        [--baseline PATH] [--matrix-runs 1] [--fuzz-examples 6] [--worlds 2 4 8 16] [--json FILE]
 """
 from __future__ import annotations
 
@@ -16,7 +31,10 @@ import argparse
 import json
 import os
 import platform
+import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +49,11 @@ from resilience.vocab import Combination
 
 TARGET_FORK_SECONDS = 1.0  # warm launcher: median wall time of one scenario, under
 TARGET_SPEEDUP = 10.0  # spawn median / fork median, at least
+TARGET_CASES_SPEEDUP = 2.0  # cases per minute of this tree / the baseline's, at least
+TARGET_RANK_GROWTH = 1.5  # time per rank at the largest world / at world 4, at most
+MATRIX_COMBOS = ["GLOBAL/torch_dist/sync", "LEGACY/torch/sync", "TORCH_DCP/torch_dcp/sync"]
+MATRIX_FAULTS = ["kill", "bitflip", "io_error", "truncate", "lost_unsynced"]
+MATRIX_TRANSITIONS = ["tp"]
 TOPOLOGY, RESUME_ON = "tp2pp1dp2", "tp1pp1dp4"
 GOOD = (PASS, REFUSED)  # LEGACY and LOCAL refuse the tp change, clearly: that is their correct outcome
 
@@ -86,6 +109,149 @@ def measure(combo: Combination, repeats: int, spawn_repeats: int, warmup: int) -
     return {"fork": _summary(times["fork"]), "spawn": _summary(times["spawn"]), "verdicts": verdicts}
 
 
+# ---- where a case's time goes ------------------------------------------------------------------------
+def measure_breakdown(combos: list[Combination]) -> dict:
+    from benchmarks.casecost import breakdown, matrix_cases
+    cases = matrix_cases(combos, MATRIX_FAULTS, MATRIX_TRANSITIONS)
+    print(f"  breakdown: {len(cases)} matrix cases ({', '.join(map(str, combos))} x "
+          f"{', '.join(MATRIX_FAULTS + MATRIX_TRANSITIONS)})", file=sys.stderr, flush=True)
+    out = breakdown(cases)
+    out["cases_per_minute"] = 60.0 * out["cases"] / out["wall_s"]
+    return out
+
+
+def report_breakdown(b: dict) -> None:
+    n = b["cases"]
+    print(f"where a case's time goes: {n} matrix cases in {b['wall_s']:.1f} s, "
+          f"{b['cases_per_minute']:.1f} cases per minute (judged in this process)")
+    for bucket, seconds in b["seconds"].items():
+        print(f"  {bucket:<14} {seconds / n:7.3f} s per case  {seconds / b['wall_s']:6.1%}")
+
+
+# ---- cases per minute, against a baseline tree ---------------------------------------------------------
+def _cli(tree: str, argv: list[str], out: str) -> tuple[float, float, list]:
+    """Wall and CPU seconds (the command and every process it reaped) of `resilience ARGV --out OUT` run
+    from `tree`, and its rows (results.json)."""
+    env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "resilience.cli", *argv, "--out", out], env=env, cwd=tree,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    runs = [os.path.join(out, d) for d in os.listdir(out)] if os.path.isdir(out) else []
+    found = [os.path.join(r, "results.json") for r in runs if os.path.exists(os.path.join(r, "results.json"))]
+    if not found:
+        raise RuntimeError(f"{' '.join(argv)} in {tree} wrote no results.json (exit {proc.returncode}):\n"
+                           f"{proc.stdout[-3000:]}")
+    with open(found[0]) as f:
+        rows = json.load(f)
+    return wall, cpu, rows
+
+
+def _verdicts(rows: list) -> list:
+    return sorted((r["combo"], r.get("column") or r.get("scenario"), r["verdict"]) for r in rows)
+
+
+def measure_throughput(trees: dict[str, str], runs: int, fuzz_examples: int, combos: list[Combination]) -> dict:
+    """{tree name: {"matrix": {...}, "fuzz": {...}}}: wall, CPU, cases and verdicts of each run, interleaved."""
+    matrix = ["matrix", "--combos", *map(str, combos), "--faults", *MATRIX_FAULTS,
+              "--transitions", *MATRIX_TRANSITIONS, "--seed", "0"]
+    fuzz = ["fuzz", "--examples", str(fuzz_examples), "--seed", "1", "--mode", "scenarios",
+            "--combos", *map(str, combos)]
+    out: dict = {name: {"matrix": [], "fuzz": []} for name in trees}
+    tmp = tempfile.mkdtemp(prefix="bench-throughput-")
+    try:
+        for i in range(runs):
+            for kind, argv in (("matrix", matrix), ("fuzz", fuzz)):
+                if kind == "fuzz" and not fuzz_examples:
+                    continue
+                order = list(trees) if i % 2 == 0 else list(trees)[::-1]
+                for name in order:
+                    wall, cpu, rows = _cli(trees[name], argv, os.path.join(tmp, f"{name}-{kind}-{i}"))
+                    out[name][kind].append({"wall_s": wall, "cpu_s": cpu, "cases": len(rows),
+                                            "verdicts": _verdicts(rows)})
+                    print(f"  {kind:<6} {name:<9} {len(rows)} cases in {wall:6.1f} s (cpu {cpu:6.1f} s)",
+                          file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def summarize_throughput(raw: dict) -> dict:
+    fig: dict = {}
+    for name, kinds in raw.items():
+        for kind, runs in kinds.items():
+            if not runs:
+                continue
+            wall = statistics.median(r["wall_s"] for r in runs)
+            cases = runs[0]["cases"]
+            fig.setdefault(kind, {})[name] = {
+                "cases": cases, "median_wall_s": wall, "cases_per_minute": 60.0 * cases / wall,
+                "cpu_s_per_case": statistics.median(r["cpu_s"] / max(1, r["cases"]) for r in runs),
+                "runs": [r["wall_s"] for r in runs], "verdicts": runs[0]["verdicts"]}
+    return fig
+
+
+def report_throughput(fig: dict, targets: dict) -> None:
+    for kind, trees in fig.items():
+        for name, f in trees.items():
+            print(f"  {kind:<6} {name:<9} {f['cases']} cases, median {f['median_wall_s']:6.1f} s: "
+                  f"{f['cases_per_minute']:6.2f} cases per minute, cpu {f['cpu_s_per_case']:.2f} s per case")
+        if "baseline" in trees and "this" in trees:
+            t = targets[f"{kind}_cases_per_minute_vs_baseline"]
+            same = "same verdicts" if t["same_verdicts"] else "VERDICTS DIFFER"
+            print(f"  target {kind} cases per minute at least {TARGET_CASES_SPEEDUP:g}x the baseline's: "
+                  f"{t['value']:.2f}x (cpu per case {t['cpu_ratio']:.2f}x less), {same}, "
+                  f"{'met' if t['met'] else 'MISSED'}")
+
+
+# ---- cost growth with the world size ------------------------------------------------------------------
+def world_scenario(world: int) -> str:
+    return f"""
+name: bench-world-{world}
+topology: tp1pp1dp{world}
+steps:
+  - train: 2
+  - save
+  - train: 1
+  - crash: {{rank: 0, after_bytes: 256}}
+  - save
+  - resume: {{continue: 1}}
+"""
+
+
+def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
+    out = {}
+    for world in worlds:
+        scenario = load_text(world_scenario(world), f"bench-world-{world}.yaml")
+        seconds, verdicts = [], []
+        for i in range(repeats + 1):  # the first learns the layout: not counted
+            with tempfile.TemporaryDirectory(prefix="bench-world-") as d:
+                t0 = time.perf_counter()
+                result = run_case(scenario, combo, d)
+                took = time.perf_counter() - t0
+            verdicts.append(result.verdict)
+            if i:
+                seconds.append(took)
+            print(f"  world {world:>2} run {i} {took:7.3f} s verdict {result.verdict}"
+                  f"{' (learns the layout, not counted)' if not i else ''}", file=sys.stderr, flush=True)
+        median = statistics.median(seconds)
+        out[str(world)] = {"median_s": median, "per_rank_s": median / world, "runs": seconds,
+                           "verdicts": [str(v) for v in verdicts]}
+    return out
+
+
+def report_worlds(fig: dict, target: dict | None) -> None:
+    print("cost by world size (kill mid-save and resume, tp1pp1dp{W}; median, layout learned beforehand)")
+    for world, f in fig.items():
+        print(f"  world {world:>2}  {f['median_s']:7.3f} s per case  {f['per_rank_s']:7.3f} s per rank")
+    if target is not None:
+        print(f"  target time per rank at world {target['largest']} within {TARGET_RANK_GROWTH:g}x of world 4: "
+              f"{target['value']:.2f}x, {'met' if target['met'] else 'MISSED'}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks scenario", description=__doc__.split("\n")[0])
     p.add_argument("--combo", type=combination_arg, default=Combination.parse("GLOBAL/torch_dist/sync"),
@@ -96,6 +262,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="spawn runs, several seconds each; 0 skips spawn and the ratio (default: 2)")
     p.add_argument("--warmup", type=nonnegative_int, default=1, metavar="N",
                    help="fork runs first, not counted (default: 1)")
+    p.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
+                   help="where a case's time goes, over a few matrix columns (default: on)")
+    p.add_argument("--baseline", metavar="PATH",
+                   help="a tree (git worktree) of the framework to measure cases per minute against")
+    p.add_argument("--matrix-runs", type=nonnegative_int, default=1, metavar="N",
+                   help="runs of `resilience matrix` (and of the fuzzer) per tree, interleaved; 0 skips (default: 1)")
+    p.add_argument("--fuzz-examples", type=nonnegative_int, default=6, metavar="N",
+                   help="examples of `resilience fuzz` per run; 0 skips the fuzzer (default: 6)")
+    p.add_argument("--matrix-combos", type=combination_arg, nargs="+", default=None, metavar="TYPE/format/io",
+                   help="combinations of the breakdown, the matrix and the fuzzer (default: "
+                        f"{' '.join(MATRIX_COMBOS)})")
+    p.add_argument("--matrix-faults", nargs="+", default=MATRIX_FAULTS, metavar="COLUMN",
+                   help=f"fault columns of the breakdown and the matrix (default: {' '.join(MATRIX_FAULTS)})")
+    p.add_argument("--worlds", type=positive_int, nargs="*", default=[2, 4, 8, 16], metavar="W",
+                   help="world sizes of the cost-growth scenario; none skips it (default: 2 4 8 16)")
+    p.add_argument("--world-repeats", type=positive_int, default=2, metavar="N",
+                   help="counted runs per world size (default: 2)")
     p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return p.parse_args(argv)
 
@@ -115,7 +298,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1, 5, 15 min) at start, "
           f"{os.cpu_count()} cpus")
     fig = measure(combo, args.repeats, args.spawn_repeats, args.warmup)
-    load_after = os.getloadavg()
     fork, spawn = fig["fork"], fig["spawn"]
     failed = [v for v in fig["verdicts"] if v["verdict"] not in GOOD]
     print(f"  warm launcher (fork)  median {fork['median_s']:.3f} s  min {fork['min_s']:.3f}  max {fork['max_s']:.3f}  "
@@ -131,12 +313,46 @@ def main(argv: list[str] | None = None) -> int:
               f"max {spawn['max_s']:.3f}  n={spawn['runs']}")
         print(f"  target spawn/fork at least {TARGET_SPEEDUP:g}x: {ratio:.1f}x, "
               f"{'met' if targets['spawn_over_fork']['met'] else 'MISSED'}")
+    breakdown = throughput = worlds = None
+    combos = args.matrix_combos or [Combination.parse(c) for c in MATRIX_COMBOS]
+    MATRIX_FAULTS[:] = args.matrix_faults
+    if args.breakdown:
+        breakdown = measure_breakdown(combos)
+        report_breakdown(breakdown)
+    if args.matrix_runs:
+        trees = {"this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+        if args.baseline:
+            trees["baseline"] = args.baseline
+        print(f"cases per minute: `resilience matrix` ({len(combos)} combinations x "
+              f"{len(MATRIX_FAULTS) + len(MATRIX_TRANSITIONS)} columns) and `resilience fuzz` "
+              f"({args.fuzz_examples} examples, seed 1), each a fresh process, {args.matrix_runs} run(s) per tree"
+              + (f"; baseline {args.baseline}" if args.baseline else ""))
+        throughput = summarize_throughput(measure_throughput(trees, args.matrix_runs, args.fuzz_examples, combos))
+        for kind, f in throughput.items():
+            if "baseline" in f:
+                speed = f["this"]["cases_per_minute"] / f["baseline"]["cases_per_minute"]
+                targets[f"{kind}_cases_per_minute_vs_baseline"] = {
+                    "value": speed, "limit": TARGET_CASES_SPEEDUP, "met": speed >= TARGET_CASES_SPEEDUP,
+                    "cpu_ratio": f["baseline"]["cpu_s_per_case"] / f["this"]["cpu_s_per_case"],
+                    "same_verdicts": f["this"]["verdicts"] == f["baseline"]["verdicts"]}
+        report_throughput(throughput, targets)
+    if args.worlds:
+        worlds = measure_worlds(combo, sorted(args.worlds), args.world_repeats)
+        target = None
+        largest = str(max(args.worlds))
+        if "4" in worlds and largest != "4":
+            growth = worlds[largest]["per_rank_s"] / worlds["4"]["per_rank_s"]
+            target = targets["per_rank_growth"] = {"value": growth, "limit": TARGET_RANK_GROWTH, "largest": largest,
+                                                   "met": growth <= TARGET_RANK_GROWTH}
+        report_worlds(worlds, target)
+    load_after = os.getloadavg()
     print(f"  load average {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} at the end")
     for v in failed:
         print(f"  run with {v['start_method']} ended {v['verdict']}: {v['detail']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"benchmark": "scenario", "version": 1, "config": config, **fig, "targets": targets,
+            json.dump({"benchmark": "scenario", "version": 2, "config": config, **fig, "targets": targets,
+                       "breakdown": breakdown, "throughput": throughput, "worlds": worlds,
                        "load_average": {"start": load_before, "end": load_after}}, f, indent=2)
             f.write("\n")
         print(f"figures written to {args.json}")

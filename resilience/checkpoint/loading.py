@@ -2,17 +2,23 @@
 
 Global: the coordinator lists the candidates, newest first (the tracker is a hint: a bad one is a
 warning); for each, every rank checks the manifest, the topology and the model, then every listed
-file's checksum (each file hashed by one rank), and all ranks agree on the outcome before reading it.
+file's checksum (each file hashed by one rank, the one that reads it when the format says which), and
+all ranks agree on the outcome before reading it. A rank keeps the files it hashed in memory and loads
+from there, so each byte is read from disk once (storage.held).
 LOCAL: each rank checks its own copies; the newest save every rank holds valid is read
 (vocab.on_every_rank). A failed check warns and falls back to the next older one, or raises when strict;
 a topology the combination cannot load on raises at once (an older checkpoint would not help)."""
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
+from .. import storage
 from ..dist import all_gather, broadcast, this_rank
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from ..state import Topology, TrainingState
+from ..storage.held import HeldFiles
 from ..vocab import LoadResult, on_every_rank
 from ..vocab.folders import rank_root
 from . import commit
@@ -41,12 +47,14 @@ class FallbackLoad(Driver):
             raise IntegrityError(*tracker)
         info = self._info(state)
         for iteration, path, manifest, problem in candidates:
+            held = HeldFiles(storage.current())
             if problem is None:
-                problem = self._check_candidate(info, path, manifest)
+                problem = self._check_candidate(info, path, manifest, held=held)
             if problem is not None:
                 self._fallback(warnings, path, problem)
                 continue
-            objects = self._read(info, state, path, manifest, warnings)
+            objects = self._read(info, state, path, manifest, warnings, held=held)
+            del held  # the bytes this rank read: free before an older candidate is read
             if objects is None:
                 continue
             state.load_objects(objects)
@@ -86,9 +94,11 @@ class FallbackLoad(Driver):
         if this_rank() == 0:
             log.warning(msg)
 
-    def _check_candidate(self, info: RankInfo, path: str, manifest: Manifest) -> str | None:
+    def _check_candidate(self, info: RankInfo, path: str, manifest: Manifest,
+                         held: HeldFiles | None = None) -> str | None:
         """None if every file checks out (each file hashed by one rank); else the first problem.
-        A topology the combination cannot load on raises: an older checkpoint would not help."""
+        A topology the combination cannot load on raises: an older checkpoint would not help. The
+        files this rank hashed go into `held`, for its read."""
         saved = (manifest.combination.get("type"), manifest.combination.get("format"))
         if saved != (self.combo.type.value, self.combo.format.value):  # sync and async read each other
             raise TopologyChangeRefused(
@@ -97,10 +107,13 @@ class FallbackLoad(Driver):
         if (wrong := model_problem(manifest.model, info)) is not None:
             raise TopologyChangeRefused(f"{path}: {wrong}")
         problem = None
-        for i, (rel, expected) in enumerate(sorted(manifest.files.items())):
-            if i % info.world == info.rank:
+        owners = readers(manifest.files, info, self.format)
+        for rel, expected in sorted(manifest.files.items()):
+            if owners[rel] == info.rank:
                 try:
-                    verify_file(path, rel, expected)
+                    data = verify_file(path, rel, expected, held is not None)
+                    if data is not None and held is not None:
+                        held.hold(os.path.join(path, rel), data)
                 except Exception as e:  # every rank must reach the all_gather below, whatever failed
                     problem = str(e) if isinstance(e, IntegrityError) else \
                         str(IntegrityError(os.path.join(path, rel), "verify", describe(e)))
@@ -108,13 +121,15 @@ class FallbackLoad(Driver):
         problems = [p for p in all_gather(problem) if p]
         return problems[0] if problems else None
 
-    def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings) -> dict | None:
+    def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings,
+              held: HeldFiles | None = None) -> dict | None:
         saved_dtype = manifest.model.get("dtype", state.spec.dtype)
         records, convert = self._records_as_saved(state, saved_dtype)
         error: Exception | None = None
         objects = {}
         try:
-            objects = self.format.read(info, records, path, manifest)
+            with _served(held):
+                objects = self.format.read(info, records, path, manifest)
         except TopologyChangeRefused as e:
             error = e
         except Exception as e:
@@ -144,6 +159,7 @@ class FallbackLoad(Driver):
         info = self._info(state)
         folder = rank_root(root, info.rank)
         valid: dict[tuple[int, int], tuple[str, Manifest]] = {}  # (iteration, save number) -> its copy
+        newest: tuple[tuple[int, int], HeldFiles] | None = None  # the bytes of the newest valid copy, read once
         warnings: list[str] = []
         refused: str | None = None
         numbers = [0]
@@ -161,9 +177,15 @@ class FallbackLoad(Driver):
                 self.format.check_topology(Topology.from_dict(manifest.topology), info)
                 if (wrong := model_problem(manifest.model, info)) is not None:
                     raise TopologyChangeRefused(f"{path}: {wrong}")
+                held = HeldFiles(storage.current())
                 for rel, expected in manifest.files.items():
-                    verify_file(path, rel, expected)
+                    data = verify_file(path, rel, expected, True)
+                    if data is not None:
+                        held.hold(os.path.join(path, rel), data)
                 valid.setdefault((iteration, number), (path, manifest))
+                if (newest is None or (iteration, number) > newest[0]) and valid[(iteration, number)][0] == path:
+                    newest = ((iteration, number), held)
+                del held
             except TopologyChangeRefused as e:
                 refused = str(e)
             except IntegrityError as e:
@@ -185,12 +207,45 @@ class FallbackLoad(Driver):
             if self.strict and all_warnings:
                 raise IntegrityError(root, "local checkpoint", "; ".join(all_warnings))
             path, manifest = valid[key]
-            objects = self._read(info, state, path, manifest, all_warnings)
+            kept = newest[1] if newest is not None and newest[0] == key else None
+            objects = self._read(info, state, path, manifest, all_warnings, held=kept)
             if objects is not None:
                 state.load_objects(objects)
                 return LoadResult(key[0], path, "rng" in objects, all_warnings)
         raise CheckpointNotFound(f"{root}: no local checkpoint present and valid on every rank"
                                  + "".join(f"\n  {w}" for w in all_warnings))
+
+
+def readers(files: dict[str, dict], info: RankInfo, fmt) -> dict[str, int]:
+    """The rank that hashes each listed file (and loads it from memory): the one the format names as
+    its reader (`reader_of(rel, info)`, optional), else the rank with the fewest bytes so far, largest
+    files first. The same on every rank: it depends only on the manifest and the topology."""
+    reader_of = getattr(fmt, "reader_of", None)
+    out: dict[str, int] = {}
+    load = [0] * info.world
+    rest = []
+    for rel, expected in sorted(files.items()):
+        rank = reader_of(rel, info) if reader_of is not None else None
+        if isinstance(rank, int) and 0 <= rank < info.world:
+            out[rel] = rank
+            load[rank] += expected["size"]
+        else:
+            rest.append((rel, expected["size"]))
+    for rel, size in sorted(rest, key=lambda item: (-item[1], item[0])):
+        rank = min(range(info.world), key=lambda r: (load[r], r))
+        out[rel] = rank
+        load[rank] += size
+    return out
+
+
+@contextlib.contextmanager
+def _served(held: HeldFiles | None) -> Iterator[None]:
+    """This thread reads the held files from memory for the duration."""
+    if held is None or not held.files:
+        yield
+        return
+    with storage.use(held, this_thread=True):
+        yield
 
 
 def _not_on_every_rank(newest: tuple[int, int], loading: tuple[int, int]) -> str:

@@ -16,6 +16,7 @@ from .. import storage
 from ..errors import IntegrityError
 from ..state.topology import Topology
 from ..storage.contained import check_folder, check_inside
+from ..storage.held import Buffer, read_hashed
 from ..vocab.combos import Combination
 from ..vocab.folders import MANIFEST
 from ..vocab.manifest_format import FORMAT_VERSION, body_digest, manifest_text
@@ -145,18 +146,25 @@ def save_number(manifest: Manifest, path: str) -> int:
     return bounded_int(value, MAX_ITERATION, path, "the save number")
 
 
-def verify_file(folder: str, rel: str, expected: dict) -> None:
+def verify_file(folder: str, rel: str, expected: dict, keep: bool = False) -> Buffer | None:
     """Size then checksum of one listed file; IntegrityError naming the file and the check. The file
-    must be a regular file inside `folder` (storage.contained)."""
+    must be a regular file inside `folder` (storage.contained). With `keep`, the file is read into memory
+    once, hashed piece by piece as it is read, and its bytes are returned for the load to use (one pass
+    over the bytes instead of a hashing pass and a loading pass)."""
     path = os.path.join(folder, safe_relpath(rel, os.path.join(folder, MANIFEST)))
     fs = storage.current()
     if not (fs.exists(path) or os.path.islink(path)):
         raise IntegrityError(path, "file present", "listed in the manifest but missing")
     check_inside(path, folder)
+    data = None
     try:
         size = fs.size(path)
         if size == expected["size"]:
-            _, digest = file_digest(path)
+            if keep:
+                data, digest = read_hashed(path, size)
+                size = len(data)
+            else:
+                _, digest = file_digest(path)
     except OSError as e:
         if isinstance(e, IntegrityError):
             raise
@@ -165,3 +173,4 @@ def verify_file(folder: str, rel: str, expected: dict) -> None:
         raise IntegrityError(path, "size", f"{size} bytes, manifest says {expected['size']}")
     if digest != expected["xxh3_128"]:
         raise IntegrityError(path, "checksum", f"xxh3-128 {digest}, manifest says {expected['xxh3_128']}")
+    return data

@@ -87,14 +87,8 @@ def in_property_test() -> bool:
 
 
 def faults_in(scenario) -> list[str]:
-    """The scenario's fault steps, one word or two each: 'kill', 'corrupt truncate'."""
-    from ..runner.scenario import FAULT_STEPS
-    out = []
-    for step in scenario.steps:
-        if step.kind in FAULT_STEPS:
-            kind = step.args.get("kind") if step.kind in ("fault", "corrupt") else None
-            out.append(step.kind + (f" {kind}" if kind else ""))
-    return out
+    """The kinds of the scenario's faults, as their records name them: 'rank_kill', 'truncate'."""
+    return [step.fault.kind for step in scenario.steps if step.fault is not None]
 
 
 def tell_hypothesis(faults: list[str], result) -> None:

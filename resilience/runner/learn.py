@@ -49,7 +49,8 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
         from ..fusefs import tell
         tell(plan.control, "rank", ctx.rank)
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
-    state.train(plan.iteration)
+    state.train(1)  # real optimizer state in every file; the files' names need the iteration, not its steps
+    state.iteration = plan.iteration
     backend = make_backend(plan.backend, plan.combo)
     announced: list[str] = []
     stop = phases.listen(lambda phase, info: announced.append(phase))

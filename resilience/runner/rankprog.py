@@ -166,6 +166,10 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 if pending is not None:
                     log.ok("save", **ids, via="finalize")
                 in_flight = None
+            elif kind == "load" and op.get("fresh"):  # one of several crash states: nothing carries over
+                fresh = TrainingState(plan.spec, plan.topo, ctx.rank)
+                _load(log, lead, fresh, make_backend(plan.backend, plan.combo), plan, op["root"],
+                      {"crash_state": op["crash_state"]})
             elif kind == "load":
                 if not _load(log, lead, state, backend, plan):
                     break
@@ -180,13 +184,16 @@ def run_plan(ctx, plan: RankPlan) -> dict:
     return {"iteration": state.iteration}
 
 
-def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPlan) -> bool:
-    where = {"topology": str(plan.topo), "dtype": plan.spec.dtype}
+def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPlan, root: str | None = None,
+          tags: dict | None = None) -> bool:
+    """Load from `root` (the plan's by default); `tags` go into each of its events (a crash state's name)."""
+    root = root or plan.root
+    where = {"topology": str(plan.topo), "dtype": plan.spec.dtype, **(tags or {})}
     log.invoke("load", **where)
     failed: dict | None = None
     with captured_warnings() as heard:
         try:
-            result = backend.load(state, plan.root)
+            result = backend.load(state, root)
         except TopologyChangeRefused as e:
             failed = {"refused": True, "error": f"{type(e).__name__}: {e}"}
         except (CheckpointNotFound, IntegrityError) as e:
@@ -195,7 +202,7 @@ def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPl
         log.fail("load", **failed, **where, **({"captured": heard} if heard else {}))
         return False
     fp, rng, found = _digests(state, True)
-    value = {"iteration": result.iteration, "path": os.path.relpath(result.path, plan.root),
+    value = {"iteration": result.iteration, "path": os.path.relpath(result.path, root),
              "rng_restored": result.rng_restored, "warnings": result.warnings, **where,
              **({"captured": heard} if heard else {})}
     if lead:

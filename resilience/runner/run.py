@@ -131,11 +131,9 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                 outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE if states.get("unobserved") else FIRED,
                                        states["summary"]))
                 lost.append(states)
-                for state_root in states["states"]:
-                    job_no += 1
-                    probe = JobSpec(planned.topo, "crash_state", [{"op": "load"}])
-                    unexpected += _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
-                                           crash_state=os.path.basename(state_root), start_method=start_method)
+                job_no, found = _load_crash_states(states["states"], planned, job_no, combo, scenario, case_dir,
+                                                   history, backend, start_method)
+                unexpected += found
         job_no += 1
     history.close()
     events = read_events(os.path.join(case_dir, "history.jsonl"))
@@ -202,9 +200,44 @@ def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[Fault
     return [o.to_row() for o in out]
 
 
+def _load_crash_states(state_roots: list[str], planned: JobSpec, job_no: int, combo: Combination,
+                       scenario: Scenario, case_dir: str, history: EventLog, backend: str,
+                       start_method: str) -> tuple[int, list[dict]]:
+    """Load every crash state, each into a fresh state and backend, on the ranks of one job: one fork
+    and one process group for all of them (rankprog: a load op with its own root). When that job ends
+    early (a rank died or hung on one state), the states after that one are loaded one job each, as
+    before. The last job number used, and what went wrong unexpectedly."""
+    unexpected: list[dict] = []
+    if not state_roots:
+        return job_no, unexpected
+    job_no += 1
+    names = [os.path.basename(r) for r in state_roots]
+    ops = [{"op": "load", "root": r, "crash_state": n, "fresh": True} for r, n in zip(state_roots, names)]
+    batch = JobSpec(planned.topo, "crash_state", ops)
+    unexpected += _run_job(batch, job_no, combo, scenario, os.path.dirname(state_roots[0]), case_dir, history,
+                           backend, crash_state=f"{len(names)} states", start_method=start_method,
+                           per_event_state=True, timeout=scenario.timeout * len(names))
+    reached = _crash_states_loaded(os.path.join(case_dir, "ranks", f"job{job_no}", "rank0.jsonl"))
+    last = max((names.index(n) for n in reached if n in names), default=-1)
+    if unexpected or last < len(names) - 1:
+        for state_root in state_roots[last + 2 if unexpected else last + 1:]:  # past the one that ended the job
+            job_no += 1
+            probe = JobSpec(planned.topo, "crash_state", [{"op": "load"}])
+            unexpected += _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
+                                   crash_state=os.path.basename(state_root), start_method=start_method)
+    return job_no, unexpected
+
+
+def _crash_states_loaded(rank0_history: str) -> list[str]:
+    """The crash states whose load ended (ok or failed) on rank 0 of a batch job."""
+    return [e.value["crash_state"] for e in read_events(rank0_history)
+            if e.f == "load" and e.type in (OK, FAILED) and "crash_state" in e.value]
+
+
 def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
              history: EventLog, backend: str, crash_state: str | None = None,
-             start_method: str = "fork", way: str = ways.SEAM) -> list[dict]:
+             start_method: str = "fork", way: str = ways.SEAM, per_event_state: bool = False,
+             timeout: float | None = None) -> list[dict]:
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
@@ -223,7 +256,7 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
         plan = RankPlan(spec, planned.topo, combo, w.root, rank_dir, planned.ops, job_no, backend,
                         [f.to_dict() for f in w.in_process], fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"),
                         snapshot_dir, control=w.control, fs_arms=w.arms)
-        job = Job(run_plan, planned.topo.world, args=(plan,), timeout=scenario.timeout,
+        job = Job(run_plan, planned.topo.world, args=(plan,), timeout=timeout or scenario.timeout,
                   log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
                   pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
         with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
@@ -241,7 +274,7 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
                     key=lambda e: e.time)
     for e in events:
         e.job = job_no
-        if crash_state:
+        if crash_state and not per_event_state:  # a batch's ranks name the state of each load themselves
             e.value["crash_state"] = crash_state
         history.write(e)
     for rec in read_firings(fault_log)[fired_before:]:

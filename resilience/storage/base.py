@@ -104,8 +104,18 @@ def use(fs: FileSystem, *, this_thread: bool = False) -> Iterator[FileSystem]:
 def write_all(stream: WriteStream, data) -> int:
     """Write every byte: a short write is continued, a write that makes no progress fails. Callers such
     as torch.save and DCP ignore the count write() returns, so a short write would go unnoticed."""
-    view = memoryview(data).cast("B")
+    view = memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
     total = len(view)
+    n = stream.write(view) or 0  # almost always all of it: the loop below is for the rest
+    if n == total:
+        return total
+    if n < 0:
+        n = 0
+    if n == 0 and total:
+        raise OSError(errno.EIO, f"write made no progress on {stream.path}", stream.path)
+    view = view[n:]
     while view:
         n = stream.write(view) or 0
         if n <= 0:

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 
 from . import base, safe_pickle
 from .contained import check_inside
+from .held import MemoryFile
 
 
 @contextlib.contextmanager
@@ -136,11 +137,22 @@ class SeamReader(FileSystemReader):
         self.fs = SeamFileSystem(os.fspath(path))  # type: ignore[assignment]  # as above
         self.path = self.fs.init_path(path)
 
+    def reset(self, checkpoint_id=None) -> None:
+        super().reset(checkpoint_id)
+        self._metadata: dict = {}  # another checkpoint, or another load of it: read its metadata again
+
     def read_metadata(self, *args, **kwargs):
-        """DCP's read_metadata, with the restricted unpickler instead of pickle.load."""
-        return read_metadata_safely(self, kwargs.get("rank"))
+        """DCP's read_metadata, with the restricted unpickler instead of pickle.load; read once per reader
+        (a format that plans from the metadata before dcp.load does not pay for a second unpickling)."""
+        rank = kwargs.get("rank")
+        cached = self.__dict__.setdefault("_metadata", {})
+        if rank not in cached:
+            cached[rank] = read_metadata_safely(self, rank)
+        return cached[rank]
 
     def _slice_file(self, file, sinfo):
+        if isinstance(file, MemoryFile):  # read and verified already (storage.held): no copy
+            return file.view(sinfo.offset, sinfo.length)
         # one read per item: torch.load through DCP's file view makes a Python call for every small read
         file.seek(sinfo.offset)
         return io.BytesIO(file.read(sinfo.length))

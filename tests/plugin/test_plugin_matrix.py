@@ -106,11 +106,11 @@ def test_a_property_test_stops_at_its_time_budget_and_passes(pytester, monkeypat
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert props["resilience_stopped"].startswith("time budget spent after ")
     assert 1 <= int(props["resilience_cases"]) < 100 and props["verdict"] == "PASS" and props["replay"]
-    assert "corrupt truncate x" in props["resilience_faults"]
+    assert "truncate x" in props["resilience_faults"]
     monkeypatch.setenv("FAKE_EXAMPLES", "5")  # a run Hypothesis ends itself prints its statistics: the events
     result = pytester.runpytest("-p", "no:cacheprovider", "--hypothesis-show-statistics")
     result.assert_outcomes(passed=1)
-    assert "fault: corrupt truncate" in result.stdout.str() and "verdict: PASS" in result.stdout.str()
+    assert "fault: truncate" in result.stdout.str() and "verdict: PASS" in result.stdout.str()
 
 
 def test_a_failing_property_test_shrinks_within_its_budget(pytester, monkeypatch):

@@ -37,6 +37,9 @@ class Format(Protocol):
     def check_topology(self, saved: Topology, info: RankInfo) -> None:
         """Raise TopologyChangeRefused if a checkpoint saved on `saved` cannot load on info.topo."""
 
+    # Optional: `reader_of(rel, info) -> int | None`, the rank that reads file `rel` of a checkpoint on
+    # load; that rank hashes it and loads it from memory (checkpoint.loading.readers).
+
     def read(self, info: RankInfo, records: list[Record], folder: str, manifest: Manifest) -> dict[str, Any]:
         """Fill the tensors of `records` in place; return ShardedObject values by key. The RNG key is
         returned only when it can be restored exactly on this topology."""

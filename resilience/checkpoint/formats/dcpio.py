@@ -3,6 +3,7 @@ checked for full coverage and dtype (DCP checks neither), and objects loaded wit
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from math import prod
 from typing import Any
@@ -117,6 +118,18 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
             _set_path(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
             self.state_dict[read_item.dest_index.fqn] = obj
+
+
+_DATA_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+
+
+def dcp_reader_of(rel: str, world: int) -> int | None:
+    """The rank that wrote DCP data file `rel` (`__R_N.distcp`), if it is in this world: on an unchanged
+    topology it is the one that reads it."""
+    m = _DATA_FILE.fullmatch(rel)
+    if m is None or int(m.group(1)) >= world:
+        return None
+    return int(m.group(1))
 
 
 def is_bytes(metadata: Metadata, fqn: str) -> bool:

@@ -66,6 +66,16 @@ class LegacyFormat:
                 f"Legacy files hold one whole (tp, pp) piece each and cannot be resharded; only dp may change. "
                 f"Save with GLOBAL/torch_dist or TORCH_DCP/torch_dcp to change tp or pp.")
 
+    def reader_of(self, rel: str, info: RankInfo) -> int | None:
+        """The rank that hashes file `rel` on load and reads it from memory: dp rank 0 of its (tp, pp)."""
+        t = info.topo
+        head = rel.split("/", 1)[0]
+        for tp in range(t.tp):
+            for pp in range(t.pp):
+                if head == rank_folder(tp, pp, t):
+                    return t.rank_of(tp, pp, 0)
+        return None
+
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
         c = info.coords
         sub = os.path.join(folder, rank_folder(c.tp, c.pp, info.topo))

@@ -35,6 +35,7 @@ from .dcpio import (
     agreed,
     check_dtype,
     dcp_errors,
+    dcp_reader_of,
     stored_tensor,
 )
 
@@ -112,6 +113,10 @@ class TorchDcpFormat:
 
     def check_topology(self, saved: Topology, info: RankInfo) -> None:
         """Every tp, pp and dp change loads."""
+
+    def reader_of(self, rel: str, info: RankInfo) -> int | None:
+        """The rank that hashes file `rel` on load and reads it from memory: its writer."""
+        return dcp_reader_of(rel, info.world)
 
     # ---- layout ----------------------------------------------------------------------------------
     def _split(self, info: RankInfo, records) -> dict[str, ShardedTensor]:

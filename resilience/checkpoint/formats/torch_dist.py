@@ -36,7 +36,15 @@ from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import TOPOLOGY_BOUND_KEYS
 from ...storage.dcp import SeamReader, SeamWriter
 from .base import RankInfo
-from .dcpio import CheckedLoadPlanner, CheckpointContentError, check_plan, dcp_errors, is_bytes, stored_tensor
+from .dcpio import (
+    CheckedLoadPlanner,
+    CheckpointContentError,
+    check_plan,
+    dcp_errors,
+    dcp_reader_of,
+    is_bytes,
+    stored_tensor,
+)
 
 METADATA_JSON = "metadata.json"
 BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
@@ -147,6 +155,10 @@ class TorchDistFormat:
     # ---- load ------------------------------------------------------------------------------------
     def check_topology(self, saved: Topology, info: RankInfo) -> None:
         """Every tp, pp and dp change loads."""
+
+    def reader_of(self, rel: str, info: RankInfo) -> int | None:
+        """The rank that hashes file `rel` on load and reads it from memory: its writer."""
+        return dcp_reader_of(rel, info.world)
 
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
         """Fill every tensor record (all replicas) from the pieces it overlaps; padding rows become zero.

@@ -1,0 +1,143 @@
+"""Where a case's time goes: cases judged into a run folder as `resilience matrix` does, with the runner's
+steps timed from outside (their functions wrapped for the run, nothing in the package changes) and each
+job cut into its ranks' operations by the case's own history.
+
+Buckets (seconds summed over the cases):
+- learn layout: the clean save a case with faults learns the backend's file layout from (cached per
+  process, so only the first case of a (combination, topology, model) pays it);
+- start: a job's wall time not spent in its ranks' operations (fork, gloo init, building the state,
+  teardown);
+- train, save, load: rank 0's operations, from its history events (train and continue: the time since
+  its previous event; save, finalize and load: invoke to ok or fail);
+- crash states: building the disks a power loss can leave, and the jobs that load each of them;
+- checkers: the evidence from the history and every checker;
+- report: the case's timeline.html and its row in the run folder, and the run's reports at the end;
+- other: the rest of run_case (scenario file, planning, merging histories, corruptions at rest)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+
+BUCKETS = ("learn layout", "start", "train", "save", "load", "crash states", "checkers", "report", "other")
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(BUCKETS, 0.0)
+
+    def add(self, bucket: str, seconds: float) -> None:
+        self.seconds[bucket] = self.seconds.get(bucket, 0.0) + seconds
+
+    def wrap(self, owner, name: str, bucket: str, stack: contextlib.ExitStack) -> None:
+        """Time every call of owner.name into `bucket` while the stack is open."""
+        fn = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.add(bucket, time.perf_counter() - t0)
+
+        setattr(owner, name, timed)
+        stack.callback(setattr, owner, name, fn)
+
+
+def job_costs(history: str) -> dict[str, float]:
+    """start / train / save / load / crash states of every job of one case, from its history.jsonl."""
+    with open(history) as f:
+        events = [json.loads(line) for line in f]
+    out = dict.fromkeys(("start", "train", "save", "load", "crash states"), 0.0)
+    jobs: dict[int, dict] = {}
+    for e in events:
+        if e["process"] == "runner" and e["f"] == "job":
+            j = jobs.setdefault(e["value"].get("job", e["job"]), {"events": []})
+            if e["type"] == "invoke":
+                j["start"], j["crash"] = e["time"], bool(e["value"].get("crash_state"))
+            else:
+                j["end"] = e["time"]
+        elif e["process"] == 0:
+            jobs.setdefault(e["job"], {"events": []})["events"].append(e)
+    for j in jobs.values():
+        if "start" not in j or "end" not in j:
+            continue
+        wall = j["end"] - j["start"]
+        if j["crash"]:
+            out["crash states"] += wall
+            continue
+        ops = 0.0
+        last = j["start"]
+        opened: dict[str, float] = {}
+        for e in sorted(j["events"], key=lambda e: e["time"]):
+            f, kind = e["f"], e["type"]
+            if f in ("train", "continue") and kind == "ok":
+                d = e["time"] - max(last, j["start"])
+                out["train"] += d
+                ops += d
+            elif kind == "invoke":
+                opened[f] = e["time"]
+            elif f in opened and kind in ("ok", "fail", "info"):
+                d = e["time"] - opened.pop(f)
+                out["load" if f == "load" else "save"] += d
+                ops += d
+            last = e["time"]
+        out["start"] += max(0.0, wall - ops)
+    return out
+
+
+@contextlib.contextmanager
+def timed_runner(clocks: Clocks) -> Iterator[None]:
+    """The runner's steps wrapped with clocks for the duration."""
+    from resilience.report import cases as report_cases, folder as report_folder
+    from resilience.runner import faultplan, run as run_module
+    with contextlib.ExitStack() as stack:
+        clocks.wrap(faultplan, "layout_for", "learn layout", stack)
+        clocks.wrap(faultplan, "power_loss", "crash states", stack)
+        clocks.wrap(run_module, "evidence", "checkers", stack)
+        clocks.wrap(run_module, "run_checker", "checkers", stack)
+        clocks.wrap(run_module, "expectations", "checkers", stack)
+        clocks.wrap(report_cases, "_draw_timeline", "report", stack)
+        clocks.wrap(report_folder.RunFolder, "append", "report", stack)
+        clocks.wrap(report_folder.RunFolder, "finish", "report", stack)
+        yield
+
+
+def matrix_cases(combos, faults: list[str], transitions: list[str], seed: int = 0) -> list:
+    """The matrix's cases for these columns (resilience.runner.matrix.cases)."""
+    from resilience.runner.matrix import cases, parse_transitions
+    return cases(combos, faults, parse_transitions(transitions or ["none"]), seed)
+
+
+def breakdown(cases, backend: str = "reference") -> dict:
+    """Judge `cases` (resilience.runner.matrix.Case) into a fresh run folder with clocks on; the seconds
+    per bucket, the wall time, and the verdict of each case."""
+    from resilience.report import RunFolder
+    from resilience.report.cases import CaseSpec, judge_cases
+    clocks = Clocks()
+    tmp = tempfile.mkdtemp(prefix="bench-cases-")
+    try:
+        folder = RunFolder.create(tmp, "bench", {"title": "benchmark", "cases": len(cases)})
+        specs = [CaseSpec(c.scenario, c.combo, os.path.join(folder.path, "cases", f"{i:03d}"), backend, c.fault,
+                          c.transition, {"column": c.column}) for i, c in enumerate(cases)]
+        t0 = time.perf_counter()
+        with timed_runner(clocks):
+            rows = judge_cases(folder, specs)
+            folder.finish(rows)
+        wall = time.perf_counter() - t0
+        for spec in specs:
+            for bucket, seconds in job_costs(os.path.join(spec.case_dir, "history.jsonl")).items():
+                clocks.add(bucket, seconds)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    seconds = clocks.seconds
+    seconds.pop("jobs", None)  # cut into start, train, save, load and crash states by the histories
+    named = sum(v for k, v in seconds.items() if k != "other")
+    seconds["other"] = max(0.0, wall - named)
+    return {"cases": len(cases), "wall_s": wall, "seconds": seconds,
+            "verdicts": [(r["combo"], r.get("column"), r["verdict"]) for r in rows]}
+

@@ -1,0 +1,169 @@
+"""Files read once into memory and served from there: a checkpoint's load reads each byte from disk once.
+
+A loader that must check every file's checksum before trusting it would otherwise read each file twice
+(once to hash, once to load). `read_hashed` reads a whole file through the seam in cache-sized pieces,
+hashing each piece right after it is read (as LocalWriteStream does on write); `HeldFiles` then answers
+`open_read` for those files from memory and passes everything else to the file system it wraps."""
+from __future__ import annotations
+
+import io
+import mmap
+import os
+from typing import BinaryIO
+
+import xxhash
+
+from . import base
+from .local import HASH_PIECE
+
+MAP_PIECE = 8 << 20  # hashing a mapping copies nothing: pieces only bound each call
+Buffer = bytearray | mmap.mmap
+
+
+def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
+    """(every byte of `path`, its xxh3-128), read through the seam once; `size_hint` is the size the
+    file should have (a file that is longer or shorter is read and hashed whole all the same).
+
+    A real file is mapped (read-only, pages populated at once): the page cache's bytes are hashed and
+    later loaded without a copy into a buffer of our own. Anything else (a file object with no
+    descriptor, an empty file) is read in cache-sized pieces, each hashed right after it is read."""
+    with base.current().open_read(path) as f:
+        mapped = _mapped(f, path)
+        if mapped is not None:
+            h = xxhash.xxh3_128()
+            with memoryview(mapped) as view:
+                for at in range(0, len(view), MAP_PIECE):
+                    h.update(view[at:at + MAP_PIECE])
+            return mapped, h.hexdigest()
+        return _read_pieces(f, size_hint)
+
+
+def _mapped(f, path: str) -> mmap.mmap | None:
+    """The whole file of `f`, mapped read-only; None when it has no descriptor, cannot be mapped, or lies
+    on a FUSE file system (a read error there, an injected one included, would reach a mapping as SIGBUS
+    instead of an OSError: such files are read)."""
+    try:
+        fd = f.fileno()
+        if not isinstance(fd, int) or os.fstat(fd).st_size == 0 or not _plain_disk(path):
+            return None
+        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+
+
+def _plain_disk(path: str) -> bool:
+    """Whether `path` lies on a file system that is not FUSE (the mount table of /proc/self/mounts,
+    read each time: a FUSE layer is mounted and unmounted per job). False when it cannot be told."""
+    try:
+        with open("/proc/self/mounts") as mounts:
+            table = [line.split()[1:3] for line in mounts if len(line.split()) > 2]
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    for point, fstype in table:
+        point = point.replace("\\040", " ")
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fstype
+    return bool(best) and not kind.startswith("fuse")
+
+
+def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:
+    h = xxhash.xxh3_128()
+    buf = bytearray(size_hint)
+    view = memoryview(buf)
+    at = 0
+    readinto = getattr(f, "readinto", None) or _readinto_by_read(f)
+    while at < size_hint:
+        n = readinto(view[at:at + HASH_PIECE])
+        if not n:
+            break
+        h.update(view[at:at + n])
+        at += n
+    if at == size_hint:  # whatever lies beyond the expected size counts too
+        while True:
+            more = f.read(HASH_PIECE)
+            if not more:
+                break
+            h.update(more)
+            view.release()
+            buf += more
+            view = memoryview(buf)
+            at += len(more)
+    view.release()
+    if at < size_hint:
+        del buf[at:]
+    return buf, h.hexdigest()
+
+
+def _readinto_by_read(f):
+    """readinto for a file object that only has read()."""
+    def readinto(b) -> int:
+        data = f.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+    return readinto
+
+
+class MemoryFile(io.RawIOBase):
+    """A read-only, seekable file over a buffer; `view` slices it without copying."""
+
+    def __init__(self, data, name: str = "") -> None:
+        super().__init__()
+        self._data = memoryview(data).cast("B")
+        self._at = 0
+        self.name = name
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = max(0, min(len(b), len(self._data) - self._at))
+        memoryview(b).cast("B")[:n] = self._data[self._at:self._at + n]
+        self._at += n
+        return n
+
+    def readall(self) -> bytes:
+        out = bytes(self._data[self._at:])
+        self._at = len(self._data)
+        return out
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base_at = {os.SEEK_SET: 0, os.SEEK_CUR: self._at, os.SEEK_END: len(self._data)}[whence]
+        self._at = max(0, base_at + offset)
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def view(self, offset: int, length: int) -> MemoryFile:
+        """Bytes offset..offset+length as a file of their own, sharing this one's memory."""
+        return MemoryFile(self._data[offset:offset + length], self.name)
+
+
+def _key(path: str) -> str:
+    return os.path.normpath(os.path.abspath(os.fspath(path)))
+
+
+class HeldFiles:
+    """A file system that reads the files it holds from memory and does everything else through
+    `inner` (the seam's file system when it was made, fault injectors included)."""
+
+    def __init__(self, inner: base.FileSystem, files: dict[str, Buffer] | None = None) -> None:
+        self.inner = inner
+        self.files = {_key(p): data for p, data in (files or {}).items()}
+
+    def hold(self, path: str, data: Buffer) -> None:
+        self.files[_key(path)] = data
+
+    def open_read(self, path: str) -> BinaryIO:
+        data = self.files.get(_key(path))
+        if data is None:
+            return self.inner.open_read(path)
+        return MemoryFile(data, str(path))  # type: ignore[return-value]  # a binary file object
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
