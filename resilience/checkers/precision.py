@@ -22,8 +22,15 @@ CAST_SILENTLY, WRONG = "CAST-SILENTLY", "WRONG"
 _PRECISION_WORDS = re.compile(r"bf16|bfloat16|fp32|float32|dtype|precision|main.?param|\bcast", re.IGNORECASE)
 
 
+# what Python says about the program, never about a tensor: an unclosed file is not a word on precision
+_NOT_ABOUT_DATA = re.compile(r"^warning (ResourceWarning|DeprecationWarning|PendingDeprecationWarning|ImportWarning)")
+_PATHS = re.compile(r"\S*/\S*")  # a path may hold any word (a case folder named to-fp32)
+
+
 def names_precision(text: str) -> bool:
-    return bool(_PRECISION_WORDS.search(text or ""))
+    if _NOT_ABOUT_DATA.match(text or ""):
+        return False
+    return bool(_PRECISION_WORDS.search(_PATHS.sub(" ", text or "")))
 
 
 def precision_warnings(ld: LoadRecord) -> list[str]:

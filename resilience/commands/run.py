@@ -43,15 +43,25 @@ def run(args) -> int:
     scenarios = [load_file(f) for f in scenario_files(args.scenarios)]  # all validated before anything runs
     if args.tag:
         scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]
-    work = []
+    from ..runner.adapters import supported_combinations
+    work, undeclared = [], []
     for s in scenarios:
         if args.seed is not None:
             s.seed = args.seed
+        declared = supported_combinations(args.backend or s.backend)
         for combo in s.combinations:
-            if not args.combos or combo in args.combos:
-                work.append((s, combo))
+            if args.combos and combo not in args.combos:
+                continue
+            if declared is not None and combo not in declared:  # the backend does not implement it: not a case
+                undeclared.append(f"{s.name} {combo}")
+                continue
+            work.append((s, combo))
+    if undeclared:
+        print(f"resilience run: left out {len(undeclared)} scenario x combination(s) the backend does not declare "
+              f"(e.g. {undeclared[0]})", file=sys.stderr)
     if not work:
-        print("resilience run: nothing to run (no scenario has the combinations or tags asked for)", file=sys.stderr)
+        print("resilience run: nothing to run (no scenario has the combinations or tags asked for, among the ones "
+              "the backend declares): name them with --combos or the scenario's `combinations:`", file=sys.stderr)
         return 2
     for s, combo in work:  # every backend made once: a bad one is one clear error before any case runs
         make_backend(args.backend or s.backend, combo)

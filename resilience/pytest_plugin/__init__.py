@@ -212,7 +212,7 @@ def pytest_configure(config):
         except ConfigError as e:
             raise pytest.UsageError(f"--resilience-backend: {e}") from None
     worker = getattr(config, "workerinput", None)
-    session = SessionFolder(config.getoption("resilience_out"), config,
+    session = SessionFolder(config.getoption("resilience_out"), config, backend=backend or "per scenario",
                             shared=(worker or {}).get(WORKER_INPUT),
                             worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
     config.stash[_OPTIONS] = ResilienceOptions(config.getoption("resilience_combos"),
@@ -240,7 +240,8 @@ def pytest_report_header(config):
     o = config.stash.get(_OPTIONS, None)
     if o is None or (o.combos is None and o.max_world is None and o.backend is None):
         return None
-    combos = ", ".join(map(str, o.combos)) if o.combos else "all"
+    declared = o.declared(o.backend) if o.backend else None
+    combos = ", ".join(map(str, o.selected(o.combos or declared or []))) if (o.combos or declared) else "all"
     return (f"resilience: backend {o.backend or 'per scenario'}; combinations {combos}; "
             f"max world {o.max_world or 'no limit'}")
 

@@ -19,6 +19,7 @@ class SessionFolder:
     config: object | None = None         # pytest's config: its TempPathFactory, once the tmp_path plugin made it
     shared: str | None = None            # the session folder, when a controller made it
     worker: str = "main"
+    backend: str = "per scenario"        # what the reports name as the backend under test
     _base: str | None = field(default=None, repr=False)
     _folder: object | None = field(default=None, repr=False)
     rows: int = 0
@@ -43,7 +44,7 @@ class SessionFolder:
         """This process' RunFolder: the session folder itself without xdist, a subfolder per worker with it."""
         if self._folder is None:
             from ..report import RunFolder
-            meta = {"command": "pytest", "title": "pytest session", "worker": self.worker}
+            meta = {"command": "pytest", "title": "pytest session", "worker": self.worker, "backend": self.backend}
             if self.shared is None:
                 self._folder = RunFolder(self.base(), dict(meta, started=_now()))
                 _start(self._folder)
@@ -93,7 +94,7 @@ def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[dict]
     if not rows:
         return None
     meta = {"command": "pytest", "title": "pytest session (every worker)", "status": "complete",
-            "finished": _now(), "finished_cases": len(rows)}
+            "backend": session.backend, "finished": _now(), "finished_cases": len(rows)}
     write_run_files(session._base, rows, meta)
     return session._base, rows
 

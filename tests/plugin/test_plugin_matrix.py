@@ -139,4 +139,5 @@ def test_an_xdist_session_writes_one_run_folder(pytester, monkeypatch):
     rows = json.loads((session / "results.json").read_text())
     assert len(rows) == 8 and {r["case_dir"].split("/")[-3].rsplit("-", 1)[-1] for r in rows} == {"gw0", "gw1"}
     assert (session / "report.html").exists() and (session / "junit.xml").exists()
+    assert json.loads((session / "run.json").read_text())["backend"] == "per scenario"
     assert f"resilience: 8 cases, 8 passed, 0 not passed; report {session}/report.html" in result.stdout.str()
