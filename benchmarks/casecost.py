@@ -100,7 +100,7 @@ def timed_runner(clocks: Clocks) -> Iterator[None]:
         clocks.wrap(faultplan, "power_loss", "crash states", stack)
         clocks.wrap(run_module, "evidence", "checkers", stack)
         clocks.wrap(run_module, "run_checker", "checkers", stack)
-        clocks.wrap(run_module, "expectations", "checkers", stack)
+        clocks.wrap(run_module, "judge_expect", "checkers", stack)
         clocks.wrap(report_cases, "_draw_timeline", "report", stack)
         clocks.wrap(report_folder.RunFolder, "append", "report", stack)
         clocks.wrap(report_folder.RunFolder, "finish", "report", stack)

@@ -77,8 +77,9 @@ def corpus_of(doc: dict) -> CorpusView:
         why = c.get("detail", "") if not c["ok"] or outcome != "bit-exact" else ""
         if c.get("note"):
             why = f"{why} [{c['note']}]" if why else f"[{c['note']}]"
+        promised = c.get("promised", c.get("expected"))  # "expected" in files written before the rename
         loads.append(LoadLine(str(c["entry"]), str(c["load_on"]), verdict, css, cause, why,
-                              (str(c["saved_on"]), str(c["expected"]), outcome)))
+                              (str(c["saved_on"]), str(promised), outcome)))
     counts = [(k, n, _OUTCOME.get(k, ("", "na"))[1]) for k, n in (doc.get("counts") or {}).items() if n]
     bad = sum(not line.verdict.startswith(("PASS", "REFUSED")) for line in loads)
     headline = (f"{len(loads)} loads: {len(loads) - bad} as expected, {bad} not"

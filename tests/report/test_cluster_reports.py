@@ -91,17 +91,17 @@ def test_validate_report_shows_nodes_attempts_restarts_kills_and_why_a_load_was_
 
 CHECKS = [
     {"entry": "tp2pp1dp1/GLOBAL-torch_dist-sync", "combo": KILLED, "saved_on": "tp2pp1dp1", "load_on": "tp2pp1dp1",
-     "expected": "load", "outcome": "bit-exact", "ok": True, "detail": "iteration 3", "cause": ""},
+     "promised": "load", "outcome": "bit-exact", "ok": True, "detail": "iteration 3", "cause": ""},
     {"entry": "tp2pp1dp1/GLOBAL-torch_dist-sync", "combo": KILLED, "saved_on": "tp2pp1dp1", "load_on": "tp1pp1dp2",
-     "expected": "load", "outcome": "wrong", "ok": False, "cause": "value",
+     "promised": "load", "outcome": "wrong", "ok": False, "cause": "value",
      "detail": "values differ from the corpus in 1 keys: optimizer.exp_avg.decoder.layers.1.mlp.linear_fc1.weight"},
     {"entry": "tp2pp1dp1/LEGACY-torch-sync", "combo": WRONG, "saved_on": "tp2pp1dp1", "load_on": "tp2pp1dp1",
      "expected": "load", "outcome": "failed", "ok": False, "cause": "",  # written before causes were recorded
      "detail": "IntegrityError: iter_0000003/mp_rank_00/model_optim_rng.pt: checksum failed: xxh3-128 abc != def"},
     {"entry": "tp2pp1dp1/LEGACY-torch-sync", "combo": WRONG, "saved_on": "tp2pp1dp1", "load_on": "tp1pp1dp2",
-     "expected": "refuse", "outcome": "refused clearly", "ok": True, "detail": "TopologyChangeRefused: tp 2 -> 1"},
+     "promised": "refuse", "outcome": "refused clearly", "ok": True, "detail": "TopologyChangeRefused: tp 2 -> 1"},
     {"entry": "tp1pp1dp2/GLOBAL-torch_dist-sync", "combo": KILLED, "saved_on": "tp1pp1dp2", "load_on": "tp2pp1dp1",
-     "expected": "load", "outcome": "refused clearly", "ok": False, "cause": "refused",
+     "promised": "load", "outcome": "refused clearly", "ok": False, "cause": "refused",
      "detail": "TopologyChangeRefused: will not load on tp2pp1dp1"},
 ]
 VERIFICATION = {"kind": "resilience-corpus-verification", "format_version": 1, "folder": "/corpora/golden",
