@@ -31,9 +31,10 @@ $(STAMP): pyproject.toml ci/constraints.txt
 run: $(STAMP)
 	$(BIN)/resilience matrix
 
-# lint (ruff), types (mypy) and layers (import-linter), each must pass; settings in pyproject.toml
+# lint and format (ruff), types (mypy) and layers (import-linter), each must pass; settings in pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-logo
 

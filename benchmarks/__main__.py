@@ -1,6 +1,7 @@
 """`python -m benchmarks [name ...] [options]`: run every benchmark, or the named ones.
 
 Options go to the benchmark when exactly one is named (`python -m benchmarks launcher --help`)."""
+
 from __future__ import annotations
 
 import importlib

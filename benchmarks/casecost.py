@@ -13,6 +13,7 @@ Buckets (seconds summed over the cases):
 - checkers: the evidence from the history and every checker;
 - report: the case's timeline.html and its row in the run folder, and the run's reports at the end;
 - other: the rest of run_case (scenario file, planning, merging histories, corruptions at rest)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -95,6 +96,7 @@ def timed_runner(clocks: Clocks) -> Iterator[None]:
     """The runner's steps wrapped with clocks for the duration."""
     from resilience.report import cases as report_cases, folder as report_folder
     from resilience.runner import faultplan, run as run_module
+
     with contextlib.ExitStack() as stack:
         clocks.wrap(faultplan, "layout_for", "learn layout", stack)
         clocks.wrap(faultplan, "power_loss", "crash states", stack)
@@ -110,6 +112,7 @@ def timed_runner(clocks: Clocks) -> Iterator[None]:
 def matrix_cases(combos, faults: list[str], transitions: list[str], seed: int = 0) -> list:
     """The matrix's cases for these columns (resilience.runner.matrix.cases)."""
     from resilience.runner.matrix import cases, parse_transitions
+
     return cases(combos, faults, parse_transitions(transitions or ["none"]), seed)
 
 
@@ -118,12 +121,23 @@ def breakdown(cases, backend: str = "reference") -> dict:
     per bucket, the wall time, and the verdict of each case."""
     from resilience.report import RunFolder
     from resilience.report.cases import CaseSpec, judge_cases
+
     clocks = Clocks()
     tmp = tempfile.mkdtemp(prefix="bench-cases-")
     try:
         folder = RunFolder.create(tmp, "bench", {"title": "benchmark", "cases": len(cases)})
-        specs = [CaseSpec(c.scenario, c.combo, os.path.join(folder.path, "cases", f"{i:03d}"), backend, c.fault,
-                          c.transition, {"column": c.column}) for i, c in enumerate(cases)]
+        specs = [
+            CaseSpec(
+                c.scenario,
+                c.combo,
+                os.path.join(folder.path, "cases", f"{i:03d}"),
+                backend,
+                c.fault,
+                c.transition,
+                {"column": c.column},
+            )
+            for i, c in enumerate(cases)
+        ]
         t0 = time.perf_counter()
         with timed_runner(clocks):
             rows = judge_cases(folder, specs)
@@ -138,6 +152,9 @@ def breakdown(cases, backend: str = "reference") -> dict:
     seconds.pop("jobs", None)  # cut into start, train, save, load and crash states by the histories
     named = sum(v for k, v in seconds.items() if k != "other")
     seconds["other"] = max(0.0, wall - named)
-    return {"cases": len(cases), "wall_s": wall, "seconds": seconds,
-            "verdicts": [(r["combo"], r.get("column"), r["verdict"]) for r in rows]}
-
+    return {
+        "cases": len(cases),
+        "wall_s": wall,
+        "seconds": seconds,
+        "verdicts": [(r["combo"], r.get("column"), r["verdict"]) for r in rows],
+    }

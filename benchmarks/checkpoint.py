@@ -29,6 +29,7 @@ Every checkpoint is written to a fresh folder under a temp dir that is removed a
     python -m benchmarks checkpoint [--size-gib 1.0] [--repeats 3] [--warmup 1] [--checksum-runs 3]
         [--fusefs-mib 256] [--dir DIR] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,10 @@ TARGET_ASYNC_BLOCKING = 0.10  # async save() blocking time / the sync save time,
 TARGET_CHECKSUM_OVERHEAD = 0.10  # save time with checksums / without, minus 1, at most, in every checksum run
 TARGET_LOAD_VS_DCP = 1.0  # every reference load (checksums verified) / stock dcp.load, at most
 GLOBAL_SYNC = "GLOBAL/torch_dist/sync"
-ASYNC_OF = {"GLOBAL/torch_dist/async": "GLOBAL/torch_dist/sync",
-            "TORCH_DCP/torch_dcp/async": "TORCH_DCP/torch_dcp/sync"}
+ASYNC_OF = {
+    "GLOBAL/torch_dist/async": "GLOBAL/torch_dist/sync",
+    "TORCH_DCP/torch_dcp/async": "TORCH_DCP/torch_dcp/sync",
+}
 BYTES_PER_PARAM = 12  # fp32 weight + Adam's exp_avg and exp_avg_sq
 
 
@@ -98,8 +101,15 @@ def spec_for(size_gib: float, topo: Topology) -> ModelSpec:
 
 
 def _spec(hidden: int, layers: int) -> ModelSpec:
-    return ModelSpec(num_layers=layers, hidden=hidden, ffn_hidden=4 * hidden, heads=max(4, hidden // 64),
-                     vocab=32000 if hidden >= 512 else 4000, dtype="fp32", optimizer="adam")
+    return ModelSpec(
+        num_layers=layers,
+        hidden=hidden,
+        ffn_hidden=4 * hidden,
+        heads=max(4, hidden // 64),
+        vocab=32000 if hidden >= 512 else 4000,
+        dtype="fp32",
+        optimizer="adam",
+    )
 
 
 # ---- checksums off, through the storage seam ---------------------------------------------------------
@@ -155,8 +165,9 @@ class Clock:
         wall = time.perf_counter() - t0
         everyone = [None] * self.world
         dist.all_gather_object(everyone, (own, cpu))
-        self.runs.setdefault(name, []).append({"wall": wall, "own": [o for o, _ in everyone],
-                                               "cpu": [c for _, c in everyone]})
+        self.runs.setdefault(name, []).append(
+            {"wall": wall, "own": [o for o, _ in everyone], "cpu": [c for _, c in everyone]}
+        )
         return result
 
     def last(self, name: str) -> float:
@@ -179,6 +190,7 @@ def _remove(rank: int, path: str) -> None:
 def _torch_crc32(on: bool):
     """torch.save's own CRC32 of every zip record (on by default; torch.load never checks it)."""
     from torch.utils.serialization import config
+
     before = config.save.compute_crc32
     config.save.compute_crc32 = on
     try:
@@ -194,8 +206,11 @@ def _stock_state(records, group=None) -> dict:
     from torch.distributed._shard.sharded_tensor.metadata import ShardedTensorMetadata, TensorProperties
 
     rank = dist.get_rank()
-    mine = [(r.key, list(r.global_shape), list(r.global_offset), list(r.local_shape)) for r in records
-            if isinstance(r, ShardedTensor) and r.replica_id == 0]
+    mine = [
+        (r.key, list(r.global_shape), list(r.global_offset), list(r.local_shape))
+        for r in records
+        if isinstance(r, ShardedTensor) and r.replica_id == 0
+    ]
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
     by_key: dict[str, list] = {}
@@ -209,7 +224,8 @@ def _stock_state(records, group=None) -> dict:
             meta = ShardedTensorMetadata(shards, torch.Size(r.global_shape), TensorProperties(dtype=r.data.dtype))
             local = next(s for s, (owner, *_) in zip(shards, by_key[r.key]) if owner == rank)
             state[r.key] = TorchShardedTensor._init_from_local_shards_and_global_metadata(
-                [Shard(r.data, local)], meta, process_group=group)
+                [Shard(r.data, local)], meta, process_group=group
+            )
         elif isinstance(r, ShardedObject) and r.replica_id == 0:
             state[r.unique_key] = r.value
     return state
@@ -230,8 +246,7 @@ class RankBench:
     def __init__(self, ctx, spec: ModelSpec, topo: Topology, root: str):
         self.rank, self.world, self.root = ctx.rank, ctx.world, root
         self.clock = Clock(ctx.rank, ctx.world)
-        self.clock.progress(f"building the state on {ctx.world} ranks ({spec.num_layers} layers, "
-                            f"hidden {spec.hidden})")
+        self.clock.progress(f"building the state on {ctx.world} ranks ({spec.num_layers} layers, hidden {spec.hidden})")
         self.state = TrainingState(spec, topo, ctx.rank)
         self.state.train(1)  # non-zero moments: every page of the state is real data
         self.records = self.state.sharded_state_dict()
@@ -240,8 +255,10 @@ class RankBench:
 
     def sizes(self) -> tuple[int, int]:
         tensors = [r for r in self.records if isinstance(r, ShardedTensor)]
-        return (sum(r.data.numel() * r.data.element_size() for r in tensors),
-                sum(r.data.numel() * r.data.element_size() for r in tensors if r.replica_id == 0))
+        return (
+            sum(r.data.numel() * r.data.element_size() for r in tensors),
+            sum(r.data.numel() * r.data.element_size() for r in tensors if r.replica_id == 0),
+        )
 
     def blocks(self) -> list:
         out = []
@@ -292,7 +309,7 @@ class RankBench:
             folder = self._folder(rep, f"checksums-{run}-{name}")
             self.state.iteration = 2000 + rep
             save = functools.partial(self.backends[name].save, self.state, folder)
-            for variant in ("save", "save unhashed")[::-1 if rep % 2 else 1]:
+            for variant in ("save", "save unhashed")[:: -1 if rep % 2 else 1]:
                 key = f"checksum run {run} {name} {variant}"
                 if variant == "save":
                     self.clock.run(key, save)
@@ -313,11 +330,15 @@ class RankBench:
         clock.run(f"{name} step", state.step)
         self._gathered(f"{name} step waits", guard.waited if guard is not None else 0.0)
         clock.run(f"{name} finalize", backend.finalize)
-        blocked = max(a + b for a, b in zip(clock.runs[f"{name} blocking"][-1]["own"],
-                                            clock.runs[f"{name} step waits"][-1]["own"]))
-        clock.progress(f"{name:<27} save() + the step's waits blocked {blocked:6.3f} s, with finalize "
-                       f"{clock.last(f'{name} blocking') + clock.last(f'{name} finalize'):6.3f} s; the step "
-                       f"took {clock.last(f'{name} step'):.3f} s")
+        blocked = max(
+            a + b
+            for a, b in zip(clock.runs[f"{name} blocking"][-1]["own"], clock.runs[f"{name} step waits"][-1]["own"])
+        )
+        clock.progress(
+            f"{name:<27} save() + the step's waits blocked {blocked:6.3f} s, with finalize "
+            f"{clock.last(f'{name} blocking') + clock.last(f'{name} finalize'):6.3f} s; the step "
+            f"took {clock.last(f'{name} step'):.3f} s"
+        )
         _remove(self.rank, folder)
 
         def save_then_change_everything():
@@ -332,8 +353,7 @@ class RankBench:
         """A per-rank figure measured inside a step (not a step of its own): kept like Clock.run's."""
         everyone = [None] * self.world
         dist.all_gather_object(everyone, own)
-        self.clock.runs.setdefault(name, []).append({"wall": max(everyone), "own": everyone,
-                                                     "cpu": [0.0] * self.world})
+        self.clock.runs.setdefault(name, []).append({"wall": max(everyone), "own": everyone, "cpu": [0.0] * self.world})
 
     def step_alone(self, rep: int) -> None:
         """A training step with no save in flight: what the step costs when it has the machine."""
@@ -369,8 +389,10 @@ class RankBench:
         clock, folder = self.clock, self._folder(rep, "torch")
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"rank{self.rank}.pt")
-        doc = {"tensors": {r.key: r.data for r in self.records if isinstance(r, ShardedTensor)},
-               "objects": {r.key: r.value for r in self.records if isinstance(r, ShardedObject)}}
+        doc = {
+            "tensors": {r.key: r.data for r in self.records if isinstance(r, ShardedTensor)},
+            "objects": {r.key: r.value for r in self.records if isinstance(r, ShardedObject)},
+        }
         clock.run("torch.save save", lambda: torch.save(doc, path))
         clock.run("torch.save fsync", lambda: _fsync(path))
 
@@ -382,14 +404,17 @@ class RankBench:
             self.state.load_objects(loaded["objects"])
 
         clock.run("torch.save load", load)
-        clock.progress(f"{'per-rank torch.save':<27} save {clock.last('torch.save save'):6.3f} s "
-                       f"(+ fsync {clock.last('torch.save fsync'):.3f} s), "
-                       f"load {clock.last('torch.save load'):6.3f} s")
+        clock.progress(
+            f"{'per-rank torch.save':<27} save {clock.last('torch.save save'):6.3f} s "
+            f"(+ fsync {clock.last('torch.save fsync'):.3f} s), "
+            f"load {clock.last('torch.save load'):6.3f} s"
+        )
         _remove(self.rank, folder)
 
 
-def bench_rank(ctx, spec: ModelSpec, topo: Topology, root: str, repeats: int, warmup: int,
-               checksum_runs: int = 0) -> dict | None:
+def bench_rank(
+    ctx, spec: ModelSpec, topo: Topology, root: str, repeats: int, warmup: int, checksum_runs: int = 0
+) -> dict | None:
     # torch's own deprecation notice for ShardedTensor, printed by every rank at every stock save and load
     warnings.filterwarnings("ignore", message=".*ShardedTensor.*", category=FutureWarning)
     bench = RankBench(ctx, spec, topo, root)
@@ -400,17 +425,26 @@ def bench_rank(ctx, spec: ModelSpec, topo: Topology, root: str, repeats: int, wa
         if rep == 0 and warmup:  # first use of every path (allocator, page cache, DCP, device mesh): apart
             warm, bench.clock.runs = bench.clock.runs, {}
         loads.append(os.getloadavg()[0])
-        bench.clock.progress(f"warm-up round {rep + warmup + 1}/{warmup}, not counted" if rep < 0
-                             else f"repeat {rep + 1}/{repeats} (load average {loads[-1]:.1f})")
+        bench.clock.progress(
+            f"warm-up round {rep + warmup + 1}/{warmup}, not counted"
+            if rep < 0
+            else f"repeat {rep + 1}/{repeats} (load average {loads[-1]:.1f})"
+        )
         bench.round(rep)
     for run in range(checksum_runs):  # consecutive runs of the checksum comparison alone, each judged apart
         for rep in range(repeats):
             bench.checksum_run(run, rep)
     if ctx.rank != 0:
         return None
-    return {"runs": bench.clock.runs, "warmup": warm, "load_average_1min": loads, "checksum_runs": checksum_runs,
-            "held_bytes": sum(s[0] for s in sizes), "written_bytes": sum(s[1] for s in sizes),
-            "per_rank_bytes": [s[0] for s in sizes]}
+    return {
+        "runs": bench.clock.runs,
+        "warmup": warm,
+        "load_average_1min": loads,
+        "checksum_runs": checksum_runs,
+        "held_bytes": sum(s[0] for s in sizes),
+        "written_bytes": sum(s[1] for s in sizes),
+        "per_rank_bytes": [s[0] for s in sizes],
+    }
 
 
 # ---- parent side --------------------------------------------------------------------------------------
@@ -423,7 +457,7 @@ def xxh3_throughput(nbytes: int = 256 << 20) -> float:
         h = xxhash.xxh3_128()
         t0 = time.perf_counter()
         for at in range(0, nbytes, 8 << 20):
-            h.update(view[at:at + (8 << 20)])
+            h.update(view[at : at + (8 << 20)])
         h.hexdigest()
         best = min(best, time.perf_counter() - t0)
     return nbytes / best / (1 << 30)
@@ -455,9 +489,14 @@ class Figures:
 
     def add(self, name: str, a: str, b: str) -> None:
         """A derived measurement: a then b, run after run (async save() and its finalize)."""
-        self.runs[name] = [{"wall": x["wall"] + y["wall"], "own": [p + q for p, q in zip(x["own"], y["own"])],
-                            "cpu": [p + q for p, q in zip(x["cpu"], y["cpu"])]}
-                           for x, y in zip(self.runs[a], self.runs[b])]
+        self.runs[name] = [
+            {
+                "wall": x["wall"] + y["wall"],
+                "own": [p + q for p, q in zip(x["own"], y["own"])],
+                "cpu": [p + q for p, q in zip(x["cpu"], y["cpu"])],
+            }
+            for x, y in zip(self.runs[a], self.runs[b])
+        ]
 
 
 def _paired(a: list[float], b: list[float]) -> float:
@@ -472,16 +511,29 @@ def summarize(raw: dict) -> dict:
     dcp_save, ts_save = f.wall("dcp save"), f.wall("torch.save save")
     dcp_load, ts_load = f.wall("dcp load"), f.wall("torch.save load")
     methods = [(str(c), f"{c} save", f"{c} load") for c in valid_combinations()]
-    methods += [("stock dcp.save/dcp.load", "dcp save", "dcp load"),
-                ("per-rank torch.save/torch.load", "torch.save save", "torch.save load")]
+    methods += [
+        ("stock dcp.save/dcp.load", "dcp save", "dcp load"),
+        ("per-rank torch.save/torch.load", "torch.save save", "torch.save load"),
+    ]
     rows = []
     for method, save, load in methods:
         s, lo = f.wall(save), f.wall(load)
-        rows.append({"method": method, "save_s": s, "load_s": lo, "save_cpu_s": f.cpu(save), "load_cpu_s": f.cpu(load),
-                     "save_vs_dcp": s / dcp_save, "load_vs_dcp": lo / dcp_load,
-                     "save_vs_torch_save": s / ts_save, "load_vs_torch_load": lo / ts_load,
-                     "save_vs_dcp_paired": _paired(f.walls(save), f.walls("dcp save")),
-                     "save_runs": f.walls(save), "load_runs": f.walls(load)})
+        rows.append(
+            {
+                "method": method,
+                "save_s": s,
+                "load_s": lo,
+                "save_cpu_s": f.cpu(save),
+                "load_cpu_s": f.cpu(load),
+                "save_vs_dcp": s / dcp_save,
+                "load_vs_dcp": lo / dcp_load,
+                "save_vs_torch_save": s / ts_save,
+                "load_vs_torch_load": lo / ts_load,
+                "save_vs_dcp_paired": _paired(f.walls(save), f.walls("dcp save")),
+                "save_runs": f.walls(save),
+                "load_runs": f.walls(load),
+            }
+        )
     fsync = {"fsync_s": f.wall("torch.save fsync"), "runs": f.walls("torch.save fsync")}
     asyncs = []
     for name, sync_name in ASYNC_OF.items():
@@ -490,24 +542,43 @@ def summarize(raw: dict) -> dict:
         first = Figures(raw["warmup"]).blocking(*blocked)[0] if raw["warmup"] else blocking[0]
         b, sync = _median(blocking), f.wall(f"{sync_name} save")
         worst = _median(f.blocking(f"{name} worst"))
-        asyncs.append({"method": name, "blocking_s": b, "first_blocking_s": first, "blocking_runs": blocking,
-                       "save_call_s": _median(f.blocking(f"{name} blocking")),
-                       "step_waits_s": _median(f.blocking(f"{name} step waits")),
-                       "step_s": f.wall(f"{name} step"), "step_alone_s": f.wall("step alone"),
-                       "worst_case_s": worst, "worst_case_vs_sync": worst / sync,
-                       "save_and_finalize_s": f.wall(f"{name} save"), "sync": sync_name, "sync_save_s": sync,
-                       "blocking_vs_sync": b / sync,
-                       "blocking_vs_sync_paired": _paired(blocking, f.walls(f"{sync_name} save"))})
+        asyncs.append(
+            {
+                "method": name,
+                "blocking_s": b,
+                "first_blocking_s": first,
+                "blocking_runs": blocking,
+                "save_call_s": _median(f.blocking(f"{name} blocking")),
+                "step_waits_s": _median(f.blocking(f"{name} step waits")),
+                "step_s": f.wall(f"{name} step"),
+                "step_alone_s": f.wall("step alone"),
+                "worst_case_s": worst,
+                "worst_case_vs_sync": worst / sync,
+                "save_and_finalize_s": f.wall(f"{name} save"),
+                "sync": sync_name,
+                "sync_save_s": sync,
+                "blocking_vs_sync": b / sync,
+                "blocking_vs_sync_paired": _paired(blocking, f.walls(f"{sync_name} save")),
+            }
+        )
     checksums = []
     for c in valid_combinations():
         if c.is_async:
             continue
         on, off = f"{c} save", f"{c} save unhashed"
-        checksums.append({"method": str(c), "save_s": f.wall(on), "save_unhashed_s": f.wall(off),
-                          "overhead": f.wall(on) / f.wall(off) - 1,
-                          "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
-                          "cpu_s": f.cpu(on), "cpu_unhashed_s": f.cpu(off), "cpu_overhead": f.cpu(on) / f.cpu(off) - 1,
-                          "unhashed_runs": f.walls(off)})
+        checksums.append(
+            {
+                "method": str(c),
+                "save_s": f.wall(on),
+                "save_unhashed_s": f.wall(off),
+                "overhead": f.wall(on) / f.wall(off) - 1,
+                "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
+                "cpu_s": f.cpu(on),
+                "cpu_unhashed_s": f.cpu(off),
+                "cpu_overhead": f.cpu(on) / f.cpu(off) - 1,
+                "unhashed_runs": f.walls(off),
+            }
+        )
     checksum_runs = []
     for run in range(raw.get("checksum_runs", 0)):
         per = {}
@@ -515,42 +586,90 @@ def summarize(raw: dict) -> dict:
             if c.is_async:
                 continue
             on, off = f"checksum run {run} {c} save", f"checksum run {run} {c} save unhashed"
-            per[str(c)] = {"save_s": f.wall(on), "save_unhashed_s": f.wall(off),
-                           "overhead": f.wall(on) / f.wall(off) - 1,
-                           "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
-                           "cpu_overhead": f.cpu(on) / f.cpu(off) - 1}
+            per[str(c)] = {
+                "save_s": f.wall(on),
+                "save_unhashed_s": f.wall(off),
+                "overhead": f.wall(on) / f.wall(off) - 1,
+                "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
+                "cpu_overhead": f.cpu(on) / f.cpu(off) - 1,
+            }
         checksum_runs.append(per)
     crc = f"{GLOBAL_SYNC} save crc32 off"
-    crc32 = {"method": GLOBAL_SYNC, "save_s": f.wall(f"{GLOBAL_SYNC} save"), "save_crc32_off_s": f.wall(crc),
-             "crc32_off_vs_dcp": f.wall(crc) / dcp_save,
-             "crc32_off_vs_dcp_paired": _paired(f.walls(crc), f.walls("dcp save")),
-             "cpu_s": f.cpu(f"{GLOBAL_SYNC} save"), "cpu_crc32_off_s": f.cpu(crc), "dcp_cpu_s": f.cpu("dcp save"),
-             "runs": f.walls(crc)}
-    verify = {"method": GLOBAL_SYNC, "verify_s": f.wall("verify checksums"), "load_s": f.wall(f"{GLOBAL_SYNC} load"),
-              "share_of_load": f.wall("verify checksums") / f.wall(f"{GLOBAL_SYNC} load"),
-              "runs": f.walls("verify checksums")}
+    crc32 = {
+        "method": GLOBAL_SYNC,
+        "save_s": f.wall(f"{GLOBAL_SYNC} save"),
+        "save_crc32_off_s": f.wall(crc),
+        "crc32_off_vs_dcp": f.wall(crc) / dcp_save,
+        "crc32_off_vs_dcp_paired": _paired(f.walls(crc), f.walls("dcp save")),
+        "cpu_s": f.cpu(f"{GLOBAL_SYNC} save"),
+        "cpu_crc32_off_s": f.cpu(crc),
+        "dcp_cpu_s": f.cpu("dcp save"),
+        "runs": f.walls(crc),
+    }
+    verify = {
+        "method": GLOBAL_SYNC,
+        "verify_s": f.wall("verify checksums"),
+        "load_s": f.wall(f"{GLOBAL_SYNC} load"),
+        "share_of_load": f.wall("verify checksums") / f.wall(f"{GLOBAL_SYNC} load"),
+        "runs": f.walls("verify checksums"),
+    }
     g = next(r for r in rows if r["method"] == GLOBAL_SYNC)
     targets = {
-        "global_sync_save_vs_dcp": {"value": g["save_vs_dcp"], "paired": g["save_vs_dcp_paired"],
-                                    "limit": TARGET_GLOBAL_VS_DCP, "met": g["save_vs_dcp"] <= TARGET_GLOBAL_VS_DCP},
-        "async_blocking_vs_sync": {a["method"]: {"value": a["blocking_vs_sync"],
-                                                 "paired": a["blocking_vs_sync_paired"],
-                                                 "limit": TARGET_ASYNC_BLOCKING,
-                                                 "met": a["blocking_vs_sync"] <= TARGET_ASYNC_BLOCKING}
-                                   for a in asyncs},
-        "checksum_overhead": {c["method"]: {"value": c["overhead"], "paired": c["overhead_paired"],
-                                            "limit": TARGET_CHECKSUM_OVERHEAD,
-                                            "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD} for c in checksums},
-        "checksum_overhead_runs": [{name: {"value": c["overhead"], "limit": TARGET_CHECKSUM_OVERHEAD,
-                                           "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD} for name, c in run.items()}
-                                   for run in checksum_runs],
-        "load_vs_dcp": {r["method"]: {"value": r["load_vs_dcp"], "limit": TARGET_LOAD_VS_DCP,
-                                      "met": r["load_vs_dcp"] <= TARGET_LOAD_VS_DCP}
-                        for r in rows if r["method"] in {str(c) for c in valid_combinations()}},
+        "global_sync_save_vs_dcp": {
+            "value": g["save_vs_dcp"],
+            "paired": g["save_vs_dcp_paired"],
+            "limit": TARGET_GLOBAL_VS_DCP,
+            "met": g["save_vs_dcp"] <= TARGET_GLOBAL_VS_DCP,
+        },
+        "async_blocking_vs_sync": {
+            a["method"]: {
+                "value": a["blocking_vs_sync"],
+                "paired": a["blocking_vs_sync_paired"],
+                "limit": TARGET_ASYNC_BLOCKING,
+                "met": a["blocking_vs_sync"] <= TARGET_ASYNC_BLOCKING,
+            }
+            for a in asyncs
+        },
+        "checksum_overhead": {
+            c["method"]: {
+                "value": c["overhead"],
+                "paired": c["overhead_paired"],
+                "limit": TARGET_CHECKSUM_OVERHEAD,
+                "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD,
+            }
+            for c in checksums
+        },
+        "checksum_overhead_runs": [
+            {
+                name: {
+                    "value": c["overhead"],
+                    "limit": TARGET_CHECKSUM_OVERHEAD,
+                    "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD,
+                }
+                for name, c in run.items()
+            }
+            for run in checksum_runs
+        ],
+        "load_vs_dcp": {
+            r["method"]: {
+                "value": r["load_vs_dcp"],
+                "limit": TARGET_LOAD_VS_DCP,
+                "met": r["load_vs_dcp"] <= TARGET_LOAD_VS_DCP,
+            }
+            for r in rows
+            if r["method"] in {str(c) for c in valid_combinations()}
+        },
     }
-    return {"rows": rows, "torch_save_fsync": fsync, "async": asyncs, "checksums": checksums, "crc32": crc32,
-            "checksum_runs": checksum_runs,
-            "load_verify": verify, "targets": targets}
+    return {
+        "rows": rows,
+        "torch_save_fsync": fsync,
+        "async": asyncs,
+        "checksums": checksums,
+        "crc32": crc32,
+        "checksum_runs": checksum_runs,
+        "load_verify": verify,
+        "targets": targets,
+    }
 
 
 def _met(t: dict) -> str:
@@ -558,84 +677,139 @@ def _met(t: dict) -> str:
 
 
 def report(fig: dict) -> None:
-    print(f"{'median of repeats':<32}{'save s':>8}{'load s':>8}{'save/dcp':>10}{'load/dcp':>10}{'save/t.save':>13}"
-          f"{'load/t.load':>13}{'save cpu s':>12}{'load cpu s':>12}")
+    print(
+        f"{'median of repeats':<32}{'save s':>8}{'load s':>8}{'save/dcp':>10}{'load/dcp':>10}{'save/t.save':>13}"
+        f"{'load/t.load':>13}{'save cpu s':>12}{'load cpu s':>12}"
+    )
     for r in fig["rows"]:
-        print(f"{r['method']:<32}{r['save_s']:>8.3f}{r['load_s']:>8.3f}{r['save_vs_dcp']:>10.2f}"
-              f"{r['load_vs_dcp']:>10.2f}{r['save_vs_torch_save']:>13.2f}{r['load_vs_torch_load']:>13.2f}"
-              f"{r['save_cpu_s']:>12.2f}{r['load_cpu_s']:>12.2f}")
-    print(f"  cpu s: CPU seconds summed over ranks. Per-rank torch.save does not fsync; an fsync afterwards "
-          f"took {fig['torch_save_fsync']['fsync_s']:.3f} s more")
+        print(
+            f"{r['method']:<32}{r['save_s']:>8.3f}{r['load_s']:>8.3f}{r['save_vs_dcp']:>10.2f}"
+            f"{r['load_vs_dcp']:>10.2f}{r['save_vs_torch_save']:>13.2f}{r['load_vs_torch_load']:>13.2f}"
+            f"{r['save_cpu_s']:>12.2f}{r['load_cpu_s']:>12.2f}"
+        )
+    print(
+        f"  cpu s: CPU seconds summed over ranks. Per-rank torch.save does not fsync; an fsync afterwards "
+        f"took {fig['torch_save_fsync']['fsync_s']:.3f} s more"
+    )
     print("  async rows: the training thread's time in save() and finalize(); the write ran during a training step")
     print()
-    print(f"{'async':<32}{'blocks s':>9}{'save()':>8}{'waits':>8}{'first s':>9}{'+finalize s':>13}"
-          f"{'sync save s':>13}{'blocks/sync':>13}{'worst s':>9}{'worst/sync':>12}")
+    print(
+        f"{'async':<32}{'blocks s':>9}{'save()':>8}{'waits':>8}{'first s':>9}{'+finalize s':>13}"
+        f"{'sync save s':>13}{'blocks/sync':>13}{'worst s':>9}{'worst/sync':>12}"
+    )
     for a in fig["async"]:
-        print(f"{a['method']:<32}{a['blocking_s']:>9.3f}{a['save_call_s']:>8.3f}{a['step_waits_s']:>8.3f}"
-              f"{a['first_blocking_s']:>9.3f}{a['save_and_finalize_s']:>13.3f}{a['sync_save_s']:>13.3f}"
-              f"{a['blocking_vs_sync']:>13.1%}{a['worst_case_s']:>9.3f}{a['worst_case_vs_sync']:>12.1%}")
+        print(
+            f"{a['method']:<32}{a['blocking_s']:>9.3f}{a['save_call_s']:>8.3f}{a['step_waits_s']:>8.3f}"
+            f"{a['first_blocking_s']:>9.3f}{a['save_and_finalize_s']:>13.3f}{a['sync_save_s']:>13.3f}"
+            f"{a['blocking_vs_sync']:>13.1%}{a['worst_case_s']:>9.3f}{a['worst_case_vs_sync']:>12.1%}"
+        )
     print("  blocks: the training thread's time in save() plus the copies the next step waited for, slowest rank;")
     print("  first: the first async save of a backend (fresh buffers); worst: a step that changes every tensor")
-    print("  before the writer copied any. The step with a save in flight took "
-          + ", ".join(f"{a['step_s']:.2f} s ({a['method']})" for a in fig["async"])
-          + f", {fig['async'][0]['step_alone_s']:.2f} s with no save (the writer shares the cpus)")
+    print(
+        "  before the writer copied any. The step with a save in flight took "
+        + ", ".join(f"{a['step_s']:.2f} s ({a['method']})" for a in fig["async"])
+        + f", {fig['async'][0]['step_alone_s']:.2f} s with no save (the writer shares the cpus)"
+    )
     print()
-    print(f"{'checksums (save)':<32}{'on s':>8}{'off s':>8}{'overhead':>10}{'cpu on s':>10}{'cpu off s':>11}"
-          f"{'cpu +':>8}")
+    print(
+        f"{'checksums (save)':<32}{'on s':>8}{'off s':>8}{'overhead':>10}{'cpu on s':>10}{'cpu off s':>11}{'cpu +':>8}"
+    )
     for c in fig["checksums"]:
-        print(f"{c['method']:<32}{c['save_s']:>8.3f}{c['save_unhashed_s']:>8.3f}{c['overhead']:>10.1%}"
-              f"{c['cpu_s']:>10.2f}{c['cpu_unhashed_s']:>11.2f}{c['cpu_overhead']:>8.1%}")
+        print(
+            f"{c['method']:<32}{c['save_s']:>8.3f}{c['save_unhashed_s']:>8.3f}{c['overhead']:>10.1%}"
+            f"{c['cpu_s']:>10.2f}{c['cpu_unhashed_s']:>11.2f}{c['cpu_overhead']:>8.1%}"
+        )
     v, k = fig["load_verify"], fig["crc32"]
-    print(f"  load side: every load hashes each file as it reads it (one pass); a separate hashing pass over a "
-          f"{v['method']} checkpoint, split over the ranks, would take {v['verify_s']:.3f} s "
-          f"({v['share_of_load']:.0%} of its {v['load_s']:.3f} s load)")
+    print(
+        f"  load side: every load hashes each file as it reads it (one pass); a separate hashing pass over a "
+        f"{v['method']} checkpoint, split over the ranks, would take {v['verify_s']:.3f} s "
+        f"({v['share_of_load']:.0%} of its {v['load_s']:.3f} s load)"
+    )
     for number, run in enumerate(fig["checksum_runs"], 1):
         print(f"  checksum run {number}: " + ", ".join(f"{name} {c['overhead']:+.1%}" for name, c in run.items()))
-    print(f"  torch.save's own CRC32 (never checked by torch.load) off: {k['method']} saves in "
-          f"{k['save_crc32_off_s']:.3f} s ({k['crc32_off_vs_dcp']:.2f}x stock dcp.save; "
-          f"cpu {k['cpu_crc32_off_s']:.2f} s against {k['cpu_s']:.2f} s with it and {k['dcp_cpu_s']:.2f} s "
-          f"for stock dcp.save)")
+    print(
+        f"  torch.save's own CRC32 (never checked by torch.load) off: {k['method']} saves in "
+        f"{k['save_crc32_off_s']:.3f} s ({k['crc32_off_vs_dcp']:.2f}x stock dcp.save; "
+        f"cpu {k['cpu_crc32_off_s']:.2f} s against {k['cpu_s']:.2f} s with it and {k['dcp_cpu_s']:.2f} s "
+        f"for stock dcp.save)"
+    )
     print()
     t = fig["targets"]
     g = t["global_sync_save_vs_dcp"]
-    print(f"target {GLOBAL_SYNC} save no slower than stock dcp.save: {g['value']:.2f}x "
-          f"(run by run {g['paired']:.2f}x), {_met(g)}")
+    print(
+        f"target {GLOBAL_SYNC} save no slower than stock dcp.save: {g['value']:.2f}x "
+        f"(run by run {g['paired']:.2f}x), {_met(g)}"
+    )
     for name, a in t["async_blocking_vs_sync"].items():
-        print(f"target {name} save() blocks <= {a['limit']:.0%} of the sync save: {a['value']:.1%} "
-              f"(run by run {a['paired']:.1%}), {_met(a)}")
+        print(
+            f"target {name} save() blocks <= {a['limit']:.0%} of the sync save: {a['value']:.1%} "
+            f"(run by run {a['paired']:.1%}), {_met(a)}"
+        )
     for name, c in t["checksum_overhead"].items():
-        print(f"target {name} checksums add <= {c['limit']:.0%} to save: {c['value']:+.1%} "
-              f"(run by run {c['paired']:+.1%}), {_met(c)}")
+        print(
+            f"target {name} checksums add <= {c['limit']:.0%} to save: {c['value']:+.1%} "
+            f"(run by run {c['paired']:+.1%}), {_met(c)}"
+        )
     runs = t["checksum_overhead_runs"]
     if runs:
         every = all(c["met"] for run in runs for c in run.values())
         worst = max(c["value"] for run in runs for c in run.values())
-        print(f"target checksums add <= {TARGET_CHECKSUM_OVERHEAD:.0%} to every save in {len(runs)} consecutive "
-              f"checksum runs: worst {worst:+.1%}, {'met' if every else 'MISSED'}")
+        print(
+            f"target checksums add <= {TARGET_CHECKSUM_OVERHEAD:.0%} to every save in {len(runs)} consecutive "
+            f"checksum runs: worst {worst:+.1%}, {'met' if every else 'MISSED'}"
+        )
     for name, c in t["load_vs_dcp"].items():
         print(f"target {name} load (checksums verified) no slower than stock dcp.load: {c['value']:.2f}x, {_met(c)}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks checkpoint", description=__doc__.split("\n")[0])
-    parser.add_argument("--size-gib", type=positive_float, default=1.0, metavar="GIB",
-                        help="tensor state held over all ranks, at least (default: 1.0)")
-    parser.add_argument("--topology", type=Topology.parse, default=Topology(2, 2, 1), metavar="TOPO",
-                        help="tp, pp, dp (default: tp2pp2dp1, 4 ranks, nothing replicated)")
-    parser.add_argument("--repeats", type=positive_int, default=3, metavar="N",
-                        help="runs of every measurement, interleaved (default: 3)")
-    parser.add_argument("--warmup", type=nonnegative_int, default=1, metavar="N",
-                        help="rounds run first and not counted (default: 1)")
-    parser.add_argument("--dir", metavar="DIR",
-                        help="make the temp folder under DIR (default: the system temp dir); removed at the end")
-    parser.add_argument("--timeout", type=positive_float, default=3600.0, metavar="S",
-                        help="for the whole job (default: 3600)")
-    parser.add_argument("--checksum-runs", type=nonnegative_int, default=3, metavar="N",
-                        help="consecutive runs of the checksum-overhead comparison alone, after the rounds, each of "
-                             "--repeats rounds and judged on its own (default: 3)")
-    parser.add_argument("--fusefs-mib", type=nonnegative_int, default=256, metavar="MIB",
-                        help="the FUSE layer's write throughput against the seam and the bare folder, over a file of "
-                             "MIB (benchmarks/fusefs.py); 0 skips it (default: 256)")
+    parser.add_argument(
+        "--size-gib",
+        type=positive_float,
+        default=1.0,
+        metavar="GIB",
+        help="tensor state held over all ranks, at least (default: 1.0)",
+    )
+    parser.add_argument(
+        "--topology",
+        type=Topology.parse,
+        default=Topology(2, 2, 1),
+        metavar="TOPO",
+        help="tp, pp, dp (default: tp2pp2dp1, 4 ranks, nothing replicated)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="runs of every measurement, interleaved (default: 3)",
+    )
+    parser.add_argument(
+        "--warmup", type=nonnegative_int, default=1, metavar="N", help="rounds run first and not counted (default: 1)"
+    )
+    parser.add_argument(
+        "--dir", metavar="DIR", help="make the temp folder under DIR (default: the system temp dir); removed at the end"
+    )
+    parser.add_argument(
+        "--timeout", type=positive_float, default=3600.0, metavar="S", help="for the whole job (default: 3600)"
+    )
+    parser.add_argument(
+        "--checksum-runs",
+        type=nonnegative_int,
+        default=3,
+        metavar="N",
+        help="consecutive runs of the checksum-overhead comparison alone, after the rounds, each of "
+        "--repeats rounds and judged on its own (default: 3)",
+    )
+    parser.add_argument(
+        "--fusefs-mib",
+        type=nonnegative_int,
+        default=256,
+        metavar="MIB",
+        help="the FUSE layer's write throughput against the seam and the bare folder, over a file of "
+        "MIB (benchmarks/fusefs.py); 0 skips it (default: 256)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
 
@@ -650,21 +824,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     load_before = os.getloadavg()
     config = {
-        "topology": str(args.topology), "ranks": args.topology.world, "repeats": args.repeats,
+        "topology": str(args.topology),
+        "ranks": args.topology.world,
+        "repeats": args.repeats,
         "warmup_rounds": args.warmup,
-        "model": spec.to_dict(), "size_gib_asked": args.size_gib,
+        "model": spec.to_dict(),
+        "size_gib_asked": args.size_gib,
         "stock_dcp": "dcp.save/dcp.load(checkpoint_id=folder), default planner and FileSystemWriter "
-                     "(sync_files=True, one thread), state dict of torch ShardedTensors (replica-0 pieces)",
+        "(sync_files=True, one thread), state dict of torch ShardedTensors (replica-0 pieces)",
         "torch_save": "per rank torch.save of every tensor record and object to its own file, no fsync "
-                      "(timed apart); torch.load(weights_only=True) + copy_ into the state",
+        "(timed apart); torch.load(weights_only=True) + copy_ into the state",
         "checksum_off": "storage seam: LocalFileSystem whose write streams skip xxh3 (benchmark-only)",
         "crc32_off": "torch.utils.serialization.config.save.compute_crc32 = False around one GLOBAL save "
-                     "(diagnostic, benchmark-only)",
+        "(diagnostic, benchmark-only)",
         "timed": "wall time until the last rank finished, median over interleaved repeats; async blocking: "
-                 "the slowest rank's save() call plus the staging copies the next training step waited for",
-        "launcher": "resilience.launch.run_ranks (fork), gloo", "torch": torch.__version__,
-        "python": platform.python_version(), "platform": f"{platform.system()} {platform.machine()}",
-        "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
+        "the slowest rank's save() call plus the staging copies the next training step waited for",
+        "launcher": "resilience.launch.run_ranks (fork), gloo",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
     }
     print("checkpoint benchmark (state values from seed 1234)")
     for key, value in config.items():
@@ -675,9 +855,13 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-", dir=args.dir)
     started = time.monotonic()
     try:
-        raw = run_ranks(bench_rank, args.topology.world,
-                        args=(spec, args.topology, tmp, args.repeats, args.warmup, args.checksum_runs),
-                        timeout=args.timeout, init_timeout=120.0)[0]
+        raw = run_ranks(
+            bench_rank,
+            args.topology.world,
+            args=(spec, args.topology, tmp, args.repeats, args.warmup, args.checksum_runs),
+            timeout=args.timeout,
+            init_timeout=120.0,
+        )[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.monotonic() - started
@@ -685,27 +869,45 @@ def main(argv: list[str] | None = None) -> int:
     fig = summarize(raw)
     print()
     loads = raw["load_average_1min"]
-    print(f"state: {raw['held_bytes'] / (1 << 30):.3f} GiB held over {args.topology.world} ranks "
-          f"({', '.join(f'{b / (1 << 20):.0f}' for b in raw['per_rank_bytes'])} MiB), "
-          f"{raw['written_bytes'] / (1 << 30):.3f} GiB of it replica 0; {args.warmup} + {args.repeats} rounds in "
-          f"{seconds:.0f} s")
-    print(f"machine: 1-min load average {min(loads):.1f} to {max(loads):.1f} at the rounds' starts, "
-          f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (1, 5, 15 min) at the end, "
-          f"on {os.cpu_count()} cpus")
+    print(
+        f"state: {raw['held_bytes'] / (1 << 30):.3f} GiB held over {args.topology.world} ranks "
+        f"({', '.join(f'{b / (1 << 20):.0f}' for b in raw['per_rank_bytes'])} MiB), "
+        f"{raw['written_bytes'] / (1 << 30):.3f} GiB of it replica 0; {args.warmup} + {args.repeats} rounds in "
+        f"{seconds:.0f} s"
+    )
+    print(
+        f"machine: 1-min load average {min(loads):.1f} to {max(loads):.1f} at the rounds' starts, "
+        f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (1, 5, 15 min) at the end, "
+        f"on {os.cpu_count()} cpus"
+    )
     report(fig)
     fuse = None
     if args.fusefs_mib:
         from benchmarks import fusefs
+
         print()
         fuse = fusefs.run(args.fusefs_mib, 1, args.repeats, args.dir)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "checkpoint", "version": 1, "config": config, "xxh3_gib_per_s": xxh,
-                       "load_average": {"start": load_before, "end": load_after, "rounds_1min": loads},
-                       "seconds": seconds,
-                       "held_bytes": raw["held_bytes"], "written_bytes": raw["written_bytes"],
-                       "per_rank_bytes": raw["per_rank_bytes"], **fig, "fusefs": fuse,
-                       "raw_runs": raw["runs"], "warmup_runs": raw["warmup"]}, fh, indent=2)
+            json.dump(
+                {
+                    "benchmark": "checkpoint",
+                    "version": 1,
+                    "config": config,
+                    "xxh3_gib_per_s": xxh,
+                    "load_average": {"start": load_before, "end": load_after, "rounds_1min": loads},
+                    "seconds": seconds,
+                    "held_bytes": raw["held_bytes"],
+                    "written_bytes": raw["written_bytes"],
+                    "per_rank_bytes": raw["per_rank_bytes"],
+                    **fig,
+                    "fusefs": fuse,
+                    "raw_runs": raw["runs"],
+                    "warmup_runs": raw["warmup"],
+                },
+                fh,
+                indent=2,
+            )
             fh.write("\n")
         print(f"figures written to {args.json}")
     return 0

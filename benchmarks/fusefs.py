@@ -17,6 +17,7 @@ repeats, MiB/s, and bare/mount ratios).
 
     python -m benchmarks fusefs [--size-mib 256] [--chunk-mib 1] [--repeats 3] [--folder DIR] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,7 @@ def write_file(path: str, size: int, chunk: int) -> float:
     try:
         left = size
         while left:
-            view = memoryview(block)[:min(chunk, left)]
+            view = memoryview(block)[: min(chunk, left)]
             while view:
                 n = os.write(fd, view)
                 view, left = view[n:], left - n
@@ -57,13 +58,14 @@ def seam_write_file(path: str, size: int, chunk: int, oplog: str) -> float:
     """write_file through the storage seam with its operation log (open_write, write, fsync, close)."""
     from resilience.faults import inject
     from resilience.storage import current
+
     block = os.urandom(chunk)
     with inject([], rank=0, world=1, oplog_dir=oplog):
         t0 = time.perf_counter()
         with current().open_write(path, sync=False) as out:
             left = size
             while left:
-                left -= out.write(memoryview(block)[:min(chunk, left)])
+                left -= out.write(memoryview(block)[: min(chunk, left)])
             out.fsync()
         return time.perf_counter() - t0
 
@@ -73,8 +75,11 @@ def _fs_type(folder: str) -> str:
     with open("/proc/self/mounts") as f:
         for line in f:
             parts = line.split()
-            if len(parts) > 2 and (folder == parts[1] or folder.startswith(parts[1].rstrip("/") + "/")) \
-                    and len(parts[1]) > len(best):
+            if (
+                len(parts) > 2
+                and (folder == parts[1] or folder.startswith(parts[1].rstrip("/") + "/"))
+                and len(parts[1]) > len(best)
+            ):
                 best, kind = parts[1], parts[2]
     return kind
 
@@ -120,21 +125,32 @@ def run(size_mib: int, chunk_mib: int, repeats: int, folder: str | None = None) 
         return None
     with tempfile.TemporaryDirectory(prefix="bench-fusefs-", dir=folder) as where:
         kind = _fs_type(where)
-        print(f"fusefs throughput: {size_mib} MiB in {chunk_mib} MiB writes + fsync, {repeats} "
-              f"repeats, backing folder on {kind} ({where})")
+        print(
+            f"fusefs throughput: {size_mib} MiB in {chunk_mib} MiB writes + fsync, {repeats} "
+            f"repeats, backing folder on {kind} ({where})"
+        )
         seconds = measure(where, size, chunk, repeats)
     fig = {}
     for way in WAYS:
         med = statistics.median(seconds[way])
         fig[way] = {"median_s": med, "mib_per_s": size_mib / med, "runs_s": seconds[way]}
-        print(f"  {way:<10} median {med:.3f} s  {size_mib / med:8.1f} MiB/s  "
-              f"runs {' '.join(f'{s:.3f}' for s in seconds[way])}")
+        print(
+            f"  {way:<10} median {med:.3f} s  {size_mib / med:8.1f} MiB/s  "
+            f"runs {' '.join(f'{s:.3f}' for s in seconds[way])}"
+        )
     ratios = {w: fig[w]["median_s"] / fig["bare"]["median_s"] for w in WAYS[1:]}
     print("  " + ", ".join(f"{w} takes {r:.2f}x the bare folder's time" for w, r in ratios.items()))
     to_seam = fig["mount+log"]["median_s"] / fig["seam+log"]["median_s"]
     print(f"  mount+log takes {to_seam:.2f}x the time of seam+log (both keep every byte for crash states)")
-    return {"size_mib": size_mib, "chunk_mib": chunk_mib, "repeats": repeats, "backing_fs": kind, "ways": fig,
-            "ratio_to_bare": ratios, "mount_log_to_seam_log": to_seam}
+    return {
+        "size_mib": size_mib,
+        "chunk_mib": chunk_mib,
+        "repeats": repeats,
+        "backing_fs": kind,
+        "ways": fig,
+        "ratio_to_bare": ratios,
+        "mount_log_to_seam_log": to_seam,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,9 +158,18 @@ def main(argv: list[str] | None = None) -> int:
     fig = run(args.size_mib, args.chunk_mib, args.repeats, args.folder)
     if fig is not None and args.json:
         with open(args.json, "w") as f:
-            json.dump({"benchmark": "fusefs", "version": 1, **fig,
-                       "python": platform.python_version(), "cpus": os.cpu_count(),
-                       "load_average": os.getloadavg()}, f, indent=2)
+            json.dump(
+                {
+                    "benchmark": "fusefs",
+                    "version": 1,
+                    **fig,
+                    "python": platform.python_version(),
+                    "cpus": os.cpu_count(),
+                    "load_average": os.getloadavg(),
+                },
+                f,
+                indent=2,
+            )
             f.write("\n")
         print(f"figures written to {args.json}")
     return 0

@@ -9,6 +9,7 @@ process, interleaved, and each run is timed from the launch call until every ran
 
     python -m benchmarks launcher [--worlds 4 8] [--fork-repeats 5] [--spawn-repeats 3] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def spawn_rank(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)  # as the fork launcher's ranks do
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=INIT_TIMEOUT))
+    dist.init_process_group(
+        "gloo", init_method="env://", rank=rank, world_size=world, timeout=timedelta(seconds=INIT_TIMEOUT)
+    )
     try:
         t = torch.tensor([float(rank)])
         dist.all_reduce(t)
@@ -113,12 +115,23 @@ def _free_port() -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks launcher", description=__doc__.split("\n")[0])
-    parser.add_argument("--worlds", type=positive_int, nargs="+", default=[4, 8], metavar="N",
-                        help="group sizes (default: 4 8)")
-    parser.add_argument("--fork-repeats", type=positive_int, default=5, metavar="N",
-                        help="runs per group size with the fork launcher (default: 5)")
-    parser.add_argument("--spawn-repeats", type=positive_int, default=3, metavar="N",
-                        help="runs per group size with spawn, seconds each: every rank imports torch (default: 3)")
+    parser.add_argument(
+        "--worlds", type=positive_int, nargs="+", default=[4, 8], metavar="N", help="group sizes (default: 4 8)"
+    )
+    parser.add_argument(
+        "--fork-repeats",
+        type=positive_int,
+        default=5,
+        metavar="N",
+        help="runs per group size with the fork launcher (default: 5)",
+    )
+    parser.add_argument(
+        "--spawn-repeats",
+        type=positive_int,
+        default=3,
+        metavar="N",
+        help="runs per group size with spawn, seconds each: every rank imports torch (default: 3)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
 
@@ -133,7 +146,7 @@ def _config(args: argparse.Namespace) -> dict:
         "rank_body": "init_process_group, one all_reduce of one float, return",
         "fork": "resilience.launch.run_ranks (fork from this parent, torch already imported)",
         "spawn": "torch.multiprocessing.spawn start_method=spawn, env:// rendezvous on a free port, "
-                 "destroy_process_group",
+        "destroy_process_group",
         "timed": "launch call until every rank is reaped; runs interleaved",
         "init_timeout_s": INIT_TIMEOUT,
         "torch": torch.__version__,
@@ -141,7 +154,7 @@ def _config(args: argparse.Namespace) -> dict:
         "platform": f"{platform.system()} {platform.machine()}",
         "cpus": os.cpu_count(),
         "targets": f"{TARGET_WORLD} ranks with fork under {TARGET_FORK_SECONDS:g} s median; "
-                   f"spawn/fork at least {TARGET_SPEEDUP:g}x",
+        f"spawn/fork at least {TARGET_SPEEDUP:g}x",
     }
 
 
@@ -167,8 +180,13 @@ def _leftovers(children_before: set[int], tmp: str) -> list[str]:
 
 
 def _summary(seconds: list[float]) -> dict:
-    return {"runs": len(seconds), "median_s": statistics.median(seconds), "min_s": min(seconds),
-            "max_s": max(seconds), "seconds": seconds}
+    return {
+        "runs": len(seconds),
+        "median_s": statistics.median(seconds),
+        "min_s": min(seconds),
+        "max_s": max(seconds),
+        "seconds": seconds,
+    }
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -179,8 +197,9 @@ def measure(args: argparse.Namespace) -> dict:
         for world in args.worlds:
             if i < args.fork_repeats:
                 times["fork", world].append(time_fork(world))
-                print(f"  run {i + 1}: fork  {world} ranks {times['fork', world][-1]:7.3f} s", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"  run {i + 1}: fork  {world} ranks {times['fork', world][-1]:7.3f} s", file=sys.stderr, flush=True
+                )
             if i < args.spawn_repeats:
                 seconds, retries = time_spawn(world)
                 times["spawn", world].append(seconds)
@@ -193,10 +212,18 @@ def measure(args: argparse.Namespace) -> dict:
     if TARGET_WORLD in args.worlds:
         fork_s, ratio = median["fork", TARGET_WORLD], ratios[str(TARGET_WORLD)]
         targets = {
-            "fork_median_s": {"world": TARGET_WORLD, "value": fork_s, "limit": TARGET_FORK_SECONDS,
-                              "met": fork_s < TARGET_FORK_SECONDS},
-            "spawn_over_fork": {"world": TARGET_WORLD, "value": ratio, "limit": TARGET_SPEEDUP,
-                                "met": ratio >= TARGET_SPEEDUP},
+            "fork_median_s": {
+                "world": TARGET_WORLD,
+                "value": fork_s,
+                "limit": TARGET_FORK_SECONDS,
+                "met": fork_s < TARGET_FORK_SECONDS,
+            },
+            "spawn_over_fork": {
+                "world": TARGET_WORLD,
+                "value": ratio,
+                "limit": TARGET_SPEEDUP,
+                "met": ratio >= TARGET_SPEEDUP,
+            },
         }
     return {"rows": rows, "spawn_over_fork": ratios, "targets": targets, "port_retries": port_retries}
 
@@ -204,18 +231,23 @@ def measure(args: argparse.Namespace) -> dict:
 def report(figures: dict) -> None:
     print(f"{'launcher':<9}{'world':>6}{'runs':>6}{'median s':>10}{'min s':>9}{'max s':>9}")
     for r in sorted(figures["rows"], key=lambda r: (r["world"], r["launcher"])):
-        print(f"{r['launcher']:<9}{r['world']:>6}{r['runs']:>6}{r['median_s']:>10.3f}{r['min_s']:>9.3f}"
-              f"{r['max_s']:>9.3f}")
+        print(
+            f"{r['launcher']:<9}{r['world']:>6}{r['runs']:>6}{r['median_s']:>10.3f}{r['min_s']:>9.3f}{r['max_s']:>9.3f}"
+        )
     print("spawn/fork (medians): " + ", ".join(f"{w} ranks {x:.1f}x" for w, x in figures["spawn_over_fork"].items()))
     t = figures["targets"]
     if not t:
         print(f"targets: not measured ({TARGET_WORLD} ranks not among --worlds)")
     else:
         f, s = t["fork_median_s"], t["spawn_over_fork"]
-        print(f"target {TARGET_WORLD} ranks with fork under {f['limit']:g} s median: {f['value']:.3f} s, "
-              f"{'met' if f['met'] else 'MISSED'}")
-        print(f"target {TARGET_WORLD} ranks spawn/fork at least {s['limit']:g}x: {s['value']:.1f}x, "
-              f"{'met' if s['met'] else 'MISSED'}")
+        print(
+            f"target {TARGET_WORLD} ranks with fork under {f['limit']:g} s median: {f['value']:.3f} s, "
+            f"{'met' if f['met'] else 'MISSED'}"
+        )
+        print(
+            f"target {TARGET_WORLD} ranks spawn/fork at least {s['limit']:g}x: {s['value']:.1f}x, "
+            f"{'met' if s['met'] else 'MISSED'}"
+        )
     if figures["port_retries"]:
         print(f"spawn restarted {figures['port_retries']} time(s) on a port taken before rank 0 bound it")
 
@@ -248,8 +280,11 @@ def main(argv: list[str] | None = None) -> int:
         print("left behind: nothing (no processes, listening sockets or temp files)")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "launcher", "version": 1, "config": config, **figures,
-                       "leftovers": leftovers}, fh, indent=2)
+            json.dump(
+                {"benchmark": "launcher", "version": 1, "config": config, **figures, "leftovers": leftovers},
+                fh,
+                indent=2,
+            )
             fh.write("\n")
         print(f"figures written to {args.json}")
     return 1 if leftovers else 0

@@ -25,6 +25,7 @@ time per case and per rank; target: time per rank from world 4 to the largest wi
     python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2]
         [--baseline PATH] [--matrix-runs 1] [--fuzz-examples 6] [--worlds 2 4 8 16] [--json FILE]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,13 @@ def run_once(start_method: str, combo: Combination) -> tuple[float, str, str]:
 def _summary(seconds: list[float]) -> dict:
     if not seconds:
         return {"runs": 0}
-    return {"runs": len(seconds), "median_s": statistics.median(seconds), "min_s": min(seconds),
-            "max_s": max(seconds), "seconds": seconds}
+    return {
+        "runs": len(seconds),
+        "median_s": statistics.median(seconds),
+        "min_s": min(seconds),
+        "max_s": max(seconds),
+        "seconds": seconds,
+    }
 
 
 def measure(combo: Combination, repeats: int, spawn_repeats: int, warmup: int) -> dict:
@@ -92,8 +98,9 @@ def measure(combo: Combination, repeats: int, spawn_repeats: int, warmup: int) -
 
     def one(method: str, counted: bool) -> None:
         seconds, verdict, detail = run_once(method, combo)
-        verdicts.append({"start_method": method, "counted": counted, "seconds": seconds, "verdict": verdict,
-                         "detail": detail})
+        verdicts.append(
+            {"start_method": method, "counted": counted, "seconds": seconds, "verdict": verdict, "detail": detail}
+        )
         if counted:
             times[method].append(seconds)
         label = f"{method:<5} run {len(times[method])}" if counted else f"{method:<5} warm-up"
@@ -112,9 +119,14 @@ def measure(combo: Combination, repeats: int, spawn_repeats: int, warmup: int) -
 # ---- where a case's time goes ------------------------------------------------------------------------
 def measure_breakdown(combos: list[Combination]) -> dict:
     from benchmarks.casecost import breakdown, matrix_cases
+
     cases = matrix_cases(combos, MATRIX_FAULTS, MATRIX_TRANSITIONS)
-    print(f"  breakdown: {len(cases)} matrix cases ({', '.join(map(str, combos))} x "
-          f"{', '.join(MATRIX_FAULTS + MATRIX_TRANSITIONS)})", file=sys.stderr, flush=True)
+    print(
+        f"  breakdown: {len(cases)} matrix cases ({', '.join(map(str, combos))} x "
+        f"{', '.join(MATRIX_FAULTS + MATRIX_TRANSITIONS)})",
+        file=sys.stderr,
+        flush=True,
+    )
     out = breakdown(cases)
     out["cases_per_minute"] = 60.0 * out["cases"] / out["wall_s"]
     return out
@@ -122,8 +134,10 @@ def measure_breakdown(combos: list[Combination]) -> dict:
 
 def report_breakdown(b: dict) -> None:
     n = b["cases"]
-    print(f"where a case's time goes: {n} matrix cases in {b['wall_s']:.1f} s, "
-          f"{b['cases_per_minute']:.1f} cases per minute (judged in this process)")
+    print(
+        f"where a case's time goes: {n} matrix cases in {b['wall_s']:.1f} s, "
+        f"{b['cases_per_minute']:.1f} cases per minute (judged in this process)"
+    )
     for bucket, seconds in b["seconds"].items():
         print(f"  {bucket:<14} {seconds / n:7.3f} s per case  {seconds / b['wall_s']:6.1%}")
 
@@ -135,16 +149,24 @@ def _cli(tree: str, argv: list[str], out: str) -> tuple[float, float, list]:
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "resilience.cli", *argv, "--out", out], env=env, cwd=tree,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "resilience.cli", *argv, "--out", out],
+        env=env,
+        cwd=tree,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=3600,
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     runs = [os.path.join(out, d) for d in os.listdir(out)] if os.path.isdir(out) else []
     found = [os.path.join(r, "results.json") for r in runs if os.path.exists(os.path.join(r, "results.json"))]
     if not found:
-        raise RuntimeError(f"{' '.join(argv)} in {tree} wrote no results.json (exit {proc.returncode}):\n"
-                           f"{proc.stdout[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(argv)} in {tree} wrote no results.json (exit {proc.returncode}):\n{proc.stdout[-3000:]}"
+        )
     with open(found[0]) as f:
         rows = json.load(f)
     return wall, cpu, rows
@@ -156,10 +178,28 @@ def _verdicts(rows: list) -> list:
 
 def measure_throughput(trees: dict[str, str], runs: int, fuzz_examples: int, combos: list[Combination]) -> dict:
     """{tree name: {"matrix": {...}, "fuzz": {...}}}: wall, CPU, cases and verdicts of each run, interleaved."""
-    matrix = ["matrix", "--combos", *map(str, combos), "--faults", *MATRIX_FAULTS,
-              "--transitions", *MATRIX_TRANSITIONS, "--seed", "0"]
-    fuzz = ["fuzz", "--examples", str(fuzz_examples), "--seed", "1", "--mode", "scenarios",
-            "--combos", *map(str, combos)]
+    matrix = [
+        "matrix",
+        "--combos",
+        *map(str, combos),
+        "--faults",
+        *MATRIX_FAULTS,
+        "--transitions",
+        *MATRIX_TRANSITIONS,
+        "--seed",
+        "0",
+    ]
+    fuzz = [
+        "fuzz",
+        "--examples",
+        str(fuzz_examples),
+        "--seed",
+        "1",
+        "--mode",
+        "scenarios",
+        "--combos",
+        *map(str, combos),
+    ]
     out: dict = {name: {"matrix": [], "fuzz": []} for name in trees}
     tmp = tempfile.mkdtemp(prefix="bench-throughput-")
     try:
@@ -170,10 +210,14 @@ def measure_throughput(trees: dict[str, str], runs: int, fuzz_examples: int, com
                 order = list(trees) if i % 2 == 0 else list(trees)[::-1]
                 for name in order:
                     wall, cpu, rows = _cli(trees[name], argv, os.path.join(tmp, f"{name}-{kind}-{i}"))
-                    out[name][kind].append({"wall_s": wall, "cpu_s": cpu, "cases": len(rows),
-                                            "verdicts": _verdicts(rows)})
-                    print(f"  {kind:<6} {name:<9} {len(rows)} cases in {wall:6.1f} s (cpu {cpu:6.1f} s)",
-                          file=sys.stderr, flush=True)
+                    out[name][kind].append(
+                        {"wall_s": wall, "cpu_s": cpu, "cases": len(rows), "verdicts": _verdicts(rows)}
+                    )
+                    print(
+                        f"  {kind:<6} {name:<9} {len(rows)} cases in {wall:6.1f} s (cpu {cpu:6.1f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
@@ -188,23 +232,31 @@ def summarize_throughput(raw: dict) -> dict:
             wall = statistics.median(r["wall_s"] for r in runs)
             cases = runs[0]["cases"]
             fig.setdefault(kind, {})[name] = {
-                "cases": cases, "median_wall_s": wall, "cases_per_minute": 60.0 * cases / wall,
+                "cases": cases,
+                "median_wall_s": wall,
+                "cases_per_minute": 60.0 * cases / wall,
                 "cpu_s_per_case": statistics.median(r["cpu_s"] / max(1, r["cases"]) for r in runs),
-                "runs": [r["wall_s"] for r in runs], "verdicts": runs[0]["verdicts"]}
+                "runs": [r["wall_s"] for r in runs],
+                "verdicts": runs[0]["verdicts"],
+            }
     return fig
 
 
 def report_throughput(fig: dict, targets: dict) -> None:
     for kind, trees in fig.items():
         for name, f in trees.items():
-            print(f"  {kind:<6} {name:<9} {f['cases']} cases, median {f['median_wall_s']:6.1f} s: "
-                  f"{f['cases_per_minute']:6.2f} cases per minute, cpu {f['cpu_s_per_case']:.2f} s per case")
+            print(
+                f"  {kind:<6} {name:<9} {f['cases']} cases, median {f['median_wall_s']:6.1f} s: "
+                f"{f['cases_per_minute']:6.2f} cases per minute, cpu {f['cpu_s_per_case']:.2f} s per case"
+            )
         if "baseline" in trees and "this" in trees:
             t = targets[f"{kind}_cases_per_minute_vs_baseline"]
             same = "same verdicts" if t["same_verdicts"] else "VERDICTS DIFFER"
-            print(f"  target {kind} cases per minute at least {TARGET_CASES_SPEEDUP:g}x the baseline's: "
-                  f"{t['value']:.2f}x (cpu per case {t['cpu_ratio']:.2f}x less), {same}, "
-                  f"{'met' if t['met'] else 'MISSED'}")
+            print(
+                f"  target {kind} cases per minute at least {TARGET_CASES_SPEEDUP:g}x the baseline's: "
+                f"{t['value']:.2f}x (cpu per case {t['cpu_ratio']:.2f}x less), {same}, "
+                f"{'met' if t['met'] else 'MISSED'}"
+            )
 
 
 # ---- cost growth with the world size ------------------------------------------------------------------
@@ -235,11 +287,19 @@ def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
             verdicts.append(result.verdict)
             if i:
                 seconds.append(took)
-            print(f"  world {world:>2} run {i} {took:7.3f} s verdict {result.verdict}"
-                  f"{' (learns the layout, not counted)' if not i else ''}", file=sys.stderr, flush=True)
+            print(
+                f"  world {world:>2} run {i} {took:7.3f} s verdict {result.verdict}"
+                f"{' (learns the layout, not counted)' if not i else ''}",
+                file=sys.stderr,
+                flush=True,
+            )
         median = statistics.median(seconds)
-        out[str(world)] = {"median_s": median, "per_rank_s": median / world, "runs": seconds,
-                           "verdicts": [str(v) for v in verdicts]}
+        out[str(world)] = {
+            "median_s": median,
+            "per_rank_s": median / world,
+            "runs": seconds,
+            "verdicts": [str(v) for v in verdicts],
+        }
     return out
 
 
@@ -248,37 +308,83 @@ def report_worlds(fig: dict, target: dict | None) -> None:
     for world, f in fig.items():
         print(f"  world {world:>2}  {f['median_s']:7.3f} s per case  {f['per_rank_s']:7.3f} s per rank")
     if target is not None:
-        print(f"  target time per rank at world {target['largest']} within {TARGET_RANK_GROWTH:g}x of world 4: "
-              f"{target['value']:.2f}x, {'met' if target['met'] else 'MISSED'}")
+        print(
+            f"  target time per rank at world {target['largest']} within {TARGET_RANK_GROWTH:g}x of world 4: "
+            f"{target['value']:.2f}x, {'met' if target['met'] else 'MISSED'}"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks scenario", description=__doc__.split("\n")[0])
-    p.add_argument("--combo", type=combination_arg, default=Combination.parse("GLOBAL/torch_dist/sync"),
-                   metavar="TYPE/format/io", help="combination (default: GLOBAL/torch_dist/sync)")
-    p.add_argument("--repeats", type=positive_int, default=7, metavar="N",
-                   help="warm-launcher (fork) runs (default: 7)")
-    p.add_argument("--spawn-repeats", type=nonnegative_int, default=2, metavar="N",
-                   help="spawn runs, several seconds each; 0 skips spawn and the ratio (default: 2)")
-    p.add_argument("--warmup", type=nonnegative_int, default=1, metavar="N",
-                   help="fork runs first, not counted (default: 1)")
-    p.add_argument("--breakdown", action=argparse.BooleanOptionalAction, default=True,
-                   help="where a case's time goes, over a few matrix columns (default: on)")
-    p.add_argument("--baseline", metavar="PATH",
-                   help="a tree (git worktree) of the framework to measure cases per minute against")
-    p.add_argument("--matrix-runs", type=nonnegative_int, default=1, metavar="N",
-                   help="runs of `resilience matrix` (and of the fuzzer) per tree, interleaved; 0 skips (default: 1)")
-    p.add_argument("--fuzz-examples", type=nonnegative_int, default=6, metavar="N",
-                   help="examples of `resilience fuzz` per run; 0 skips the fuzzer (default: 6)")
-    p.add_argument("--matrix-combos", type=combination_arg, nargs="+", default=None, metavar="TYPE/format/io",
-                   help="combinations of the breakdown, the matrix and the fuzzer (default: "
-                        f"{' '.join(MATRIX_COMBOS)})")
-    p.add_argument("--matrix-faults", nargs="+", default=MATRIX_FAULTS, metavar="COLUMN",
-                   help=f"fault columns of the breakdown and the matrix (default: {' '.join(MATRIX_FAULTS)})")
-    p.add_argument("--worlds", type=positive_int, nargs="*", default=[2, 4, 8, 16], metavar="W",
-                   help="world sizes of the cost-growth scenario; none skips it (default: 2 4 8 16)")
-    p.add_argument("--world-repeats", type=positive_int, default=2, metavar="N",
-                   help="counted runs per world size (default: 2)")
+    p.add_argument(
+        "--combo",
+        type=combination_arg,
+        default=Combination.parse("GLOBAL/torch_dist/sync"),
+        metavar="TYPE/format/io",
+        help="combination (default: GLOBAL/torch_dist/sync)",
+    )
+    p.add_argument(
+        "--repeats", type=positive_int, default=7, metavar="N", help="warm-launcher (fork) runs (default: 7)"
+    )
+    p.add_argument(
+        "--spawn-repeats",
+        type=nonnegative_int,
+        default=2,
+        metavar="N",
+        help="spawn runs, several seconds each; 0 skips spawn and the ratio (default: 2)",
+    )
+    p.add_argument(
+        "--warmup", type=nonnegative_int, default=1, metavar="N", help="fork runs first, not counted (default: 1)"
+    )
+    p.add_argument(
+        "--breakdown",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="where a case's time goes, over a few matrix columns (default: on)",
+    )
+    p.add_argument(
+        "--baseline", metavar="PATH", help="a tree (git worktree) of the framework to measure cases per minute against"
+    )
+    p.add_argument(
+        "--matrix-runs",
+        type=nonnegative_int,
+        default=1,
+        metavar="N",
+        help="runs of `resilience matrix` (and of the fuzzer) per tree, interleaved; 0 skips (default: 1)",
+    )
+    p.add_argument(
+        "--fuzz-examples",
+        type=nonnegative_int,
+        default=6,
+        metavar="N",
+        help="examples of `resilience fuzz` per run; 0 skips the fuzzer (default: 6)",
+    )
+    p.add_argument(
+        "--matrix-combos",
+        type=combination_arg,
+        nargs="+",
+        default=None,
+        metavar="TYPE/format/io",
+        help=f"combinations of the breakdown, the matrix and the fuzzer (default: {' '.join(MATRIX_COMBOS)})",
+    )
+    p.add_argument(
+        "--matrix-faults",
+        nargs="+",
+        default=MATRIX_FAULTS,
+        metavar="COLUMN",
+        help=f"fault columns of the breakdown and the matrix (default: {' '.join(MATRIX_FAULTS)})",
+    )
+    p.add_argument(
+        "--worlds",
+        type=positive_int,
+        nargs="*",
+        default=[2, 4, 8, 16],
+        metavar="W",
+        help="world sizes of the cost-growth scenario; none skips it (default: 2 4 8 16)",
+    )
+    p.add_argument(
+        "--world-repeats", type=positive_int, default=2, metavar="N", help="counted runs per world size (default: 2)"
+    )
     p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return p.parse_args(argv)
 
@@ -287,32 +393,54 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     combo = args.combo
     load_before = os.getloadavg()
-    config = {"combo": str(combo), "scenario": f"{TOPOLOGY}: train 2, save, train 1, rank 1 crashes after 256 "
-                                               f"bytes of the next save, resume on {RESUME_ON} and train 1",
-              "repeats": args.repeats, "spawn_repeats": args.spawn_repeats, "warmup": args.warmup,
-              "fork": "resilience.launch.Job start_method=fork from this process (torch already imported)",
-              "spawn": "resilience.launch.Job start_method=spawn: every rank of every job imports torch",
-              "timed": "run_case: every job, fault, history, checkers and verdict; fresh temp folder per run",
-              "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count()}
+    config = {
+        "combo": str(combo),
+        "scenario": f"{TOPOLOGY}: train 2, save, train 1, rank 1 crashes after 256 "
+        f"bytes of the next save, resume on {RESUME_ON} and train 1",
+        "repeats": args.repeats,
+        "spawn_repeats": args.spawn_repeats,
+        "warmup": args.warmup,
+        "fork": "resilience.launch.Job start_method=fork from this process (torch already imported)",
+        "spawn": "resilience.launch.Job start_method=spawn: every rank of every job imports torch",
+        "timed": "run_case: every job, fault, history, checkers and verdict; fresh temp folder per run",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
     print(f"scenario throughput: {combo}, {TOPOLOGY} save + crash mid-write + resume on {RESUME_ON}")
-    print(f"  load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1, 5, 15 min) at start, "
-          f"{os.cpu_count()} cpus")
+    print(
+        f"  load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} (1, 5, 15 min) at start, "
+        f"{os.cpu_count()} cpus"
+    )
     fig = measure(combo, args.repeats, args.spawn_repeats, args.warmup)
     fork, spawn = fig["fork"], fig["spawn"]
     failed = [v for v in fig["verdicts"] if v["verdict"] not in GOOD]
-    print(f"  warm launcher (fork)  median {fork['median_s']:.3f} s  min {fork['min_s']:.3f}  max {fork['max_s']:.3f}  "
-          f"n={fork['runs']}")
-    targets = {"fork_median_s": {"value": fork["median_s"], "limit": TARGET_FORK_SECONDS,
-                                 "met": fork["median_s"] < TARGET_FORK_SECONDS}}
-    print(f"  target median under {TARGET_FORK_SECONDS:g} s: {fork['median_s']:.3f} s, "
-          f"{'met' if targets['fork_median_s']['met'] else 'MISSED'}")
+    print(
+        f"  warm launcher (fork)  median {fork['median_s']:.3f} s  min {fork['min_s']:.3f}  max {fork['max_s']:.3f}  "
+        f"n={fork['runs']}"
+    )
+    targets = {
+        "fork_median_s": {
+            "value": fork["median_s"],
+            "limit": TARGET_FORK_SECONDS,
+            "met": fork["median_s"] < TARGET_FORK_SECONDS,
+        }
+    }
+    print(
+        f"  target median under {TARGET_FORK_SECONDS:g} s: {fork['median_s']:.3f} s, "
+        f"{'met' if targets['fork_median_s']['met'] else 'MISSED'}"
+    )
     if spawn["runs"]:
         ratio = spawn["median_s"] / fork["median_s"]
         targets["spawn_over_fork"] = {"value": ratio, "limit": TARGET_SPEEDUP, "met": ratio >= TARGET_SPEEDUP}
-        print(f"  fresh spawn           median {spawn['median_s']:.3f} s  min {spawn['min_s']:.3f}  "
-              f"max {spawn['max_s']:.3f}  n={spawn['runs']}")
-        print(f"  target spawn/fork at least {TARGET_SPEEDUP:g}x: {ratio:.1f}x, "
-              f"{'met' if targets['spawn_over_fork']['met'] else 'MISSED'}")
+        print(
+            f"  fresh spawn           median {spawn['median_s']:.3f} s  min {spawn['min_s']:.3f}  "
+            f"max {spawn['max_s']:.3f}  n={spawn['runs']}"
+        )
+        print(
+            f"  target spawn/fork at least {TARGET_SPEEDUP:g}x: {ratio:.1f}x, "
+            f"{'met' if targets['spawn_over_fork']['met'] else 'MISSED'}"
+        )
     breakdown = throughput = worlds = None
     combos = args.matrix_combos or [Combination.parse(c) for c in MATRIX_COMBOS]
     MATRIX_FAULTS[:] = args.matrix_faults
@@ -323,18 +451,23 @@ def main(argv: list[str] | None = None) -> int:
         trees = {"this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
         if args.baseline:
             trees["baseline"] = args.baseline
-        print(f"cases per minute: `resilience matrix` ({len(combos)} combinations x "
-              f"{len(MATRIX_FAULTS) + len(MATRIX_TRANSITIONS)} columns) and `resilience fuzz` "
-              f"({args.fuzz_examples} examples, seed 1), each a fresh process, {args.matrix_runs} run(s) per tree"
-              + (f"; baseline {args.baseline}" if args.baseline else ""))
+        print(
+            f"cases per minute: `resilience matrix` ({len(combos)} combinations x "
+            f"{len(MATRIX_FAULTS) + len(MATRIX_TRANSITIONS)} columns) and `resilience fuzz` "
+            f"({args.fuzz_examples} examples, seed 1), each a fresh process, {args.matrix_runs} run(s) per tree"
+            + (f"; baseline {args.baseline}" if args.baseline else "")
+        )
         throughput = summarize_throughput(measure_throughput(trees, args.matrix_runs, args.fuzz_examples, combos))
         for kind, f in throughput.items():
             if "baseline" in f:
                 speed = f["this"]["cases_per_minute"] / f["baseline"]["cases_per_minute"]
                 targets[f"{kind}_cases_per_minute_vs_baseline"] = {
-                    "value": speed, "limit": TARGET_CASES_SPEEDUP, "met": speed >= TARGET_CASES_SPEEDUP,
+                    "value": speed,
+                    "limit": TARGET_CASES_SPEEDUP,
+                    "met": speed >= TARGET_CASES_SPEEDUP,
                     "cpu_ratio": f["baseline"]["cpu_s_per_case"] / f["this"]["cpu_s_per_case"],
-                    "same_verdicts": f["this"]["verdicts"] == f["baseline"]["verdicts"]}
+                    "same_verdicts": f["this"]["verdicts"] == f["baseline"]["verdicts"],
+                }
         report_throughput(throughput, targets)
     if args.worlds:
         worlds = measure_worlds(combo, sorted(args.worlds), args.world_repeats)
@@ -342,8 +475,12 @@ def main(argv: list[str] | None = None) -> int:
         largest = str(max(args.worlds))
         if "4" in worlds and largest != "4":
             growth = worlds[largest]["per_rank_s"] / worlds["4"]["per_rank_s"]
-            target = targets["per_rank_growth"] = {"value": growth, "limit": TARGET_RANK_GROWTH, "largest": largest,
-                                                   "met": growth <= TARGET_RANK_GROWTH}
+            target = targets["per_rank_growth"] = {
+                "value": growth,
+                "limit": TARGET_RANK_GROWTH,
+                "largest": largest,
+                "met": growth <= TARGET_RANK_GROWTH,
+            }
         report_worlds(worlds, target)
     load_after = os.getloadavg()
     print(f"  load average {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} at the end")
@@ -351,9 +488,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  run with {v['start_method']} ended {v['verdict']}: {v['detail']}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"benchmark": "scenario", "version": 2, "config": config, **fig, "targets": targets,
-                       "breakdown": breakdown, "throughput": throughput, "worlds": worlds,
-                       "load_average": {"start": load_before, "end": load_after}}, f, indent=2)
+            json.dump(
+                {
+                    "benchmark": "scenario",
+                    "version": 2,
+                    "config": config,
+                    **fig,
+                    "targets": targets,
+                    "breakdown": breakdown,
+                    "throughput": throughput,
+                    "worlds": worlds,
+                    "load_average": {"start": load_before, "end": load_after},
+                },
+                f,
+                indent=2,
+            )
             f.write("\n")
         print(f"figures written to {args.json}")
     return 1 if failed else 0

@@ -1,4 +1,5 @@
 """The `resilience` command: fault-injection and resilience tests for distributed checkpoints."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Interrupted) as e:
         taken()
         from .report.cases import exit_status, signal_name
+
         print(f"resilience {args.command}: interrupted by {signal_name(e)}", file=sys.stderr)
         return exit_status(e)
     except ResilienceError as e:

@@ -5,6 +5,7 @@ where it is what that process alone would see: rank 0 of a world of 1, a gather 
 `group` is a torch.distributed process group (None: the default one); every rank of it must make the
 same calls in the same order, or the others wait. Errors are exchanged as strings, never raised inside
 a collective: a rank that raised alone would leave the others waiting in the next one."""
+
 from __future__ import annotations
 
 from typing import Any, TypeVar, cast

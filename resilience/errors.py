@@ -1,4 +1,5 @@
 """One error hierarchy. Errors a user sees also inherit the stdlib type that fits."""
+
 from __future__ import annotations
 
 

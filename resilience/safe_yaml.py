@@ -11,6 +11,7 @@ loader reads the parser's events itself, without recursion, and refuses:
 - every tag but the YAML core schema's (str, int, float, bool, null, seq, map): no !!python/*, no !custom;
 - a list or mapping used as a key, a key given twice, more than one document.
 """
+
 from __future__ import annotations
 
 import copy
@@ -19,10 +20,10 @@ from typing import Any
 
 import yaml
 
-MAX_BYTES = 1 << 20      # 1 MiB: a scenario is a page of text
-MAX_DEPTH = 50           # nested lists/mappings
-MAX_ALIASES = 100        # *alias uses in one file
-MAX_VALUES = 10_000      # values (keys included) once every alias is expanded; bounds the parse time too
+MAX_BYTES = 1 << 20  # 1 MiB: a scenario is a page of text
+MAX_DEPTH = 50  # nested lists/mappings
+MAX_ALIASES = 100  # *alias uses in one file
+MAX_VALUES = 10_000  # values (keys included) once every alias is expanded; bounds the parse time too
 
 CORE = "tag:yaml.org,2002:"
 ALLOWED_TAGS = {CORE + t for t in ("str", "int", "float", "bool", "null", "seq", "map")} | {"!"}
@@ -72,14 +73,26 @@ def line_of(lines: dict, path: tuple) -> int | None:
 def decode(data: bytes) -> str:
     """UTF-8 text (an optional BOM dropped), or Refused naming the first bad byte and its offset."""
     if len(data) > MAX_BYTES:
-        raise Refused([Problem(None, f"is {len(data)} bytes, larger than the limit of {MAX_BYTES} bytes",
-                               "a scenario is a short text file")])
+        raise Refused(
+            [
+                Problem(
+                    None,
+                    f"is {len(data)} bytes, larger than the limit of {MAX_BYTES} bytes",
+                    "a scenario is a short text file",
+                )
+            ]
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise Refused([Problem(line, f"is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}",
-                               "save the file as UTF-8")]) from None
+        raise Refused(
+            [
+                Problem(
+                    line, f"is not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start}", "save the file as UTF-8"
+                )
+            ]
+        ) from None
 
 
 def load(text: str | bytes) -> Document:
@@ -105,13 +118,13 @@ _BAD_KEY = object()
 
 @dataclass
 class _Frame:
-    kind: str                 # "map" or "seq"
+    kind: str  # "map" or "seq"
     value: Any
     path: tuple
     line: int | None
     anchor: str | None
-    is_key: bool              # this collection is itself being used as a mapping key
-    key: Any = _NO_KEY        # map: the key waiting for its value
+    is_key: bool  # this collection is itself being used as a mapping key
+    key: Any = _NO_KEY  # map: the key waiting for its value
     key_lines: dict = field(default_factory=dict)
     size: int = 1
 
@@ -141,14 +154,18 @@ class _Builder:
         except yaml.reader.ReaderError as e:
             line = self.text.count("\n", 0, e.position) + 1
             code = e.character if isinstance(e.character, int) else ord(e.character)
-            self.refuse(line, f"holds character U+{code:04X}, which YAML does not allow (at character {e.position})",
-                        "remove control characters and binary data")
+            self.refuse(
+                line,
+                f"holds character U+{code:04X}, which YAML does not allow (at character {e.position})",
+                "remove control characters and binary data",
+            )
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
             at = mark.line + 1 if mark else None
             if "nesting depth" in str(e.problem):  # libyaml's own bound (1000), met before ours in flow style
-                self.refuse(at, f"nests lists and mappings deeper than {MAX_DEPTH} levels",
-                            "a scenario needs a few levels")
+                self.refuse(
+                    at, f"nests lists and mappings deeper than {MAX_DEPTH} levels", "a scenario needs a few levels"
+                )
             self.refuse(at, f"is not valid YAML: {e.problem or e.context}")
         except yaml.YAMLError as e:
             self.refuse(None, f"is not valid YAML: {e}")
@@ -173,8 +190,9 @@ class _Builder:
             self.add(value, line, 1, is_scalar=True, anchor=ev.anchor)
         elif isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             if len(self.stack) >= MAX_DEPTH:
-                self.refuse(line, f"nests lists and mappings deeper than {MAX_DEPTH} levels",
-                            "a scenario needs a few levels")
+                self.refuse(
+                    line, f"nests lists and mappings deeper than {MAX_DEPTH} levels", "a scenario needs a few levels"
+                )
             self.check_tag(ev.tag, line, CORE + ("seq" if isinstance(ev, yaml.SequenceStartEvent) else "map"))
             path, is_key = self.child_path()
             kind = "seq" if isinstance(ev, yaml.SequenceStartEvent) else "map"
@@ -197,8 +215,11 @@ class _Builder:
         if self.aliases > MAX_ALIASES:
             self.refuse(line, f"uses more than {MAX_ALIASES} aliases", "write the values out")
         if name in self.open_anchors:
-            self.refuse(line, f"alias *{name} refers to a node that contains it (a recursive alias)",
-                        "aliases may only repeat a finished node")
+            self.refuse(
+                line,
+                f"alias *{name} refers to a node that contains it (a recursive alias)",
+                "aliases may only repeat a finished node",
+            )
         if name not in self.anchors:
             self.refuse(line, f"alias *{name} names no anchor before it", f"define &{name} first")
         value, size = self.anchors[name]
@@ -214,9 +235,14 @@ class _Builder:
     def check_tag(self, tag, line, default) -> bool:
         if tag is None or tag in ALLOWED_TAGS:
             return True
-        shown = "!!" + tag[len(CORE):] if tag.startswith(CORE) else tag
-        self.problems.append(Problem(line, f"tag {shown} is not allowed",
-                                     "only plain YAML values: strings, numbers, booleans, null, lists, mappings"))
+        shown = "!!" + tag[len(CORE) :] if tag.startswith(CORE) else tag
+        self.problems.append(
+            Problem(
+                line,
+                f"tag {shown} is not allowed",
+                "only plain YAML values: strings, numbers, booleans, null, lists, mappings",
+            )
+        )
         return False
 
     def scalar(self, ev, line):
@@ -231,8 +257,11 @@ class _Builder:
         try:
             return self.loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as e:
-            self.problems.append(Problem(line, f"cannot read {ev.value[:40]!r} as {tag[len(CORE):]}: "
-                                               f"{getattr(e, 'problem', None) or e}"))
+            self.problems.append(
+                Problem(
+                    line, f"cannot read {ev.value[:40]!r} as {tag[len(CORE) :]}: {getattr(e, 'problem', None) or e}"
+                )
+            )
             return None
 
     # ---- building ---------------------------------------------------------------------------------
@@ -273,8 +302,9 @@ class _Builder:
                     value = _BAD_KEY
                 if value is not _BAD_KEY and value in top.value:
                     first = top.key_lines.get(value)
-                    self.problems.append(Problem(line, f"key {value!r} is given twice (first on line {first})",
-                                                 "give each key once"))
+                    self.problems.append(
+                        Problem(line, f"key {value!r} is given twice (first on line {first})", "give each key once")
+                    )
                     value = _BAD_KEY
                 top.key = value
                 if value is not _BAD_KEY:
@@ -288,5 +318,16 @@ class _Builder:
             self.lines[top.path + (key,)] = top.key_lines[key]  # errors point at the key's line
 
 
-__all__ = ["ALLOWED_TAGS", "Document", "MAX_ALIASES", "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "Problem", "Refused",
-           "decode", "line_of", "load"]
+__all__ = [
+    "ALLOWED_TAGS",
+    "Document",
+    "MAX_ALIASES",
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_VALUES",
+    "Problem",
+    "Refused",
+    "decode",
+    "line_of",
+    "load",
+]

@@ -1,5 +1,6 @@
 """Verdicts: the closed set every checker, command, report and summary speaks, and the one set of them
 that counts as not passed. No dependencies, so anything may import it (the pytest plugin included)."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -10,10 +11,10 @@ class Status(str, Enum):
 
     PASS = "PASS"
     FAIL = "FAIL"
-    UNKNOWN = "UNKNOWN"          # could not be judged: a crashed checker, a rank that failed unexpectedly
+    UNKNOWN = "UNKNOWN"  # could not be judged: a crashed checker, a rank that failed unexpectedly
     REFUSED = "REFUSED-AS-EXPECTED"
-    NA = "N/A"                   # nothing to judge, and nothing was supposed to be probed
-    UNPROBED = "UNPROBED"        # a configured fault never fired or applied: nothing was tested
+    NA = "N/A"  # nothing to judge, and nothing was supposed to be probed
+    UNPROBED = "UNPROBED"  # a configured fault never fired or applied: nothing was tested
 
     __str__ = str.__str__
     __format__ = str.__format__  # type: ignore[assignment]  # format as the plain string, like __str__
@@ -23,8 +24,14 @@ class Status(str, Enum):
         return self in FAILING
 
 
-PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (Status.PASS, Status.FAIL, Status.UNKNOWN, Status.REFUSED, Status.NA,
-                                              Status.UNPROBED)
+PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (
+    Status.PASS,
+    Status.FAIL,
+    Status.UNKNOWN,
+    Status.REFUSED,
+    Status.NA,
+    Status.UNPROBED,
+)
 # What no command may count as passed: every summary, exit status and report uses this one set.
 FAILING = frozenset({FAIL, UNKNOWN, UNPROBED})
 SEVERITY = {FAIL: 5, UNKNOWN: 4, UNPROBED: 3, REFUSED: 1, PASS: 1, NA: 0}

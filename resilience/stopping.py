@@ -7,6 +7,7 @@ run on to its end. So the handlers also record the signal, and the loops that wa
 next case) call `check()`, which raises the stop again if its first raise was dropped.
 
 Only the main thread may set handlers: elsewhere (a command run from a thread) everything here is a no-op."""
+
 from __future__ import annotations
 
 import contextlib
@@ -85,11 +86,16 @@ def stop_on_signals() -> Iterator[None]:
 def _quiet_for_stops(previous):
     """An unraisable hook that says nothing of a stop Python dropped (`check()` raises it again) and
     passes everything else on."""
+
     def hook(unraisable) -> None:
-        if _asked and not isinstance(unraisable.exc_value, Exception) and isinstance(unraisable.exc_value,
-                                                                                      BaseException):
+        if (
+            _asked
+            and not isinstance(unraisable.exc_value, Exception)
+            and isinstance(unraisable.exc_value, BaseException)
+        ):
             return
         previous(unraisable)
+
     return hook
 
 

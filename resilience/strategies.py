@@ -10,6 +10,7 @@
 Every strategy takes keyword-only arguments, draws only valid values and shrinks toward the simplest
 one; a bad argument raises InvalidStrategyArgument (a hypothesis InvalidArgument and a
 resilience ConfigError). The state machine of the checkpoint lifecycle is lifecycle_machine()."""
+
 from .fuzz.judge import ScenarioFailed, judge, judge_all
 from .fuzz.machine import lifecycle_machine
 from .fuzz.strategies import (
@@ -28,6 +29,22 @@ from .fuzz.strategies import (
     transitions,
 )
 
-__all__ = ["InvalidStrategyArgument", "SCENARIO_FAULTS", "ScenarioFailed", "TIMED_FAULTS", "backend_specs",
-           "combinations", "dtypes", "fault_schedules", "faults", "judge", "judge_all", "lifecycle_machine",
-           "model_specs", "optimizers", "scenarios", "topologies", "transitions"]
+__all__ = [
+    "InvalidStrategyArgument",
+    "SCENARIO_FAULTS",
+    "ScenarioFailed",
+    "TIMED_FAULTS",
+    "backend_specs",
+    "combinations",
+    "dtypes",
+    "fault_schedules",
+    "faults",
+    "judge",
+    "judge_all",
+    "lifecycle_machine",
+    "model_specs",
+    "optimizers",
+    "scenarios",
+    "topologies",
+    "transitions",
+]

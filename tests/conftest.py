@@ -41,6 +41,7 @@ def browser():
     instead (`make test` installs chromium where it is root with apt, so a skip there means the browser
     tests never ran)."""
     from resilience.report.browser import browser_available
+
     ok, why = browser_available()
     if not ok:
         if os.environ.get("CI") == "true":
@@ -73,8 +74,9 @@ def small_tmpfs(tmp_path, request):
     mnt.mkdir()
     if shutil.which("mount") is None or os.geteuid() != 0:
         pytest.skip("needs root and mount(8) for a small tmpfs")
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
     try:

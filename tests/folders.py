@@ -1,5 +1,6 @@
 """What a folder holds, for tests that compare folders: relative path -> bytes (a folder: its path with a
 trailing "/" -> None, unless `folders` is False)."""
+
 import os
 
 

@@ -1,6 +1,7 @@
 """The package's layers (pyproject.toml, [tool.importlinter]; docs/architecture.md): the contracts hold, the
 layers name every part of the package, and they do catch an import that goes up, or a fault that reaches
 for the reference implementation instead of the vocabulary."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,14 @@ def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
     """lint-imports on the package under `cwd`, with the contract of `cwd`/pyproject.toml."""
     env = dict(os.environ, PYTHONPATH=str(cwd))  # the package of `cwd`, not the one pip installed
     code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
-    return subprocess.run([sys.executable, "-c", code, "--no-cache", "--no-logo"], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache", "--no-logo"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _layers() -> list[str]:
@@ -62,16 +69,22 @@ def _lint_with(tmp_path, module: str, code: str):
 
 
 def test_an_upward_import_inside_a_function_breaks_the_contract(tmp_path):
-    run = _lint_with(tmp_path, "checkers/base.py",
-                     "\n\ndef _upward():\n    from ..runner import run  # a checker reaching for the runner\n")
+    run = _lint_with(
+        tmp_path,
+        "checkers/base.py",
+        "\n\ndef _upward():\n    from ..runner import run  # a checker reaching for the runner\n",
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.checkers is not allowed to import resilience.runner" in run.stdout
     assert "resilience.checkers.base -> resilience.runner.run" in run.stdout
 
 
 def test_a_fault_reaching_for_the_reference_breaks_the_contract(tmp_path):
-    run = _lint_with(tmp_path, "faults/corruption.py", "\n\ndef _reference_names():\n"
-                     "    from ..checkpoint.commit import staging_name  # not the vocabulary\n")
+    run = _lint_with(
+        tmp_path,
+        "faults/corruption.py",
+        "\n\ndef _reference_names():\n    from ..checkpoint.commit import staging_name  # not the vocabulary\n",
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.faults is not allowed to import resilience.checkpoint" in run.stdout
     assert "resilience.faults.corruption -> resilience.checkpoint.commit" in run.stdout

@@ -1,5 +1,6 @@
 """The benchmarks still run end to end, on small inputs (their figures are not judged here: speed is
 measured by `python -m benchmarks`, not asserted in tests), and a wrong flag is one usage error."""
+
 import json
 
 import pytest
@@ -31,9 +32,14 @@ def test_launcher_benchmark_runs(tmp_path):
     assert launcher.main(["--worlds", "2", "--fork-repeats", "1", "--spawn-repeats", "1"]) == 0
 
 
-@pytest.mark.parametrize("argv, names", [(["checkpoint", "--repeats", "0"], "--repeats"),
-                                         (["nosuch"], "nosuch"),
-                                         (["launcher", "scenario", "--json", "x"], "one benchmark")])
+@pytest.mark.parametrize(
+    "argv, names",
+    [
+        (["checkpoint", "--repeats", "0"], "--repeats"),
+        (["nosuch"], "nosuch"),
+        (["launcher", "scenario", "--json", "x"], "one benchmark"),
+    ],
+)
 def test_a_wrong_flag_is_one_usage_error(argv, names, capsys):
     try:
         code = bench_main(argv)
@@ -47,9 +53,23 @@ def test_a_wrong_flag_is_one_usage_error(argv, names, capsys):
 @pytest.mark.slow
 def test_io_matrix_benchmark_runs_three_ways(tmp_path, fuse):
     from benchmarks import io_matrix
+
     out = tmp_path / "figures.json"
-    assert io_matrix.main(["--backend", "tests.backends.inhouse:factory", "--faults", "io_error", "--combos",
-                           "LOCAL/torch/sync", "--json", str(out)]) == 0
+    assert (
+        io_matrix.main(
+            [
+                "--backend",
+                "tests.backends.inhouse:factory",
+                "--faults",
+                "io_error",
+                "--combos",
+                "LOCAL/torch/sync",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     ways = json.loads(out.read_text())["ways"]
     assert set(ways) == {"reference/seam", "reference/fuse", "tests.backends.inhouse:factory/fuse"}
     assert all("UNPROBED" not in w["verdicts"].values() for w in ways.values())

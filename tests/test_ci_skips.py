@@ -1,4 +1,5 @@
 """Under CI=true a skip for a missing dependency is a failure (tests/conftest.py): CI installs every extra."""
+
 from pathlib import Path
 
 import pytest

@@ -1,5 +1,6 @@
 """SIGTERM ends a `resilience` command as Ctrl-C does: an Interrupted that nothing mistakes for a failure,
 and a stop that Python dropped (its exception raised where exceptions are ignored) is raised again."""
+
 import os
 import signal
 import time

@@ -1,4 +1,5 @@
 """resilience.dist: the collectives alone in one process, and across real rank processes."""
+
 import pytest
 
 from resilience import dist

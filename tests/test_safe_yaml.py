@@ -1,4 +1,5 @@
 """Bounded YAML: every limit refuses just past it and accepts at it, with the line of the problem."""
+
 import pytest
 
 from resilience import safe_yaml
@@ -21,16 +22,20 @@ def test_plain_data_with_the_line_of_each_value():
 def test_core_scalars_are_read_as_safe_load_reads_them():
     text = "a: 1\nb: 1.5\nc: true\nd: null\ne: '7'\nf: !!str 8\ng: !!int '9'\nh: .inf\ni: 0x10\n"
     import yaml
+
     assert load(text).data == yaml.safe_load(text)
 
 
-@pytest.mark.parametrize("text, words", [
-    ("a: !!python/object/apply:os.system ['true']\n", "!!python/object/apply:os.system"),
-    ("a: !!python/name:os.system\n", "!!python/name:os.system"),
-    ("a: !custom [1]\n", "!custom"),
-    ("a: !!binary aGk=\n", "!!binary"),
-    ("a: !!set {x}\n", "!!set"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a: !!python/object/apply:os.system ['true']\n", "!!python/object/apply:os.system"),
+        ("a: !!python/name:os.system\n", "!!python/name:os.system"),
+        ("a: !custom [1]\n", "!custom"),
+        ("a: !!binary aGk=\n", "!!binary"),
+        ("a: !!set {x}\n", "!!set"),
+    ],
+)
 def test_only_core_tags(text, words):
     [(line, problem)] = refused(text)
     assert line == 1 and words in problem and "not allowed" in problem
@@ -95,6 +100,7 @@ def test_many_values_are_refused_quickly():
 
 def test_the_pure_python_parser_gives_the_same_answers(monkeypatch):
     import yaml
+
     monkeypatch.setattr(safe_yaml, "_Loader", yaml.SafeLoader)
     assert load("a: &x [1]\nb: *x\n").data == {"a": [1], "b": [1]}
     assert "deeper than 50" in refused("[" * 200)[0][1]

@@ -1,16 +1,20 @@
 """The one summary rule: which verdicts a command's summary line counts as passed."""
+
 import pytest
 
 from resilience.status import FAILING, Status, is_failing, summary_line
 
 
-@pytest.mark.parametrize("verdicts, line", [
-    ([], "0 passed, 0 not passed"),
-    (["PASS", "REFUSED-AS-EXPECTED"], "2 passed, 0 not passed"),
-    (["PASS", "N/A"], "1 passed, 1 N/A, 0 not passed"),
-    (["UNPROBED", "PASS"], "1 passed, 1 not passed (1 UNPROBED)"),
-    (["UNKNOWN", "FAIL", "UNPROBED", "FAIL"], "0 passed, 4 not passed (2 FAIL, 1 UNKNOWN, 1 UNPROBED)"),
-])
+@pytest.mark.parametrize(
+    "verdicts, line",
+    [
+        ([], "0 passed, 0 not passed"),
+        (["PASS", "REFUSED-AS-EXPECTED"], "2 passed, 0 not passed"),
+        (["PASS", "N/A"], "1 passed, 1 N/A, 0 not passed"),
+        (["UNPROBED", "PASS"], "1 passed, 1 not passed (1 UNPROBED)"),
+        (["UNKNOWN", "FAIL", "UNPROBED", "FAIL"], "0 passed, 4 not passed (2 FAIL, 1 UNKNOWN, 1 UNPROBED)"),
+    ],
+)
 def test_summary_line(verdicts, line):
     assert summary_line(verdicts) == line
 

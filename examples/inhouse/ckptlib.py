@@ -8,6 +8,7 @@ Every rank `torch.save`s its shard (a dict of tensors and plain values) to `root
 barrier rank 0 writes `root/iter_N/index.json` (iteration, world size, the caller's metadata) and
 `root/latest.txt` (the iteration). Plain `open()`: no temporary file, no rename, no fsync, no checksum.
 A load reads `latest.txt`, then this rank's file; it needs the world size that saved."""
+
 from __future__ import annotations
 
 import json

@@ -6,6 +6,7 @@
 
 It changes nothing ckptlib decides. It turns the framework's state into ckptlib's shard and back, and
 ckptlib's errors into the ones the protocol names. docs/adapters.md walks through it."""
+
 from __future__ import annotations
 
 import os
@@ -86,8 +87,9 @@ class CkptlibBackend:
             value = shard.get(r.key)
             if r.key not in shard:
                 return _DAMAGED, f"iteration {iteration}: rank file has no {r.key!r}", None
-            if isinstance(r, ShardedTensor) and not (isinstance(value, torch.Tensor) and value.shape == r.data.shape
-                                                     and value.dtype == r.data.dtype):
+            if isinstance(r, ShardedTensor) and not (
+                isinstance(value, torch.Tensor) and value.shape == r.data.shape and value.dtype == r.data.dtype
+            ):
                 return _DAMAGED, f"iteration {iteration}: {r.key!r} does not fit this rank's piece", None
         return _OK, "", (iteration, shard)
 

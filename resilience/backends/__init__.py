@@ -9,6 +9,7 @@ Each adapter declares the options its library's users pick (`options.Option`, on
 
 What an adapter of your own imports from here: CheckpointBackend (the protocol), LoadResult and CheckpointInfo
 (what its load and list_checkpoints return); docs/adapters.md walks through one."""
+
 from .base import CheckpointBackend, CheckpointInfo, LoadResult, with_defaults
 
 __all__ = ["CheckpointBackend", "CheckpointInfo", "LoadResult", "with_defaults"]

@@ -32,6 +32,7 @@ Optional members: a backend that only saves synchronously may leave out `finaliz
 `in_flight_iteration`; `with_defaults` (applied by make_backend) adds `finalize() -> True` and
 `in_flight_iteration = None`. A factory may carry `combinations`, the combination strings it supports
 (`resilience matrix` runs those when --combos is not given); it raises ConfigError for any other."""
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
@@ -103,8 +104,11 @@ def with_defaults(backend, where: str = "backend") -> CheckpointBackend:
     members added when absent."""
     missing = [m for m in REQUIRED if not callable(getattr(backend, m, None))]
     if missing:
-        raise ConfigError(where, f"{type(backend).__name__} has no {', '.join(missing)}",
-                          "a backend provides save, load and list_checkpoints (see resilience.backends.base)")
+        raise ConfigError(
+            where,
+            f"{type(backend).__name__} has no {', '.join(missing)}",
+            "a backend provides save, load and list_checkpoints (see resilience.backends.base)",
+        )
     if isinstance(backend, CheckpointBackend):
         return backend
     return _SyncOnly(backend)

@@ -35,6 +35,7 @@ What the framework can observe: the tracker goes through the storage seam (fault
 to it); megatron-core writes its data files from forked writer processes with its own open(), which
 the in-process injector does not reach, so in-process write faults on them are reported UNPROBED.
 Faults at rest, kills from outside and topology changes apply in full."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,28 +61,58 @@ ARGS = "args"
 
 # what a megatron-core user picks (megatron-core 0.16's defaults; Megatron-LM's flags set them)
 OPTIONS = (
-    Option("save_threads", 2, "TorchDistSaveShardedStrategy(thread_count): writer threads per rank",
-           between=(1, 64), sweep=(1,)),
-    Option("cached_metadata", False, "TorchDistSaveShardedStrategy(cached_metadata): reuse the global plan "
-           "of the previous save (Megatron-LM's --ckpt-assume-constant-structure)", choices=(True, False)),
-    Option("fully_parallel_save", False, "FullyParallelSaveStrategyWrapper over the dp group: replicas split "
-           "the writing among the dp ranks (Megatron-LM's --ckpt-fully-parallel-save)", choices=(True, False)),
-    Option("fully_parallel_load", "off", "FullyParallelLoadStrategyWrapper over the dp group, with its "
-           "exchange algorithm: each dp rank reads a part and the parts are exchanged (--ckpt-fully-parallel-load)",
-           choices=("off", "gather_object", "broadcast", "gather_rounds"),
-           refused={"broadcast": "exchange_utils allocates the exchanged shards on device 'cuda'; this "
-                                 "machine runs on CPU",
-                    "gather_rounds": "exchange_utils gathers the shards in 'cuda' tensors; this machine runs "
-                                     "on CPU"}),
-    Option("strict", "assume_ok_unexpected", "dist_checkpointing.load(strict=...): what a load does about keys "
-           "the checkpoint and the state disagree on (Megatron-LM's --dist-ckpt-strictness)",
-           choices=("assume_ok_unexpected", "log_unexpected", "log_all", "raise_unexpected", "raise_all",
-                    "ignore_all"), sweep=("raise_all",)),
-    Option("persistent_queue", False, "AsyncCallsQueue(persistent=True): one long-lived writer process per "
-           "rank instead of a new one per async save", choices=(True, False), io="async",
-           refused={True: "the persistent worker starts with torch.cuda.set_device(rank % "
-                          "torch.cuda.device_count()) (async_utils.async_loop): ZeroDivisionError without a GPU, "
-                          "the worker dies and the save waits for it until the job's timeout"}),
+    Option(
+        "save_threads",
+        2,
+        "TorchDistSaveShardedStrategy(thread_count): writer threads per rank",
+        between=(1, 64),
+        sweep=(1,),
+    ),
+    Option(
+        "cached_metadata",
+        False,
+        "TorchDistSaveShardedStrategy(cached_metadata): reuse the global plan "
+        "of the previous save (Megatron-LM's --ckpt-assume-constant-structure)",
+        choices=(True, False),
+    ),
+    Option(
+        "fully_parallel_save",
+        False,
+        "FullyParallelSaveStrategyWrapper over the dp group: replicas split "
+        "the writing among the dp ranks (Megatron-LM's --ckpt-fully-parallel-save)",
+        choices=(True, False),
+    ),
+    Option(
+        "fully_parallel_load",
+        "off",
+        "FullyParallelLoadStrategyWrapper over the dp group, with its "
+        "exchange algorithm: each dp rank reads a part and the parts are exchanged (--ckpt-fully-parallel-load)",
+        choices=("off", "gather_object", "broadcast", "gather_rounds"),
+        refused={
+            "broadcast": "exchange_utils allocates the exchanged shards on device 'cuda'; this machine runs on CPU",
+            "gather_rounds": "exchange_utils gathers the shards in 'cuda' tensors; this machine runs on CPU",
+        },
+    ),
+    Option(
+        "strict",
+        "assume_ok_unexpected",
+        "dist_checkpointing.load(strict=...): what a load does about keys "
+        "the checkpoint and the state disagree on (Megatron-LM's --dist-ckpt-strictness)",
+        choices=("assume_ok_unexpected", "log_unexpected", "log_all", "raise_unexpected", "raise_all", "ignore_all"),
+        sweep=("raise_all",),
+    ),
+    Option(
+        "persistent_queue",
+        False,
+        "AsyncCallsQueue(persistent=True): one long-lived writer process per rank instead of a new one per async save",
+        choices=(True, False),
+        io="async",
+        refused={
+            True: "the persistent worker starts with torch.cuda.set_device(rank % "
+            "torch.cuda.device_count()) (async_utils.async_loop): ZeroDivisionError without a GPU, "
+            "the worker dies and the save waits for it until the job's timeout"
+        },
+    ),
 )
 DEFAULTS = {o.name: o.default for o in OPTIONS}
 
@@ -89,6 +120,7 @@ DEFAULTS = {o.name: o.default for o in OPTIONS}
 def available() -> bool:
     """Is megatron-core installed? (Does not import it.)"""
     import importlib.util
+
     try:
         return importlib.util.find_spec("megatron.core.dist_checkpointing") is not None
     except ImportError:
@@ -98,12 +130,14 @@ def available() -> bool:
 def _require():
     try:
         import warnings
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Transformer Engine and Apex are not installed"
             from megatron.core import dist_checkpointing
     except ImportError as e:
-        raise ConfigError("backend", f"megatron-core is not installed ({e})",
-                          "pip install 'checkpoint-resilience[megatron]'") from None
+        raise ConfigError(
+            "backend", f"megatron-core is not installed ({e})", "pip install 'checkpoint-resilience[megatron]'"
+        ) from None
     return dist_checkpointing
 
 
@@ -129,6 +163,7 @@ def may_fork() -> Iterator[None]:
     Python forbids a daemonic process to start children; megatron-core starts writer processes. The
     rank counts as non-daemonic while megatron-core runs."""
     import multiprocessing
+
     config = multiprocessing.current_process()._config  # type: ignore[attr-defined]  # the daemon flag's home
     before = config.get("daemon")
     config["daemon"] = False
@@ -174,12 +209,18 @@ class MegatronBackend:
     def __init__(self, combo: Combination, **options: Any):
         combo = combination(combo.type, combo.format, combo.io)
         if (combo.type, combo.format) != (CheckpointType.GLOBAL, CkptFormat.TORCH_DIST):
-            raise ConfigError("combination", f"the megatron-core adapter does not implement {combo}",
-                              f"use one of {', '.join(self.SUPPORTED)}")
+            raise ConfigError(
+                "combination",
+                f"the megatron-core adapter does not implement {combo}",
+                f"use one of {', '.join(self.SUPPORTED)}",
+            )
         unknown = set(options) - set(DEFAULTS)
         if unknown:
-            raise ConfigError("backend", f"the megatron-core adapter has no option {sorted(unknown)[0]!r}",
-                              f"its options are {', '.join(DEFAULTS)}")
+            raise ConfigError(
+                "backend",
+                f"the megatron-core adapter has no option {sorted(unknown)[0]!r}",
+                f"its options are {', '.join(DEFAULTS)}",
+            )
         self.dc = _require()
         self.combo = combo
         self.opts = {**DEFAULTS, **options}
@@ -189,17 +230,20 @@ class MegatronBackend:
         self._strategy: Any = None  # the save strategy the options make (False: megatron-core's default)
         self._pending: int | None = None
         from ..checkpoint.formats.torch_dcp import TorchDcpFormat
+
         self.layout = TorchDcpFormat()  # only its dp gather of distributed-optimizer rows
 
     def _info(self, state: TrainingState) -> RankInfo:
-        return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None,
-                        state.groups.dp_group)
+        return RankInfo(
+            this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None, state.groups.dp_group
+        )
 
     # ---- state -----------------------------------------------------------------------------------
     def sharded_state_dict(self, state: TrainingState, records, *, for_load: bool = False) -> tuple[dict, dict]:
         """megatron's sharded state dict (flat, keyed by record key), and for split records the
         (whole tp piece buffer, row offset) a load fills before copying this rank's rows."""
         from megatron.core.dist_checkpointing import ShardedObject as MObject, ShardedTensor as MTensor
+
         info = self._info(state)
         fmt = self.layout
         split = {}
@@ -221,8 +265,17 @@ class MegatronBackend:
                 else:
                     data, offset, replica = r.data, r.global_offset, r.replica_id
                 frags = tuple(g // n for g, n in zip(r.global_shape, data.shape))
-                sd[r.key] = MTensor(r.key, data, data.dtype, tuple(data.shape), tuple(r.global_shape),
-                                    tuple(offset), frags, replica, allow_shape_mismatch=r.logical_shape is not None)
+                sd[r.key] = MTensor(
+                    r.key,
+                    data,
+                    data.dtype,
+                    tuple(data.shape),
+                    tuple(r.global_shape),
+                    tuple(offset),
+                    frags,
+                    replica,
+                    allow_shape_mismatch=r.logical_shape is not None,
+                )
             elif isinstance(r, ShardedObject):
                 sd[r.key] = MObject(r.key, r.value, tuple(r.global_shape), tuple(r.global_offset), r.replica_id)
         sd[ARGS] = {"tp": state.topo.tp, "pp": state.topo.pp, "dp": state.topo.dp}
@@ -232,14 +285,20 @@ class MegatronBackend:
     def _save_strategy(self, state: TrainingState):
         """None (megatron-core's default torch_dist strategy) when every save option is the default."""
         o = self.opts
-        if (o["save_threads"], o["cached_metadata"], o["fully_parallel_save"]) == \
-                (DEFAULTS["save_threads"], DEFAULTS["cached_metadata"], DEFAULTS["fully_parallel_save"]):
+        if (o["save_threads"], o["cached_metadata"], o["fully_parallel_save"]) == (
+            DEFAULTS["save_threads"],
+            DEFAULTS["cached_metadata"],
+            DEFAULTS["fully_parallel_save"],
+        ):
             return None
         from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
-        strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=o["save_threads"],
-                                                cached_metadata=o["cached_metadata"])
+
+        strategy = TorchDistSaveShardedStrategy(
+            "torch_dist", 1, thread_count=o["save_threads"], cached_metadata=o["cached_metadata"]
+        )
         if o["fully_parallel_save"]:
             from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelSaveStrategyWrapper
+
             strategy = FullyParallelSaveStrategyWrapper(strategy, state.groups.dp_group)
         return strategy
 
@@ -249,9 +308,10 @@ class MegatronBackend:
         if o["fully_parallel_load"] != "off":
             from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
             from megatron.core.dist_checkpointing.strategies.fully_parallel import FullyParallelLoadStrategyWrapper
+
             kwargs["sharded_strategy"] = FullyParallelLoadStrategyWrapper(
-                get_default_load_sharded_strategy(folder), state.groups.dp_group,
-                exchange_algo=o["fully_parallel_load"])
+                get_default_load_sharded_strategy(folder), state.groups.dp_group, exchange_algo=o["fully_parallel_load"]
+            )
         return kwargs
 
     # ---- save ------------------------------------------------------------------------------------
@@ -275,6 +335,7 @@ class MegatronBackend:
                     request.finalize_fns.append(lambda: self._commit(root, iteration))
                     if self._queue is None:
                         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+
                         self._queue = AsyncCallsQueue(persistent=self.opts["persistent_queue"])
                     self._queue.schedule_async_request(request)
                     self._pending = iteration
@@ -337,7 +398,7 @@ class MegatronBackend:
                 if r.key in buffers:
                     buf, lo = buffers[r.key]
                     src = value if value is not None else buf
-                    r.data.copy_(src[lo:lo + r.data.shape[0]])
+                    r.data.copy_(src[lo : lo + r.data.shape[0]])
                 elif value is not None and value.data_ptr() != r.data.data_ptr():
                     n = [min(a, b) for a, b in zip(value.shape, r.data.shape)]
                     r.data[tuple(slice(0, k) for k in n)].copy_(value[tuple(slice(0, k) for k in n)])

@@ -8,6 +8,7 @@ options after the backend (`dcp:thread_count=4,async=process`, `pkg.mod:factory[
 keyword arguments. The matrix sweeps the declaration (`sweep`), the fuzzer draws from it.
 
 Nothing here imports torch: a spec is read while pytest reads its options."""
+
 from __future__ import annotations
 
 import re
@@ -49,12 +50,18 @@ class Option:
         """`text` as this option's value; ConfigError naming the option, its allowed values and the fix."""
         value = self._read(text)
         if value is None:
-            raise ConfigError(where, f"option {self.name}={text!r} is not allowed ({self.meaning})",
-                              f"give {self.name}= one of: {self.allowed()}; default {show(self.default)}")
+            raise ConfigError(
+                where,
+                f"option {self.name}={text!r} is not allowed ({self.meaning})",
+                f"give {self.name}= one of: {self.allowed()}; default {show(self.default)}",
+            )
         if value in self.refused:
             runnable = ", ".join(show(c) for c in self.choices if c not in self.refused)
-            raise ConfigError(where, f"option {self.name}={show(value)} cannot run here: {self.refused[value]}",
-                              f"leave it out, or pick one of: {runnable}")
+            raise ConfigError(
+                where,
+                f"option {self.name}={show(value)} cannot run here: {self.refused[value]}",
+                f"leave it out, or pick one of: {runnable}",
+            )
         return value
 
     def _read(self, text: str) -> Any:
@@ -101,8 +108,11 @@ def _pairs(inner: str, spec: str) -> dict[str, str]:
     for part in inner.split(","):
         name, eq, value = (s.strip() for s in part.partition("="))
         if not eq or not NAME_RE.fullmatch(name) or not VALUE_RE.fullmatch(value):
-            raise ConfigError("backend", f"cannot read option {part.strip()!r} in {spec!r}",
-                              "write options as name=value separated by commas, e.g. dcp:thread_count=4,async=process")
+            raise ConfigError(
+                "backend",
+                f"cannot read option {part.strip()!r} in {spec!r}",
+                "write options as name=value separated by commas, e.g. dcp:thread_count=4,async=process",
+            )
         if name in out:
             raise ConfigError("backend", f"option {name} given twice in {spec!r}", "give each option once")
         out[name] = value
@@ -124,8 +134,11 @@ def resolve_options(declared: Sequence[Option], given: Mapping[str, str], backen
     for name in given:
         if name not in by_name:
             known = ", ".join(by_name) if by_name else "none: it takes no options"
-            raise ConfigError("backend", f"{backend} has no option {name!r}",
-                              f"its options are {known} (`resilience options {backend}` lists them)")
+            raise ConfigError(
+                "backend",
+                f"{backend} has no option {name!r}",
+                f"its options are {known} (`resilience options {backend}` lists them)",
+            )
     return {o.name: o.parse(given[o.name]) for o in declared if o.name in given}
 
 
@@ -133,8 +146,11 @@ def declared_of(factory) -> tuple[Option, ...]:
     """The options a factory declares (its `options` attribute), checked to be Options."""
     declared = getattr(factory, "options", ())
     if not isinstance(declared, (tuple, list)) or not all(isinstance(o, Option) for o in declared):
-        raise ConfigError("backend", f"{factory!r} has an `options` attribute that is not a tuple of Option",
-                          "declare options as resilience.backends.options.Option records")
+        raise ConfigError(
+            "backend",
+            f"{factory!r} has an `options` attribute that is not a tuple of Option",
+            "declare options as resilience.backends.options.Option records",
+        )
     return tuple(declared)
 
 
@@ -157,8 +173,11 @@ def sweep(declared: Sequence[Option], only: Sequence[str] | None = None) -> list
     names = {o.name for o in declared}
     for name in only or ():
         if name not in names:
-            raise ConfigError("--backend-options", f"no option {name!r}",
-                              f"give 'all' or option names: {', '.join(names) or '(none declared)'}")
+            raise ConfigError(
+                "--backend-options",
+                f"no option {name!r}",
+                f"give 'all' or option names: {', '.join(names) or '(none declared)'}",
+            )
     sets = [OptionSet({})]
     for o in declared:
         if only and o.name not in only:

@@ -32,6 +32,7 @@ How the framework observes it, without changing what DCP does (see docs/adapters
 - DCP's errors become ours where the runner needs them (CheckpointException is a BaseException): a
   failed save raises RankFailure, a failed async write AsyncSaveFailed at finalize, a failed load
   IntegrityError naming the folder. Nothing is retried or hidden."""
+
 from __future__ import annotations
 
 import contextlib
@@ -82,28 +83,54 @@ RANK_METADATA = re.compile(r"__(\d+)\.metadata")  # a rank's own metadata, writt
 # what a DCP user can pick, with torch 2.13's defaults (FileSystemWriter, dcp.save, dcp.async_save)
 OPTIONS = (
     Option("thread_count", 1, "FileSystemWriter: writer threads per rank", between=(1, 64), sweep=(4,)),
-    Option("sync_files", True, "FileSystemWriter: fsync every data file before the save returns",
-           choices=(True, False)),
-    Option("single_file_per_rank", True, "FileSystemWriter: one data file per rank (false: one per item)",
-           choices=(True, False)),
-    Option("collectives", "on", "how ranks agree on a save: on (one central plan and .metadata), off "
-           "(use_collectives=False: each rank plans alone and writes its own __R.metadata), no_dist "
-           "(no_dist=True on save and load: every rank acts as a job of one)", choices=("on", "off", "no_dist")),
-    Option("async", "thread", "dcp.async_save's async_checkpointer_type: the upload runs in a thread of the "
-           "rank or in a checkpoint process DCP spawns (its own gloo group)", choices=("thread", "process"),
-           io="async"),
-    Option("staging", "writer", "who copies the state before an async upload: writer (FileSystemWriter, "
-           "a BlockingAsyncStager), cached (the writer with cache_staged_state_dict=True: buffers kept "
-           "across saves), background (DefaultStager, use_async_staging: copies in a thread, async_save "
-           "returns an AsyncSaveResponse), shared (DefaultStager into shared memory), pinned",
-           choices=("writer", "cached", "background", "shared", "pinned"), io="async",
-           refused={"pinned": "pinned host memory needs CUDA (StagingOptions.use_pinned_memory); this "
-                              "machine runs on CPU",
-                    "cached": "the cached copy is pinned host memory (BlockingAsyncStager allocates it with "
-                              "pin_memory=True), which needs CUDA; this machine runs on CPU"}),
-    Option("process_group", "own", "the group async_save coordinates over: own (a new gloo group, as "
-           "torchtitan makes it) or default (the default group, DCP's own default, shared with training)",
-           choices=("own", "default"), io="async"),
+    Option(
+        "sync_files", True, "FileSystemWriter: fsync every data file before the save returns", choices=(True, False)
+    ),
+    Option(
+        "single_file_per_rank",
+        True,
+        "FileSystemWriter: one data file per rank (false: one per item)",
+        choices=(True, False),
+    ),
+    Option(
+        "collectives",
+        "on",
+        "how ranks agree on a save: on (one central plan and .metadata), off "
+        "(use_collectives=False: each rank plans alone and writes its own __R.metadata), no_dist "
+        "(no_dist=True on save and load: every rank acts as a job of one)",
+        choices=("on", "off", "no_dist"),
+    ),
+    Option(
+        "async",
+        "thread",
+        "dcp.async_save's async_checkpointer_type: the upload runs in a thread of the "
+        "rank or in a checkpoint process DCP spawns (its own gloo group)",
+        choices=("thread", "process"),
+        io="async",
+    ),
+    Option(
+        "staging",
+        "writer",
+        "who copies the state before an async upload: writer (FileSystemWriter, "
+        "a BlockingAsyncStager), cached (the writer with cache_staged_state_dict=True: buffers kept "
+        "across saves), background (DefaultStager, use_async_staging: copies in a thread, async_save "
+        "returns an AsyncSaveResponse), shared (DefaultStager into shared memory), pinned",
+        choices=("writer", "cached", "background", "shared", "pinned"),
+        io="async",
+        refused={
+            "pinned": "pinned host memory needs CUDA (StagingOptions.use_pinned_memory); this machine runs on CPU",
+            "cached": "the cached copy is pinned host memory (BlockingAsyncStager allocates it with "
+            "pin_memory=True), which needs CUDA; this machine runs on CPU",
+        },
+    ),
+    Option(
+        "process_group",
+        "own",
+        "the group async_save coordinates over: own (a new gloo group, as "
+        "torchtitan makes it) or default (the default group, DCP's own default, shared with training)",
+        choices=("own", "default"),
+        io="async",
+    ),
 )
 DEFAULTS = {o.name: o.default for o in OPTIONS}
 
@@ -222,6 +249,7 @@ class ObservedFileSystem(FileSystemBase):
                     yield reading
             else:
                 raise ValueError(f"{path}: unsupported stream mode {mode!r}")
+
         return opened()
 
     def concat_path(self, path, suffix: str) -> str:
@@ -294,6 +322,7 @@ def allow_children() -> None:
     time the adapter does not see, so the rank counts as non-daemonic from here on (torchrun's are not
     daemonic either). The checkpoint process is daemonic: it ends with the rank."""
     import multiprocessing
+
     multiprocessing.current_process()._config["daemon"] = False  # type: ignore[attr-defined]  # the flag's home
 
 
@@ -306,12 +335,14 @@ class StockDcpBackend:
     def __init__(self, combo: Combination, **options: Any):
         combo = combination(combo.type, combo.format, combo.io)
         if combo.type is not CheckpointType.TORCH_DCP:
-            raise ConfigError("combination", f"stock DCP does not implement {combo}",
-                              f"use one of {', '.join(self.SUPPORTED)}")
+            raise ConfigError(
+                "combination", f"stock DCP does not implement {combo}", f"use one of {', '.join(self.SUPPORTED)}"
+            )
         unknown = set(options) - set(DEFAULTS)
         if unknown:
-            raise ConfigError("backend", f"stock DCP has no option {sorted(unknown)[0]!r}",
-                              f"its options are {', '.join(DEFAULTS)}")
+            raise ConfigError(
+                "backend", f"stock DCP has no option {sorted(unknown)[0]!r}", f"its options are {', '.join(DEFAULTS)}"
+            )
         self.combo = combo
         self.chosen = {k: v for k, v in options.items() if v != DEFAULTS[k]}  # what differs from the defaults
         self.opts = {**DEFAULTS, **options}
@@ -329,8 +360,11 @@ class StockDcpBackend:
     # ---- options, as DCP takes them -----------------------------------------------------------------
     def _writer(self, folder: str) -> FileSystemWriter:
         o = self.opts
-        kwargs: dict[str, Any] = {"thread_count": o["thread_count"], "sync_files": o["sync_files"],
-                                  "single_file_per_rank": o["single_file_per_rank"]}
+        kwargs: dict[str, Any] = {
+            "thread_count": o["thread_count"],
+            "sync_files": o["sync_files"],
+            "single_file_per_rank": o["single_file_per_rank"],
+        }
         if o["staging"] == "cached" and self.combo.is_async:
             kwargs["cache_staged_state_dict"] = True
         return writer(folder, **kwargs)
@@ -342,6 +376,7 @@ class StockDcpBackend:
 
     def _async_kwargs(self) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
         o = self.opts
         kwargs: dict[str, Any] = self._coordination()
         if o["async"] == "process":
@@ -349,9 +384,15 @@ class StockDcpBackend:
         if o["staging"] in ("background", "shared"):
             if self._stager is None:
                 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-                self._stager = DefaultStager(StagingOptions(
-                    use_pinned_memory=False, use_shared_memory=o["staging"] == "shared",
-                    use_async_staging=o["staging"] == "background", use_non_blocking_copy=False))
+
+                self._stager = DefaultStager(
+                    StagingOptions(
+                        use_pinned_memory=False,
+                        use_shared_memory=o["staging"] == "shared",
+                        use_async_staging=o["staging"] == "background",
+                        use_non_blocking_copy=False,
+                    )
+                )
             kwargs["async_stager"] = self._stager
         if o["process_group"] == "own":
             if self._async_group is None and world_size() > 1:
@@ -365,8 +406,9 @@ class StockDcpBackend:
         return f"__{this_rank()}{METADATA}" if self.opts["collectives"] == "off" else METADATA
 
     def _info(self, state: TrainingState) -> RankInfo:
-        return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None,
-                        state.groups.dp_group)
+        return RankInfo(
+            this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None, state.groups.dp_group
+        )
 
     # ---- save ------------------------------------------------------------------------------------
     def state_dict(self, info: RankInfo, records) -> dict:
@@ -403,8 +445,9 @@ class StockDcpBackend:
         except CheckpointException as e:
             raise AsyncSaveFailed(_failures(e), f"async dcp save of iteration {iteration} failed") from e
         except Exception as e:
-            raise AsyncSaveFailed({this_rank(): f"{type(e).__name__}: {e}"},
-                                  f"async dcp save of iteration {iteration} failed") from e
+            raise AsyncSaveFailed(
+                {this_rank(): f"{type(e).__name__}: {e}"}, f"async dcp save of iteration {iteration} failed"
+            ) from e
         return True
 
     @property
@@ -432,8 +475,9 @@ class StockDcpBackend:
             if e.check not in ("safe unpickling", "path safety", "metadata fields", "metadata type"):
                 raise
             metadata = None  # what stock DCP makes of this file is what is under test: dcp.load reads it
-            warnings.append(f"the adapter's safe read refused {e.path}: {e.check} failed: {e.detail}; "
-                            f"dcp.load reads it with pickle")
+            warnings.append(
+                f"the adapter's safe read refused {e.path}: {e.check} failed: {e.detail}; dcp.load reads it with pickle"
+            )
         except FileNotFoundError:
             if self.opts["collectives"] != "off":
                 raise IntegrityError(folder, "read .metadata", "the file is gone") from None
@@ -469,8 +513,11 @@ class StockDcpBackend:
                 else:
                     buf, offset = r.data, r.global_offset
                 md = stored.get(r.key) if stored is not None else None
-                if isinstance(md, TensorStorageMetadata) and tuple(md.size) != tuple(r.global_shape) \
-                        and r.logical_shape is not None:
+                if (
+                    isinstance(md, TensorStorageMetadata)
+                    and tuple(md.size) != tuple(r.global_shape)
+                    and r.logical_shape is not None
+                ):
                     full = torch.empty(md.size, dtype=md.properties.dtype)  # padded vocabulary of another tp
                     nest(state, r.key, full)
                     after.insert(0, functools.partial(copy_real_rows, full, buf, offset, r.logical[0]))
@@ -493,9 +540,11 @@ class StockDcpBackend:
                 path = os.path.join(root, name)
                 if m and fs.is_dir(path):
                     complete = fs.exists(os.path.join(path, METADATA)) or (
-                        self.opts["collectives"] == "off" and any(RANK_METADATA.fullmatch(n) for n in fs.listdir(path)))
-                    out.append(CheckpointInfo(int(m.group(1)), path, complete, None,
-                                              "" if complete else f"no {METADATA}"))
+                        self.opts["collectives"] == "off" and any(RANK_METADATA.fullmatch(n) for n in fs.listdir(path))
+                    )
+                    out.append(
+                        CheckpointInfo(int(m.group(1)), path, complete, None, "" if complete else f"no {METADATA}")
+                    )
         return sorted(out, key=lambda c: -c.iteration)
 
 

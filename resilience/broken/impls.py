@@ -1,4 +1,5 @@
 """The broken implementations: subclasses of the reference, each changing one thing."""
+
 from __future__ import annotations
 
 import contextlib
@@ -98,8 +99,10 @@ class in_place_overwrite(ReferenceBackend):
 
     def save(self, state, root):
         root = os.path.abspath(root)
-        with patched(commit, "staging_name", lambda it: iter_name(it)), \
-                patched(commit, "publish", lambda staging, final, **_: None):
+        with (
+            patched(commit, "staging_name", lambda it: iter_name(it)),
+            patched(commit, "publish", lambda staging, final, **_: None),
+        ):
             return super().save(state, root)
 
 
@@ -109,8 +112,10 @@ class commit_before_all_ranks(ReferenceBackend):
     def _commit(self, state, iteration, root, staging, files, error, group=None):
         if this_rank() != 0:
             return
-        with patched(global_save, "all_gather", lambda obj, group=None: [obj]), \
-                patched(global_save, "broadcast", lambda obj, group=None, src=0: obj):
+        with (
+            patched(global_save, "all_gather", lambda obj, group=None: [obj]),
+            patched(global_save, "broadcast", lambda obj, group=None, src=0: obj),
+        ):
             return super()._commit(state, iteration, root, staging, files, error, group)
 
 
@@ -131,6 +136,7 @@ class retention_deletes_newest(ReferenceBackend):
             found = commit.list_iterations(root)
             for _, path in found[:-keep_last]:  # newest first: deletes the newest ones
                 storage.current().rmtree(path)
+
         with patched(commit, "apply_retention", keep_oldest):
             return super().save(state, root)
 
@@ -140,6 +146,7 @@ class manifest_not_durable(ReferenceBackend):
         def write(self_, folder):
             with storage.current().open_write(os.path.join(folder, MANIFEST), sync=False) as f:
                 f.write(self_.to_json().encode())
+
         with patched(manifest_mod.Manifest, "write", write):  # the bug: the manifest is never fsynced
             return super().save(state, root)
 
@@ -185,9 +192,15 @@ class ignores_topology(ReferenceBackend):
 
         def read(info, records, folder, manifest):
             from ..checkpoint.formats import legacy
-            sub = os.path.join(folder, legacy.rank_folder(min(info.coords.tp, manifest.topology["tp"] - 1),
-                                                          min(info.coords.pp, manifest.topology["pp"] - 1),
-                                                          _SavedTopo(manifest.topology)))  # type: ignore[arg-type]
+
+            sub = os.path.join(
+                folder,
+                legacy.rank_folder(
+                    min(info.coords.tp, manifest.topology["tp"] - 1),
+                    min(info.coords.pp, manifest.topology["pp"] - 1),
+                    _SavedTopo(manifest.topology),  # type: ignore[arg-type]
+                ),
+            )
             doc = torchfile.load(os.path.join(sub, legacy.MODEL_FILE))
             tensors = dict(doc["tensors"])
             dist_file = os.path.join(sub, legacy.DIST_OPT_FILE)
@@ -199,6 +212,7 @@ class ignores_topology(ReferenceBackend):
                     n = [min(a, b) for a, b in zip(src.shape, r.data.shape)]
                     r.data[tuple(slice(0, k) for k in n)].copy_(src[tuple(slice(0, k) for k in n)])
             return {k: v for k, v in doc["objects"].items() if k != "rng"}
+
         fmt.read = read  # type: ignore[method-assign]  # the bug
 
 
@@ -229,6 +243,7 @@ class rng_across_tp(ReferenceBackend):
                 if rng:
                     objects["rng"] = rng[0].value
             return objects
+
         self.format.read = read  # type: ignore[method-assign]  # the bug
 
 
@@ -268,8 +283,11 @@ class silent_cast(ReferenceBackend):
 
     def _records_as_saved(self, state, dtype):
         records, _exact = state.records_in_dtype(dtype)
-        saved = {r.key.removeprefix("model."): r.data for r in records
-                 if isinstance(r, ShardedTensor) and r.key.startswith("model.")}
+        saved = {
+            r.key.removeprefix("model."): r.data
+            for r in records
+            if isinstance(r, ShardedTensor) and r.key.startswith("model.")
+        }
 
         def cast() -> None:
             for piece in state.pieces:
@@ -278,4 +296,5 @@ class silent_cast(ReferenceBackend):
                 if key in state.main:
                     lo, hi = piece.opt_rows
                     state.main[key].copy_(state.params[key][lo:hi])
+
         return records, cast

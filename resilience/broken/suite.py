@@ -4,6 +4,7 @@ For every implementation of the catalogue: `resilience matrix --backend broken:N
 column and combinations (only its witness combination unless `full`), the same cases and runner as the
 matrix command. An implementation is caught when at least one case FAILs; the checkers that gave FAIL
 are what caught it."""
+
 from __future__ import annotations
 
 import os
@@ -43,10 +44,16 @@ class SuiteResult:
         impl = self.impl
         combos = combos_of(impl, full)
         from ..runner.matrix import FAULTS
-        col = ["--faults", impl.column, "--transitions", "none"] if impl.column in FAULTS else \
-            ["--faults", "none", "--transitions", impl.column]
-        return " ".join(shlex.quote(a) for a in ["resilience", "matrix", "--backend", f"broken:{impl.name}",
-                                                 "--combos", *map(str, combos), *col])
+
+        col = (
+            ["--faults", impl.column, "--transitions", "none"]
+            if impl.column in FAULTS
+            else ["--faults", "none", "--transitions", impl.column]
+        )
+        return " ".join(
+            shlex.quote(a)
+            for a in ["resilience", "matrix", "--backend", f"broken:{impl.name}", "--combos", *map(str, combos), *col]
+        )
 
 
 def combos_of(impl: BrokenImpl, full: bool) -> list[Combination]:
@@ -66,14 +73,16 @@ def check_names(names: list[str] | None) -> list[str]:
     return names
 
 
-def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0,
-              progress=None, folder=None) -> list[SuiteResult]:
+def run_suite(
+    out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0, progress=None, folder=None
+) -> list[SuiteResult]:
     """Run each named implementation (default: all) in its own folder under `out_dir`. Each case's row is
     appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and
     `progress(row)` called; a framework error is that case's UNKNOWN."""
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
+
     names = check_names(names)
     folder = folder if folder is not None else RunFolder(out_dir, {})
     specs = []
@@ -82,27 +91,40 @@ def run_suite(out_dir: str, names: list[str] | None = None, *, full: bool = Fals
         faults = [impl.column] if impl.column in FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
         for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed)):
-            specs.append(CaseSpec(case.scenario, case.combo,
-                                  os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}"),
-                                  f"broken:{name}", case.fault, case.transition,
-                                  {"column": case.column, "broken": name}))
+            specs.append(
+                CaseSpec(
+                    case.scenario,
+                    case.combo,
+                    os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}"),
+                    f"broken:{name}",
+                    case.fault,
+                    case.transition,
+                    {"column": case.column, "broken": name},
+                )
+            )
     rows = judge_cases(folder, specs, after=progress)
     return [SuiteResult(CATALOGUE[name], [r for r in rows if r["broken"] == name]) for name in names]
 
 
 def render(results: list[SuiteResult], full: bool) -> str:
     """The report: which checker caught which implementation, with the command that shows it."""
-    lines = ["# Broken implementations: which checker caught which", "",
-             f"{sum(r.caught for r in results)} of {len(results)} caught "
-             f"({'every catalogued combination' if full else 'witness combination only'}).", "",
-             "| implementation | bug | column | combinations | FAIL | caught by | expected |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Broken implementations: which checker caught which",
+        "",
+        f"{sum(r.caught for r in results)} of {len(results)} caught "
+        f"({'every catalogued combination' if full else 'witness combination only'}).",
+        "",
+        "| implementation | bug | column | combinations | FAIL | caught by | expected |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         fails = sum(row["verdict"] == FAIL for row in r.rows)
-        lines.append(f"| `{r.impl.name}` | {r.impl.bug} | {r.impl.column} | "
-                     f"{', '.join(row['combo'] for row in r.rows)} | {fails}/{len(r.rows)} | "
-                     f"{', '.join(r.caught_by) or '**not caught**'} | {r.impl.caught_by}"
-                     f"{'' if r.expected_caught else ' (missed)'} |")
+        lines.append(
+            f"| `{r.impl.name}` | {r.impl.bug} | {r.impl.column} | "
+            f"{', '.join(row['combo'] for row in r.rows)} | {fails}/{len(r.rows)} | "
+            f"{', '.join(r.caught_by) or '**not caught**'} | {r.impl.caught_by}"
+            f"{'' if r.expected_caught else ' (missed)'} |"
+        )
     lines += ["", "Replay one implementation: `" + (results[0].matrix_command(full) if results else "") + "`", ""]
     for r in results:
         lines.append(f"- `{r.impl.name}`: `{r.matrix_command(full)}`")

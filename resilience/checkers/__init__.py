@@ -1,4 +1,5 @@
 """Checkers: history + disk -> verdict with evidence."""
+
 from .atomic import AtomicCommit
 from .base import (
     FAIL,
@@ -27,10 +28,45 @@ from .saves import SaveOutcomes
 from .symmetry import FailureSymmetry
 from .topology import TopologyIndependence, promised
 
-ALL = (AtomicCommit(), Durability(), Integrity(), ResumeEquivalence(), TopologyIndependence(), SaveOutcomes(),
-       Generations(), ExceptionContract(), FailureSymmetry(), PrecisionOnResume())
+ALL = (
+    AtomicCommit(),
+    Durability(),
+    Integrity(),
+    ResumeEquivalence(),
+    TopologyIndependence(),
+    SaveOutcomes(),
+    Generations(),
+    ExceptionContract(),
+    FailureSymmetry(),
+    PrecisionOnResume(),
+)
 
-__all__ = ["ALL", "AtomicCommit", "Durability", "Evidence", "ExceptionContract", "FAIL", "FAILING", "FailureSymmetry",
-           "Generations", "Integrity", "LoadRecord", "NA", "PASS", "PrecisionOnResume", "REFUSED",
-           "ResumeEquivalence", "SaveOutcomes", "SaveRecord", "Status", "TopologyIndependence", "UNKNOWN", "UNPROBED",
-           "Verdict", "is_failing", "promised", "run_checker", "worst"]
+__all__ = [
+    "ALL",
+    "AtomicCommit",
+    "Durability",
+    "Evidence",
+    "ExceptionContract",
+    "FAIL",
+    "FAILING",
+    "FailureSymmetry",
+    "Generations",
+    "Integrity",
+    "LoadRecord",
+    "NA",
+    "PASS",
+    "PrecisionOnResume",
+    "REFUSED",
+    "ResumeEquivalence",
+    "SaveOutcomes",
+    "SaveRecord",
+    "Status",
+    "TopologyIndependence",
+    "UNKNOWN",
+    "UNPROBED",
+    "Verdict",
+    "is_failing",
+    "promised",
+    "run_checker",
+    "worst",
+]

@@ -1,4 +1,5 @@
 """Atomic commit: whatever a loader picks after any crash is complete and exactly what one save wrote."""
+
 from __future__ import annotations
 
 from .base import FAIL, NA, PASS, Evidence, Verdict
@@ -10,19 +11,38 @@ class AtomicCommit:
     def check(self, ev: Evidence) -> Verdict:
         loads = ev.same_precision([ld for ld in ev.loads if ld.status == "ok"])
         if not loads:
-            return Verdict(self.name, NA, "no checkpoint was loaded in the dtype it was saved in"
-                           if any(ld.status == "ok" for ld in ev.loads) else "no checkpoint was loaded")
+            return Verdict(
+                self.name,
+                NA,
+                "no checkpoint was loaded in the dtype it was saved in"
+                if any(ld.status == "ok" for ld in ev.loads)
+                else "no checkpoint was loaded",
+            )
         bad: list[dict] = []
         for ld in loads:
             candidates = ev.saved(ld.iteration)
             if not candidates:
-                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
-                            "crash_state": ld.crash_state, "problem": "loaded an iteration that no save wrote"})
+                bad.append(
+                    {
+                        "load_job": ld.job,
+                        "iteration": ld.iteration,
+                        "path": ld.path,
+                        "crash_state": ld.crash_state,
+                        "problem": "loaded an iteration that no save wrote",
+                    }
+                )
             elif ld.fingerprint not in {s.fingerprint for s in candidates}:
-                bad.append({"load_job": ld.job, "iteration": ld.iteration, "path": ld.path,
-                            "crash_state": ld.crash_state,
-                            "expected": sorted({s.fingerprint for s in candidates}, key=str), "found": ld.fingerprint,
-                            "problem": "loaded state matches no save of that iteration (torn or mixed)"})
+                bad.append(
+                    {
+                        "load_job": ld.job,
+                        "iteration": ld.iteration,
+                        "path": ld.path,
+                        "crash_state": ld.crash_state,
+                        "expected": sorted({s.fingerprint for s in candidates}, key=str),
+                        "found": ld.fingerprint,
+                        "problem": "loaded state matches no save of that iteration (torn or mixed)",
+                    }
+                )
         if bad:
             return Verdict(self.name, FAIL, f"{len(bad)} of {len(loads)} loads returned a state no save wrote", bad)
         crashed = " after a crash" if ev.crashes else ""

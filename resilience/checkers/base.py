@@ -1,5 +1,6 @@
 """Checkers read the evidence of a run (history + what loads returned) and give a verdict with evidence.
 A checker that crashes gives UNKNOWN, never PASS."""
+
 from __future__ import annotations
 
 import traceback
@@ -35,15 +36,15 @@ class SaveRecord:
     fingerprint: str | None
     rng: str | None
     status: str  # ok: returned on every rank / fail: raised on every rank that returned / info: indeterminate
-    index: int   # order in the history: where it became acknowledged, else where it was invoked
+    index: int  # order in the history: where it became acknowledged, else where it was invoked
     save_id: str = ""  # unique in the case: two saves of one iteration are two records
-    world: int = 0     # ranks that took part; every one must return for an acknowledgement
+    world: int = 0  # ranks that took part; every one must return for an acknowledgement
     ok_ranks: list[int] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)  # rank -> what the save (or its finalize) raised
-    invoked_at: dict[int, float] = field(default_factory=dict)   # rank -> time it invoked the save
+    invoked_at: dict[int, float] = field(default_factory=dict)  # rank -> time it invoked the save
     returned_at: dict[int, float] = field(default_factory=dict)  # rank -> time it returned ok
     generation: int | None = None  # the number this save stamped into the state (unique in the case)
-    dtype: str | None = None       # the parameters' dtype it saved (None: not recorded)
+    dtype: str | None = None  # the parameters' dtype it saved (None: not recorded)
 
     @property
     def acknowledged(self) -> bool:
@@ -67,7 +68,7 @@ class LoadRecord:
     crash_state: str | None = None  # set when loaded from a materialised power-loss state
     continued: list[tuple[int, str]] = field(default_factory=list)  # (iteration, fingerprint) after training on
     generations: dict | None = None  # {"found": [generation, ...], "pieces": {generation: [key, ...]}} if mixed
-    dtype: str | None = None         # the parameters' dtype of the state it loaded into (None: not recorded)
+    dtype: str | None = None  # the parameters' dtype of the state it loaded into (None: not recorded)
     captured: list[str] = field(default_factory=list)  # Python warnings and log records heard during the load
 
 
@@ -79,9 +80,9 @@ class Evidence:
     save_topology: Topology
     saves: list[SaveRecord]
     loads: list[LoadRecord]
-    corruptions: list[dict]          # {"index", "iteration", "detail", ...}
-    crashes: list[dict]              # {"job", "index", "ranks", "how"}
-    lost_unsynced: list[dict]        # {"index", "states"}
+    corruptions: list[dict]  # {"index", "iteration", "detail", ...}
+    crashes: list[dict]  # {"job", "index", "ranks", "how"}
+    lost_unsynced: list[dict]  # {"index", "states"}
     never_stopped: Callable[[int], str]  # fingerprint of training that never stopped, at an iteration
     faults_configured: list[dict] = field(default_factory=list)
     faults_fired: list[dict] = field(default_factory=list)
@@ -123,9 +124,9 @@ class Evidence:
 class PrecisionTargets:
     """What a load converting the parameters' dtype may give, as fingerprints (runner/oracle.py)."""
 
-    exact: str           # converted without losing a bit (fp32 values kept as parameters or main parameters)
-    cast: str            # the values cast to the new dtype, the fp32 copy rebuilt from (or replaced by) the cast
-    lost: str            # what the cast loses, e.g. "output_layer.weight: 3200 of 3232 elements, ..."
+    exact: str  # converted without losing a bit (fp32 values kept as parameters or main parameters)
+    cast: str  # the values cast to the new dtype, the fp32 copy rebuilt from (or replaced by) the cast
+    lost: str  # what the cast loses, e.g. "output_layer.weight: 3200 of 3232 elements, ..."
     after: Callable[[str, int], str]  # ("exact" or "cast", iteration) -> fingerprint after training on to it
 
 
@@ -142,9 +143,28 @@ def run_checker(checker: Checker, ev: Evidence) -> Verdict:
             return Verdict(checker.name, UNKNOWN, f"checker returned {type(v).__name__}, not a Verdict")
         return v
     except Exception as e:
-        return Verdict(checker.name, UNKNOWN, f"checker crashed: {type(e).__name__}: {e}",
-                       [{"traceback": traceback.format_exc()}])
+        return Verdict(
+            checker.name, UNKNOWN, f"checker crashed: {type(e).__name__}: {e}", [{"traceback": traceback.format_exc()}]
+        )
 
 
-__all__ = ["FAIL", "FAILING", "NA", "PASS", "REFUSED", "SEVERITY", "UNKNOWN", "UNPROBED", "Checker", "Evidence",
-           "LoadRecord", "PrecisionTargets", "SaveRecord", "Status", "Verdict", "is_failing", "run_checker", "worst"]
+__all__ = [
+    "FAIL",
+    "FAILING",
+    "NA",
+    "PASS",
+    "REFUSED",
+    "SEVERITY",
+    "UNKNOWN",
+    "UNPROBED",
+    "Checker",
+    "Evidence",
+    "LoadRecord",
+    "PrecisionTargets",
+    "SaveRecord",
+    "Status",
+    "Verdict",
+    "is_failing",
+    "run_checker",
+    "worst",
+]

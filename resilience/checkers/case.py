@@ -1,5 +1,6 @@
 """A case's verdict: the checkers' verdicts, ranks that failed unexpectedly, what became of each configured
 fault, and the scenario's own expectations, folded into one status with a detail that hides nothing."""
+
 from __future__ import annotations
 
 from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, worst
@@ -11,8 +12,9 @@ FIRED, NEVER_FIRED, NOT_APPLICABLE = "fired", "never fired", "not applicable"
 NOT_IN_BACKEND = "not in this backend"
 
 
-def case_verdict(verdicts: list[Verdict], unexpected: list[dict],
-                 faults: list[dict]) -> tuple[Status, str, list[Verdict]]:
+def case_verdict(
+    verdicts: list[Verdict], unexpected: list[dict], faults: list[dict]
+) -> tuple[Status, str, list[Verdict]]:
     """The case's verdict, its detail and the verdicts added to the checkers'. Nothing hides another: a FAIL
     beside a fault that never fired keeps the fault's UNPROBED in the verdicts, the row and the detail."""
     extra = []
@@ -21,12 +23,20 @@ def case_verdict(verdicts: list[Verdict], unexpected: list[dict],
     unprobed = [f for f in faults if f["status"] not in (FIRED, NOT_IN_BACKEND)]
     absent = [f for f in faults if f["status"] == NOT_IN_BACKEND]
     if absent and len(absent) == len(faults):  # nothing was tested: never a PASS
-        extra.append(Verdict("faults", NA, f"the fault does not apply: {absent[0]['fault']}: {absent[0]['detail']}",
-                             absent))
+        extra.append(
+            Verdict("faults", NA, f"the fault does not apply: {absent[0]['fault']}: {absent[0]['detail']}", absent)
+        )
     if unprobed:
         f = unprobed[0]
-        extra.append(Verdict("faults", UNPROBED, f"configured fault {f['status']}: {f['fault']}: {f['detail']}"
-                             + (f"; {len(unprobed) - 1} more" if len(unprobed) > 1 else ""), unprobed))
+        extra.append(
+            Verdict(
+                "faults",
+                UNPROBED,
+                f"configured fault {f['status']}: {f['fault']}: {f['detail']}"
+                + (f"; {len(unprobed) - 1} more" if len(unprobed) > 1 else ""),
+                unprobed,
+            )
+        )
     inert = [v for v in verdicts if v.checker == "integrity" and v.status == NA and v.detail.startswith(INERT)]
     if inert:
         extra.append(Verdict("faults", NA, f"the corruption probed nothing: {inert[0].detail}"))
@@ -36,8 +46,9 @@ def case_verdict(verdicts: list[Verdict], unexpected: list[dict],
         overall = NA
     if inert and overall == PASS:  # the damage probed nothing: the case answers nothing about it
         overall = NA
-    detail = "; ".join(f"{v.checker}: {v.detail}" for v in every if v.status == overall
-                       and (overall != NA or v.checker == "faults"))
+    detail = "; ".join(
+        f"{v.checker}: {v.detail}" for v in every if v.status == overall and (overall != NA or v.checker == "faults")
+    )
     if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
         also = next(v for v in extra if v.status == UNPROBED)
         detail = f"{detail[:400]}; also {UNPROBED.value}: {also.detail}"
@@ -51,13 +62,17 @@ def judge_expect(expect: dict, ev: Evidence) -> list[Verdict]:
     want = expect.get("loaded_iteration")
     if want is not None:
         got = final.iteration if final and final.status == "ok" else None
-        out.append(Verdict("expect", PASS if got == want else FAIL,
-                           f"final load picked iteration {got}, scenario expects {want}"))
+        out.append(
+            Verdict(
+                "expect", PASS if got == want else FAIL, f"final load picked iteration {got}, scenario expects {want}"
+            )
+        )
     outcome = expect.get("outcome")
     if outcome is not None:
         result = "loaded" if final and final.status == "ok" else "refused" if final and final.refused else "failed"
-        out.append(Verdict("expect", PASS if result == outcome else FAIL,
-                           f"final load {result}, scenario expects {outcome}"))
+        out.append(
+            Verdict("expect", PASS if result == outcome else FAIL, f"final load {result}, scenario expects {outcome}")
+        )
     return out
 
 

@@ -1,4 +1,5 @@
 """Durability: a save reported done survives crashes of every process and the loss of unsynced writes."""
+
 from __future__ import annotations
 
 from ..vocab.combos import CheckpointType
@@ -27,11 +28,25 @@ class Durability:
                 continue
             judged += 1
             if ld.status != "ok":
-                bad.append({"load_job": ld.job, "crash_state": ld.crash_state, "acknowledged": owed,
-                            "problem": f"load failed although iteration {owed} was reported saved", "error": ld.error})
+                bad.append(
+                    {
+                        "load_job": ld.job,
+                        "crash_state": ld.crash_state,
+                        "acknowledged": owed,
+                        "problem": f"load failed although iteration {owed} was reported saved",
+                        "error": ld.error,
+                    }
+                )
             elif ld.iteration < owed:  # type: ignore[operator]  # an ok load names its iteration
-                bad.append({"load_job": ld.job, "crash_state": ld.crash_state, "acknowledged": owed,
-                            "loaded": ld.iteration, "problem": "an acknowledged save was lost"})
+                bad.append(
+                    {
+                        "load_job": ld.job,
+                        "crash_state": ld.crash_state,
+                        "acknowledged": owed,
+                        "loaded": ld.iteration,
+                        "problem": "an acknowledged save was lost",
+                    }
+                )
         if not judged:
             return Verdict(self.name, NA, "no load followed an acknowledged save")
         if bad:
@@ -60,16 +75,26 @@ def early_returns(ev: Evidence) -> list[dict]:
             start = s.invoked_at.get(r)
             if start is None or not first < t < _next_invoke(ev.saves, s, r):
                 continue
-            out.append({"save_id": s.save_id, "iteration": s.iteration, "reported_by": rank0, "writing": r,
-                        "path": f.get("path"), "fault": f.get("text") or f.get("kind"),
-                        "problem": f"rank {rank0} reported save {s.save_id} (iteration {s.iteration}) done "
-                                   f"{t - first:.3f} s before rank {r} finished writing its part "
-                                   f"({f.get('text') or f.get('kind')} caught it writing {f.get('path')})"})
+            out.append(
+                {
+                    "save_id": s.save_id,
+                    "iteration": s.iteration,
+                    "reported_by": rank0,
+                    "writing": r,
+                    "path": f.get("path"),
+                    "fault": f.get("text") or f.get("kind"),
+                    "problem": f"rank {rank0} reported save {s.save_id} (iteration {s.iteration}) done "
+                    f"{t - first:.3f} s before rank {r} finished writing its part "
+                    f"({f.get('text') or f.get('kind')} caught it writing {f.get('path')})",
+                }
+            )
             break
     return out
 
 
 def _next_invoke(saves: list[SaveRecord], s: SaveRecord, rank: int) -> float:
     start = s.invoked_at[rank]
-    return min((o.invoked_at[rank] for o in saves if o.job == s.job and o.invoked_at.get(rank, start) > start),
-               default=float("inf"))
+    return min(
+        (o.invoked_at[rank] for o in saves if o.job == s.job and o.invoked_at.get(rank, start) > start),
+        default=float("inf"),
+    )

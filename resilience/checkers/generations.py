@@ -1,6 +1,7 @@
 """Generations: a load reads one whole save. Every save stamps its own generation number into the state
 (a tensor beside each parameter's optimizer state), so two saves of one iteration differ in every file;
 the generations a load finds tell whether it read save A, save B, or a mix of files of both."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,36 +24,63 @@ class Generations:
         for ld in loads:
             gens = ld.generations or {}
             found = list(gens.get("found") or [])
-            if foreign_generations(ld, stamped) and ld.iteration in {c.get("iteration") for c in
-                                                                     ev.corrupted_before(ld.index)}:
+            if foreign_generations(ld, stamped) and ld.iteration in {
+                c.get("iteration") for c in ev.corrupted_before(ld.index)
+            }:
                 damaged.append(ld)  # a stamp hit by the damage at rest: integrity judges that, not a mix
                 continue
             whole = len(found) == 1 and found[0] in stamped and stamped[found[0]].iteration == ld.iteration
             where = {"load_job": ld.job, "iteration": ld.iteration, "path": ld.path, "crash_state": ld.crash_state}
             if not whole:
-                bad.append(dict(where, problem=_problem(found, stamped, ld.iteration),
-                                saves={str(g): _describe(stamped.get(g), g) for g in found},
-                                pieces=gens.get("pieces", {})))
+                bad.append(
+                    dict(
+                        where,
+                        problem=_problem(found, stamped, ld.iteration),
+                        saves={str(g): _describe(stamped.get(g), g) for g in found},
+                        pieces=gens.get("pieces", {}),
+                    )
+                )
                 continue
             source = stamped[found[0]]
             if ld.rng_restored and source.rng and ld.rng != source.rng and _same_grid(source.topology, ld.topology):
                 # the RNG of each rank is drawn once per save too: it must come from the same save (on
                 # another tp/pp grid it cannot be restored at all: resume equivalence judges that claim)
                 other = [s for s in stamped.values() if s.rng == ld.rng]
-                bad.append(dict(where, problem=f"a mix of saves: the RNG is not the one {_name(source, found[0])} "
-                                f"wrote" + (f" but that of {_name(other[0], other[0].generation)}" if other else ""),
-                                read=_describe(source, found[0]), rng=ld.rng, expected_rng=source.rng))
+                bad.append(
+                    dict(
+                        where,
+                        problem=f"a mix of saves: the RNG is not the one {_name(source, found[0])} "
+                        f"wrote" + (f" but that of {_name(other[0], other[0].generation)}" if other else ""),
+                        read=_describe(source, found[0]),
+                        rng=ld.rng,
+                        expected_rng=source.rng,
+                    )
+                )
                 continue
             newer = _newer_acknowledged(ev, source, ld)
             if newer is not None:
-                bad.append(dict(where, problem="read an earlier save of the iteration although a later one was "
-                                "acknowledged", read=_describe(source, found[0]),
-                                acknowledged=_describe(newer, newer.generation)))
-            read.append(dict(where, save=_describe(source, found[0]),
-                             saves_of_iteration=len([s for s in stamped.values() if s.iteration == ld.iteration])))
+                bad.append(
+                    dict(
+                        where,
+                        problem="read an earlier save of the iteration although a later one was acknowledged",
+                        read=_describe(source, found[0]),
+                        acknowledged=_describe(newer, newer.generation),
+                    )
+                )
+            read.append(
+                dict(
+                    where,
+                    save=_describe(source, found[0]),
+                    saves_of_iteration=len([s for s in stamped.values() if s.iteration == ld.iteration]),
+                )
+            )
         if bad:
-            return Verdict(self.name, FAIL, f"{len(bad)} of {len(loads)} loads did not read one whole save: "
-                           f"{bad[0]['problem']}", bad)
+            return Verdict(
+                self.name,
+                FAIL,
+                f"{len(bad)} of {len(loads)} loads did not read one whole save: {bad[0]['problem']}",
+                bad,
+            )
         if not read:
             return Verdict(self.name, NA, f"{len(damaged)} loads read stamps damaged at rest (integrity's to judge)")
         resaved = sum(r["saves_of_iteration"] > 1 for r in read)
@@ -76,8 +104,7 @@ def _same_grid(a: str, b: str) -> bool:
 
 def _problem(found: list, stamped: dict, iteration) -> str:
     if len(found) > 1:
-        return "a mix of saves: pieces of the state come from " + \
-            ", ".join(_name(stamped.get(g), g) for g in found)
+        return "a mix of saves: pieces of the state come from " + ", ".join(_name(stamped.get(g), g) for g in found)
     if not found or found[0] not in stamped:
         return f"the state carries generation {found[0] if found else None}, which no save wrote"
     return f"the state was written by a save of iteration {stamped[found[0]].iteration}, loaded as {iteration}"
@@ -93,8 +120,13 @@ def _name(save, generation) -> str:
 def _describe(save, generation) -> dict:
     if save is None:
         return {"generation": generation, "save": None}
-    return {"generation": generation, "save_id": getattr(save, "save_id", "") or str(generation), "job": save.job,
-            "iteration": save.iteration, "status": save.status}
+    return {
+        "generation": generation,
+        "save_id": getattr(save, "save_id", "") or str(generation),
+        "job": save.job,
+        "iteration": save.iteration,
+        "status": save.status,
+    }
 
 
 def _newer_acknowledged(ev: Evidence, source, ld):
@@ -102,6 +134,13 @@ def _newer_acknowledged(ev: Evidence, source, ld):
     hit = {c.get("iteration") for c in ev.corrupted_before(ld.index)}
     if ld.iteration in hit:
         return None
-    later = [s for s in ev.saves if s.iteration == source.iteration and getattr(s, "generation", None) is not None
-             and s.generation > source.generation and s.status == "ok" and s.index < ld.index]
+    later = [
+        s
+        for s in ev.saves
+        if s.iteration == source.iteration
+        and getattr(s, "generation", None) is not None
+        and s.generation > source.generation
+        and s.status == "ok"
+        and s.index < ld.index
+    ]
     return max(later, key=lambda s: s.generation or 0, default=None)  # each has a generation

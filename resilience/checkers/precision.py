@@ -9,6 +9,7 @@ the load (LoadResult.warnings, a Python warning or a log record naming the preci
 FAIL by default. Training continued after the resume must match training on from the same answer. A backend
 whose contract states a precision promise (vocab.contract: "load" or "refuse") is held to it; the presets
 state none, so either a load or a clear refusal passes."""
+
 from __future__ import annotations
 
 import re
@@ -51,21 +52,30 @@ class PrecisionOnResume:
         if not changed:
             return Verdict(self.name, NA, "no resume changed precision")
         if ev.converted is None:
-            return Verdict(self.name, UNKNOWN, f"{len(changed)} loads changed precision, and nothing says what "
-                           "they must give (the evidence has no precision oracle)")
+            return Verdict(
+                self.name,
+                UNKNOWN,
+                f"{len(changed)} loads changed precision, and nothing says what "
+                "they must give (the evidence has no precision oracle)",
+            )
         rows = [r for ld, (saved, loaded) in changed if (r := self._row(ld, saved, loaded, ev)) is not None]
         if not rows:
             return Verdict(self.name, NA, "every load that changed precision failed after a fault: not judged")
         promise = dict(ev.contract.promises).get("precision") if ev.contract is not None else None
         for r in rows:  # a backend that states a precision promise is held to it (vocab.contract)
             r["expected"] = promise or "either"
-            if (promise == LOAD and r["measured"] == REFUSED_CLEARLY) or \
-                    (promise == REFUSE and r["measured"] in (LOADED_EXACT, LOADED_CAST)):
+            if (promise == LOAD and r["measured"] == REFUSED_CLEARLY) or (
+                promise == REFUSE and r["measured"] in (LOADED_EXACT, LOADED_CAST)
+            ):
                 r["problem"] = f"the backend's contract says precision changes {promise}"
-        statuses = {LOADED_EXACT: PASS, LOADED_CAST: PASS, REFUSED_CLEARLY: REFUSED, CAST_SILENTLY: self.silent_cast,
-                    WRONG: FAIL}
-        status = worst(FAIL if r.get("problem") and r["measured"] != WRONG else statuses[r["measured"]]
-                       for r in rows)
+        statuses = {
+            LOADED_EXACT: PASS,
+            LOADED_CAST: PASS,
+            REFUSED_CLEARLY: REFUSED,
+            CAST_SILENTLY: self.silent_cast,
+            WRONG: FAIL,
+        }
+        status = worst(FAIL if r.get("problem") and r["measured"] != WRONG else statuses[r["measured"]] for r in rows)
         if status in (PASS, REFUSED):  # equally severe: refused only when nothing loaded
             status = REFUSED if all(r["measured"] == REFUSED_CLEARLY for r in rows) else PASS
         shown = [r for r in rows if statuses[r["measured"]] == status or r.get("problem")] if status.failing else rows
@@ -79,8 +89,9 @@ class PrecisionOnResume:
                 return dict(row, measured=REFUSED_CLEARLY)
             if ev.corrupted_before(ld.index) or ev.crashes:
                 return None  # a fault may explain the failure: the fault's checkers judge it
-            return dict(row, measured=WRONG, problem="the load failed with an error that does not name the "
-                        "precision change")
+            return dict(
+                row, measured=WRONG, problem="the load failed with an error that does not name the precision change"
+            )
         targets = ev.converted(ld.iteration, saved, loaded)  # type: ignore[misc,arg-type]  # checked; ok loads have one
         heard = precision_warnings(ld)
         row.update(iteration=ld.iteration, found=ld.fingerprint)
@@ -90,13 +101,22 @@ class PrecisionOnResume:
             row.update(measured=LOADED_CAST if heard else CAST_SILENTLY, lost=targets.lost, warned=heard[:3])
             how = "cast"
         else:
-            return dict(row, measured=WRONG, expected={"exact": targets.exact, "cast": targets.cast},
-                        problem="the loaded values are neither the exact conversion nor the cast")
+            return dict(
+                row,
+                measured=WRONG,
+                expected={"exact": targets.exact, "cast": targets.cast},
+                problem="the loaded values are neither the exact conversion nor the cast",
+            )
         for iteration, fp in ld.continued:
             want = targets.after(how, iteration)
             if fp != want:
-                return dict(row, measured=WRONG, problem=f"training continued after the {how} load diverged at "
-                            f"iteration {iteration}", expected=want, found=fp)
+                return dict(
+                    row,
+                    measured=WRONG,
+                    problem=f"training continued after the {how} load diverged at iteration {iteration}",
+                    expected=want,
+                    found=fp,
+                )
         return row
 
 

@@ -5,6 +5,7 @@ allocation until a watchdog fires), and ranks that disagree (some return, some r
 loop with two views of whether the checkpoint exists (LOCAL saves excepted: each rank saves its own, with
 no collective, and a load agrees on the newest every rank holds). FAIL names the ranks, what each did, and, for a
 blocked rank, where it waited (its Python stacks, taken before it was killed)."""
+
 from __future__ import annotations
 
 import re
@@ -32,26 +33,39 @@ class FailureSymmetry:
         if ev.blocked:
             b = ev.blocked[0]
             raised = [e for e in ev.errors if e.get("job") == b["job"]]
-            who = (f"rank {raised[0]['rank']} raised {str(raised[0].get('error', ''))[:160]}" if raised
-                   else "another rank raised")
-            return Verdict(self.name, FAIL,
-                           f"{who}, while rank {b['rank']} stayed blocked in {waiting_in(b.get('stacks', ''))}: "
-                           f"in a real job this hangs until a timeout"
-                           + (f"; {len(ev.blocked) - 1} more ranks blocked" if len(ev.blocked) > 1 else ""),
-                           ev.blocked)
+            who = (
+                f"rank {raised[0]['rank']} raised {str(raised[0].get('error', ''))[:160]}"
+                if raised
+                else "another rank raised"
+            )
+            return Verdict(
+                self.name,
+                FAIL,
+                f"{who}, while rank {b['rank']} stayed blocked in {waiting_in(b.get('stacks', ''))}: "
+                f"in a real job this hangs until a timeout"
+                + (f"; {len(ev.blocked) - 1} more ranks blocked" if len(ev.blocked) > 1 else ""),
+                ev.blocked,
+            )
         split = [s for s in ev.saves if s.ok_ranks and s.errors]
         if split and ev.combo.type is CheckpointType.LOCAL:  # per-rank saves with no collective, by design
-            return Verdict(self.name, PASS, f"save {split[0].save_id} returned on ranks {sorted(split[0].ok_ranks)} "
-                                            f"and raised on ranks {sorted(split[0].errors)}: LOCAL saves are per "
-                                            f"rank with no collective, so each rank answers for its own; no rank "
-                                            f"was left waiting")
+            return Verdict(
+                self.name,
+                PASS,
+                f"save {split[0].save_id} returned on ranks {sorted(split[0].ok_ranks)} "
+                f"and raised on ranks {sorted(split[0].errors)}: LOCAL saves are per "
+                f"rank with no collective, so each rank answers for its own; no rank "
+                f"was left waiting",
+            )
         if split:
             s = split[0]
-            return Verdict(self.name, FAIL,
-                           f"save {s.save_id} (iteration {s.iteration}) returned on ranks {sorted(s.ok_ranks)} "
-                           f"and raised on ranks {sorted(s.errors)}: "
-                           + "; ".join(f"rank {r}: {str(e)[:120]}" for r, e in sorted(s.errors.items())),
-                           [{"save_id": s.save_id, "ok": sorted(s.ok_ranks), "errors": s.errors}])
+            return Verdict(
+                self.name,
+                FAIL,
+                f"save {s.save_id} (iteration {s.iteration}) returned on ranks {sorted(s.ok_ranks)} "
+                f"and raised on ranks {sorted(s.errors)}: "
+                + "; ".join(f"rank {r}: {str(e)[:120]}" for r, e in sorted(s.errors.items())),
+                [{"save_id": s.save_id, "ok": sorted(s.ok_ranks), "errors": s.errors}],
+            )
         if not ev.errors:
             return Verdict(self.name, NA, "no rank raised")
         return Verdict(self.name, PASS, f"{len(ev.errors)} errors raised; every rank of each ended it the same way")

@@ -1,5 +1,6 @@
 """Topology independence: each transition LOADED-EXACT, REFUSED-CLEARLY or WRONG, against what the backend
 promises (its stated contract, else the seed's table for its combination: vocab.contract)."""
+
 from __future__ import annotations
 
 from ..state import Topology, Transition
@@ -31,8 +32,9 @@ class TopologyIndependence:
     def check(self, ev: Evidence) -> Verdict:
         moved = [ld for ld in ev.loads if ld.topology != str(ev.save_topology) and not ld.crash_state]
         if moved and not ev.same_precision(moved):
-            return Verdict(self.name, NA, "every load on another topology also changed precision: judged by the "
-                           "precision checker")
+            return Verdict(
+                self.name, NA, "every load on another topology also changed precision: judged by the precision checker"
+            )
         moved = ev.same_precision(moved)
         if not moved:
             return Verdict(self.name, NA, "no load on another topology")
@@ -41,15 +43,29 @@ class TopologyIndependence:
             t = Transition(ev.save_topology, Topology.parse(ld.topology))
             measured = classify(ld, ev)
             promise = promised(ev.combo, t, ev.contract)
-            row = {"transition": str(t), "measured": measured, "expected": promise or "either",
-                   "contract": str(ev.contract or TopologyContract.preset(ev.combo)), "error": ld.error[:300]}
+            row = {
+                "transition": str(t),
+                "measured": measured,
+                "expected": promise or "either",
+                "contract": str(ev.contract or TopologyContract.preset(ev.combo)),
+                "error": ld.error[:300],
+            }
             rows.append(row)
-            if measured == WRONG or (measured == REFUSED_CLEARLY and promise == LOAD) \
-                    or (measured == LOADED_EXACT and promise == REFUSE):
+            if (
+                measured == WRONG
+                or (measured == REFUSED_CLEARLY and promise == LOAD)
+                or (measured == LOADED_EXACT and promise == REFUSE)
+            ):
                 bad.append(row)
         if bad:
-            return Verdict(self.name, FAIL, "; ".join(f"{r['transition']}: {r['measured']}, expected to "
-                                                      f"{r['expected']} ({r['contract']})" for r in bad), rows)
+            return Verdict(
+                self.name,
+                FAIL,
+                "; ".join(
+                    f"{r['transition']}: {r['measured']}, expected to {r['expected']} ({r['contract']})" for r in bad
+                ),
+                rows,
+            )
         if all(r["measured"] == REFUSED_CLEARLY for r in rows):
             return Verdict(self.name, REFUSED, "; ".join(f"{r['transition']} refused clearly" for r in rows), rows)
         return Verdict(self.name, PASS, "; ".join(f"{r['transition']}: {r['measured']}" for r in rows), rows)

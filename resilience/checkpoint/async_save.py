@@ -2,6 +2,7 @@
 (staging.StagedCopy) and returns; a background thread writes the files; finalize() waits for it and
 commits them as a sync save would (global_save). A failed background write raises at finalize, on
 every rank."""
+
 from __future__ import annotations
 
 import threading
@@ -68,8 +69,15 @@ class AsyncSave(GlobalSave):
         self._pending = None
         if getattr(pending.state, "write_guard", None) is not None:
             pending.state.write_guard = None  # the writer has copied everything
-        self._commit(pending.state, pending.iteration, pending.root, pending.staging, pending.files,
-                     pending.error, self._async_group)
+        self._commit(
+            pending.state,
+            pending.iteration,
+            pending.root,
+            pending.staging,
+            pending.files,
+            pending.error,
+            self._async_group,
+        )
         return True
 
     @property

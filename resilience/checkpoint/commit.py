@@ -5,6 +5,7 @@ only once its folder is renamed into place with a complete manifest inside; the 
 after, atomically, and is a hint: loaders trust folders with valid manifests.
 A LOCAL re-save of an iteration keeps the copy it replaces beside it (`iter_N.replaced-XXXXXXXX`): without
 a collective another rank may still hold only that copy, and a loader must find it whole."""
+
 from __future__ import annotations
 
 import os
@@ -106,8 +107,9 @@ def publish(staging: str, final: str, *, keep_replaced: bool = False) -> None:
     fs.fsync_dir(parent)
 
 
-def commit_folder(staging: str, root: str, manifest: Manifest, *, keep_last: int | None,
-                  keep_replaced: bool = False) -> None:
+def commit_folder(
+    staging: str, root: str, manifest: Manifest, *, keep_last: int | None, keep_replaced: bool = False
+) -> None:
     """Commit the staging folder of a save whose files are all written and fsynced (with their
     folders): the manifest into it and fsynced, the folder renamed into place as iter_N under `root`,
     the tracker, then retention of the newest `keep_last` (None: keep all). Each step is announced

@@ -1,6 +1,7 @@
 """What every part of the reference shares (reference.ReferenceBackend is made of the parts): its
 settings, who this rank is, and the write step of every save path: this rank's files into a staging
 folder, with their sizes and checksums recorded as they are written (recorder), then its folders fsynced."""
+
 from __future__ import annotations
 
 import logging
@@ -33,8 +34,11 @@ def model_problem(saved: object, info: RankInfo) -> str | None:
     None. The parameters' dtype alone may differ: the load converts it exactly (fp32 parameters are what
     bf16 training keeps as its fp32 main parameters), so it is no reason to refuse."""
     live = state_model(info)
-    if not isinstance(saved, dict) or {k: v for k, v in saved.items() if k != "dtype"} != \
-            {k: v for k, v in live.items() if k != "dtype"} or saved.get("dtype") not in ("fp32", "bf16"):
+    if (
+        not isinstance(saved, dict)
+        or {k: v for k, v in saved.items() if k != "dtype"} != {k: v for k, v in live.items() if k != "dtype"}
+        or saved.get("dtype") not in ("fp32", "bf16")
+    ):
         return f"saved with model {saved}, loading {live}"
     return None
 
@@ -49,8 +53,9 @@ class Driver:
     _local_saves: dict[str, int]  # LOCAL: root -> the number of the newest save known of
 
     def _info(self, state: TrainingState, group: Any = None) -> RankInfo:
-        return RankInfo(this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, group,
-                        state.groups.dp_group)
+        return RankInfo(
+            this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, group, state.groups.dp_group
+        )
 
     def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:
         """(relpath -> size and checksum of every file this rank wrote, None) or ({}, its error).

@@ -1,6 +1,7 @@
 """The reference's global save (LEGACY, GLOBAL, TORCH_DCP): every rank writes its files into one staging
 folder, then the coordinator (rank 0) commits all of them or none (commit.commit_folder) and tells every
 rank which. A rank that failed to write fails the save on every rank, and nothing is committed."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,16 @@ class GlobalSave(Driver):
         files, error = self._write(self._info(state), records, staging)
         self._commit(state, state.iteration, root, staging, files, error)
 
-    def _commit(self, state: TrainingState, iteration: int, root: str, staging: str, files: dict,
-                error: str | None, group: Any = None) -> None:
+    def _commit(
+        self,
+        state: TrainingState,
+        iteration: int,
+        root: str,
+        staging: str,
+        files: dict,
+        error: str | None,
+        group: Any = None,
+    ) -> None:
         """Gather every rank's files (or error); the coordinator commits them all with one manifest, or
         removes the staging folder; the outcome reaches every rank, and a failure raises on each."""
         gathered = all_gather((files, error), group)
@@ -49,8 +58,9 @@ class GlobalSave(Driver):
                     merged: dict = {}
                     for per_rank, _ in gathered:
                         merged.update(per_rank)
-                    manifest = Manifest(self.combo.to_dict(), state.topo.to_dict(), state.spec.to_dict(), iteration,
-                                        merged)
+                    manifest = Manifest(
+                        self.combo.to_dict(), state.topo.to_dict(), state.spec.to_dict(), iteration, merged
+                    )
                     commit.commit_folder(staging, root, manifest, keep_last=self.keep_last)
                     outcome = ("ok", {})
                 except Exception as e:

@@ -6,6 +6,7 @@ Single process, no torch.distributed: what a user runs on a cluster's checkpoint
 checkpoints are `DIR/iter_NNNNNNN`; LOCAL ones are `DIR/local/rank_RRRRR/iter_NNNNNNN`, and a LOCAL
 iteration counts only when every rank of its topology has one save of it, intact (a re-save keeps the copy
 it replaced as `iter_NNNNNNN.replaced-XXXXXXXX`: the copies of the newest save every rank holds are read)."""
+
 from __future__ import annotations
 
 import os
@@ -43,10 +44,10 @@ class FolderReport:
 
     path: str
     iteration: int
-    rank: int | None = None          # LOCAL: the rank folder it sits in
-    save: int | None = None          # LOCAL: the save's number, alike on every rank (-1: not numbered)
-    replaced: bool = False           # LOCAL: a copy a re-save of the iteration replaced and kept
-    committed: bool = False          # has a manifest (a save renames its folder into place with one)
+    rank: int | None = None  # LOCAL: the rank folder it sits in
+    save: int | None = None  # LOCAL: the save's number, alike on every rank (-1: not numbered)
+    replaced: bool = False  # LOCAL: a copy a re-save of the iteration replaced and kept
+    committed: bool = False  # has a manifest (a save renames its folder into place with one)
     combination: str | None = None
     topology: dict | None = None
     files: int = 0
@@ -62,12 +63,12 @@ class FolderReport:
 class CheckpointReport:
     """One checkpoint: a global folder, or one iteration of a LOCAL checkpoint over all its ranks."""
 
-    layout: str                      # "global" or "local"
+    layout: str  # "global" or "local"
     iteration: int
     combination: str | None
     topology: dict | None
-    complete: bool                   # committed (and, LOCAL, present on every rank of its topology)
-    verified: bool                   # manifest and every listed file passed their checks
+    complete: bool  # committed (and, LOCAL, present on every rank of its topology)
+    verified: bool  # manifest and every listed file passed their checks
     folders: list[FolderReport]
     problems: list[Problem] = field(default_factory=list)
 
@@ -95,9 +96,9 @@ class Inspection:
     """Everything `resilience inspect` reports about one folder."""
 
     root: str
-    checkpoints: list[CheckpointReport]      # newest first, global before local at equal iteration
+    checkpoints: list[CheckpointReport]  # newest first, global before local at equal iteration
     trackers: list[TrackerReport]
-    staging: list[str]                       # leftovers of interrupted saves
+    staging: list[str]  # leftovers of interrupted saves
 
     def newest(self) -> list[CheckpointReport]:
         """The newest checkpoint of each layout present (what a loader tries first)."""
@@ -116,11 +117,14 @@ class Inspection:
         return next((c for c in self.checkpoints if c.layout == layout and c.loadable), None)
 
     def to_dict(self) -> dict:
-        return {"root": self.root, "ok": self.ok,
-                "newest": [{"layout": c.layout, "iteration": c.iteration, "loadable": c.loadable}
-                           for c in self.newest()],
-                "checkpoints": [c.to_dict() for c in self.checkpoints],
-                "trackers": [asdict(t) for t in self.trackers], "staging": list(self.staging)}
+        return {
+            "root": self.root,
+            "ok": self.ok,
+            "newest": [{"layout": c.layout, "iteration": c.iteration, "loadable": c.loadable} for c in self.newest()],
+            "checkpoints": [c.to_dict() for c in self.checkpoints],
+            "trackers": [asdict(t) for t in self.trackers],
+            "staging": list(self.staging),
+        }
 
 
 def _combination_text(manifest: Manifest) -> str:
@@ -130,8 +134,9 @@ def _combination_text(manifest: Manifest) -> str:
         return f"unknown {manifest.combination!r}"
 
 
-def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str | None = None,
-                   replaced: bool = False) -> FolderReport:
+def inspect_folder(
+    path: str, iteration: int, rank: int | None = None, root: str | None = None, replaced: bool = False
+) -> FolderReport:
     """Read the manifest of one iter_ folder and verify every file it lists (all failures, not the first).
     Nothing is read from outside `root` (default: the folder holding `path`)."""
     report = FolderReport(path, iteration, rank, replaced=replaced)
@@ -150,16 +155,26 @@ def inspect_folder(path: str, iteration: int, rank: int | None = None, root: str
     report.files = len(manifest.files)
     report.bytes = sum(f["size"] for f in manifest.files.values())
     if manifest.iteration != iteration:
-        report.problems.append(Problem(os.path.join(path, MANIFEST), "iteration",
-                                       f"manifest says {manifest.iteration}, folder says {iteration}"))
+        report.problems.append(
+            Problem(
+                os.path.join(path, MANIFEST),
+                "iteration",
+                f"manifest says {manifest.iteration}, folder says {iteration}",
+            )
+        )
     if rank is not None:
         try:
             report.save = save_number(manifest, path)
         except IntegrityError as e:
             report.problems.append(Problem.from_error(e))
     if rank is not None and manifest.extra.get("rank", rank) != rank:
-        report.problems.append(Problem(os.path.join(path, MANIFEST), "rank",
-                                       f"manifest says rank {manifest.extra.get('rank')}, folder is rank {rank}"))
+        report.problems.append(
+            Problem(
+                os.path.join(path, MANIFEST),
+                "rank",
+                f"manifest says rank {manifest.extra.get('rank')}, folder is rank {rank}",
+            )
+        )
     for rel, expected in sorted(manifest.files.items()):
         try:
             verify_file(path, rel, expected)
@@ -180,6 +195,7 @@ def _check_dcp_metadata(path: str) -> Problem | None:
     """DCP's .metadata is a pickle: loadable only if the restricted unpickler admits it (a loader
     refuses it otherwise), and it is never unpickled any other way here."""
     from ..storage.safe_pickle import load_metadata
+
     try:
         with storage.current().open_read(path) as f:
             load_metadata(f, path)
@@ -193,8 +209,7 @@ def _check_dcp_metadata(path: str) -> Problem | None:
 def inspect_tracker(root: str, iterations: list[int]) -> TrackerReport:
     tracked, _ = commit.read_tracker(root)
     problem = commit.check_tracker(root, iterations)
-    return TrackerReport(os.path.join(root, TRACKER), tracked,
-                         Problem.from_error(problem) if problem else None)
+    return TrackerReport(os.path.join(root, TRACKER), tracked, Problem.from_error(problem) if problem else None)
 
 
 def _world(topology: dict | None) -> int | None:
@@ -220,8 +235,12 @@ def _copies_read(iteration: int, folders: list[FolderReport]) -> tuple[list[Fold
     if len(numbers) < 2:
         return chosen, None
     where = os.path.dirname(os.path.dirname(chosen[0].path))
-    return chosen, Problem(where, "ranks agree", f"ranks hold different saves of iteration {iteration} "
-                                                 f"(save numbers {sorted(numbers)}); none of them on every rank")
+    return chosen, Problem(
+        where,
+        "ranks agree",
+        f"ranks hold different saves of iteration {iteration} "
+        f"(save numbers {sorted(numbers)}); none of them on every rank",
+    )
 
 
 def _local_checkpoint(iteration: int, folders: list[FolderReport], rank_roots: dict[int, str]) -> CheckpointReport:
@@ -234,9 +253,13 @@ def _local_checkpoint(iteration: int, folders: list[FolderReport], rank_roots: d
     topology = next((f.topology for f in folders if f.committed and f.topology), None) if len(topos) == 1 else None
     complete = all(f.committed for f in folders)
     if len(combos) > 1 or len(topos) > 1:
-        problems.append(Problem(os.path.dirname(os.path.dirname(folders[0].path)), "ranks agree",
-                                f"ranks disagree on combination {sorted(combos)} or topology "
-                                f"{[dict(t) for t in sorted(topos)]}"))
+        problems.append(
+            Problem(
+                os.path.dirname(os.path.dirname(folders[0].path)),
+                "ranks agree",
+                f"ranks disagree on combination {sorted(combos)} or topology {[dict(t) for t in sorted(topos)]}",
+            )
+        )
     world = _world(topology)
     if world is not None:
         have = {f.rank for f in folders}
@@ -246,9 +269,13 @@ def _local_checkpoint(iteration: int, folders: list[FolderReport], rank_roots: d
             name = iter_name(iteration)
             top = os.path.dirname(os.path.dirname(os.path.dirname(folders[0].path)))  # of ROOT/local/rank_R/iter_N
             where = rank_roots.get(missing[0], rank_root(top, missing[0]))
-            problems.append(Problem(os.path.join(where, name), "present on every rank",
-                                    f"missing on rank{'s' if len(missing) > 1 else ''} "
-                                    f"{', '.join(map(str, missing))} of {world}"))
+            problems.append(
+                Problem(
+                    os.path.join(where, name),
+                    "present on every rank",
+                    f"missing on rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of {world}",
+                )
+            )
     elif complete:
         complete = False
     verified = all(f.verified for f in folders) and not any(p.check == "ranks agree" for p in problems)
@@ -270,8 +297,11 @@ def inspect(root: str) -> Inspection:
     found = commit.list_iterations(root)
     for iteration, path in found:
         f = inspect_folder(path, iteration)
-        checkpoints.append(CheckpointReport("global", iteration, f.combination, f.topology, f.committed,
-                                            f.verified, [f], list(f.problems)))
+        checkpoints.append(
+            CheckpointReport(
+                "global", iteration, f.combination, f.topology, f.committed, f.verified, [f], list(f.problems)
+            )
+        )
     if found:
         trackers.append(inspect_tracker(root, [it for it, _ in found]))
 
@@ -299,7 +329,8 @@ def inspect(root: str) -> Inspection:
         extra = f" ({len(staging)} leftover staging folder(s) of interrupted saves)" if staging else ""
         if fs.exists(os.path.join(root, MANIFEST)):
             extra += "; this looks like one checkpoint's own folder: give the folder that holds it"
-        raise CheckpointNotFound(f"{root}: no checkpoint found: no iter_NNNNNNN folder here or under "
-                                 f"local/rank_NNNNN/{extra}")
+        raise CheckpointNotFound(
+            f"{root}: no checkpoint found: no iter_NNNNNNN folder here or under local/rank_NNNNN/{extra}"
+        )
     checkpoints.sort(key=lambda c: (-c.iteration, c.layout != "global"))
     return Inspection(root, checkpoints, trackers, sorted(staging))

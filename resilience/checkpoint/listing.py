@@ -1,5 +1,6 @@
 """What the reference lists under a checkpoint root: every global and LOCAL checkpoint folder, complete
 (its manifest reads and every file it lists checks out) or with the problem. One process, no collective."""
+
 from __future__ import annotations
 
 import os

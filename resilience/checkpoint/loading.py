@@ -8,6 +8,7 @@ from there, so each byte is read from disk once (storage.held).
 LOCAL: each rank checks its own copies; the newest save every rank holds valid is read
 (vocab.on_every_rank). A failed check warns and falls back to the next older one, or raises when strict;
 a topology the combination cannot load on raises at once (an older checkpoint would not help)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,8 +60,9 @@ class FallbackLoad(Driver):
                 continue
             state.load_objects(objects)
             return LoadResult(iteration, path, "rng" in objects, warnings)
-        raise CheckpointNotFound(f"{root}: no loadable {self.combo} checkpoint"
-                                 + ("".join(f"\n  {w}" for w in warnings) if warnings else ""))
+        raise CheckpointNotFound(
+            f"{root}: no loadable {self.combo} checkpoint" + ("".join(f"\n  {w}" for w in warnings) if warnings else "")
+        )
 
     def _candidates(self, root: str, warnings: list[str]) -> tuple[list[tuple], tuple | None]:
         """(iteration, path, manifest or None, problem or None), newest first, and the tracker's problem
@@ -94,15 +96,15 @@ class FallbackLoad(Driver):
         if this_rank() == 0:
             log.warning(msg)
 
-    def _check_candidate(self, info: RankInfo, path: str, manifest: Manifest,
-                         held: HeldFiles | None = None) -> str | None:
+    def _check_candidate(
+        self, info: RankInfo, path: str, manifest: Manifest, held: HeldFiles | None = None
+    ) -> str | None:
         """None if every file checks out (each file hashed by one rank); else the first problem.
         A topology the combination cannot load on raises: an older checkpoint would not help. The
         files this rank hashed go into `held`, for its read."""
         saved = (manifest.combination.get("type"), manifest.combination.get("format"))
         if saved != (self.combo.type.value, self.combo.format.value):  # sync and async read each other
-            raise TopologyChangeRefused(
-                f"{path}: written as {manifest.combination}, cannot be read as {self.combo}")
+            raise TopologyChangeRefused(f"{path}: written as {manifest.combination}, cannot be read as {self.combo}")
         self.format.check_topology(Topology.from_dict(manifest.topology), info)
         if (wrong := model_problem(manifest.model, info)) is not None:
             raise TopologyChangeRefused(f"{path}: {wrong}")
@@ -115,14 +117,24 @@ class FallbackLoad(Driver):
                     if data is not None and held is not None:
                         held.hold(os.path.join(path, rel), data)
                 except Exception as e:  # every rank must reach the all_gather below, whatever failed
-                    problem = str(e) if isinstance(e, IntegrityError) else \
-                        str(IntegrityError(os.path.join(path, rel), "verify", describe(e)))
+                    problem = (
+                        str(e)
+                        if isinstance(e, IntegrityError)
+                        else str(IntegrityError(os.path.join(path, rel), "verify", describe(e)))
+                    )
                     break
         problems = [p for p in all_gather(problem) if p]
         return problems[0] if problems else None
 
-    def _read(self, info: RankInfo, state: TrainingState, path: str, manifest: Manifest, warnings,
-              held: HeldFiles | None = None) -> dict | None:
+    def _read(
+        self,
+        info: RankInfo,
+        state: TrainingState,
+        path: str,
+        manifest: Manifest,
+        warnings,
+        held: HeldFiles | None = None,
+    ) -> dict | None:
         saved_dtype = manifest.model.get("dtype", state.spec.dtype)
         records, convert = self._records_as_saved(state, saved_dtype)
         error: Exception | None = None
@@ -142,8 +154,13 @@ class FallbackLoad(Driver):
             return None
         convert()  # on every rank (it may gather rows), once every rank has read
         if saved_dtype != state.spec.dtype and this_rank() == 0:
-            log.info("%s: parameters saved in %s, loaded into %s exactly (from the fp32 %s)", path, saved_dtype,
-                     state.spec.dtype, "main parameters" if saved_dtype == "bf16" else "parameters")
+            log.info(
+                "%s: parameters saved in %s, loaded into %s exactly (from the fp32 %s)",
+                path,
+                saved_dtype,
+                state.spec.dtype,
+                "main parameters" if saved_dtype == "bf16" else "parameters",
+            )
         return objects
 
     def _records_as_saved(self, state: TrainingState, dtype: str):
@@ -212,8 +229,9 @@ class FallbackLoad(Driver):
             if objects is not None:
                 state.load_objects(objects)
                 return LoadResult(key[0], path, "rng" in objects, all_warnings)
-        raise CheckpointNotFound(f"{root}: no local checkpoint present and valid on every rank"
-                                 + "".join(f"\n  {w}" for w in all_warnings))
+        raise CheckpointNotFound(
+            f"{root}: no local checkpoint present and valid on every rank" + "".join(f"\n  {w}" for w in all_warnings)
+        )
 
 
 def readers(files: dict[str, dict], info: RankInfo, fmt) -> dict[str, int]:
@@ -251,5 +269,7 @@ def _served(held: HeldFiles | None) -> Iterator[None]:
 def _not_on_every_rank(newest: tuple[int, int], loading: tuple[int, int]) -> str:
     if newest[0] != loading[0]:
         return f"iteration {newest[0]} is not present and valid on every rank; loading iteration {loading[0]}"
-    return (f"the latest save of iteration {newest[0]} (save {newest[1]}) is not present and valid on every "
-            f"rank; loading the earlier save of iteration {loading[0]} (save {loading[1]}) that every rank holds")
+    return (
+        f"the latest save of iteration {newest[0]} (save {newest[1]}) is not present and valid on every "
+        f"rank; loading the earlier save of iteration {loading[0]} (save {loading[1]}) that every rank holds"
+    )

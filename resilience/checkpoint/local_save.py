@@ -6,6 +6,7 @@ load (which agrees across ranks) sets the count past every number on any rank, s
 never share one; before any load the count starts after this rank's own saves (none in a fresh run). A
 re-save keeps the copy it replaces: another rank may still hold only that one, and a load picks the
 newest (iteration, number) every rank holds (loading.FallbackLoad._load_local)."""
+
 from __future__ import annotations
 
 import os
@@ -38,12 +39,19 @@ class LocalSave(Driver):
         if error:
             storage.current().rmtree(staging)
             raise RankFailure({rank: error}, f"local save of iteration {state.iteration} failed")
-        manifest = Manifest(self.combo.to_dict(), state.topo.to_dict(), state.spec.to_dict(), state.iteration, files,
-                            {"rank": rank, "save": number})
+        manifest = Manifest(
+            self.combo.to_dict(),
+            state.topo.to_dict(),
+            state.spec.to_dict(),
+            state.iteration,
+            files,
+            {"rank": rank, "save": number},
+        )
         # Another rank may not have committed this iteration (no collective here), so the newest
         # checkpoint every rank has may be the previous one: retention keeps one more than asked.
-        commit.commit_folder(staging, folder, manifest, keep_last=self.keep_last + 1 if self.keep_last else None,
-                             keep_replaced=True)
+        commit.commit_folder(
+            staging, folder, manifest, keep_last=self.keep_last + 1 if self.keep_last else None, keep_replaced=True
+        )
 
 
 def save_numbers(folder: str, root: str) -> list[int]:

@@ -3,6 +3,7 @@
 Reading a checkpoint follows storage.contained's rule: only regular files, only inside the
 checkpoint folder (symlinks that leave it are refused). Every number read from a manifest is an
 integer in range, so a hostile one is an IntegrityError naming the file, never a crash."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ from ..vocab.versions import versions
 
 CHUNK = 8 << 20
 MAX_MANIFEST_BYTES = 256 << 20
-MAX_ITERATION = 10 ** 15
+MAX_ITERATION = 10**15
 MAX_SIZE = 1 << 62
 
 
@@ -38,8 +39,15 @@ def bounded_int(value, limit: int, path: str, what: str) -> int:
 def safe_relpath(rel: str, where: str) -> str:
     """A path read from a checkpoint file: relative, no '..', no absolute, no backslash tricks."""
     norm = os.path.normpath(rel)
-    if (not rel or os.path.isabs(rel) or norm.startswith("..") or "\\" in rel or "\x00" in rel
-            or norm != rel.rstrip("/") and norm != rel):
+    if (
+        not rel
+        or os.path.isabs(rel)
+        or norm.startswith("..")
+        or "\\" in rel
+        or "\x00" in rel
+        or norm != rel.rstrip("/")
+        and norm != rel
+    ):
         raise IntegrityError(where, "path safety", f"path {rel!r} escapes the checkpoint folder")
     return norm
 
@@ -72,9 +80,16 @@ class Manifest:
     created: float = field(default_factory=time.time)
 
     def body(self) -> dict:
-        return {"combination": self.combination, "topology": self.topology, "model": self.model,
-                "iteration": self.iteration, "files": dict(sorted(self.files.items())), "extra": self.extra,
-                "writer": self.writer, "created": self.created}
+        return {
+            "combination": self.combination,
+            "topology": self.topology,
+            "model": self.model,
+            "iteration": self.iteration,
+            "files": dict(sorted(self.files.items())),
+            "extra": self.extra,
+            "writer": self.writer,
+            "created": self.created,
+        }
 
     def to_json(self) -> str:
         return manifest_text(self.body())
@@ -113,8 +128,12 @@ class Manifest:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
             raise IntegrityError(path, "manifest parse", f"not a manifest ({type(e).__name__}: {e})") from None
         if type(version) is not int or version > FORMAT_VERSION:
-            raise IntegrityError(path, "manifest version", f"format_version {str(version)[:40]!r} is newer than "
-                                 f"{FORMAT_VERSION}; upgrade checkpoint-resilience to read it")
+            raise IntegrityError(
+                path,
+                "manifest version",
+                f"format_version {str(version)[:40]!r} is newer than "
+                f"{FORMAT_VERSION}; upgrade checkpoint-resilience to read it",
+            )
         try:
             digest = body_digest(body)
         except (ValueError, TypeError, RecursionError) as e:
@@ -122,15 +141,27 @@ class Manifest:
         if doc.get("digest") != digest:
             raise IntegrityError(path, "manifest checksum", "the manifest body does not match its digest")
         try:
-            files = {safe_relpath(k, path): {"size": bounded_int(v["size"], MAX_SIZE, path, f"the size of {k!r}"),
-                                             "xxh3_128": str(v["xxh3_128"])}
-                     for k, v in body["files"].items()}
+            files = {
+                safe_relpath(k, path): {
+                    "size": bounded_int(v["size"], MAX_SIZE, path, f"the size of {k!r}"),
+                    "xxh3_128": str(v["xxh3_128"]),
+                }
+                for k, v in body["files"].items()
+            }
             iteration = bounded_int(body["iteration"], MAX_ITERATION, path, "the iteration")
             # readers build these on every rank; a bad one must fail here, as an IntegrityError, not there
             Topology.from_dict(body["topology"])
             Combination.from_dict(body["combination"])
-            return cls(body["combination"], body["topology"], body["model"], iteration, files,
-                       body.get("extra", {}), body.get("writer", {}), body.get("created", 0.0))
+            return cls(
+                body["combination"],
+                body["topology"],
+                body["model"],
+                iteration,
+                files,
+                body.get("extra", {}),
+                body.get("writer", {}),
+                body.get("created", 0.0),
+            )
         except IntegrityError:
             raise
         except Exception as e:  # a hostile body: any failure to read it is this manifest's fault

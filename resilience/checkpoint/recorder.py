@@ -1,4 +1,5 @@
 """Collect (size, checksum) of every file a rank writes, from the streams themselves."""
+
 from __future__ import annotations
 
 import os

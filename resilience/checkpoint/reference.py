@@ -12,6 +12,7 @@ ReferenceBackend is the facade over one module per job:
     loading       the newest valid checkpoint, with fallback (global and LOCAL)
     listing       every checkpoint folder and its integrity (one process)
 with the commit order in commit.py and the shared write step in driver.py."""
+
 from __future__ import annotations
 
 import os
@@ -28,14 +29,18 @@ from .local_save import LocalSave
 def make_format(combo: Combination) -> Format:
     if combo.type is CheckpointType.LEGACY:
         from .formats.legacy import LegacyFormat
+
         return LegacyFormat()
     if combo.type is CheckpointType.LOCAL:
         from .formats.local import LocalFormat
+
         return LocalFormat()
     if combo.format is CkptFormat.TORCH_DIST:
         from .formats.torch_dist import TorchDistFormat
+
         return TorchDistFormat()
     from .formats.torch_dcp import TorchDcpFormat
+
     return TorchDcpFormat()
 
 

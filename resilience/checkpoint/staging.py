@@ -7,6 +7,7 @@ a tensor not copied yet is copied first, by whichever thread gets there first. T
 the copies of what it changes (the pipelined snapshot of CheckFreq, FAST '21). Objects are small and
 are copied at once. Buffers are reused from save to save: fresh memory costs a page fault per 4 KiB,
 several times the copy itself."""
+
 from __future__ import annotations
 
 import threading
@@ -42,8 +43,9 @@ class StagedCopy:
                 kept[r.key] = buf
                 self._by_storage.setdefault(storage_key(data), []).append(len(self._copies))
                 self._copies.append((data, buf))
-                self.records.append(ShardedTensor(r.key, buf, r.global_shape, r.global_offset, r.replica_id,
-                                                  r.logical_shape))
+                self.records.append(
+                    ShardedTensor(r.key, buf, r.global_shape, r.global_offset, r.replica_id, r.logical_shape)
+                )
             elif isinstance(r, ShardedObject):
                 v = r.value.clone() if isinstance(r.value, torch.Tensor) else r.value
                 self.records.append(ShardedObject(r.key, v, r.global_shape, r.global_offset, r.replica_id))
@@ -89,4 +91,3 @@ class StagedCopy:
         if self._failed is not None:  # a copy the training thread made failed: the snapshot is not whole
             raise RuntimeError(f"staging copy failed: {type(self._failed).__name__}: {self._failed}")
         return self.records
-

@@ -1,5 +1,6 @@
 """What a cluster validation run is: its plan, the torchrun environment of a rank, and the layout of the
 shared folder every node writes its evidence to."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,8 @@ class ClusterPlan:
     combos: tuple[str, ...] = tuple(str(c) for c in valid_combinations())
     kill: str = "each"
     kill_phase: str = "write"
-    kill_rank: int | None = None        # None: the last rank (on the last node)
-    tp: int | None = None               # None: 2 when the world is even, else 1
+    kill_rank: int | None = None  # None: the last rank (on the last node)
+    tp: int | None = None  # None: 2 when the world is even, else 1
     pp: int = 1
     model: dict = field(default_factory=lambda: ModelSpec(optimizer="distributed").to_dict())
     backend: str = "reference"
@@ -83,8 +84,11 @@ class ClusterPlan:
         """tp x pp x dp for `world` ranks; ConfigError when it does not divide or the model cannot split."""
         tp = self.tp if self.tp is not None else (2 if world % 2 == 0 else 1)
         if world % (tp * self.pp):
-            raise ConfigError("tp/pp", f"tp={tp} x pp={self.pp} does not divide the world size {world}",
-                              "choose tp and pp whose product divides nodes x processes per node")
+            raise ConfigError(
+                "tp/pp",
+                f"tp={tp} x pp={self.pp} does not divide the world size {world}",
+                "choose tp and pp whose product divides nodes x processes per node",
+            )
         topo = Topology(tp, self.pp, world // (tp * self.pp))
         self.spec.check_topology(topo)
         return topo
@@ -92,14 +96,16 @@ class ClusterPlan:
     def kill_target(self, world: int) -> int:
         rank = world - 1 if self.kill_rank is None else self.kill_rank
         if rank >= world:
-            raise ConfigError("kill_rank", f"rank {rank} is out of range for world size {world}",
-                              f"use 0..{world - 1}")
+            raise ConfigError("kill_rank", f"rank {rank} is out of range for world size {world}", f"use 0..{world - 1}")
         return rank
 
     def kill_record(self, world: int) -> dict:
         """The in-process fault: the target rank SIGKILLs itself as the save reaches the phase."""
-        return {"kind": "rank_crash", "target": {"rank": self.kill_target(world)},
-                "trigger": {"phase": self.kill_phase}}
+        return {
+            "kind": "rank_crash",
+            "target": {"rank": self.kill_target(world)},
+            "trigger": {"phase": self.kill_phase},
+        }
 
     def fuse_kills(self, world: int) -> tuple[list[dict], list[int]]:
         """The kills the file system carries out under io fuse, with the rank operation each is armed at:
@@ -108,8 +114,9 @@ class ClusterPlan:
         combination's folder and armed at its own number, so it never strikes another combination."""
         records, arms = [], []
         for combo in self.killed():
-            records.append({"kind": "rank_crash", "rank": self.kill_target(world), "at_byte": 256,
-                            "path": f"*/{slug(combo)}/*"})
+            records.append(
+                {"kind": "rank_crash", "rank": self.kill_target(world), "at_byte": 256, "path": f"*/{slug(combo)}/*"}
+            )
             arms.append(self.fuse_arm(combo))
         return records, arms
 
@@ -126,8 +133,11 @@ class ClusterPlan:
     def from_dict(cls, d: dict) -> ClusterPlan:
         d = dict(d)
         if d.get("version", PLAN_VERSION) > PLAN_VERSION:
-            raise ConfigError("plan.version", f"{d['version']} is newer than {PLAN_VERSION}",
-                              "validate with the same checkpoint-resilience version on every node")
+            raise ConfigError(
+                "plan.version",
+                f"{d['version']} is newer than {PLAN_VERSION}",
+                "validate with the same checkpoint-resilience version on every node",
+            )
         d["combos"] = tuple(d.get("combos", ()))
         return cls(**d)
 
@@ -141,7 +151,7 @@ class TorchrunEnv:
     local_rank: int
     local_world: int
     group_rank: int
-    restart_count: int     # this node's count: a node restarted for a membership change does not count it
+    restart_count: int  # this node's count: a node restarted for a membership change does not count it
     max_restarts: int
     run_id: str
 
@@ -149,8 +159,11 @@ class TorchrunEnv:
     def from_environ(cls, environ=os.environ) -> TorchrunEnv:
         missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in environ]
         if missing:
-            raise ConfigError("environment", f"{', '.join(missing)} not set: this runs under torchrun",
-                              "start it with torchrun (`resilience validate` prints the command lines)")
+            raise ConfigError(
+                "environment",
+                f"{', '.join(missing)} not set: this runs under torchrun",
+                "start it with torchrun (`resilience validate` prints the command lines)",
+            )
 
         def num(key: str, default: int) -> int:
             try:
@@ -159,9 +172,16 @@ class TorchrunEnv:
                 raise ConfigError(key, f"not an integer: {environ.get(key)!r}") from None
 
         world = num("WORLD_SIZE", 1)
-        return cls(num("RANK", 0), world, num("LOCAL_RANK", 0), num("LOCAL_WORLD_SIZE", world),
-                   num("GROUP_RANK", 0), num("TORCHELASTIC_RESTART_COUNT", 0), num("TORCHELASTIC_MAX_RESTARTS", 0),
-                   environ.get("TORCHELASTIC_RUN_ID", ""))
+        return cls(
+            num("RANK", 0),
+            world,
+            num("LOCAL_RANK", 0),
+            num("LOCAL_WORLD_SIZE", world),
+            num("GROUP_RANK", 0),
+            num("TORCHELASTIC_RESTART_COUNT", 0),
+            num("TORCHELASTIC_MAX_RESTARTS", 0),
+            environ.get("TORCHELASTIC_RUN_ID", ""),
+        )
 
 
 class Layout:

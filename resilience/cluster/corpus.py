@@ -8,6 +8,7 @@ then loads every checkpoint on every topology of the set and keeps what happened
 load: bit-exact, refused clearly, wrong (values, iteration or RNG differ), or failed (no refusal, no load).
 A load fails the verification when it is wrong or failed, or when it is refused although the seed's table
 says it loads and the baseline loaded it (newly refused)."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -51,9 +52,9 @@ class Entry:
     id: str
     combo: str
     topology: str
-    path: str                      # relative to the corpus folder
+    path: str  # relative to the corpus folder
     iteration: int
-    fingerprint: str               # topology-invariant state
+    fingerprint: str  # topology-invariant state
     rng: str | None
     keys: dict[str, str] = field(default_factory=dict)  # digest per key, to name what differs
 
@@ -70,9 +71,18 @@ class Corpus:
     created: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict:
-        return {"kind": CORPUS_KIND, "format_version": CORPUS_VERSION, "written_by": self.written_by,
-                "created": self.created, "model": self.model, "steps": self.steps, "topologies": self.topologies,
-                "backend": self.backend, "entries": [asdict(e) for e in self.entries], "baseline": self.baseline}
+        return {
+            "kind": CORPUS_KIND,
+            "format_version": CORPUS_VERSION,
+            "written_by": self.written_by,
+            "created": self.created,
+            "model": self.model,
+            "steps": self.steps,
+            "topologies": self.topologies,
+            "backend": self.backend,
+            "entries": [asdict(e) for e in self.entries],
+            "baseline": self.baseline,
+        }
 
     def write(self, folder: str) -> None:
         write_json(os.path.join(folder, CORPUS_FILE), self.to_dict())
@@ -89,12 +99,24 @@ class Corpus:
         if not isinstance(doc, dict) or doc.get("kind") != CORPUS_KIND:
             raise IntegrityError(path, "corpus kind", f"not a {CORPUS_KIND} file")
         if not isinstance(doc.get("format_version"), int) or doc["format_version"] > CORPUS_VERSION:
-            raise IntegrityError(path, "corpus version", f"format_version {doc.get('format_version')!r} is newer "
-                                 f"than {CORPUS_VERSION}; read it with a newer checkpoint-resilience")
+            raise IntegrityError(
+                path,
+                "corpus version",
+                f"format_version {doc.get('format_version')!r} is newer "
+                f"than {CORPUS_VERSION}; read it with a newer checkpoint-resilience",
+            )
         try:
             entries = [Entry(**e) for e in doc["entries"]]
-            return cls(dict(doc["written_by"]), dict(doc["model"]), int(doc["steps"]), list(doc["topologies"]),
-                       str(doc["backend"]), entries, dict(doc.get("baseline", {})), float(doc.get("created", 0.0)))
+            return cls(
+                dict(doc["written_by"]),
+                dict(doc["model"]),
+                int(doc["steps"]),
+                list(doc["topologies"]),
+                str(doc["backend"]),
+                entries,
+                dict(doc.get("baseline", {})),
+                float(doc.get("created", 0.0)),
+            )
         except (KeyError, TypeError, ValueError) as e:
             raise IntegrityError(path, "corpus fields", f"{type(e).__name__}: {e}") from None
 
@@ -116,6 +138,7 @@ def backend_versions(name: str) -> dict:
             version = None
     if version is None:
         from .. import __version__
+
         version = __version__
     return {"backend": full, "backend_version": str(version)}
 
@@ -125,8 +148,10 @@ def current_versions(backend: str) -> dict:
 
 
 def describe_versions(v: dict) -> str:
-    return (f"python {v.get('python', '?')}, torch {v.get('torch', '?')}, resilience {v.get('resilience', '?')}, "
-            f"backend {v.get('backend', '?')} {v.get('backend_version', '?')}")
+    return (
+        f"python {v.get('python', '?')}, torch {v.get('torch', '?')}, resilience {v.get('resilience', '?')}, "
+        f"backend {v.get('backend', '?')} {v.get('backend_version', '?')}"
+    )
 
 
 def version_pair(a: dict, b: dict) -> str:
@@ -137,8 +162,9 @@ def version_pair(a: dict, b: dict) -> str:
 
 
 # ---- rank functions (run_ranks) ---------------------------------------------------------------------------
-def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps: int, folder: str,
-                 backend: str) -> list[dict] | None:
+def _write_ranks(
+    ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps: int, folder: str, backend: str
+) -> list[dict] | None:
     from ..runner.adapters import make_backend
 
     groups = ParallelGroups(topo, ctx.rank)
@@ -151,13 +177,26 @@ def _write_ranks(ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps:
         rel = os.path.join(str(topo), slug(text))
         b.save(state, os.path.join(folder, rel))
         b.finalize()
-        out.append(asdict(Entry(f"{topo}/{slug(text)}", text, str(topo), rel, state.iteration,
-                                combine(digests, TOPOLOGY_BOUND_KEYS), digests.get("rng"), digests)))
+        out.append(
+            asdict(
+                Entry(
+                    f"{topo}/{slug(text)}",
+                    text,
+                    str(topo),
+                    rel,
+                    state.iteration,
+                    combine(digests, TOPOLOGY_BOUND_KEYS),
+                    digests.get("rng"),
+                    digests,
+                )
+            )
+        )
     return out if ctx.rank == 0 else None
 
 
-def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folder: str,
-                backend: str) -> list[dict] | None:
+def _load_ranks(
+    ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folder: str, backend: str
+) -> list[dict] | None:
     """Load each entry into a fresh state on `topo`; what happened, per entry (rank 0)."""
     from ..runner.adapters import make_backend
 
@@ -175,16 +214,32 @@ def _load_ranks(ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folde
             out.append({"status": "error", "error": f"{type(x).__name__}: {x}"})
             continue
         digests = fingerprint(state.sharded_state_dict())
-        out.append({"status": "loaded", "iteration": result.iteration, "rng_restored": result.rng_restored,
-                    "fingerprint": combine(digests, TOPOLOGY_BOUND_KEYS), "rng": digests.get("rng"),
-                    "keys": digests, "warnings": list(result.warnings)})
+        out.append(
+            {
+                "status": "loaded",
+                "iteration": result.iteration,
+                "rng_restored": result.rng_restored,
+                "fingerprint": combine(digests, TOPOLOGY_BOUND_KEYS),
+                "rng": digests.get("rng"),
+                "keys": digests,
+                "warnings": list(result.warnings),
+            }
+        )
     return out if ctx.rank == 0 else None
 
 
 # ---- writing ------------------------------------------------------------------------------------------------
-def write_corpus(folder: str, *, combos: list[str] | None = None, topologies: list[str] | None = None,
-                 steps: int = DEFAULT_STEPS, spec: ModelSpec | None = None, backend: str = "reference",
-                 timeout: float = 300.0, progress=None) -> VerifyReport:
+def write_corpus(
+    folder: str,
+    *,
+    combos: list[str] | None = None,
+    topologies: list[str] | None = None,
+    steps: int = DEFAULT_STEPS,
+    spec: ModelSpec | None = None,
+    backend: str = "reference",
+    timeout: float = 300.0,
+    progress=None,
+) -> VerifyReport:
     """Write the corpus into `folder` (empty or new); returns the baseline loads as a report."""
     from ..launch import run_ranks
     from ..report.folder import make_folder
@@ -240,13 +295,13 @@ class Check:
     combo: str
     saved_on: str
     load_on: str
-    promised: str            # "load" or "refuse": what the topology contract promises (checkers.promised)
-    outcome: str             # bit-exact / refused clearly / wrong / failed
+    promised: str  # "load" or "refuse": what the topology contract promises (checkers.promised)
+    outcome: str  # bit-exact / refused clearly / wrong / failed
     ok: bool
     detail: str = ""
     rng_restored: bool = False
-    note: str = ""           # a deviation that does not fail the verification
-    cause: str = ""          # why a load that fails the verification went wrong, in a word (report.causes)
+    note: str = ""  # a deviation that does not fail the verification
+    cause: str = ""  # why a load that fails the verification went wrong, in a word (report.causes)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -272,14 +327,28 @@ class VerifyReport:
         return out
 
     def to_dict(self) -> dict:
-        return {"kind": "resilience-corpus-verification", "format_version": 1, "folder": self.folder,
-                "written_by": self.written_by, "read_by": self.read_by,
-                "versions": version_pair(self.written_by, self.read_by), "ok": self.ok, "counts": self.counts(),
-                "seconds": round(self.seconds, 3), "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "kind": "resilience-corpus-verification",
+            "format_version": 1,
+            "folder": self.folder,
+            "written_by": self.written_by,
+            "read_by": self.read_by,
+            "versions": version_pair(self.written_by, self.read_by),
+            "ok": self.ok,
+            "counts": self.counts(),
+            "seconds": round(self.seconds, 3),
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
 
-def verify_corpus(folder: str, *, topologies: list[str] | None = None, backend: str | None = None,
-                  timeout: float = 300.0, progress=None) -> VerifyReport:
+def verify_corpus(
+    folder: str,
+    *,
+    topologies: list[str] | None = None,
+    backend: str | None = None,
+    timeout: float = 300.0,
+    progress=None,
+) -> VerifyReport:
     """Load every checkpoint of the corpus on its own and on every other topology (the corpus's, plus
     `topologies`), under the versions installed now."""
     folder = os.path.abspath(folder)
@@ -291,8 +360,7 @@ def verify_corpus(folder: str, *, topologies: list[str] | None = None, backend: 
     return _verify(corpus, folder, topos, backend or corpus.backend, timeout, progress)
 
 
-def _verify(corpus: Corpus, folder: str, topos: list[Topology], backend: str, timeout: float,
-            progress) -> VerifyReport:
+def _verify(corpus: Corpus, folder: str, topos: list[Topology], backend: str, timeout: float, progress) -> VerifyReport:
     from ..launch import run_ranks
 
     start = time.monotonic()
@@ -301,14 +369,16 @@ def _verify(corpus: Corpus, folder: str, topos: list[Topology], backend: str, ti
     checks = []
     for target in topos:
         try:
-            results = run_ranks(_load_ranks, target.world, args=(spec, target, entries, folder, backend),
-                                timeout=timeout)[0]
+            results = run_ranks(
+                _load_ranks, target.world, args=(spec, target, entries, folder, backend), timeout=timeout
+            )[0]
         except RankFailure:  # a crash on one checkpoint: load each on its own so the others still count
             results = []
             for e in entries:
                 try:
-                    results += run_ranks(_load_ranks, target.world, args=(spec, target, [e], folder, backend),
-                                         timeout=timeout)[0]
+                    results += run_ranks(
+                        _load_ranks, target.world, args=(spec, target, [e], folder, backend), timeout=timeout
+                    )[0]
                 except RankFailure as x:
                     first = next(iter(x.failures.values()), str(x)).strip().splitlines()
                     results.append({"status": "crash", "error": f"a rank failed: {first[0] if first else x}"})
@@ -322,8 +392,16 @@ def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
     saved = Topology.parse(e.topology)
     promised = promise_of(Combination.parse(e.combo), Transition(saved, target)) != REFUSE
     base = corpus.baseline.get(e.id, {}).get(str(target))
-    check = Check(e.id, e.combo, e.topology, str(target), "load" if promised else "refuse", FAILED, False,
-                  rng_restored=bool(r.get("rng_restored")))
+    check = Check(
+        e.id,
+        e.combo,
+        e.topology,
+        str(target),
+        "load" if promised else "refuse",
+        FAILED,
+        False,
+        rng_restored=bool(r.get("rng_restored")),
+    )
     if r["status"] == "refused":
         check.outcome, check.detail = REFUSED_CLEARLY, r["error"]
         if not promised:
@@ -343,8 +421,10 @@ def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
     if r["fingerprint"] != e.fingerprint:
         causes.append("value")
         keys = differences(e.keys, r["keys"], TOPOLOGY_BOUND_KEYS) if e.keys else []
-        problems.append(f"values differ from the corpus in {len(keys) or 'some'} keys"
-                        + (f": {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}" if keys else ""))
+        problems.append(
+            f"values differ from the corpus in {len(keys) or 'some'} keys"
+            + (f": {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}" if keys else "")
+        )
     same_rng_layout = (saved.tp, saved.pp) == (target.tp, target.pp)
     if r["rng_restored"] and not same_rng_layout:
         problems.append(f"RNG reported restored across {saved}->{target}, where it cannot be exact")
@@ -366,10 +446,13 @@ def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
 
 def render(report: VerifyReport, *, title: str = "corpus") -> str:
     """The table a person reads."""
-    lines = [f"{title} {report.folder}",
-             f"  written by {describe_versions(report.written_by)}",
-             f"  read by    {describe_versions(report.read_by)}",
-             f"  ({version_pair(report.written_by, report.read_by)})", ""]
+    lines = [
+        f"{title} {report.folder}",
+        f"  written by {describe_versions(report.written_by)}",
+        f"  read by    {describe_versions(report.read_by)}",
+        f"  ({version_pair(report.written_by, report.read_by)})",
+        "",
+    ]
     w_id = max([len(c.entry) for c in report.checks] + [10])
     lines.append(f"  {'checkpoint':<{w_id}}  {'load on':<10}  {'promised':<8}  result")
     for c in report.checks:
@@ -380,10 +463,16 @@ def render(report: VerifyReport, *, title: str = "corpus") -> str:
         note = f" [{c.note[:160]}]" if c.note else ""
         lines.append(f"  {c.entry:<{w_id}}  {c.load_on:<10}  {c.promised:<8}  {what}{cause}{detail}{note}{mark}")
     counts = report.counts()
-    lines += ["", f"{len(report.checks)} loads: " + ", ".join(f"{v} {k}" for k, v in counts.items())
-              + f" ({report.seconds:.1f} s)"]
+    lines += [
+        "",
+        f"{len(report.checks)} loads: "
+        + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + f" ({report.seconds:.1f} s)",
+    ]
     if not report.ok:
         bad = [c for c in report.checks if not c.ok]
-        lines.append(f"FAIL: {len(bad)} loads wrong, failed or newly refused under "
-                     f"{version_pair(report.written_by, report.read_by)}")
+        lines.append(
+            f"FAIL: {len(bad)} loads wrong, failed or newly refused under "
+            f"{version_pair(report.written_by, report.read_by)}"
+        )
     return "\n".join(lines)

@@ -2,6 +2,7 @@
 attempt (which ranks ran where, with which pids), the restarts, each kill (which rank on which node, when,
 where in the save), and per combination the attempt that saved it, the one that resumed it and, for a load
 that was wrong, why, in one word on the same line. Read from the shared folder (rank 0, at the end)."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,12 @@ def firings_of(layout: Layout, combo: str) -> list[dict]:
     """The kills that fired in `combo`: in process (per rank), or by a node's file system (limited to the
     combination's folder)."""
     out = [f for path in layout.fault_files(combo) for f in read_firings(path)]
-    out += [f for path in layout.fuse_firing_files() for f in read_firings(path)
-            if f"/{slug(combo)}/" in str(f.get("path", ""))]
+    out += [
+        f
+        for path in layout.fuse_firing_files()
+        for f in read_firings(path)
+        if f"/{slug(combo)}/" in str(f.get("path", ""))
+    ]
     return out
 
 
@@ -39,12 +44,21 @@ def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[dict]) -> dict:
         nodes: dict[int, dict] = {}
         for r in a.get("ranks", []):
             where[(a["attempt"], r["rank"])] = r
-            n = nodes.setdefault(r["group_rank"], {"node": r["group_rank"], "host": r["host"], "ranks": [],
-                                                   "pids": [], "restart_count": r["restart_count"]})
+            n = nodes.setdefault(
+                r["group_rank"],
+                {
+                    "node": r["group_rank"],
+                    "host": r["host"],
+                    "ranks": [],
+                    "pids": [],
+                    "restart_count": r["restart_count"],
+                },
+            )
             n["ranks"].append(r["rank"])
             n["pids"].append(r["pid"])
-        out_attempts.append({"attempt": a["attempt"], "at": round(a["time"] - start, 3),
-                             "nodes": [nodes[k] for k in sorted(nodes)]})
+        out_attempts.append(
+            {"attempt": a["attempt"], "at": round(a["time"] - start, 3), "nodes": [nodes[k] for k in sorted(nodes)]}
+        )
     first = out_attempts[0]["nodes"] if out_attempts else []
     kills, combos = [], []
     by_combo = {r["combo"]: r for r in rows}
@@ -54,16 +68,42 @@ def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[dict]) -> dict:
             attempt = st.get("save_started")
             rank = f.get("rank")
             seat = where.get((attempt, rank), {})
-            kills.append({"combo": combo, "attempt": attempt, "rank": rank, "node": seat.get("group_rank"),
-                          "host": seat.get("host"), "pid": f.get("pid"),
-                          "at": round(float(f["time"]) - start, 3) if f.get("time") else None,
-                          "where": where_killed(f)})
+            kills.append(
+                {
+                    "combo": combo,
+                    "attempt": attempt,
+                    "rank": rank,
+                    "node": seat.get("group_rank"),
+                    "host": seat.get("host"),
+                    "pid": f.get("pid"),
+                    "at": round(float(f["time"]) - start, 3) if f.get("time") else None,
+                    "where": where_killed(f),
+                }
+            )
         row = by_combo.get(combo, {})
         cause, why = row_cause(row)
-        combos.append({"combo": combo, "saved_on": st.get("save_started"), "resumed_on": st.get("resume_started"),
-                       "kill": "fired" if any(k["combo"] == combo for k in kills)
-                       else "armed, never fired" if st.get("kill_armed") else "none",
-                       "verdict": row.get("verdict", "?"), "cause": cause, "why": why or row.get("detail", "")})
-    return {"run_id": recorded.get("run_id"), "world": recorded.get("world"), "topology": recorded.get("topology"),
-            "nodes": [{"node": n["node"], "host": n["host"], "ranks": n["ranks"]} for n in first],
-            "attempts": out_attempts, "restarts": max(0, len(out_attempts) - 1), "kills": kills, "combos": combos}
+        combos.append(
+            {
+                "combo": combo,
+                "saved_on": st.get("save_started"),
+                "resumed_on": st.get("resume_started"),
+                "kill": "fired"
+                if any(k["combo"] == combo for k in kills)
+                else "armed, never fired"
+                if st.get("kill_armed")
+                else "none",
+                "verdict": row.get("verdict", "?"),
+                "cause": cause,
+                "why": why or row.get("detail", ""),
+            }
+        )
+    return {
+        "run_id": recorded.get("run_id"),
+        "world": recorded.get("world"),
+        "topology": recorded.get("topology"),
+        "nodes": [{"node": n["node"], "host": n["host"], "ranks": n["ranks"]} for n in first],
+        "attempts": out_attempts,
+        "restarts": max(0, len(out_attempts) - 1),
+        "kills": kills,
+        "combos": combos,
+    }

@@ -3,6 +3,7 @@
 Every node runs the same line but for --node-rank; the node named in --rdzv-endpoint serves the c10d
 rendezvous. (With c10d torchrun assigns node ranks itself and only warns about --node-rank; it is printed
 so each line says which node it is for, and so the lines still work with the static backend.)"""
+
 from __future__ import annotations
 
 import json
@@ -50,10 +51,20 @@ def new_run_id() -> str:
     return f"resilience-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def torchrun_commands(plan: ClusterPlan, *, shared: str, nnodes: int, nproc_per_node: int, rdzv_endpoint: str,
-                      rdzv_id: str, max_restarts: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      torchrun: list[str] | None = None, logs: bool = True,
-                      one_machine: bool = False) -> list[NodeCommand]:
+def torchrun_commands(
+    plan: ClusterPlan,
+    *,
+    shared: str,
+    nnodes: int,
+    nproc_per_node: int,
+    rdzv_endpoint: str,
+    rdzv_id: str,
+    max_restarts: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    torchrun: list[str] | None = None,
+    logs: bool = True,
+    one_machine: bool = False,
+) -> list[NodeCommand]:
     """One command per node. max_restarts defaults to what the plan needs (one per planned kill). Under io
     fuse each node's torchrun runs under the file system's node wrapper, all mounted at the same path
     (rank 0 may hand every rank a path it made); `one_machine` (every node agent on this machine, as
@@ -66,15 +77,30 @@ def torchrun_commands(plan: ClusterPlan, *, shared: str, nnodes: int, nproc_per_
     plan.kill_target(nnodes * nproc_per_node)
     restarts = plan.restarts_needed() if max_restarts is None else max_restarts
     if restarts < plan.restarts_needed():
-        raise ConfigError("max_restarts", f"{restarts} is fewer than the {plan.restarts_needed()} planned kills",
-                          f"use --max-restarts {plan.restarts_needed()} or --kill last")
+        raise ConfigError(
+            "max_restarts",
+            f"{restarts} is fewer than the {plan.restarts_needed()} planned kills",
+            f"use --max-restarts {plan.restarts_needed()} or --kill last",
+        )
     shared = os.path.abspath(shared)
     out = []
     for node in range(nnodes):
         argv = list(torchrun or ["torchrun"]) + [
-            "--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node), "--node-rank", str(node),
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv_endpoint, "--rdzv-id", rdzv_id,
-            "--max-restarts", str(restarts)]
+            "--nnodes",
+            str(nnodes),
+            "--nproc-per-node",
+            str(nproc_per_node),
+            "--node-rank",
+            str(node),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            rdzv_endpoint,
+            "--rdzv-id",
+            rdzv_id,
+            "--max-restarts",
+            str(restarts),
+        ]
         if logs:
             argv += ["--log-dir", os.path.join(shared, "logs", f"node{node}"), "--tee", "3"]
         argv += ["-m", "resilience.cluster.worker", "--shared", shared]
@@ -86,20 +112,40 @@ def torchrun_commands(plan: ClusterPlan, *, shared: str, nnodes: int, nproc_per_
             argv = fuse_wrapped(argv, plan, Layout(shared), node, nnodes * nproc_per_node, torchrun)
         elif plan.io == "fuse":
             from ..fusefs.node import MOUNT_ENV
+
             env[MOUNT_ENV] = Layout(shared).mount()
         out.append(NodeCommand(node, argv, env))
     return out
 
 
-def fuse_wrapped(argv: list[str], plan: ClusterPlan, layout: Layout, node: int, world: int,
-                 torchrun: list[str] | None) -> list[str]:
+def fuse_wrapped(
+    argv: list[str], plan: ClusterPlan, layout: Layout, node: int, world: int, torchrun: list[str] | None
+) -> list[str]:
     """The node's torchrun line run under resilience.fusefs.node: the fault-injecting file system mounted
     over the shared checkpoint folder at this node's mount point for as long as torchrun runs."""
     records, arms = plan.fuse_kills(world)
     python = torchrun[:1] if torchrun else ["python"]  # this_python_torchrun starts with this interpreter
-    return python + ["-m", "resilience.fusefs.node", "--backing", layout.path("ckpt"), "--mountpoint",
-                     layout.mount(), "--log", layout.fuse_log(node), "--report", layout.fuse_firings(node),
-                     "--faults", json.dumps(records), "--arm-at", json.dumps(arms), "--"] + argv
+    return (
+        python
+        + [
+            "-m",
+            "resilience.fusefs.node",
+            "--backing",
+            layout.path("ckpt"),
+            "--mountpoint",
+            layout.mount(),
+            "--log",
+            layout.fuse_log(node),
+            "--report",
+            layout.fuse_firings(node),
+            "--faults",
+            json.dumps(records),
+            "--arm-at",
+            json.dumps(arms),
+            "--",
+        ]
+        + argv
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -120,8 +166,9 @@ class LocalOutcome:
         return not self.timed_out and all(c == 0 for c in self.exit_codes)
 
 
-def run_local(commands: list[NodeCommand], *, timeout: float, log_dir: str, tmp_dir: str | None = None,
-              on_start=None) -> LocalOutcome:
+def run_local(
+    commands: list[NodeCommand], *, timeout: float, log_dir: str, tmp_dir: str | None = None, on_start=None
+) -> LocalOutcome:
     """Run every node's command on this machine at once; each agent's output goes to log_dir/node{i}.log.
     Bounded by `timeout`; afterwards no agent or worker of ours is left running."""
     os.makedirs(log_dir, exist_ok=True)
@@ -137,9 +184,16 @@ def run_local(commands: list[NodeCommand], *, timeout: float, log_dir: str, tmp_
         for c, path in zip(commands, logs):
             with open(path, "wb") as log:
                 # the agent dies with us, even SIGKILLed (it runs in a session of its own)
-                procs.append(subprocess.Popen(argv_dying_with_parent(c.argv), env={**env, **c.env}, stdout=log,
-                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        argv_dying_with_parent(c.argv),
+                        env={**env, **c.env},
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
         if on_start is not None:
             on_start(procs)
         for p in procs:

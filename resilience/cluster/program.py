@@ -7,6 +7,7 @@ checkpoint, check it against what was saved and against training that never stop
 again). A kill ends the attempt; torchrun restarts the group (--max-restarts) and the next attempt carries
 on from what the shared folder records. No phase runs twice: one cut short by something other than the
 planned kill is judged UNKNOWN."""
+
 from __future__ import annotations
 
 import contextlib
@@ -59,6 +60,7 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
     log = EventLog(layout.history(env.rank), attempt, env.rank)
     if plan.io == "fuse":  # this process and its writers are this rank's, for the file system of this node
         from ..fusefs import tell
+
         tell(fuse_mount(), "rank", env.rank)
     try:
         for combo in decision["save"]:
@@ -76,8 +78,7 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
 
 
 # ---- coordinator: what this attempt does --------------------------------------------------------------
-def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, everyone: list,
-            command: str) -> dict:
+def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, everyone: list, command: str) -> dict:
     try:
         topo = plan.topology(env.world)
         plan.kill_record(env.world)
@@ -86,12 +87,26 @@ def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, e
     layout.make()
     recorded = read_json(layout.plan)
     if recorded is None:
-        write_json(layout.plan, {"plan": plan.to_dict(), "run_id": env.run_id, "world": env.world,
-                                 "topology": topo.to_dict(), "started": time.time(), "command": command})
-    elif recorded.get("plan") != plan.to_dict() or recorded.get("world") != env.world \
-            or recorded.get("run_id") != env.run_id:
-        return {"error": f"{layout.root} holds another validation run (run id {recorded.get('run_id')!r}, "
-                         f"world {recorded.get('world')}); give each run an empty shared folder"}
+        write_json(
+            layout.plan,
+            {
+                "plan": plan.to_dict(),
+                "run_id": env.run_id,
+                "world": env.world,
+                "topology": topo.to_dict(),
+                "started": time.time(),
+                "command": command,
+            },
+        )
+    elif (
+        recorded.get("plan") != plan.to_dict()
+        or recorded.get("world") != env.world
+        or recorded.get("run_id") != env.run_id
+    ):
+        return {
+            "error": f"{layout.root} holds another validation run (run id {recorded.get('run_id')!r}, "
+            f"world {recorded.get('world')}); give each run an empty shared folder"
+        }
     _append_attempt(layout, attempt, everyone)
     save = []
     for combo in plan.combos:
@@ -105,11 +120,16 @@ def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, e
     kills = [c for c in save if c in plan.killed()]
     left = env.max_restarts - attempt
     if len(kills) > left:
-        return {"error": f"{len(kills)} planned kills still to come but only {left} torchrun restarts left "
-                         f"(attempt {attempt}, --max-restarts {env.max_restarts}); run torchrun with "
-                         f"--max-restarts {attempt + len(kills)} or more"}
-    print(f"[attempt {attempt}] world {env.world} as {topo}; to save: {', '.join(save) or 'nothing'}; "
-          f"kill armed in: {', '.join(kills) or 'none'}", flush=True)
+        return {
+            "error": f"{len(kills)} planned kills still to come but only {left} torchrun restarts left "
+            f"(attempt {attempt}, --max-restarts {env.max_restarts}); run torchrun with "
+            f"--max-restarts {attempt + len(kills)} or more"
+        }
+    print(
+        f"[attempt {attempt}] world {env.world} as {topo}; to save: {', '.join(save) or 'nothing'}; "
+        f"kill armed in: {', '.join(kills) or 'none'}",
+        flush=True,
+    )
     return {"topology": topo.to_dict(), "save": save, "kill": kills}
 
 
@@ -125,15 +145,23 @@ def _resumable(plan: ClusterPlan, layout: Layout) -> list[str]:
 def _append_attempt(layout: Layout, attempt: int, everyone: list) -> None:
     path = layout.path("attempts.json")
     attempts = read_json(path, [])
-    attempts.append({"attempt": attempt, "time": time.time(),
-                     "ranks": [{"rank": r, "restart_count": c, "group_rank": g, "host": h, "pid": p}
-                               for r, c, g, h, p in everyone]})
+    attempts.append(
+        {
+            "attempt": attempt,
+            "time": time.time(),
+            "ranks": [
+                {"rank": r, "restart_count": c, "group_rank": g, "host": h, "pid": p} for r, c, g, h, p in everyone
+            ],
+        }
+    )
     write_json(path, attempts)
 
 
 def _interrupted(plan: ClusterPlan, layout: Layout, combo: str, st: dict, attempt: int, command: str) -> None:
-    why = (f"the resume phase started on attempt {st['resume_started']} was cut short by a failure other "
-           f"than the planned kill (see the node logs); a phase never runs twice")
+    why = (
+        f"the resume phase started on attempt {st['resume_started']} was cut short by a failure other "
+        f"than the planned kill (see the node logs); a phase never runs twice"
+    )
     v = Verdict("run", UNKNOWN, why)
     write_json(layout.result(combo), row_of(plan, layout, combo, UNKNOWN, why, [v], 0.0, command))
 
@@ -156,40 +184,59 @@ def checkpoint_root(plan: ClusterPlan, layout: Layout, env: TorchrunEnv, combo: 
 def fuse_mount() -> str:
     """This node's mount point, from resilience.fusefs.node, which runs the node's torchrun."""
     from ..fusefs.node import MOUNT_ENV
+
     mount = os.environ.get(MOUNT_ENV)
     if not mount:
-        raise ConfigError("io", f"--io fuse, but {MOUNT_ENV} is not set",
-                          "run each node's torchrun under python -m resilience.fusefs.node, as "
-                          "`resilience validate` prints it")
+        raise ConfigError(
+            "io",
+            f"--io fuse, but {MOUNT_ENV} is not set",
+            "run each node's torchrun under python -m resilience.fusefs.node, as `resilience validate` prints it",
+        )
     return mount
 
 
-
-def _save_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topology, groups, log: EventLog,
-                attempt: int, combo_text: str, armed: bool) -> None:
+def _save_phase(
+    env: TorchrunEnv,
+    plan: ClusterPlan,
+    layout: Layout,
+    topo: Topology,
+    groups,
+    log: EventLog,
+    attempt: int,
+    combo_text: str,
+    armed: bool,
+) -> None:
     from ..faults import inject
 
     lead = env.rank == 0
     combo = Combination.parse(combo_text)
     root = checkpoint_root(plan, layout, env, combo_text)
     if lead:
-        _mark(layout, combo_text, save_started=attempt, kill_armed=armed, topology=str(topo),
-              host=platform.node())
+        _mark(layout, combo_text, save_started=attempt, kill_armed=armed, topology=str(topo), host=platform.node())
     dist.barrier()
     backend = make_backend(plan.backend, combo)
     state = TrainingState(plan.spec, topo, env.rank, groups)
     for i, steps in enumerate(TRAIN_BEFORE):
         state.train(steps)
         fp, rng = digests_of(state)
-        log.invoke("save", combo=combo_text, iteration=state.iteration,
-                   **({"fingerprint": fp, "rng": rng} if lead else {}))
+        log.invoke(
+            "save", combo=combo_text, iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {})
+        )
         last = i == len(TRAIN_BEFORE) - 1
         if last and armed and plan.io == "fuse":  # the node's file system kills at a byte of this save
             from ..fusefs import tell
+
             tell(fuse_mount(), "arm", plan.fuse_arm(combo_text))
-        faults = inject([plan.kill_record(env.world)], rank=env.rank, world=env.world,
-                        report=layout.faults(combo_text, env.rank)) \
-            if last and armed and plan.io == "seam" else contextlib.nullcontext()
+        faults = (
+            inject(
+                [plan.kill_record(env.world)],
+                rank=env.rank,
+                world=env.world,
+                report=layout.faults(combo_text, env.rank),
+            )
+            if last and armed and plan.io == "seam"
+            else contextlib.nullcontext()
+        )
         with faults:
             backend.save(state, root)
             if combo.is_async:
@@ -198,14 +245,25 @@ def _save_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topol
         log.ok("save", combo=combo_text, iteration=state.iteration)
     if lead:
         _mark(layout, combo_text, save_done=attempt)
-        print(f"[attempt {attempt}] {combo_text}: saved iterations "
-              f"{[sum(TRAIN_BEFORE[:k + 1]) for k in range(len(TRAIN_BEFORE))]}"
-              + ("; the planned kill never fired" if armed else ""), flush=True)
+        print(
+            f"[attempt {attempt}] {combo_text}: saved iterations "
+            f"{[sum(TRAIN_BEFORE[: k + 1]) for k in range(len(TRAIN_BEFORE))]}"
+            + ("; the planned kill never fired" if armed else ""),
+            flush=True,
+        )
     dist.barrier()
 
 
-def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Topology, groups, log: EventLog,
-                  attempt: int, combo_text: str) -> None:
+def _resume_phase(
+    env: TorchrunEnv,
+    plan: ClusterPlan,
+    layout: Layout,
+    topo: Topology,
+    groups,
+    log: EventLog,
+    attempt: int,
+    combo_text: str,
+) -> None:
     lead = env.rank == 0
     combo = Combination.parse(combo_text)
     root = checkpoint_root(plan, layout, env, combo_text)
@@ -221,23 +279,41 @@ def _resume_phase(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, topo: Top
     try:
         result = backend.load(state, root)
     except Exception as e:  # any failure is a failed load to judge; the ranks agree below whether to go on
-        log.fail("load", combo=combo_text, topology=str(topo), refused=isinstance(e, TopologyChangeRefused),
-                 error=f"{type(e).__name__}: {e}")
+        log.fail(
+            "load",
+            combo=combo_text,
+            topology=str(topo),
+            refused=isinstance(e, TopologyChangeRefused),
+            error=f"{type(e).__name__}: {e}",
+        )
         result = None
     if not all_agree(result is not None):
         result = None
     after = None
     if result is not None:
         fp, rng = digests_of(state)
-        log.ok("load", combo=combo_text, topology=str(topo), iteration=result.iteration,
-               path=os.path.relpath(result.path, root), rng_restored=result.rng_restored, warnings=result.warnings,
-               **({"fingerprint": fp, "rng": rng} if lead else {}))
+        log.ok(
+            "load",
+            combo=combo_text,
+            topology=str(topo),
+            iteration=result.iteration,
+            path=os.path.relpath(result.path, root),
+            rng_restored=result.rng_restored,
+            warnings=result.warnings,
+            **({"fingerprint": fp, "rng": rng} if lead else {}),
+        )
         state.train(CONTINUE_STEPS)
         fp, rng = digests_of(state)
-        log.ok("continue", combo=combo_text, steps=CONTINUE_STEPS, iteration=state.iteration,
-               **({"fingerprint": fp} if lead else {}))
-        log.invoke("save", combo=combo_text, iteration=state.iteration,
-                   **({"fingerprint": fp, "rng": rng} if lead else {}))
+        log.ok(
+            "continue",
+            combo=combo_text,
+            steps=CONTINUE_STEPS,
+            iteration=state.iteration,
+            **({"fingerprint": fp} if lead else {}),
+        )
+        log.invoke(
+            "save", combo=combo_text, iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {})
+        )
         backend.save(state, root)
         backend.finalize()
         log.ok("save", combo=combo_text, iteration=state.iteration)

@@ -1,5 +1,6 @@
 """Judging a cluster validation: per combination, from rank 0's history on the shared folder, the fault
 firings and the disk; then the summary of the whole run (rank 0, last attempt)."""
+
 from __future__ import annotations
 
 import os
@@ -54,17 +55,33 @@ def newest_valid(backend, root: str, combo: Combination) -> int | None:
 
 def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, firings: list[dict]) -> Evidence:
     # every rank's history: a save is acknowledged only once it returned on every rank
-    events = sorted((e for r in range(topo.world) for e in read_events(layout.history(r))
-                     if e.value.get("combo") == combo), key=lambda e: (e.job, e.time))
-    ev = evidence_from(events, combo=Combination.parse(combo), save_topology=topo,
-                       never_stopped=NeverStopped(plan.spec), topology=str(topo))
+    events = sorted(
+        (e for r in range(topo.world) for e in read_events(layout.history(r)) if e.value.get("combo") == combo),
+        key=lambda e: (e.job, e.time),
+    )
+    ev = evidence_from(
+        events,
+        combo=Combination.parse(combo),
+        save_topology=topo,
+        never_stopped=NeverStopped(plan.spec),
+        topology=str(topo),
+    )
     ev.crashes = [{"job": f.get("attempt"), "index": 0, "signals": {f.get("rank"): 9}} for f in firings]
     ev.faults_fired = [dict(f, job=f.get("attempt")) for f in firings]
     return ev
 
 
-def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt: int, newest: int | None,
-          after: int | None, seconds: float, command: str = "") -> dict:
+def judge(
+    plan: ClusterPlan,
+    layout: Layout,
+    combo: str,
+    topo: Topology,
+    attempt: int,
+    newest: int | None,
+    after: int | None,
+    seconds: float,
+    command: str = "",
+) -> dict:
     """The result row of one combination, after its resume phase (rank 0)."""
     st = read_json(layout.state(combo), {})
     firings = firings_of(layout, combo)
@@ -77,12 +94,12 @@ def judge(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, attempt
     verdicts.append(_newest_verdict(load, newest, after))
     verdicts.append(run_checker(SaveOutcomes(), ev))  # last: rows keep the order readers index them by
     status = worst(v.status for v in verdicts)
-    return row_of(plan, layout, combo, status, _detail(status, verdicts, load, newest, st, firings), verdicts,
-                  seconds, command)
+    return row_of(
+        plan, layout, combo, status, _detail(status, verdicts, load, newest, st, firings), verdicts, seconds, command
+    )
 
 
-def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict], attempt: int,
-                     world: int) -> Verdict:
+def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict], attempt: int, world: int) -> Verdict:
     name = "kill_and_restart"
     saved_on = st.get("save_started")
     if firings:
@@ -90,20 +107,40 @@ def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict
         where = f.get("phase") or f.get("op") or "?"
         if attempt <= (saved_on or 0):
             return Verdict(name, FAIL, f"resumed on attempt {attempt}, not after the kill of attempt {saved_on}")
-        how = (f"rank {f.get('rank')} (its process pid {f.get('pid')}) was SIGKILLed at {_where(f)}"
-               if f.get("via") == "fuse" else f"rank {f.get('rank')} SIGKILLed itself at phase {where}")
-        return Verdict(name, PASS, f"{how} of the save of iteration {sum(TRAIN_BEFORE)} on attempt {saved_on}; "
-                                   f"torchrun restarted the group and attempt {attempt} resumed", firings[:1])
+        how = (
+            f"rank {f.get('rank')} (its process pid {f.get('pid')}) was SIGKILLed at {_where(f)}"
+            if f.get("via") == "fuse"
+            else f"rank {f.get('rank')} SIGKILLed itself at phase {where}"
+        )
+        return Verdict(
+            name,
+            PASS,
+            f"{how} of the save of iteration {sum(TRAIN_BEFORE)} on attempt {saved_on}; "
+            f"torchrun restarted the group and attempt {attempt} resumed",
+            firings[:1],
+        )
     if "save_done" not in st:
-        return Verdict(name, UNKNOWN, f"the save phase of attempt {saved_on} was cut short by a failure other than "
-                                      f"the planned kill (see the node logs)")
+        return Verdict(
+            name,
+            UNKNOWN,
+            f"the save phase of attempt {saved_on} was cut short by a failure other than "
+            f"the planned kill (see the node logs)",
+        )
     if st.get("kill_armed"):
-        return Verdict(name, UNPROBED, f"the planned kill never fired: rank {plan.kill_target(world)} does not "
-                                       f"reach phase {plan.kill_phase} in {combo} (some phases are the "
-                                       f"coordinator's only: choose another --kill-phase or --kill-rank)")
+        return Verdict(
+            name,
+            UNPROBED,
+            f"the planned kill never fired: rank {plan.kill_target(world)} does not "
+            f"reach phase {plan.kill_phase} in {combo} (some phases are the "
+            f"coordinator's only: choose another --kill-phase or --kill-rank)",
+        )
     if attempt > (saved_on or 0):
-        return Verdict(name, PASS, f"saved on attempt {saved_on} (no kill planned for it); resumed on attempt "
-                                   f"{attempt} after torchrun restarted the group")
+        return Verdict(
+            name,
+            PASS,
+            f"saved on attempt {saved_on} (no kill planned for it); resumed on attempt "
+            f"{attempt} after torchrun restarted the group",
+        )
     return Verdict(name, NA, "no kill planned for this combination")
 
 
@@ -111,17 +148,33 @@ def _newest_verdict(load: LoadRecord | None, newest: int | None, after: int | No
     name = "newest_valid"
     if load is None or load.status != "ok":
         why = load.error if load is not None else "no load was recorded"
-        return Verdict(name, FAIL, f"nothing was loaded although iteration {newest} is valid on disk: {why}"
-                       if newest is not None else f"no valid checkpoint on disk and nothing loaded: {why}")
+        return Verdict(
+            name,
+            FAIL,
+            f"nothing was loaded although iteration {newest} is valid on disk: {why}"
+            if newest is not None
+            else f"no valid checkpoint on disk and nothing loaded: {why}",
+        )
     if load.iteration != newest:
-        return Verdict(name, FAIL, f"loaded iteration {load.iteration}, but the newest valid checkpoint on disk "
-                                   f"is iteration {newest}")
+        return Verdict(
+            name,
+            FAIL,
+            f"loaded iteration {load.iteration}, but the newest valid checkpoint on disk is iteration {newest}",
+        )
     want = load.iteration + CONTINUE_STEPS  # type: ignore[operator]  # an ok load names its iteration
     if after != want:
-        return Verdict(name, FAIL, f"the save of iteration {want} after the resume did not become the newest "
-                                   f"valid checkpoint (newest: {after})")
-    return Verdict(name, PASS, f"loaded iteration {newest}, the newest valid on disk; iteration {want}, saved "
-                               f"after training on, is now the newest")
+        return Verdict(
+            name,
+            FAIL,
+            f"the save of iteration {want} after the resume did not become the newest "
+            f"valid checkpoint (newest: {after})",
+        )
+    return Verdict(
+        name,
+        PASS,
+        f"loaded iteration {newest}, the newest valid on disk; iteration {want}, saved "
+        f"after training on, is now the newest",
+    )
 
 
 def _where(firing: dict) -> str:
@@ -132,26 +185,49 @@ def _where(firing: dict) -> str:
     return str(firing.get("phase") or firing.get("op"))
 
 
-def _detail(status: Status, verdicts: list[Verdict], load: LoadRecord | None, newest, st: dict,
-            firings: list[dict]) -> str:
+def _detail(
+    status: Status, verdicts: list[Verdict], load: LoadRecord | None, newest, st: dict, firings: list[dict]
+) -> str:
     if status not in (PASS, NA):
         return "; ".join(f"{v.checker}: {v.detail}" for v in verdicts if v.status == status)[:600]
     killed = sum(TRAIN_BEFORE)
-    cut = (f"the save of iteration {killed} was cut by the kill at {_where(firings[0])}"
-           if firings else "no kill in this combination")
+    cut = (
+        f"the save of iteration {killed} was cut by the kill at {_where(firings[0])}"
+        if firings
+        else "no kill in this combination"
+    )
     assert load is not None and load.iteration is not None  # a PASS has a load (_newest_verdict)
-    return (f"{cut}; resumed iteration {load.iteration} (newest valid) on attempt {load.job}, bit-exact; "
-            f"{CONTINUE_STEPS} more steps equal to training that never stopped; saved iteration "
-            f"{load.iteration + CONTINUE_STEPS}")
+    return (
+        f"{cut}; resumed iteration {load.iteration} (newest valid) on attempt {load.job}, bit-exact; "
+        f"{CONTINUE_STEPS} more steps equal to training that never stopped; saved iteration "
+        f"{load.iteration + CONTINUE_STEPS}"
+    )
 
 
-def row_of(plan: ClusterPlan, layout: Layout, combo: str, status: Status, detail: str, verdicts: list[Verdict],
-           seconds: float, command: str = "") -> dict:
+def row_of(
+    plan: ClusterPlan,
+    layout: Layout,
+    combo: str,
+    status: Status,
+    detail: str,
+    verdicts: list[Verdict],
+    seconds: float,
+    command: str = "",
+) -> dict:
     """A results.json row (the schema of `resilience run` / `matrix`)."""
-    return {"scenario": "cluster-kill-resume", "combo": combo, "column": f"kill@{plan.kill_phase}",
-            "fault": f"rank_crash phase={plan.kill_phase}", "transition": None, "verdict": Status(status).value,
-            "detail": detail, "seconds": round(seconds, 3), "checkers": [v.to_dict() for v in verdicts],
-            "case_dir": layout.ckpt(combo), "replay": command or read_json(layout.plan, {}).get("command", "")}
+    return {
+        "scenario": "cluster-kill-resume",
+        "combo": combo,
+        "column": f"kill@{plan.kill_phase}",
+        "fault": f"rank_crash phase={plan.kill_phase}",
+        "transition": None,
+        "verdict": Status(status).value,
+        "detail": detail,
+        "seconds": round(seconds, 3),
+        "checkers": [v.to_dict() for v in verdicts],
+        "case_dir": layout.ckpt(combo),
+        "replay": command or read_json(layout.plan, {}).get("command", ""),
+    }
 
 
 def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -> int:
@@ -165,19 +241,38 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
     rows = [read_json(layout.result(c)) for c in plan.combos]
     recorded = read_json(layout.plan, {})
     facts = cluster_facts(plan, layout, rows)
-    meta = {"title": "resilience validate: cluster kill and resume", "seed": plan.spec.seed,
-            "backend": plan.backend, "command": command or recorded.get("command", ""), "kind": "validate",
-            "cluster": facts}
+    meta = {
+        "title": "resilience validate: cluster kill and resume",
+        "seed": plan.spec.seed,
+        "backend": plan.backend,
+        "command": command or recorded.get("command", ""),
+        "kind": "validate",
+        "cluster": facts,
+    }
     paths = write_run_files(layout.report, rows, meta)
     # a combination where nothing could be judged did not validate either
     bad = [r for r in rows if is_failing(r["verdict"]) or r["verdict"] == NA]
-    summary = {"format": SUMMARY_FORMAT, "version": SUMMARY_VERSION, "ok": not bad, "exit_status": 1 if bad else 0,
-               "run_id": recorded.get("run_id"), "world": recorded.get("world"), "topology": recorded.get("topology"),
-               "attempts": attempt + 1, "finished": time.time(), "versions": versions(), "plan": plan.to_dict(),
-               "nodes": facts["nodes"], "restarts": facts["restarts"], "kills": facts["kills"],
-               "results": [dict({k: r[k] for k in ("combo", "verdict", "detail")}, cause=c["cause"])
-                           for r, c in zip(rows, facts["combos"])],
-               "report": {k: os.path.relpath(v, layout.root) for k, v in paths.items()}}
+    summary = {
+        "format": SUMMARY_FORMAT,
+        "version": SUMMARY_VERSION,
+        "ok": not bad,
+        "exit_status": 1 if bad else 0,
+        "run_id": recorded.get("run_id"),
+        "world": recorded.get("world"),
+        "topology": recorded.get("topology"),
+        "attempts": attempt + 1,
+        "finished": time.time(),
+        "versions": versions(),
+        "plan": plan.to_dict(),
+        "nodes": facts["nodes"],
+        "restarts": facts["restarts"],
+        "kills": facts["kills"],
+        "results": [
+            dict({k: r[k] for k in ("combo", "verdict", "detail")}, cause=c["cause"])
+            for r, c in zip(rows, facts["combos"])
+        ],
+        "report": {k: os.path.relpath(v, layout.root) for k, v in paths.items()},
+    }
     write_json(layout.summary, summary)
     print(render_summary(summary, layout.root), flush=True)
     return summary["exit_status"]
@@ -186,18 +281,22 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
 def render_summary(summary: dict, root: str) -> str:
     """What a person reads at the end of a validation run."""
     width = max(len(r["combo"]) for r in summary["results"])
-    lines = [f"cluster validation {summary.get('run_id') or ''}: world {summary.get('world')} as "
-             f"{Topology.from_dict(summary['topology']) if summary.get('topology') else '?'}, "
-             f"{summary.get('attempts')} torchrun attempts; "
-             + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())]
+    lines = [
+        f"cluster validation {summary.get('run_id') or ''}: world {summary.get('world')} as "
+        f"{Topology.from_dict(summary['topology']) if summary.get('topology') else '?'}, "
+        f"{summary.get('attempts')} torchrun attempts; " + ", ".join(f"{k} {v}" for k, v in summary["versions"].items())
+    ]
     nodes = summary.get("nodes") or []
     if nodes:
-        lines.append("  nodes: " + "; ".join(f"node {n['node']} on {n['host']} (ranks {_ranks(n['ranks'])})"
-                                              for n in nodes))
+        lines.append(
+            "  nodes: " + "; ".join(f"node {n['node']} on {n['host']} (ranks {_ranks(n['ranks'])})" for n in nodes)
+        )
     for k in summary.get("kills") or []:
-        lines.append(f"  killed: rank {k['rank']} (node {k.get('node')}, {k.get('host')}, pid {k.get('pid')}) at "
-                     f"{k['where']} of {k['combo']} on attempt {k['attempt']}"
-                     + (f", {k['at']:.1f} s into the run" if k.get("at") is not None else ""))
+        lines.append(
+            f"  killed: rank {k['rank']} (node {k.get('node')}, {k.get('host')}, pid {k.get('pid')}) at "
+            f"{k['where']} of {k['combo']} on attempt {k['attempt']}"
+            + (f", {k['at']:.1f} s into the run" if k.get("at") is not None else "")
+        )
     for r in summary["results"]:
         cause = f"{r['cause']}: " if r.get("cause") else ""
         lines.append(f"  {r['combo']:<{width}}  {r['verdict']:<8}  {cause}{r['detail'][:200]}")
@@ -209,8 +308,11 @@ def render_summary(summary: dict, root: str) -> str:
 
 
 def _ranks(ranks: list[int]) -> str:
-    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)) \
+    return (
+        f"{ranks[0]}-{ranks[-1]}"
+        if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1))
         else ", ".join(map(str, ranks))
+    )
 
 
 def read_summary(layout: Layout) -> dict | None:

@@ -6,6 +6,7 @@
 Reads RANK / WORLD_SIZE / TORCHELASTIC_RESTART_COUNT from torchrun, joins the gloo group through env://
 and runs one attempt (resilience.cluster.program). Exit status 0 once every combination passed, 1 when any
 did not (or results are still missing), 2 on a configuration error."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,27 +28,48 @@ STORE_FIX = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """The options that make a ClusterPlan (shared by the worker and `resilience validate`)."""
     g = p.add_argument_group("what to validate")
-    g.add_argument("--combos", nargs="+", metavar="TYPE/format/io",
-                   help="combinations to validate (default: all six valid ones)")
-    g.add_argument("--kill", choices=KILL_POLICIES, default="each",
-                   help="each: cut the final save of every combination by a kill, one torchrun restart each; "
-                        "last: only the last combination's, one restart (default: each)")
-    g.add_argument("--kill-phase", choices=PHASES, default="write",
-                   help="the phase of the save at which the rank kills itself (default: write)")
+    g.add_argument(
+        "--combos", nargs="+", metavar="TYPE/format/io", help="combinations to validate (default: all six valid ones)"
+    )
+    g.add_argument(
+        "--kill",
+        choices=KILL_POLICIES,
+        default="each",
+        help="each: cut the final save of every combination by a kill, one torchrun restart each; "
+        "last: only the last combination's, one restart (default: each)",
+    )
+    g.add_argument(
+        "--kill-phase",
+        choices=PHASES,
+        default="write",
+        help="the phase of the save at which the rank kills itself (default: write)",
+    )
     g.add_argument("--kill-rank", type=int, help="the rank that kills itself (default: the last rank)")
     g.add_argument("--tp", type=int, help="tensor parallel size (default: 2 when the world is even, else 1)")
     g.add_argument("--pp", type=int, default=1, help="pipeline parallel size (default: 1); dp is the rest")
-    g.add_argument("--hidden", type=int, default=32, help="hidden size of the model (default: 32; raise it to "
-                                                          "push more bytes through the shared storage)")
+    g.add_argument(
+        "--hidden",
+        type=int,
+        default=32,
+        help="hidden size of the model (default: 32; raise it to push more bytes through the shared storage)",
+    )
     g.add_argument("--layers", type=int, default=4, help="number of layers (default: 4)")
-    g.add_argument("--optimizer", choices=("adam", "distributed"), default="distributed",
-                   help="Adam state sharded like its parameter, or split over dp (default: distributed)")
+    g.add_argument(
+        "--optimizer",
+        choices=("adam", "distributed"),
+        default="distributed",
+        help="Adam state sharded like its parameter, or split over dp (default: distributed)",
+    )
     g.add_argument("--backend", default="reference", help="'reference' or package.module:factory")
-    g.add_argument("--io", choices=("seam", "fuse", "auto"), default="auto",
-                   help="how the kill reaches the save: seam (the rank kills itself at --kill-phase, in process), "
-                        "fuse (a fault-injecting file system each node mounts kills the rank's writer at a byte "
-                        "of its first file of the save: every writer, forked or not) or auto (default: the seam "
-                        "for the reference, the file system for other backends)")
+    g.add_argument(
+        "--io",
+        choices=("seam", "fuse", "auto"),
+        default="auto",
+        help="how the kill reaches the save: seam (the rank kills itself at --kill-phase, in process), "
+        "fuse (a fault-injecting file system each node mounts kills the rank's writer at a byte "
+        "of its first file of the save: every writer, forked or not) or auto (default: the seam "
+        "for the reference, the file system for other backends)",
+    )
 
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
@@ -58,11 +80,20 @@ def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
         combos = [str(Combination.parse(c)) for c in args.combos]
     else:  # a backend that declares its combinations is validated on those
         combos = [str(c) for c in supported_combinations(args.backend) or valid_combinations()]
-    spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden,
-                     optimizer=args.optimizer)
+    spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden, optimizer=args.optimizer)
     from ..runner.ways import resolve
-    return ClusterPlan(tuple(combos), args.kill, args.kill_phase, args.kill_rank, args.tp, args.pp, spec.to_dict(),
-                       args.backend, io=resolve(args.io, args.backend))
+
+    return ClusterPlan(
+        tuple(combos),
+        args.kill,
+        args.kill_phase,
+        args.kill_rank,
+        args.tp,
+        args.pp,
+        spec.to_dict(),
+        args.backend,
+        io=resolve(args.io, args.backend),
+    )
 
 
 def plan_argv(plan: ClusterPlan) -> list[str]:
@@ -88,12 +119,22 @@ def plan_argv(plan: ClusterPlan) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m resilience.cluster.worker", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shared", required=True, help="a folder every node sees at the same path: checkpoints, "
-                                                   "history, results and the summary go there")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})")
+    p = argparse.ArgumentParser(
+        prog="python -m resilience.cluster.worker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--shared",
+        required=True,
+        help="a folder every node sees at the same path: checkpoints, history, results and the summary go there",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})",
+    )
     add_plan_arguments(p)
     return p
 
@@ -103,9 +144,12 @@ def check_restart_store(env: TorchrunEnv, environ=os.environ) -> None:
     no per-attempt prefix: after a restart gloo reads the addresses of the dead attempt and cannot connect.
     A fresh store per attempt (hosted by rank 0) avoids it."""
     if env.max_restarts > 0 and environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-        raise ConfigError("environment", "torchrun shares its rendezvous store with the workers, so a restarted "
-                          "gloo group would connect to the ranks of the failed attempt",
-                          f"set {STORE_FIX}=1 for torchrun on every node")
+        raise ConfigError(
+            "environment",
+            "torchrun shares its rendezvous store with the workers, so a restarted "
+            "gloo group would connect to the ranks of the failed attempt",
+            f"set {STORE_FIX}=1 for torchrun on every node",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,3 +1,16 @@
 """One module per `resilience` subcommand, each with `register(subparsers)` setting `func`."""
-COMMANDS = ["demo", "combos", "adapter", "inspect", "run", "matrix", "fuzz", "validate", "corpus", "broken", "report",
-            "options"]
+
+COMMANDS = [
+    "demo",
+    "combos",
+    "adapter",
+    "inspect",
+    "run",
+    "matrix",
+    "fuzz",
+    "validate",
+    "corpus",
+    "broken",
+    "report",
+    "options",
+]

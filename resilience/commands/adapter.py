@@ -4,6 +4,7 @@ it found, with one line per problem.
 
 Exit status: 0 when no problem was found (notes are not problems), 1 when one was, 2 when the backend
 cannot be made at all (a bad name, an import error, a factory that refuses)."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,29 @@ from .common import combination_arg, seconds
 def register(sub) -> None:
     p = sub.add_parser("adapter", help="check an adapter of your own checkpoint code against the backend protocol")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
-    c = verbs.add_parser("check", help="make the backend, save and load on two topologies with real ranks, list "
-                                       "checkpoints, learn the layout; print what was found and each problem")
-    c.add_argument("backend", metavar="module:factory",
-                   help="the factory, as --backend takes it (package.module:factory, an alias, reference, broken:NAME)")
-    c.add_argument("--combos", nargs="+", type=combination_arg, metavar="TYPE/format/io",
-                   help="combinations to check (default: the ones the factory declares)")
+    c = verbs.add_parser(
+        "check",
+        help="make the backend, save and load on two topologies with real ranks, list "
+        "checkpoints, learn the layout; print what was found and each problem",
+    )
+    c.add_argument(
+        "backend",
+        metavar="module:factory",
+        help="the factory, as --backend takes it (package.module:factory, an alias, reference, broken:NAME)",
+    )
+    c.add_argument(
+        "--combos",
+        nargs="+",
+        type=combination_arg,
+        metavar="TYPE/format/io",
+        help="combinations to check (default: the ones the factory declares)",
+    )
     c.add_argument("--timeout", type=seconds, default=120.0, help="seconds per job of ranks (default: 120)")
-    c.add_argument("--out", help="keep the checkpoints, rank logs and learned layouts in a new folder under OUT, "
-                                 "with adapter-check.json (default: nothing is kept)")
+    c.add_argument(
+        "--out",
+        help="keep the checkpoints, rank logs and learned layouts in a new folder under OUT, "
+        "with adapter-check.json (default: nothing is kept)",
+    )
     c.set_defaults(func=run_check)
 
 
@@ -33,18 +48,22 @@ def run_check(args) -> int:
 
     def keep() -> str:
         from ..report import make_run_dir
+
         return make_run_dir(args.out, "adapter-check")
 
     def progress(text: str) -> None:
         print(f"  {text}", file=sys.stderr, flush=True)
 
-    report = check_adapter(args.backend, args.combos, timeout=args.timeout, keep=keep if args.out else None,
-                           progress=progress)
+    report = check_adapter(
+        args.backend, args.combos, timeout=args.timeout, keep=keep if args.out else None, progress=progress
+    )
     work = report.work
-    lines = [f"adapter check: {args.backend}",
-             f"  backend {report.name!r}; declared combinations: "
-             + (", ".join(report.declared) if report.declared is not None else "none (all six)"),
-             f"  topologies: saved on {TOPOLOGIES[0]}, loaded there and on {TOPOLOGIES[1]}"]
+    lines = [
+        f"adapter check: {args.backend}",
+        f"  backend {report.name!r}; declared combinations: "
+        + (", ".join(report.declared) if report.declared is not None else "none (all six)"),
+        f"  topologies: saved on {TOPOLOGIES[0]}, loaded there and on {TOPOLOGIES[1]}",
+    ]
     for c in report.combos:
         lines += ["", c.combo]
         width = max((len(label) for label, _ in c.found), default=0)
@@ -59,13 +78,24 @@ def run_check(args) -> int:
         lines += [f"  - {p}" for p in problems]
     else:
         checked = len(report.combos)
-        lines.append(f"no problem found ({checked} combination{'s' if checked != 1 else ''} checked); next: "
-                     f"resilience matrix --backend {args.backend}")
+        lines.append(
+            f"no problem found ({checked} combination{'s' if checked != 1 else ''} checked); next: "
+            f"resilience matrix --backend {args.backend}"
+        )
     print("\n".join(lines))
     if work:
         with open(os.path.join(work, "adapter-check.json"), "w", encoding="utf-8") as f:
-            json.dump({"backend": report.backend, "name": report.name, "declared": report.declared,
-                       "ok": report.ok, "problems": problems,
-                       "combos": [c.to_dict() for c in report.combos]}, f, indent=1)
+            json.dump(
+                {
+                    "backend": report.backend,
+                    "name": report.name,
+                    "declared": report.declared,
+                    "ok": report.ok,
+                    "problems": problems,
+                    "combos": [c.to_dict() for c in report.combos],
+                },
+                f,
+                indent=1,
+            )
         print(f"kept in {work}")
     return 0 if report.ok else 1

@@ -1,4 +1,5 @@
 """`resilience broken`: the deliberately broken implementations through the matrix; which checker caught which."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,11 @@ from .common import seed_arg
 def register(sub) -> None:
     p = sub.add_parser("broken", help="run the broken implementations and report which checker caught each")
     p.add_argument("--names", nargs="+", help="implementations (default: all of resilience.broken.CATALOGUE)")
-    p.add_argument("--full", action="store_true",
-                   help="every combination the catalogue lists (default: each one's witness combination)")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="every combination the catalogue lists (default: each one's witness combination)",
+    )
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
     p.set_defaults(func=run)
@@ -25,8 +29,9 @@ def run(args) -> int:
 
     names = check_names(args.names)
     total = sum(len(combos_of(CATALOGUE[n], args.full)) for n in names)
-    folder = RunFolder.create(args.out, "broken", {"title": "resilience broken", "seed": args.seed, "full": args.full,
-                                                   "cases": total})
+    folder = RunFolder.create(
+        args.out, "broken", {"title": "resilience broken", "seed": args.seed, "full": args.full, "cases": total}
+    )
     run_dir = folder.path
     print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}", flush=True)
     with Progress(total, "cases") as bar:  # an interruption keeps the folder (judge_cases)
@@ -36,8 +41,14 @@ def run(args) -> int:
         f.write(text)
     folder.finish([row for r in results for row in r.rows])
     with open(os.path.join(run_dir, "caught.json"), "w") as f:
-        json.dump({r.impl.name: {"caught": r.caught, "caught_by": r.caught_by, "expected": r.impl.caught_by}
-                   for r in results}, f, indent=1)
+        json.dump(
+            {
+                r.impl.name: {"caught": r.caught, "caught_by": r.caught_by, "expected": r.impl.caught_by}
+                for r in results
+            },
+            f,
+            indent=1,
+        )
     for r in results:
         print(f"{r.impl.name:26s} {'caught by ' + ', '.join(r.caught_by) if r.caught else 'NOT CAUGHT'}")
     print(f"report: {os.path.join(run_dir, 'broken.md')}")

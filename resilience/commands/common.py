@@ -1,4 +1,5 @@
 """Argument parsers shared by the subcommands: each turns bad input into one clear usage error."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,6 +9,7 @@ from ..errors import ConfigError
 
 def topology_arg(text: str):
     from ..state import Topology
+
     try:
         return Topology.parse(text)
     except ConfigError as e:
@@ -16,6 +18,7 @@ def topology_arg(text: str):
 
 def combination_arg(text: str):
     from ..vocab.combos import Combination
+
     try:
         return Combination.parse(text)
     except ConfigError as e:
@@ -24,6 +27,7 @@ def combination_arg(text: str):
 
 def transition_arg(text: str):
     from ..state import Transition
+
     try:
         return Transition.parse(text)
     except ConfigError as e:
@@ -32,15 +36,20 @@ def transition_arg(text: str):
 
 def add_io_argument(p) -> None:
     """--io: the way in-process faults reach the implementation under test (resilience.runner.ways)."""
-    p.add_argument("--io", choices=("seam", "fuse", "auto"), default=None,
-                   help="how faults reach the implementation's I/O: seam (in process, through resilience.storage), "
-                        "fuse (a fault-injecting file system mounted over the checkpoint folder: every writer, "
-                        "forked or not, Python or not) or auto (the seam for the reference and backends that declare "
-                        "io_through_seam, the file system otherwise); default: the scenario's io, else auto")
+    p.add_argument(
+        "--io",
+        choices=("seam", "fuse", "auto"),
+        default=None,
+        help="how faults reach the implementation's I/O: seam (in process, through resilience.storage), "
+        "fuse (a fault-injecting file system mounted over the checkpoint folder: every writer, "
+        "forked or not, Python or not) or auto (the seam for the reference and backends that declare "
+        "io_through_seam, the file system otherwise); default: the scenario's io, else auto",
+    )
 
 
 def number_arg(kind, ok, what: str):
     """An argparse type: `kind(text)` that passes `ok`, else one error saying what was expected."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -49,15 +58,17 @@ def number_arg(kind, ok, what: str):
         if value is None or not ok(value):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         return value
+
     return parse
 
 
 MAX_SECONDS = 7 * 24 * 3600.0  # the ceiling of every duration on the command line: a week
-MAX_SEED = 2**32 - 1           # seeds as the fuzzer draws them; larger ones overflow torch's generators
+MAX_SEED = 2**32 - 1  # seeds as the fuzzer draws them; larger ones overflow torch's generators
 
 positive_int = number_arg(int, lambda v: v >= 1, "a positive integer")
 nonnegative_int = number_arg(int, lambda v: v >= 0, "a non-negative integer")
-positive_float = number_arg(float, lambda v: 0 < v <= MAX_SECONDS,
-                            f"a positive number of seconds, at most {MAX_SECONDS:g} (a week)")
+positive_float = number_arg(
+    float, lambda v: 0 < v <= MAX_SECONDS, f"a positive number of seconds, at most {MAX_SECONDS:g} (a week)"
+)
 seconds = positive_float
 seed_arg = number_arg(int, lambda v: 0 <= v <= MAX_SEED, f"an integer from 0 to {MAX_SEED}")

@@ -1,4 +1,5 @@
 """`resilience demo`: train on several topologies with real ranks and compare fingerprints."""
+
 from __future__ import annotations
 
 import time
@@ -8,8 +9,12 @@ from .common import positive_int, seconds, seed_arg, topology_arg
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="train on several topologies with real ranks and compare fingerprints")
-    p.add_argument("--topology", type=topology_arg, nargs="+",
-                   default=[topology_arg(t) for t in ("tp1pp1dp1", "tp2pp2dp2", "tp4pp1dp1", "tp1pp2dp2")])
+    p.add_argument(
+        "--topology",
+        type=topology_arg,
+        nargs="+",
+        default=[topology_arg(t) for t in ("tp1pp1dp1", "tp2pp2dp2", "tp4pp1dp1", "tp1pp2dp2")],
+    )
     p.add_argument("--steps", type=positive_int, default=5, help="training steps per topology (default: 5)")
     p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the model and the data (default: 1234)")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per topology (default: 120)")
@@ -22,16 +27,20 @@ def run(args) -> int:
     from ..state.demo import train_and_fingerprint
 
     spec = ModelSpec(seed=args.seed)
-    print(f"seed {args.seed}; model {spec.num_layers} layers, hidden {spec.hidden}, vocab {spec.vocab}; "
-          f"{args.steps} steps per topology")
+    print(
+        f"seed {args.seed}; model {spec.num_layers} layers, hidden {spec.hidden}, vocab {spec.vocab}; "
+        f"{args.steps} steps per topology"
+    )
     rows = []
     for topo in args.topology:
         spec.check_topology(topo)
         start = time.monotonic()
         out = run_ranks(train_and_fingerprint, topo.world, args=(spec, topo, args.steps), timeout=args.timeout)[0]
         rows.append((topo, out["fingerprint"]))
-        print(f"  {str(topo):<12} {topo.world} ranks  iteration {out['iteration']}  fingerprint {out['fingerprint']}"
-              f"  ({time.monotonic() - start:.2f} s)")
+        print(
+            f"  {str(topo):<12} {topo.world} ranks  iteration {out['iteration']}  fingerprint {out['fingerprint']}"
+            f"  ({time.monotonic() - start:.2f} s)"
+        )
     same = len({fp for _, fp in rows}) == 1
     print("global state is bit-identical on every topology" if same else "FAIL: fingerprints differ")
     return 0 if same else 1

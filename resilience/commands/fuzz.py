@@ -1,5 +1,6 @@
 """`resilience fuzz`: generated scenarios and the lifecycle state machine on real ranks, shrunk to
 minimal failures. Exit status 1 when anything failed, 0 otherwise."""
+
 from __future__ import annotations
 
 from .common import add_io_argument, combination_arg, number_arg, positive_float, positive_int
@@ -10,41 +11,96 @@ _seed = number_arg(lambda text: int(text, 0), lambda v: v >= 0, "a non-negative 
 
 def _max_world(text: str) -> int:
     from ..state.topology import MAX_WORLD  # imported when used: the state package imports torch
+
     return number_arg(int, lambda v: 1 <= v <= MAX_WORLD, f"a whole number of ranks from 1 to {MAX_WORLD}")(text)
 
 
 def register(sub) -> None:
-    p = sub.add_parser("fuzz", help="run generated scenarios and the checkpoint lifecycle state machine on real "
-                                    "ranks; keep each failure as a minimal scenario with its replay command")
-    p.add_argument("--examples", type=positive_int, default=None, metavar="N",
-                   help="examples per mode (default: the profile's, 50 for dev)")
-    p.add_argument("--seed", type=_seed, default=None, metavar="S",
-                   help="seed of the run (default: 0 with --profile ci, else a random one, printed); the same "
-                        "seed replays the same examples")
-    p.add_argument("--combos", nargs="+", type=combination_arg, metavar="TYPE/format/io",
-                   help="combinations to draw from (default: all six valid)")
-    p.add_argument("--max-world", type=_max_world, default=2, metavar="W",
-                   help="largest world size (tp*pp*dp) drawn (default: 2)")
-    p.add_argument("--max-steps", type=positive_int, default=6, metavar="K",
-                   help="actions per generated scenario and rules per state-machine run (default: 6)")
-    p.add_argument("--time-budget", type=positive_float, default=None, metavar="T",
-                   help="seconds of generating, shared by the modes; no new example starts after it "
-                        "(default: no limit)")
-    p.add_argument("--shrink-budget", type=positive_float, default=120.0, metavar="S",
-                   help="seconds a found failure may spend shrinking, per mode (default: 120)")
-    p.add_argument("--all-bugs", action="store_true",
-                   help="shrink each failing checker's failure separately (slower); default: one per mode")
-    p.add_argument("--backend", default="reference",
-                   help="implementation under test: reference, broken:NAME or package.module:factory")
-    p.add_argument("--backend-options", action="store_true",
-                   help="generated scenarios also draw the backend's declared options (e.g. dcp:sync_files=false); "
-                        "a failure's replay names the options it drew")
-    p.add_argument("--faults", nargs="*", metavar="KIND",
-                   help="fault kinds to draw (default: every deterministic kind; give none for no faults)")
-    p.add_argument("--mode", nargs="+", choices=("scenarios", "machine"), default=["scenarios", "machine"],
-                   help="generated scenarios, the state machine, or both (default: both)")
-    p.add_argument("--profile", default="dev",
-                   help="ci (25 examples, seed 0: fast and deterministic), dev (50, default) or fuzz (500)")
+    p = sub.add_parser(
+        "fuzz",
+        help="run generated scenarios and the checkpoint lifecycle state machine on real "
+        "ranks; keep each failure as a minimal scenario with its replay command",
+    )
+    p.add_argument(
+        "--examples",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="examples per mode (default: the profile's, 50 for dev)",
+    )
+    p.add_argument(
+        "--seed",
+        type=_seed,
+        default=None,
+        metavar="S",
+        help="seed of the run (default: 0 with --profile ci, else a random one, printed); the same "
+        "seed replays the same examples",
+    )
+    p.add_argument(
+        "--combos",
+        nargs="+",
+        type=combination_arg,
+        metavar="TYPE/format/io",
+        help="combinations to draw from (default: all six valid)",
+    )
+    p.add_argument(
+        "--max-world", type=_max_world, default=2, metavar="W", help="largest world size (tp*pp*dp) drawn (default: 2)"
+    )
+    p.add_argument(
+        "--max-steps",
+        type=positive_int,
+        default=6,
+        metavar="K",
+        help="actions per generated scenario and rules per state-machine run (default: 6)",
+    )
+    p.add_argument(
+        "--time-budget",
+        type=positive_float,
+        default=None,
+        metavar="T",
+        help="seconds of generating, shared by the modes; no new example starts after it (default: no limit)",
+    )
+    p.add_argument(
+        "--shrink-budget",
+        type=positive_float,
+        default=120.0,
+        metavar="S",
+        help="seconds a found failure may spend shrinking, per mode (default: 120)",
+    )
+    p.add_argument(
+        "--all-bugs",
+        action="store_true",
+        help="shrink each failing checker's failure separately (slower); default: one per mode",
+    )
+    p.add_argument(
+        "--backend",
+        default="reference",
+        help="implementation under test: reference, broken:NAME or package.module:factory",
+    )
+    p.add_argument(
+        "--backend-options",
+        action="store_true",
+        help="generated scenarios also draw the backend's declared options (e.g. dcp:sync_files=false); "
+        "a failure's replay names the options it drew",
+    )
+    p.add_argument(
+        "--faults",
+        nargs="*",
+        metavar="KIND",
+        help="fault kinds to draw (default: every deterministic kind; give none for no faults)",
+    )
+    p.add_argument(
+        "--mode",
+        nargs="+",
+        choices=("scenarios", "machine"),
+        default=["scenarios", "machine"],
+        help="generated scenarios, the state machine, or both (default: both)",
+    )
+    p.add_argument(
+        "--profile",
+        default="dev",
+        help="ci (25 examples, seed 0: fast and deterministic), dev (50, default) or fuzz (500)",
+    )
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     add_io_argument(p)
     p.set_defaults(func=run)
@@ -56,25 +112,45 @@ def run(args) -> int:
     from ..runner.adapters import make_backend
     from .progress import Progress
 
-    opts = FuzzOptions(examples=args.examples, seed=args.seed, combos=args.combos, max_world=args.max_world,
-                       time_budget=args.time_budget, shrink_budget=args.shrink_budget, all_bugs=args.all_bugs,
-                       backend=args.backend, backend_options=args.backend_options, io=args.io, out=args.out,
-                       modes=tuple(args.mode),
-                       faults=args.faults, max_steps=args.max_steps, profile=args.profile)
+    opts = FuzzOptions(
+        examples=args.examples,
+        seed=args.seed,
+        combos=args.combos,
+        max_world=args.max_world,
+        time_budget=args.time_budget,
+        shrink_budget=args.shrink_budget,
+        all_bugs=args.all_bugs,
+        backend=args.backend,
+        backend_options=args.backend_options,
+        io=args.io,
+        out=args.out,
+        modes=tuple(args.mode),
+        faults=args.faults,
+        max_steps=args.max_steps,
+        profile=args.profile,
+    )
     _check(opts)
     make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now
     if opts.backend_options:
         from ..errors import ConfigError
         from ..runner.adapters import declared_options
+
         if not declared_options(opts.backend):
-            raise ConfigError("--backend-options", f"{opts.backend} declares no options",
-                              "leave --backend-options out, or give a backend such as dcp or megatron")
-    print(f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
-          f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else ""))
+            raise ConfigError(
+                "--backend-options",
+                f"{opts.backend} declares no options",
+                "leave --backend-options out, or give a backend such as dcp or megatron",
+            )
+    print(
+        f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
+        f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else "")
+    )
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
     from ..fuzz.judge import BAD
+
     found: set[str] = set()
     with Progress(opts.examples * len(opts.modes), "cases") as bar:
+
         def progress(mode, result):
             if result is not None and result.verdict in BAD and not found:
                 bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
@@ -83,12 +159,17 @@ def run(args) -> int:
             bar.update(1, result.verdict if result is not None else "rejected")
             if result is not None and result.verdict in BAD:
                 found.add(f"{mode}:{result.verdict}:{result.detail[:60]}")
+
         outcome = fuzz(opts, progress=progress)
     from ..status import summary_line
+
     verdicts = [v for v, n in outcome.counts.items() if v != "rejected" for _ in range(n)]
     rejected = outcome.counts.get("rejected", 0)
-    print(f"{summary_line(verdicts) if verdicts else 'no cases'}"
-          + (f"; {rejected} generated examples rejected" if rejected else "") + f" ({outcome.seconds:.1f} s)")
+    print(
+        f"{summary_line(verdicts) if verdicts else 'no cases'}"
+        + (f"; {rejected} generated examples rejected" if rejected else "")
+        + f" ({outcome.seconds:.1f} s)"
+    )
     for mode, why in outcome.stopped.items():
         print(f"{mode}: stopped when its {why} was spent")
     for f in outcome.failures:
@@ -110,19 +191,28 @@ def run(args) -> int:
         parts.append(f"{len(outcome.errors)} errors")
     if outcome.unprobed:
         n = outcome.unprobed
-        parts.append(f"{n} case{'s' if n != 1 else ''} UNPROBED: a generated fault never fired, so nothing was tested "
-                     "(not passed; their scenarios are in the run folder's cases/)")
+        parts.append(
+            f"{n} case{'s' if n != 1 else ''} UNPROBED: a generated fault never fired, so nothing was tested "
+            "(not passed; their scenarios are in the run folder's cases/)"
+        )
     print("; ".join(parts))
     return 1
 
 
 def _first_combo():
     from ..vocab.combos import valid_combinations
+
     return valid_combinations()[0]
 
 
 def _check(opts) -> None:
     """Bad --faults: one clear error before anything runs."""
     from ..fuzz.strategies import scenarios
-    scenarios(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults, max_steps=opts.max_steps,
-              backend=opts.backend)
+
+    scenarios(
+        combinations=opts.combos,
+        max_world=opts.max_world,
+        faults=opts.faults,
+        max_steps=opts.max_steps,
+        backend=opts.backend,
+    )

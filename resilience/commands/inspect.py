@@ -5,6 +5,7 @@ backend (`--backend`) through its adapter: what its `list_checkpoints` reports, 
 
 Exit status: 0 when the newest checkpoint (of each layout present) is loadable, 1 when it is not,
 2 when DIR is missing or holds no checkpoint."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,25 @@ from .common import combination_arg
 
 
 def register(sub) -> None:
-    p = sub.add_parser("inspect", help="list every checkpoint in a folder with its combination, topology, "
-                                       "completeness and integrity; exit 1 if the newest is not loadable")
+    p = sub.add_parser(
+        "inspect",
+        help="list every checkpoint in a folder with its combination, topology, "
+        "completeness and integrity; exit 1 if the newest is not loadable",
+    )
     p.add_argument("dir", metavar="DIR", help="a checkpoint folder (the one given to save)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--backend", default="reference",
-                   help="the implementation that wrote DIR: 'reference' (default: its format read in full), "
-                        "'broken:NAME', 'dcp', 'megatron' or package.module:factory (through its list_checkpoints)")
-    p.add_argument("--combo", type=combination_arg, metavar="TYPE/format/io",
-                   help="the combination to make the backend for (default: the first its factory declares)")
+    p.add_argument(
+        "--backend",
+        default="reference",
+        help="the implementation that wrote DIR: 'reference' (default: its format read in full), "
+        "'broken:NAME', 'dcp', 'megatron' or package.module:factory (through its list_checkpoints)",
+    )
+    p.add_argument(
+        "--combo",
+        type=combination_arg,
+        metavar="TYPE/format/io",
+        help="the combination to make the backend for (default: the first its factory declares)",
+    )
     p.set_defaults(func=run)
 
 
@@ -87,11 +98,21 @@ def render(result) -> str:
             integrity = f"verified ({where}{files} file{'s' if files != 1 else ''}, {_size(size)})"
         else:
             integrity = f"FAILED ({len(c.problems)} problem{'s' if len(c.problems) != 1 else ''})"
-        rows.append((str(c.iteration), c.layout, c.combination or "?", _topology(c.topology),
-                     "yes" if c.complete else "NO", integrity))
+        rows.append(
+            (
+                str(c.iteration),
+                c.layout,
+                c.combination or "?",
+                _topology(c.topology),
+                "yes" if c.complete else "NO",
+                integrity,
+            )
+        )
         for p in c.problems:
-            details.append(f"  iteration {c.iteration} ({c.layout}): {rel(p.path)}: {p.check} failed"
-                           + (f": {p.detail}" if p.detail else ""))
+            details.append(
+                f"  iteration {c.iteration} ({c.layout}): {rel(p.path)}: {p.check} failed"
+                + (f": {p.detail}" if p.detail else "")
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[-1])
@@ -106,8 +127,10 @@ def render(result) -> str:
             note = f"  WARNING: {t.problem.check} failed: {t.problem.detail} (loaders scan the folders)"
         lines.append(f"tracker {rel(t.path)}: {state}{note}")
     if result.staging:
-        lines.append(f"leftover staging folders of interrupted saves ({len(result.staging)}; "
-                     f"removed by retention, never loaded):")
+        lines.append(
+            f"leftover staging folders of interrupted saves ({len(result.staging)}; "
+            f"removed by retention, never loaded):"
+        )
         lines += [f"  {rel(s)}" for s in result.staging]
     else:
         lines.append("leftover staging folders: none")
@@ -118,8 +141,11 @@ def render(result) -> str:
             lines.append(f"OK: the newest {c.layout} checkpoint, iteration {c.iteration}, is loadable")
         else:
             fallback = result.fallback(c.layout)
-            then = (f"a loader falls back to iteration {fallback.iteration}" if fallback
-                    else "no older loadable checkpoint to fall back to")
+            then = (
+                f"a loader falls back to iteration {fallback.iteration}"
+                if fallback
+                else "no older loadable checkpoint to fall back to"
+            )
             lines.append(f"NOT LOADABLE: the newest {c.layout} checkpoint, iteration {c.iteration}; {then}")
     return "\n".join(lines)
 
@@ -131,15 +157,28 @@ def run_adapter(args) -> int:
     combo, listed = listed_checkpoints(args.backend, args.dir, args.combo)
     root = os.path.abspath(args.dir)
     if not listed:
-        raise CheckpointNotFound(f"{root}: {args.backend} ({combo}) lists no checkpoint here "
-                                 "(its list_checkpoints returned none)")
+        raise CheckpointNotFound(
+            f"{root}: {args.backend} ({combo}) lists no checkpoint here (its list_checkpoints returned none)"
+        )
     newest = listed[0]
     fallback = next((c for c in listed if c.complete), None)
     if args.json:
-        print(json.dumps({"root": root, "backend": args.backend, "combination": str(combo), "ok": newest.complete,
-                          "newest": {"iteration": newest.iteration, "loadable": newest.complete},
-                          "checkpoints": [{"iteration": c.iteration, "path": c.path, "complete": c.complete,
-                                           "problem": c.problem} for c in listed]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "root": root,
+                    "backend": args.backend,
+                    "combination": str(combo),
+                    "ok": newest.complete,
+                    "newest": {"iteration": newest.iteration, "loadable": newest.complete},
+                    "checkpoints": [
+                        {"iteration": c.iteration, "path": c.path, "complete": c.complete, "problem": c.problem}
+                        for c in listed
+                    ],
+                },
+                indent=1,
+            )
+        )
         return 0 if newest.complete else 1
 
     def rel(path: str) -> str:
@@ -149,16 +188,16 @@ def run_adapter(args) -> int:
     rows = [("iteration", "path", "complete", "problem")]
     rows += [(str(c.iteration), rel(c.path), "yes" if c.complete else "NO", c.problem) for c in listed]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = [f"checkpoints in {root}, as {args.backend} ({combo}) lists them (its list_checkpoints; newest "
-             "first)", ""]
+    lines = [f"checkpoints in {root}, as {args.backend} ({combo}) lists them (its list_checkpoints; newest first)", ""]
     lines += [("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)) + "  " + r[3]).rstrip() for r in rows]
     lines.append("")
     if newest.complete:
         lines.append(f"OK: the newest checkpoint, iteration {newest.iteration}, is complete")
     else:
-        then = (f"the newest complete one is iteration {fallback.iteration}" if fallback
-                else "no checkpoint is complete")
-        lines.append(f"NOT LOADABLE: the newest checkpoint, iteration {newest.iteration}, is not complete "
-                     f"({newest.problem or 'no reason given'}); {then}")
+        then = f"the newest complete one is iteration {fallback.iteration}" if fallback else "no checkpoint is complete"
+        lines.append(
+            f"NOT LOADABLE: the newest checkpoint, iteration {newest.iteration}, is not complete "
+            f"({newest.problem or 'no reason given'}); {then}"
+        )
     print("\n".join(lines))
     return 0 if newest.complete else 1

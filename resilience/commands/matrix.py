@@ -1,4 +1,5 @@
 """`resilience matrix`: combinations x faults x transitions, measured, as a table and a run folder."""
+
 from __future__ import annotations
 
 import json
@@ -15,20 +16,32 @@ from .common import add_io_argument, combination_arg, seed_arg
 
 def register(sub) -> None:
     from ..runner.matrix import FAULTS, TRANSITIONS
+
     p = sub.add_parser("matrix", help="measure every combination under every fault and topology change")
     p.add_argument("--combos", nargs="+", type=combination_arg, help="combinations (default: all six valid)")
-    p.add_argument("--faults", nargs="+",
-                   help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}")
-    p.add_argument("--transitions", nargs="+",
-                   help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (a precision change: "
-                        "tp1pp1dp1:fp32->tp1pp1dp1:bf16) (default: all named; none: no transition column)")
-    p.add_argument("--backend", default="reference",
-                   help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory, "
-                        "with options: dcp:thread_count=4,async=process or package.module:factory[name=value]")
-    p.add_argument("--backend-options", nargs="+", metavar="OPTION",
-                   help="sweep the backend's declared options ('all', or option names): the defaults, then each "
-                        "non-default value of each option one at a time against the defaults, each option set its "
-                        "own rows; `resilience options BACKEND` lists them")
+    p.add_argument(
+        "--faults", nargs="+", help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}"
+    )
+    p.add_argument(
+        "--transitions",
+        nargs="+",
+        help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (a precision change: "
+        "tp1pp1dp1:fp32->tp1pp1dp1:bf16) (default: all named; none: no transition column)",
+    )
+    p.add_argument(
+        "--backend",
+        default="reference",
+        help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory, "
+        "with options: dcp:thread_count=4,async=process or package.module:factory[name=value]",
+    )
+    p.add_argument(
+        "--backend-options",
+        nargs="+",
+        metavar="OPTION",
+        help="sweep the backend's declared options ('all', or option names): the defaults, then each "
+        "non-default value of each option one at a time against the defaults, each option set its "
+        "own rows; `resilience options BACKEND` lists them",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the rows (results.json schema) to FILE")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
@@ -54,8 +67,11 @@ def run(args) -> int:
     for f in faults:
         fault_scenario(f, args.seed)  # an unknown column: one clear error before anything runs
     if not faults and not transitions:
-        raise ConfigError("matrix", "nothing to run: no fault column and no transition",
-                          "give --faults or --transitions other than none")
+        raise ConfigError(
+            "matrix",
+            "nothing to run: no fault column and no transition",
+            "give --faults or --transitions other than none",
+        )
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
     for column in sweep:  # a backend that cannot be made: one clear error before any case
@@ -70,31 +86,60 @@ def run(args) -> int:
 
             def read(combo, spec: str = column.spec, n: int = n):
                 return metadata_files_read(combo, spec, os.path.join(learned, f"{n}-{_label(combo)}"))
-            work += [(column.spec, column.label if args.backend_options else None, case)
-                     for case in cases(mine, faults, transitions, args.seed, read)]
+
+            work += [
+                (column.spec, column.label if args.backend_options else None, case)
+                for case in cases(mine, faults, transitions, args.seed, read)
+            ]
     finally:
         shutil.rmtree(learned, ignore_errors=True)
     seen = list(dict.fromkeys(c.column for _, _, c in work))
-    columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + \
-        list(transitions)
+    columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
+        transitions
+    )
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
-    folder = RunFolder.create(args.out, "matrix", {"title": "resilience matrix", "seed": args.seed,
-                                                   "backend": args.backend, "command": command, "columns": columns,
-                                                   "cases": len(work), "io": args.io,
-                                                   "option_sets": [c.spec for c in sweep] if args.backend_options
-                                                   else None})
-    print(f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
-          f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args)}; "
-          f"run folder {folder.path}", flush=True)
+    folder = RunFolder.create(
+        args.out,
+        "matrix",
+        {
+            "title": "resilience matrix",
+            "seed": args.seed,
+            "backend": args.backend,
+            "command": command,
+            "columns": columns,
+            "cases": len(work),
+            "io": args.io,
+            "option_sets": [c.spec for c in sweep] if args.backend_options else None,
+        },
+    )
+    print(
+        f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
+        f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args)}; "
+        f"run folder {folder.path}",
+        flush=True,
+    )
     if args.backend_options:
-        print(f"matrix: {len(sweep)} option sets (the defaults, then one option changed at a time): "
-              f"{', '.join(c.label for c in sweep)}", flush=True)
+        print(
+            f"matrix: {len(sweep)} option sets (the defaults, then one option changed at a time): "
+            f"{', '.join(c.label for c in sweep)}",
+            flush=True,
+        )
         for line in refused_values(declared_options(args.backend)):
             print(f"matrix: not swept, cannot run here: {line}", flush=True)
     cases_dir = os.path.join(folder.path, "cases")
-    specs = [CaseSpec(c.scenario, c.combo, os.path.join(cases_dir, f"{i:03d}-{_label(c.combo, c.column)}"),
-                      spec, c.fault, c.transition, {"column": c.column, **({"options": label} if label else {})},
-                      args.io) for i, (spec, label, c) in enumerate(work)]
+    specs = [
+        CaseSpec(
+            c.scenario,
+            c.combo,
+            os.path.join(cases_dir, f"{i:03d}-{_label(c.combo, c.column)}"),
+            spec,
+            c.fault,
+            c.transition,
+            {"column": c.column, **({"options": label} if label else {})},
+            args.io,
+        )
+        for i, (spec, label, c) in enumerate(work)
+    ]
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
         rows = judge_cases(folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row)
@@ -109,6 +154,7 @@ def run(args) -> int:
 
 def _io(args) -> str:
     from ..runner.ways import FUSE, resolve
+
     way = resolve(args.io, args.backend)
     return "the fault-injecting file system" if way == FUSE else "the storage seam"
 

@@ -2,6 +2,7 @@
 (a CI log, `make run > file`) one plain line every few seconds or every tenth of the cases, with the counts
 so far and the case that ended last, so a long run is never silent. A phase with no known end (the fuzzer
 shrinking a failure) is shown as itself, counting cases, never as a count past 100%."""
+
 from __future__ import annotations
 
 import sys
@@ -15,8 +16,16 @@ EVERY_SECONDS = 10.0
 
 
 class Progress:
-    def __init__(self, total: int, unit: str, *, stream=None, every_seconds: float = EVERY_SECONDS,
-                 every: int | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        total: int,
+        unit: str,
+        *,
+        stream=None,
+        every_seconds: float = EVERY_SECONDS,
+        every: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.stream = stream if stream is not None else sys.stderr
         self.total, self.unit, self.clock = total, unit, clock
         self.plain = not _is_terminal(self.stream)
@@ -26,8 +35,7 @@ class Progress:
         self.current, self.finished, self.phase_name = "", "", ""
         self.started = self.last_line = clock()
         self.since_line = 0
-        self.bar = tqdm(total=total, unit=unit, file=self.stream, dynamic_ncols=True, leave=False,
-                        disable=self.plain)
+        self.bar = tqdm(total=total, unit=unit, file=self.stream, dynamic_ncols=True, leave=False, disable=self.plain)
 
     def start(self, what: str) -> None:
         """The case that runs now: on the bar, and in the plain line written as it ends."""
@@ -64,8 +72,11 @@ class Progress:
         self.last_line, self.since_line = self.clock(), 0
         of = f"/{self.total}" if not self.phase_name and self.total else ""
         verdicts = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-        parts = [f"{self.done}{of} {self.unit}", f"{self.failed} failed" + (f" ({verdicts})" if verdicts else ""),
-                 f"{self.clock() - self.started:.0f} s"]
+        parts = [
+            f"{self.done}{of} {self.unit}",
+            f"{self.failed} failed" + (f" ({verdicts})" if verdicts else ""),
+            f"{self.clock() - self.started:.0f} s",
+        ]
         if self.phase_name:
             parts.insert(0, self.phase_name)
         if self.finished:
@@ -76,6 +87,7 @@ class Progress:
     def failed(self) -> int:
         """Cases so far whose verdict counts as not passed (status.FAILING)."""
         from ..status import is_failing
+
         return sum(n for verdict, n in self.counts.items() if is_failing(verdict))
 
     def note(self, text: str) -> None:

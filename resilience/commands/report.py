@@ -4,17 +4,20 @@ was killed (SIGKILL, a lost node), the reports say it is incomplete. With --scre
 renders report.html into DIR/report.png.
 
 Exit status: 0 when every case passed and the run finished, 1 otherwise, 2 when DIR is not a run folder."""
+
 from __future__ import annotations
 
 import os
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="rebuild the reports of a run folder from its results.jsonl (e.g. after "
-                                      "the run was killed)")
+    p = sub.add_parser(
+        "report", help="rebuild the reports of a run folder from its results.jsonl (e.g. after the run was killed)"
+    )
     p.add_argument("dir", metavar="DIR", help="a run folder (it holds run.json and results.jsonl)")
-    p.add_argument("--screenshot", action="store_true",
-                   help="also render report.html in headless Chromium into DIR/report.png")
+    p.add_argument(
+        "--screenshot", action="store_true", help="also render report.html in headless Chromium into DIR/report.png"
+    )
     p.set_defaults(func=run)
 
 
@@ -37,5 +40,6 @@ def run(args) -> int:
     code = summarize(rows, paths)
     if args.screenshot:
         from ..report.browser import screenshot
+
         print(f"screenshot: {screenshot(paths['report.html'], os.path.join(folder.path, 'report.png'))}")
     return code if status == COMPLETE else max(code, 1)

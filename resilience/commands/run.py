@@ -1,4 +1,5 @@
 """`resilience run`: run scenario files (or folders of them) and write a run folder with the verdicts."""
+
 from __future__ import annotations
 
 import os
@@ -22,6 +23,7 @@ def register(sub) -> None:
 
 def scenario_files(paths: list[str]) -> list[str]:
     from ..errors import ConfigError
+
     out = []
     for p in paths:
         if os.path.isdir(p):
@@ -44,6 +46,7 @@ def run(args) -> int:
     if args.tag:
         scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]
     from ..runner.adapters import supported_combinations
+
     work, undeclared = [], []
     for s in scenarios:
         if args.seed is not None:
@@ -57,29 +60,53 @@ def run(args) -> int:
                 continue
             work.append((s, combo))
     if undeclared:
-        print(f"resilience run: left out {len(undeclared)} scenario x combination(s) the backend does not declare "
-              f"(e.g. {undeclared[0]})", file=sys.stderr)
+        print(
+            f"resilience run: left out {len(undeclared)} scenario x combination(s) the backend does not declare "
+            f"(e.g. {undeclared[0]})",
+            file=sys.stderr,
+        )
     if not work:
-        print("resilience run: nothing to run (no scenario has the combinations or tags asked for, among the ones "
-              "the backend declares): name them with --combos or the scenario's `combinations:`", file=sys.stderr)
+        print(
+            "resilience run: nothing to run (no scenario has the combinations or tags asked for, among the ones "
+            "the backend declares): name them with --combos or the scenario's `combinations:`",
+            file=sys.stderr,
+        )
         return 2
     for s, combo in work:  # every backend made once: a bad one is one clear error before any case runs
         make_backend(args.backend or s.backend, combo)
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
     seeds = sorted({s.seed for s, _ in work})
-    folder = RunFolder.create(args.out, name, {"title": f"resilience run: {name}", "seed": seeds,
-                                               "backend": args.backend or "reference", "command": command,
-                                               "cases": len(work)})
+    folder = RunFolder.create(
+        args.out,
+        name,
+        {
+            "title": f"resilience run: {name}",
+            "seed": seeds,
+            "backend": args.backend or "reference",
+            "command": command,
+            "cases": len(work),
+        },
+    )
     print(f"run folder {folder.path}; {len(work)} cases; seeds {seeds}", flush=True)
     cases_dir = os.path.join(folder.path, "cases")
-    specs = [CaseSpec(s, combo, os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
-                      args.backend or s.backend, extra={"column": s.name}, io=args.io)
-             for i, (s, combo) in enumerate(work)]
+    specs = [
+        CaseSpec(
+            s,
+            combo,
+            os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
+            args.backend or s.backend,
+            extra={"column": s.name},
+            io=args.io,
+        )
+        for i, (s, combo) in enumerate(work)
+    ]
     with Progress(len(work), "cases") as bar:
+
         def after(row: dict) -> None:
             bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")
             bar.row(row)
+
         rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after)
     return summarize(rows, folder.finish(rows))
 
@@ -87,11 +114,13 @@ def run(args) -> int:
 def _safe(name: str) -> str:
     """A scenario name as one folder-name component: nothing that climbs out of the run folder."""
     import re
+
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:80] or "scenario"
 
 
 def summarize(rows: list[dict], paths: dict) -> int:
     from ..status import is_failing, summary_line
+
     bad = [r for r in rows if is_failing(r["verdict"])]
     for r in bad:
         print(f"{r['verdict']}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")

@@ -1,6 +1,7 @@
 """`resilience validate`: prove on the cluster itself that checkpoints survive a killed rank and torchrun's
 restart. Prints the torchrun command line of every node; --local runs two node agents on loopback here;
 --show prints the summary of a finished run from its shared folder."""
+
 from __future__ import annotations
 
 import os
@@ -13,25 +14,45 @@ from .common import nonnegative_int, positive_int, seconds
 def register(sub) -> None:
     from ..cluster.worker import DEFAULT_TIMEOUT, add_plan_arguments
 
-    p = sub.add_parser("validate", help="validate a cluster: train, save, a rank kills itself mid-save, torchrun "
-                                        "restarts the group, which resumes from the newest valid checkpoint; "
-                                        "prints what to run on each node (--local: runs it here)")
-    p.add_argument("--shared", help="a folder every node sees at the same path, empty for each run (--local: "
-                                    "default a new folder under --out)")
-    p.add_argument("--out", help="or: where to make the shared folder, a new run folder under OUT as every "
-                                 "command makes one (--local: default runs/); on a cluster, OUT must be seen by "
-                                 "every node at the same path")
+    p = sub.add_parser(
+        "validate",
+        help="validate a cluster: train, save, a rank kills itself mid-save, torchrun "
+        "restarts the group, which resumes from the newest valid checkpoint; "
+        "prints what to run on each node (--local: runs it here)",
+    )
+    p.add_argument(
+        "--shared",
+        help="a folder every node sees at the same path, empty for each run (--local: "
+        "default a new folder under --out)",
+    )
+    p.add_argument(
+        "--out",
+        help="or: where to make the shared folder, a new run folder under OUT as every "
+        "command makes one (--local: default runs/); on a cluster, OUT must be seen by "
+        "every node at the same path",
+    )
     p.add_argument("--nnodes", type=positive_int, help="number of nodes (--local: default 2)")
     p.add_argument("--nproc-per-node", type=positive_int, help="rank processes per node (--local: default 2)")
-    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="the first node's address and a free port: it "
-                                                                "serves the c10d rendezvous (--local: loopback)")
+    p.add_argument(
+        "--rdzv-endpoint",
+        metavar="HOST:PORT",
+        help="the first node's address and a free port: it serves the c10d rendezvous (--local: loopback)",
+    )
     p.add_argument("--rdzv-id", help="a name for this run, the same on every node (default: generated)")
     p.add_argument("--max-restarts", type=nonnegative_int, help="torchrun restarts (default: one per planned kill)")
-    p.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT,
-                   help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})")
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds a collective may wait for the other ranks (default: {DEFAULT_TIMEOUT:g})",
+    )
     p.add_argument("--local", action="store_true", help="run the node agents here, on 127.0.0.1, and report")
-    p.add_argument("--run-timeout", type=seconds, default=900.0,
-                   help="--local: stop everything after this many seconds (default: 900)")
+    p.add_argument(
+        "--run-timeout",
+        type=seconds,
+        default=900.0,
+        help="--local: stop everything after this many seconds (default: 900)",
+    )
     p.add_argument("--show", metavar="SHARED", help="print the summary of a finished run and exit with its status")
     add_plan_arguments(p)
     p.set_defaults(func=run)
@@ -46,22 +67,29 @@ def run(args) -> int:
     if args.show:
         summary = read_summary(Layout(args.show))
         if summary is None:
-            raise ConfigError("show", f"{args.show} holds no finished validation (no summary.json)",
-                              "wait for the last attempt to end, or read its node logs")
+            raise ConfigError(
+                "show",
+                f"{args.show} holds no finished validation (no summary.json)",
+                "wait for the last attempt to end, or read its node logs",
+            )
         print(render_summary(summary, Layout(args.show).root))
         return summary["exit_status"]
     plan = plan_from_args(args)
     if args.shared and args.out:
-        raise ConfigError("--out", "given with --shared", "give --shared (that folder) or --out (a new folder "
-                                                          "under it), not both")
+        raise ConfigError(
+            "--out", "given with --shared", "give --shared (that folder) or --out (a new folder under it), not both"
+        )
     if args.local:
         return _run_local(args, plan)
     if not (args.shared or args.out) or not args.nnodes or not args.nproc_per_node or not args.rdzv_endpoint:
-        raise ConfigError("validate", "to print the command lines it needs --shared (or --out), --nnodes, "
-                                      "--nproc-per-node and --rdzv-endpoint", "or use --local to run two node "
-                                                                              "agents here")
+        raise ConfigError(
+            "validate",
+            "to print the command lines it needs --shared (or --out), --nnodes, --nproc-per-node and --rdzv-endpoint",
+            "or use --local to run two node agents here",
+        )
     if not args.shared:
         from ..report import make_run_dir
+
         args.shared = make_run_dir(args.out, "validate")
     print(instructions(args, plan))
     return 0
@@ -69,9 +97,19 @@ def run(args) -> int:
 
 def _commands(args, plan, *, shared: str, nnodes: int, nproc: int, endpoint: str, rdzv_id: str, torchrun=None):
     from ..cluster.nodes import torchrun_commands
-    return torchrun_commands(plan, shared=shared, nnodes=nnodes, nproc_per_node=nproc, rdzv_endpoint=endpoint,
-                             rdzv_id=rdzv_id, max_restarts=args.max_restarts, timeout=args.timeout,
-                             torchrun=torchrun, one_machine=args.local)
+
+    return torchrun_commands(
+        plan,
+        shared=shared,
+        nnodes=nnodes,
+        nproc_per_node=nproc,
+        rdzv_endpoint=endpoint,
+        rdzv_id=rdzv_id,
+        max_restarts=args.max_restarts,
+        timeout=args.timeout,
+        torchrun=torchrun,
+        one_machine=args.local,
+    )
 
 
 def instructions(args, plan) -> str:
@@ -79,8 +117,15 @@ def instructions(args, plan) -> str:
     from ..cluster.worker import STORE_FIX
 
     rdzv_id = args.rdzv_id or new_run_id()
-    cmds = _commands(args, plan, shared=args.shared, nnodes=args.nnodes, nproc=args.nproc_per_node,
-                     endpoint=args.rdzv_endpoint, rdzv_id=rdzv_id)
+    cmds = _commands(
+        args,
+        plan,
+        shared=args.shared,
+        nnodes=args.nnodes,
+        nproc=args.nproc_per_node,
+        endpoint=args.rdzv_endpoint,
+        rdzv_id=rdzv_id,
+    )
     world = args.nnodes * args.nproc_per_node
     host = args.rdzv_endpoint.rpartition(":")[0]
     shared = os.path.abspath(args.shared)
@@ -127,21 +172,36 @@ def _run_local(args, plan) -> int:
 
     nnodes, nproc = args.nnodes or 2, args.nproc_per_node or 2
     # the shared folder, made and proven writable before any agent starts
-    shared = os.path.abspath(make_folder(args.shared, "--shared") if args.shared
-                             else make_run_dir(args.out or "runs", "validate"))
+    shared = os.path.abspath(
+        make_folder(args.shared, "--shared") if args.shared else make_run_dir(args.out or "runs", "validate")
+    )
     endpoint = args.rdzv_endpoint or f"127.0.0.1:{free_port()}"
     rdzv_id = args.rdzv_id or new_run_id()
-    cmds = _commands(args, plan, shared=shared, nnodes=nnodes, nproc=nproc, endpoint=endpoint, rdzv_id=rdzv_id,
-                     torchrun=this_python_torchrun())
-    print(f"validate --local: {nnodes} torchrun node agents x {nproc} ranks on loopback, rendezvous {endpoint}; "
-          f"shared folder {shared}", flush=True)
+    cmds = _commands(
+        args,
+        plan,
+        shared=shared,
+        nnodes=nnodes,
+        nproc=nproc,
+        endpoint=endpoint,
+        rdzv_id=rdzv_id,
+        torchrun=this_python_torchrun(),
+    )
+    print(
+        f"validate --local: {nnodes} torchrun node agents x {nproc} ranks on loopback, rendezvous {endpoint}; "
+        f"shared folder {shared}",
+        flush=True,
+    )
     for c in cmds:
         print(f"  node {c.node_rank}: {c.shell()}", flush=True)
-    outcome = run_local(cmds, timeout=args.run_timeout, log_dir=os.path.join(shared, "logs"),
-                        tmp_dir=os.path.join(shared, "tmp"))
+    outcome = run_local(
+        cmds, timeout=args.run_timeout, log_dir=os.path.join(shared, "logs"), tmp_dir=os.path.join(shared, "tmp")
+    )
     summary = read_summary(Layout(shared))
-    print(f"agents exited with {outcome.exit_codes} after {outcome.seconds:.1f} s"
-          + (f"; stopped at the --run-timeout of {args.run_timeout:g} s" if outcome.timed_out else ""))
+    print(
+        f"agents exited with {outcome.exit_codes} after {outcome.seconds:.1f} s"
+        + (f"; stopped at the --run-timeout of {args.run_timeout:g} s" if outcome.timed_out else "")
+    )
     if summary is None:
         print(f"no summary: the run did not finish; node logs: {', '.join(outcome.logs)}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@
 Three layers use them: the in-process injector (errors, short/torn/slow writes, crashes, lost unsynced
 writes), the external nemesis (kill or stop rank processes) and corruption at rest (damage files of a
 committed checkpoint). Every record checks itself and names the bad field in a ConfigError."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -37,11 +38,11 @@ class Target:
     """Where a fault strikes. None means any (any rank, any path, any op, any thread, newest iteration)."""
 
     rank: int | tuple[int, ...] | None = None  # one rank or several; None: every rank (nemesis: the whole job)
-    path: str | None = None        # glob, see matches_path
-    op: str | None = None          # one of OPS (injector)
-    thread: str | None = None      # "main" or "writer" (injector)
-    iteration: int | None = None   # which checkpoint is damaged at rest; None: the newest
-    offset: int | None = None      # byte offset in the file (at rest); None: drawn from the seed
+    path: str | None = None  # glob, see matches_path
+    op: str | None = None  # one of OPS (injector)
+    thread: str | None = None  # "main" or "writer" (injector)
+    iteration: int | None = None  # which checkpoint is damaged at rest; None: the newest
+    offset: int | None = None  # byte offset in the file (at rest); None: drawn from the seed
 
     def has_rank(self, rank: int) -> bool:
         if self.rank is None:
@@ -56,12 +57,12 @@ class Target:
 class Trigger:
     """When a fault strikes."""
 
-    nth: int = 1                   # the nth matching operation, file or phase (1-based)
-    when: str = "before"           # crash before or after the matching operation
-    at_byte: int | None = None     # crash once a matching file holds this many bytes
-    phase: str | None = None       # crash as the save reaches this named phase (vocab.phases)
-    after: float | None = None     # nemesis: seconds after it started
-    size: int | None = None        # nemesis: once a matching file reaches this many bytes
+    nth: int = 1  # the nth matching operation, file or phase (1-based)
+    when: str = "before"  # crash before or after the matching operation
+    at_byte: int | None = None  # crash once a matching file holds this many bytes
+    phase: str | None = None  # crash as the save reaches this named phase (vocab.phases)
+    after: float | None = None  # nemesis: seconds after it started
+    size: int | None = None  # nemesis: once a matching file reaches this many bytes
 
 
 _TARGET_KEYS = tuple(f.name for f in fields(Target))
@@ -121,8 +122,11 @@ class Fault:
         for obj, prefix, default in ((t, "target", Target()), (g, "trigger", Trigger())):
             for f in fields(obj):
                 if getattr(obj, f.name) != getattr(default, f.name) and f.name not in self.uses:
-                    raise ConfigError(f"{where}.{prefix}.{f.name}", f"{self.kind} does not use {f.name}",
-                                      f"{self.kind} uses: {', '.join(sorted(self.uses)) or 'none of them'}")
+                    raise ConfigError(
+                        f"{where}.{prefix}.{f.name}",
+                        f"{self.kind} does not use {f.name}",
+                        f"{self.kind} uses: {', '.join(sorted(self.uses)) or 'none of them'}",
+                    )
         _int(self.seed, f"{where}.seed", minimum=None)
         if t.rank is not None:
             ranks = t.rank if isinstance(t.rank, tuple) else (t.rank,)
@@ -131,8 +135,11 @@ class Fault:
             for r in ranks:
                 _int(r, f"{where}.target.rank", minimum=0)
                 if world is not None and r >= world:
-                    raise ConfigError(f"{where}.target.rank", f"rank {r} is out of range for world size {world}",
-                                      f"use 0..{world - 1}")
+                    raise ConfigError(
+                        f"{where}.target.rank",
+                        f"rank {r} is out of range for world size {world}",
+                        f"use 0..{world - 1}",
+                    )
         if t.path is not None and (not isinstance(t.path, str) or not t.path):
             raise ConfigError(f"{where}.target.path", f"must be a non-empty glob, got {t.path!r}")
         _choice(t.op, OPS, f"{where}.target.op")
@@ -174,6 +181,7 @@ KINDS: dict[str, type[Fault]] = {}  # kind -> record class, filled as kinds.py d
 def fault_from_dict(d: Mapping, *, world: int | None = None, where: str = "fault") -> Fault:
     """One record from a mapping (YAML/JSON); ConfigError naming the field when it is wrong."""
     from . import kinds  # noqa: F401  (defines and registers every kind)
+
     if not isinstance(d, Mapping):
         raise ConfigError(where, f"must be a mapping with a kind, got {type(d).__name__}")
     kind = d.get("kind")
@@ -209,19 +217,23 @@ def faults_from(items: Iterable[Mapping] | None, *, world: int | None = None, wh
         return []
     if isinstance(items, (str, bytes, Mapping)):
         raise ConfigError(where, f"must be a list of faults, got {type(items).__name__}")
-    return [item if isinstance(item, Fault) else fault_from_dict(item, world=world, where=f"{where}[{i}]")
-            for i, item in enumerate(items)]
+    return [
+        item if isinstance(item, Fault) else fault_from_dict(item, world=world, where=f"{where}[{i}]")
+        for i, item in enumerate(items)
+    ]
 
 
 def faults_from_text(text: str, *, world: int | None = None) -> list[Fault]:
     """Faults from YAML (or JSON, a subset of it): a list, or a mapping with a `faults` list. Read with
     resilience.safe_yaml: sizes, aliases and tags bounded."""
     from ..safe_yaml import Refused, load
+
     try:
         doc = load(text).data
     except Refused as e:
-        raise ConfigError("faults", "; ".join(f"line {p.line}: {p.problem}" if p.line else p.problem
-                                              for p in e.problems)) from None
+        raise ConfigError(
+            "faults", "; ".join(f"line {p.line}: {p.problem}" if p.line else p.problem for p in e.problems)
+        ) from None
     if isinstance(doc, Mapping) and "faults" in doc:
         doc = doc["faults"]
     return faults_from(doc, world=world)
@@ -276,5 +288,19 @@ def _show(v) -> str:
     return str(v)
 
 
-__all__ = ["Fault", "FaultLayer", "KINDS", "LAYERS", "OPS", "THREADS", "Target", "Trigger", "WHEN", "fault_from_dict",
-           "faults_from", "faults_from_text", "matches_path", "with_layer"]
+__all__ = [
+    "Fault",
+    "FaultLayer",
+    "KINDS",
+    "LAYERS",
+    "OPS",
+    "THREADS",
+    "Target",
+    "Trigger",
+    "WHEN",
+    "fault_from_dict",
+    "faults_from",
+    "faults_from_text",
+    "matches_path",
+    "with_layer",
+]

@@ -8,6 +8,7 @@ random.Random(fault.seed), so the same record always does the same damage.
 Where to look comes from a learned layout (faults.layout, carried out by layout_damage) or, without one,
 from the folder and file names of the vocabulary (vocab.folders: iter_N folders, the tracker, staging
 folders, LOCAL rank folders, the manifest), which torchtitan's step-N folders extend."""
+
 from __future__ import annotations
 
 import json
@@ -62,18 +63,19 @@ class Damage:
     bits: tuple[int, ...] | None = None
     old_size: int | None = None
     new_size: int | None = None
-    old: str | None = None         # the byte (hex) or text before
-    new: str | None = None         # and after
+    old: str | None = None  # the byte (hex) or text before
+    new: str | None = None  # and after
     detail: str = ""
-    marker: str | None = None      # a file that exists only if code planted in the checkpoint ran
+    marker: str | None = None  # a file that exists only if code planted in the checkpoint ran
 
     def to_dict(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in (None, "")}
 
     def __str__(self) -> str:
         d = self.to_dict()
-        return " ".join([self.action, self.rel] + [f"{k}={v}" for k, v in d.items()
-                                                    if k not in ("kind", "action", "file", "rel")])
+        return " ".join(
+            [self.action, self.rel] + [f"{k}={v}" for k, v in d.items() if k not in ("kind", "action", "file", "rel")]
+        )
 
 
 # ---- where: checkpoints, ranks, files -------------------------------------------------------------
@@ -100,8 +102,9 @@ def _local_roots(root: str) -> list[tuple[str, int]]:
     local = os.path.join(root, LOCAL_FOLDER)
     if not os.path.isdir(local):
         return []
-    return [(os.path.join(local, n), int(m.group(1))) for n in sorted(os.listdir(local))
-            if (m := RANK_FOLDER.fullmatch(n))]
+    return [
+        (os.path.join(local, n), int(m.group(1))) for n in sorted(os.listdir(local)) if (m := RANK_FOLDER.fullmatch(n))
+    ]
 
 
 def files_of_rank(folder: str, rank: int) -> list[str]:
@@ -116,8 +119,11 @@ def files_of_rank(folder: str, rank: int) -> list[str]:
             topo = Topology.from_dict(json.load(f)["body"]["topology"])
         c = topo.coords(rank)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConfigError("target.rank", f"cannot tell which files rank {rank} wrote in {folder}: {e}",
-                          "choose the file with target.path instead") from None
+        raise ConfigError(
+            "target.rank",
+            f"cannot tell which files rank {rank} wrote in {folder}: {e}",
+            "choose the file with target.path instead",
+        ) from None
     if c.dp != 0:
         return []
     sub = f"mp_rank_{c.tp:02d}" + (f"_{c.pp:03d}" if topo.pp > 1 else "")
@@ -137,13 +143,17 @@ def _pick_folder(root: str, fault: Fault, rng: random.Random) -> tuple[str, int 
     if rank is not None and any(r is not None for _, _, r in found):
         found = [x for x in found if x[2] == rank]
     if not found:
-        raise NothingToDamage("target", f"no checkpoint folder under {root}"
-                          + (f" for rank {rank}" if rank is not None else ""))
+        raise NothingToDamage(
+            "target", f"no checkpoint folder under {root}" + (f" for rank {rank}" if rank is not None else "")
+        )
     iteration = fault.target.iteration if fault.target.iteration is not None else max(it for it, _, _ in found)
     chosen = sorted((p, r) for it, p, r in found if it == iteration)
     if not chosen:
-        raise ConfigError("target.iteration", f"no checkpoint of iteration {iteration} under {root}",
-                          f"saved: {sorted({it for it, _, _ in found})}")
+        raise ConfigError(
+            "target.iteration",
+            f"no checkpoint of iteration {iteration} under {root}",
+            f"saved: {sorted({it for it, _, _ in found})}",
+        )
     return chosen[rng.randrange(len(chosen))] if len(chosen) > 1 else chosen[0]
 
 
@@ -153,8 +163,12 @@ def _pick_shard(root: str, fault: Fault, rng: random.Random) -> str:
         files = files_of_rank(folder, fault.target.rank)  # type: ignore[arg-type]  # at rest: one rank
     else:
         files = _all_files(folder)
-    files = [p for p in files if matches_path(fault.target.path, p, os.path.relpath(p, root))
-             and (fault.target.path is not None or os.path.basename(p) not in METADATA_FILES)]
+    files = [
+        p
+        for p in files
+        if matches_path(fault.target.path, p, os.path.relpath(p, root))
+        and (fault.target.path is not None or os.path.basename(p) not in METADATA_FILES)
+    ]
     if not files:
         raise NothingToDamage("target", f"no file in {folder} matches {fault}")
     return files[rng.randrange(len(files))]
@@ -204,8 +218,18 @@ def bit_flip(root: str, fault: BitFlip, rng: random.Random) -> Damage:
         old = f.read(1)[0]
         f.seek(offset)
         f.write(bytes([old ^ mask]))
-    return _record(fault, "flip", root, path, offset=offset, bits=tuple(bits), old_size=size, new_size=size,
-                   old=f"{old:02x}", new=f"{old ^ mask:02x}")
+    return _record(
+        fault,
+        "flip",
+        root,
+        path,
+        offset=offset,
+        bits=tuple(bits),
+        old_size=size,
+        new_size=size,
+        old=f"{old:02x}",
+        new=f"{old ^ mask:02x}",
+    )
 
 
 def delete_file(root: str, fault: DeleteFile, rng: random.Random) -> Damage:
@@ -238,8 +262,16 @@ def damage_metadata_file(root: str, path: str, fault: MetadataDamage, rng: rando
         with open(path, "r+b") as f:
             f.seek(lo)
             f.write(noise)
-        return _record(fault, "garble", root, path, offset=lo, old_size=old, new_size=max(old, hi),
-                       detail=f"bytes {lo}..{hi} replaced by seeded noise")
+        return _record(
+            fault,
+            "garble",
+            root,
+            path,
+            offset=lo,
+            old_size=old,
+            new_size=max(old, hi),
+            detail=f"bytes {lo}..{hi} replaced by seeded noise",
+        )
     new = old // 2 if fault.how == "truncate" else 0
     os.truncate(path, new)
     return _record(fault, fault.how, root, path, old_size=old, new_size=new)
@@ -261,15 +293,23 @@ def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random, fo
     data = manifest_text(dict(body, files=dict(sorted(files.items())))).encode()
     with open(path, "wb") as f:
         f.write(data)
-    return _record(fault, "rewrite manifest", root, path, old_size=len(raw), new_size=len(data),
-                   detail=f"file list now names {fault.escape!r}; digest recomputed")
+    return _record(
+        fault,
+        "rewrite manifest",
+        root,
+        path,
+        old_size=len(raw),
+        new_size=len(data),
+        detail=f"file list now names {fault.escape!r}; digest recomputed",
+    )
 
 
 def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damage:
     base = _tracker_root(root, fault, rng)
     path = os.path.join(base, TRACKER)
-    iterations = sorted(int(m.group(1)) for n in (os.listdir(base) if os.path.isdir(base) else [])
-                        if (m := ITER_FOLDER.fullmatch(n)))
+    iterations = sorted(
+        int(m.group(1)) for n in (os.listdir(base) if os.path.isdir(base) else []) if (m := ITER_FOLDER.fullmatch(n))
+    )
     return damage_pointer_file(root, path, fault, iterations)
 
 
@@ -289,8 +329,9 @@ def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: 
     if fault.how in ("empty", "non_numeric"):
         text = "" if fault.how == "empty" else "not-a-number"
     else:
-        value = (iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)) if fault.how == "stale" \
-            else newest + 1000
+        value = (
+            (iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)) if fault.how == "stale" else newest + 1000
+        )
         text = _renumber(old or str(newest), newest, value)
     with open(path, "w") as f:
         f.write(text)
@@ -299,9 +340,11 @@ def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: 
 
 def _renumber(text: str, old: int, new: int) -> str:
     """`text` with the number naming `old` replaced by `new` in the same width."""
+
     def sub(m):
         tok = m.group(0)
         return (str(new).zfill(len(tok)) if tok.startswith("0") else str(new)) if int(tok) == old else tok
+
     out = _NUMBER.sub(sub, text)
     return out if out != text else str(new)
 
@@ -347,15 +390,30 @@ def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random, folder: 
     if folder is None:
         folder, _ = _pick_folder(root, fault, rng)
     path, marker, old, new, rewritten = plant_hostile_pickle(root, folder)
-    return _record(fault, "replace", root, path, old_size=old, new_size=new, marker=marker,
-                   detail="pickle runs os.system('echo ran >> " + os.path.relpath(marker, root) + "'), then yields the "
-                          "original metadata" + ("; manifest size and xxh3 updated" if rewritten else ""))
+    return _record(
+        fault,
+        "replace",
+        root,
+        path,
+        old_size=old,
+        new_size=new,
+        marker=marker,
+        detail="pickle runs os.system('echo ran >> " + os.path.relpath(marker, root) + "'), then yields the "
+        "original metadata" + ("; manifest size and xxh3 updated" if rewritten else ""),
+    )
 
 
 _ACTIONS: dict[type, Callable[..., Damage]] = {
-    Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file, MetadataDamage: metadata_damage,
-    EscapingManifestPath: escaping_path, TrackerDamage: tracker_damage, LeftoverStaging: leftover_staging,
-    ExtraFile: extra_file, HostilePickle: hostile_pickle}
+    Truncate: truncate,
+    BitFlip: bit_flip,
+    DeleteFile: delete_file,
+    MetadataDamage: metadata_damage,
+    EscapingManifestPath: escaping_path,
+    TrackerDamage: tracker_damage,
+    LeftoverStaging: leftover_staging,
+    ExtraFile: extra_file,
+    HostilePickle: hostile_pickle,
+}
 
 
 def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage:
@@ -363,11 +421,15 @@ def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage
     With a learned `layout` (faults.layout) the damage is aimed through it (layout_damage)."""
     fault = faults_from([fault], where="fault")[0]  # type: ignore[list-item]  # it takes records too
     if fault.layer != "at_rest":
-        raise ConfigError("fault.kind", f"{fault.kind} is not a corruption at rest",
-                          f"use one of {', '.join(c.kind for c in _ACTIONS)}")  # type: ignore[attr-defined]
+        raise ConfigError(
+            "fault.kind",
+            f"{fault.kind} is not a corruption at rest",
+            f"use one of {', '.join(c.kind for c in _ACTIONS)}",  # type: ignore[attr-defined]
+        )
     root = os.path.abspath(str(root))
     if layout is not None:
         from .layout_damage import ACTIONS
+
         if type(fault) in ACTIONS:
             return ACTIONS[type(fault)](root, fault, layout, random.Random(fault.seed))  # type: ignore[operator]
     return _ACTIONS[type(fault)](root, fault, random.Random(fault.seed))

@@ -10,6 +10,7 @@ all durable effects plus some of the unsynced ones (grown to what the model forc
   last write is torn (its first half lands); all but one (one operation overtaken by later ones); only one;
   then random subsets drawn from the seed.
 Enumeration stops at `max_states` distinct states; each is materialised as a copy in its own folder."""
+
 from __future__ import annotations
 
 import os
@@ -54,34 +55,47 @@ class CrashState:
     index: int
     path: str
     how: str
-    persisted: tuple[int, ...]     # indices (into CrashStates.ops) of the unsynced operations that landed
-    torn: int | None = None        # index of the write that landed torn
+    persisted: tuple[int, ...]  # indices (into CrashStates.ops) of the unsynced operations that landed
+    torn: int | None = None  # index of the write that landed torn
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "path": self.path, "how": self.how, "persisted": list(self.persisted),
-                "torn": self.torn}
+        return {
+            "index": self.index,
+            "path": self.path,
+            "how": self.how,
+            "persisted": list(self.persisted),
+            "torn": self.torn,
+        }
 
 
 @dataclass
 class CrashStates:
     states: list[CrashState]
-    explored: int                  # candidate states generated (duplicates included)
-    ops: list[Op]                  # the operations under the folder, in order
-    unsynced: list[int]            # which of them were not durable at the crash
-    bounded: bool                  # enumeration stopped at max_states
-    ignored: int = 0               # operations outside the folder or on paths it never held
+    explored: int  # candidate states generated (duplicates included)
+    ops: list[Op]  # the operations under the folder, in order
+    unsynced: list[int]  # which of them were not durable at the crash
+    bounded: bool  # enumeration stopped at max_states
+    ignored: int = 0  # operations outside the folder or on paths it never held
     notes: list[str] = field(default_factory=list)
-    model: str = "ext4_ordered"    # the persistence model the states obey
+    model: str = "ext4_ordered"  # the persistence model the states obey
 
     def summary(self) -> str:
-        return (f"{len(self.states)} distinct crash states materialised ({self.model}), {self.explored} explored, "
-                f"from {len(self.ops)} operations ({len(self.unsynced)} not durable at the crash)"
-                + (", stopped at max_states" if self.bounded else ""))
+        return (
+            f"{len(self.states)} distinct crash states materialised ({self.model}), {self.explored} explored, "
+            f"from {len(self.ops)} operations ({len(self.unsynced)} not durable at the crash)"
+            + (", stopped at max_states" if self.bounded else "")
+        )
 
     def to_dict(self) -> dict:
-        return {"states": [s.to_dict() for s in self.states], "explored": self.explored, "operations": len(self.ops),
-                "unsynced": [str(self.ops[i]) for i in self.unsynced], "bounded": self.bounded,
-                "ignored": self.ignored, "model": self.model}
+        return {
+            "states": [s.to_dict() for s in self.states],
+            "explored": self.explored,
+            "operations": len(self.ops),
+            "unsynced": [str(self.ops[i]) for i in self.unsynced],
+            "bounded": self.bounded,
+            "ignored": self.ignored,
+            "model": self.model,
+        }
 
 
 @dataclass
@@ -89,8 +103,8 @@ class _Step:
     """The effects of one operation, and the objects whose sync makes it durable."""
 
     effects: list[tuple] = field(default_factory=list)
-    syncs: str | None = None       # this op is an fsync of that object
-    replaces: str | None = None    # a rename over an existing file: the id of the file moved
+    syncs: str | None = None  # this op is an fsync of that object
+    replaces: str | None = None  # a rename over an existing file: the id of the file moved
 
     @property
     def objects(self) -> set[str]:
@@ -102,8 +116,8 @@ class _Model:
 
     def __init__(self, snapshot: Snapshot):
         self.dirs: dict[str, dict[str, str]] = {ROOT: {}}
-        self.origin: dict[str, str] = {}   # file id -> its pre-save copy
-        self.new_dirs: set[str] = set()    # folders the logged operations made
+        self.origin: dict[str, str] = {}  # file id -> its pre-save copy
+        self.new_dirs: set[str] = set()  # folders the logged operations made
         if snapshot.copy:
             for dirpath, dirnames, filenames in os.walk(snapshot.copy):
                 rel = os.path.relpath(dirpath, snapshot.copy)
@@ -228,8 +242,9 @@ def _spread(n: int) -> list[int]:
     return out
 
 
-def _candidates(unsynced: list[int], writes: set[int], ops: list[Op], torn: bool,
-                rng: random.Random) -> Iterator[tuple[frozenset, int | None, str]]:
+def _candidates(
+    unsynced: list[int], writes: set[int], ops: list[Op], torn: bool, rng: random.Random
+) -> Iterator[tuple[frozenset, int | None, str]]:
     n = len(unsynced)
     yield frozenset(), None, "fsynced only"
     if not n:
@@ -244,8 +259,11 @@ def _candidates(unsynced: list[int], writes: set[int], ops: list[Op], torn: bool
         if torn:
             for k in [n] + _spread(n):
                 if unsynced[k - 1] in writes:
-                    yield (frozenset(unsynced[:k - 1]), unsynced[k - 1],
-                           f"first {k - 1} of {n} landed, then {ops[unsynced[k - 1]]} torn")
+                    yield (
+                        frozenset(unsynced[: k - 1]),
+                        unsynced[k - 1],
+                        f"first {k - 1} of {n} landed, then {ops[unsynced[k - 1]]} torn",
+                    )
 
     def all_but_one():
         for j in [0] + _spread(n):
@@ -329,22 +347,33 @@ def _materialise(model: _Model, dirs: dict, data: dict, ops: list[Op], oplog_dir
                 _, offset, k, is_torn = e
                 blob = read_blob(oplog_dir, ops[k])
                 if is_torn:
-                    blob = blob[:len(blob) // 2]
+                    blob = blob[: len(blob) // 2]
                 os.pwrite(fd, blob, offset)
         finally:
             os.close(fd)
 
 
-def crash_states(snapshot: Snapshot, oplog_dir: str | os.PathLike, out_dir: str | os.PathLike, *,
-                 max_states: int = 32, seed: int = 0, torn: bool = True,
-                 model: str | PersistenceModel | None = None) -> CrashStates:
+def crash_states(
+    snapshot: Snapshot,
+    oplog_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    max_states: int = 32,
+    seed: int = 0,
+    torn: bool = True,
+    model: str | PersistenceModel | None = None,
+) -> CrashStates:
     """Build up to `max_states` distinct on-disk states of `snapshot.root` after a power loss at the end
     of the logged operations, each one the persistence `model` allows (default ext4_ordered);
     materialise each in out_dir/state_NNNN (a checkpoint root to load from)."""
     rule = persistence_model(model)
     oplog_dir, out_dir = str(oplog_dir), str(out_dir)
-    ops = [op for op in read_ops(oplog_dir) if _split(snapshot.root, op.path) is not None
-           or (op.dst is not None and _split(snapshot.root, op.dst) is not None)]
+    ops = [
+        op
+        for op in read_ops(oplog_dir)
+        if _split(snapshot.root, op.path) is not None
+        or (op.dst is not None and _split(snapshot.root, op.dst) is not None)
+    ]
     fs_model, steps, ignored = _replay(snapshot, ops)
     durable = rule.durable(steps)
     unsynced = [k for k, s in enumerate(steps) if s.effects and not durable[k]]
@@ -376,5 +405,12 @@ def crash_states(snapshot: Snapshot, oplog_dir: str | os.PathLike, out_dir: str 
 
 def power_loss_states(fault, snapshot: Snapshot, oplog_dir, out_dir) -> CrashStates:
     """crash_states with the bounds of a LostUnsyncedWrites fault (max_states, torn, seed, persistence)."""
-    return crash_states(snapshot, oplog_dir, out_dir, max_states=fault.max_states, seed=fault.seed, torn=fault.torn,
-                        model=getattr(fault, "persistence", None))
+    return crash_states(
+        snapshot,
+        oplog_dir,
+        out_dir,
+        max_states=fault.max_states,
+        seed=fault.seed,
+        torn=fault.torn,
+        model=getattr(fault, "persistence", None),
+    )

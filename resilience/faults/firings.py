@@ -1,5 +1,6 @@
 """What fired: one JSON line per fired fault, written and fsynced before the process may kill itself, so the
 runner can put every fault in the history, and a configured fault that never fired is UNPROBED, not a pass."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,15 @@ from .base import Fault, fault_from_dict
 
 def firing(fault: Fault, action: str, **detail) -> dict:
     """The record of one fired fault: which fault, what was done, and where (rank, file, offset, ...)."""
-    out = {"kind": fault.kind, "layer": fault.layer, "fault": fault.to_dict(), "text": str(fault),
-           "action": action, "pid": os.getpid(), "time": time.time()}
+    out = {
+        "kind": fault.kind,
+        "layer": fault.layer,
+        "fault": fault.to_dict(),
+        "text": str(fault),
+        "action": action,
+        "pid": os.getpid(),
+        "time": time.time(),
+    }
     out.update({k: v for k, v in detail.items() if v is not None})
     return out
 

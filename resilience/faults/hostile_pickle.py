@@ -5,6 +5,7 @@ The replacement unpickles, with plain pickle, to exactly the original metadata, 
 file shows that code from the checkpoint ran (one line per time it ran). MARKER is
 `HOSTILE_PICKLE_RAN` in the checkpoint root, so a run can tell afterwards; the Damage record names
 it. Loaders with a restricted unpickler refuse the first class it names (`_operator.getitem`)."""
+
 from __future__ import annotations
 
 import json
@@ -79,10 +80,12 @@ def plant(root: str, folder: str) -> tuple[str, str, int, int, bool]:
     """Replace `folder`'s `.metadata`: (its path, the marker, old size, new size, manifest rewritten).
     NotApplicable (the case is N/A with the reason) when the folder holds no pickle."""
     from .layout_damage import NotApplicable
+
     path = os.path.join(folder, DCP_METADATA)
     if not os.path.isfile(path):
-        raise NotApplicable("target", f"{folder} holds no pickle ({DCP_METADATA}): this format has no "
-                              f"pickled metadata to replace")
+        raise NotApplicable(
+            "target", f"{folder} holds no pickle ({DCP_METADATA}): this format has no pickled metadata to replace"
+        )
     marker = os.path.join(root, MARKER)
     if os.path.lexists(marker):
         os.unlink(marker)  # the marker must say what the next load did, not an earlier one

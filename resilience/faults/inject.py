@@ -5,6 +5,7 @@ operation of the seam, in order: slow it down, fail it with an errno, crash befo
 maybe short, torn, or cut at a byte), log it, crash after it. Writes go through to the OS at once, so
 the operation log and the file agree at any crash point. A crash is a real SIGKILL of the rank itself,
 after the firing is fsynced to the report."""
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,7 @@ def _op_triggered(f: Fault, op: str) -> bool:
 class FaultyWriteStream(WriteStreamBase):
     """A WriteStream whose writes, fsync and close go through the injector."""
 
-    def __init__(self, fs: FaultyFileSystem, inner, path: str, sync: bool, stream_id: str | None,
-                 armed: list[Fault]):
+    def __init__(self, fs: FaultyFileSystem, inner, path: str, sync: bool, stream_id: str | None, armed: list[Fault]):
         self._fs, self.inner, self._path, self.sync = fs, inner, path, sync
         self.stream_id, self.armed = stream_id, armed
         self.closed = False
@@ -122,9 +122,17 @@ class FaultyFileSystem:
     """Wraps a FileSystem; carries out the in-process faults aimed at `rank`. `kill` (default: SIGKILL this
     process) and `sleep` are injected so the logic can be tested in one process."""
 
-    def __init__(self, inner, faults: Iterable[Fault], *, rank: int = 0, report: FaultReport | None = None,
-                 oplog: OpLog | None = None, kill: Callable[[], None] = sigkill_self,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        inner,
+        faults: Iterable[Fault],
+        *,
+        rank: int = 0,
+        report: FaultReport | None = None,
+        oplog: OpLog | None = None,
+        kill: Callable[[], None] = sigkill_self,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.inner = inner
         self.rank = rank
         self.faults = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
@@ -355,27 +363,46 @@ class FaultyFileSystem:
         """A lost_unsynced_writes fault with no crash point fires here: power is lost after the last
         recorded operation (the process goes on; the runner builds the crash states)."""
         for i, f in enumerate(self.faults):
-            if isinstance(f, LostUnsyncedWrites) and i not in self._done and f.trigger.phase is None \
-                    and f.trigger.at_byte is None and f.target.op is None:
+            if (
+                isinstance(f, LostUnsyncedWrites)
+                and i not in self._done
+                and f.trigger.phase is None
+                and f.trigger.at_byte is None
+                and f.target.op is None
+            ):
                 self._fire(i, "power_loss", when="after the last operation")
         if self.oplog is not None:
             self.oplog.close()
 
 
 @contextlib.contextmanager
-def inject(faults, *, rank: int, world: int | None = None, report: str | os.PathLike | None = None,
-           oplog_dir: str | os.PathLike | None = None,
-           kill: Callable[[], None] = sigkill_self) -> Iterator[FaultyFileSystem]:
+def inject(
+    faults,
+    *,
+    rank: int,
+    world: int | None = None,
+    report: str | os.PathLike | None = None,
+    oplog_dir: str | os.PathLike | None = None,
+    kill: Callable[[], None] = sigkill_self,
+) -> Iterator[FaultyFileSystem]:
     """Carry out `faults` (records or dicts) aimed at `rank` on this process's checkpoint I/O for the
     duration. Firings are appended to `report` (JSON lines, fsynced); operations to `oplog_dir`."""
     faults = faults_from(faults, world=world)
     mine = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
     if oplog_dir is None and any(isinstance(f, LostUnsyncedWrites) for f in mine):
-        raise ConfigError("oplog_dir", "lost_unsynced_writes needs the operation log",
-                          "pass oplog_dir so the crash states can be built from it")
-    fs = FaultyFileSystem(storage.current(), mine, rank=rank,
-                          report=FaultReport(report) if report is not None else None,
-                          oplog=OpLog(oplog_dir, rank) if oplog_dir is not None else None, kill=kill)
+        raise ConfigError(
+            "oplog_dir",
+            "lost_unsynced_writes needs the operation log",
+            "pass oplog_dir so the crash states can be built from it",
+        )
+    fs = FaultyFileSystem(
+        storage.current(),
+        mine,
+        rank=rank,
+        report=FaultReport(report) if report is not None else None,
+        oplog=OpLog(oplog_dir, rank) if oplog_dir is not None else None,
+        kill=kill,
+    )
     remove = phases.listen(fs.on_phase)
     try:
         with storage.use(fs):

@@ -1,4 +1,5 @@
 """The fault kinds: in-process (injector), external (nemesis) and at rest (corruption)."""
+
 from __future__ import annotations
 
 import errno as _errno
@@ -30,14 +31,18 @@ class IOFailure(Fault):
 
     def _check(self, where):
         if not isinstance(self.errno, str) or self.errno not in _errno.errorcode.values():
-            raise ConfigError(f"{where}.errno", f"unknown errno {self.errno!r}",
-                              "use a name such as ENOSPC, EIO, EDQUOT or EROFS")
+            raise ConfigError(
+                f"{where}.errno", f"unknown errno {self.errno!r}", "use a name such as ENOSPC, EIO, EDQUOT or EROFS"
+            )
 
 
 def _write_only(fault: Fault, where: str) -> None:
     if fault.target.op not in (None, "write"):
-        raise ConfigError(f"{where}.target.op", f"{fault.kind} acts on writes, not {fault.target.op!r}",
-                          "leave target.op out or set it to write")
+        raise ConfigError(
+            f"{where}.target.op",
+            f"{fault.kind} acts on writes, not {fault.target.op!r}",
+            "leave target.op out or set it to write",
+        )
 
 
 @dataclass(frozen=True)
@@ -90,21 +95,30 @@ def _check_crash_point(fault: Fault, where: str, required: bool) -> None:
     if g.phase is not None:
         for name, value in (("target.op", t.op), ("target.path", t.path), ("trigger.at_byte", g.at_byte)):
             if value is not None:
-                raise ConfigError(f"{where}.{name}", "a phase trigger cannot be combined with it",
-                                  "give either trigger.phase or an operation")
+                raise ConfigError(
+                    f"{where}.{name}",
+                    "a phase trigger cannot be combined with it",
+                    "give either trigger.phase or an operation",
+                )
         if g.when != "before":
-            raise ConfigError(f"{where}.trigger.when", "a phase is announced just before it runs",
-                              "leave trigger.when out for a phase trigger")
+            raise ConfigError(
+                f"{where}.trigger.when",
+                "a phase is announced just before it runs",
+                "leave trigger.when out for a phase trigger",
+            )
     elif g.at_byte is not None:
         if t.op not in (None, "write"):
-            raise ConfigError(f"{where}.target.op", f"at_byte counts written bytes, not {t.op!r}",
-                              "leave target.op out")
+            raise ConfigError(
+                f"{where}.target.op", f"at_byte counts written bytes, not {t.op!r}", "leave target.op out"
+            )
         if g.when != "before":
-            raise ConfigError(f"{where}.trigger.when", "at_byte already says exactly where",
-                              "leave trigger.when out")
+            raise ConfigError(f"{where}.trigger.when", "at_byte already says exactly where", "leave trigger.when out")
     elif t.op is None and required:
-        raise ConfigError(f"{where}.trigger", "says nowhere to crash",
-                          "give trigger.at_byte, trigger.phase, or target.op with trigger.when")
+        raise ConfigError(
+            f"{where}.trigger",
+            "says nowhere to crash",
+            "give trigger.at_byte, trigger.phase, or target.op with trigger.when",
+        )
 
 
 @dataclass(frozen=True)
@@ -135,6 +149,7 @@ class LostUnsyncedWrites(Fault):
         _check_crash_point(self, where, required=False)
         _int(self.max_states, f"{where}.max_states", minimum=1)
         from .persistence import MODELS
+
         _choice(self.persistence, tuple(MODELS), f"{where}.persistence")
         if not isinstance(self.torn, bool):
             raise ConfigError(f"{where}.torn", f"must be true or false, got {self.torn!r}")
@@ -147,11 +162,15 @@ _NEMESIS_USES = frozenset({"rank", "path", "after", "size"})
 def _check_nemesis(fault: Fault, where: str) -> None:
     g = fault.trigger
     if g.after is None and g.size is None:
-        raise ConfigError(f"{where}.trigger", "says nothing about when",
-                          "give trigger.after (seconds) or trigger.size (bytes of a matching file)")
+        raise ConfigError(
+            f"{where}.trigger",
+            "says nothing about when",
+            "give trigger.after (seconds) or trigger.size (bytes of a matching file)",
+        )
     if g.size is not None and fault.target.path is None:
-        raise ConfigError(f"{where}.target.path", "a size trigger needs the file to watch",
-                          "give a glob such as '*.pt'")
+        raise ConfigError(
+            f"{where}.target.path", "a size trigger needs the file to watch", "give a glob such as '*.pt'"
+        )
 
 
 @dataclass(frozen=True)
@@ -262,10 +281,18 @@ class MetadataDamage(Fault):
 
     def _check(self, where):
         _single_rank(self, where)
-        if self.name is not None and (not isinstance(self.name, str) or not self.name or "/" in self.name
-                                      or "\\" in self.name or self.name in (".", "..")):
-            raise ConfigError(f"{where}.name", f"{self.name!r} is not a file name",
-                              f"name one metadata file the backend writes, e.g. {', '.join(METADATA_FILES)}")
+        if self.name is not None and (
+            not isinstance(self.name, str)
+            or not self.name
+            or "/" in self.name
+            or "\\" in self.name
+            or self.name in (".", "..")
+        ):
+            raise ConfigError(
+                f"{where}.name",
+                f"{self.name!r} is not a file name",
+                f"name one metadata file the backend writes, e.g. {', '.join(METADATA_FILES)}",
+            )
         _choice(self.how, METADATA_DAMAGE, f"{where}.how")
 
 
@@ -282,8 +309,11 @@ class EscapingManifestPath(Fault):
         _single_rank(self, where)
         norm = os.path.normpath(self.escape) if isinstance(self.escape, str) and self.escape else ""
         if not (os.path.isabs(self.escape or "") or norm.startswith("..")):
-            raise ConfigError(f"{where}.escape", f"{self.escape!r} does not leave the folder",
-                              "use a path such as ../outside.pt or /etc/passwd")
+            raise ConfigError(
+                f"{where}.escape",
+                f"{self.escape!r} does not leave the folder",
+                "use a path such as ../outside.pt or /etc/passwd",
+            )
 
 
 @dataclass(frozen=True)
@@ -348,7 +378,25 @@ class ExtraFile(Fault):
         _int(self.length, f"{where}.length", minimum=0)
 
 
-__all__ = ["BitFlip", "DeleteFile", "EscapingManifestPath", "ExtraFile", "HostilePickle", "IOFailure",
-           "LeftoverStaging", "LostUnsyncedWrites", "METADATA_DAMAGE", "METADATA_FILES", "MetadataDamage", "RankCrash",
-           "RankHang", "RankKill", "ShortWrite", "SlowWrite", "TRACKER_DAMAGE", "TornWrite", "TrackerDamage",
-           "Truncate"]
+__all__ = [
+    "BitFlip",
+    "DeleteFile",
+    "EscapingManifestPath",
+    "ExtraFile",
+    "HostilePickle",
+    "IOFailure",
+    "LeftoverStaging",
+    "LostUnsyncedWrites",
+    "METADATA_DAMAGE",
+    "METADATA_FILES",
+    "MetadataDamage",
+    "RankCrash",
+    "RankHang",
+    "RankKill",
+    "ShortWrite",
+    "SlowWrite",
+    "TRACKER_DAMAGE",
+    "TornWrite",
+    "TrackerDamage",
+    "Truncate",
+]

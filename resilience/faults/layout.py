@@ -13,6 +13,7 @@ small non-tensor files are metadata, the rest is data. An adapter may declare `l
 Paths are kept as templates of the iteration (`iter_{iteration:07d}/__1_0.distcp`, `step-{iteration}`),
 so every fault and corruption targets the same role in any save (kill in a data file of the second save,
 flip bits in data, damage each metadata file) without knowing any implementation's names."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -25,7 +26,7 @@ ROLES = ("data", "metadata", "pointer", "other")
 KNOWN_METADATA = ("manifest.json", ".metadata", "metadata.json", "common.pt", "index.json", "metadata.yaml")
 TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".txt", ".toml", ".ini", ".md")
 _NUMBER = re.compile(r"\d+")
-_RANDOM = re.compile(r"[0-9a-f]{8,}")     # the random part of a staging name (.staging-iter_0000003-1f2e3d4c)
+_RANDOM = re.compile(r"[0-9a-f]{8,}")  # the random part of a staging name (.staging-iter_0000003-1f2e3d4c)
 _FIELD = re.compile(r"\{iteration(?::0(\d+)d)?\}")
 
 
@@ -39,7 +40,7 @@ class LayoutFile:
     rank: int | None = None
     written_as: str | None = None
     size: int = 0
-    read: bool | None = None   # a load of the save opened it (None: not learned)
+    read: bool | None = None  # a load of the save opened it (None: not learned)
 
     @property
     def per_iteration(self) -> bool:
@@ -52,7 +53,7 @@ class LayoutFile:
         """A regex of the relative path; group 1.. capture the iteration."""
         out, pos = [], 0
         for m in _FIELD.finditer(self.template):
-            out.append(re.escape(_unbrace(self.template[pos:m.start()])))
+            out.append(re.escape(_unbrace(self.template[pos : m.start()])))
             out.append(r"(\d+)")
             pos = m.end()
         out.append(re.escape(_unbrace(self.template[pos:])))
@@ -67,9 +68,9 @@ class Layout:
     iteration: int
     files: tuple[LayoutFile, ...]
     seam: bool
-    source: str                                   # "oplog" or "scan"
-    phases: dict = field(default_factory=dict)    # named phase -> the operation that starts it (op, role, rank)
-    announced: tuple[str, ...] = ()               # phases the backend itself announced (vocab.phases)
+    source: str  # "oplog" or "scan"
+    phases: dict = field(default_factory=dict)  # named phase -> the operation that starts it (op, role, rank)
+    announced: tuple[str, ...] = ()  # phases the backend itself announced (vocab.phases)
 
     # ---- questions --------------------------------------------------------------------------------
     def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:
@@ -97,8 +98,9 @@ class Layout:
         text = _FIELD.sub("*", at) if iteration is None else _fill(at, iteration)
         return "*/" + _unbrace(text)
 
-    def found(self, root: str, role: str | None = None,
-              rank: int | None = None) -> list[tuple[int | None, str, LayoutFile]]:
+    def found(
+        self, root: str, role: str | None = None, rank: int | None = None
+    ) -> list[tuple[int | None, str, LayoutFile]]:
         """(iteration or None, absolute path, file) of every file under `root` that is a `role` file
         of this layout, for any iteration."""
         root = os.path.abspath(root)
@@ -133,17 +135,34 @@ class Layout:
         unread = sorted({f.template for f in self.files if f.read is False})
         if unread:
             parts.append(f"never read by a load: {', '.join(unread)}")
-        return f"learned from {self.source} of iteration {self.iteration}" + \
-            ("" if self.seam else " (writes outside the storage seam)") + "; " + "; ".join(parts)
+        return (
+            f"learned from {self.source} of iteration {self.iteration}"
+            + ("" if self.seam else " (writes outside the storage seam)")
+            + "; "
+            + "; ".join(parts)
+        )
 
     def to_dict(self) -> dict:
-        return {"format_version": 1, "iteration": self.iteration, "seam": self.seam, "source": self.source,
-                "files": [asdict(f) for f in self.files], "phases": self.phases, "announced": list(self.announced)}
+        return {
+            "format_version": 1,
+            "iteration": self.iteration,
+            "seam": self.seam,
+            "source": self.source,
+            "files": [asdict(f) for f in self.files],
+            "phases": self.phases,
+            "announced": list(self.announced),
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Layout:
-        return cls(int(d["iteration"]), tuple(LayoutFile(**f) for f in d["files"]), bool(d["seam"]), d["source"],
-                   dict(d.get("phases") or {}), tuple(d.get("announced") or ()))
+        return cls(
+            int(d["iteration"]),
+            tuple(LayoutFile(**f) for f in d["files"]),
+            bool(d["seam"]),
+            d["source"],
+            dict(d.get("phases") or {}),
+            tuple(d.get("announced") or ()),
+        )
 
     def save(self, path: str) -> None:
         with open(path, "w") as f:
@@ -166,9 +185,16 @@ def scan(root: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None = None, *,
-          oplog_dir: str | None = None, hints: dict | None = None, announced=(),
-          reads: set[str] | None = None) -> Layout:
+def learn(
+    root: str,
+    iteration: int,
+    before: dict[str, tuple[int, int]] | None = None,
+    *,
+    oplog_dir: str | None = None,
+    hints: dict | None = None,
+    announced=(),
+    reads: set[str] | None = None,
+) -> Layout:
     """The layout of the save of `iteration` under `root`: `before` is scan(root) taken before it (None:
     empty), `oplog_dir` its operation log when it went through the seam, `reads` the relative paths a
     load of it opened (None: not learned)."""
@@ -179,16 +205,25 @@ def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None =
     ops = []
     if oplog_dir is not None and os.path.isdir(oplog_dir):
         from .oplog import read_ops
+
         ops = [o for o in read_ops(oplog_dir) if _inside(root, o.path)]
-    created = _follow(root, ops)   # final rel -> (rank, written-at rel)
+    created = _follow(root, ops)  # final rel -> (rank, written-at rel)
     seam = bool(written) and all(rel in created for rel in written)
     files = []
     for rel in sorted(written):
         rank, at = created.get(rel, (None, None))  # a file written outside the seam: neither is known
         template = _template(rel, iteration)
         role = _role(root, rel, template, iteration, hints)
-        files.append(LayoutFile(template, role, rank, _template(at, iteration, staging=True) if at else None,
-                                after[rel][0], None if reads is None else rel in reads))
+        files.append(
+            LayoutFile(
+                template,
+                role,
+                rank,
+                _template(at, iteration, staging=True) if at else None,
+                after[rel][0],
+                None if reads is None else rel in reads,
+            )
+        )
     source = "oplog" if seam else "oplog and scan" if created else "scan"
     layout = Layout(iteration, tuple(files), seam, source, {}, tuple(announced))
     if created:
@@ -199,7 +234,7 @@ def learn(root: str, iteration: int, before: dict[str, tuple[int, int]] | None =
 def _follow(root: str, ops) -> dict[str, tuple[int, str]]:
     """Every file the log created, followed through renames and exchanges: final rel -> (rank, rel it was
     written at)."""
-    live: dict[str, tuple[int, str]] = {}   # current abs path -> (rank, first rel)
+    live: dict[str, tuple[int, str]] = {}  # current abs path -> (rank, first rel)
     for o in ops:
         if o.op == "create":
             live[o.path] = (o.rank, os.path.relpath(o.path, root))
@@ -209,7 +244,7 @@ def _follow(root: str, ops) -> dict[str, tuple[int, str]]:
             for src, dst in moves:
                 for p, v in live.items():
                     if p == src or p.startswith(src + os.sep):
-                        new[dst + p[len(src):]] = v
+                        new[dst + p[len(src) :]] = v
             live = new
         elif o.op in ("unlink", "rmtree"):
             live = {p: v for p, v in live.items() if not (p == o.path or p.startswith(o.path + os.sep))}
@@ -223,14 +258,16 @@ def _template(rel: str, iteration: int, staging: bool = False) -> str:
     for comp in rel.split(os.sep):
         comp = comp.replace("{", "{{").replace("}", "}}")
         if staging:
-            comp = _RANDOM.sub(lambda m: m.group(0) if m.group(0).isdigit() and int(m.group(0)) == iteration
-                               else "*", comp)
+            comp = _RANDOM.sub(
+                lambda m: m.group(0) if m.group(0).isdigit() and int(m.group(0)) == iteration else "*", comp
+            )
 
         def field_of(m):
             tok = m.group(0)
             if int(tok) != iteration:
                 return tok
             return f"{{iteration:0{len(tok)}d}}" if tok.startswith("0") and len(tok) > 1 else "{iteration}"
+
         parts.append(_NUMBER.sub(field_of, comp))
     return "/".join(parts)
 

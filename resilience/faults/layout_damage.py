@@ -1,6 +1,7 @@
 """Corruption at rest aimed through a learned Layout: data damage lands in tensor payload, metadata and
 tracker damage on the files this backend has, the reference's own kinds mapped to their equivalent or
 refused as not applicable with the reason. Nothing here knows an implementation's file names."""
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,11 @@ def _read_by_a_load(found: list, what: str, root: str) -> list:
     read = [x for x in found if x[2].read is not False]
     if found and not read:
         names = sorted({os.path.relpath(p, root) for _, p, _ in found})[:4]
-        raise NotApplicable("target", f"no load of this backend reads the {what} ({', '.join(names)}; learned by "
-                            "loading a clean save): damage there probes nothing")
+        raise NotApplicable(
+            "target",
+            f"no load of this backend reads the {what} ({', '.join(names)}; learned by "
+            "loading a clean save): damage there probes nothing",
+        )
     return read
 
 
@@ -89,22 +93,22 @@ def payload_ranges(path: str) -> list[tuple[int, int]]:
 def _archive_payload(raw: bytes, end: int) -> list[tuple[int, int]]:
     count, cd_size, cd_offset = struct.unpack_from("<HII", raw, end + 10)
     cd_end = end
-    if raw[end - 20:end - 16] == _END64_LOCATOR and raw[end - 76:end - 72] == _END64:
+    if raw[end - 20 : end - 16] == _END64_LOCATOR and raw[end - 76 : end - 72] == _END64:
         cd_end = end - 76
         count, cd_size, cd_offset = struct.unpack_from("<QQQ", raw, cd_end + 32)
     start = cd_end - cd_size - cd_offset  # where this archive begins in the file
     out, p = [], cd_end - cd_size
     for _ in range(count):
-        if raw[p:p + 4] != _CENTRAL:
+        if raw[p : p + 4] != _CENTRAL:
             break
-        method, = struct.unpack_from("<H", raw, p + 10)
-        size, = struct.unpack_from("<I", raw, p + 20)
+        (method,) = struct.unpack_from("<H", raw, p + 10)
+        (size,) = struct.unpack_from("<I", raw, p + 20)
         n, m, k = struct.unpack_from("<HHH", raw, p + 28)
-        local, = struct.unpack_from("<I", raw, p + 42)
-        name = raw[p + 46:p + 46 + n].decode("utf-8", "replace")
+        (local,) = struct.unpack_from("<I", raw, p + 42)
+        name = raw[p + 46 : p + 46 + n].decode("utf-8", "replace")
         p += 46 + n + m + k
         at = start + local
-        if method != 0 or "/data/" not in name or not size or size == 0xFFFFFFFF or raw[at:at + 4] != _LOCAL_HEADER:
+        if method != 0 or "/data/" not in name or not size or size == 0xFFFFFFFF or raw[at : at + 4] != _LOCAL_HEADER:
             continue
         ln, lm = struct.unpack_from("<HH", raw, at + 26)
         begin = at + 30 + ln + lm
@@ -117,6 +121,7 @@ def _loaded(path: str) -> list[bytes] | None:
     """Every tensor's bytes as torch.load(weights_only=True) returns them; None if the file is not one
     torch file (the stored values cannot be compared that way)."""
     import torch
+
     try:
         doc = torch.load(path, weights_only=True, map_location="cpu")
     except Exception:
@@ -132,6 +137,7 @@ def _loaded(path: str) -> list[bytes] | None:
         elif isinstance(x, (list, tuple)):
             for v in x:
                 walk(v)
+
     walk(doc)
     return out
 
@@ -157,17 +163,39 @@ def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> D
     if fault.target.offset is not None:
         if fault.target.offset >= size:
             from ..errors import ConfigError
+
             raise ConfigError("target.offset", f"{fault.target.offset} is past the end of {path} ({size} bytes)")
         old = _flip(path, fault.target.offset, mask)
-        return _record(fault, "flip", root, path, offset=fault.target.offset, bits=tuple(bits), old_size=size,
-                       new_size=size, old=f"{old:02x}", new=f"{old ^ mask:02x}", detail="at the offset asked")
+        return _record(
+            fault,
+            "flip",
+            root,
+            path,
+            offset=fault.target.offset,
+            bits=tuple(bits),
+            old_size=size,
+            new_size=size,
+            old=f"{old:02x}",
+            new=f"{old ^ mask:02x}",
+            detail="at the offset asked",
+        )
     ranges = payload_ranges(path)
     if not ranges:
         offset = rng.randrange(size)
         old = _flip(path, offset, mask)
-        return _record(fault, "flip", root, path, offset=offset, bits=tuple(bits), old_size=size, new_size=size,
-                       old=f"{old:02x}", new=f"{old ^ mask:02x}",
-                       detail="no tensor payload recognised in this file: a random byte")
+        return _record(
+            fault,
+            "flip",
+            root,
+            path,
+            offset=offset,
+            bits=tuple(bits),
+            old_size=size,
+            new_size=size,
+            old=f"{old:02x}",
+            new=f"{old ^ mask:02x}",
+            detail="no tensor payload recognised in this file: a random byte",
+        )
     before = _loaded(path)
     total = sum(b - a for a, b in ranges)
     for _ in range(8):
@@ -180,13 +208,30 @@ def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> D
         old = _flip(path, offset, mask)
         after = _loaded(path) if before is not None else None
         if before is None or after != before:
-            how = "a stored tensor value changed (torch.load before and after)" if before is not None else \
-                "inside a tensor's storage bytes"
-            return _record(fault, "flip", root, path, offset=offset, bits=tuple(bits), old_size=size, new_size=size,
-                           old=f"{old:02x}", new=f"{old ^ mask:02x}", detail=f"tensor payload: {how}")
+            how = (
+                "a stored tensor value changed (torch.load before and after)"
+                if before is not None
+                else "inside a tensor's storage bytes"
+            )
+            return _record(
+                fault,
+                "flip",
+                root,
+                path,
+                offset=offset,
+                bits=tuple(bits),
+                old_size=size,
+                new_size=size,
+                old=f"{old:02x}",
+                new=f"{old ^ mask:02x}",
+                detail=f"tensor payload: {how}",
+            )
         _flip(path, offset, mask)  # changed no loaded value: undo, draw again
-    raise NotApplicable("target", f"no bit flip drawn in {os.path.relpath(path, root)} changes a value "
-                        "torch.load returns (the bytes hold no loaded tensor data)")
+    raise NotApplicable(
+        "target",
+        f"no bit flip drawn in {os.path.relpath(path, root)} changes a value "
+        "torch.load returns (the bytes hold no loaded tensor data)",
+    )
 
 
 def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> Damage:
@@ -197,8 +242,10 @@ def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> 
     if fault.length is not None:
         if fault.length > old:
             from ..errors import ConfigError
-            raise ConfigError("length", f"{fault.length} is longer than {path} ({old} bytes)",
-                              "truncate cuts; use a smaller length")
+
+            raise ConfigError(
+                "length", f"{fault.length} is longer than {path} ({old} bytes)", "truncate cuts; use a smaller length"
+            )
         new = fault.length
     else:
         ranges = payload_ranges(path)
@@ -219,8 +266,11 @@ def delete_file(root: str, fault: DeleteFile, layout: Layout, rng: random.Random
 def metadata_damage(root: str, fault: MetadataDamage, layout: Layout, rng: random.Random) -> Damage:
     if not layout.has("metadata"):
         raise NotApplicable("kind", f"this backend writes no metadata file ({layout.describe()})")
-    found = [x for x in layout.found(root, "metadata", fault.target.rank)
-             if fault.name is None or os.path.basename(x[1]) == fault.name]
+    found = [
+        x
+        for x in layout.found(root, "metadata", fault.target.rank)
+        if fault.name is None or os.path.basename(x[1]) == fault.name
+    ]
     if fault.name is not None and not found:
         names = sorted({os.path.basename(f.template) for f in layout.of("metadata")})
         raise NotApplicable("name", f"this backend writes no {fault.name} (its metadata files: {', '.join(names)})")
@@ -233,8 +283,11 @@ def metadata_damage(root: str, fault: MetadataDamage, layout: Layout, rng: rando
 def tracker_damage(root: str, fault: TrackerDamage, layout: Layout, rng: random.Random) -> Damage:
     pointers = layout.of("pointer", fault.target.rank)
     if not pointers:
-        raise NotApplicable("kind", f"this backend keeps no pointer to its newest checkpoint (no tracker such as "
-                            f"latest.txt; {layout.describe()}): tracker damage does not apply")
+        raise NotApplicable(
+            "kind",
+            f"this backend keeps no pointer to its newest checkpoint (no tracker such as "
+            f"latest.txt; {layout.describe()}): tracker damage does not apply",
+        )
     f = pointers[rng.randrange(len(pointers))]
     path = os.path.join(root, f.template.replace("{{", "{").replace("}}", "}"))
     return damage_pointer_file(root, path, fault, layout.iterations(root))
@@ -244,9 +297,12 @@ def escaping_path(root: str, fault: EscapingManifestPath, layout: Layout, rng: r
     found = [x for x in layout.found(root, "metadata", fault.target.rank) if _lists_files(x[1])]
     if not found:
         names = sorted({os.path.basename(f.template) for f in layout.of("metadata")}) or ["none"]
-        raise NotApplicable("kind", "this backend's metadata names no file list to forge a path into "
-                            f"(its metadata files: {', '.join(names)})")
+        raise NotApplicable(
+            "kind",
+            f"this backend's metadata names no file list to forge a path into (its metadata files: {', '.join(names)})",
+        )
     from .corruption import escaping_path as forge
+
     it, chosen = _newest(found, fault, "manifest with a file list", root)
     return forge(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
 
@@ -287,8 +343,13 @@ def leftover_staging(root: str, fault: LeftoverStaging, layout: Layout, rng: ran
         raise NothingToDamage("target", f"the partial save of iteration {nxt} would overwrite existing files")
     os.truncate(copied[-1], os.path.getsize(copied[-1]) // 2)
     folder = os.path.commonpath([os.path.dirname(p) for p in copied])
-    return _record(fault, "create partial save", root, folder,
-                   detail=f"{len(copied)} data files of iteration {nxt}, last one cut in half, no metadata")
+    return _record(
+        fault,
+        "create partial save",
+        root,
+        folder,
+        detail=f"{len(copied)} data files of iteration {nxt}, last one cut in half, no metadata",
+    )
 
 
 def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) -> Damage:
@@ -302,6 +363,7 @@ def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) 
     path = os.path.join(root, folder, fault.name)
     if os.path.exists(path):
         from ..errors import ConfigError
+
         raise ConfigError("name", f"{path} already exists", "choose another name")
     with open(path, "wb") as f:
         f.write(rng.randbytes(fault.length))
@@ -311,18 +373,28 @@ def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) 
 def hostile_pickle(root: str, fault: HostilePickle, layout: Layout, rng: random.Random) -> Damage:
     """The pickled metadata (DCP's .metadata) of the newest checkpoint, found through the layout."""
     from .corruption import hostile_pickle as plant
+
     found = [x for x in layout.found(root, "metadata", fault.target.rank) if os.path.basename(x[1]) == DCP_METADATA]
     if not found:
         names = sorted({os.path.basename(f.template) for f in layout.of("metadata")}) or ["none"]
-        raise NotApplicable("kind", f"this backend keeps no pickled {DCP_METADATA} to replace "
-                            f"(its metadata files: {', '.join(names)})")
+        raise NotApplicable(
+            "kind", f"this backend keeps no pickled {DCP_METADATA} to replace (its metadata files: {', '.join(names)})"
+        )
     it, chosen = _newest(found, fault, f"{DCP_METADATA} file", root)
     return plant(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
 
 
-ACTIONS = {HostilePickle: hostile_pickle, Truncate: truncate, BitFlip: bit_flip, DeleteFile: delete_file,
-           MetadataDamage: metadata_damage, TrackerDamage: tracker_damage, EscapingManifestPath: escaping_path,
-           LeftoverStaging: leftover_staging, ExtraFile: extra_file}
+ACTIONS = {
+    HostilePickle: hostile_pickle,
+    Truncate: truncate,
+    BitFlip: bit_flip,
+    DeleteFile: delete_file,
+    MetadataDamage: metadata_damage,
+    TrackerDamage: tracker_damage,
+    EscapingManifestPath: escaping_path,
+    LeftoverStaging: leftover_staging,
+    ExtraFile: extra_file,
+}
 
 
 def iteration_of(layout: Layout, root: str, path: str) -> int | None:
@@ -333,7 +405,7 @@ def iteration_of(layout: Layout, root: str, path: str) -> int | None:
             continue
         parts = f.template.split("/")
         k = max(i for i, p in enumerate(parts) if "{iteration" in p)
-        m = LayoutFile("/".join(parts[:k + 1]), f.role).pattern().match(rel)
+        m = LayoutFile("/".join(parts[: k + 1]), f.role).pattern().match(rel)
         if m and (m.end() == len(rel) or rel[m.end()] == "/"):
             return int(m.group(1))
     return None

@@ -5,6 +5,7 @@ forked and joined before anything else forks). Each RankKill / RankHang fault fi
 or once a matching file under the watched folder reaches `size` bytes, seen either as the file's size or
 as the write position of a rank's open descriptor (/proc/<pid>/fdinfo, through psutil). After a single
 rank dies the Job tears the others down, as torchrun does."""
+
 from __future__ import annotations
 
 import os
@@ -71,15 +72,24 @@ class Nemesis:
     """Runs the nemesis faults of a scenario against a started Job; use as a context manager around
     job.wait(). `firings()` says what it did; a fault whose trigger never came is left unfired."""
 
-    def __init__(self, job, faults, *, folder: str | os.PathLike | None = None, poll: float = 0.002,
-                 timeout: float | None = None, report: str | os.PathLike | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        job,
+        faults,
+        *,
+        folder: str | os.PathLike | None = None,
+        poll: float = 0.002,
+        timeout: float | None = None,
+        report: str | os.PathLike | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.job = job
         self.faults = [f for f in faults_from(faults, world=job.world) if f.layer == "nemesis"]
         for f in self.faults:
             if f.trigger.size is not None and folder is None:
-                raise ConfigError("folder", f"{f}: a size trigger needs the folder to watch",
-                                  "pass folder=<the checkpoint root>")
+                raise ConfigError(
+                    "folder", f"{f}: a size trigger needs the folder to watch", "pass folder=<the checkpoint root>"
+                )
         self.folder = os.path.abspath(str(folder)) if folder is not None else None
         self.poll, self.clock = poll, clock
         self.timeout = job.timeout if timeout is None else timeout

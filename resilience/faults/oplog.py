@@ -4,6 +4,7 @@ One folder per run; each rank appends `ops.rank<R>.jsonl` (one JSON line per ope
 `ops.rank<R>.bin` (the bytes of its writes). Both are written with os.write on O_APPEND descriptors, so
 a process that SIGKILLs itself loses nothing it logged. Operations of all ranks are merged by a
 machine-wide monotonic clock (collectives separate the ranks' dependent operations anyway)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -85,8 +86,14 @@ class OpLog:
         """Append one operation; returns its sequence number."""
         with self._lock:
             self._seq += 1
-            rec = {"op": op, "rank": self.rank, "seq": self._seq, "t": time.monotonic_ns(),
-                   "path": os.path.abspath(path), "thread": _thread()}
+            rec = {
+                "op": op,
+                "rank": self.rank,
+                "seq": self._seq,
+                "t": time.monotonic_ns(),
+                "path": os.path.abspath(path),
+                "thread": _thread(),
+            }
             rec.update({k: (os.path.abspath(v) if k == "dst" else v) for k, v in fields.items() if v is not None})
             if data is not None:
                 view = memoryview(data).cast("B")

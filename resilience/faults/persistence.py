@@ -12,6 +12,7 @@ and in which subsets of the rest may land:
   data writes may each be lost.
 - `posix_minimum`, only what POSIX promises: an entry effect is durable once its folder is fsynced, a
   file's data once the file is; any subset of the rest may land, in any order."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ class PersistenceModel:
     over an existing file: the moved file's id)."""
 
     name: str
-    journal: bool          # entry effects land in order, and any fsync commits the ones before it
+    journal: bool  # entry effects land in order, and any fsync commits the ones before it
     flush_on_replace: bool  # a rename over a file makes the renamed file's earlier writes land with it
     doc: str
 
@@ -48,9 +49,9 @@ class PersistenceModel:
                 if e[0] in ENTRY and self.journal:
                     ok &= last_any_sync > k
                 elif e[0] in ("add", "del"):
-                    ok &= last_sync.get(e[1], -1) > k   # the folder holding the entry
+                    ok &= last_sync.get(e[1], -1) > k  # the folder holding the entry
                 else:
-                    ok &= last_sync.get(e[1], -1) > k   # the file holding the data
+                    ok &= last_sync.get(e[1], -1) > k  # the file holding the data
             out.append(ok)
         return out
 
@@ -67,8 +68,11 @@ class PersistenceModel:
             for k in sorted(grown):
                 moved = getattr(steps[k], "replaces", None)
                 if moved is not None:
-                    grown |= {j for j in range(k) if not durable[j] and any(
-                        e[0] in DATA and e[1] == moved for e in steps[j].effects)}
+                    grown |= {
+                        j
+                        for j in range(k)
+                        if not durable[j] and any(e[0] in DATA and e[1] == moved for e in steps[j].effects)
+                    }
         return frozenset(grown)
 
     def obeys(self, steps: Sequence, durable: Sequence[bool], landed: frozenset) -> bool:
@@ -80,10 +84,18 @@ def _is_entry(step) -> bool:
     return any(e[0] in ENTRY for e in step.effects)
 
 
-EXT4_ORDERED = PersistenceModel("ext4_ordered", journal=True, flush_on_replace=True,
-                                doc="ext4 data=ordered: entries in journal order, any fsync commits them")
-POSIX_MINIMUM = PersistenceModel("posix_minimum", journal=False, flush_on_replace=False,
-                                 doc="POSIX only: entries durable by an fsync of their folder, any subset lands")
+EXT4_ORDERED = PersistenceModel(
+    "ext4_ordered",
+    journal=True,
+    flush_on_replace=True,
+    doc="ext4 data=ordered: entries in journal order, any fsync commits them",
+)
+POSIX_MINIMUM = PersistenceModel(
+    "posix_minimum",
+    journal=False,
+    flush_on_replace=False,
+    doc="POSIX only: entries durable by an fsync of their folder, any subset lands",
+)
 MODELS = {m.name: m for m in (EXT4_ORDERED, POSIX_MINIMUM)}
 DEFAULT = EXT4_ORDERED.name
 

@@ -5,6 +5,7 @@ in torch.load or DCP's file reader today) stay unseen; a load that does so learn
 is kept as possibly read.
 
 An audit hook cannot be removed: install it only in a process that ends after the load (a probe rank)."""
+
 from __future__ import annotations
 
 import os

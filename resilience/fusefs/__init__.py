@@ -12,12 +12,30 @@ operation log, so one scenario step works either way in.
   can leave, under a persistence model, from the mount's log).
 - `fuse_available()` says whether this machine can mount, and why not; `clean_stale_mounts(prefix)`
   removes mounts a killed run left."""
+
 from .base import FIRINGS, FSNAME, FUSE_LOG, NO_RANK, Caller, seam_op, tell
 from .journal import read_log
 from .mount import Mount, MountError, fuse_available, mounted
 from .mounts import clean_stale_mounts, fuse_mounts, is_mounted, unmount
 from .power import power_loss_states, unmodelled
 
-__all__ = ["Caller", "FIRINGS", "FSNAME", "FUSE_LOG", "Mount", "MountError", "NO_RANK", "clean_stale_mounts",
-           "fuse_available", "fuse_mounts", "is_mounted", "mounted", "power_loss_states", "read_log", "seam_op", "tell",
-           "unmodelled", "unmount"]
+__all__ = [
+    "Caller",
+    "FIRINGS",
+    "FSNAME",
+    "FUSE_LOG",
+    "Mount",
+    "MountError",
+    "NO_RANK",
+    "clean_stale_mounts",
+    "fuse_available",
+    "fuse_mounts",
+    "is_mounted",
+    "mounted",
+    "power_loss_states",
+    "read_log",
+    "seam_op",
+    "tell",
+    "unmodelled",
+    "unmount",
+]

@@ -20,16 +20,17 @@ read here, so one scenario step works either way:
 | read requests, release, link, symlink, | (none)      | never counted, so counts agree with the seam's  |
 | truncate, other opens                  |             |                                                 |
 """
+
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 
 FSNAME = "resilience-fusefs"  # the source column of /proc/mounts: how our mounts are told from others
-SUBTYPE = "resilience"        # the type column reads fuse.resilience
-FUSE_LOG = "fuse.jsonl"       # every operation, one JSON line each, in the log folder
-FIRINGS = "firings.jsonl"     # what fired (faults.firings format), in the log folder unless given
-STDERR = "fuse.stderr"        # libfuse's and mfusepy's own messages, in the log folder
+SUBTYPE = "resilience"  # the type column reads fuse.resilience
+FUSE_LOG = "fuse.jsonl"  # every operation, one JSON line each, in the log folder
+FIRINGS = "firings.jsonl"  # what fired (faults.firings format), in the log folder unless given
+STDERR = "fuse.stderr"  # libfuse's and mfusepy's own messages, in the log folder
 # The seam-format operation log (faults.oplog: ops.rank<R>.jsonl / .bin) needs an integer rank: callers
 # outside every rank (the runner, a copy made for a snapshot) are written under this one.
 NO_RANK = -1
@@ -58,15 +59,25 @@ def parse_control(rel: str) -> tuple[str, int] | None:
     """("rank", R) or ("arm", I) for a control name ("/" + CONTROL + ...), None for any other path."""
     if not rel.startswith("/" + CONTROL):
         return None
-    what, _, number = rel[len(CONTROL) + 1:].partition(".")
+    what, _, number = rel[len(CONTROL) + 1 :].partition(".")
     if what not in ("rank", "arm") or not number.isdigit():
         return None
     return what, int(number)
 
 
-_SEAM = {"create": "create", "write": "write", "fsync": "fsync", "fdatasync": "fsync", "fsync_dir": "fsync_dir",
-         "rename": "rename", "exchange": "exchange", "mkdir": "mkdir", "unlink": "unlink", "rmdir": "rmtree",
-         "flush": "close"}
+_SEAM = {
+    "create": "create",
+    "write": "write",
+    "fsync": "fsync",
+    "fdatasync": "fsync",
+    "fsync_dir": "fsync_dir",
+    "rename": "rename",
+    "exchange": "exchange",
+    "mkdir": "mkdir",
+    "unlink": "unlink",
+    "rmdir": "rmtree",
+    "flush": "close",
+}
 
 
 def seam_op(op: str, flags: int = 0) -> str | None:
@@ -95,5 +106,18 @@ class Caller:
     thread: str = "main"
 
 
-__all__ = ["CONTROL", "Caller", "FIRINGS", "FSNAME", "FUSE_LOG", "NO_RANK", "STDERR", "SUBTYPE", "control_path",
-           "is_writable", "parse_control", "seam_op", "tell"]
+__all__ = [
+    "CONTROL",
+    "Caller",
+    "FIRINGS",
+    "FSNAME",
+    "FUSE_LOG",
+    "NO_RANK",
+    "STDERR",
+    "SUBTYPE",
+    "control_path",
+    "is_writable",
+    "parse_control",
+    "seam_op",
+    "tell",
+]

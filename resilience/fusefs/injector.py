@@ -19,6 +19,7 @@ Pure decisions, no I/O but the firing report: the file system (passthrough.py) s
 kills as told, in the seam's order: slow, fail with an errno, crash before, do (a write maybe short,
 torn or cut at a byte), log, crash after. Phase triggers are announced by checkpoint code in process,
 which a file system cannot hear: such records are left to the in-process injector."""
+
 from __future__ import annotations
 
 import random
@@ -40,18 +41,19 @@ class Plan:
     """What the faults decided for one request."""
 
     hits: list[tuple[int, int]] = field(default_factory=list)  # (fault index, its count of this rank's ops)
-    delay: float = 0.0                   # sleep this long first
-    error: IOFailure | None = None       # then fail with this errno (fired)
-    crash: Fault | None = None           # or crash before the operation (fired; RankCrash or LostUnsyncedWrites)
-    keep: int | None = None              # a write stores only this many bytes and says so (short)
+    delay: float = 0.0  # sleep this long first
+    error: IOFailure | None = None  # then fail with this errno (fired)
+    crash: Fault | None = None  # or crash before the operation (fired; RankCrash or LostUnsyncedWrites)
+    keep: int | None = None  # a write stores only this many bytes and says so (short)
     torn: tuple[TornWrite, int] | None = None  # a write stores `keep` bytes, fills the rest, says all (torn)
 
 
 class FuseInjector:
     """The in-process injector's decisions, for every rank at once."""
 
-    def __init__(self, faults: Iterable, *, report: FaultReport | None = None,
-                 arm_at: Iterable[int | None] | None = None):
+    def __init__(
+        self, faults: Iterable, *, report: FaultReport | None = None, arm_at: Iterable[int | None] | None = None
+    ):
         parsed = faults_from(list(faults))
         arms = list(arm_at) if arm_at is not None else [None] * len(parsed)
         if len(arms) != len(parsed):
@@ -117,8 +119,7 @@ class FuseInjector:
                 hits.append((i, self._count[key]))
         return hits
 
-    def before(self, caller: Caller, op: str | None, paths: tuple[str, ...], *, length: int = 0,
-               **where) -> Plan:
+    def before(self, caller: Caller, op: str | None, paths: tuple[str, ...], *, length: int = 0, **where) -> Plan:
         """Count this request against every fault; say what to do before (and, for a write, while) doing
         it. `op` is the seam operation (base.seam_op); `where` goes into the firings."""
         plan = Plan(self._hits(caller, op, paths))
@@ -165,8 +166,16 @@ class FuseInjector:
         for i, n in plan.hits:
             f = self.faults[i]
             if _is_crash(f) and f.trigger.when == "after" and f.trigger.at_byte is None and n == f.trigger.nth:
-                self.fire(i, caller, crash_action(f), when="after", op=op, path=paths[0],
-                          **({"dst": paths[1]} if len(paths) > 1 else {}), **where)
+                self.fire(
+                    i,
+                    caller,
+                    crash_action(f),
+                    when="after",
+                    op=op,
+                    path=paths[0],
+                    **({"dst": paths[1]} if len(paths) > 1 else {}),
+                    **where,
+                )
                 return f
         return None
 

@@ -15,6 +15,7 @@ file that was already there before the mount and opened without O_TRUNC have no 
 are done, and logged with modelled: false so a crash state built without them says so (power.py).
 
 Paths are written as the writers saw them: the mount point joined with the path inside the mount."""
+
 from __future__ import annotations
 
 import errno as _errno
@@ -53,13 +54,19 @@ class Journal:
             self._streams += 1
             return f"fuse:{self._streams}"
 
-    def entry(self, op: str, caller: Caller, path: str, *, dst: str | None = None, error: int | None = None,
-              **fields) -> None:
+    def entry(
+        self, op: str, caller: Caller, path: str, *, dst: str | None = None, error: int | None = None, **fields
+    ) -> None:
         """One line of fuse.jsonl. `path`/`dst` are paths inside the mount; `error` an errno number."""
         if self._fd is None:
             return
-        rec: dict = {"op": op, "rank": caller.rank, "pid": caller.tgid, "thread": caller.thread,
-                     "path": self.where(path)}
+        rec: dict = {
+            "op": op,
+            "rank": caller.rank,
+            "pid": caller.tgid,
+            "thread": caller.thread,
+            "path": self.where(path),
+        }
         if caller.pid != caller.tgid:
             rec["tid"] = caller.pid
         if dst is not None:

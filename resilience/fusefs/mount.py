@@ -8,6 +8,7 @@
 `mounted` returns once the mount is live (libfuse's init ran and /proc/mounts shows it), and unmounts on
 the way out, an exception or Ctrl-C included: fusermount3 -u, lazily (-z) when something still holds a
 file open, then the server process is reaped (SIGKILLed if it hangs)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,7 @@ from .server import ServerConfig, serve
 
 MOUNT_TIMEOUT = 30.0  # seconds for the mount to come up (a loaded 2-core machine forks slowly)
 REPLY_TIMEOUT = 10.0  # seconds for the server to acknowledge a command
-EXIT_TIMEOUT = 10.0   # seconds for the server to end once unmounted
+EXIT_TIMEOUT = 10.0  # seconds for the server to end once unmounted
 
 
 class MountError(ResilienceError, OSError):
@@ -47,18 +48,29 @@ def _inside(path: str, folder: str) -> bool:
 class Mount:
     """One live mount: `mountpoint` shows `backing` through the faulty file system; `log` holds its logs."""
 
-    def __init__(self, backing: str | os.PathLike, mountpoint: str | os.PathLike, *,
-                 ranks: Mapping[int, int] | None = None, faults: Iterable = (), log: str | os.PathLike | None = None,
-                 report: str | os.PathLike | None = None, arm_at: Iterable[int | None] | None = None,
-                 paths_as: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        backing: str | os.PathLike,
+        mountpoint: str | os.PathLike,
+        *,
+        ranks: Mapping[int, int] | None = None,
+        faults: Iterable = (),
+        log: str | os.PathLike | None = None,
+        report: str | os.PathLike | None = None,
+        arm_at: Iterable[int | None] | None = None,
+        paths_as: str | os.PathLike | None = None,
+    ):
         self.backing = os.path.abspath(str(backing))
         self.mountpoint = os.path.abspath(str(mountpoint))
         self.log = None if log is None else os.path.abspath(str(log))
         self.faults = faults_from(list(faults))
         self.arm_at = None if arm_at is None else list(arm_at)
         if self.arm_at is not None and len(self.arm_at) != len(self.faults):
-            raise ConfigError("arm_at", f"{len(self.arm_at)} arming points for {len(self.faults)} fault records",
-                              "give one per record (None: from the mount on)")
+            raise ConfigError(
+                "arm_at",
+                f"{len(self.arm_at)} arming points for {len(self.faults)} fault records",
+                "give one per record (None: from the mount on)",
+            )
         # the folder the logs and the faults' paths speak of: the runner names the backing folder, so crash
         # states, snapshots and layouts built on it read the log as they read the seam's
         self.paths_as = None if paths_as is None else os.path.abspath(str(paths_as))
@@ -81,15 +93,24 @@ class Mount:
         if not os.path.isdir(self.mountpoint):
             raise ConfigError("mountpoint", f"{self.mountpoint} is not a folder", "create it first")
         if _inside(self.backing, self.mountpoint) or _inside(self.mountpoint, self.backing):
-            raise ConfigError("mountpoint", f"{self.mountpoint} and the backing folder {self.backing} overlap",
-                              "the file system would serve itself")
+            raise ConfigError(
+                "mountpoint",
+                f"{self.mountpoint} and the backing folder {self.backing} overlap",
+                "the file system would serve itself",
+            )
         for name, path in (("log", self.log), ("report", self.report)):
             if path is not None and _inside(path, self.mountpoint):
-                raise ConfigError(name, f"{path} is inside the mount point",
-                                  "the file system would wait on itself; keep logs outside it")
+                raise ConfigError(
+                    name,
+                    f"{path} is inside the mount point",
+                    "the file system would wait on itself; keep logs outside it",
+                )
         if self.log is None and any(isinstance(f, LostUnsyncedWrites) for f in self.faults):
-            raise ConfigError("log", "lost_unsynced_writes needs the operation log",
-                              "pass log= so the crash states can be built from it")
+            raise ConfigError(
+                "log",
+                "lost_unsynced_writes needs the operation log",
+                "pass log= so the crash states can be built from it",
+            )
 
     # ---- start -----------------------------------------------------------------------------------
     def start(self, timeout: float = MOUNT_TIMEOUT) -> Mount:
@@ -104,12 +125,24 @@ class Mount:
         child_commands, commands = ctx.Pipe(duplex=False)  # (reading end, writing end)
         events, child_events = ctx.Pipe(duplex=False)
         self._commands, self._events = commands, events
-        cfg = ServerConfig(self.backing, self.mountpoint, faults=[f.to_dict() for f in self.faults], arm_at=self.arm_at,
-                           paths_as=self.paths_as, ranks=self.ranks, log=self.log,
-                           report=self.report, stderr=self._stderr, runner_pid=os.getpid(), runner_pgid=os.getpgid(0),
-                           runner_fds=(commands.fileno(), events.fileno()), stderr_is_temporary=self._own_stderr)
-        proc = self._proc = ctx.Process(target=serve, args=(cfg, child_commands, child_events), name="fusefs",
-                                        daemon=True)
+        cfg = ServerConfig(
+            self.backing,
+            self.mountpoint,
+            faults=[f.to_dict() for f in self.faults],
+            arm_at=self.arm_at,
+            paths_as=self.paths_as,
+            ranks=self.ranks,
+            log=self.log,
+            report=self.report,
+            stderr=self._stderr,
+            runner_pid=os.getpid(),
+            runner_pgid=os.getpgid(0),
+            runner_fds=(commands.fileno(), events.fileno()),
+            stderr_is_temporary=self._own_stderr,
+        )
+        proc = self._proc = ctx.Process(
+            target=serve, args=(cfg, child_commands, child_events), name="fusefs", daemon=True
+        )
         proc.start()
         child_commands.close()
         child_events.close()
@@ -131,8 +164,10 @@ class Mount:
             if msg is not None and msg[0] == "error":
                 raise MountError(f"cannot mount {self.mountpoint}: {msg[1]}{self._said()}")
             if msg is None and not self._proc.is_alive():
-                raise MountError(f"cannot mount {self.mountpoint}: the file system process exited with status "
-                                 f"{self._proc.exitcode}{self._said()}")
+                raise MountError(
+                    f"cannot mount {self.mountpoint}: the file system process exited with status "
+                    f"{self._proc.exitcode}{self._said()}"
+                )
         else:
             raise MountError(f"{self.mountpoint} was not mounted within {timeout:g} s{self._said()}")
         while not is_mounted(self.mountpoint):  # init runs once the kernel holds the mount; this is a formality
@@ -217,16 +252,23 @@ class Mount:
 
 
 @contextlib.contextmanager
-def mounted(backing: str | os.PathLike, mountpoint: str | os.PathLike, *, ranks: Mapping[int, int] | None = None,
-            faults: Iterable = (), log: str | os.PathLike | None = None, report: str | os.PathLike | None = None,
-            arm_at: Iterable[int | None] | None = None, paths_as: str | os.PathLike | None = None,
-            timeout: float = MOUNT_TIMEOUT) -> Iterator[Mount]:
+def mounted(
+    backing: str | os.PathLike,
+    mountpoint: str | os.PathLike,
+    *,
+    ranks: Mapping[int, int] | None = None,
+    faults: Iterable = (),
+    log: str | os.PathLike | None = None,
+    report: str | os.PathLike | None = None,
+    arm_at: Iterable[int | None] | None = None,
+    paths_as: str | os.PathLike | None = None,
+    timeout: float = MOUNT_TIMEOUT,
+) -> Iterator[Mount]:
     """Mount `backing` at `mountpoint` through the faulty file system for the block: `faults` (records or
     dicts, as a scenario gives them) carried out on callers attributed by `ranks` (rank -> root pid; also
     settable later with Mount.set_ranks, or told by each rank with base.tell), every operation logged to `log`
     (a folder outside the mount). `arm_at` and `paths_as`: see FuseInjector and Mount."""
-    m = Mount(backing, mountpoint, ranks=ranks, faults=faults, log=log, report=report, arm_at=arm_at,
-              paths_as=paths_as)
+    m = Mount(backing, mountpoint, ranks=ranks, faults=faults, log=log, report=report, arm_at=arm_at, paths_as=paths_as)
     m.start(timeout)
     try:
         yield m

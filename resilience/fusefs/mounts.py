@@ -3,6 +3,7 @@
 Unmounting prefers fusermount3 (what libfuse mounted with, also usable without root) and falls back to a
 lazy unmount (-z: detached now, gone once nothing uses it), then to umount(8), so an exit path never
 leaves a mount in the tree for the next run to trip over."""
+
 from __future__ import annotations
 
 import errno

@@ -6,6 +6,7 @@ torchrun line in this: the mount outlives every rank process and torchrun's rest
 in the first attempt is not fired again, and the ranks of every attempt tell the file system who they
 are. Exit status: COMMAND's (a signal ending it: 128 + the signal), 2 for a bad option, 1 when the mount
 cannot be made (with why)."""
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--faults", default="[]", help="fault records, a JSON list")
     p.add_argument("--arm-at", default="null", help="per record, the rank operation it counts from (JSON list)")
     args = p.parse_args(argv[:at])
-    command = argv[at + 1:]
+    command = argv[at + 1 :]
     if not command:
         p.error("no command after --")
     try:
@@ -47,6 +48,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     from .mount import mounted
     from .mounts import clean_stale_mounts
+
     args, command = parse_args(list(sys.argv[1:] if argv is None else argv))
     os.makedirs(args.backing, exist_ok=True)
     os.makedirs(args.mountpoint, exist_ok=True)
@@ -58,8 +60,15 @@ def main(argv: list[str] | None = None) -> int:
             child.send_signal(signum)
 
     try:
-        with mounted(args.backing, args.mountpoint, faults=args.faults, arm_at=args.arm_at, log=args.log,
-                     report=args.report, paths_as=args.backing):
+        with mounted(
+            args.backing,
+            args.mountpoint,
+            faults=args.faults,
+            arm_at=args.arm_at,
+            log=args.log,
+            report=args.report,
+            paths_as=args.backing,
+        ):
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, forward)
             child = subprocess.Popen(command, env=dict(os.environ, **{MOUNT_ENV: os.path.abspath(args.mountpoint)}))

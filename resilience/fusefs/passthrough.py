@@ -14,6 +14,7 @@ files in the backing folder or the logs). Metadata lookups (getattr, readdir, st
 After a crash this file system drops the requests still in flight from the killed processes (they would
 be operations after the crash point); after a power loss it refuses every change and every read with EIO:
 the machine is off until the mount ends."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,18 @@ RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 # write request's buffer is not aligned as O_DIRECT wants (O_DIRECT promises no durability anyway).
 _NOT_PASSED = os.O_APPEND | getattr(os, "O_DIRECT", 0)
 _AT_FDCWD = -100
-_STAT_KEYS = ("st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks", "st_blksize",
-              "st_rdev")
+_STAT_KEYS = (
+    "st_mode",
+    "st_ino",
+    "st_dev",
+    "st_nlink",
+    "st_uid",
+    "st_gid",
+    "st_size",
+    "st_blocks",
+    "st_blksize",
+    "st_rdev",
+)
 
 
 @dataclass
@@ -72,13 +83,13 @@ class FaultyFUSE(mfusepy.FUSE):
     an atomic exchange into a rename that loses a file) and truncate's open file on to the operations."""
 
     def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
-        return self.operations.rename(old.decode(self.encoding, self.errors), new.decode(self.encoding, self.errors),
-                                      flags)
+        return self.operations.rename(
+            old.decode(self.encoding, self.errors), new.decode(self.encoding, self.errors), flags
+        )
 
     def truncate_fuse_3(self, path: bytes | None, length: int, fip) -> int:
         fh = fip.contents.fh if fip else None
-        return self.operations.truncate(None if path is None else path.decode(self.encoding, self.errors), length,
-                                        fh)
+        return self.operations.truncate(None if path is None else path.decode(self.encoding, self.errors), length, fh)
 
 
 def _renameat2(src: str, dst: str, flags: int) -> None:
@@ -100,18 +111,17 @@ class Passthrough(mfusepy.Operations):
 
     use_ns = True  # times as integer nanoseconds, as os.stat gives them
 
-    def __init__(self, backing: str, *, ranks: RankMap, injector: FuseInjector, journal: Journal,
-                 on_ready=None):
+    def __init__(self, backing: str, *, ranks: RankMap, injector: FuseInjector, journal: Journal, on_ready=None):
         self.backing = os.path.abspath(backing)
         self.ranks, self.injector, self.journal = ranks, injector, journal
         self.on_ready = on_ready
-        self.down = False                  # a power loss happened: the machine is off
+        self.down = False  # a power loss happened: the machine is off
         self._lock = threading.RLock()
         self._handles: dict[int, Handle] = {}
         self._dirs: set[int] = set()
         self._inodes: dict[tuple[int, int], str] = {}  # file -> the stream of the create that made or emptied it
-        self._killed: set[int] = set()     # processes this file system killed
-        self._dead: set[int] = set()       # ranks this file system killed
+        self._killed: set[int] = set()  # processes this file system killed
+        self._dead: set[int] = set()  # ranks this file system killed
 
     # ---- plumbing ------------------------------------------------------------------------------
     def init(self, path) -> None:
@@ -163,8 +173,9 @@ class Passthrough(mfusepy.Operations):
                 self._killed.update(killed)
 
     @contextlib.contextmanager
-    def _op(self, op: str, rel: str, dst: str | None = None, *, flags: int = 0, length: int = 0,
-            offset: int | None = None) -> Iterator[_Doing]:
+    def _op(
+        self, op: str, rel: str, dst: str | None = None, *, flags: int = 0, length: int = 0, offset: int | None = None
+    ) -> Iterator[_Doing]:
         """Run one operation as the seam does: slow, fail, crash before, do (the block), crash after. The
         block logs what it did; a failure it raises is logged here."""
         caller = self._caller()
@@ -216,8 +227,21 @@ class Passthrough(mfusepy.Operations):
 
     def statfs(self, path):
         sv = os.statvfs(self._real(path))
-        return {k: getattr(sv, k) for k in ("f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files",
-                                            "f_ffree", "f_favail", "f_flag", "f_namemax")}
+        return {
+            k: getattr(sv, k)
+            for k in (
+                "f_bsize",
+                "f_frsize",
+                "f_blocks",
+                "f_bfree",
+                "f_bavail",
+                "f_files",
+                "f_ffree",
+                "f_favail",
+                "f_flag",
+                "f_namemax",
+            )
+        }
 
     def chmod(self, path, mode):
         os.chmod(self._real(path), mode)
@@ -344,18 +368,33 @@ class Passthrough(mfusepy.Operations):
                 on_disk = bytes(data[:k]) + torn_fill(f, n - k)
             cut = self.injector.cut(h.armed, offset, len(on_disk))
             if cut is not None:
-                on_disk = on_disk[:cut[1]]
+                on_disk = on_disk[: cut[1]]
             _pwrite_all(fh, on_disk, offset)
-            self.journal.entry("write", d.caller, path, stream=h.stream, offset=offset, length=len(on_disk),
-                               synced=h.synced or None, modelled=None if h.modelled else False)
+            self.journal.entry(
+                "write",
+                d.caller,
+                path,
+                stream=h.stream,
+                offset=offset,
+                length=len(on_disk),
+                synced=h.synced or None,
+                modelled=None if h.modelled else False,
+            )
             if h.modelled:
                 self.journal.seam("write", d.caller, path, data=on_disk, stream=h.stream, offset=offset)
                 if h.synced:  # durable as it returns: to crash states, a write followed by its fsync
                     self.journal.seam("fsync", d.caller, path, stream=h.stream)
             if cut is not None:
                 crash = self.injector.faults[cut[0]]
-                self.injector.fire(cut[0], d.caller, crash_action(crash), op="write", path=d.paths[0], offset=offset,
-                                   bytes=offset + len(on_disk))
+                self.injector.fire(
+                    cut[0],
+                    d.caller,
+                    crash_action(crash),
+                    op="write",
+                    path=d.paths[0],
+                    offset=offset,
+                    bytes=offset + len(on_disk),
+                )
                 self._crash(d.caller, crash, path)
                 d.crashed = True
                 return len(on_disk)
@@ -409,8 +448,7 @@ class Passthrough(mfusepy.Operations):
         with self._op(op, path) as d:
             (os.fdatasync if datasync else os.fsync)(fh)
             modelled = h is None or h.modelled
-            self.journal.entry(op, d.caller, path, stream=h.stream if h else None,
-                               modelled=None if modelled else False)
+            self.journal.entry(op, d.caller, path, stream=h.stream if h else None, modelled=None if modelled else False)
             if h is not None and h.stream is not None and h.modelled:
                 self.journal.seam("fsync", d.caller, path, stream=h.stream)
 

@@ -6,6 +6,7 @@ fsync made durable (file data, and folder entries no fsync of their folder, or u
 later fsync at all, committed) may be lost. Operations the crash states cannot replay (a hard link, a
 truncate to a non-zero length, writes to a file from before the mount opened without O_TRUNC) are named
 in the states' notes, so a state that lacks their effect is never taken for the whole truth."""
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,9 @@ def unmodelled(log: str | os.PathLike, root: str | os.PathLike | None = None) ->
     return out
 
 
-def power_loss_states(fault: LostUnsyncedWrites, snapshot: Snapshot, log: str | os.PathLike,
-                      out_dir: str | os.PathLike) -> CrashStates:
+def power_loss_states(
+    fault: LostUnsyncedWrites, snapshot: Snapshot, log: str | os.PathLike, out_dir: str | os.PathLike
+) -> CrashStates:
     """faults.power_loss_states over a mount's log folder (its ops.rank*.jsonl), with a note for each
     operation under the snapshot's root that the states cannot replay."""
     states = _power_loss_states(fault, snapshot, log, out_dir)

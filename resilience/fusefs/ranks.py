@@ -9,6 +9,7 @@ per thread id together with the thread's start time, so a pid the kernel reuses 
 Killing a rank kills its process group when the rank leads one of its own, and its process tree; a rank
 that shares the group of the runner or of the file system (a test's plain subprocess) is killed as a
 process tree only, never by group: that group holds the runner itself."""
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,7 @@ def _stat(pid: int) -> tuple[int, int, int] | None:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rindex(b")") + 2:].split()  # the command name may hold spaces and parentheses
+    fields = text[text.rindex(b")") + 2 :].split()  # the command name may hold spaces and parentheses
     return int(fields[1]), int(fields[2]), int(fields[19])
 
 
@@ -74,8 +75,9 @@ class RankMap:
     runner's, the file system's); `spared` processes a kill never reaches at all (the runner, the file
     system: a rank map that names the runner itself as a rank must not kill it)."""
 
-    def __init__(self, roots: Mapping[int, int] | None = None, *, protected: Iterable[int] = (),
-                 spared: Iterable[int] = ()):
+    def __init__(
+        self, roots: Mapping[int, int] | None = None, *, protected: Iterable[int] = (), spared: Iterable[int] = ()
+    ):
         self._lock = threading.Lock()
         self._protected = frozenset(protected)
         self._spared = frozenset(spared)

@@ -10,6 +10,7 @@ Two pipes talk to the runner. Commands come in (a new rank map, acknowledged onc
 next write is attributed by it); events go out: ready (from libfuse's init, the mount is live), ranks
 (acknowledgement), done, error. When the command pipe ends without an unmount (the runner died), the
 process unmounts itself lazily and exits: a mount never outlives the run that made it for long."""
+
 from __future__ import annotations
 
 import contextlib
@@ -36,16 +37,16 @@ class ServerConfig:
     backing: str
     mountpoint: str
     faults: list[dict] = field(default_factory=list)  # records as JSON (Fault.to_dict); the injector reads them
-    arm_at: list | None = None                      # per record: the rank operation it counts from (injector)
-    paths_as: str | None = None                     # the folder logs and fault paths name (default: the mount)
-    ranks: dict = field(default_factory=dict)      # rank -> root pid
-    log: str | None = None                          # folder of both logs
-    report: str | None = None                       # firings (faults.firings format)
-    stderr: str | None = None                       # where libfuse's own messages go
-    stderr_is_temporary: bool = False               # a temp file of the runner's: removed if the runner dies
+    arm_at: list | None = None  # per record: the rank operation it counts from (injector)
+    paths_as: str | None = None  # the folder logs and fault paths name (default: the mount)
+    ranks: dict = field(default_factory=dict)  # rank -> root pid
+    log: str | None = None  # folder of both logs
+    report: str | None = None  # firings (faults.firings format)
+    stderr: str | None = None  # where libfuse's own messages go
+    stderr_is_temporary: bool = False  # a temp file of the runner's: removed if the runner dies
     runner_pid: int = 0
     runner_pgid: int = 0
-    runner_fds: tuple[int, ...] = ()                # the runner's ends of the pipes, closed in the child
+    runner_fds: tuple[int, ...] = ()  # the runner's ends of the pipes, closed in the child
 
 
 def serve(cfg: ServerConfig, commands, events) -> None:
@@ -77,16 +78,23 @@ def serve(cfg: ServerConfig, commands, events) -> None:
         from .passthrough import FaultyFUSE, Passthrough  # mfusepy loads libfuse on import
 
         ranks = RankMap(cfg.ranks, protected={cfg.runner_pgid, os.getpgid(0)}, spared={cfg.runner_pid, os.getpid()})
-        injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None,
-                                arm_at=cfg.arm_at)
+        injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None, arm_at=cfg.arm_at)
         journal = Journal(cfg.log, cfg.paths_as or cfg.mountpoint)
-        ops = Passthrough(cfg.backing, ranks=ranks, injector=injector, journal=journal,
-                          on_ready=lambda: send(("ready", os.getpid())))
-        threading.Thread(target=_control, args=(ops, commands, send, cfg), name="fusefs-control",
-                         daemon=True).start()
+        ops = Passthrough(
+            cfg.backing, ranks=ranks, injector=injector, journal=journal, on_ready=lambda: send(("ready", os.getpid()))
+        )
+        threading.Thread(target=_control, args=(ops, commands, send, cfg), name="fusefs-control", daemon=True).start()
         # no auto_unmount: its fusermount3 helper would race the runner's own unmount and clean_stale_mounts
-        FaultyFUSE(ops, cfg.mountpoint, foreground=True, nothreads=False, default_permissions=True,
-                   fsname=FSNAME, subtype=SUBTYPE, hard_remove=True)
+        FaultyFUSE(
+            ops,
+            cfg.mountpoint,
+            foreground=True,
+            nothreads=False,
+            default_permissions=True,
+            fsname=FSNAME,
+            subtype=SUBTYPE,
+            hard_remove=True,
+        )
         injector.close(ranks.roots)
         journal.close()
         send(("done", None))

@@ -16,6 +16,7 @@ as the time budget does not cut it short. The time budget stops generation itsel
 next example raises a private stop (a BaseException, which Hypothesis does not treat as a failure)
 caught around the mode; Ctrl-C and SIGTERM stop the same way and still write the run folder, marked
 interrupted."""
+
 from __future__ import annotations
 
 import json
@@ -53,17 +54,17 @@ class FuzzOptions:
     seed: int = None  # type: ignore[assignment]  # None: 0 under a derandomized profile (ci), else a fresh random one
     combos: list[Combination] | None = None
     max_world: int = 2
-    time_budget: float | None = None   # seconds for the whole run, shared by the modes
-    shrink_budget: float = 120.0       # seconds a found failure may spend shrinking
-    all_bugs: bool = False             # shrink each failing checker separately (slower), not one failure per mode
+    time_budget: float | None = None  # seconds for the whole run, shared by the modes
+    shrink_budget: float = 120.0  # seconds a found failure may spend shrinking
+    all_bugs: bool = False  # shrink each failing checker separately (slower), not one failure per mode
     backend: str = "reference"
-    backend_options: bool = False      # scenario mode draws the backend's declared options too
-    io: str | None = None              # how faults reach the backend (runner.ways); None: auto
+    backend_options: bool = False  # scenario mode draws the backend's declared options too
+    io: str | None = None  # how faults reach the backend (runner.ways); None: auto
     out: str = "runs"
     modes: tuple[str, ...] = MODES
-    faults: list[str] | None = None    # fault kinds to draw (default: the deterministic ones)
-    max_steps: int = 6                 # actions per scenario, rules per machine run
-    profile: str = "dev"               # ci: 25 examples, seed 0; dev: 50; fuzz: 500 (resilience.fuzz.profiles)
+    faults: list[str] | None = None  # fault kinds to draw (default: the deterministic ones)
+    max_steps: int = 6  # actions per scenario, rules per machine run
+    profile: str = "dev"  # ci: 25 examples, seed 0; dev: 50; fuzz: 500 (resilience.fuzz.profiles)
 
     def __post_init__(self):
         try:
@@ -82,7 +83,7 @@ class FuzzOptions:
 @dataclass
 class FuzzFailure:
     mode: str
-    kind: str            # the failure class, e.g. FailInDurability
+    kind: str  # the failure class, e.g. FailInDurability
     verdict: str
     combo: str
     detail: str
@@ -116,9 +117,17 @@ class FuzzOutcome:
         return not self.failures and not self.errors and not self.unprobed
 
     def to_dict(self) -> dict:
-        return {"run_dir": self.run_dir, "seed": self.seed, "options": self.options, "counts": self.counts,
-                "failures": [asdict(f) for f in self.failures], "errors": self.errors,
-                "seconds": round(self.seconds, 3), "stopped": self.stopped, "timings": self.timings}
+        return {
+            "run_dir": self.run_dir,
+            "seed": self.seed,
+            "options": self.options,
+            "counts": self.counts,
+            "failures": [asdict(f) for f in self.failures],
+            "errors": self.errors,
+            "seconds": round(self.seconds, 3),
+            "stopped": self.stopped,
+            "timings": self.timings,
+        }
 
 
 class _Stop(BaseException):
@@ -182,8 +191,13 @@ class _Judge:
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"# {result.verdict}: {result.detail[:300]}\n")
             f.write(scenario.as_run(combo, scenario.backend).to_yaml())
-        row = dict(result.to_row(), column=mode, case_dir=None, scenario_file=path,
-                   replay=replay_command(path, combo, scenario.backend, self.opts.io))
+        row = dict(
+            result.to_row(),
+            column=mode,
+            case_dir=None,
+            scenario_file=path,
+            replay=replay_command(path, combo, scenario.backend, self.opts.io),
+        )
         self.rows.append(row)
         self.folder.append(row)
 
@@ -254,21 +268,36 @@ def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backen
     import traceback
 
     from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
+
     detail = f"the runner raised {type(e).__name__}: {e}"
     os.makedirs(case_dir, exist_ok=True)
     with open(os.path.join(case_dir, FRAMEWORK_ERROR), "w", encoding="utf-8") as f:
         f.write(traceback.format_exc())
-    return CaseResult(scenario.name, str(combo), UNKNOWN, [Verdict(FRAMEWORK, UNKNOWN, detail,
-                                                                   [{"traceback": traceback.format_exc()}])],
-                      0.0, case_dir, replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend), detail)
+    return CaseResult(
+        scenario.name,
+        str(combo),
+        UNKNOWN,
+        [Verdict(FRAMEWORK, UNKNOWN, detail, [{"traceback": traceback.format_exc()}])],
+        0.0,
+        case_dir,
+        replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend),
+        detail,
+    )
 
 
 def _settings(opts: FuzzOptions, database: str) -> settings:
-    return settings(settings.get_profile(opts.profile), max_examples=opts.examples, deadline=None,
-                    database=DirectoryBasedExampleDatabase(database), derandomize=False,
-                    suppress_health_check=list(HealthCheck), report_multiple_bugs=opts.all_bugs,
-                    stateful_step_count=opts.max_steps, print_blob=False,
-                    phases=[p for p in Phase if p is not Phase.explain])  # explaining reruns on real ranks
+    return settings(
+        settings.get_profile(opts.profile),
+        max_examples=opts.examples,
+        deadline=None,
+        database=DirectoryBasedExampleDatabase(database),
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=opts.all_bugs,
+        stateful_step_count=opts.max_steps,
+        print_blob=False,
+        phases=[p for p in Phase if p is not Phase.explain],
+    )  # explaining reruns on real ranks
 
 
 def _seeded(test, seed: int):
@@ -277,12 +306,14 @@ def _seeded(test, seed: int):
     return test
 
 
-def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None] | None = None,
-         run_dir: str | None = None) -> FuzzOutcome:
+def fuzz(
+    opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None] | None = None, run_dir: str | None = None
+) -> FuzzOutcome:
     """Run the fuzzer; `progress(mode, result)` is called after each case (result None: rejected).
     Ctrl-C (KeyboardInterrupt) or SIGTERM (errors.Interrupted) stops it: the run folder is written for
     the cases that finished, marked interrupted, and the interruption is raised again."""
     from ..report import RunFolder
+
     meta = {"title": "resilience fuzz", "seed": opts.seed, "backend": opts.backend, "command": replay_fuzz(opts)}
     folder = RunFolder(run_dir, dict(meta, status="running")) if run_dir else RunFolder.create(opts.out, "fuzz", meta)
     run_dir = folder.path
@@ -291,8 +322,11 @@ def fuzz(opts: FuzzOptions, *, progress: Callable[[str, CaseResult | None], None
     outcome = FuzzOutcome(run_dir, opts.seed, _options(opts))
     log_path = os.path.join(run_dir, "hypothesis.log")
     interrupted: BaseException | None = None
-    with open(log_path, "w", encoding="utf-8") as log, with_reporter(lambda text: print(text, file=log)), \
-            _sigterm_interrupts():
+    with (
+        open(log_path, "w", encoding="utf-8") as log,
+        with_reporter(lambda text: print(text, file=log)),
+        _sigterm_interrupts(),
+    ):
         try:
             for mode in opts.modes:
                 judge.begin(mode)
@@ -335,23 +369,33 @@ class _sigterm_interrupts:
     def __enter__(self):
         import signal
         import threading
+
         self.previous = {}
         if threading.current_thread() is threading.main_thread():
+
             def stop(signum, frame):
                 raise _Interrupt(ask(signum))
+
             self.previous = {s: signal.signal(getattr(signal, s), stop) for s in self.SIGNALS}
         return self
 
     def __exit__(self, *exc):
         import signal
+
         for s, handler in self.previous.items():
             signal.signal(getattr(signal, s), handler)
 
 
 def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
-    strategy = scenarios(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults,
-                         max_steps=opts.max_steps, backend=opts.backend, backend_options=opts.backend_options,
-                         name="fuzz-scenario")
+    strategy = scenarios(
+        combinations=opts.combos,
+        max_world=opts.max_world,
+        faults=opts.faults,
+        max_steps=opts.max_steps,
+        backend=opts.backend,
+        backend_options=opts.backend_options,
+        name="fuzz-scenario",
+    )
 
     @_settings(opts, database)
     @given(strategy)
@@ -365,8 +409,13 @@ def _fuzz_machine(opts: FuzzOptions, judge: _Judge, database: str) -> None:
     def judge_with(scenario: Scenario, combo: Combination):
         return judge("machine", scenario, combo)
 
-    machine = lifecycle_machine(combinations=opts.combos, max_world=opts.max_world, faults=opts.faults,
-                                backend=opts.backend, judge_with=judge_with)
+    machine = lifecycle_machine(
+        combinations=opts.combos,
+        max_world=opts.max_world,
+        faults=opts.faults,
+        backend=opts.backend,
+        judge_with=judge_with,
+    )
     machine.name = "fuzz-machine"
     run_state_machine_as_test(_seeded(machine, opts.seed), settings=_settings(opts, database))
 
@@ -380,6 +429,7 @@ def _flatten(e: BaseException) -> list[BaseException]:
 
 def _is_failure(e: BaseException) -> bool:
     from .judge import ScenarioFailed
+
     return isinstance(e, ScenarioFailed)
 
 
@@ -397,8 +447,21 @@ def _keep_failures(judge: _Judge, run_dir: str) -> list[FuzzFailure]:
         evidence = os.path.join(folder, stem)
         if os.path.isdir(result.case_dir):
             shutil.move(result.case_dir, evidence)
-        out.append(FuzzFailure(mode, kind, result.verdict, result.combo, result.detail, path, command, evidence,
-                               len(scenario.steps), [v.to_dict() for v in result.verdicts], result.faults))
+        out.append(
+            FuzzFailure(
+                mode,
+                kind,
+                result.verdict,
+                result.combo,
+                result.detail,
+                path,
+                command,
+                evidence,
+                len(scenario.steps),
+                [v.to_dict() for v in result.verdicts],
+                result.faults,
+            )
+        )
     return out
 
 
@@ -409,32 +472,71 @@ def _options(opts: FuzzOptions) -> dict:
     return d
 
 
-def _write(outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict],
-           interrupted: BaseException | None) -> None:
+def _write(
+    outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict], interrupted: BaseException | None
+) -> None:
     """results.json: a row per case (as appended), then one per minimal failure (appended to results.jsonl
     too, so `resilience report` rebuilds the same reports); and the reports."""
     from ..report.cases import signal_name
     from ..report.folder import COMPLETE, INTERRUPTED
+
     # interrupted: results.jsonl holds exactly the rows that were written, whenever the signal came
     rows = folder.rows()[0] if interrupted is not None else list(case_rows)
-    extra = [{"scenario": os.path.basename(f.scenario_file), "combo": f.combo, "fault": f.mode, "transition": None,
-              "verdict": f.verdict, "detail": f.detail, "seconds": 0.0, "checkers": f.checkers, "faults": f.faults,
-              "case_dir": f.case_dir, "replay": f.replay, "column": f"{f.mode}: minimal failure",
-              "scenario_file": f.scenario_file, "minimal": True}
-             for f in outcome.failures]
+    extra = [
+        {
+            "scenario": os.path.basename(f.scenario_file),
+            "combo": f.combo,
+            "fault": f.mode,
+            "transition": None,
+            "verdict": f.verdict,
+            "detail": f.detail,
+            "seconds": 0.0,
+            "checkers": f.checkers,
+            "faults": f.faults,
+            "case_dir": f.case_dir,
+            "replay": f.replay,
+            "column": f"{f.mode}: minimal failure",
+            "scenario_file": f.scenario_file,
+            "minimal": True,
+        }
+        for f in outcome.failures
+    ]
     if outcome.errors:
-        extra.append({"scenario": "fuzz", "combo": ", ".join(map(str, opts.combos or [])) or "all", "fault": None,
-                     "transition": None, "verdict": FAIL, "detail": outcome.errors[0][:300],
-                     "seconds": round(outcome.seconds, 3), "checkers": [], "case_dir": outcome.run_dir,
-                     "replay": replay_fuzz(opts), "column": "fuzz"})
+        extra.append(
+            {
+                "scenario": "fuzz",
+                "combo": ", ".join(map(str, opts.combos or [])) or "all",
+                "fault": None,
+                "transition": None,
+                "verdict": FAIL,
+                "detail": outcome.errors[0][:300],
+                "seconds": round(outcome.seconds, 3),
+                "checkers": [],
+                "case_dir": outcome.run_dir,
+                "replay": replay_fuzz(opts),
+                "column": "fuzz",
+            }
+        )
     for row in extra:
         folder.append(row)
     rows += extra
-    folder.meta.update(stopped=outcome.stopped, counts=outcome.counts, kind="fuzz",
-                       fuzz={"examples": opts.examples, "modes": list(opts.modes), "timings": outcome.timings,
-                             "rejected": outcome.counts.get("rejected", 0), "errors": outcome.errors})
-    folder.finish(rows, status=INTERRUPTED if interrupted is not None else COMPLETE,
-                  why=signal_name(interrupted) if interrupted is not None else "")
+    folder.meta.update(
+        stopped=outcome.stopped,
+        counts=outcome.counts,
+        kind="fuzz",
+        fuzz={
+            "examples": opts.examples,
+            "modes": list(opts.modes),
+            "timings": outcome.timings,
+            "rejected": outcome.counts.get("rejected", 0),
+            "errors": outcome.errors,
+        },
+    )
+    folder.finish(
+        rows,
+        status=INTERRUPTED if interrupted is not None else COMPLETE,
+        why=signal_name(interrupted) if interrupted is not None else "",
+    )
     with open(os.path.join(outcome.run_dir, "fuzz.json"), "w", encoding="utf-8") as f:
         json.dump(dict(outcome.to_dict(), status=folder.meta["status"]), f, indent=1)
 
@@ -442,9 +544,20 @@ def _write(outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict
 def replay_fuzz(opts: FuzzOptions) -> str:
     """The command that runs this fuzzing run again, example for example."""
     import shlex
-    cmd = ["resilience", "fuzz", "--seed", str(opts.seed), "--examples", str(opts.examples),
-           *(["--profile", opts.profile] if opts.profile != FuzzOptions.profile else []),
-           "--max-world", str(opts.max_world), "--max-steps", str(opts.max_steps)]
+
+    cmd = [
+        "resilience",
+        "fuzz",
+        "--seed",
+        str(opts.seed),
+        "--examples",
+        str(opts.examples),
+        *(["--profile", opts.profile] if opts.profile != FuzzOptions.profile else []),
+        "--max-world",
+        str(opts.max_world),
+        "--max-steps",
+        str(opts.max_steps),
+    ]
     if opts.combos:
         cmd += ["--combos", *map(str, opts.combos)]
     if opts.faults is not None:

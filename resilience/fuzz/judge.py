@@ -4,6 +4,7 @@ A ScenarioFailed message holds the verdict, what each failing checker saw, the s
 the one-line `resilience run` command that replays it, so a failure printed by pytest or Hypothesis
 is enough to reproduce it. Each failing checker gets its own subclass, so Hypothesis shrinks
 different bugs separately instead of folding them into one."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,15 @@ def describe_failure(scenario: Scenario, result: CaseResult, replay: str, *, lim
     return "\n".join(lines)
 
 
-def judge(scenario: Scenario, combo: Combination | str | None = None, *, backend: str | None = None,
-          case_dir: str | None = None, fail_on: Iterable[str] = BAD, io: str | None = None) -> CaseResult:
+def judge(
+    scenario: Scenario,
+    combo: Combination | str | None = None,
+    *,
+    backend: str | None = None,
+    case_dir: str | None = None,
+    fail_on: Iterable[str] = BAD,
+    io: str | None = None,
+) -> CaseResult:
     """Run one scenario x combination on real ranks; raise ScenarioFailed if the verdict is in `fail_on`.
     Without `case_dir` the evidence goes to a temporary folder, kept only when the case fails."""
     if combo is None:
@@ -71,6 +79,7 @@ def judge(scenario: Scenario, combo: Combination | str | None = None, *, backend
     combo = combo if isinstance(combo, Combination) else Combination.parse(combo)
     if (backend is not None and backend != scenario.backend) or (io is not None and io != scenario.io):
         from dataclasses import replace
+
         # so the YAML written beside the evidence replays alone
         scenario = replace(scenario, backend=backend or scenario.backend, io=io or scenario.io)
     temporary = case_dir is None
@@ -83,8 +92,14 @@ def judge(scenario: Scenario, combo: Combination | str | None = None, *, backend
     return result
 
 
-def judge_all(scenario: Scenario, combos: Iterable[Combination] | None = None, *, backend: str | None = None,
-              run_dir: str | None = None, fail_on: Iterable[str] = BAD) -> list[CaseResult]:
+def judge_all(
+    scenario: Scenario,
+    combos: Iterable[Combination] | None = None,
+    *,
+    backend: str | None = None,
+    run_dir: str | None = None,
+    fail_on: Iterable[str] = BAD,
+) -> list[CaseResult]:
     """judge() for each of the scenario's combinations (or those of `combos` it has); stops at the first
     failure."""
     wanted = list(combos) if combos is not None else None

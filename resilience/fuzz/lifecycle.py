@@ -12,6 +12,7 @@ runner can carry out and the checkers can judge:
 - a resume on another topology only when an intact checkpoint surely exists;
 - saves only on topologies with the scenario's tp and pp (the checkers judge every load against the
   scenario's topology, so a checkpoint written elsewhere would be judged against the wrong one)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,9 +27,16 @@ CRASH_OPS = ("create", "fsync", "mkdir", "rename")
 ERRNOS = ("ENOSPC", "EIO", "EDQUOT", "EROFS")
 IO_ERROR_OPS = ("create", "write", "fsync", "mkdir", "rename")
 CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
-    "truncate": "truncate", "bit_flip": "bitflip", "delete_file": "delete", "metadata_damage": "metadata",
-    "tracker_damage": "tracker", "leftover_staging": "staging", "extra_file": "extra", "escaping_path": "escape",
-    "hostile_pickle": "pickle"}
+    "truncate": "truncate",
+    "bit_flip": "bitflip",
+    "delete_file": "delete",
+    "metadata_damage": "metadata",
+    "tracker_damage": "tracker",
+    "leftover_staging": "staging",
+    "extra_file": "extra",
+    "escaping_path": "escape",
+    "hostile_pickle": "pickle",
+}
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
@@ -52,45 +60,45 @@ class Finalize:
 
 @dataclass(frozen=True)
 class Resume:
-    where: int | None = None   # None: the scenario's topology; i: the i-th other topology
-    cont: int = 1              # steps trained after the load, compared with training that never stopped
+    where: int | None = None  # None: the scenario's topology; i: the i-th other topology
+    cont: int = 1  # steps trained after the load, compared with training that never stopped
 
 
 @dataclass(frozen=True)
 class CrashDuringSave:
-    rank: int = 0              # an index, mapped onto the ranks that reach the crash point
+    rank: int = 0  # an index, mapped onto the ranks that reach the crash point
     point: tuple = ("phase", "write")  # ("phase", name) | ("byte", n) | ("op", op, when)
 
 
 @dataclass(frozen=True)
 class FaultDuringSave:
-    kind: str = "io_error"     # one of WRITE_FAULTS
+    kind: str = "io_error"  # one of WRITE_FAULTS
     rank: int = 0
     nth: int = 1
-    detail: str = "write"      # io_error: the op; torn_write: fill; others: unused
+    detail: str = "write"  # io_error: the op; torn_write: fill; others: unused
     errno: str = "EIO"
-    file: str = "data"         # one of FAULT_FILES: a rank's data, the coordinator's manifest or tracker
+    file: str = "data"  # one of FAULT_FILES: a rank's data, the coordinator's manifest or tracker
 
 
 @dataclass(frozen=True)
 class Corrupt:
-    kind: str = "truncate"     # a key of CORRUPTIONS
-    rank: int = 0              # an index, mapped onto the ranks that wrote files
+    kind: str = "truncate"  # a key of CORRUPTIONS
+    rank: int = 0  # an index, mapped onto the ranks that wrote files
     seed: int = 0
-    how: str = ""              # metadata_damage / tracker_damage: how
+    how: str = ""  # metadata_damage / tracker_damage: how
     dcp_metadata: bool = False  # metadata_damage on DCP's .metadata instead of our manifest.json
 
 
 @dataclass(frozen=True)
 class DeleteOld:
-    which: int = 0             # which older checkpoint (index among the surely committed ones)
+    which: int = 0  # which older checkpoint (index among the surely committed ones)
     seed: int = 0
 
 
 @dataclass(frozen=True)
 class PowerLoss:
     rank: int = 0
-    phase: str | None = None   # None: power is lost at the job's end
+    phase: str | None = None  # None: power is lost at the job's end
     max_states: int = 2
 
 
@@ -107,18 +115,18 @@ class Lifecycle:
     others: list[Topology] = field(default_factory=list)
     steps: list[dict] = field(default_factory=list)
     topo: Topology = None  # type: ignore[assignment]  # __post_init__: base unless given
-    alive: bool | None = True          # None: the job may have died (its load may have failed)
-    iteration: int | None = 0          # None: not known (a resume whose pick depends on faults)
-    pending: bool = False              # an async save staged, not yet finalized
+    alive: bool | None = True  # None: the job may have died (its load may have failed)
+    iteration: int | None = 0  # None: not known (a resume whose pick depends on faults)
+    pending: bool = False  # an async save staged, not yet finalized
     pending_it: int | None = None
     folders: dict[int, Topology] = field(default_factory=dict)  # surely committed checkpoints
-    intact: set[int] = field(default_factory=set)                # ... and surely undamaged
-    maybe: bool = False                # a checkpoint whose commit is uncertain may exist
-    rest_in_job: bool = False          # damage at rest happened since the job started
+    intact: set[int] = field(default_factory=set)  # ... and surely undamaged
+    maybe: bool = False  # a checkpoint whose commit is uncertain may exist
+    rest_in_job: bool = False  # damage at rest happened since the job started
     power_loss_in_job: bool = False
-    deleted_since_save: bool = False   # a shard was deleted at rest: that rank may have no file left to damage
-    tracker_gone: bool = False         # the tracker was deleted at rest (until a save writes it again)
-    manifest_damaged: bool = False     # the newest manifest was damaged: a rank's files can no longer be told apart
+    deleted_since_save: bool = False  # a shard was deleted at rest: that rank may have no file left to damage
+    tracker_gone: bool = False  # the tracker was deleted at rest (until a save writes it again)
+    manifest_damaged: bool = False  # the newest manifest was damaged: a rank's files can no longer be told apart
     saves: int = 0
     clean_saves: int = 0
     loads: int = 0
@@ -163,8 +171,9 @@ class Lifecycle:
             return self.any_checkpoint and not (data and self.deleted_since_save)
         if isinstance(action, DeleteOld):
             return len(self.folders) + (self.pending and self.alive is True and self.pending_it is not None) >= 2
-        if self.power_loss_in_job and (isinstance(action, (CrashDuringSave, PowerLoss))
-                                       or getattr(action, "kind", "") == "io_error"):
+        if self.power_loss_in_job and (
+            isinstance(action, (CrashDuringSave, PowerLoss)) or getattr(action, "kind", "") == "io_error"
+        ):
             return False
         return self._fault_ready(dry_run=True)
 
@@ -255,6 +264,7 @@ class Lifecycle:
             return False
         if self.rest_in_job:  # a new job resumes first: would it surely load?
             import copy
+
             probe = copy.deepcopy(self)
             probe._ready_for_work()
             if probe.alive is not True or not probe.can_save_here():
@@ -298,8 +308,12 @@ class Lifecycle:
             nth = nth if op == "write" else 1  # a save makes one folder, one rename, one file per rank
             record = {"kind": "io_error", "rank": rank, "op": op, "nth": nth, "errno": a.errno}
         elif a.kind == "torn_write":
-            record = {"kind": "torn_write", "rank": rank, "nth": nth,
-                      "fill": a.detail if a.detail in ("zeros", "garbage") else "zeros"}
+            record = {
+                "kind": "torn_write",
+                "rank": rank,
+                "nth": nth,
+                "fill": a.detail if a.detail in ("zeros", "garbage") else "zeros",
+            }
         elif a.kind == "short_write":
             record = {"kind": "short_write", "rank": rank, "nth": nth}
         else:
@@ -373,8 +387,11 @@ class Lifecycle:
             if args["how"] == "delete" and (self.tracker_gone or self.is_local):
                 args["how"] = "stale"  # nothing to delete (LOCAL keeps one tracker per rank: it may be missing)
             self.tracker_gone = self.tracker_gone or args["how"] == "delete"
-        if a.kind in ("tracker_damage", "leftover_staging", "escaping_path", "metadata_damage") and "rank" in args \
-                and not self.is_local:
+        if (
+            a.kind in ("tracker_damage", "leftover_staging", "escaping_path", "metadata_damage")
+            and "rank" in args
+            and not self.is_local
+        ):
             del args["rank"]  # these pick the checkpoint, not a rank's files
         args["seed"] = a.seed
         self._emit({"corrupt": args})
@@ -421,8 +438,9 @@ class Lifecycle:
         self.rest_in_job = self.power_loss_in_job = False
         self.pending, self.pending_it = False, None
         refused = target != self.base and (
-            self.is_local or (self.combo.type is CheckpointType.LEGACY
-                              and (target.tp, target.pp) != (self.base.tp, self.base.pp)))
+            self.is_local
+            or (self.combo.type is CheckpointType.LEGACY and (target.tp, target.pp) != (self.base.tp, self.base.pp))
+        )
         if refused or not (self.folders or self.maybe):
             self.alive, self.iteration = False, None
             return

@@ -13,6 +13,7 @@ command that replays it.
     from resilience.fuzz.machine import lifecycle_machine
     TestLifecycle = lifecycle_machine(combinations=["GLOBAL/torch_dist/sync"], max_world=2).TestCase
 """
+
 from __future__ import annotations
 
 import sys
@@ -46,10 +47,18 @@ class LifecycleMachine(RuleBasedStateMachine):
     # ---- the scenario built so far ---------------------------------------------------------------
     def scenario(self) -> Scenario:
         life = self.life
-        return from_dict({"name": self.name, "topology": str(life.base), "model": self.model.to_dict(),
-                          "combinations": [str(life.combo)], "steps": life.steps + life.closing_steps(),
-                          "backend": self.backend,
-                          "tags": ["generated", "state-machine"]}, source=f"<{self.name}>")
+        return from_dict(
+            {
+                "name": self.name,
+                "topology": str(life.base),
+                "model": self.model.to_dict(),
+                "combinations": [str(life.combo)],
+                "steps": life.steps + life.closing_steps(),
+                "backend": self.backend,
+                "tags": ["generated", "state-machine"],
+            },
+            source=f"<{self.name}>",
+        )
 
     def judge_scenario(self, scenario: Scenario, combo: Combination) -> CaseResult:
         """Run and judge; raise ScenarioFailed on FAIL or UNKNOWN. Replaced by the fuzz run."""
@@ -72,9 +81,15 @@ class LifecycleMachine(RuleBasedStateMachine):
             self._judge()
 
 
-def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None, max_world: int = 2,
-                      faults: Iterable[str] | None = None, moves: bool = True, backend: str = "reference",
-                      judge_with: Judge | None = None) -> type[LifecycleMachine]:
+def lifecycle_machine(
+    *,
+    combinations: Iterable[Combination | str] | None = None,
+    max_world: int = 2,
+    faults: Iterable[str] | None = None,
+    moves: bool = True,
+    backend: str = "reference",
+    judge_with: Judge | None = None,
+) -> type[LifecycleMachine]:
     """A state machine class over the given combinations, world size, fault kinds (names of
     resilience.faults kinds, default: the deterministic ones) and backend. `judge_with(scenario, combo)`
     replaces the default judge (run on real ranks, raise ScenarioFailed on FAIL or UNKNOWN)."""
@@ -83,13 +98,16 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
     kinds = frozenset(rst.SCENARIO_FAULTS if faults is None else faults)
     bad = [k for k in kinds if k not in rst.SCENARIO_FAULTS]
     if bad:
-        raise rst.InvalidStrategyArgument("faults", f"the state machine cannot draw {bad[0]!r}",
-                                          f"use some of {', '.join(rst.SCENARIO_FAULTS)}")
+        raise rst.InvalidStrategyArgument(
+            "faults", f"the state machine cannot draw {bad[0]!r}", f"use some of {', '.join(rst.SCENARIO_FAULTS)}"
+        )
     rank = st.integers(0, 7)
     seed = st.integers(0, 1000)
     crash_points = st.one_of(
-        st.tuples(st.just("phase"), st.sampled_from(lc.CRASH_PHASES)), st.tuples(st.just("byte"), st.integers(1, 1024)),
-        st.tuples(st.just("op"), st.sampled_from(lc.CRASH_OPS), st.sampled_from(("before", "after"))))
+        st.tuples(st.just("phase"), st.sampled_from(lc.CRASH_PHASES)),
+        st.tuples(st.just("byte"), st.integers(1, 1024)),
+        st.tuples(st.just("op"), st.sampled_from(lc.CRASH_OPS), st.sampled_from(("before", "after"))),
+    )
     writes = [k for k in lc.WRITE_FAULTS if k in kinds]
     rest = [k for k in lc.CORRUPTIONS if k in kinds]
 
@@ -136,16 +154,25 @@ def lifecycle_machine(*, combinations: Iterable[Combination | str] | None = None
             self._do(lc.CrashDuringSave(rank, point))
 
         @enabled(bool(writes), lc.FaultDuringSave())
-        @rule(kind=st.sampled_from(writes or ["short_write"]), rank=rank, nth=st.integers(1, 2),
-              detail=st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")), errno=st.sampled_from(lc.ERRNOS),
-              file=st.sampled_from(tuple(lc.FAULT_FILES)))
+        @rule(
+            kind=st.sampled_from(writes or ["short_write"]),
+            rank=rank,
+            nth=st.integers(1, 2),
+            detail=st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")),
+            errno=st.sampled_from(lc.ERRNOS),
+            file=st.sampled_from(tuple(lc.FAULT_FILES)),
+        )
         def write_fault_during_save(self, kind, rank, nth, detail, errno, file):
             self._do(lc.FaultDuringSave(kind, rank, nth, detail, errno, file))
 
         @enabled(bool(rest), lc.Corrupt(rest[0] if rest else "truncate"))
-        @rule(kind=st.sampled_from(rest or ["truncate"]), rank=rank, seed=seed,
-              how=st.sampled_from(lc.METADATA_HOW + lc.TRACKER_HOW),
-              dcp_metadata=st.booleans())
+        @rule(
+            kind=st.sampled_from(rest or ["truncate"]),
+            rank=rank,
+            seed=seed,
+            how=st.sampled_from(lc.METADATA_HOW + lc.TRACKER_HOW),
+            dcp_metadata=st.booleans(),
+        )
         def corrupt_file(self, kind, rank, seed, how, dcp_metadata):
             self._do(lc.Corrupt(kind, rank, seed, how, dcp_metadata))
 

@@ -1,4 +1,5 @@
 """What a rank function receives and what comes back from each rank."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,9 @@ def check_seconds(name: str, value) -> float:
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(name, f"must be a finite positive number of seconds, got {value!r}")
     if value > MAX_JOB_TIMEOUT:
-        raise ConfigError(name, f"{value:g} s is above the ceiling of {MAX_JOB_TIMEOUT:g} s",
-                          f"use at most {MAX_JOB_TIMEOUT:g}")
+        raise ConfigError(
+            name, f"{value:g} s is above the ceiling of {MAX_JOB_TIMEOUT:g} s", f"use at most {MAX_JOB_TIMEOUT:g}"
+        )
     return float(value)
 
 

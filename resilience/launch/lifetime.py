@@ -13,6 +13,7 @@ and waits from the same thread). Elsewhere than Linux both are no-ops; the runne
 
 Known gap: a guard that is itself stopped (SIGSTOP sent to a rank's whole tree) acts only once continued;
 the rank still dies with the runner, and a runner that is not SIGKILLed kills every group at teardown."""
+
 from __future__ import annotations
 
 import ctypes
@@ -45,10 +46,12 @@ def die_with_parent(expected_parent: int | None) -> None:
 
 
 # exec'd by a small interpreter that asks for the parent-death signal first (it survives execve)
-_EXEC_DYING_WITH_PARENT = ("import ctypes, os, sys\n"
-                           "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
-                           "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
-                           "os.execvp(sys.argv[2], sys.argv[2:])\n")
+_EXEC_DYING_WITH_PARENT = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 def argv_dying_with_parent(argv: list[str], parent: int | None = None) -> list[str]:

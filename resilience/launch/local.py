@@ -3,6 +3,7 @@
 Forking costs ~0.1 s per group where spawning costs ~2.5 s of imports per rank. The parent binds the
 store's socket on a port the OS picks (rank 0 serves it), so parallel runs (pytest-xdist workers) never
 collide, and the parent starts no thread that a fork could catch holding a lock."""
+
 from __future__ import annotations
 
 import faulthandler
@@ -29,7 +30,7 @@ from .lifetime import die_with_parent, guard_process_group
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
 BLOCKED_AFTER = 10.0  # seconds the other ranks get to end after one raised, before they count as blocked
-STACKS_WAIT = 3.0     # seconds to wait for a rank's faulthandler to write its stacks
+STACKS_WAIT = 3.0  # seconds to wait for a rank's faulthandler to write its stacks
 LINGER = BLOCKED_AFTER + STACKS_WAIT + 5.0  # seconds a rank that raised stays alive for the runner to end it
 
 
@@ -40,9 +41,19 @@ def _loopback_interface() -> str:
     return "lo"
 
 
-def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, args: tuple, kwargs: dict, conn,
-               init_timeout: float, log_dir: str | None, pin_cpus: bool = False,
-               runner: int | None = None) -> None:
+def _rank_main(
+    rank: int,
+    world: int,
+    listener: socket.socket,
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    conn,
+    init_timeout: float,
+    log_dir: str | None,
+    pin_cpus: bool = False,
+    runner: int | None = None,
+) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # not the runner's handlers (resilience.cli): die as a process does
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a Python process's own (the fork held a recorder)
@@ -62,16 +73,24 @@ def _rank_main(rank: int, world: int, listener: socket.socket, fn: Callable, arg
         torch.set_num_threads(1)  # the parent's OpenMP pool does not survive fork; ranks share 2 cores anyway
         port = listener.getsockname()[1]
         if rank == 0:  # rank 0 serves the store on the socket the parent bound: no port race
-            store = dist.TCPStore("127.0.0.1", port, world, is_master=True, timeout=timedelta(seconds=init_timeout),
-                                  wait_for_workers=False, master_listen_fd=listener.fileno(), use_libuv=False)
+            store = dist.TCPStore(
+                "127.0.0.1",
+                port,
+                world,
+                is_master=True,
+                timeout=timedelta(seconds=init_timeout),
+                wait_for_workers=False,
+                master_listen_fd=listener.fileno(),
+                use_libuv=False,
+            )
         else:
             listener.close()
-            store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
-                                  timeout=timedelta(seconds=init_timeout))
+            store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=init_timeout))
         # every rank is on this host: without this gloo looks up the host name, which a slow DNS stalls
         os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
-                                timeout=timedelta(seconds=init_timeout))
+        dist.init_process_group(
+            "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=init_timeout)
+        )
         store.add(_JOINED, 1)
         if log_dir:  # the runner asks for this rank's stacks (into its log) with SIGUSR1 when it may be blocked
             # fd 2 itself (the rank log): sys.stderr may be a caller's capture object (pytest's)
@@ -134,9 +153,19 @@ class Job:
     that outlives the Job (every caller here uses the main thread). Timeouts are capped at
     MAX_JOB_TIMEOUT: no job runs unbounded, whatever a scenario asks for."""
 
-    def __init__(self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None,
-                 timeout: float = 120.0, init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None,
-                 start_method: str = "fork", pin_cpus: bool = False):
+    def __init__(
+        self,
+        fn: Callable,
+        world: int,
+        *,
+        args: tuple = (),
+        kwargs: dict | None = None,
+        timeout: float = 120.0,
+        init_timeout: float = 30.0,
+        log_dir: str | os.PathLike | None = None,
+        start_method: str = "fork",
+        pin_cpus: bool = False,
+    ):
         if start_method not in ("fork", "spawn", "forkserver"):
             raise ConfigError("start_method", f"unknown {start_method!r}", "use fork, spawn or forkserver")
         if isinstance(world, bool) or not isinstance(world, int) or world < 1:
@@ -178,9 +207,24 @@ class Job:
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_rank_main, name=f"rank{rank}", daemon=True,  # type: ignore[attr-defined]
-                                args=(rank, self.world, self._listener, self.fn, self.args, self.kwargs,
-                                      child_end, self.init_timeout, self.log_dir, self.pin_cpus, runner))
+                p = ctx.Process(  # type: ignore[attr-defined]
+                    target=_rank_main,
+                    name=f"rank{rank}",
+                    daemon=True,
+                    args=(
+                        rank,
+                        self.world,
+                        self._listener,
+                        self.fn,
+                        self.args,
+                        self.kwargs,
+                        child_end,
+                        self.init_timeout,
+                        self.log_dir,
+                        self.pin_cpus,
+                        runner,
+                    ),
+                )
                 # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
                 with held():
                     p.start()
@@ -261,8 +305,10 @@ class Job:
             if out.status != "running" or _is_stopped(self.procs[r].pid):
                 continue
             out.status, out.seconds = "blocked", time.monotonic() - self._started
-            out.error = (f"still running {BLOCKED_AFTER:g} s after rank {first.rank} raised "
-                         f"{first.error.splitlines()[0][:200] if first.error else 'an error'}; killed")
+            out.error = (
+                f"still running {BLOCKED_AFTER:g} s after rank {first.rank} raised "
+                f"{first.error.splitlines()[0][:200] if first.error else 'an error'}; killed"
+            )
             out.stacks = self._stacks(r)
 
     def _stacks(self, rank: int) -> str:
@@ -289,7 +335,7 @@ class Job:
                 break
             before = len(text)
         at = text.find("Thread 0x") if "Thread 0x" in text else text.find("Current thread")
-        return text[max(at, 0):][-20000:]
+        return text[max(at, 0) :][-20000:]
 
     def _ended_unfinished(self, rank: int, status: str, limit: float) -> None:
         """A rank still running when the job ends: timed out or torn down, unless it is stopped (SIGSTOP,
@@ -299,8 +345,10 @@ class Job:
         if _is_stopped(self.procs[rank].pid):
             out.status = "stopped"
             when = f"at the timeout of {limit:g} s" if status == "timeout" else "when another rank failed"
-            out.error = (f"rank {rank} was stopped (SIGSTOP, process state 'stopped') and never continued: "
-                         f"still stopped {when}; killed")
+            out.error = (
+                f"rank {rank} was stopped (SIGSTOP, process state 'stopped') and never continued: "
+                f"still stopped {when}; killed"
+            )
         else:
             out.status = status
             if status == "timeout":
@@ -407,13 +455,33 @@ def _signal_group(pid: int, sig: int) -> None:
             pass
 
 
-def run_ranks(fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None, timeout: float = 120.0,
-              init_timeout: float = 30.0, log_dir: str | os.PathLike | None = None,
-              start_method: str = "fork") -> list[Any]:
+def run_ranks(
+    fn: Callable,
+    world: int,
+    *,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    timeout: float = 120.0,
+    init_timeout: float = 30.0,
+    log_dir: str | os.PathLike | None = None,
+    start_method: str = "fork",
+) -> list[Any]:
     """Run `fn(ctx, *args, **kwargs)` on `world` rank processes; return their results in rank order.
     Raises RankFailure (or RankTimeout) with `failures: {rank: ...}` when any rank fails."""
-    outcome = Job(fn, world, args=args, kwargs=kwargs, timeout=timeout, init_timeout=init_timeout,
-                  log_dir=log_dir, start_method=start_method).start().wait()
+    outcome = (
+        Job(
+            fn,
+            world,
+            args=args,
+            kwargs=kwargs,
+            timeout=timeout,
+            init_timeout=init_timeout,
+            log_dir=log_dir,
+            start_method=start_method,
+        )
+        .start()
+        .wait()
+    )
     if outcome.timed_out:
         raise RankTimeout(outcome.failures, f"ranks did not finish within {timeout:g} s")
     if not outcome.ok:

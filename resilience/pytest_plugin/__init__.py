@@ -23,6 +23,7 @@ One run folder per session, also under pytest-xdist (each worker appends to a su
 writes one report over all of them: report.html, results.json, junit.xml). With --junitxml, verdict, replay
 command and evidence folder are properties of each scenario item and of each test using resilience_run.
 This module imports nothing heavy: torch loads only when a scenario or a rank actually runs."""
+
 from __future__ import annotations
 
 import os
@@ -59,6 +60,7 @@ def parse_combos(text: str) -> list:
         raise pytest.UsageError("--resilience-combos: empty; give TYPE/format/io[,...] or all")
     from ..errors import ConfigError
     from ..vocab.combos import Combination, valid_combinations
+
     if items == ["all"]:
         return valid_combinations()
     out = []
@@ -85,6 +87,7 @@ def parse_backend(text: str) -> str:
     """'reference', 'broken:NAME', an alias or 'package.module:factory', read as the runner reads it."""
     from ..errors import ConfigError
     from ..runner.adapters import parse_backend as parse
+
     try:
         return parse(text.strip())
     except ConfigError as e:
@@ -108,6 +111,7 @@ def _seconds_option(name: str):
             return parse_seconds(text)
         except pytest.UsageError as e:
             raise pytest.UsageError(f"{name}: {e}") from None
+
     return parse
 
 
@@ -120,28 +124,65 @@ def parse_profile(text: str) -> str:
 
 def pytest_addoption(parser):
     group = parser.getgroup("resilience", "checkpoint resilience (resilience.pytest_plugin)")
-    group.addoption("--resilience-combos", type=parse_combos, default=None, metavar="TYPE/format/io[,...]",
-                    help="combinations for scenario files and resilience_combo tests (default: all six valid)")
-    group.addoption("--resilience-max-world", type=parse_max_world, default=None, metavar="W",
-                    help="skip scenarios and rank launches needing more than W ranks (default: no limit)")
-    group.addoption("--resilience-backend", type=parse_backend, default=None, metavar="NAME",
-                    help="implementation under test: reference, broken:NAME or package.module:factory "
-                         "(default: each scenario's own, else reference)")
-    group.addoption("--resilience-io", choices=("seam", "fuse", "auto"), default=None,
-                    help="how faults reach the implementation's I/O: seam (in process), fuse (a fault-injecting "
-                         "file system under every writer) or auto (default: each scenario's io, else auto: the seam "
-                         "for backends that declare io_through_seam, the file system otherwise)")
-    group.addoption("--resilience-profile", type=parse_profile, default=None, metavar="NAME",
-                    help="load this Hypothesis settings profile: ci, dev, fuzz, or one a conftest registers")
-    group.addoption("--resilience-out", default=None, metavar="DIR",
-                    help="keep the evidence of the session in a run folder under DIR (default: pytest's "
-                         "temporary directory)")
-    group.addoption("--resilience-time-budget", type=_seconds_option("--resilience-time-budget"), default=None,
-                    metavar="S", help="a property test (Hypothesis) that runs scenarios stops drawing examples "
-                                      "after S seconds and passes if none failed (default: no limit)")
-    group.addoption("--resilience-shrink-budget", type=_seconds_option("--resilience-shrink-budget"), default=120.0,
-                    metavar="S", help="once an example failed, a property test shrinks it for at most S seconds, "
-                                      "then reports the smallest failure found so far (default: 120)")
+    group.addoption(
+        "--resilience-combos",
+        type=parse_combos,
+        default=None,
+        metavar="TYPE/format/io[,...]",
+        help="combinations for scenario files and resilience_combo tests (default: all six valid)",
+    )
+    group.addoption(
+        "--resilience-max-world",
+        type=parse_max_world,
+        default=None,
+        metavar="W",
+        help="skip scenarios and rank launches needing more than W ranks (default: no limit)",
+    )
+    group.addoption(
+        "--resilience-backend",
+        type=parse_backend,
+        default=None,
+        metavar="NAME",
+        help="implementation under test: reference, broken:NAME or package.module:factory "
+        "(default: each scenario's own, else reference)",
+    )
+    group.addoption(
+        "--resilience-io",
+        choices=("seam", "fuse", "auto"),
+        default=None,
+        help="how faults reach the implementation's I/O: seam (in process), fuse (a fault-injecting "
+        "file system under every writer) or auto (default: each scenario's io, else auto: the seam "
+        "for backends that declare io_through_seam, the file system otherwise)",
+    )
+    group.addoption(
+        "--resilience-profile",
+        type=parse_profile,
+        default=None,
+        metavar="NAME",
+        help="load this Hypothesis settings profile: ci, dev, fuzz, or one a conftest registers",
+    )
+    group.addoption(
+        "--resilience-out",
+        default=None,
+        metavar="DIR",
+        help="keep the evidence of the session in a run folder under DIR (default: pytest's temporary directory)",
+    )
+    group.addoption(
+        "--resilience-time-budget",
+        type=_seconds_option("--resilience-time-budget"),
+        default=None,
+        metavar="S",
+        help="a property test (Hypothesis) that runs scenarios stops drawing examples "
+        "after S seconds and passes if none failed (default: no limit)",
+    )
+    group.addoption(
+        "--resilience-shrink-budget",
+        type=_seconds_option("--resilience-shrink-budget"),
+        default=120.0,
+        metavar="S",
+        help="once an example failed, a property test shrinks it for at most S seconds, "
+        "then reports the smallest failure found so far (default: 120)",
+    )
 
 
 # ---- session state ------------------------------------------------------------------------------------
@@ -170,12 +211,12 @@ class ResilienceOptions:
     def selected(self, combos, backend: str | None = None) -> list:
         """`combos` as --resilience-combos narrows them, and as the backend's factory declares them."""
         declared = self.declared(backend or self.backend or "reference")
-        return [c for c in combos if (self.combos is None or c in self.combos)
-                and (declared is None or c in declared)]
+        return [c for c in combos if (self.combos is None or c in self.combos) and (declared is None or c in declared)]
 
     def declared(self, backend: str) -> list | None:
         if backend not in self._declared:
             from ..runner.adapters import supported_combinations
+
             self._declared[backend] = supported_combinations(backend)
         return self._declared[backend]
 
@@ -194,33 +235,47 @@ def pytest_configure(config):
     if profile:
         from hypothesis import settings
         from hypothesis.errors import InvalidArgument
+
         try:
             settings.load_profile(profile)
         except InvalidArgument:
-            raise pytest.UsageError(f"--resilience-profile: no Hypothesis profile {profile!r}; use ci, dev, fuzz "
-                                    "or register it in a conftest.py") from None
+            raise pytest.UsageError(
+                f"--resilience-profile: no Hypothesis profile {profile!r}; use ci, dev, fuzz "
+                "or register it in a conftest.py"
+            ) from None
     backend = config.getoption("resilience_backend")
     if backend and backend != "reference" and not backend.startswith("broken:"):
         from ..errors import ConfigError
         from ..runner.adapters import make_backend, supported_combinations
+
         combos = config.getoption("resilience_combos")
         try:
             from ..vocab.combos import valid_combinations
+
             declared = supported_combinations(backend)
             either = [c for c in (combos or declared or valid_combinations()) if declared is None or c in declared]
             make_backend(backend, (either or declared or valid_combinations())[0])
         except ConfigError as e:
             raise pytest.UsageError(f"--resilience-backend: {e}") from None
     worker = getattr(config, "workerinput", None)
-    session = SessionFolder(config.getoption("resilience_out"), config, backend=backend or "per scenario",
-                            shared=(worker or {}).get(WORKER_INPUT),
-                            worker=os.environ.get("PYTEST_XDIST_WORKER", "main"))
-    config.stash[_OPTIONS] = ResilienceOptions(config.getoption("resilience_combos"),
-                                               config.getoption("resilience_max_world"), backend,
-                                               config.getoption("resilience_out"), config,
-                                               config.getoption("resilience_io"),
-                                               config.getoption("resilience_time_budget"),
-                                               config.getoption("resilience_shrink_budget"), session)
+    session = SessionFolder(
+        config.getoption("resilience_out"),
+        config,
+        backend=backend or "per scenario",
+        shared=(worker or {}).get(WORKER_INPUT),
+        worker=os.environ.get("PYTEST_XDIST_WORKER", "main"),
+    )
+    config.stash[_OPTIONS] = ResilienceOptions(
+        config.getoption("resilience_combos"),
+        config.getoption("resilience_max_world"),
+        backend,
+        config.getoption("resilience_out"),
+        config,
+        config.getoption("resilience_io"),
+        config.getoption("resilience_time_budget"),
+        config.getoption("resilience_shrink_budget"),
+        session,
+    )
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistController(config.stash[_OPTIONS]), "resilience-xdist")
 
@@ -242,8 +297,10 @@ def pytest_report_header(config):
         return None
     declared = o.declared(o.backend) if o.backend else None
     combos = ", ".join(map(str, o.selected(o.combos or declared or []))) if (o.combos or declared) else "all"
-    return (f"resilience: backend {o.backend or 'per scenario'}; combinations {combos}; "
-            f"max world {o.max_world or 'no limit'}")
+    return (
+        f"resilience: backend {o.backend or 'per scenario'}; combinations {combos}; "
+        f"max world {o.max_world or 'no limit'}"
+    )
 
 
 _FINISHED = pytest.StashKey[tuple]()
@@ -262,9 +319,12 @@ def pytest_terminal_summary(terminalreporter, config):
     done = config.stash.get(_FINISHED, None)
     if done is not None:
         from ..status import summary_line
+
         folder, rows = done
-        terminalreporter.write_line(f"resilience: {len(rows)} cases, {summary_line(r['verdict'] for r in rows)}; "
-                                    f"report {os.path.join(folder, 'report.html')}")
+        terminalreporter.write_line(
+            f"resilience: {len(rows)} cases, {summary_line(r['verdict'] for r in rows)}; "
+            f"report {os.path.join(folder, 'report.html')}"
+        )
 
 
 # ---- fixtures ----------------------------------------------------------------------------------------
@@ -277,6 +337,7 @@ class BackendUnderTest:
 
     def make(self, combo):
         from ..runner.adapters import make_backend
+
         return make_backend(self.name, combo)
 
 
@@ -288,13 +349,21 @@ class RankLauncher:
     def __init__(self, options: ResilienceOptions):
         self.options = options
 
-    def __call__(self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None,
-                 timeout: float = 120.0) -> list:
+    def __call__(
+        self, fn: Callable, world: int, *, args: tuple = (), kwargs: dict | None = None, timeout: float = 120.0
+    ) -> list:
         if self.options.max_world is not None and world > self.options.max_world:
             pytest.skip(f"needs {world} ranks; --resilience-max-world is {self.options.max_world}")
         from ..launch import run_ranks
-        return run_ranks(fn, world, args=args, kwargs=kwargs, timeout=timeout,
-                         log_dir=self.options.case_dir(getattr(fn, "__name__", "ranks")))
+
+        return run_ranks(
+            fn,
+            world,
+            args=args,
+            kwargs=kwargs,
+            timeout=timeout,
+            log_dir=self.options.case_dir(getattr(fn, "__name__", "ranks")),
+        )
 
 
 class ScenarioRunner:
@@ -309,12 +378,14 @@ class ScenarioRunner:
     def __call__(self, scenario, combos=None, *, fail_on=FAILING) -> list:
         __tracebackhide__ = True
         from ..runner.scenario import Scenario, load_file
+
         if not isinstance(scenario, Scenario):
             scenario = load_file(scenario)
         backend = self.options.backend or scenario.backend
         chosen = self.options.selected(scenario.combinations, backend)
         if combos is not None:
             from ..vocab.combos import Combination
+
             wanted = [c if isinstance(c, Combination) else Combination.parse(c) for c in combos]
             chosen = [c for c in chosen if c in wanted]
         return [self._one(scenario, combo, backend, tuple(fail_on)) for combo in chosen]
@@ -325,6 +396,7 @@ class ScenarioRunner:
 
         from ..fuzz.judge import failure_class
         from ..runner.run import replay_command
+
         test = self.options.current
         key = f"{combo}\n{scenario.to_yaml()}"
         prop = in_property_test()
@@ -354,6 +426,7 @@ def _run_case(options: ResilienceOptions, scenario, combo, case_dir: str, backen
     __tracebackhide__ = True
     from ..report.cases import INTERRUPTIONS, framework_error_row
     from ..runner.run import run_case
+
     try:
         result = run_case(scenario, combo, case_dir, backend=backend, io=options.io)
     except INTERRUPTIONS:
@@ -384,8 +457,10 @@ def resilience_backend(resilience_options) -> BackendUnderTest:
     """The implementation under test (--resilience-backend, default reference) and the selected combos
     it declares."""
     from ..vocab.combos import valid_combinations
-    return BackendUnderTest(resilience_options.backend or "reference",
-                            tuple(resilience_options.selected(valid_combinations())))
+
+    return BackendUnderTest(
+        resilience_options.backend or "reference", tuple(resilience_options.selected(valid_combinations()))
+    )
 
 
 @pytest.fixture(scope="session")
@@ -403,6 +478,7 @@ def resilience_run(resilience_options) -> ScenarioRunner:
 def pytest_generate_tests(metafunc):
     if "resilience_combo" in metafunc.fixturenames:
         from ..vocab.combos import valid_combinations
+
         combos = options_of(metafunc.config).selected(valid_combinations())
         metafunc.parametrize("resilience_combo", combos, ids=[combo_id(c) for c in combos])
 
@@ -471,6 +547,7 @@ class ScenarioFile(pytest.File):
     def collect(self):
         from ..errors import ConfigError
         from ..runner.scenario import load_file
+
         try:
             scenario = load_file(self.path)
         except ConfigError as e:
@@ -479,19 +556,21 @@ class ScenarioFile(pytest.File):
         backend = options.backend or scenario.backend
         combos = options.selected(scenario.combinations, backend)
         for combo in combos:
-            yield ScenarioItem.from_parent(self, name=f"{scenario.name}[{combo_id(combo)}]", scenario=scenario,
-                                           combo=combo)
+            yield ScenarioItem.from_parent(
+                self, name=f"{scenario.name}[{combo_id(combo)}]", scenario=scenario, combo=combo
+            )
         asked = options.selected(scenario.combinations, "reference")  # what --resilience-combos leaves
         if not combos and asked:
             declared = ", ".join(map(str, options.declared(backend) or []))
-            why = (f"{backend} declares only {declared}; the scenario asks for "
-                   f"{', '.join(map(str, asked))}")
-            yield ScenarioItem.from_parent(self, name=f"{scenario.name}[not-declared]", scenario=scenario,
-                                           combo=None, skip=why)
+            why = f"{backend} declares only {declared}; the scenario asks for {', '.join(map(str, asked))}"
+            yield ScenarioItem.from_parent(
+                self, name=f"{scenario.name}[not-declared]", scenario=scenario, combo=None, skip=why
+            )
 
 
 def _world_needed(scenario) -> int:
     from ..state import Topology
+
     worlds = [scenario.topology.world]
     for step in scenario.steps:
         if step.kind == "resume" and step.args.get("topology", "same") != "same":
@@ -510,6 +589,7 @@ class ScenarioItem(pytest.Item):
     def runtest(self):
         from ..fuzz.judge import failure_class
         from ..runner.run import replay_command
+
         if self.skip:
             pytest.skip(self.skip)
         options = options_of(self.config)
@@ -518,8 +598,9 @@ class ScenarioItem(pytest.Item):
             pytest.skip(f"needs {world} ranks; --resilience-max-world is {options.max_world}")
         backend = options.backend or self.scenario.backend
         case_dir = options.case_dir(f"{self.scenario.name}-{self.combo}")
-        result = _run_case(options, self.scenario, self.combo, case_dir, backend,
-                           f"scenario {self.scenario.name!r} [{self.combo}]")
+        result = _run_case(
+            options, self.scenario, self.combo, case_dir, backend, f"scenario {self.scenario.name!r} [{self.combo}]"
+        )
         replay = replay_command(str(self.path), self.combo, backend, options.io)
         self.user_properties += [("verdict", str(result.verdict)), ("replay", replay), ("evidence", result.case_dir)]
         if result.verdict in FAILING:
@@ -529,6 +610,7 @@ class ScenarioItem(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):
         from ..fuzz.judge import ScenarioFailed
+
         if isinstance(excinfo.value, (ScenarioFailed, FrameworkBroke)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)

@@ -5,6 +5,7 @@ events naming the faults drawn, and the verdict, replay and evidence as JUnit pr
 A budget stops Hypothesis from inside an example by raising a BaseException (as `resilience fuzz` does):
 Hypothesis neither counts it as a failure nor shrinks it. The plugin's pytest_pyfunc_call wrapper catches
 it and ends the test: passed when nothing failed, else with the smallest failure found so far."""
+
 from __future__ import annotations
 
 import time
@@ -33,11 +34,11 @@ class TestRun:
     cases: int = 0
     statuses: list = field(default_factory=list)
     first_failure: float | None = None
-    failing: set = field(default_factory=set)           # keys of examples that failed: always replayed
-    last_failure: BaseException | None = None          # the newest failure (Hypothesis replays the minimal last)
-    last: dict = field(default_factory=dict)            # verdict, replay, evidence of the case to show in JUnit
+    failing: set = field(default_factory=set)  # keys of examples that failed: always replayed
+    last_failure: BaseException | None = None  # the newest failure (Hypothesis replays the minimal last)
+    last: dict = field(default_factory=dict)  # verdict, replay, evidence of the case to show in JUnit
     stopped: str = ""
-    faults: dict = field(default_factory=dict)          # fault drawn -> how many cases had it
+    faults: dict = field(default_factory=dict)  # fault drawn -> how many cases had it
 
     def may_run(self, key: str) -> str:
         """'' when the example may run, else the budget it would exceed."""
@@ -68,6 +69,7 @@ class TestRun:
         if not self.cases:
             return []
         from ..status import summary_line
+
         props = [("resilience_cases", str(self.cases)), ("resilience_summary", summary_line(self.statuses))]
         props += [(k, v) for k, v in self.last.items() if v]
         if self.faults:
@@ -94,6 +96,7 @@ def faults_in(scenario) -> list[str]:
 def tell_hypothesis(faults: list[str], result) -> None:
     """Hypothesis events (shown by --hypothesis-show-statistics): the faults drawn, and the verdict."""
     from hypothesis import event
+
     for fault in faults:
         event(f"fault: {fault}")
     event(f"verdict: {result.verdict}")
@@ -101,6 +104,8 @@ def tell_hypothesis(faults: list[str], result) -> None:
 
 def framework_paragraph(error: BaseException, where: str, case_dir: str, trace: str) -> str:
     """One short paragraph: the framework, not the implementation, failed on this case."""
-    return (f"framework error (not a defect of the implementation under test) in {where}: "
-            f"{type(error).__name__}: {str(error)[:400]}\n  evidence: {case_dir}\n  traceback: {trace}\n"
-            "  please report it with the case folder")
+    return (
+        f"framework error (not a defect of the implementation under test) in {where}: "
+        f"{type(error).__name__}: {str(error)[:400]}\n  evidence: {case_dir}\n  traceback: {trace}\n"
+        "  please report it with the case folder"
+    )

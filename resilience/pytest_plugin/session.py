@@ -2,6 +2,7 @@
 appends its rows to a RunFolder of its own inside the session's folder; at the end the process that
 owns the session (the xdist controller) writes one report over every row: results.json, report.md,
 report.html and junit.xml, as `resilience run` writes them."""
+
 from __future__ import annotations
 
 import os
@@ -15,11 +16,11 @@ WORKER_INPUT = "resilience_run_dir"  # the session folder, handed from the xdist
 class SessionFolder:
     """`folder()` is this process' RunFolder, made on first use under `base()` (the session's folder)."""
 
-    out: str | None                      # --resilience-out, else pytest's temporary directory
-    config: object | None = None         # pytest's config: its TempPathFactory, once the tmp_path plugin made it
-    shared: str | None = None            # the session folder, when a controller made it
+    out: str | None  # --resilience-out, else pytest's temporary directory
+    config: object | None = None  # pytest's config: its TempPathFactory, once the tmp_path plugin made it
+    shared: str | None = None  # the session folder, when a controller made it
     worker: str = "main"
-    backend: str = "per scenario"        # what the reports name as the backend under test
+    backend: str = "per scenario"  # what the reports name as the backend under test
     _base: str | None = field(default=None, repr=False)
     _folder: object | None = field(default=None, repr=False)
     rows: int = 0
@@ -33,17 +34,20 @@ class SessionFolder:
     def _make(self) -> str:
         if self.out:
             from ..report import make_run_dir
+
             return make_run_dir(self.out, "pytest")
         factory = getattr(self.config, "_tmp_path_factory", None)
         if factory is not None:
             return str(factory.mktemp("resilience", numbered=True))
         import tempfile
+
         return tempfile.mkdtemp(prefix="resilience-pytest-")
 
     def folder(self):
         """This process' RunFolder: the session folder itself without xdist, a subfolder per worker with it."""
         if self._folder is None:
             from ..report import RunFolder
+
             meta = {"command": "pytest", "title": "pytest session", "worker": self.worker, "backend": self.backend}
             if self.shared is None:
                 self._folder = RunFolder(self.base(), dict(meta, started=_now()))
@@ -58,6 +62,7 @@ class SessionFolder:
 
     def case_dir(self, name: str) -> str:
         import re
+
         self.rows += 1
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:120] or "case"
         return os.path.join(self.path, "cases", f"{self.rows:04d}-{safe}")
@@ -69,6 +74,7 @@ class SessionFolder:
 def _start(folder) -> None:
     """run.json and an empty results.jsonl in a folder made by pytest (tmp_path) or make_run_dir."""
     import json
+
     folder.meta.setdefault("status", "running")
     with open(os.path.join(folder.path, "run.json"), "w", encoding="utf-8") as f:
         json.dump(folder.meta, f, indent=1, default=str)
@@ -79,6 +85,7 @@ def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[dict]
     """Write the reports: of this process' folder, and on the controller one combined report over every
     worker's rows in the session folder. (report folder, rows), or None when no case ran."""
     from ..report import RunFolder, write_run_files
+
     if session._folder is not None:
         rows, _ = session.folder().rows()
         session.folder().finish(rows)
@@ -93,8 +100,14 @@ def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[dict]
             rows += RunFolder.open(sub).rows()[0]
     if not rows:
         return None
-    meta = {"command": "pytest", "title": "pytest session (every worker)", "status": "complete",
-            "backend": session.backend, "finished": _now(), "finished_cases": len(rows)}
+    meta = {
+        "command": "pytest",
+        "title": "pytest session (every worker)",
+        "status": "complete",
+        "backend": session.backend,
+        "finished": _now(),
+        "finished_cases": len(rows),
+    }
     write_run_files(session._base, rows, meta)
     return session._base, rows
 

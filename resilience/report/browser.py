@@ -1,6 +1,7 @@
 """Headless Chromium over a report: the page as the browser built it (scripts run, --dump-dom) and a
 screenshot of it. The browser is Debian's `chromium` (`make install` brings it where it is root with apt);
 each call is one browser process with its own throwaway profile, ended with its process group on a timeout."""
+
 from __future__ import annotations
 
 import os
@@ -54,14 +55,22 @@ def _run(page: str, args: list[str], timeout: float) -> subprocess.CompletedProc
     if not os.path.isfile(page):
         raise ConfigError("browser", f"{page} does not exist", "give a report.html or timeline.html")
     profile = tempfile.mkdtemp(prefix="resilience-browser-")
-    cmd = [browser, "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
-           "--disable-extensions", "--disable-background-networking", f"--user-data-dir={profile}", *args]
+    cmd = [
+        browser,
+        "--headless",
+        "--disable-gpu",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-extensions",
+        "--disable-background-networking",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     if os.geteuid() == 0:
         cmd.append("--no-sandbox")  # Chromium refuses to start as root with its sandbox
     cmd.append(pathlib.Path(page).resolve().as_uri())
     try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

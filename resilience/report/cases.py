@@ -1,6 +1,7 @@
 """Run cases one by one into a run folder: each finished case's row is appended at once, a framework
 error in one case is that case's UNKNOWN (traceback in its folder) and the run goes on, and an
 interruption (Ctrl-C, SIGTERM) still writes the reports for the cases that finished."""
+
 from __future__ import annotations
 
 import os
@@ -24,6 +25,7 @@ INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
 @dataclass(frozen=True)
 class CaseSpec:
     """One case of a run, as judge_case takes it; `extra` goes into its row (column, broken, ...)."""
+
     scenario: Any
     combo: Any
     case_dir: str
@@ -38,9 +40,14 @@ class CaseSpec:
         return f"{self.combo} {self.extra.get('column') or self.fault or self.transition or self.scenario.name}"
 
 
-def judge_cases(folder: RunFolder, cases: Iterable[CaseSpec], *, columns: list[str] | None = None,
-                after: Callable[[dict], None] | None = None,
-                before: Callable[[CaseSpec], None] | None = None) -> list[dict]:
+def judge_cases(
+    folder: RunFolder,
+    cases: Iterable[CaseSpec],
+    *,
+    columns: list[str] | None = None,
+    after: Callable[[dict], None] | None = None,
+    before: Callable[[CaseSpec], None] | None = None,
+) -> list[dict]:
     """Judge every case in order into `folder` (judge_case), calling `before(case)` as each starts and
     `after(row)` as each ends (a progress bar); an interruption keeps the folder for the rows so far
     (keeping). The rows; finishing is the caller's."""
@@ -49,17 +56,39 @@ def judge_cases(folder: RunFolder, cases: Iterable[CaseSpec], *, columns: list[s
         for c in cases:
             if before is not None:
                 before(c)
-            rows.append(judge_case(folder, c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault,
-                                   transition=c.transition, io=c.io, **c.extra))
+            rows.append(
+                judge_case(
+                    folder,
+                    c.scenario,
+                    c.combo,
+                    c.case_dir,
+                    backend=c.backend,
+                    fault=c.fault,
+                    transition=c.transition,
+                    io=c.io,
+                    **c.extra,
+                )
+            )
             if after is not None:
                 after(rows[-1])
     return rows
 
 
-def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: str, fault: str | None = None,
-               transition: str | None = None, io: str | None = None, **extra) -> dict:
+def judge_case(
+    folder: RunFolder,
+    scenario,
+    combo,
+    case_dir: str,
+    *,
+    backend: str,
+    fault: str | None = None,
+    transition: str | None = None,
+    io: str | None = None,
+    **extra,
+) -> dict:
     """run_case, as a row appended to the run folder; extra keys (column, ...) go into the row."""
     from ..runner.run import run_case
+
     check_stop()
     start = time.monotonic()
     try:
@@ -68,8 +97,18 @@ def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: st
     except INTERRUPTIONS:
         raise
     except Exception as e:  # the framework broke on this case: UNKNOWN for it, never an abort of the run
-        row = framework_error_row(scenario, combo, case_dir, e, backend=backend, fault=fault,
-                                  transition=transition, seconds=time.monotonic() - start, io=io, **extra)
+        row = framework_error_row(
+            scenario,
+            combo,
+            case_dir,
+            e,
+            backend=backend,
+            fault=fault,
+            transition=transition,
+            seconds=time.monotonic() - start,
+            io=io,
+            **extra,
+        )
     _draw_timeline(case_dir)
     folder.append(row)
     return row
@@ -78,18 +117,30 @@ def judge_case(folder: RunFolder, scenario, combo, case_dir: str, *, backend: st
 def _draw_timeline(case_dir: str) -> None:
     """The case's timeline.html, drawn now: its file-operation logs are on this boot's monotonic clock."""
     from .timeline import write_timeline
+
     try:
         write_timeline(case_dir)
     except OSError:
         pass  # no room to draw it: the verdict and the evidence stand without the picture
 
 
-def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *, backend: str,
-                        fault: str | None = None, transition: str | None = None, seconds: float = 0.0,
-                        io: str | None = None, **extra) -> dict:
+def framework_error_row(
+    scenario,
+    combo,
+    case_dir: str,
+    error: BaseException,
+    *,
+    backend: str,
+    fault: str | None = None,
+    transition: str | None = None,
+    seconds: float = 0.0,
+    io: str | None = None,
+    **extra,
+) -> dict:
     """The UNKNOWN row of a case the framework could not judge; the traceback goes to the case folder."""
     from ..checkers import UNKNOWN
     from ..runner.run import replay_command
+
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     if not os.path.exists(scenario_file):
@@ -99,10 +150,21 @@ def framework_error_row(scenario, combo, case_dir: str, error: BaseException, *,
     with open(trace, "w", encoding="utf-8") as f:
         f.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
     detail = f"framework error: {type(error).__name__}: {str(error)[:400]} (traceback: {trace})"
-    return dict({"scenario": scenario.name, "combo": str(combo), "fault": fault, "transition": transition,
-                 "verdict": UNKNOWN, "detail": detail, "seconds": round(seconds, 3),
-                 "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": []}],
-                 "case_dir": case_dir, "replay": replay_command(scenario_file, combo, backend)}, **extra)
+    return dict(
+        {
+            "scenario": scenario.name,
+            "combo": str(combo),
+            "fault": fault,
+            "transition": transition,
+            "verdict": UNKNOWN,
+            "detail": detail,
+            "seconds": round(seconds, 3),
+            "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": []}],
+            "case_dir": case_dir,
+            "replay": replay_command(scenario_file, combo, backend),
+        },
+        **extra,
+    )
 
 
 def signal_name(e: BaseException) -> str:
@@ -128,7 +190,10 @@ def keeping(folder: RunFolder, columns: list[str] | None = None):
             # results.jsonl, not `rows`: the interruption may come between a row's append and its return
             done, _ = folder.rows()
             paths = folder.finish(done, status=INTERRUPTED, columns=columns, why=signal_name(e))
-        print(f"\ninterrupted by {signal_name(e)} after {len(done)} of {folder.meta.get('cases', '?')} cases; "
-              f"kept: {paths['report.md']} ({paths['results.json']}, {paths['junit.xml']})", file=sys.stderr,
-              flush=True)
+        print(
+            f"\ninterrupted by {signal_name(e)} after {len(done)} of {folder.meta.get('cases', '?')} cases; "
+            f"kept: {paths['report.md']} ({paths['results.json']}, {paths['junit.xml']})",
+            file=sys.stderr,
+            flush=True,
+        )
         raise

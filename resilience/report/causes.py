@@ -1,5 +1,6 @@
 """Why a load was wrong, in one word a reader can scan (checksum, shape, value, ...), from the text of an
 error or of a checker's verdict. The reports put it on the same line as the FAIL it explains."""
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,14 @@ _CAUSES = (
     ("truncated", re.compile(r"central directory|unexpected end|truncat|short read|EOF", re.I)),
     ("rng", re.compile(r"\bRNG\b", re.I)),
     ("iteration", re.compile(r"loaded iteration \d+|iteration \d+ .*newest|newest valid", re.I)),
-    ("value", re.compile(r"values? differ|differs from|wrong values|no save wrote|neither the exact|diverged"
-                         r"|torn or mixed|CAST-SILENTLY", re.I)),
+    (
+        "value",
+        re.compile(
+            r"values? differ|differs from|wrong values|no save wrote|neither the exact|diverged"
+            r"|torn or mixed|CAST-SILENTLY",
+            re.I,
+        ),
+    ),
     ("lost", re.compile(r"acknowledged save|lost", re.I)),
     ("refused", re.compile(r"refused|TopologyChangeRefused", re.I)),
 )
@@ -37,8 +44,9 @@ def row_cause(row: dict) -> tuple[str, str]:
         if v.get("status") in ("FAIL", "UNKNOWN"):
             detail = str(v.get("detail", ""))
             # the verdict's sentence, else what its evidence says ("problem", "error")
-            said = [str(e.get(k, "")) for e in v.get("evidence") or [] if isinstance(e, dict)
-                    for k in ("problem", "error")]
+            said = [
+                str(e.get(k, "")) for e in v.get("evidence") or [] if isinstance(e, dict) for k in ("problem", "error")
+            ]
             cause = next((c for c in map(cause_of, [detail, *said]) if c != "error"), "error")
             why = detail if not said or cause_of(detail) != "error" else f"{detail} ({said[0][:200]})"
             return cause, f"{v.get('checker')}: {why}"

@@ -2,6 +2,7 @@
 torchrun attempts, restarts and kills (which rank, on which node and host, when, where in the save); for
 a corpus verification every load. Every load that went wrong carries its cause (checksum, shape, value,
 ...) beside its verdict, so a FAIL and its reason are read on one line."""
+
 from __future__ import annotations
 
 import time
@@ -16,13 +17,14 @@ CSS = {PASS: "pass", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPRO
 @dataclass(frozen=True)
 class LoadLine:
     """One load: what was loaded where, its verdict, and (when it went wrong) why, in a word and a sentence."""
+
     name: str
     where: str
     verdict: str
     css: str
     cause: str
     why: str
-    cells: tuple[str, ...] = ()   # further columns of its table
+    cells: tuple[str, ...] = ()  # further columns of its table
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,29 @@ def cluster_of(facts: dict | None) -> ClusterView | None:
     if not facts:
         return None
     attempts = facts.get("attempts") or []
-    run = [("run id", str(facts.get("run_id") or "?")), ("world", str(facts.get("world") or "?")),
-           ("topology", _topology(facts.get("topology"))), ("nodes", str(len(facts.get("nodes") or []))),
-           ("torchrun attempts", str(len(attempts))), ("restarts", str(facts.get("restarts", 0))),
-           ("kills", str(len(facts.get("kills") or [])))]
+    run = [
+        ("run id", str(facts.get("run_id") or "?")),
+        ("world", str(facts.get("world") or "?")),
+        ("topology", _topology(facts.get("topology"))),
+        ("nodes", str(len(facts.get("nodes") or []))),
+        ("torchrun attempts", str(len(attempts))),
+        ("restarts", str(facts.get("restarts", 0))),
+        ("kills", str(len(facts.get("kills") or []))),
+    ]
     loads = []
     for c in facts.get("combos") or []:
         verdict = str(c.get("verdict", "?"))
-        loads.append(LoadLine(str(c.get("combo")), _attempt(c.get("resumed_on")), verdict, _css(verdict),
-                              str(c.get("cause") or ""), str(c.get("why") or ""),
-                              (_attempt(c.get("saved_on")), str(c.get("kill", "")))))
+        loads.append(
+            LoadLine(
+                str(c.get("combo")),
+                _attempt(c.get("resumed_on")),
+                verdict,
+                _css(verdict),
+                str(c.get("cause") or ""),
+                str(c.get("why") or ""),
+                (_attempt(c.get("saved_on")), str(c.get("kill", ""))),
+            )
+        )
     return ClusterView(run, list(facts.get("nodes") or []), list(attempts), list(facts.get("kills") or []), loads)
 
 
@@ -63,8 +78,13 @@ class CorpusView:
 
 
 # a corpus load's outcome -> the verdict a person reads, and its css
-_OUTCOME = {"bit-exact": ("PASS", "pass"), "refused clearly": ("REFUSED", "refused"), "wrong": ("FAIL", "fail"),
-            "failed": ("FAIL", "fail"), "newly refused": ("FAIL", "fail")}
+_OUTCOME = {
+    "bit-exact": ("PASS", "pass"),
+    "refused clearly": ("REFUSED", "refused"),
+    "wrong": ("FAIL", "fail"),
+    "failed": ("FAIL", "fail"),
+    "newly refused": ("FAIL", "fail"),
+}
 
 
 def corpus_of(doc: dict) -> CorpusView:
@@ -78,18 +98,34 @@ def corpus_of(doc: dict) -> CorpusView:
         if c.get("note"):
             why = f"{why} [{c['note']}]" if why else f"[{c['note']}]"
         promised = c.get("promised", c.get("expected"))  # "expected" in files written before the rename
-        loads.append(LoadLine(str(c["entry"]), str(c["load_on"]), verdict, css, cause, why,
-                              (str(c["saved_on"]), str(promised), outcome)))
+        loads.append(
+            LoadLine(
+                str(c["entry"]),
+                str(c["load_on"]),
+                verdict,
+                css,
+                cause,
+                why,
+                (str(c["saved_on"]), str(promised), outcome),
+            )
+        )
     counts = [(k, n, _OUTCOME.get(k, ("", "na"))[1]) for k, n in (doc.get("counts") or {}).items() if n]
     bad = sum(not line.verdict.startswith(("PASS", "REFUSED")) for line in loads)
-    headline = (f"{len(loads)} loads: {len(loads) - bad} as expected, {bad} not"
-                + (f" under {doc.get('versions')}" if doc.get("versions") else ""))
+    headline = f"{len(loads)} loads: {len(loads) - bad} as expected, {bad} not" + (
+        f" under {doc.get('versions')}" if doc.get("versions") else ""
+    )
     written, read = doc.get("written_by") or {}, doc.get("read_by") or {}
-    facts = [("folder", str(doc.get("folder", ""))), ("written by", _versions(written)), ("read by", _versions(read)),
-             ("versions", str(doc.get("versions", ""))), ("time", f"{float(doc.get('seconds') or 0):.1f} s"),
-             ("verified", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime()))]
-    return CorpusView(f"resilience corpus: {doc.get('folder', '')}", bool(doc.get("ok")), headline, facts, counts,
-                      loads)
+    facts = [
+        ("folder", str(doc.get("folder", ""))),
+        ("written by", _versions(written)),
+        ("read by", _versions(read)),
+        ("versions", str(doc.get("versions", ""))),
+        ("time", f"{float(doc.get('seconds') or 0):.1f} s"),
+        ("verified", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())),
+    ]
+    return CorpusView(
+        f"resilience corpus: {doc.get('folder', '')}", bool(doc.get("ok")), headline, facts, counts, loads
+    )
 
 
 def _versions(v: dict) -> str:

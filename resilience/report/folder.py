@@ -1,11 +1,12 @@
 """runs/<time>-<name>/: one folder of evidence per run, written in phases so a killed run keeps its rows.
 
-    run.json        written first (seed, command, versions, status "running"), rewritten at the end with
-                    status "complete" or "interrupted"; "running" left behind means the run was killed
-    results.jsonl   one row per finished case, appended and fsynced as each case ends
-    results.json    the rows as one list, report.md, report.html, junit.xml: written when the run ends
-                    (also on Ctrl-C or SIGTERM), or later from results.jsonl by `resilience report DIR`
+run.json        written first (seed, command, versions, status "running"), rewritten at the end with
+                status "complete" or "interrupted"; "running" left behind means the run was killed
+results.jsonl   one row per finished case, appended and fsynced as each case ends
+results.json    the rows as one list, report.md, report.html, junit.xml: written when the run ends
+                (also on Ctrl-C or SIGTERM), or later from results.jsonl by `resilience report DIR`
 """
+
 from __future__ import annotations
 
 import errno
@@ -27,12 +28,18 @@ REPORTS = ("results.json", "run.json", "report.md", "report.html", "junit.xml")
 
 
 def _out_error(field: str, path: str, e: OSError, what: str = "a run folder under") -> ConfigError:
-    reason = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the file system is read-only",
-              errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-              errno.EEXIST: "it is a file, not a folder", errno.ENOTDIR: "a part of the path is a file, not a folder",
-              errno.EDQUOT: "disk quota exceeded"}.get(e.errno or 0, e.strerror or str(e))
-    return ConfigError(field, f"cannot make {what} {path!r}: {reason}",
-                       "give a writable folder on a file system with free space")
+    reason = {
+        errno.ENOSPC: "no space left on the device",
+        errno.EROFS: "the file system is read-only",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EEXIST: "it is a file, not a folder",
+        errno.ENOTDIR: "a part of the path is a file, not a folder",
+        errno.EDQUOT: "disk quota exceeded",
+    }.get(e.errno or 0, e.strerror or str(e))
+    return ConfigError(
+        field, f"cannot make {what} {path!r}: {reason}", "give a writable folder on a file system with free space"
+    )
 
 
 def make_run_dir(base: str, name: str, first: dict[str, str] | None = None) -> str:
@@ -137,6 +144,7 @@ class RunFolder:
         fault-injecting file system that a killed run left (their server gone) are cleared first."""
         if sys.platform.startswith("linux"):
             from ..fusefs.mounts import clean_stale_mounts
+
             clean_stale_mounts("/")
         meta = dict(meta, status=RUNNING, started=_now(), versions=versions())
         path = make_run_dir(base, name, {"run.json": json.dumps(meta, indent=1, default=str), "results.jsonl": ""})
@@ -152,8 +160,11 @@ class RunFolder:
             with open(run_json, encoding="utf-8") as f:
                 meta = json.load(f)
         except FileNotFoundError:
-            raise ConfigError("report", f"{path} is not a run folder: it has no run.json",
-                              "give a folder made by resilience run, matrix, fuzz or broken") from None
+            raise ConfigError(
+                "report",
+                f"{path} is not a run folder: it has no run.json",
+                "give a folder made by resilience run, matrix, fuzz or broken",
+            ) from None
         except (OSError, ValueError) as e:
             raise ConfigError("report", f"{run_json} cannot be read: {e}", "") from None
         if not isinstance(meta, dict):
@@ -192,8 +203,9 @@ class RunFolder:
             pass
         return rows, torn
 
-    def finish(self, rows: list[dict] | None = None, *, status: str = COMPLETE, columns: list[str] | None = None,
-               why: str = "") -> dict[str, str]:
+    def finish(
+        self, rows: list[dict] | None = None, *, status: str = COMPLETE, columns: list[str] | None = None, why: str = ""
+    ) -> dict[str, str]:
         """Write results.json, the reports and junit.xml, and run.json with `status`; the paths."""
         if rows is None:
             rows, _ = self.rows()
@@ -244,6 +256,7 @@ def _draw_missing_timelines(run_dir: str, rows: list[dict]) -> None:
     killed before it drew them)."""
     from .timeline import write_timeline
     from .view import TIMELINE, local_path
+
     for r in rows:
         case = local_path(run_dir, r.get("case_dir"))
         if case is not None and not os.path.exists(os.path.join(run_dir, case, TIMELINE)):

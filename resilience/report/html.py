@@ -1,5 +1,6 @@
 """report.html, from templates/report.html.j2 (jinja2, autoescaped: every name, detail and piece of
 evidence comes from a scenario or a checkpoint and is untrusted text)."""
+
 from __future__ import annotations
 
 import os
@@ -15,9 +16,14 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates"
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The one template environment: autoescaping on for every template, undefined names an error."""
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                              keep_trailing_newline=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
 
 
 def render(template: str, **context) -> str:

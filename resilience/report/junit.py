@@ -1,4 +1,5 @@
 """junit.xml: one testcase per row, so CI systems show the verdicts."""
+
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
@@ -8,16 +9,19 @@ from .table import column_of, is_framework_error, row_of
 
 
 def render_junit(rows: list[dict], meta: dict) -> str:
-    suite = ET.Element("testsuite", name=meta.get("title", "resilience"), tests=str(len(rows)),
-                       failures=str(sum(r["verdict"] == FAIL for r in rows)),
-                       errors=str(sum(is_failing(r["verdict"]) and r["verdict"] != FAIL for r in rows)))
+    suite = ET.Element(
+        "testsuite",
+        name=meta.get("title", "resilience"),
+        tests=str(len(rows)),
+        failures=str(sum(r["verdict"] == FAIL for r in rows)),
+        errors=str(sum(is_failing(r["verdict"]) and r["verdict"] != FAIL for r in rows)),
+    )
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="status", value=str(meta.get("status", "complete")))
     if meta.get("note"):
         ET.SubElement(props, "property", name="note", value=meta["note"])
     for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=row_of(r), name=column_of(r),
-                             time=str(r.get("seconds", 0)))
+        case = ET.SubElement(suite, "testcase", classname=row_of(r), name=column_of(r), time=str(r.get("seconds", 0)))
         text = f"{r.get('detail', '')}\nreplay: {r.get('replay', '')}"
         if r["verdict"] == FAIL:
             ET.SubElement(case, "failure", message=r.get("detail", "")[:200]).text = text

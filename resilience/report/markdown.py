@@ -1,12 +1,12 @@
 """report.md: the counts, the matrix, then each case that did not pass, grouped as report.html groups them,
 with its evidence, its files and its replay command."""
+
 from __future__ import annotations
 
 from .view import CaseView, RunView, build
 
 
-def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None,
-                    run_dir: str | None = None) -> str:
+def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
     v = build(rows, meta, columns, run_dir)
     facts = " · ".join(f"{k} `{val}`" for k, val in v.facts)
     out = [f"# {v.title}", "", facts, ""]
@@ -21,14 +21,20 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
     cols = [name for name, _ in v.columns]
     out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
     for combo, cells in v.grid:
-        out.append(f"| {_cell(combo)} | " + " | ".join(_cell(c.text + (f" ({c.cases} cases)" if c.cases > 1 else ""))
-                                                       for c in cells) + " |")
+        out.append(
+            f"| {_cell(combo)} | "
+            + " | ".join(_cell(c.text + (f" ({c.cases} cases)" if c.cases > 1 else "")) for c in cells)
+            + " |"
+        )
     for cat, cases in v.sections:
         if cases:
             out += ["", f"## {cat.title} ({len(cases)})", "", cat.blurb, ""]
             if cat.key == "failed" and v.on_the_way:
-                out += [f"Each minimal failure stands for the {v.on_the_way} failing cases met while searching and "
-                        "shrinking: they are in results.json.", ""]
+                out += [
+                    f"Each minimal failure stands for the {v.on_the_way} failing cases met while searching and "
+                    "shrinking: they are in results.json.",
+                    "",
+                ]
             for c in cases:
                 out += _case(c)
     if v.refused:
@@ -38,33 +44,52 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
 
 
 def _fuzz_table(v: RunView) -> list[str]:
-    out = ["| mode | cases run | verdicts | seconds | of them shrinking | stopped | faults drawn (cases; fired in) |",
-           "|---|---|---|---|---|---|---|"]
+    out = [
+        "| mode | cases run | verdicts | seconds | of them shrinking | stopped | faults drawn (cases; fired in) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in v.fuzz:
         verdicts = ", ".join(f"{label} {n}" for label, n, _ in m.counts)
         stopped = f"when its {m.stopped} was spent" if m.stopped else ""
         drawn = ", ".join(f"{kind} {n}" + (f" (fired in {fired})" if fired != n else "") for kind, n, fired in m.faults)
-        out.append(f"| {m.mode} | {m.cases} | {verdicts} | {m.seconds:.1f} | {m.shrinking:.1f} | {stopped} | "
-                   f"{_cell(drawn)} |")
+        out.append(
+            f"| {m.mode} | {m.cases} | {verdicts} | {m.seconds:.1f} | {m.shrinking:.1f} | {stopped} | {_cell(drawn)} |"
+        )
     return out
 
 
 def _cluster(v: RunView) -> list[str]:
     k = v.cluster
     assert k is not None
-    out = ["## Cluster", "", " · ".join(f"{key} `{val}`" for key, val in k.facts), "",
-           "| combination | saved on | kill | resumed on | verdict and cause |", "|---|---|---|---|---|"]
+    out = [
+        "## Cluster",
+        "",
+        " · ".join(f"{key} `{val}`" for key, val in k.facts),
+        "",
+        "| combination | saved on | kill | resumed on | verdict and cause |",
+        "|---|---|---|---|---|",
+    ]
     for line in k.loads:
         cause = f"**{line.cause}**: " if line.cause else ""
-        out.append(f"| {_cell(line.name)} | {line.cells[0]} | {line.cells[1]} | {line.where} | "
-                   f"{line.verdict} {cause}{_cell(line.why[:300])} |")
-    out += [""] + [f"- killed: rank {x['rank']} (node {x.get('node')}, {x.get('host')}, pid {x.get('pid')}) at "
-                   f"{x['where']} of {x['combo']} on attempt {x['attempt']}"
-                   + (f", {x['at']:.1f} s into the run" if x.get("at") is not None else "") for x in k.kills]
+        out.append(
+            f"| {_cell(line.name)} | {line.cells[0]} | {line.cells[1]} | {line.where} | "
+            f"{line.verdict} {cause}{_cell(line.why[:300])} |"
+        )
+    out += [""] + [
+        f"- killed: rank {x['rank']} (node {x.get('node')}, {x.get('host')}, pid {x.get('pid')}) at "
+        f"{x['where']} of {x['combo']} on attempt {x['attempt']}"
+        + (f", {x['at']:.1f} s into the run" if x.get("at") is not None else "")
+        for x in k.kills
+    ]
     for a in k.attempts:
-        out.append(f"- attempt {a['attempt']} at {a['at']:.1f} s: " + "; ".join(
-            f"node {n['node']} on {n['host']}: ranks {', '.join(map(str, n['ranks']))} "
-            f"(pids {', '.join(map(str, n['pids']))}, restart count {n['restart_count']})" for n in a["nodes"]))
+        out.append(
+            f"- attempt {a['attempt']} at {a['at']:.1f} s: "
+            + "; ".join(
+                f"node {n['node']} on {n['host']}: ranks {', '.join(map(str, n['ranks']))} "
+                f"(pids {', '.join(map(str, n['pids']))}, restart count {n['restart_count']})"
+                for n in a["nodes"]
+            )
+        )
     return out
 
 

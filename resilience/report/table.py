@@ -1,10 +1,17 @@
 """The matrix view of rows: one line per combination, one column per fault or transition."""
+
 from __future__ import annotations
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, worst
 
-SHORT: dict[str, str] = {PASS: "PASS", FAIL: "FAIL", UNKNOWN: "UNKNOWN", REFUSED: "REFUSED", NA: "-",
-                         UNPROBED: "UNPROBED"}
+SHORT: dict[str, str] = {
+    PASS: "PASS",
+    FAIL: "FAIL",
+    UNKNOWN: "UNKNOWN",
+    REFUSED: "REFUSED",
+    NA: "-",
+    UNPROBED: "UNPROBED",
+}
 ALSO_UNPROBED = "+" + UNPROBED.value  # a FAIL or UNKNOWN beside a configured fault that never fired: both shown
 # The checker name of a row the framework could not judge (the runner raised, not the implementation):
 # its own category in every report, apart from the implementation's failures
@@ -81,6 +88,9 @@ def text_table(rows: list[dict], columns: list[str] | None = None) -> str:
     widths = [max(len(c), 8) for c in cols]
     lines = ["combination".ljust(width) + "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     for combo in combos:
-        lines.append(combo.ljust(width) + "  " + "  ".join(
-            short(cells.get((combo, c), NA.value)).ljust(w) for c, w in zip(cols, widths)))
+        lines.append(
+            combo.ljust(width)
+            + "  "
+            + "  ".join(short(cells.get((combo, c), NA.value)).ljust(w) for c, w in zip(cols, widths))
+        )
     return "\n".join(lines)

@@ -10,6 +10,7 @@ Consecutive writes or reads of one file are one bar. Fault firings (faults.jsonl
 The file-operation logs carry the machine's monotonic clock, the history the wall clock: they are put on
 one axis by the difference of the two clocks when the timeline is written, which is right as long as it
 is written on the machine and boot that ran the case (judge_case writes it as the case ends)."""
+
 from __future__ import annotations
 
 import json
@@ -21,11 +22,27 @@ from dataclasses import dataclass, field
 from .view import TIMELINE
 
 RUNNER = "runner"
-IO_OPS = ("create", "open", "write", "read", "fsync", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree",
-          "truncate", "link", "symlink", "sigkill", "sigstop")
-COALESCED = ("write", "read")     # consecutive ones on one file in one lane are one bar
-MAX_IO = 50_000                   # file operations read per case; past that the timeline says it stopped
-MAX_LISTED = 3000                 # rows of the event list under the picture
+IO_OPS = (
+    "create",
+    "open",
+    "write",
+    "read",
+    "fsync",
+    "fsync_dir",
+    "rename",
+    "exchange",
+    "mkdir",
+    "unlink",
+    "rmtree",
+    "truncate",
+    "link",
+    "symlink",
+    "sigkill",
+    "sigstop",
+)
+COALESCED = ("write", "read")  # consecutive ones on one file in one lane are one bar
+MAX_IO = 50_000  # file operations read per case; past that the timeline says it stopped
+MAX_LISTED = 3000  # rows of the event list under the picture
 KILL_ACTIONS = ("sigkill", "kill", "sigstop", "power_loss")
 
 
@@ -34,18 +51,18 @@ class Bar:
     lane: str
     start: float
     end: float
-    kind: str           # the operation: save, load, write, fsync, ...
+    kind: str  # the operation: save, load, write, fsync, ...
     label: str
     outcome: str = "ok"  # ok, fail, unknown (no completion: killed, or the job ended first)
     detail: str = ""
-    count: int = 1       # operations folded into the bar (writes to one file)
+    count: int = 1  # operations folded into the bar (writes to one file)
 
 
 @dataclass
 class Mark:
     lane: str
     at: float
-    kind: str           # fault, kill, damage
+    kind: str  # fault, kill, damage
     label: str
 
 
@@ -76,13 +93,18 @@ def write_timeline(case_dir: str, *, clock_offset: float | None = None) -> str |
     if clock_offset is None:
         clock_offset = time.time() - time.monotonic()
     from .html import render
+
     path = os.path.join(case_dir, TIMELINE)
     try:
         tl = read_case(case_dir, clock_offset)
         page = render("timeline.html.j2", title=f"timeline: {os.path.basename(case_dir)}", error="", **draw(tl))
     except Exception as e:  # a page that says why, never a broken case: the timeline only shows evidence
-        page = render("timeline.html.j2", title=f"timeline: {os.path.basename(case_dir)}",
-                      error=f"the timeline could not be drawn: {type(e).__name__}: {e}", **draw(Timeline()))
+        page = render(
+            "timeline.html.j2",
+            title=f"timeline: {os.path.basename(case_dir)}",
+            error=f"the timeline could not be drawn: {type(e).__name__}: {e}",
+            **draw(Timeline()),
+        )
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(page)
@@ -106,7 +128,7 @@ def read_case(case_dir: str, clock_offset: float) -> Timeline:
 
 def _from_history(tl: Timeline, events: list[dict], *, with_faults: bool) -> None:
     open_ops: dict[tuple, list[dict]] = {}
-    last_end: dict[tuple, float] = {}   # (job, rank) -> when its previous operation ended
+    last_end: dict[tuple, float] = {}  # (job, rank) -> when its previous operation ended
     job_start: dict[int, tuple[float, dict]] = {}
     job_end: dict[int, float] = {}
     for e in sorted(events, key=lambda e: float(e.get("time", 0.0))):
@@ -140,8 +162,17 @@ def _from_history(tl: Timeline, events: list[dict], *, with_faults: bool) -> Non
     for (job, proc, f), pending in open_ops.items():  # never completed: the rank died or the job ended first
         for e in pending:
             end = job_end.get(job, float(e["time"]))
-            tl.bars.append(Bar(f"rank {proc}", float(e["time"]), max(end, float(e["time"])), f,
-                               _op_label(f, e.get("value") or {}), "unknown", "no completion recorded"))
+            tl.bars.append(
+                Bar(
+                    f"rank {proc}",
+                    float(e["time"]),
+                    max(end, float(e["time"])),
+                    f,
+                    _op_label(f, e.get("value") or {}),
+                    "unknown",
+                    "no completion recorded",
+                )
+            )
 
 
 def _end_job(tl: Timeline, job: int, t: float, start: tuple[float, dict], value: dict) -> None:
@@ -208,6 +239,7 @@ def _io_records(case_dir: str) -> Iterator[tuple[dict, bool]]:
     job that ran under it, and the seam's operation log of each job that kept one (cancelled ops dropped)."""
     from ..faults.oplog import read_ops
     from ..fusefs.journal import read_log
+
     for kind in ("fuse", "oplog"):
         root = os.path.join(case_dir, kind)
         if not os.path.isdir(root):
@@ -227,12 +259,14 @@ def _io_records(case_dir: str) -> Iterator[tuple[dict, bool]]:
 
 def _order_lanes(tl: Timeline) -> None:
     """The runner first, then each rank followed by its threads and processes, ranks in number order."""
+
     def key(name: str):
         if name == RUNNER:
             return (0, 0, "")
         head, _, rest = name.partition(" · ")
         number = head.split()[-1]
         return (1 if head.startswith("rank") else 2, int(number) if number.isdigit() else 0, rest)
+
     tl.lanes.sort(key=key)
 
 
@@ -263,10 +297,26 @@ def _jsonl(path: str) -> Iterator[dict]:
 # --- drawing ---------------------------------------------------------------------------------------------
 
 LABEL_W, PLOT_W, LANE_H, AXIS_H = 200, 1100, 24, 40
-COLOURS = {"save": "#1565c0", "finalize": "#6a1b9a", "load": "#2e7d32", "train": "#9e9e9e", "continue": "#9e9e9e",
-           "stage": "#64b5f6", "write": "#42a5f5", "read": "#81c784", "fsync": "#ef6c00", "fsync_dir": "#e65100",
-           "rename": "#8e24aa", "exchange": "#8e24aa", "create": "#90a4ae", "open": "#b0bec5", "mkdir": "#78909c",
-           "unlink": "#5d4037", "rmtree": "#5d4037", "job": "#eceff1"}
+COLOURS = {
+    "save": "#1565c0",
+    "finalize": "#6a1b9a",
+    "load": "#2e7d32",
+    "train": "#9e9e9e",
+    "continue": "#9e9e9e",
+    "stage": "#64b5f6",
+    "write": "#42a5f5",
+    "read": "#81c784",
+    "fsync": "#ef6c00",
+    "fsync_dir": "#e65100",
+    "rename": "#8e24aa",
+    "exchange": "#8e24aa",
+    "create": "#90a4ae",
+    "open": "#b0bec5",
+    "mkdir": "#78909c",
+    "unlink": "#5d4037",
+    "rmtree": "#5d4037",
+    "job": "#eceff1",
+}
 
 
 def draw(tl: Timeline) -> dict:
@@ -283,21 +333,57 @@ def draw(tl: Timeline) -> dict:
     bars = []
     for b in tl.bars:
         x0, w = x(b.start), max((b.end - b.start) * scale, 2.0)
-        bars.append({"x": x0, "y": lane_y[b.lane] + rows[id(b)] * LANE_H + 3, "w": w, "h": LANE_H - 6,
-                     "fill": COLOURS.get(b.kind, "#607d8b"), "outcome": b.outcome,
-                     "label": b.label if w > 7 * len(b.label) else "",
-                     "title": f"{b.label} ({b.outcome}, {b.start - t0:.3f}-{b.end - t0:.3f} s) {b.detail}"})
-    marks = [{"x": x(m.at), "y": lane_y[m.lane], "h": LANE_H * lane_rows[m.lane], "kind": m.kind,
-              "title": f"{m.label} (at {m.at - t0:.3f} s)"} for m in tl.marks]
-    jobs = [{"x": x(j.start), "w": max((j.end - j.start) * scale, 1.0), "title": j.label, "odd": i % 2,
-             "label": _fit(j.label, (j.end - j.start) * scale)}
-            for i, j in enumerate(sorted(tl.jobs, key=lambda j: j.start))]
-    events = sorted([(b.start - t0, b.lane, b.label, b.outcome, f"{b.end - b.start:.3f} s", b.detail)
-                     for b in tl.bars + tl.jobs] + [(m.at - t0, m.lane, m.label, m.kind, "", "") for m in tl.marks])
-    return {"width": LABEL_W + PLOT_W + 20, "height": height, "label_w": LABEL_W, "lanes":
-            [{"name": n, "y": lane_y[n], "h": lane_rows[n] * LANE_H} for n in tl.lanes], "bars": bars, "marks": marks,
-            "jobs": jobs, "ticks": _ticks(t1 - t0, scale), "seconds": t1 - t0, "events": events[:MAX_LISTED],
-            "more_events": max(0, len(events) - MAX_LISTED), "notes": tl.notes, "colours": COLOURS}
+        bars.append(
+            {
+                "x": x0,
+                "y": lane_y[b.lane] + rows[id(b)] * LANE_H + 3,
+                "w": w,
+                "h": LANE_H - 6,
+                "fill": COLOURS.get(b.kind, "#607d8b"),
+                "outcome": b.outcome,
+                "label": b.label if w > 7 * len(b.label) else "",
+                "title": f"{b.label} ({b.outcome}, {b.start - t0:.3f}-{b.end - t0:.3f} s) {b.detail}",
+            }
+        )
+    marks = [
+        {
+            "x": x(m.at),
+            "y": lane_y[m.lane],
+            "h": LANE_H * lane_rows[m.lane],
+            "kind": m.kind,
+            "title": f"{m.label} (at {m.at - t0:.3f} s)",
+        }
+        for m in tl.marks
+    ]
+    jobs = [
+        {
+            "x": x(j.start),
+            "w": max((j.end - j.start) * scale, 1.0),
+            "title": j.label,
+            "odd": i % 2,
+            "label": _fit(j.label, (j.end - j.start) * scale),
+        }
+        for i, j in enumerate(sorted(tl.jobs, key=lambda j: j.start))
+    ]
+    events = sorted(
+        [(b.start - t0, b.lane, b.label, b.outcome, f"{b.end - b.start:.3f} s", b.detail) for b in tl.bars + tl.jobs]
+        + [(m.at - t0, m.lane, m.label, m.kind, "", "") for m in tl.marks]
+    )
+    return {
+        "width": LABEL_W + PLOT_W + 20,
+        "height": height,
+        "label_w": LABEL_W,
+        "lanes": [{"name": n, "y": lane_y[n], "h": lane_rows[n] * LANE_H} for n in tl.lanes],
+        "bars": bars,
+        "marks": marks,
+        "jobs": jobs,
+        "ticks": _ticks(t1 - t0, scale),
+        "seconds": t1 - t0,
+        "events": events[:MAX_LISTED],
+        "more_events": max(0, len(events) - MAX_LISTED),
+        "notes": tl.notes,
+        "colours": COLOURS,
+    }
 
 
 def _fit(label: str, width: float) -> str:

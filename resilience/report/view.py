@@ -4,6 +4,7 @@ blame (the implementation, an unfired fault, the framework), and links to each c
 
 Links are relative to the run folder, so a moved or copied folder keeps them; a row's paths are matched
 to the folder by their tail when the folder moved since the run (results.json keeps the old paths)."""
+
 from __future__ import annotations
 
 import json
@@ -17,10 +18,17 @@ from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_o
 
 TIMELINE = "timeline.html"  # written into each case folder by report.timeline
 # (label, name inside the case folder; "" is the folder itself), linked when present
-CASE_FILES = (("case folder", ""), ("scenario", "scenario.yaml"), ("history", "history.jsonl"), ("logs", "logs"),
-              ("faults fired", "faults.jsonl"), ("timeline", TIMELINE), ("traceback", FRAMEWORK_ERROR))
-MAX_EVIDENCE = 5        # evidence items written out per checker; the rest are counted, and are in results.json
-MAX_VALUE = 3000        # characters of one evidence value
+CASE_FILES = (
+    ("case folder", ""),
+    ("scenario", "scenario.yaml"),
+    ("history", "history.jsonl"),
+    ("logs", "logs"),
+    ("faults fired", "faults.jsonl"),
+    ("timeline", TIMELINE),
+    ("traceback", FRAMEWORK_ERROR),
+)
+MAX_EVIDENCE = 5  # evidence items written out per checker; the rest are counted, and are in results.json
+MAX_VALUE = 3000  # characters of one evidence value
 
 
 @dataclass(frozen=True)
@@ -28,27 +36,45 @@ class Category:
     key: str
     title: str
     blurb: str
-    one: str = ""       # how the headline counts it: "1 framework error", "2 framework errors"
+    one: str = ""  # how the headline counts it: "1 framework error", "2 framework errors"
     many: str = ""
 
     def counted(self, n: int) -> str:
         return f"{n} {self.one if n == 1 else self.many}"
 
 
-FAILED = Category("failed", "Failures of the implementation",
-                  "FAIL: a checker found a broken guarantee. UNKNOWN: the case could not be judged (a rank failed "
-                  "unexpectedly, a checker crashed).")
-NOT_PROBED = Category("unprobed", "Not probed",
-                      "UNPROBED: a configured fault never fired, so nothing was tested. Not a pass.",
-                      "not probed", "not probed")
-FRAMEWORK_ERRORS = Category("framework", "Framework errors",
-                            "The framework broke on the case, not the implementation: a bug of this tool. The "
-                            "traceback is in the case folder.", "framework error", "framework errors")
+FAILED = Category(
+    "failed",
+    "Failures of the implementation",
+    "FAIL: a checker found a broken guarantee. UNKNOWN: the case could not be judged (a rank failed "
+    "unexpectedly, a checker crashed).",
+)
+NOT_PROBED = Category(
+    "unprobed",
+    "Not probed",
+    "UNPROBED: a configured fault never fired, so nothing was tested. Not a pass.",
+    "not probed",
+    "not probed",
+)
+FRAMEWORK_ERRORS = Category(
+    "framework",
+    "Framework errors",
+    "The framework broke on the case, not the implementation: a bug of this tool. The traceback is in the case folder.",
+    "framework error",
+    "framework errors",
+)
 SECTIONS = (FAILED, NOT_PROBED, FRAMEWORK_ERRORS)
 
 # The count line: (label, css class) in reading order; a framework error is counted apart from UNKNOWN
-COUNTED = (("PASS", "pass"), ("REFUSED", "refused"), ("FAIL", "fail"), ("UNKNOWN", "unknown"),
-           ("framework error", "error"), ("UNPROBED", "unprobed"), ("N/A", "na"))
+COUNTED = (
+    ("PASS", "pass"),
+    ("REFUSED", "refused"),
+    ("FAIL", "fail"),
+    ("UNKNOWN", "unknown"),
+    ("framework error", "error"),
+    ("UNPROBED", "unprobed"),
+    ("N/A", "na"),
+)
 COUNT_LABEL = {REFUSED: "REFUSED"}
 CSS = {PASS: "pass", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPROBED: "unprobed", NA: "na"}
 
@@ -56,17 +82,18 @@ CSS = {PASS: "pass", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPRO
 @dataclass(frozen=True)
 class Link:
     label: str
-    href: str   # relative to the run folder, URL-quoted
+    href: str  # relative to the run folder, URL-quoted
 
 
 @dataclass(frozen=True)
 class Finding:
     """One checker's verdict that was not a pass, with its evidence as (key, text) pairs per item."""
+
     checker: str
     status: str
     detail: str
     evidence: list[list[tuple[str, str]]]
-    more: int   # items not written out
+    more: int  # items not written out
 
 
 @dataclass(frozen=True)
@@ -77,7 +104,7 @@ class CaseView:
     column: str
     scenario: str
     verdict: str
-    label: str          # as a matrix cell shows it
+    label: str  # as a matrix cell shows it
     css: str
     category: Category | None
     detail: str
@@ -86,7 +113,7 @@ class CaseView:
     findings: list[Finding]
     faults: list[dict]
     links: list[Link]
-    scenario_text: str = ""   # a fuzzing run's minimal failing scenario, written out
+    scenario_text: str = ""  # a fuzzing run's minimal failing scenario, written out
 
     @property
     def detail_repeats(self) -> bool:
@@ -101,13 +128,14 @@ class CaseView:
 @dataclass(frozen=True)
 class FuzzMode:
     """One mode of a fuzzing run: the cases it ran, their verdicts, and where its time went."""
+
     mode: str
     cases: int
     counts: list[tuple[str, int, str]]
     seconds: float
     shrinking: float
     stopped: str
-    faults: list[tuple[str, int, int]]   # (fault kind, cases that drew it, cases where it fired)
+    faults: list[tuple[str, int, int]]  # (fault kind, cases that drew it, cases where it fired)
 
 
 @dataclass(frozen=True)
@@ -124,16 +152,16 @@ class RunView:
     note: str
     facts: list[tuple[str, str]]
     total: int
-    summary: str        # status.summary_line of the cases run, as every command prints it
+    summary: str  # status.summary_line of the cases run, as every command prints it
     counts: list[tuple[str, int, str]]
-    columns: list[tuple[str, str]]                  # (name, transition or "")
+    columns: list[tuple[str, str]]  # (name, transition or "")
     grid: list[tuple[str, list[Cell]]]
     sections: list[tuple[Category, list[CaseView]]]
     refused: list[CaseView]
     cases: list[CaseView] = field(default_factory=list)
     fuzz: list[FuzzMode] = field(default_factory=list)
-    minimal: int = 0          # minimal failures a fuzzing run kept (rows of their own, not cases run)
-    on_the_way: int = 0       # failing cases a fuzzing run met while searching and shrinking, left to the table
+    minimal: int = 0  # minimal failures a fuzzing run kept (rows of their own, not cases run)
+    on_the_way: int = 0  # failing cases a fuzzing run met while searching and shrinking, left to the table
     cluster: ClusterView | None = None  # a cluster validation: nodes, attempts, restarts, kills, each load
 
     @property
@@ -162,8 +190,10 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
     by_cell: dict[tuple[str, str], list[CaseView]] = {}
     for r, c in zip(rows, cases):
         by_cell.setdefault((row_of(r), c.column), []).append(c)
-    grid = [(combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
-            for combo in combos]
+    grid = [
+        (combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
+        for combo in combos
+    ]
     transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
     # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
     # stand for the failing cases met while searching and shrinking, which only the table of cases lists
@@ -172,14 +202,23 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
     shown = [c for r, c in zip(rows, cases) if r.get("minimal") or not minimal or c.category is NOT_PROBED]
     listed = {c.number for c in shown}
     counts = _counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
-    return RunView(title=str(meta.get("title", "Resilience run")), note=str(meta.get("note") or ""),
-                   facts=_facts(meta, runs), total=len(runs), summary=summary_line(r["verdict"] for r in runs),
-                   counts=counts, columns=[(c, transitions.get(c, "")) for c in cols], grid=grid,
-                   sections=[(cat, [c for c in shown if c.category is cat]) for cat in SECTIONS],
-                   refused=[c for c in cases if c.verdict == REFUSED], cases=cases,
-                   fuzz=_fuzz_modes(meta, runs), minimal=minimal,
-                   on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
-                   cluster=cluster_of(meta.get("cluster")))
+    return RunView(
+        title=str(meta.get("title", "Resilience run")),
+        note=str(meta.get("note") or ""),
+        facts=_facts(meta, runs),
+        total=len(runs),
+        summary=summary_line(r["verdict"] for r in runs),
+        counts=counts,
+        columns=[(c, transitions.get(c, "")) for c in cols],
+        grid=grid,
+        sections=[(cat, [c for c in shown if c.category is cat]) for cat in SECTIONS],
+        refused=[c for c in cases if c.verdict == REFUSED],
+        cases=cases,
+        fuzz=_fuzz_modes(meta, runs),
+        minimal=minimal,
+        on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
+        cluster=cluster_of(meta.get("cluster")),
+    )
 
 
 def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
@@ -188,11 +227,18 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
     info = meta.get("fuzz") or {}
     timings, stopped = info.get("timings") or {}, meta.get("stopped") or {}
     modes = list(info.get("modes") or dict.fromkeys(column_of(r) for r in runs))
-    return [FuzzMode(m, sum(column_of(r) == m for r in runs), _counts([r for r in runs if column_of(r) == m]),
-                     float((timings.get(m) or {}).get("seconds", 0.0)),
-                     float((timings.get(m) or {}).get("shrinking", 0.0)), str(stopped.get(m, "")),
-                     _faults_drawn([r for r in runs if column_of(r) == m]))
-            for m in modes]
+    return [
+        FuzzMode(
+            m,
+            sum(column_of(r) == m for r in runs),
+            _counts([r for r in runs if column_of(r) == m]),
+            float((timings.get(m) or {}).get("seconds", 0.0)),
+            float((timings.get(m) or {}).get("shrinking", 0.0)),
+            str(stopped.get(m, "")),
+            _faults_drawn([r for r in runs if column_of(r) == m]),
+        )
+        for m in modes
+    ]
 
 
 def _faults_drawn(rows: list[dict]) -> list[tuple[str, int, int]]:
@@ -248,24 +294,43 @@ def _cell(cell: str, cases: list[CaseView]) -> Cell:
 
 def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
     from .table import cell_of
+
     verdict = str(row["verdict"])
     category = category_of(row)
-    findings = [_finding(v) for v in row.get("checkers") or []
-                if v.get("status") not in (PASS, NA, REFUSED)] if category is not None else []
-    return CaseView(number=i + 1, anchor=f"case-{i + 1}", combo=row_of(row), column=column_of(row),
-                    scenario=str(row.get("scenario", "")), verdict=verdict, label=short(cell_of(row)),
-                    css="error" if is_framework_error(row) else CSS.get(Status(verdict), "na"), category=category,
-                    detail=str(row.get("detail", "")), seconds=float(row.get("seconds") or 0.0),
-                    replay=str(row.get("replay", "")), findings=findings,
-                    faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
-                    links=case_links(run_dir, row) if run_dir else [],
-                    scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "")
+    findings = (
+        [_finding(v) for v in row.get("checkers") or [] if v.get("status") not in (PASS, NA, REFUSED)]
+        if category is not None
+        else []
+    )
+    return CaseView(
+        number=i + 1,
+        anchor=f"case-{i + 1}",
+        combo=row_of(row),
+        column=column_of(row),
+        scenario=str(row.get("scenario", "")),
+        verdict=verdict,
+        label=short(cell_of(row)),
+        css="error" if is_framework_error(row) else CSS.get(Status(verdict), "na"),
+        category=category,
+        detail=str(row.get("detail", "")),
+        seconds=float(row.get("seconds") or 0.0),
+        replay=str(row.get("replay", "")),
+        findings=findings,
+        faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
+        links=case_links(run_dir, row) if run_dir else [],
+        scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "",
+    )
 
 
 def _finding(v: dict) -> Finding:
     items = v.get("evidence") or []
-    return Finding(str(v.get("checker", "?")), str(v.get("status", "?")), str(v.get("detail", "")),
-                   [_pairs(e) for e in items[:MAX_EVIDENCE]], max(0, len(items) - MAX_EVIDENCE))
+    return Finding(
+        str(v.get("checker", "?")),
+        str(v.get("status", "?")),
+        str(v.get("detail", "")),
+        [_pairs(e) for e in items[:MAX_EVIDENCE]],
+        max(0, len(items) - MAX_EVIDENCE),
+    )
 
 
 def _pairs(item) -> list[tuple[str, str]]:

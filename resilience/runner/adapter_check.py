@@ -12,6 +12,7 @@ Per combination, three short jobs of real ranks (the same launch.Job every case 
 
 Each rank writes what happened step by step to a facts file, so a rank that hangs or dies still leaves
 what it did; the parent turns the facts into the report."""
+
 from __future__ import annotations
 
 import json
@@ -39,11 +40,11 @@ class CheckPlan:
     topo: Topology
     combo: Combination
     backend: str
-    root: str          # the checkpoints of the first topology
-    empty: str         # an empty folder
-    own_root: str      # the second topology's own save
-    facts: str         # rank{r}.jsonl go here
-    job: str           # "first" or "second"
+    root: str  # the checkpoints of the first topology
+    empty: str  # an empty folder
+    own_root: str  # the second topology's own save
+    facts: str  # rank{r}.jsonl go here
+    job: str  # "first" or "second"
 
 
 # ---- in each rank process -----------------------------------------------------------------------------
@@ -57,21 +58,32 @@ class _Facts:
 
 
 def _error(e: BaseException) -> dict:
-    kind = ("refused" if isinstance(e, TopologyChangeRefused) else "not_found" if isinstance(e, CheckpointNotFound)
-            else "integrity" if isinstance(e, IntegrityError) else "other")
+    kind = (
+        "refused"
+        if isinstance(e, TopologyChangeRefused)
+        else "not_found"
+        if isinstance(e, CheckpointNotFound)
+        else "integrity"
+        if isinstance(e, IntegrityError)
+        else "other"
+    )
     return {"raised": type(e).__name__, "error": str(e)[:400], "kind": kind}
 
 
 def _result(value) -> dict:
     """What a load returned, field by field (LoadResult: iteration, path, rng_restored, warnings)."""
     fields = {name: getattr(value, name, None) for name in ("iteration", "path", "rng_restored", "warnings")}
-    return {"returned": type(value).__name__, **{k: v for k, v in fields.items()},
-            "has": [k for k in fields if hasattr(value, k)]}
+    return {
+        "returned": type(value).__name__,
+        **{k: v for k, v in fields.items()},
+        "has": [k for k in fields if hasattr(value, k)],
+    }
 
 
 def _load(facts: _Facts, step: str, backend, plan: CheckPlan, rank: int, root: str, *, fingerprint: bool):
     from ..state import TrainingState
     from .rankprog import digests_of
+
     state = TrainingState(plan.spec, plan.topo, rank)
     try:
         value = backend.load(state, root)
@@ -101,6 +113,7 @@ def _check_rank(ctx, plan: CheckPlan) -> dict:
 
     from ..state import TrainingState
     from .rankprog import digests_of
+
     facts = _Facts(plan, ctx.rank)
     backend = make_backend(plan.backend, plan.combo)
     if plan.job == "first":
@@ -115,9 +128,14 @@ def _check_rank(ctx, plan: CheckPlan) -> dict:
         if ctx.rank == 0:
             try:
                 listed = backend.list_checkpoints(plan.root)
-                facts.put("listing", problems=listing_problems(listed),
-                          items=[{k: getattr(c, k, None) for k in ("iteration", "path", "complete", "problem")}
-                                 for c in (listed if isinstance(listed, (list, tuple)) else [])])
+                facts.put(
+                    "listing",
+                    problems=listing_problems(listed),
+                    items=[
+                        {k: getattr(c, k, None) for k in ("iteration", "path", "complete", "problem")}
+                        for c in (listed if isinstance(listed, (list, tuple)) else [])
+                    ],
+                )
             except Exception as e:
                 facts.put("listing", **_error(e))
         dist.barrier()
@@ -146,8 +164,13 @@ class ComboCheck:
     said: set[str] = field(default_factory=set, repr=False)
 
     def to_dict(self) -> dict:
-        return {"combo": self.combo, "found": [list(f) for f in self.found], "problems": self.problems,
-                "notes": self.notes, "layout": self.layout}
+        return {
+            "combo": self.combo,
+            "found": [list(f) for f in self.found],
+            "problems": self.problems,
+            "notes": self.notes,
+            "layout": self.layout,
+        }
 
     def problem(self, text: str, key: str) -> None:
         """Add a problem once: the same mistake seen on both topologies (same key) is one message."""
@@ -162,8 +185,8 @@ class AdapterCheck:
     name: str
     declared: list[str] | None
     combos: list[ComboCheck] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)   # about the factory itself
-    work: str | None = None                              # where the evidence was kept
+    problems: list[str] = field(default_factory=list)  # about the factory itself
+    work: str | None = None  # where the evidence was kept
 
     @property
     def ok(self) -> bool:
@@ -190,8 +213,10 @@ def _read(plan: CheckPlan, world: int) -> list[dict[str, list[dict]]]:
 
 def _run(plan: CheckPlan, timeout: float, log_dir: str) -> tuple[list[dict[str, list[dict]]], str]:
     from ..launch import Job
-    outcome = Job(_check_rank, plan.topo.world, args=(plan,), timeout=timeout, log_dir=log_dir,
-                  pin_cpus=True).start().wait()
+
+    outcome = (
+        Job(_check_rank, plan.topo.world, args=(plan,), timeout=timeout, log_dir=log_dir, pin_cpus=True).start().wait()
+    )
     failed = ""
     if not outcome.ok:
         first = outcome.first_failure()
@@ -219,28 +244,46 @@ def _judge_load(check: ComboCheck, label: str, fact: dict | None, want_fp: str |
         return None
     missing = [k for k in ("iteration", "path", "rng_restored", "warnings") if k not in fact["has"]]
     if missing:
-        check.problem(f"load returned a {fact['returned']} without {', '.join(missing)}: return "
-                      "resilience.backends.LoadResult(iteration, path, rng_restored, warnings)", "result")
+        check.problem(
+            f"load returned a {fact['returned']} without {', '.join(missing)}: return "
+            "resilience.backends.LoadResult(iteration, path, rng_restored, warnings)",
+            "result",
+        )
         return "wrong"
     if fact["iteration"] != iteration:
-        check.problems.append(f"{label}: LoadResult.iteration is {fact['iteration']!r}, but iteration {iteration} "
-                              "was loaded: give the iteration as it was saved")
+        check.problems.append(
+            f"{label}: LoadResult.iteration is {fact['iteration']!r}, but iteration {iteration} "
+            "was loaded: give the iteration as it was saved"
+        )
     if fact.get("fingerprint") != want_fp:
-        check.problem(f"{label}: the loaded state differs from what was saved: fill every ShardedTensor's data in "
-                      "place and pass the other records' values to state.load_objects", "state")
+        check.problem(
+            f"{label}: the loaded state differs from what was saved: fill every ShardedTensor's data in "
+            "place and pass the other records' values to state.load_objects",
+            "state",
+        )
         return "wrong"
     return "exact"
 
 
 def _combo_check(backend: str, combo: Combination, work: str, timeout: float) -> ComboCheck:
     from .learn import learn_layout
+
     check = ComboCheck(str(combo))
     a, b = TOPOLOGIES
     base = os.path.join(work, str(combo).replace("/", "-"))
     for sub in ("facts", "empty", "logs"):
         os.makedirs(os.path.join(base, sub), exist_ok=True)
-    plan = CheckPlan(MODEL, a, combo, backend, os.path.join(base, "ckpt"), os.path.join(base, "empty"),
-                     os.path.join(base, "own"), os.path.join(base, "facts"), "first")
+    plan = CheckPlan(
+        MODEL,
+        a,
+        combo,
+        backend,
+        os.path.join(base, "ckpt"),
+        os.path.join(base, "empty"),
+        os.path.join(base, "own"),
+        os.path.join(base, "facts"),
+        "first",
+    )
     ranks, failed = _run(plan, timeout, os.path.join(base, "logs", "first"))
     lead = ranks[0]
 
@@ -248,15 +291,19 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
     if empty is None:
         check.problems.append(f"load of an empty folder on {a} did not return: {failed}")
     elif "raised" not in empty:
-        check.problems.append(f"load of an empty folder returned a {empty['returned']}: raise CheckpointNotFound "
-                              "(resilience.errors) when there is nothing to load")
+        check.problems.append(
+            f"load of an empty folder returned a {empty['returned']}: raise CheckpointNotFound "
+            "(resilience.errors) when there is nothing to load"
+        )
     elif empty["kind"] == "not_found":
         check.found.append(("load of an empty folder", f"{empty['raised']}, as the protocol asks"))
     elif empty["kind"] == "integrity":
         check.found.append(("load of an empty folder", f"{empty['raised']} (CheckpointNotFound says it better)"))
     else:
-        check.problems.append(f"load of an empty folder raised {_raised(empty)}: raise CheckpointNotFound "
-                              "(any other error counts as a crash of the rank, verdict UNKNOWN)")
+        check.problems.append(
+            f"load of an empty folder raised {_raised(empty)}: raise CheckpointNotFound "
+            "(any other error counts as a crash of the rank, verdict UNKNOWN)"
+        )
 
     saves = lead.get("save", [])
     bad = [s for r in ranks for s in r.get("save", []) if "raised" in s]
@@ -265,10 +312,16 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
         check.problems.append(f"save on {a}: {why}")
         return check
     if combo.is_async and not any(s.get("in_flight") == s["iteration"] for s in saves):
-        check.notes.append("an async save left in_flight_iteration None: the runner cannot tell which save is still "
-                           "being written")
-    check.found.append((f"save on {a}", f"iterations {FIRST} and {SECOND} "
-                        + ("staged, then finalized" if combo.is_async else "saved (returned on every rank)")))
+        check.notes.append(
+            "an async save left in_flight_iteration None: the runner cannot tell which save is still being written"
+        )
+    check.found.append(
+        (
+            f"save on {a}",
+            f"iterations {FIRST} and {SECOND} "
+            + ("staged, then finalized" if combo.is_async else "saved (returned on every rank)"),
+        )
+    )
     saved = _first(lead, "saved") or {}
 
     listing = _first(lead, "listing")
@@ -282,14 +335,21 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
         seen = {c["iteration"] for c in items}
         if None not in seen:  # else the items themselves are wrong, said above
             if not {FIRST, SECOND} <= seen:
-                check.problems.append(f"list_checkpoints lists iterations {sorted(seen)} after saves of {FIRST} "
-                                      f"and {SECOND}")
+                check.problems.append(
+                    f"list_checkpoints lists iterations {sorted(seen)} after saves of {FIRST} and {SECOND}"
+                )
             incomplete = [c["iteration"] for c in items if c["iteration"] in (FIRST, SECOND) and not c["complete"]]
             if incomplete:
                 check.problems.append(f"list_checkpoints calls finished saves incomplete: iterations {incomplete}")
-            check.found.append(("list_checkpoints", ", ".join(
-                f"iteration {c['iteration']} ({'complete' if c['complete'] else 'NOT complete'})" for c in items)
-                or "nothing"))
+            check.found.append(
+                (
+                    "list_checkpoints",
+                    ", ".join(
+                        f"iteration {c['iteration']} ({'complete' if c['complete'] else 'NOT complete'})" for c in items
+                    )
+                    or "nothing",
+                )
+            )
 
     same = _first(lead, "load_same")
     label = f"load on {a}"
@@ -301,11 +361,16 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
         rng = same["rng_restored"]
         if rng and same.get("rng") != saved.get("rng"):
             check.problems.append(f"{label}: rng_restored is True but the RNG differs from the saved one")
-        check.found.append((label, f"iteration {SECOND} bit-exact, RNG "
-                            + ("restored" if rng else "not restored (rng_restored False)")))
+        check.found.append(
+            (
+                label,
+                f"iteration {SECOND} bit-exact, RNG " + ("restored" if rng else "not restored (rng_restored False)"),
+            )
+        )
         if not rng:
-            check.notes.append(f"{label}: rng_restored is False on the topology that saved: resumes are judged "
-                               "without the RNG")
+            check.notes.append(
+                f"{label}: rng_restored is False on the topology that saved: resumes are judged without the RNG"
+            )
 
     plan_b = CheckPlan(MODEL, b, combo, backend, plan.root, plan.empty, plan.own_root, plan.facts, "second")
     ranks_b, failed_b = _run(plan_b, timeout, os.path.join(base, "logs", "second"))
@@ -315,25 +380,32 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
     promise = promise_of(combo, moved, contract)
     other = _first(lead_b, "load_other")
     label = f"load on {b}"
-    stating = ('state what it does: factory.contract = {"tp": ..., "pp": ..., "dp": ...} with "load" or "refuse" '
-               "for each (docs/adapters.md)")
+    stating = (
+        'state what it does: factory.contract = {"tp": ..., "pp": ..., "dp": ...} with "load" or "refuse" '
+        "for each (docs/adapters.md)"
+    )
     if other is None:
         check.problems.append(f"{label} ({moved}) did not return: {failed_b}")
     elif "raised" in other:
         if other["kind"] == "refused":
             check.found.append((label, f"refused clearly ({_raised(other)})"))
             if promise == LOAD:
-                check.problems.append(f"{label}: refused, but its contract ({contract}) promises {moved} loads: the "
-                                      f"topology checker will FAIL every such change; if refusing is intended, "
-                                      + stating)
+                check.problems.append(
+                    f"{label}: refused, but its contract ({contract}) promises {moved} loads: the "
+                    f"topology checker will FAIL every such change; if refusing is intended, " + stating
+                )
         else:
-            check.problems.append(f"{label} ({moved}) raised {_raised(other)}: raise TopologyChangeRefused for a "
-                                  "topology you do not load on")
+            check.problems.append(
+                f"{label} ({moved}) raised {_raised(other)}: raise TopologyChangeRefused for a "
+                "topology you do not load on"
+            )
     elif _judge_load(check, label, other, saved.get("fingerprint"), SECOND) == "exact":
         check.found.append((label, f"iteration {SECOND} bit-exact after {moved}"))
         if promise == REFUSE:
-            check.problems.append(f"{label}: loads {moved} exactly, but its contract ({contract}) promises a "
-                                  "refusal: the topology checker will FAIL it; if loading is intended, " + stating)
+            check.problems.append(
+                f"{label}: loads {moved} exactly, but its contract ({contract}) promises a "
+                "refusal: the topology checker will FAIL it; if loading is intended, " + stating
+            )
     check.found.append(("contract", str(contract)))
     own_saved = _first(lead_b, "own_saved") or {}
     own = _first(lead_b, "own_load")
@@ -360,11 +432,24 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
 
 def _describe_layout(check: ComboCheck, layout, backend: str) -> None:
     per_save = [f for f in layout.files if f.per_iteration]
-    check.found.append(("layout", f"one save of iteration {layout.iteration} on {TOPOLOGIES[0]}, learned from "
-                        + ("the operations it made through the storage seam" if layout.source == "oplog"
-                           else "a before/after scan of the folder")))
-    check.found.append(("files per save", f"{len(per_save)}: " + ", ".join(
-        f"{f.template} ({f.role}{'' if f.rank is None else f', rank {f.rank}'})" for f in per_save)))
+    check.found.append(
+        (
+            "layout",
+            f"one save of iteration {layout.iteration} on {TOPOLOGIES[0]}, learned from "
+            + (
+                "the operations it made through the storage seam"
+                if layout.source == "oplog"
+                else "a before/after scan of the folder"
+            ),
+        )
+    )
+    check.found.append(
+        (
+            "files per save",
+            f"{len(per_save)}: "
+            + ", ".join(f"{f.template} ({f.role}{'' if f.rank is None else f', rank {f.rank}'})" for f in per_save),
+        )
+    )
     meta = [f.template for f in layout.files if f.role == "metadata"]
     check.found.append(("metadata files", ", ".join(meta) or "none"))
     trackers = [f.template for f in layout.files if f.role == "pointer"]
@@ -373,9 +458,13 @@ def _describe_layout(check: ComboCheck, layout, backend: str) -> None:
         check.notes.append("no tracker file (a root-level file naming the newest iteration): tracker damage is N/A")
     if not meta:
         names = sorted({os.path.basename(f.template) for f in per_save if f.role == "data"})
-        check.notes.append("no metadata file: metadata damage is N/A. If one of the files above is metadata (its "
-                           "role is guessed from its name), name it on the factory: factory.layout_hints = "
-                           f"{{\"metadata\": [{names[0]!r}]}}" if names else "no metadata file: metadata damage is N/A")
+        check.notes.append(
+            "no metadata file: metadata damage is N/A. If one of the files above is metadata (its "
+            "role is guessed from its name), name it on the factory: factory.layout_hints = "
+            f'{{"metadata": [{names[0]!r}]}}'
+            if names
+            else "no metadata file: metadata damage is N/A"
+        )
     _describe_io(check, layout, per_save, backend)
     unread = sorted({f.template for f in layout.files if f.read is False})
     if unread:
@@ -388,32 +477,53 @@ IN_PROCESS = "in-process faults (a crash at a byte, io_error, torn and short wri
 def _describe_io(check: ComboCheck, layout, per_save: list, backend: str) -> None:
     """Whether its writes go through resilience.storage, and so which way `--io auto` takes its faults."""
     from . import ways
+
     declared = ways.through_seam(backend)
     outside = [f.template for f in per_save if f.written_as is None]
     if layout.seam:
         check.found.append(("I/O", "through the storage seam (resilience.storage)"))
         if not declared:
-            check.notes.append("every file goes through the storage seam: with factory.io_through_seam = True its "
-                               f"{IN_PROCESS} run in process, without mounting the fault-injecting file system")
+            check.notes.append(
+                "every file goes through the storage seam: with factory.io_through_seam = True its "
+                f"{IN_PROCESS} run in process, without mounting the fault-injecting file system"
+            )
         return
-    check.found.append(("I/O", "outside the storage seam (plain open()/torch.save)" if not layout.logged
-                        else f"partly outside the storage seam: {', '.join(outside)}"))
+    check.found.append(
+        (
+            "I/O",
+            "outside the storage seam (plain open()/torch.save)"
+            if not layout.logged
+            else f"partly outside the storage seam: {', '.join(outside)}",
+        )
+    )
     if declared:
-        check.problem(f"factory.io_through_seam is True, but {', '.join(outside)} are written around "
-                      f"resilience.storage: under --io auto its {IN_PROCESS} aimed at them are UNPROBED; drop "
-                      "io_through_seam and the fault-injecting file system reaches them", "seam")
+        check.problem(
+            f"factory.io_through_seam is True, but {', '.join(outside)} are written around "
+            f"resilience.storage: under --io auto its {IN_PROCESS} aimed at them are UNPROBED; drop "
+            "io_through_seam and the fault-injecting file system reaches them",
+            "seam",
+        )
         return
     why = ways.unavailable()
     if why is None:
-        check.notes.append(f"its {IN_PROCESS} go through the fault-injecting file system (--io auto, the default; "
-                           "docs/io.md)")
+        check.notes.append(
+            f"its {IN_PROCESS} go through the fault-injecting file system (--io auto, the default; docs/io.md)"
+        )
     else:
-        check.notes.append(f"its {IN_PROCESS} need the fault-injecting file system, which cannot mount here "
-                           f"({why}): here they are UNPROBED, never passed")
+        check.notes.append(
+            f"its {IN_PROCESS} need the fault-injecting file system, which cannot mount here "
+            f"({why}): here they are UNPROBED, never passed"
+        )
 
 
-def check_adapter(backend: str, combos: list[Combination] | None = None, *, timeout: float = 120.0,
-                  keep: Callable[[], str] | None = None, progress=None) -> AdapterCheck:
+def check_adapter(
+    backend: str,
+    combos: list[Combination] | None = None,
+    *,
+    timeout: float = 120.0,
+    keep: Callable[[], str] | None = None,
+    progress=None,
+) -> AdapterCheck:
     """Check `backend` ('package.module:factory' or any name make_backend takes) for `combos` (default: the
     ones its factory declares, else every valid one it accepts). A backend that cannot be made at all is one
     ConfigError, before any rank starts; the rest is in the AdapterCheck (its `work` folder is made by `keep`
@@ -437,17 +547,27 @@ def check_adapter(backend: str, combos: list[Combination] | None = None, *, time
     factory = ":" in resolve(backend) and not backend.startswith("broken:")
     undeclared = factory and declared is None and not combos
     if not usable:
-        raise ConfigError("backend", f"{backend} refuses every combination asked for ({', '.join(refused)}): {why}",
-                          "declare the ones it implements: factory.combinations = ('LOCAL/torch/sync',)"
-                          if undeclared else "ask for one it implements (--combos)")
-    report = AdapterCheck(backend, str(getattr(made, "name", type(made).__name__)),
-                          [str(c) for c in declared] if declared is not None else None)
+        raise ConfigError(
+            "backend",
+            f"{backend} refuses every combination asked for ({', '.join(refused)}): {why}",
+            "declare the ones it implements: factory.combinations = ('LOCAL/torch/sync',)"
+            if undeclared
+            else "ask for one it implements (--combos)",
+        )
+    report = AdapterCheck(
+        backend,
+        str(getattr(made, "name", type(made).__name__)),
+        [str(c) for c in declared] if declared is not None else None,
+    )
     if undeclared:
-        report.problems.append("the factory declares no `combinations`, so the matrix and the pytest plugin run all "
-                               "six" + (f" (it refuses {', '.join(refused)})" if refused else "")
-                               + ": declare the ones it implements, factory.combinations = (...); that choice also "
-                               "decides what the topology checker expects, unless it states a contract "
-                               "(factory.contract)")
+        report.problems.append(
+            "the factory declares no `combinations`, so the matrix and the pytest plugin run all "
+            "six"
+            + (f" (it refuses {', '.join(refused)})" if refused else "")
+            + ": declare the ones it implements, factory.combinations = (...); that choice also "
+            "decides what the topology checker expects, unless it states a contract "
+            "(factory.contract)"
+        )
     elif refused:
         report.problems.append(f"the factory refuses {', '.join(refused)}")
     work = keep() if keep is not None else tempfile.mkdtemp(prefix="resilience-adapter-check-")
@@ -460,5 +580,6 @@ def check_adapter(backend: str, combos: list[Combination] | None = None, *, time
     finally:
         if keep is None:
             import shutil
+
             shutil.rmtree(work, ignore_errors=True)
     return report

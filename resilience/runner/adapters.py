@@ -1,5 +1,6 @@
 """Which checkpoint implementation a run tests: the single entry point every command, the runner's rank
 processes and the pytest plugin use to turn a backend name into a CheckpointBackend."""
+
 from __future__ import annotations
 
 import importlib
@@ -49,6 +50,7 @@ def parse_backend(name: str) -> str:
         return name
     if name.startswith("broken:"):
         from ..broken import CATALOGUE
+
         impl = name.split(":", 1)[1]
         if impl not in CATALOGUE:
             raise ConfigError("backend", f"no broken implementation {impl!r}", f"choose from {', '.join(CATALOGUE)}")
@@ -56,8 +58,9 @@ def parse_backend(name: str) -> str:
     full, _ = split(resolve(base))
     if ":" not in full:
         aliases = ", ".join(map(repr, ALIASES))
-        raise ConfigError("backend", f"cannot read {full!r}",
-                          f"use 'reference', 'broken:NAME', {aliases} or 'package.module:factory'")
+        raise ConfigError(
+            "backend", f"cannot read {full!r}", f"use 'reference', 'broken:NAME', {aliases} or 'package.module:factory'"
+        )
     module, attr = full.split(":", 1)
     if not module or not attr or not all(p.isidentifier() for p in module.split(".") + attr.split(".")):
         raise ConfigError("backend", f"cannot read {full!r}", "write it as package.module:factory")
@@ -71,6 +74,7 @@ def _factory(name: str):
 def _factory_and_options(name: str) -> tuple[Any, dict[str, Any]]:
     """The factory `name` names and the typed options it is given (an alias's own, then the spec's)."""
     from ..backends.options import declared_of
+
     label = split(parse_backend(name))[0]
     name, given = split(resolve(name))
     module, attr = name.split(":", 1)
@@ -80,19 +84,26 @@ def _factory_and_options(name: str) -> tuple[Any, dict[str, Any]]:
             found = getattr(found, part)
     except ModuleNotFoundError as e:
         top = module.split(".")[0]
-        fix = (f"make {top!r} importable: run from the folder that holds it with PYTHONPATH=. (the `resilience` "
-               "command does not look in the current folder), or install your project (pip install -e .)"
-               if e.name and top == e.name.split(".")[0] else "install what it imports")
+        fix = (
+            f"make {top!r} importable: run from the folder that holds it with PYTHONPATH=. (the `resilience` "
+            "command does not look in the current folder), or install your project (pip install -e .)"
+            if e.name and top == e.name.split(".")[0]
+            else "install what it imports"
+        )
         raise ConfigError("backend", f"cannot import {name!r}: {e}", fix) from None
     except (ImportError, AttributeError) as e:
         raise ConfigError("backend", f"cannot import {name!r}: {e}", "check the module path and factory name") from None
     except Exception as e:  # the module itself failed while importing
-        raise ConfigError("backend", f"importing {module!r} raised {type(e).__name__}: {e}",
-                          "fix the module or give another one") from None
+        raise ConfigError(
+            "backend", f"importing {module!r} raised {type(e).__name__}: {e}", "fix the module or give another one"
+        ) from None
     if not _is_factory(found):
-        raise ConfigError("backend", f"{name!r} is a {type(found).__name__}, not a backend factory",
-                          "give a Python function or class taking a combination and returning a CheckpointBackend "
-                          "(see resilience.backends.base)")
+        raise ConfigError(
+            "backend",
+            f"{name!r} is a {type(found).__name__}, not a backend factory",
+            "give a Python function or class taking a combination and returning a CheckpointBackend "
+            "(see resilience.backends.base)",
+        )
     return found, resolve_options(declared_of(found), given, label)
 
 
@@ -100,6 +111,7 @@ def declared_options(name: str):
     """The options the backend `name` declares (resilience.backends.options.Option), () for the reference
     and the broken implementations."""
     from ..backends.options import declared_of
+
     base, _ = split(name)
     if base in ("", "reference") or base.startswith("broken:"):
         return ()
@@ -109,9 +121,14 @@ def declared_options(name: str):
 def _is_factory(obj) -> bool:
     """A Python function or class (not a builtin such as os.system) that takes one positional argument."""
     import inspect
-    if not (inspect.isfunction(obj) or inspect.isclass(obj) or inspect.ismethod(obj)
-            # a __call__ written in Python, not mere callability
-            or (callable(obj) and inspect.isfunction(getattr(type(obj), "__call__", None)))):  # noqa: B004
+
+    if not (
+        inspect.isfunction(obj)
+        or inspect.isclass(obj)
+        or inspect.ismethod(obj)
+        # a __call__ written in Python, not mere callability
+        or (callable(obj) and inspect.isfunction(getattr(type(obj), "__call__", None)))  # noqa: B004
+    ):
         return False
     try:
         inspect.signature(obj).bind(None)
@@ -126,11 +143,14 @@ def make_backend(name: str, combo: Combination):
     (factory(combo) -> backend), the last two with options: factory(combo, **options), each option
     checked against the factory's declared `options`."""
     from ..backends.base import with_defaults
+
     if name in ("", "reference"):
         from ..checkpoint.reference import ReferenceBackend
+
         return ReferenceBackend(combo)
     if name.startswith("broken:"):
         from ..broken import make
+
         return make(name.split(":", 1)[1], combo)
     factory, options = _factory_and_options(name)
     try:
@@ -138,8 +158,11 @@ def make_backend(name: str, combo: Combination):
     except ConfigError:
         raise
     except Exception as e:
-        raise ConfigError("backend", f"{name}({combo}) raised {type(e).__name__}: {e}",
-                          "the factory must return a CheckpointBackend for the combination") from None
+        raise ConfigError(
+            "backend",
+            f"{name}({combo}) raised {type(e).__name__}: {e}",
+            "the factory must return a CheckpointBackend for the combination",
+        ) from None
     made = with_defaults(backend, f"backend {name}")
     contract_of(name, combo)  # a contract that does not read is one clear error before anything runs
     return made
@@ -148,9 +171,11 @@ def make_backend(name: str, combo: Combination):
 def supported_combinations(name: str) -> list[Combination] | None:
     """The combinations a backend's factory declares (its `combinations` attribute), or None: all."""
     from ..vocab.combos import Combination
+
     if name in ("", "reference") or name.startswith("broken:"):
         if name.startswith("broken:"):
             from ..broken import CATALOGUE
+
             impl = CATALOGUE.get(name.split(":", 1)[1])
             if impl is not None and impl.combos:
                 return [Combination.parse(c) for c in impl.combos]
@@ -164,6 +189,7 @@ def contract_of(name: str | None, combo: Combination) -> TopologyContract:
     {change: "load" | "refuse"}, or a function of the combination returning one), else the preset of
     `combo`. ConfigError naming the bad entry."""
     from ..vocab.contract import TopologyContract
+
     if not name or name == "reference" or name.startswith("broken:"):
         return TopologyContract.preset(combo)
     stated = getattr(_factory(name), "contract", None)

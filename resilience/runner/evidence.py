@@ -6,6 +6,7 @@ save invoked on that rank in that job: every rank invokes the same saves in the 
 is acknowledged only once it returned ok on every rank of its job (for an async save: once finalize
 returned); one that returned on some ranks only is indeterminate. Two saves of one iteration are two
 records, so a later save never overwrites the acknowledgement of an earlier one."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -18,15 +19,23 @@ from ..vocab.folders import ITER_FOLDER
 from .history import FAIL, INFO, INVOKE, OK, Event
 
 
-def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology: Topology,
-                  never_stopped: Callable[[int], str], topology: str | None = None,
-                  faults_configured: list[dict] | None = None, expect: dict | None = None,
-                  contract: TopologyContract | None = None, converted: Callable | None = None) -> Evidence:
+def evidence_from(
+    events: Iterable[Event],
+    *,
+    combo: Combination,
+    save_topology: Topology,
+    never_stopped: Callable[[int], str],
+    topology: str | None = None,
+    faults_configured: list[dict] | None = None,
+    expect: dict | None = None,
+    contract: TopologyContract | None = None,
+    converted: Callable | None = None,
+) -> Evidence:
     """The evidence of a history (events of every rank, in order). `topology` is the job topology for
     histories without job events (the world every rank of a save must answer from); `converted` what a load
     that changes the parameters' dtype must give (checkers.base.PrecisionTargets by iteration and dtypes)."""
     saves: dict[str, SaveRecord] = {}
-    open_saves: dict[tuple, list[str]] = {}   # (job, rank) -> ids invoked there and not yet answered
+    open_saves: dict[tuple, list[str]] = {}  # (job, rank) -> ids invoked there and not yet answered
     invoked: dict[tuple, int] = {}
     loads: list[LoadRecord] = []
     corruptions, crashes, fired, errors = [], [], [], []
@@ -49,8 +58,9 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
             if rec is None:
                 topo = topo_of_job.get(e.job) or topology or ""
                 iteration: int = v.get("iteration")  # type: ignore[assignment]  # every save names one
-                rec = saves[sid] = SaveRecord(e.job, iteration, topo, None, None, INFO, i, sid,
-                                              Topology.parse(topo).world if topo else 1)
+                rec = saves[sid] = SaveRecord(
+                    e.job, iteration, topo, None, None, INFO, i, sid, Topology.parse(topo).world if topo else 1
+                )
             if e.type == INVOKE:
                 rec.invoked_at.setdefault(e.process, e.time)
                 if v.get("generation") is not None:
@@ -70,12 +80,24 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
         elif e.f == "finalize" and e.type == FAIL and v.get("save_id") is None and v.get("iteration") is None:
             errors.append(_error(e, i, "finalize", None))  # nothing was in flight: no save carries it
         elif e.f == "load" and e.process == 0 and e.type in (OK, FAIL):
-            current_load = LoadRecord(e.job, v.get("topology", topo_of_job.get(e.job, topology or "")), e.type, i,
-                                      v.get("iteration"), v.get("fingerprint"), v.get("rng"),
-                                      bool(v.get("rng_restored")), list(v.get("warnings") or []), v.get("error", ""),
-                                      bool(v.get("refused")), v.get("path", ""), v.get("crash_state"),
-                                      generations=v.get("generations"), dtype=v.get("dtype"),
-                                      captured=list(v.get("captured") or []))
+            current_load = LoadRecord(
+                e.job,
+                v.get("topology", topo_of_job.get(e.job, topology or "")),
+                e.type,
+                i,
+                v.get("iteration"),
+                v.get("fingerprint"),
+                v.get("rng"),
+                bool(v.get("rng_restored")),
+                list(v.get("warnings") or []),
+                v.get("error", ""),
+                bool(v.get("refused")),
+                v.get("path", ""),
+                v.get("crash_state"),
+                generations=v.get("generations"),
+                dtype=v.get("dtype"),
+                captured=list(v.get("captured") or []),
+            )
             loads.append(current_load)
         elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
             current_load.continued.append((v["iteration"], v["fingerprint"]))
@@ -91,9 +113,23 @@ def evidence_from(events: Iterable[Event], *, combo: Combination, save_topology:
     for rec in saves.values():
         if rec.status != OK and rec.errors and not rec.ok_ranks:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
-    return Evidence(combo, save_topology, sorted(saves.values(), key=lambda s: s.index), loads, corruptions,
-                    crashes, [], never_stopped, list(faults_configured or []), fired, dict(expect or {}), errors,
-                    blocked, contract, converted)
+    return Evidence(
+        combo,
+        save_topology,
+        sorted(saves.values(), key=lambda s: s.index),
+        loads,
+        corruptions,
+        crashes,
+        [],
+        never_stopped,
+        list(faults_configured or []),
+        fired,
+        dict(expect or {}),
+        errors,
+        blocked,
+        contract,
+        converted,
+    )
 
 
 def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:
@@ -119,6 +155,14 @@ def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | No
 
 def _error(e: Event, index: int, op: str, save_id: str | None) -> dict:
     v = e.value
-    return {"op": op, "save_id": save_id, "job": e.job, "rank": e.process, "iteration": v.get("iteration"),
-            "error": v.get("error", ""), "errno": v.get("errno"), "index": index,
-            **({"not_exception": v["not_exception"]} if v.get("not_exception") else {})}
+    return {
+        "op": op,
+        "save_id": save_id,
+        "job": e.job,
+        "rank": e.process,
+        "iteration": v.get("iteration"),
+        "error": v.get("error", ""),
+        "errno": v.get("errno"),
+        "index": index,
+        **({"not_exception": v["not_exception"]} if v.get("not_exception") else {}),
+    }

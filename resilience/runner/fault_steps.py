@@ -5,6 +5,7 @@ ones: `crash` (rank_crash), `kill` (rank_kill, or rank_hang with `kind:`), `corr
 by short names), `lose_unsynced` (lost_unsynced_writes). A shorthand writes `file` for target.path,
 `after_bytes` for trigger.at_byte and `rank: all` for every rank; a kill may nest its trigger as
 `when: {file, size}` or `when: {after: seconds}`. Every later layer takes the `Fault` made here."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -13,12 +14,25 @@ from ..errors import ConfigError
 from ..faults import KINDS, Fault
 
 FAULT_STEPS = ("crash", "fault", "kill", "corrupt", "lose_unsynced")
-CORRUPT_KINDS = {"truncate": "truncate", "bitflip": "bit_flip", "bit_flip": "bit_flip", "delete": "delete_file",
-                 "delete_file": "delete_file", "metadata": "metadata_damage", "metadata_damage": "metadata_damage",
-                 "tracker": "tracker_damage", "tracker_damage": "tracker_damage", "staging": "leftover_staging",
-                 "leftover_staging": "leftover_staging", "extra": "extra_file", "extra_file": "extra_file",
-                 "escape": "escaping_path", "escaping_path": "escaping_path", "pickle": "hostile_pickle",
-                 "hostile_pickle": "hostile_pickle"}
+CORRUPT_KINDS = {
+    "truncate": "truncate",
+    "bitflip": "bit_flip",
+    "bit_flip": "bit_flip",
+    "delete": "delete_file",
+    "delete_file": "delete_file",
+    "metadata": "metadata_damage",
+    "metadata_damage": "metadata_damage",
+    "tracker": "tracker_damage",
+    "tracker_damage": "tracker_damage",
+    "staging": "leftover_staging",
+    "leftover_staging": "leftover_staging",
+    "extra": "extra_file",
+    "extra_file": "extra_file",
+    "escape": "escaping_path",
+    "escaping_path": "escaping_path",
+    "pickle": "hostile_pickle",
+    "hostile_pickle": "hostile_pickle",
+}
 KILL_KINDS = ("rank_kill", "rank_hang")
 _NAMED = {"crash": "rank_crash", "lose_unsynced": "lost_unsynced_writes"}
 

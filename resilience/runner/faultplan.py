@@ -3,6 +3,7 @@ through the backend's learned layout, damage at rest, the disks a power loss can
 never fired. Where a fault goes depends on its layer (`Fault.layer`): in-process faults are installed on
 the ranks from the next rank operation on, nemesis faults run beside the job, at-rest faults damage the
 checkpoint folder after the job (runner.plan)."""
+
 from __future__ import annotations
 
 import os
@@ -21,20 +22,31 @@ from ..faults import (
 from ..faults.layout import Layout, _template
 
 # ---- aiming through the learned layout ------------------------------------------------------------------
-OUTSIDE_SEAM = ("the backend writes these files outside the storage seam (one clean save logged none of them), "
-                "so in-process faults cannot reach them: needs the FUSE layer")
+OUTSIDE_SEAM = (
+    "the backend writes these files outside the storage seam (one clean save logged none of them), "
+    "so in-process faults cannot reach them: needs the FUSE layer"
+)
 
 
-def layout_for(scenario, combo, backend: str, case_dir: str, start_method: str = "fork",
-               io: str = "seam") -> Layout | None:
+def layout_for(
+    scenario, combo, backend: str, case_dir: str, start_method: str = "fork", io: str = "seam"
+) -> Layout | None:
     """The backend's layout, learned once from a clean save (runner.learn), when the scenario has faults
     (every fault is aimed through it); through the fault-injecting file system when `io` is fuse (it sees
     every file, whoever writes it)."""
     if not any(s.fault is not None for s in scenario.steps):
         return None
     from .learn import learn_layout
-    return learn_layout(scenario.model, scenario.topology, combo, backend, os.path.join(case_dir, "layout"),
-                        start_method=start_method, io=io)
+
+    return learn_layout(
+        scenario.model,
+        scenario.topology,
+        combo,
+        backend,
+        os.path.join(case_dir, "layout"),
+        start_method=start_method,
+        io=io,
+    )
 
 
 def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fault | None, str | None]:
@@ -50,8 +62,9 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
             return None, OUTSIDE_SEAM  # some files go through the seam, not these
         glob = layout.write_glob(role, iteration, rank) if layout is not None else None
         if glob is None:
-            return None, (f"rank {rank} writes no {role} file" if rank is not None else f"no {role} file") + \
-                (f" in this backend's saves ({layout.describe()})" if layout is not None else "")
+            return None, (f"rank {rank} writes no {role} file" if rank is not None else f"no {role} file") + (
+                f" in this backend's saves ({layout.describe()})" if layout is not None else ""
+            )
         target = replace(target, path=glob)
     phase = trigger.phase
     if phase and layout is not None and layout.logged and phase not in layout.announced:
@@ -60,9 +73,9 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
             return None, OUTSIDE_SEAM  # it may reach the phase in files the seam does not see
         if seen is None:
             return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
-        glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or \
-            "*/" + _template(seen["path"], layout.iteration, staging=True).format(
-                iteration=iteration if iteration is not None else "*")
+        glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or "*/" + _template(
+            seen["path"], layout.iteration, staging=True
+        ).format(iteration=iteration if iteration is not None else "*")
         # the phase begins as the operation that starts it runs: a crash just before it
         target = replace(target, op="write" if phase == "write" else seen["op"], path=glob)
         trigger = replace(trigger, phase=None, when="before")
@@ -89,6 +102,7 @@ def corrupt(root: str, fault: Fault, layout: Layout | None = None) -> dict:
     damage = corrupt_at_rest(fault, root, layout).to_dict()
     if layout is not None:
         from ..faults.layout_damage import iteration_of
+
         damage["iteration"] = iteration_of(layout, os.path.abspath(root), damage["file"])
     else:
         damage["iteration"] = iteration_in(damage.get("rel") or "")
@@ -102,9 +116,13 @@ def power_loss(fault: LostUnsyncedWrites, snapshot: Snapshot, oplog_dir: str, ou
     outside = unobserved_files(snapshot, oplog_dir)
     if outside:
         # crash states replay the operation log: files it never saw would be missing from every state
-        return {"states": [], "explored": 0, "unobserved": outside[:5],
-                "summary": f"no crash state built: {len(outside)} files were written outside the storage seam "
-                           f"(e.g. {outside[0]}), so the operation log cannot say what a power loss keeps"}
+        return {
+            "states": [],
+            "explored": 0,
+            "unobserved": outside[:5],
+            "summary": f"no crash state built: {len(outside)} files were written outside the storage seam "
+            f"(e.g. {outside[0]}), so the operation log cannot say what a power loss keeps",
+        }
     states = power_loss_states(fault, snapshot, oplog_dir, out_dir)
     return {"states": [s.path for s in states.states], "explored": states.explored, "summary": states.summary()}
 
@@ -113,6 +131,7 @@ def unobserved_files(snapshot: Snapshot, oplog_dir: str) -> list[str]:
     """Files under the checkpoint root now that the snapshot did not hold and no logged operation
     created (following renames of files and folders): written by code that bypasses the seam."""
     from ..faults.oplog import read_ops
+
     made: set[str] = set()
     ops = read_ops(oplog_dir) if os.path.isdir(oplog_dir) else []
     for op in ops:
@@ -122,7 +141,7 @@ def unobserved_files(snapshot: Snapshot, oplog_dir: str) -> list[str]:
             pairs = [(op.path, op.dst)] + ([(op.dst, op.path)] if op.op == "exchange" else [])
             moved = set()
             for src, dst in pairs:
-                moved |= {dst + m[len(src):] for m in made if m == src or m.startswith(src + os.sep)}
+                moved |= {dst + m[len(src) :] for m in made if m == src or m.startswith(src + os.sep)}
             made |= moved
     before = set()
     if snapshot.copy:

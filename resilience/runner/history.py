@@ -3,6 +3,7 @@
 Ranks append to their own file with unbuffered writes, so a SIGKILLed rank keeps every event it wrote;
 the runner merges them into the run's history.jsonl after each job, and marks each invoke that never
 completed as info (outcome unknown), as Jepsen does."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,14 @@ class Event:
     time: float = field(default_factory=time.time)
 
     def to_dict(self) -> dict:
-        return {"time": round(self.time, 6), "job": self.job, "process": self.process, "type": self.type,
-                "f": self.f, "value": self.value}
+        return {
+            "time": round(self.time, 6),
+            "job": self.job,
+            "process": self.process,
+            "type": self.type,
+            "f": self.f,
+            "value": self.value,
+        }
 
     @classmethod
     def from_dict(cls, d: dict) -> Event:

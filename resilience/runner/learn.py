@@ -3,6 +3,7 @@ a scratch folder with every seam operation logged, reports the phases the backen
 the save back to learn which files a load reads (faults.reads). The
 runner learns it once per (backend, combination, topology, model) and keeps it beside the case
 (layout.json) for faults and corruptions to aim through."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,10 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     from ..faults import inject
     from ..state import TrainingState
     from ..vocab import phases
+
     if plan.control:
         from ..fusefs import tell
+
         tell(plan.control, "rank", ctx.rank)
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
     state.train(1)  # real optimizer state in every file; the files' names need the iteration, not its steps
@@ -56,8 +59,11 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     stop = phases.listen(lambda phase, info: announced.append(phase))
     try:
         # under the file system, it logs every operation itself
-        with contextlib.nullcontext() if plan.control else \
-                inject([], rank=ctx.rank, world=plan.topo.world, oplog_dir=plan.oplog_dir):
+        with (
+            contextlib.nullcontext()
+            if plan.control
+            else inject([], rank=ctx.rank, world=plan.topo.world, oplog_dir=plan.oplog_dir)
+        ):
             backend.save(state, plan.root)
             backend.finalize()
     finally:
@@ -74,6 +80,7 @@ def _reads_of_load(plan: ProbePlan, rank: int) -> dict:
     """The files of the root that a load of the save just made opens for reading on this rank."""
     from ..faults.reads import ReadRecorder
     from ..state import TrainingState
+
     recorder = ReadRecorder(plan.root)
     state = TrainingState(plan.spec, plan.topo, rank)
     backend = make_backend(plan.backend, plan.combo)
@@ -87,8 +94,17 @@ def _reads_of_load(plan: ProbePlan, rank: int) -> dict:
     return {"ok": True, "paths": sorted(recorder.paths)}
 
 
-def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: str, folder: str, *,
-                 timeout: float = 120.0, start_method: str = "fork", io: str = "seam") -> Layout:
+def learn_layout(
+    spec: ModelSpec,
+    topo: Topology,
+    combo: Combination,
+    backend: str,
+    folder: str,
+    *,
+    timeout: float = 120.0,
+    start_method: str = "fork",
+    io: str = "seam",
+) -> Layout:
     """The layout of `backend` for `combo` on `topo`, learned in `folder` (scratch root, operation log,
     layout.json); cached for the life of the process. `io` fuse: the save goes through the
     fault-injecting file system, whose log holds every file of every writer."""
@@ -96,17 +112,38 @@ def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: s
     os.makedirs(folder, exist_ok=True)
     if key not in _CACHE:
         from ..launch import Job
+
         root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
-        plan = ProbePlan(spec, topo, combo, backend or "reference", root, oplog, probe_iteration(topo.world),
-                         os.path.join(folder, "phases"), os.path.join(folder, "reads"))
-        with _way(io, plan, folder) as ran, Job(_probe_rank, topo.world, args=(ran,), timeout=timeout,
-                                                 log_dir=os.path.join(folder, "logs"), start_method=start_method,
-                                                 pin_cpus=True) as job:
+        plan = ProbePlan(
+            spec,
+            topo,
+            combo,
+            backend or "reference",
+            root,
+            oplog,
+            probe_iteration(topo.world),
+            os.path.join(folder, "phases"),
+            os.path.join(folder, "reads"),
+        )
+        with (
+            _way(io, plan, folder) as ran,
+            Job(
+                _probe_rank,
+                topo.world,
+                args=(ran,),
+                timeout=timeout,
+                log_dir=os.path.join(folder, "logs"),
+                start_method=start_method,
+                pin_cpus=True,
+            ) as job,
+        ):
             outcome = job.wait()
         if not outcome.ok:
             first = outcome.first_failure()
-            raise RankFailure({first.rank: first.describe()[:2000]} if first else {},
-                              f"one clean save of {backend} to learn its layout failed")
+            raise RankFailure(
+                {first.rank: first.describe()[:2000]} if first else {},
+                f"one clean save of {backend} to learn its layout failed",
+            )
         announced: set[str] = set()
         reads: set[str] | None = set()
         for r in range(topo.world):
@@ -118,8 +155,15 @@ def learn_layout(spec: ModelSpec, topo: Topology, combo: Combination, backend: s
                 reads |= set(seen["paths"])
             else:
                 reads = None  # a rank's load failed: what a load reads stays unknown
-        _CACHE[key] = learn(plan.root, plan.iteration, {}, oplog_dir=plan.oplog_dir, hints=_hints(backend),
-                            announced=sorted(announced), reads=reads or None)
+        _CACHE[key] = learn(
+            plan.root,
+            plan.iteration,
+            {},
+            oplog_dir=plan.oplog_dir,
+            hints=_hints(backend),
+            announced=sorted(announced),
+            reads=reads or None,
+        )
     layout = _CACHE[key]
     layout.save(os.path.join(folder, "layout.json"))
     return layout
@@ -134,6 +178,7 @@ def _way(io: str, plan: ProbePlan, folder: str):
     from dataclasses import replace
 
     from ..fusefs import mounted
+
     mountpoint = os.path.join(folder, "mnt")
     os.makedirs(plan.root, exist_ok=True)
     os.makedirs(mountpoint, exist_ok=True)
@@ -146,6 +191,7 @@ def _hints(backend: str) -> dict | None:
     if backend in ("", "reference") or backend.startswith("broken:"):
         return None
     from .adapters import _factory
+
     return getattr(_factory(backend), "layout_hints", None)
 
 

@@ -1,5 +1,6 @@
 """What a backend lists in a checkpoint folder (its `list_checkpoints`), checked against the protocol, for
 `resilience inspect --backend` and `resilience adapter check`. One process, no collective."""
+
 from __future__ import annotations
 
 import os
@@ -24,12 +25,18 @@ def listing_problems(listed) -> list[str]:
     kinds = {"iteration": int, "path": str, "complete": bool, "problem": str}
     bad: dict[str, list[str]] = {}  # type of the item -> the fields it lacks
     for c in listed:
-        lacks = [name for name, kind in kinds.items()
-                 if not isinstance(getattr(c, name, None), kind) or (kind is int and isinstance(c.iteration, bool))]
+        lacks = [
+            name
+            for name, kind in kinds.items()
+            if not isinstance(getattr(c, name, None), kind) or (kind is int and isinstance(c.iteration, bool))
+        ]
         if lacks:
             bad.setdefault(type(c).__name__, lacks)
-    out = [f"returned {name} items without a proper {', '.join(lacks)}: return "
-           "resilience.backends.CheckpointInfo(iteration, path, complete, problem=...)" for name, lacks in bad.items()]
+    out = [
+        f"returned {name} items without a proper {', '.join(lacks)}: return "
+        "resilience.backends.CheckpointInfo(iteration, path, complete, problem=...)"
+        for name, lacks in bad.items()
+    ]
     if not out:
         its = [c.iteration for c in listed]
         if its != sorted(its, reverse=True):
@@ -52,8 +59,9 @@ def listed_checkpoints(backend: str, root: str, combo: Combination | None = None
     except ResilienceError:
         raise
     except Exception as e:  # the adapter's own bug: named, not a traceback
-        raise ConfigError("backend", f"{backend}: list_checkpoints({root}) raised {type(e).__name__}: {e}",
-                          FIX) from None
+        raise ConfigError(
+            "backend", f"{backend}: list_checkpoints({root}) raised {type(e).__name__}: {e}", FIX
+        ) from None
     bad = listing_problems(listed)
     if [p for p in bad if "newest first" not in p]:
         raise ConfigError("backend", f"{backend}: list_checkpoints({root}) {bad[0]}", FIX)

@@ -1,4 +1,5 @@
 """The seed's table, measured: combinations x faults x transitions as generated scenarios."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,18 @@ from .scenario import Scenario, Step
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an
 # odd 105 rows at tp1 (110 at tp2): dp 2 and dp 3 split the distributed optimizer's rows unevenly
 # (105 and hidden 32 over 2 and 3 ranks).
-MODEL = ModelSpec(num_layers=4, hidden=32, ffn_hidden=64, heads=4, vocab=101, make_vocab_size_divisible_by=5,
-                  optimizer="distributed", rampup_samples=16, skip_every=3, value_range="wide")
+MODEL = ModelSpec(
+    num_layers=4,
+    hidden=32,
+    ffn_hidden=64,
+    heads=4,
+    vocab=101,
+    make_vocab_size_divisible_by=5,
+    optimizer="distributed",
+    rampup_samples=16,
+    skip_every=3,
+    value_range="wide",
+)
 ADAM = replace(MODEL, optimizer="adam")
 BASE = "tp2pp1dp1"
 
@@ -27,12 +38,20 @@ FAULTS: dict[str, list[dict]] = {
     "save/load": _TWO_SAVES + [{"save": None}],
     # rank 1 straggles, then dies mid-write of a data file of the second save (the first save's async
     # writer is done)
-    "kill": _TWO_SAVES + [{"finalize": None},
-                          {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2, "path": "@data"}},
-                          {"crash": {"rank": 1, "after_bytes": 256, "file": "@data"}}, {"save": None}],
+    "kill": _TWO_SAVES
+    + [
+        {"finalize": None},
+        {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2, "path": "@data"}},
+        {"crash": {"rank": 1, "after_bytes": 256, "file": "@data"}},
+        {"save": None},
+    ],
     # rank 1's first write to a data file of the second save fails (disk full): that save must not count
-    "io_error": _TWO_SAVES + [{"finalize": None}, {"fault": {"kind": "io_error", "rank": 1, "errno": "ENOSPC",
-                                                           "op": "write", "path": "@data"}}, {"save": None}],
+    "io_error": _TWO_SAVES
+    + [
+        {"finalize": None},
+        {"fault": {"kind": "io_error", "rank": 1, "errno": "ENOSPC", "op": "write", "path": "@data"}},
+        {"save": None},
+    ],
     # damage in the newest checkpoint: tensor payload of a data file, one of the backend's metadata files
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
@@ -44,9 +63,22 @@ FAULTS: dict[str, list[dict]] = {
     # every file operation of both saves recorded; power lost while rank 1 writes a data file of the second.
     # Judged under the POSIX minimum, the contract every backend is held to (fsync the folder after a
     # rename): ext4's journal would hide a missing folder fsync
-    "lost_unsynced": [{"train": 2}, {"lose_unsynced": {"rank": 1, "after_bytes": 200, "file": "@data#2",
-                                                       "max_states": 8, "persistence": "posix_minimum"}},
-                      {"save": None}, {"train": 1}, {"finalize": None}, {"save": None}],
+    "lost_unsynced": [
+        {"train": 2},
+        {
+            "lose_unsynced": {
+                "rank": 1,
+                "after_bytes": 200,
+                "file": "@data#2",
+                "max_states": 8,
+                "persistence": "posix_minimum",
+            }
+        },
+        {"save": None},
+        {"train": 1},
+        {"finalize": None},
+        {"save": None},
+    ],
 }
 TRANSITIONS: dict[str, str] = {
     "tp": "tp2pp1dp1->tp1pp1dp1",
@@ -81,7 +113,7 @@ def _steps(raw: list[dict], seed: int | None = None, metadata_file: str = "") ->
     when one is given."""
     out = []
     for d in raw:
-        (kind, args), = d.items()
+        ((kind, args),) = d.items()
         args = {"steps": args} if kind == "train" else dict(args or {})
         if kind == "corrupt" and seed is not None:
             args.setdefault("seed", seed)
@@ -94,8 +126,11 @@ def _steps(raw: list[dict], seed: int | None = None, metadata_file: str = "") ->
 def fault_scenario(name: str, seed: int) -> Scenario:
     column, _, file_name = name.partition(":")
     if column not in FAULTS or (file_name and column != "metadata"):
-        raise ConfigError("--faults", f"unknown fault column {name!r}",
-                          f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)")
+        raise ConfigError(
+            "--faults",
+            f"unknown fault column {name!r}",
+            f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)",
+        )
     steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}], seed, file_name)
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
@@ -116,6 +151,7 @@ def metadata_files_read(combo: Combination, backend: str, folder: str) -> list[s
     """The names of the metadata files a load of `combo` reads, from the backend's learned layout on the
     matrix's base topology (cached: the cases reuse it); None when it cannot be learned."""
     from .learn import learn_layout
+
     try:
         layout = learn_layout(MODEL, _topo(BASE), combo, backend, folder)
     except ResilienceError:
@@ -125,11 +161,17 @@ def metadata_files_read(combo: Combination, backend: str, folder: str) -> list[s
 
 def _topo(text):
     from ..state import Topology
+
     return Topology.parse(text)
 
 
-def cases(combos: list[Combination], faults: list[str], transitions: dict[str, str], seed: int,
-          metadata_files: Callable[[Combination], list[str] | None] | None = None) -> list[Case]:
+def cases(
+    combos: list[Combination],
+    faults: list[str],
+    transitions: dict[str, str],
+    seed: int,
+    metadata_files: Callable[[Combination], list[str] | None] | None = None,
+) -> list[Case]:
     """Every case of the matrix. `metadata_files(combo)`: the metadata files a load of that combination
     reads (None: unknown); the `metadata` column then damages each of them in a case of its own
     (`metadata:FILE`), since a check of one file says nothing about the others."""

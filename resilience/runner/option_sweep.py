@@ -4,6 +4,7 @@ The reading: the defaults first, then each non-default value of each option, one
 defaults (never two changed at once), so a row that differs from the defaults' row shows what that one
 option changes. Values the adapter refuses here (e.g. CUDA-only staging on CPU) are left out, and
 listed with the reason. An option only async saves read runs on the async combinations only."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,8 +38,11 @@ def plan_sweep(backend: str, which: list[str] | None) -> list[SweepColumn]:
         return [SweepColumn(spec, OptionSet({}))]
     declared = declared_options(spec)
     if not declared:
-        raise ConfigError("--backend-options", f"{split(spec)[0]} declares no options",
-                          "leave --backend-options out, or give a backend whose factory declares `options`")
+        raise ConfigError(
+            "--backend-options",
+            f"{split(spec)[0]} declares no options",
+            "leave --backend-options out, or give a backend whose factory declares `options`",
+        )
     base, given = split(spec)
     fixed = set(given)
     only = None if which == ["all"] else list(which)
@@ -46,11 +50,16 @@ def plan_sweep(backend: str, which: list[str] | None) -> list[SweepColumn]:
         raise ConfigError("--backend-options", "'all' cannot be mixed with option names", "give 'all' alone")
     for name in only or ():
         if name in fixed:
-            raise ConfigError("--backend-options", f"{name} is fixed by the backend spec {spec!r}",
-                              f"drop {name}= from --backend, or leave {name} out of --backend-options")
+            raise ConfigError(
+                "--backend-options",
+                f"{name} is fixed by the backend spec {spec!r}",
+                f"drop {name}= from --backend, or leave {name} out of --backend-options",
+            )
     sets = [s for s in sweep(declared, only) if not fixed & set(s.options)]
-    return [SweepColumn(join_spec(base, {**given, **{k: show(v) for k, v in s.options.items()}},
-                                  alias=base in ALIASES), s) for s in sets]
+    return [
+        SweepColumn(join_spec(base, {**given, **{k: show(v) for k, v in s.options.items()}}, alias=base in ALIASES), s)
+        for s in sets
+    ]
 
 
 def refused_values(declared: tuple[Option, ...]) -> list[str]:

@@ -3,6 +3,7 @@ never stopped, computed in this process on one rank, with no process group: the 
 group of ranks (the cluster verdicts), where one rank alone must not create a group (a new_group on one
 rank hangs every other). The training step is topology-invariant, so these hold for every topology. A
 resume may also change the parameters' dtype: PrecisionChange says what such a load must give."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -61,10 +62,13 @@ class PrecisionChange:
         key = (iteration, saved, loaded)
         if key not in self._cache:
             exact, cast = (self._converted(iteration, saved, loaded, how) for how in ("exact", "cast"))
-            after = {"exact": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "exact")),
-                     "cast": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "cast"))}
-            self._cache[key] = PrecisionTargets(_digest(exact), _digest(cast), precision_lost(exact, cast),
-                                                lambda how, it: after[how](it))
+            after = {
+                "exact": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "exact")),
+                "cast": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "cast")),
+            }
+            self._cache[key] = PrecisionTargets(
+                _digest(exact), _digest(cast), precision_lost(exact, cast), lambda how, it: after[how](it)
+            )
         return self._cache[key]
 
     def _converted(self, iteration: int, saved: str, loaded: str, how: str) -> TrainingState:
@@ -84,8 +88,11 @@ def convert(source: TrainingState, dtype: str, *, exact: bool) -> TrainingState:
     state.generation = source.generation
     state.rng.set_state(source.rng.get_state())
     for key, param in state.params.items():
-        for mine, theirs in ((state.exp_avg, source.exp_avg), (state.exp_avg_sq, source.exp_avg_sq),
-                             (state.stamps, source.stamps)):
+        for mine, theirs in (
+            (state.exp_avg, source.exp_avg),
+            (state.exp_avg_sq, source.exp_avg_sq),
+            (state.stamps, source.stamps),
+        ):
             mine[key].copy_(theirs[key])
         if dtype == source.spec.dtype:
             param.copy_(source.params[key])
@@ -94,7 +101,7 @@ def convert(source: TrainingState, dtype: str, *, exact: bool) -> TrainingState:
         elif key in state.main:  # fp32 -> bf16 (on one rank the main parameters cover the whole tensor)
             param.copy_(source.params[key].to(param.dtype))
             state.main[key].copy_(source.params[key] if exact else param.float())
-        else:                    # bf16 -> fp32
+        else:  # bf16 -> fp32
             param.copy_(source.main[key] if exact else source.params[key].float())
     return state
 

@@ -1,4 +1,5 @@
 """Turn a scenario's steps into jobs: rank ops per job, faults armed at an op, runner actions between."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -54,12 +55,12 @@ class JobSpec:
     """One job of a case: its ranks' ops and the faults around them."""
 
     topo: Topology
-    kind: str                                                      # "train", "resume", "probe" or "crash_state"
+    kind: str  # "train", "resume", "probe" or "crash_state"
     ops: list[dict] = field(default_factory=list)
-    faults: list[ArmedFault] = field(default_factory=list)         # in process, on the ranks
-    kills: list[ArmedFault] = field(default_factory=list)          # from outside, beside the whole job
-    after: list[AfterJob] = field(default_factory=list)            # once the job ended, in order
-    unreachable: list[Unreachable] = field(default_factory=list)   # faults that cannot apply here
+    faults: list[ArmedFault] = field(default_factory=list)  # in process, on the ranks
+    kills: list[ArmedFault] = field(default_factory=list)  # from outside, beside the whole job
+    after: list[AfterJob] = field(default_factory=list)  # once the job ended, in order
+    unreachable: list[Unreachable] = field(default_factory=list)  # faults that cannot apply here
     dtype: str | None = None  # the parameters' dtype of this job when a resume changed it (None: the model's)
 
 

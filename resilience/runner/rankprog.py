@@ -1,5 +1,6 @@
 """What every rank runs for one job of a scenario: build the state, then train / save / finalize /
 load as the plan says, writing each operation to its own history file as it goes."""
+
 from __future__ import annotations
 
 import contextlib
@@ -25,16 +26,16 @@ class RankPlan:
     spec: ModelSpec
     topo: Topology
     combo: Combination
-    root: str                 # checkpoint folder
-    history_dir: str          # rank{r}.jsonl go here
-    ops: list[dict]           # {"op": "load"|"train"|"save"|"finalize", ...}
+    root: str  # checkpoint folder
+    history_dir: str  # rank{r}.jsonl go here
+    ops: list[dict]  # {"op": "load"|"train"|"save"|"finalize", ...}
     job: int = 0
     backend: str = "reference"
     faults: list[dict] = field(default_factory=list)  # in-process faults as JSON (plan.ArmedFault.to_dict)
-    fault_log: str = ""       # where fired faults are reported
-    oplog_dir: str = ""       # where each rank logs its file operations (power-loss states)
-    snapshot_dir: str = ""    # where rank 0 copies the folder as it was before those operations
-    control: str = ""         # the mount point of the fault-injecting file system, when the job runs under it
+    fault_log: str = ""  # where fired faults are reported
+    oplog_dir: str = ""  # where each rank logs its file operations (power-loss states)
+    snapshot_dir: str = ""  # where rank 0 copies the folder as it was before those operations
+    control: str = ""  # the mount point of the fault-injecting file system, when the job runs under it
     fs_arms: list[int] = field(default_factory=list)  # ops at which its records arm (each rank tells it)
 
 
@@ -64,8 +65,14 @@ def _generations(pieces) -> dict:
     found = sorted({g for spans in per_key.values() for g in spans})
     out: dict = {"found": found}
     if len(found) > 1:
-        out["pieces"] = {str(g): [key if len(at) == 1 else f"{key}[{','.join(f'{lo}:{hi}' for lo, hi in at[g]['box'])}]"
-                                  for key, at in sorted(per_key.items()) if g in at] for g in found}
+        out["pieces"] = {
+            str(g): [
+                key if len(at) == 1 else f"{key}[{','.join(f'{lo}:{hi}' for lo, hi in at[g]['box'])}]"
+                for key, at in sorted(per_key.items())
+                if g in at
+            ]
+            for g in found
+        }
     return out
 
 
@@ -113,6 +120,7 @@ def run_plan(ctx, plan: RankPlan) -> dict:
     log = EventLog(os.path.join(plan.history_dir, f"rank{ctx.rank}.jsonl"), plan.job, ctx.rank)
     if plan.control:  # before any I/O: the file system attributes this process and its children to this rank
         from ..fusefs import tell
+
         tell(plan.control, "rank", ctx.rank)
     lead = ctx.rank == 0
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
@@ -133,8 +141,14 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 generation = plan.job * GENERATIONS_PER_JOB + saves
                 state.stamp(generation)  # a re-save of an iteration differs from the earlier save of it
                 fp, rng = digests_of(state)
-                log.invoke("save", save_id=save_id, iteration=state.iteration, generation=generation,
-                           dtype=plan.spec.dtype, **({"fingerprint": fp, "rng": rng} if lead else {}))
+                log.invoke(
+                    "save",
+                    save_id=save_id,
+                    iteration=state.iteration,
+                    generation=generation,
+                    dtype=plan.spec.dtype,
+                    **({"fingerprint": fp, "rng": rng} if lead else {}),
+                )
                 # a save first finalizes the one still in flight
                 previous = in_flight if backend.in_flight_iteration is not None else None
                 try:
@@ -168,8 +182,15 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                 in_flight = None
             elif kind == "load" and op.get("fresh"):  # one of several crash states: nothing carries over
                 fresh = TrainingState(plan.spec, plan.topo, ctx.rank)
-                _load(log, lead, fresh, make_backend(plan.backend, plan.combo), plan, op["root"],
-                      {"crash_state": op["crash_state"]})
+                _load(
+                    log,
+                    lead,
+                    fresh,
+                    make_backend(plan.backend, plan.combo),
+                    plan,
+                    op["root"],
+                    {"crash_state": op["crash_state"]},
+                )
             elif kind == "load":
                 if not _load(log, lead, state, backend, plan):
                     break
@@ -184,8 +205,15 @@ def run_plan(ctx, plan: RankPlan) -> dict:
     return {"iteration": state.iteration}
 
 
-def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPlan, root: str | None = None,
-          tags: dict | None = None) -> bool:
+def _load(
+    log: EventLog,
+    lead: bool,
+    state: TrainingState,
+    backend,
+    plan: RankPlan,
+    root: str | None = None,
+    tags: dict | None = None,
+) -> bool:
     """Load from `root` (the plan's by default); `tags` go into each of its events (a crash state's name)."""
     root = root or plan.root
     where = {"topology": str(plan.topo), "dtype": plan.spec.dtype, **(tags or {})}
@@ -202,9 +230,14 @@ def _load(log: EventLog, lead: bool, state: TrainingState, backend, plan: RankPl
         log.fail("load", **failed, **where, **({"captured": heard} if heard else {}))
         return False
     fp, rng, found = _digests(state, True)
-    value = {"iteration": result.iteration, "path": os.path.relpath(result.path, root),
-             "rng_restored": result.rng_restored, "warnings": result.warnings, **where,
-             **({"captured": heard} if heard else {})}
+    value = {
+        "iteration": result.iteration,
+        "path": os.path.relpath(result.path, root),
+        "rng_restored": result.rng_restored,
+        "warnings": result.warnings,
+        **where,
+        **({"captured": heard} if heard else {}),
+    }
     if lead:
         value.update(fingerprint=fp, rng=rng, generations=found)
     log.ok("load", **value)
@@ -248,17 +281,20 @@ def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> 
     system's records armed here are told so."""
     if plan.control and index in plan.fs_arms:
         from ..fusefs import tell
+
         tell(plan.control, "arm", index)
     records = [f["fault"] for f in plan.faults if f["arm_at"] == index]
     if not records:
         return
     from ..faults import LostUnsyncedWrites, faults_from, inject
+
     faults = faults_from(records, world=plan.topo.world, where="fault")  # read once, as they cross to the rank
     oplog = None
     if any(isinstance(f, LostUnsyncedWrites) for f in faults):
         import torch.distributed as dist
 
         from ..faults import Snapshot
+
         dist.barrier()  # the folder as it is now is what survives a power loss; snapshot it once
         if rank == 0:
             Snapshot.take(plan.root, plan.snapshot_dir)

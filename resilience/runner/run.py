@@ -1,5 +1,6 @@
 """Run one scenario for one combination: jobs of real rank processes, faults, a merged history,
 checkers, and a verdict with evidence. Every job is bounded in time; nothing is left running."""
+
 from __future__ import annotations
 
 import os
@@ -42,10 +43,19 @@ class CaseResult:
     faults: list[dict] = field(default_factory=list)  # {"fault", "status": fired/never fired/not applicable, "detail"}
 
     def to_row(self) -> dict:
-        return {"scenario": self.scenario, "combo": self.combo, "fault": self.fault, "transition": self.transition,
-                "verdict": Status(self.verdict).value, "detail": self.detail, "seconds": round(self.seconds, 3),
-                "checkers": [v.to_dict() for v in self.verdicts], "faults": self.faults, "case_dir": self.case_dir,
-                "replay": self.replay}
+        return {
+            "scenario": self.scenario,
+            "combo": self.combo,
+            "fault": self.fault,
+            "transition": self.transition,
+            "verdict": Status(self.verdict).value,
+            "detail": self.detail,
+            "seconds": round(self.seconds, 3),
+            "checkers": [v.to_dict() for v in self.verdicts],
+            "faults": self.faults,
+            "case_dir": self.case_dir,
+            "replay": self.replay,
+        }
 
 
 def replay_command(scenario_file: str, combo: Combination, backend: str = "reference", io: str | None = None) -> str:
@@ -57,9 +67,17 @@ def replay_command(scenario_file: str, combo: Combination, backend: str = "refer
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: str | None = None,
-             fault: str | None = None, transition: str | None = None, start_method: str = "fork",
-             io: str | None = None) -> CaseResult:
+def run_case(
+    scenario: Scenario,
+    combo: Combination,
+    case_dir: str,
+    *,
+    backend: str | None = None,
+    fault: str | None = None,
+    transition: str | None = None,
+    start_method: str = "fork",
+    io: str | None = None,
+) -> CaseResult:
     """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`; `io` is the way
     in-process faults reach the implementation (runner.ways: seam, fuse, auto)."""
     backend = backend or scenario.backend
@@ -77,8 +95,15 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     if way == ways.FUSE and (why := ways.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)
     history = EventLog(os.path.join(case_dir, "history.jsonl"), process="runner")
-    history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend, io=way,
-                 contract=str(contract))
+    history.info(
+        "case",
+        scenario=scenario.name,
+        combo=str(combo),
+        seed=scenario.seed,
+        backend=backend,
+        io=way,
+        contract=str(contract),
+    )
     root = os.path.join(case_dir, "ckpt")
     unexpected: list[dict] = []
     configured: list[Fault] = []
@@ -98,8 +123,9 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
         for u in planned.unreachable:  # aimed through the layout, nothing in this backend to aim at
             status = NEVER_FIRED if u.why == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND
             outcomes.append(FaultOutcome(u.fault, status, u.why))
-        unexpected += _run_job(planned, job_no, combo, scenario, root, case_dir, history, backend,
-                               start_method=start_method, way=way)
+        unexpected += _run_job(
+            planned, job_no, combo, scenario, root, case_dir, history, backend, start_method=start_method, way=way
+        )
         this_job = job_no
         for action in planned.after:
             acted_on = action.fault  # (`fault` is the matrix column's name)
@@ -116,23 +142,32 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
                     outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE, f"found nothing to damage: {e}"))
                 continue
             by_fs = way == ways.FUSE and carries_out(acted_on)  # the file system logged the job, not the seam
-            if not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")) or \
-                    (by_fs and not _fired(fault_log, acted_on)):
+            if not os.path.isdir(os.path.join(case_dir, "snapshots", f"job{this_job}")) or (
+                by_fs and not _fired(fault_log, acted_on)
+            ):
                 why = "the job ended before the power-loss fault was armed"
                 history.info("lose_unsynced", armed=False, why=why)
                 outcomes.append(FaultOutcome(acted_on, NEVER_FIRED, why))
             else:
-                states = faultplan.power_loss(action.fault, _snapshot(root, case_dir, this_job),
-                                              os.path.join(case_dir, ways.FUSE_LOGS if by_fs else "oplog",
-                                                           f"job{this_job}"),
-                                              os.path.join(case_dir, "states", f"job{this_job}"))
-                history.ok("lose_unsynced", states=len(states["states"]), explored=states["explored"],
-                           summary=states["summary"])
-                outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE if states.get("unobserved") else FIRED,
-                                       states["summary"]))
+                states = faultplan.power_loss(
+                    action.fault,
+                    _snapshot(root, case_dir, this_job),
+                    os.path.join(case_dir, ways.FUSE_LOGS if by_fs else "oplog", f"job{this_job}"),
+                    os.path.join(case_dir, "states", f"job{this_job}"),
+                )
+                history.ok(
+                    "lose_unsynced",
+                    states=len(states["states"]),
+                    explored=states["explored"],
+                    summary=states["summary"],
+                )
+                outcomes.append(
+                    FaultOutcome(acted_on, NOT_APPLICABLE if states.get("unobserved") else FIRED, states["summary"])
+                )
                 lost.append(states)
-                job_no, found = _load_crash_states(states["states"], planned, job_no, combo, scenario, case_dir,
-                                                   history, backend, start_method)
+                job_no, found = _load_crash_states(
+                    states["states"], planned, job_no, combo, scenario, case_dir, history, backend, start_method
+                )
                 unexpected += found
         job_no += 1
     history.close()
@@ -143,8 +178,20 @@ def run_case(scenario: Scenario, combo: Combination, case_dir: str, *, backend: 
     verdicts = [run_checker(c, ev) for c in ALL]
     verdicts += judge_expect(scenario.expect, ev)
     overall, detail, extra = case_verdict(verdicts, unexpected, faults)
-    return CaseResult(scenario.name, str(combo), overall, verdicts + extra, time.monotonic() - start, case_dir,
-                      replay, detail, fault, transition, scenario.tags, faults)
+    return CaseResult(
+        scenario.name,
+        str(combo),
+        overall,
+        verdicts + extra,
+        time.monotonic() - start,
+        case_dir,
+        replay,
+        detail,
+        fault,
+        transition,
+        scenario.tags,
+        faults,
+    )
 
 
 def case_way(scenario: Scenario, backend: str, io: str | None) -> str:
@@ -156,14 +203,33 @@ def case_way(scenario: Scenario, backend: str, io: str | None) -> str:
     return way
 
 
-def _cannot_mount(scenario: Scenario, combo: Combination, case_dir: str, replay: str, why: str, start: float,
-                  fault: str | None, transition: str | None) -> CaseResult:
+def _cannot_mount(
+    scenario: Scenario,
+    combo: Combination,
+    case_dir: str,
+    replay: str,
+    why: str,
+    start: float,
+    fault: str | None,
+    transition: str | None,
+) -> CaseResult:
     """The case's faults needed the file system and this machine cannot mount it: nothing was probed."""
     detail = f"the fault-injecting file system cannot mount here: {why}"
     verdict = Verdict("faults", UNPROBED, detail)
-    return CaseResult(scenario.name, str(combo), UNPROBED, [verdict], time.monotonic() - start, case_dir, replay,
-                      detail, fault, transition, scenario.tags,
-                      [{"fault": "every fault of the case", "status": NEVER_FIRED, "detail": detail}])
+    return CaseResult(
+        scenario.name,
+        str(combo),
+        UNPROBED,
+        [verdict],
+        time.monotonic() - start,
+        case_dir,
+        replay,
+        detail,
+        fault,
+        transition,
+        scenario.tags,
+        [{"fault": "every fault of the case", "status": NEVER_FIRED, "detail": detail}],
+    )
 
 
 def _fired(fault_log: str, fault: Fault) -> bool:
@@ -200,9 +266,17 @@ def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[Fault
     return [o.to_row() for o in out]
 
 
-def _load_crash_states(state_roots: list[str], planned: JobSpec, job_no: int, combo: Combination,
-                       scenario: Scenario, case_dir: str, history: EventLog, backend: str,
-                       start_method: str) -> tuple[int, list[dict]]:
+def _load_crash_states(
+    state_roots: list[str],
+    planned: JobSpec,
+    job_no: int,
+    combo: Combination,
+    scenario: Scenario,
+    case_dir: str,
+    history: EventLog,
+    backend: str,
+    start_method: str,
+) -> tuple[int, list[dict]]:
     """Load every crash state, each into a fresh state and backend, on the ranks of one job: one fork
     and one process group for all of them (rankprog: a load op with its own root). When that job ends
     early (a rank died or hung on one state), the states after that one are loaded one job each, as
@@ -214,51 +288,115 @@ def _load_crash_states(state_roots: list[str], planned: JobSpec, job_no: int, co
     names = [os.path.basename(r) for r in state_roots]
     ops = [{"op": "load", "root": r, "crash_state": n, "fresh": True} for r, n in zip(state_roots, names)]
     batch = JobSpec(planned.topo, "crash_state", ops)
-    unexpected += _run_job(batch, job_no, combo, scenario, os.path.dirname(state_roots[0]), case_dir, history,
-                           backend, crash_state=f"{len(names)} states", start_method=start_method,
-                           per_event_state=True, timeout=scenario.timeout * len(names))
+    unexpected += _run_job(
+        batch,
+        job_no,
+        combo,
+        scenario,
+        os.path.dirname(state_roots[0]),
+        case_dir,
+        history,
+        backend,
+        crash_state=f"{len(names)} states",
+        start_method=start_method,
+        per_event_state=True,
+        timeout=scenario.timeout * len(names),
+    )
     reached = _crash_states_loaded(os.path.join(case_dir, "ranks", f"job{job_no}", "rank0.jsonl"))
     last = max((names.index(n) for n in reached if n in names), default=-1)
     if unexpected or last < len(names) - 1:
-        for state_root in state_roots[last + 2 if unexpected else last + 1:]:  # past the one that ended the job
+        for state_root in state_roots[last + 2 if unexpected else last + 1 :]:  # past the one that ended the job
             job_no += 1
             probe = JobSpec(planned.topo, "crash_state", [{"op": "load"}])
-            unexpected += _run_job(probe, job_no, combo, scenario, state_root, case_dir, history, backend,
-                                   crash_state=os.path.basename(state_root), start_method=start_method)
+            unexpected += _run_job(
+                probe,
+                job_no,
+                combo,
+                scenario,
+                state_root,
+                case_dir,
+                history,
+                backend,
+                crash_state=os.path.basename(state_root),
+                start_method=start_method,
+            )
     return job_no, unexpected
 
 
 def _crash_states_loaded(rank0_history: str) -> list[str]:
     """The crash states whose load ended (ok or failed) on rank 0 of a batch job."""
-    return [e.value["crash_state"] for e in read_events(rank0_history)
-            if e.f == "load" and e.type in (OK, FAILED) and "crash_state" in e.value]
+    return [
+        e.value["crash_state"]
+        for e in read_events(rank0_history)
+        if e.f == "load" and e.type in (OK, FAILED) and "crash_state" in e.value
+    ]
 
 
-def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenario, root: str, case_dir: str,
-             history: EventLog, backend: str, crash_state: str | None = None,
-             start_method: str = "fork", way: str = ways.SEAM, per_event_state: bool = False,
-             timeout: float | None = None) -> list[dict]:
+def _run_job(
+    planned: JobSpec,
+    job_no: int,
+    combo: Combination,
+    scenario: Scenario,
+    root: str,
+    case_dir: str,
+    history: EventLog,
+    backend: str,
+    crash_state: str | None = None,
+    start_method: str = "fork",
+    way: str = ways.SEAM,
+    per_event_state: bool = False,
+    timeout: float | None = None,
+) -> list[dict]:
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
     snapshot_dir = os.path.join(case_dir, "snapshots", f"job{job_no}")
     fired_before = len(read_firings(fault_log))
-    history.append(INVOKE, "job", job=job_no, kind=planned.kind, topology=str(planned.topo), ops=planned.ops,
-                   crash_state=crash_state, dtype=planned.dtype or scenario.model.dtype)
+    history.append(
+        INVOKE,
+        "job",
+        job=job_no,
+        kind=planned.kind,
+        topology=str(planned.topo),
+        ops=planned.ops,
+        crash_state=crash_state,
+        dtype=planned.dtype or scenario.model.dtype,
+    )
     if crash_state:
         way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
-    if way == ways.FUSE and any(carries_out(f.fault) and isinstance(f.fault, LostUnsyncedWrites)
-                                for f in planned.faults):
+    if way == ways.FUSE and any(
+        carries_out(f.fault) and isinstance(f.fault, LostUnsyncedWrites) for f in planned.faults
+    ):
         from ..faults import Snapshot
+
         Snapshot.take(root, snapshot_dir)  # the file system logs every operation of the job from here
     with ways.job_way(way, root, case_dir, job_no, planned.faults, fault_log) as w:
         spec = replace(scenario.model, dtype=planned.dtype) if planned.dtype else scenario.model
-        plan = RankPlan(spec, planned.topo, combo, w.root, rank_dir, planned.ops, job_no, backend,
-                        [f.to_dict() for f in w.in_process], fault_log, os.path.join(case_dir, "oplog", f"job{job_no}"),
-                        snapshot_dir, control=w.control, fs_arms=w.arms)
-        job = Job(run_plan, planned.topo.world, args=(plan,), timeout=timeout or scenario.timeout,
-                  log_dir=os.path.join(case_dir, "logs", f"job{job_no}"), start_method=start_method,
-                  pin_cpus=True)  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
+        plan = RankPlan(
+            spec,
+            planned.topo,
+            combo,
+            w.root,
+            rank_dir,
+            planned.ops,
+            job_no,
+            backend,
+            [f.to_dict() for f in w.in_process],
+            fault_log,
+            os.path.join(case_dir, "oplog", f"job{job_no}"),
+            snapshot_dir,
+            control=w.control,
+            fs_arms=w.arms,
+        )
+        job = Job(
+            run_plan,
+            planned.topo.world,
+            args=(plan,),
+            timeout=timeout or scenario.timeout,
+            log_dir=os.path.join(case_dir, "logs", f"job{job_no}"),
+            start_method=start_method,
+            pin_cpus=True,
+        )  # ranks mostly wait on each other: fewer CPUs than ranks, pin them
         with job:  # torn down however this ends (Ctrl-C, SIGTERM as resilience.errors.Interrupted)
             nemesis = None
             if planned.kills:
@@ -269,9 +407,10 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
             finally:
                 if nemesis is not None:
                     nemesis.stop()
-    events = sorted((e for r in range(planned.topo.world)
-                     for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
-                    key=lambda e: e.time)
+    events = sorted(
+        (e for r in range(planned.topo.world) for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
+        key=lambda e: e.time,
+    )
     for e in events:
         e.job = job_no
         if crash_state and not per_event_state:  # a batch's ranks name the state of each load themselves
@@ -286,11 +425,19 @@ def _run_job(planned: JobSpec, job_no: int, combo: Combination, scenario: Scenar
     statuses = {o.rank: o.status for o in outcome.outcomes}
     signals = {o.rank: o.signal for o in outcome.outcomes if o.signal}
     blocked = {o.rank: {"error": o.error, "stacks": o.stacks} for o in outcome.outcomes if o.status == "blocked"}
-    history.append(OK if outcome.ok else INFO, "job", job=job_no, statuses=statuses, signals=signals,
-                   timed_out=outcome.timed_out, seconds=round(outcome.seconds, 3),
-                   **({"blocked": blocked} if blocked else {}))
-    planned_kill = bool(planned.kills) or any(isinstance(f.fault, (RankCrash, LostUnsyncedWrites))
-                                              for f in planned.faults)
+    history.append(
+        OK if outcome.ok else INFO,
+        "job",
+        job=job_no,
+        statuses=statuses,
+        signals=signals,
+        timed_out=outcome.timed_out,
+        seconds=round(outcome.seconds, 3),
+        **({"blocked": blocked} if blocked else {}),
+    )
+    planned_kill = bool(planned.kills) or any(
+        isinstance(f.fault, (RankCrash, LostUnsyncedWrites)) for f in planned.faults
+    )
     unexpected = []
     for o in sorted(outcome.outcomes, key=lambda o: o.status != "stopped"):  # a stopped rank explains the rest
         if o.status == "error" and not _is_logged_failure(events, o.rank):
@@ -304,15 +451,27 @@ def _is_logged_failure(events, rank: int) -> bool:
     return any(e.type == FAILED and e.process == rank for e in events)
 
 
-def evidence(events, scenario: Scenario, combo: Combination, faults_configured: list[Fault],
-             contract: TopologyContract | None = None) -> Evidence:
+def evidence(
+    events,
+    scenario: Scenario,
+    combo: Combination,
+    faults_configured: list[Fault],
+    contract: TopologyContract | None = None,
+) -> Evidence:
     """The evidence of a case's history (resilience.runner.evidence, the same rule the cluster verdicts use)."""
-    return evidence_from(events, combo=combo, save_topology=scenario.topology,
-                         never_stopped=never_stopped(scenario.model),
-                         faults_configured=[f.to_dict() for f in faults_configured],
-                         expect=scenario.expect, contract=contract, converted=precision_change(scenario.model))
+    return evidence_from(
+        events,
+        combo=combo,
+        save_topology=scenario.topology,
+        never_stopped=never_stopped(scenario.model),
+        faults_configured=[f.to_dict() for f in faults_configured],
+        expect=scenario.expect,
+        contract=contract,
+        converted=precision_change(scenario.model),
+    )
 
 
 def _snapshot(root: str, case_dir: str, job_no: int):
     from ..faults import Snapshot
+
     return Snapshot(os.path.abspath(root), os.path.join(case_dir, "snapshots", f"job{job_no}"))

@@ -4,6 +4,7 @@ file, each with its line and field.
 Scenario files are untrusted input. They are read with resilience.safe_yaml (size, aliases, tags,
 nesting and duplicate keys bounded), every mapping refuses keys it does not know, and every value is
 checked for type and range against the limits below, before any rank starts."""
+
 from __future__ import annotations
 
 import math
@@ -31,35 +32,49 @@ STEP_KINDS = {
     "crash": "a rank kills itself during the next save: {rank, phase} or {rank, after_bytes, file}",
     "fault": "an in-process fault record: {kind, ...} (see resilience.faults)",
     "kill": "the runner SIGKILLs ranks during the next save: {rank, file, size} or {rank, after: seconds} "
-            "(also written {rank, when: {file, size}} or {rank, when: {after: seconds}})",
+    "(also written {rank, when: {file, size}} or {rank, when: {after: seconds}})",
     "corrupt": "damage the newest checkpoint at rest: {kind, file, ...}",
     "lose_unsynced": "record file operations from here on; at the power loss (a phase, at_byte, or the job's "
-                     "end) check every on-disk state it could leave: {phase, max_states}",
+    "end) check every on-disk state it could leave: {phase, max_states}",
     "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue, precision}",
     "verify": "a marker: checkers always run at the end",
 }
-TOP_FIELDS = {"name", "description", "seed", "model", "topology", "combinations", "steps", "expect", "timeout",
-              "backend", "tags", "io"}
+TOP_FIELDS = {
+    "name",
+    "description",
+    "seed",
+    "model",
+    "topology",
+    "combinations",
+    "steps",
+    "expect",
+    "timeout",
+    "backend",
+    "tags",
+    "io",
+}
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
 OUTCOMES = ("loaded", "refused", "failed")
 RESUME_FIELDS = {"topology", "continue", "precision"}
 
 # Limits (documented in README.md, "Scenarios"); the YAML itself is bounded by resilience.safe_yaml.
 MAX_TIMEOUT = MAX_JOB_TIMEOUT  # seconds a job may take (the launcher's ceiling); also of every delay a fault waits
-MAX_TRAIN_STEPS = 10_000      # steps of one `train` or of one resume's `continue`
-MAX_STEPS = 500               # steps listed in one scenario
-MAX_SEED = 2 ** 63            # seeds are in [0, 2**63)
-MAX_NAME = 80                 # characters of a name; names are folder names: [A-Za-z0-9_.-], no '..'
+MAX_TRAIN_STEPS = 10_000  # steps of one `train` or of one resume's `continue`
+MAX_STEPS = 500  # steps listed in one scenario
+MAX_SEED = 2**63  # seeds are in [0, 2**63)
+MAX_NAME = 80  # characters of a name; names are folder names: [A-Za-z0-9_.-], no '..'
 MAX_DESCRIPTION = 10_000
 MAX_TAGS, MAX_TAG = 32, 40
 MAX_POWER_LOSS_STATES = 1024  # crash states one lose_unsynced may build
-MAX_FILE_BYTES = 64 << 20     # bytes a fault may write (extra_file length)
-MAX_COUNT = 1 << 40           # any other count or byte position in a fault record
+MAX_FILE_BYTES = 64 << 20  # bytes a fault may write (extra_file length)
+MAX_COUNT = 1 << 40  # any other count or byte position in a fault record
 NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 TAG_RE = re.compile(r"[A-Za-z0-9_.:-]+")
 _OPTIONS = r"[A-Za-z_]\w*=[\w.+-]+(?:,[A-Za-z_]\w*=[\w.+-]+)*"  # backend options: name=value,...
-BACKEND_RE = re.compile(rf"reference|broken:[A-Za-z0-9_.-]+|[A-Za-z0-9_-]+(?::{_OPTIONS})?|"
-                        rf"[A-Za-z_][\w.]*:[A-Za-z_]\w*(?:\[{_OPTIONS}\])?|[A-Za-z0-9_-]+\[{_OPTIONS}\]")
+BACKEND_RE = re.compile(
+    rf"reference|broken:[A-Za-z0-9_.-]+|[A-Za-z0-9_-]+(?::{_OPTIONS})?|"
+    rf"[A-Za-z_][\w.]*:[A-Za-z_]\w*(?:\[{_OPTIONS}\])?|[A-Za-z0-9_-]+\[{_OPTIONS}\]"
+)
 UNNAMED = "unnamed"
 
 
@@ -81,8 +96,15 @@ class ScenarioError(ConfigError):
     """A scenario file that cannot run. Lists every problem found, sorted by line, each naming the file,
     line and field, and what is allowed; `problems` holds them, `line` is the first one's."""
 
-    def __init__(self, source: str, line: int | None = None, field: str = "", problem: str = "",
-                 allowed: str = "", problems: list[ScenarioProblem] | None = None):
+    def __init__(
+        self,
+        source: str,
+        line: int | None = None,
+        field: str = "",
+        problem: str = "",
+        allowed: str = "",
+        problems: list[ScenarioProblem] | None = None,
+    ):
         items = list(problems) if problems else [ScenarioProblem(line, field, problem, allowed)]
         items.sort(key=lambda p: p.line or 0)
         first = items[0]
@@ -130,11 +152,20 @@ class Scenario:
     io: str = "auto"  # how in-process faults reach the backend: seam, fuse or auto (runner.ways)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "description": self.description, "seed": self.seed,
-                "model": self.model.to_dict(), "topology": str(self.topology),
-                "combinations": [str(c) for c in self.combinations], "steps": [s.to_dict() for s in self.steps],
-                "expect": self.expect, "timeout": self.timeout, "backend": self.backend, "tags": self.tags,
-                **({"io": self.io} if self.io != "auto" else {})}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "seed": self.seed,
+            "model": self.model.to_dict(),
+            "topology": str(self.topology),
+            "combinations": [str(c) for c in self.combinations],
+            "steps": [s.to_dict() for s in self.steps],
+            "expect": self.expect,
+            "timeout": self.timeout,
+            "backend": self.backend,
+            "tags": self.tags,
+            **({"io": self.io} if self.io != "auto" else {}),
+        }
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -150,8 +181,10 @@ def load_text(text: str | bytes, source: str = "<scenario>") -> Scenario:
     try:
         doc = safe_yaml.load(text)
     except safe_yaml.Refused as e:
-        raise ScenarioError(source, problems=[ScenarioProblem(p.line, "yaml" if p.line else "file",
-                                                              p.problem, p.fix) for p in e.problems]) from None
+        raise ScenarioError(
+            source,
+            problems=[ScenarioProblem(p.line, "yaml" if p.line else "file", p.problem, p.fix) for p in e.problems],
+        ) from None
     if doc.data is None:
         raise ScenarioError(source, None, "file", "is empty", "a scenario needs at least `steps:`")
     return from_dict(doc.data, source, doc.lines)
@@ -168,8 +201,13 @@ def load_file(path: str | Path) -> Scenario:
     except OSError as e:
         raise ScenarioError(str(p), None, "file", f"cannot be read: {e.strerror or e}") from None
     if len(data) > safe_yaml.MAX_BYTES:
-        raise ScenarioError(str(p), None, "file", f"is larger than the limit of {safe_yaml.MAX_BYTES} bytes",
-                            "a scenario is a short text file")
+        raise ScenarioError(
+            str(p),
+            None,
+            "file",
+            f"is larger than the limit of {safe_yaml.MAX_BYTES} bytes",
+            "a scenario is a short text file",
+        )
     scenario = load_text(data, str(p))
     if scenario.name == UNNAMED:
         scenario.name = safe_name(p.stem)
@@ -189,8 +227,10 @@ def name_problem(name) -> str | None:
     if not isinstance(name, str):
         return f"must be a string, got {name!r}"
     if not NAME_RE.fullmatch(name) or ".." in name or len(name) > MAX_NAME:
-        return (f"{name[:100]!r} is not a safe folder name: use 1-{MAX_NAME} characters of A-Z a-z 0-9 _ . -, "
-                "not starting with '.' or '-', without '..'")
+        return (
+            f"{name[:100]!r} is not a safe folder name: use 1-{MAX_NAME} characters of A-Z a-z 0-9 _ . -, "
+            "not starting with '.' or '-', without '..'"
+        )
     return None
 
 
@@ -201,12 +241,15 @@ class _Problems:
         self.items: list[ScenarioProblem] = []
 
     def add(self, path: tuple, problem: str, allowed: str = "") -> None:
-        self.items.append(ScenarioProblem(safe_yaml.line_of(self.lines, path), ".".join(map(str, path)) or "scenario",
-                                          problem, allowed))
+        self.items.append(
+            ScenarioProblem(
+                safe_yaml.line_of(self.lines, path), ".".join(map(str, path)) or "scenario", problem, allowed
+            )
+        )
 
     def config(self, base: tuple, e: ConfigError, strip: str = "") -> None:
         """A ConfigError of a lower layer, its dotted field placed under `base`."""
-        rest = e.field[len(strip):] if strip and e.field.startswith(strip) else e.field
+        rest = e.field[len(strip) :] if strip and e.field.startswith(strip) else e.field
         self.add(base + tuple(x for x in rest.split(".") if x), e.problem, e.fix)
 
     def raise_any(self) -> None:
@@ -236,16 +279,32 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
     tags = _tags(data.get("tags"), bad)
     io = data.get("io", "auto")
     if io not in ("seam", "fuse", "auto"):
-        bad.add(("io",), f"cannot read {_show(io)}",
-                "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto")
+        bad.add(
+            ("io",),
+            f"cannot read {_show(io)}",
+            "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto",
+        )
     model = _model(data.get("model"), bad)
     topology = _topology(data.get("topology", "tp1pp1dp1"), ("topology",), model, bad)
     combos = _combinations(data.get("combinations", "all"), bad)
     steps = _steps(data.get("steps"), model, topology, bad)
     expect = _expect(data.get("expect"), bad)
     bad.raise_any()
-    return Scenario(name, steps, model, topology, combos, seed, description, expect, float(timeout), backend, tags,  # type: ignore[arg-type]
-                    source, io)  # raise_any() raised if the model or topology was missing
+    return Scenario(
+        name,
+        steps,
+        model,  # type: ignore[arg-type]
+        topology,  # type: ignore[arg-type]
+        combos,
+        seed,
+        description,
+        expect,
+        float(timeout),
+        backend,
+        tags,
+        source,
+        io,
+    )  # raise_any() raised if the model or topology was missing
 
 
 def _is_int(v) -> TypeGuard[int]:
@@ -265,17 +324,23 @@ def _seed(seed, bad: _Problems) -> int:
 
 def _timeout(timeout, bad: _Problems) -> float:
     if not _is_number(timeout) or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT:
-        bad.add(("timeout",), f"must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {_show(timeout)}",
-                "it bounds each job of the scenario")
+        bad.add(
+            ("timeout",),
+            f"must be a number of seconds in (0, {MAX_TIMEOUT:g}], got {_show(timeout)}",
+            "it bounds each job of the scenario",
+        )
         return 120.0
     return float(timeout)
 
 
 def _backend(backend, bad: _Problems) -> str:
     if not isinstance(backend, str) or len(backend) > 200 or not BACKEND_RE.fullmatch(backend):
-        bad.add(("backend",), f"cannot read {_show(backend)}",
-                "use 'reference', 'broken:NAME', a short alias such as 'dcp', or 'package.module:factory', "
-                "with options as dcp:thread_count=4 or package.module:factory[thread_count=4]")
+        bad.add(
+            ("backend",),
+            f"cannot read {_show(backend)}",
+            "use 'reference', 'broken:NAME', a short alias such as 'dcp', or 'package.module:factory', "
+            "with options as dcp:thread_count=4 or package.module:factory[thread_count=4]",
+        )
         return "reference"
     return backend
 
@@ -284,8 +349,11 @@ def _tags(tags, bad: _Problems) -> list[str]:
     if tags is None:
         return []
     if not isinstance(tags, (list, tuple)) or len(tags) > MAX_TAGS:
-        bad.add(("tags",), f"must be a list of at most {MAX_TAGS} short names, got {_show(tags)}",
-                "write it as [fast, crash]")
+        bad.add(
+            ("tags",),
+            f"must be a list of at most {MAX_TAGS} short names, got {_show(tags)}",
+            "write it as [fast, crash]",
+        )
         return []
     for i, tag in enumerate(tags):
         if not isinstance(tag, str) or not TAG_RE.fullmatch(tag) or len(tag) > MAX_TAG:
@@ -363,8 +431,9 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
         bad.add(("steps",), "no steps", "list steps such as `- train: 2` and `- save`")
         return []
     if not isinstance(raw, (list, tuple)):
-        bad.add(("steps",), f"must be a list of steps, got {_show(raw)}",
-                "list steps such as `- train: 2` and `- save`")
+        bad.add(
+            ("steps",), f"must be a list of steps, got {_show(raw)}", "list steps such as `- train: 2` and `- save`"
+        )
         return []
     if len(raw) > MAX_STEPS:
         bad.add(("steps",), f"lists {len(raw)} steps, more than {MAX_STEPS}", "train more per step")
@@ -382,16 +451,18 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
     return out
 
 
-def _step(raw, path: tuple, model: ModelSpec | None, topology: Topology | None, world: int | None,
-          bad: _Problems) -> Step | None:
+def _step(
+    raw, path: tuple, model: ModelSpec | None, topology: Topology | None, world: int | None, bad: _Problems
+) -> Step | None:
     if isinstance(raw, str):
         kind, args = raw, None
     elif isinstance(raw, dict) and len(raw) == 1:
         kind, args = next(iter(raw.items()))
     else:
         got = f"{len(raw)} kinds: {', '.join(map(str, raw))}" if isinstance(raw, dict) else _show(raw)
-        bad.add(path, f"a step is one kind, like `- train: 2` or `- save`; got {got}",
-                f"allowed: {', '.join(STEP_KINDS)}")
+        bad.add(
+            path, f"a step is one kind, like `- train: 2` or `- save`; got {got}", f"allowed: {', '.join(STEP_KINDS)}"
+        )
         return None
     if kind not in STEP_KINDS:
         bad.add(path, f"unknown step {_show(kind)}", f"allowed: {', '.join(STEP_KINDS)}")
@@ -433,8 +504,11 @@ def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> S
         ok = False
     precision = args.get("precision")
     if precision is not None and precision not in DTYPES:
-        bad.add(here + ("precision",), f"unknown dtype {_show(precision)}",
-                f"use one of {', '.join(DTYPES)}: the parameters' dtype of the resumed job")
+        bad.add(
+            here + ("precision",),
+            f"unknown dtype {_show(precision)}",
+            f"use one of {', '.join(DTYPES)}: the parameters' dtype of the resumed job",
+        )
         ok = False
     return Step("resume", dict(args), line) if ok else None
 
@@ -447,9 +521,12 @@ def _after_precision_change(steps: list[Step], model: ModelSpec | None, here: tu
     changed = [s for s in steps if s.kind == "resume" and s.args.get("precision", model.dtype) != model.dtype]
     if changed:
         where = f" on line {changed[0].line}" if changed[0].line else ""
-        bad.add(here, f"a save after the resume{where} that changes precision to {changed[0].args['precision']} "
-                "(what a later load must give is known only for saves in the model's dtype)",
-                "put resumes that change precision after the last save")
+        bad.add(
+            here,
+            f"a save after the resume{where} that changes precision to {changed[0].args['precision']} "
+            "(what a later load must give is known only for saves in the model's dtype)",
+            "put resumes that change precision after the last save",
+        )
 
 
 def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Problems) -> Fault | None:
@@ -457,10 +534,16 @@ def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Pro
     known = fault_keys(kind, args)
     if known is None:
         what = args.get("kind")
-        allowed = {"fault": ", ".join(KINDS), "corrupt": ", ".join(sorted(CORRUPT_KINDS)),
-                   "kill": ", ".join(KILL_KINDS)}[kind]
-        bad.add(here + ("kind",), f"unknown {'corruption' if kind == 'corrupt' else 'fault kind'} {_show(what)}",
-                f"use one of {allowed}")
+        allowed = {
+            "fault": ", ".join(KINDS),
+            "corrupt": ", ".join(sorted(CORRUPT_KINDS)),
+            "kill": ", ".join(KILL_KINDS),
+        }[kind]
+        bad.add(
+            here + ("kind",),
+            f"unknown {'corruption' if kind == 'corrupt' else 'fault kind'} {_show(what)}",
+            f"use one of {allowed}",
+        )
         return None
     record_kind, keys = known
     ok = True
@@ -480,8 +563,11 @@ def _fault_step(kind: str, args: dict, here: tuple, world: int | None, bad: _Pro
     for key in ("file", "path"):
         pattern = args.get(key, when.get(key) if isinstance(when, dict) else None)
         if isinstance(pattern, str) and (pattern.startswith("/") or ".." in pattern.split("/")):
-            bad.add(here + (key,), f"{pattern!r} leaves the checkpoint folder",
-                    "give a glob of files inside it, such as '*.pt' or '*iter_0000002*'")
+            bad.add(
+                here + (key,),
+                f"{pattern!r} leaves the checkpoint folder",
+                "give a glob of files inside it, such as '*.pt' or '*iter_0000002*'",
+            )
             ok = False
     if not ok:
         return None
@@ -508,14 +594,19 @@ def _fault_bounds(fault, here: tuple, bad: _Problems) -> bool:
     """Ceilings the fault records leave open: a delay past the job timeout ceiling, a power loss that
     would build more crash states than can be checked, a file too large to write."""
     ok = True
-    seconds = {"after": fault.trigger.after, "delay": getattr(fault, "delay", None),
-               "resume_after": getattr(fault, "resume_after", None)}
+    seconds = {
+        "after": fault.trigger.after,
+        "delay": getattr(fault, "delay", None),
+        "resume_after": getattr(fault, "resume_after", None),
+    }
     for name, value in seconds.items():
         if value is not None and value > MAX_TIMEOUT:
             bad.add(here + (name,), f"{value:g} seconds is more than the ceiling of {MAX_TIMEOUT:g}")
             ok = False
-    counts = {"max_states": (getattr(fault, "max_states", None), MAX_POWER_LOSS_STATES),
-              "length": (getattr(fault, "length", None) if fault.kind == "extra_file" else None, MAX_FILE_BYTES)}
+    counts = {
+        "max_states": (getattr(fault, "max_states", None), MAX_POWER_LOSS_STATES),
+        "length": (getattr(fault, "length", None) if fault.kind == "extra_file" else None, MAX_FILE_BYTES),
+    }
     for name in ("nth", "at_byte", "size"):
         counts[name] = (getattr(fault.trigger, name), MAX_COUNT)
     for name in ("keep", "times"):

@@ -11,6 +11,7 @@
 A case whose faults are all outside the ranks (kills from the nemesis, damage at rest) needs no mount
 and runs the seam's way whatever was asked; a fuse case on a machine that cannot mount is UNPROBED, with
 the reason."""
+
 from __future__ import annotations
 
 import contextlib
@@ -24,16 +25,19 @@ from .plan import ArmedFault
 
 SEAM, FUSE, AUTO = "seam", "fuse", "auto"
 CHOICES = (SEAM, FUSE, AUTO)
-MOUNT = "mnt"        # the mount point, in the case folder: the root every rank of a fuse case sees
-FUSE_LOGS = "fuse"   # the file system's logs, one folder per job, in the case folder
+MOUNT = "mnt"  # the mount point, in the case folder: the root every rank of a fuse case sees
+FUSE_LOGS = "fuse"  # the file system's logs, one folder per job, in the case folder
 
 
 def check(io: str | None) -> str:
     """`io` as given on a command line or in a scenario, checked; None is auto."""
     io = AUTO if io is None else io
     if io not in CHOICES:
-        raise ConfigError("io", f"unknown way in {io!r}",
-                          "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto")
+        raise ConfigError(
+            "io",
+            f"unknown way in {io!r}",
+            "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto",
+        )
     return io
 
 
@@ -42,6 +46,7 @@ def through_seam(backend: str) -> bool:
     if backend in ("", "reference") or backend.startswith("broken:"):
         return True
     from .adapters import _factory
+
     return bool(getattr(_factory(backend), "io_through_seam", False))
 
 
@@ -60,38 +65,66 @@ class JobWay:
 
     root: str
     in_process: list[ArmedFault]
-    control: str = ""                               # the mount point ranks tell who they are and arm at
-    arms: list[int] = field(default_factory=list)   # the rank operations at which file-system records arm
-    log: str = ""                                   # the file system's log folder (its seam-format oplog)
+    control: str = ""  # the mount point ranks tell who they are and arm at
+    arms: list[int] = field(default_factory=list)  # the rank operations at which file-system records arm
+    log: str = ""  # the file system's log folder (its seam-format oplog)
     mount: object | None = None
 
 
 @contextlib.contextmanager
-def job_way(way: str, root: str, case_dir: str, job_no: int, faults: list[ArmedFault],
-            fault_log: str) -> Iterator[JobWay]:
+def job_way(
+    way: str, root: str, case_dir: str, job_no: int, faults: list[ArmedFault], fault_log: str
+) -> Iterator[JobWay]:
     """For the length of a job: nothing for the seam; for fuse, the file system mounted over `root` at
     the case's mount point, carrying out the `faults` it can (fusefs.injector.carries_out)."""
     if way == SEAM:
         yield JobWay(root, list(faults))
         return
     from ..fusefs import mounted
+
     to_fs = [f for f in faults if carries_out(f.fault)]
     mountpoint = os.path.join(case_dir, MOUNT)
     log = os.path.join(case_dir, FUSE_LOGS, f"job{job_no}")
     os.makedirs(root, exist_ok=True)
     os.makedirs(mountpoint, exist_ok=True)
-    with mounted(root, mountpoint, faults=[f.fault for f in to_fs], arm_at=[f.arm_at for f in to_fs],
-                 log=log, report=fault_log, paths_as=root) as m:
-        yield JobWay(mountpoint, [f for f in faults if not carries_out(f.fault)], control=mountpoint,
-                     arms=sorted({f.arm_at for f in to_fs}), log=log, mount=m)
+    with mounted(
+        root,
+        mountpoint,
+        faults=[f.fault for f in to_fs],
+        arm_at=[f.arm_at for f in to_fs],
+        log=log,
+        report=fault_log,
+        paths_as=root,
+    ) as m:
+        yield JobWay(
+            mountpoint,
+            [f for f in faults if not carries_out(f.fault)],
+            control=mountpoint,
+            arms=sorted({f.arm_at for f in to_fs}),
+            log=log,
+            mount=m,
+        )
 
 
 def unavailable() -> str | None:
     """Why this machine cannot mount the file system, or None when it can."""
     from ..fusefs import fuse_available
+
     ok, why = fuse_available()
     return None if ok else why
 
 
-__all__ = ["AUTO", "CHOICES", "FUSE", "FUSE_LOGS", "JobWay", "MOUNT", "SEAM", "check", "job_way",
-           "resolve", "through_seam", "unavailable"]
+__all__ = [
+    "AUTO",
+    "CHOICES",
+    "FUSE",
+    "FUSE_LOGS",
+    "JobWay",
+    "MOUNT",
+    "SEAM",
+    "check",
+    "job_way",
+    "resolve",
+    "through_seam",
+    "unavailable",
+]

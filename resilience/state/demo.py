@@ -1,4 +1,5 @@
 """Rank function of the demo: train on a topology and report the global fingerprint."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,5 +24,4 @@ def train_and_fingerprint(ctx, spec: ModelSpec, topo: Topology, steps: int) -> d
     digests = fingerprint(state.sharded_state_dict())
     if ctx.rank != 0:
         return None
-    return {"fingerprint": combine(digests, TOPOLOGY_BOUND_KEYS), "keys": len(digests),
-            "iteration": state.iteration}
+    return {"fingerprint": combine(digests, TOPOLOGY_BOUND_KEYS), "keys": len(digests), "iteration": state.iteration}

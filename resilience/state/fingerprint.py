@@ -4,6 +4,7 @@ Any topology computes the same fingerprint for the same global state.
 Objects (iteration, data position, RNG, ...) are taken from every rank, not only the replica a save
 writes: a cell whose ranks disagree digests to something no single value gives, so a rank that
 restored the wrong RNG or data position shows."""
+
 from __future__ import annotations
 
 import json
@@ -113,7 +114,7 @@ def generations(pieces: list[tuple], prefix: str) -> dict[str, dict[int, dict]]:
                 found[g] = {"elements": old["elements"] + int(mask.sum()), "box": box}
             else:
                 found[g] = {"elements": int(mask.sum()), "box": box}
-        out[key[len(prefix):]] = found
+        out[key[len(prefix) :]] = found
     return out
 
 
@@ -135,9 +136,9 @@ def _to_bytes(pieces) -> bytes:
 
 def _from_bytes(blob: bytes) -> list[tuple]:
     n = int.from_bytes(blob[:8], "little")
-    body = bytearray(blob[8 + n:])  # writable: torch.frombuffer shares it
+    body = bytearray(blob[8 + n :])  # writable: torch.frombuffer shares it
     out, at = [], 0
-    for entry in json.loads(blob[8:8 + n]):
+    for entry in json.loads(blob[8 : 8 + n]):
         if entry[0] == "d":
             _, key, shape, offset, digest = entry
             out.append(("d", key, tuple(shape), tuple(offset), digest))

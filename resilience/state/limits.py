@@ -3,6 +3,7 @@
 A scenario runs every rank on this machine, and the runner replays the same training on one rank in
 its own process to know what a bit-exact resume must give. A model too large for the machine must be a
 clear error at load time, not ranks that swap, get OOM-killed, or allocate for minutes."""
+
 from __future__ import annotations
 
 from ..errors import ConfigError
@@ -32,6 +33,7 @@ def job_bytes(spec: ModelSpec, topo: Topology) -> int:
 def memory_ceiling() -> int:
     """MEMORY_FRACTION of this machine's physical memory, in bytes."""
     import psutil
+
     return int(psutil.virtual_memory().total * MEMORY_FRACTION)
 
 
@@ -40,10 +42,13 @@ def check_fits(spec: ModelSpec, topo: Topology, ceiling: int | None = None) -> N
     ceiling = memory_ceiling() if ceiling is None else ceiling
     need = job_bytes(spec, topo)
     if need > ceiling:
-        raise ConfigError("model", f"needs about {_gib(need)} of memory on {topo} ({model_elements(spec, topo.tp):,} "
-                          f"elements), more than the ceiling of {_gib(ceiling)} "
-                          f"({MEMORY_FRACTION:.0%} of this machine's memory)",
-                          "use a smaller hidden, ffn_hidden, vocab or num_layers")
+        raise ConfigError(
+            "model",
+            f"needs about {_gib(need)} of memory on {topo} ({model_elements(spec, topo.tp):,} "
+            f"elements), more than the ceiling of {_gib(ceiling)} "
+            f"({MEMORY_FRACTION:.0%} of this machine's memory)",
+            "use a smaller hidden, ffn_hidden, vocab or num_layers",
+        )
 
 
 def _gib(n: int) -> str:

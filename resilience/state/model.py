@@ -1,4 +1,5 @@
 """A Megatron GPT-like model spec and the layout of every parameter it has."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,15 @@ from .topology import PRECISIONS, Topology
 DTYPES = PRECISIONS  # the parameters' dtype (bf16 keeps fp32 main parameters)
 OPTIMIZERS = ("adam", "distributed")
 # Upper bounds of single fields (what a whole model takes in memory is bounded in state/limits.py).
-SIZE_LIMITS = {"num_layers": 1024, "hidden": 1 << 20, "ffn_hidden": 1 << 22, "heads": 1 << 12, "vocab": 1 << 24,
-               "make_vocab_size_divisible_by": 1 << 12, "global_batch_size": 1 << 24}
+SIZE_LIMITS = {
+    "num_layers": 1024,
+    "hidden": 1 << 20,
+    "ffn_hidden": 1 << 22,
+    "heads": 1 << 12,
+    "vocab": 1 << 24,
+    "make_vocab_size_divisible_by": 1 << 12,
+    "global_batch_size": 1 << 24,
+}
 MAX_LR = 10.0
 MAX_MODEL_SEED = 1 << 32
 VALUE_RANGES = ("unit", "wide")  # values in [-0.5, 0.5), or spread over 2**-40 .. 2**40 in magnitude
@@ -38,8 +46,12 @@ def field_problem(name: str, value) -> ConfigError | None:
     elif name == "value_range" and value not in VALUE_RANGES:
         return ConfigError(where, f"unknown value range {value!r}", f"use one of {', '.join(VALUE_RANGES)}")
     elif name == "lr":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or not 0 < value <= MAX_LR:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not 0 < value <= MAX_LR
+        ):
             return ConfigError(where, f"must be a finite number in (0, {MAX_LR}], got {value!r}")
     elif name == "seed":  # noqa: SIM102 (one branch per field, as above)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MODEL_SEED:
@@ -95,8 +107,11 @@ class ModelSpec:
             if problem is not None:
                 raise problem
         if self.hidden % self.heads:
-            raise ConfigError("model.hidden", f"{self.hidden} is not divisible by heads={self.heads}",
-                              "choose hidden as a multiple of heads")
+            raise ConfigError(
+                "model.hidden",
+                f"{self.hidden} is not divisible by heads={self.heads}",
+                "choose hidden as a multiple of heads",
+            )
 
     def batch_size(self, consumed_samples: int) -> int:
         """Global batch size at a data position: a linear ramp from 1 to global_batch_size over
@@ -112,14 +127,23 @@ class ModelSpec:
     def check_topology(self, topo: Topology) -> None:
         """Raise one clear error if this model cannot be split over `topo`."""
         if self.num_layers % topo.pp:
-            raise ConfigError("model.num_layers", f"{self.num_layers} layers are not divisible by pp={topo.pp}",
-                              "choose num_layers as a multiple of pp")
+            raise ConfigError(
+                "model.num_layers",
+                f"{self.num_layers} layers are not divisible by pp={topo.pp}",
+                "choose num_layers as a multiple of pp",
+            )
         if self.heads % topo.tp:
-            raise ConfigError("model.heads", f"{self.heads} heads are not divisible by tp={topo.tp}",
-                              "choose heads as a multiple of tp")
+            raise ConfigError(
+                "model.heads",
+                f"{self.heads} heads are not divisible by tp={topo.tp}",
+                "choose heads as a multiple of tp",
+            )
         if self.ffn_hidden % topo.tp:
-            raise ConfigError("model.ffn_hidden", f"{self.ffn_hidden} is not divisible by tp={topo.tp}",
-                              "choose ffn_hidden as a multiple of tp")
+            raise ConfigError(
+                "model.ffn_hidden",
+                f"{self.ffn_hidden} is not divisible by tp={topo.tp}",
+                "choose ffn_hidden as a multiple of tp",
+            )
 
     def padded_vocab(self, tp: int) -> int:
         """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * tp."""
@@ -154,8 +178,14 @@ class ModelSpec:
         layers = self.layers_of_stage(pp_rank, pp)
         keep = []
         for p in self.params(tp):
-            if p.where == "first" and pp_rank == 0 or p.where == "last" and pp_rank == pp - 1 \
-                    or p.where == "layer" and p.layer in layers:
+            if (
+                p.where == "first"
+                and pp_rank == 0
+                or p.where == "last"
+                and pp_rank == pp - 1
+                or p.where == "layer"
+                and p.layer in layers
+            ):
                 keep.append(p)
         return keep
 
@@ -176,8 +206,11 @@ class ModelSpec:
         if not isinstance(d, Mapping):
             return [ConfigError("model", f"must be a mapping of model fields, got {type(d).__name__}")]
         known = {f.name for f in fields(cls)}
-        out = [ConfigError(f"model.{k}", "unknown field", f"allowed: {', '.join(sorted(known))}")
-               for k in d if k not in known]
+        out = [
+            ConfigError(f"model.{k}", "unknown field", f"allowed: {', '.join(sorted(known))}")
+            for k in d
+            if k not in known
+        ]
         out += [p for p in (field_problem(k, v) for k, v in d.items() if k in known) if p is not None]
         if not out:
             try:

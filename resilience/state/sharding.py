@@ -1,4 +1,5 @@
 """Sharded records: what Megatron's ShardedTensor / ShardedObject carry, and the coverage check."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -37,10 +38,15 @@ class ShardedTensor:
 
     def describe(self) -> dict:
         """Everything but the data: what a coverage check or a manifest needs."""
-        return {"key": self.key, "global_shape": list(self.global_shape), "global_offset": list(self.global_offset),
-                "local_shape": list(self.local_shape), "replica_id": self.replica_id,
-                "dtype": str(self.data.dtype).removeprefix("torch."),
-                "logical_shape": list(self.logical_shape) if self.logical_shape else None}
+        return {
+            "key": self.key,
+            "global_shape": list(self.global_shape),
+            "global_offset": list(self.global_offset),
+            "local_shape": list(self.local_shape),
+            "replica_id": self.replica_id,
+            "dtype": str(self.data.dtype).removeprefix("torch."),
+            "logical_shape": list(self.logical_shape) if self.logical_shape else None,
+        }
 
 
 @dataclass
@@ -59,8 +65,12 @@ class ShardedObject:
         return f"{self.key}/shard_{'.'.join(map(str, self.global_offset))}_{'.'.join(map(str, self.global_shape))}"
 
     def describe(self) -> dict:
-        return {"key": self.key, "global_shape": list(self.global_shape), "global_offset": list(self.global_offset),
-                "replica_id": self.replica_id}
+        return {
+            "key": self.key,
+            "global_shape": list(self.global_shape),
+            "global_offset": list(self.global_offset),
+            "replica_id": self.replica_id,
+        }
 
 
 Record = ShardedTensor | ShardedObject
@@ -99,14 +109,14 @@ def validate_sharding_integrity(descriptions: Iterable[dict]) -> None:
     for key, entry in by_key.items():
         boxes = [b for b in entry.main if all(hi > lo for lo, hi in b)]
         for i, a in enumerate(boxes):
-            for b in boxes[i + 1:]:
+            for b in boxes[i + 1 :]:
                 if _overlap(a, b):
                     raise ShardingIntegrityError(f"{key}: pieces {a} and {b} both write the same elements")
         covered = sum(prod(hi - lo for lo, hi in b) for b in boxes)
         if covered != prod(entry.shape):
-            raise ShardingIntegrityError(
-                f"{key}: replica-0 pieces cover {covered} of {prod(entry.shape)} elements")
+            raise ShardingIntegrityError(f"{key}: replica-0 pieces cover {covered} of {prod(entry.shape)} elements")
         for r in entry.replicas:
             if all(hi > lo for lo, hi in r) and not any(
-                    all(lo1 <= lo2 and hi2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(m, r)) for m in boxes):
+                all(lo1 <= lo2 and hi2 <= hi1 for (lo1, hi1), (lo2, hi2) in zip(m, r)) for m in boxes
+            ):
                 raise ShardingIntegrityError(f"{key}: replica piece {r} matches no written piece")

@@ -1,4 +1,5 @@
 """Parallel layout of a job: tensor, pipeline and data parallel sizes, in Megatron's rank order."""
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,8 @@ class Topology:
                 raise ConfigError(f"topology.{field}", f"must be at least 1, got {value}")
         if self.world > MAX_WORLD:
             raise ConfigError(
-                "topology", f"world size tp*pp*dp = {self.world} is larger than {MAX_WORLD}",
-                "use smaller tp, pp or dp")
+                "topology", f"world size tp*pp*dp = {self.world} is larger than {MAX_WORLD}", "use smaller tp, pp or dp"
+            )
 
     @property
     def world(self) -> int:
@@ -100,6 +101,7 @@ class Transition:
     def __str__(self) -> str:
         def side(topo: Topology, dtype: str | None) -> str:
             return f"{topo}:{dtype}" if dtype else str(topo)
+
         return f"{side(self.save, self.save_dtype)}->{side(self.load, self.load_dtype)}"
 
     @property
@@ -114,13 +116,17 @@ class Transition:
     @classmethod
     def parse(cls, text: str) -> Transition:
         if "->" not in str(text):
-            raise ConfigError("transition", f"cannot read {text!r}",
-                              "write it as tp2pp1dp1->tp1pp1dp2 (or tp1pp1dp1:fp32->tp1pp1dp1:bf16)")
+            raise ConfigError(
+                "transition",
+                f"cannot read {text!r}",
+                "write it as tp2pp1dp1->tp1pp1dp2 (or tp1pp1dp1:fp32->tp1pp1dp1:bf16)",
+            )
         sides = [_side(part) for part in str(text).split("->", 1)]
         (save, save_dtype), (load, load_dtype) = sides
         if (save_dtype is None) != (load_dtype is None):
-            raise ConfigError("transition", f"{text!r} gives a dtype on one side only",
-                              "give both, as tp1pp1dp1:fp32->tp1pp1dp1:bf16")
+            raise ConfigError(
+                "transition", f"{text!r} gives a dtype on one side only", "give both, as tp1pp1dp1:fp32->tp1pp1dp1:bf16"
+            )
         return cls(save, load, save_dtype, load_dtype)
 
 

@@ -7,6 +7,7 @@ state on any topology.
 Each save can stamp a generation into the state (`stamp`): a tensor beside every parameter's
 optimizer state holding the number, and one more draw of every rank's RNG. Two saves of the same
 iteration then differ in every file they write, so a load tells which save (or which mix) it read."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -111,8 +112,16 @@ class TrainingState:
             opt_replica = 0 if layout.tp_dim is not None else c.tp
         else:
             lo, hi, opt_replica = 0, local[0], param_replica
-        return Piece(layout, tuple(shape), tuple(offset), tuple(local),
-                     self.spec.vocab if layout.vocab_parallel else None, param_replica, (lo, hi), opt_replica)
+        return Piece(
+            layout,
+            tuple(shape),
+            tuple(offset),
+            tuple(local),
+            self.spec.vocab if layout.vocab_parallel else None,
+            param_replica,
+            (lo, hi),
+            opt_replica,
+        )
 
     def _opt_slice(self, piece: Piece) -> tuple[int, int]:
         return piece.opt_rows
@@ -129,8 +138,12 @@ class TrainingState:
         lo, hi = rows or (0, piece.local_shape[0])
         offset = (piece.offset[0] + lo,) + piece.offset[1:]
         local = (hi - lo,) + piece.local_shape[1:]
-        v = element_values(self.spec.seed + salt, piece.layout.key, global_index(piece.global_shape, offset, local),
-                           self.spec.value_range == "wide")
+        v = element_values(
+            self.spec.seed + salt,
+            piece.layout.key,
+            global_index(piece.global_shape, offset, local),
+            self.spec.value_range == "wide",
+        )
         mask = self._padding_mask(piece, rows)
         return v if mask is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype))
 
@@ -170,7 +183,7 @@ class TrainingState:
         t = self.opt_step
         position = self.consumed_samples
         scale = 1.0 + (position % 8) * 0.125
-        bc1, bc2, lr = 1.0 - BETA1 ** t, 1.0 - BETA2 ** t, self.lr(t)
+        bc1, bc2, lr = 1.0 - BETA1**t, 1.0 - BETA2**t, self.lr(t)
         grads = [self._grad(piece, scale, position % 3) for piece in self.pieces]
         if self.spec.optimizer != "distributed" and self.groups.dp_group is not None and grads:
             # replicas computed equal gradients; MAX keeps them bit-exact while running the collective,
@@ -263,7 +276,7 @@ class TrainingState:
                 lo, hi = piece.opt_rows
                 if main:  # bf16 saved, fp32 here: this rank's rows from the main parameters
                     self.params[key][lo:hi].copy_(main[key])
-                else:     # fp32 saved, bf16 here
+                else:  # fp32 saved, bf16 here
                     self.main[key].copy_(params[key][lo:hi])
                     self.params[key].copy_(params[key].to(self.params[key].dtype))
             if main and self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
@@ -277,21 +290,39 @@ class TrainingState:
         for piece in self.pieces:
             key = piece.layout.key
             logical = (piece.logical_rows,) + piece.global_shape[1:] if piece.logical_rows else None
-            out.append(ShardedTensor(f"model.{key}", params[key], piece.global_shape, piece.offset,
-                                     piece.param_replica, logical))
+            out.append(
+                ShardedTensor(
+                    f"model.{key}", params[key], piece.global_shape, piece.offset, piece.param_replica, logical
+                )
+            )
             lo, _ = piece.opt_rows
             opt_offset = (piece.offset[0] + lo,) + piece.offset[1:]
-            for name, table in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq), ("main_param", main),
-                                ("generation", self.stamps)):
+            for name, table in (
+                ("exp_avg", self.exp_avg),
+                ("exp_avg_sq", self.exp_avg_sq),
+                ("main_param", main),
+                ("generation", self.stamps),
+            ):
                 if key in table:
-                    out.append(ShardedTensor(f"optimizer.{name}.{key}", table[key], piece.global_shape, opt_offset,
-                                             piece.opt_replica, logical))
+                    out.append(
+                        ShardedTensor(
+                            f"optimizer.{name}.{key}",
+                            table[key],
+                            piece.global_shape,
+                            opt_offset,
+                            piece.opt_replica,
+                            logical,
+                        )
+                    )
         common = c.rank  # rank 0 writes state every rank holds the same
         out += [
             ShardedObject("iteration", self.iteration, replica_id=common),
             ShardedObject("optimizer.step", self.opt_step, replica_id=common),
-            ShardedObject("scheduler", {"num_steps": self.opt_step, "base_lr": self.spec.lr,
-                                        "lr": self.lr(self.opt_step)}, replica_id=common),
+            ShardedObject(
+                "scheduler",
+                {"num_steps": self.opt_step, "base_lr": self.spec.lr, "lr": self.lr(self.opt_step)},
+                replica_id=common,
+            ),
             ShardedObject("data.consumed_samples", self.consumed_samples, replica_id=common),
             ShardedObject(RNG_KEY, self.rng.get_state(), (topo.pp, topo.tp), (c.pp, c.tp), c.dp),
         ]

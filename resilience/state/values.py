@@ -1,4 +1,5 @@
 """Deterministic element values from (seed, key, global index), identical on every topology."""
+
 from __future__ import annotations
 
 import torch

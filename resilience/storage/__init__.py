@@ -1,4 +1,5 @@
 """The one I/O seam every checkpoint byte goes through, and the default local filesystem behind it."""
+
 from .base import FileSystem, WriteStream, current, use, write_all
 from .local import LocalFileSystem
 

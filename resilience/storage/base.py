@@ -1,4 +1,5 @@
 """The filesystem interface of the I/O seam. A fault injector wraps it; stock behaviour is LocalFileSystem."""
+
 from __future__ import annotations
 
 import contextlib
@@ -76,6 +77,7 @@ def current() -> FileSystem:
         return mine
     if _current is None:
         from .local import LocalFileSystem
+
         _current = LocalFileSystem()
     return _current
 

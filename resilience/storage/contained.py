@@ -10,6 +10,7 @@ The rule, applied to every file read from a checkpoint (manifest, tracker, every
   the tracker) is refused, without reading a byte of what it points to.
 Both refusals are IntegrityError naming the file and the check, so a loader falls back to an older
 checkpoint or raises, as for any other damaged file."""
+
 from __future__ import annotations
 
 import errno
@@ -18,8 +19,13 @@ import stat
 
 from ..errors import IntegrityError
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
 def kind_of(mode: int) -> str:
@@ -38,8 +44,9 @@ def is_inside(path: str, root: str) -> bool:
 def check_inside(path: str, root: str) -> None:
     """IntegrityError when `path` leads outside `root` through a symlink."""
     if not is_inside(path, root):
-        raise IntegrityError(path, "inside the checkpoint folder",
-                             f"a symlink leads outside {root}; refused without reading it")
+        raise IntegrityError(
+            path, "inside the checkpoint folder", f"a symlink leads outside {root}; refused without reading it"
+        )
 
 
 def check_regular(path: str) -> os.stat_result:

@@ -7,6 +7,7 @@ os.fsync is turned off (sync_files=False) and the driver takes checksums from th
 
 SeamReader never runs DCP's plain pickle: `.metadata` goes through safe_pickle, and every file it
 opens must be a regular file inside the checkpoint folder (storage.contained)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -162,6 +163,7 @@ def read_metadata_safely(reader: FileSystemReader, rank=None):
     """What FileSystemReader.read_metadata does, for any FileSystemReader, without plain pickle: the
     metadata through safe_pickle (IntegrityError naming the file and the refused class)."""
     from torch.distributed.checkpoint.metadata import StorageMeta
+
     path = reader._get_metadata_path(rank)
     with reader.fs.create_stream(path, "rb") as stream:
         metadata = safe_pickle.load_metadata(stream, os.fspath(path))

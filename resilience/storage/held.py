@@ -4,6 +4,7 @@ A loader that must check every file's checksum before trusting it would otherwis
 (once to hash, once to load). `read_hashed` reads a whole file through the seam in cache-sized pieces,
 hashing each piece right after it is read (as LocalWriteStream does on write); `HeldFiles` then answers
 `open_read` for those files from memory and passes everything else to the file system it wraps."""
+
 from __future__ import annotations
 
 import io
@@ -33,7 +34,7 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
             h = xxhash.xxh3_128()
             with memoryview(mapped) as view:
                 for at in range(0, len(view), MAP_PIECE):
-                    h.update(view[at:at + MAP_PIECE])
+                    h.update(view[at : at + MAP_PIECE])
             return mapped, h.hexdigest()
         return _read_pieces(f, size_hint)
 
@@ -75,10 +76,10 @@ def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:
     at = 0
     readinto = getattr(f, "readinto", None) or _readinto_by_read(f)
     while at < size_hint:
-        n = readinto(view[at:at + HASH_PIECE])
+        n = readinto(view[at : at + HASH_PIECE])
         if not n:
             break
-        h.update(view[at:at + n])
+        h.update(view[at : at + n])
         at += n
     if at == size_hint:  # whatever lies beyond the expected size counts too
         while True:
@@ -98,10 +99,12 @@ def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:
 
 def _readinto_by_read(f):
     """readinto for a file object that only has read()."""
+
     def readinto(b) -> int:
         data = f.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
+
     return readinto
 
 
@@ -122,12 +125,12 @@ class MemoryFile(io.RawIOBase):
 
     def readinto(self, b) -> int:
         n = max(0, min(len(b), len(self._data) - self._at))
-        memoryview(b).cast("B")[:n] = self._data[self._at:self._at + n]
+        memoryview(b).cast("B")[:n] = self._data[self._at : self._at + n]
         self._at += n
         return n
 
     def readall(self) -> bytes:
-        out = bytes(self._data[self._at:])
+        out = bytes(self._data[self._at :])
         self._at = len(self._data)
         return out
 
@@ -141,7 +144,7 @@ class MemoryFile(io.RawIOBase):
 
     def view(self, offset: int, length: int) -> MemoryFile:
         """Bytes offset..offset+length as a file of their own, sharing this one's memory."""
-        return MemoryFile(self._data[offset:offset + length], self.name)
+        return MemoryFile(self._data[offset : offset + length], self.name)
 
 
 def _key(path: str) -> str:

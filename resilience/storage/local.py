@@ -1,4 +1,5 @@
 """Plain POSIX files: fsync on close, atomic rename, directory fsync, atomic exchange on Linux."""
+
 from __future__ import annotations
 
 import ctypes
@@ -47,7 +48,7 @@ class LocalWriteStream(WriteStreamBase):
         done = 0
         # in pieces that stay in the cpu cache between the write's copy and the hash: 3x cheaper hashing
         for at in range(0, len(view), HASH_PIECE):
-            piece = view[at:at + HASH_PIECE]
+            piece = view[at : at + HASH_PIECE]
             n = self._f.write(piece)
             n = len(piece) if n is None else n
             if not self._seeked:

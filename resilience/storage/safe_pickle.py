@@ -12,6 +12,7 @@ else is refused with IntegrityError naming the file and the class it tried to lo
 
 The relative paths, offsets and lengths the metadata names for each item are checked too: a reader
 opens those files, so they must stay inside the checkpoint folder and be plain, non-negative numbers."""
+
 from __future__ import annotations
 
 import io
@@ -24,31 +25,34 @@ from ..errors import IntegrityError
 # (module, name) -> why it is safe to call or build. Dataclasses are rebuilt with NEWOBJ + BUILD (no
 # constructor code), enums and torch.Size are called with plain values.
 _METADATA = "torch.distributed.checkpoint.metadata"
-ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    (_METADATA, "Metadata"),
-    (_METADATA, "MetadataIndex"),
-    (_METADATA, "ChunkStorageMetadata"),
-    (_METADATA, "TensorStorageMetadata"),
-    (_METADATA, "BytesStorageMetadata"),
-    (_METADATA, "TensorProperties"),
-    (_METADATA, "StorageMeta"),
-    (_METADATA, "_MEM_FORMAT_ENCODING"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
-    # megatron-core's torch_dist strategy keeps its cached save plan in the metadata
-    ("torch.distributed.checkpoint.planner", "SavePlan"),
-    ("torch.distributed.checkpoint.planner", "WriteItem"),
-    ("torch.distributed.checkpoint.planner", "WriteItemType"),
-    ("torch.distributed.checkpoint.planner", "TensorWriteData"),
-    ("torch", "Size"),
-    ("torch.serialization", "_get_layout"),  # a lookup of torch.strided & co. by name
-    ("collections", "OrderedDict"),
-})
+ALLOWED: frozenset[tuple[str, str]] = frozenset(
+    {
+        (_METADATA, "Metadata"),
+        (_METADATA, "MetadataIndex"),
+        (_METADATA, "ChunkStorageMetadata"),
+        (_METADATA, "TensorStorageMetadata"),
+        (_METADATA, "BytesStorageMetadata"),
+        (_METADATA, "TensorProperties"),
+        (_METADATA, "StorageMeta"),
+        (_METADATA, "_MEM_FORMAT_ENCODING"),
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        # megatron-core's torch_dist strategy keeps its cached save plan in the metadata
+        ("torch.distributed.checkpoint.planner", "SavePlan"),
+        ("torch.distributed.checkpoint.planner", "WriteItem"),
+        ("torch.distributed.checkpoint.planner", "WriteItemType"),
+        ("torch.distributed.checkpoint.planner", "TensorWriteData"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),  # a lookup of torch.strided & co. by name
+        ("collections", "OrderedDict"),
+    }
+)
 MAX_BYTES = 1 << 30  # a .metadata this large is not one DCP wrote for a model that fits anywhere
 
 
 def _torch_attr(name: str):
     """torch.<name> when it is a dtype or a layout (pickled by name), else None."""
     import torch
+
     value = getattr(torch, name, None)
     return value if isinstance(value, (torch.dtype, torch.layout)) else None
 
@@ -63,9 +67,11 @@ class _Restricted(pickle.Unpickler):
             return super().find_class(module, name)
         if module == "torch" and _torch_attr(name) is not None:
             return _torch_attr(name)
-        raise IntegrityError(self.path, "safe unpickling",
-                             f"refused to load {module}.{name}: not a type of DCP's metadata "
-                             f"(a pickle naming it could run code)")
+        raise IntegrityError(
+            self.path,
+            "safe unpickling",
+            f"refused to load {module}.{name}: not a type of DCP's metadata (a pickle naming it could run code)",
+        )
 
     def persistent_load(self, pid):
         raise IntegrityError(self.path, "safe unpickling", f"refused a persistent id {str(pid)[:80]!r}")
@@ -77,8 +83,20 @@ def loads(data: bytes, path: str) -> Any:
         return _Restricted(io.BytesIO(data), path).load()
     except IntegrityError:
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, KeyError, IndexError,
-            OverflowError, MemoryError, RecursionError, UnicodeDecodeError, ImportError) as e:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        KeyError,
+        IndexError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+        UnicodeDecodeError,
+        ImportError,
+    ) as e:
         raise IntegrityError(path, "metadata parse", f"not DCP metadata ({type(e).__name__}: {e})") from None
 
 
@@ -100,6 +118,7 @@ def _count(value, what: str, path: str) -> None:
 def check_metadata(metadata, path: str) -> None:
     """The object is DCP's Metadata, and every file it sends a reader to stays inside its folder."""
     from torch.distributed.checkpoint.metadata import Metadata
+
     if not isinstance(metadata, Metadata):
         raise IntegrityError(path, "metadata type", f"holds a {type(metadata).__name__}, not DCP's Metadata")
     if not isinstance(metadata.state_dict_metadata, dict):
@@ -112,9 +131,17 @@ def check_metadata(metadata, path: str) -> None:
     for index, info in storage.items():
         rel = getattr(info, "relative_path", None)
         norm = os.path.normpath(rel) if isinstance(rel, str) and rel else ""
-        if (not isinstance(rel, str) or not norm or os.path.isabs(rel) or norm == ".." or norm.startswith("../")
-                or "\x00" in rel or "\\" in rel):
-            raise IntegrityError(path, "path safety",
-                                 f"item {getattr(index, 'fqn', index)!r} names file {rel!r} outside the folder")
+        if (
+            not isinstance(rel, str)
+            or not norm
+            or os.path.isabs(rel)
+            or norm == ".."
+            or norm.startswith("../")
+            or "\x00" in rel
+            or "\\" in rel
+        ):
+            raise IntegrityError(
+                path, "path safety", f"item {getattr(index, 'fqn', index)!r} names file {rel!r} outside the folder"
+            )
         _count(getattr(info, "offset", None), f"the offset of {getattr(index, 'fqn', index)!r}", path)
         _count(getattr(info, "length", None), f"the length of {getattr(index, 'fqn', index)!r}", path)

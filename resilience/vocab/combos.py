@@ -1,4 +1,5 @@
 """The seed's three layers and which combinations of them are valid."""
+
 from __future__ import annotations
 
 import enum
@@ -9,6 +10,7 @@ from ..errors import InvalidCombination
 
 class CheckpointType(str, enum.Enum):
     """Semantics: what a checkpoint means."""
+
     LEGACY = "LEGACY"
     LOCAL = "LOCAL"
     GLOBAL = "GLOBAL"
@@ -17,6 +19,7 @@ class CheckpointType(str, enum.Enum):
 
 class CkptFormat(str, enum.Enum):
     """Representation: how it is laid out on disk."""
+
     TORCH = "torch"
     TORCH_DIST = "torch_dist"
     TORCH_DCP = "torch_dcp"
@@ -24,6 +27,7 @@ class CkptFormat(str, enum.Enum):
 
 class IOMode(str, enum.Enum):
     """Execution: whether training blocks while it is written."""
+
     SYNC = "sync"
     ASYNC = "async"
 
@@ -53,8 +57,9 @@ class Combination:
         """'GLOBAL/torch_dist/async' (case of the type does not matter)."""
         parts = str(text).replace(",", "/").split("/")
         if len(parts) != 3:
-            raise InvalidCombination("combination", f"cannot read {text!r}",
-                                     "write it as TYPE/format/io, e.g. GLOBAL/torch_dist/async")
+            raise InvalidCombination(
+                "combination", f"cannot read {text!r}", "write it as TYPE/format/io, e.g. GLOBAL/torch_dist/async"
+            )
         return combination(*parts)
 
 
@@ -70,25 +75,43 @@ VALID: dict[tuple[CheckpointType, CkptFormat, IOMode], str] = {
 
 # Which formats can carry which semantics, and why not.
 _FORMAT_REASON = {
-    (CheckpointType.LEGACY, CkptFormat.TORCH_DIST):
-        "LEGACY means whole per-rank torch.save files; torch_dist stores sharded tensors with distributed metadata",
-    (CheckpointType.LEGACY, CkptFormat.TORCH_DCP):
-        "LEGACY means whole per-rank torch.save files; torch_dcp is DCP's object-graph layout",
-    (CheckpointType.LOCAL, CkptFormat.TORCH_DIST):
-        "LOCAL means one self-contained file per rank with no collective; torch_dist needs a global plan",
-    (CheckpointType.LOCAL, CkptFormat.TORCH_DCP):
-        "LOCAL means one self-contained file per rank with no collective; torch_dcp needs a global plan",
-    (CheckpointType.GLOBAL, CkptFormat.TORCH):
-        "torch cannot carry GLOBAL semantics: it has no distributed metadata (global shapes and offsets)",
-    (CheckpointType.GLOBAL, CkptFormat.TORCH_DCP):
-        "GLOBAL is Megatron's sharded-tensor view, stored as torch_dist; torch_dcp belongs to TORCH_DCP",
-    (CheckpointType.TORCH_DCP, CkptFormat.TORCH):
-        "TORCH_DCP is DCP's object graph; torch (torch.save) has no distributed metadata",
-    (CheckpointType.TORCH_DCP, CkptFormat.TORCH_DIST):
-        "TORCH_DCP is DCP's object graph; torch_dist is Megatron's sharded-tensor layout for GLOBAL",
+    (
+        CheckpointType.LEGACY,
+        CkptFormat.TORCH_DIST,
+    ): "LEGACY means whole per-rank torch.save files; torch_dist stores sharded tensors with distributed metadata",
+    (
+        CheckpointType.LEGACY,
+        CkptFormat.TORCH_DCP,
+    ): "LEGACY means whole per-rank torch.save files; torch_dcp is DCP's object-graph layout",
+    (
+        CheckpointType.LOCAL,
+        CkptFormat.TORCH_DIST,
+    ): "LOCAL means one self-contained file per rank with no collective; torch_dist needs a global plan",
+    (
+        CheckpointType.LOCAL,
+        CkptFormat.TORCH_DCP,
+    ): "LOCAL means one self-contained file per rank with no collective; torch_dcp needs a global plan",
+    (
+        CheckpointType.GLOBAL,
+        CkptFormat.TORCH,
+    ): "torch cannot carry GLOBAL semantics: it has no distributed metadata (global shapes and offsets)",
+    (
+        CheckpointType.GLOBAL,
+        CkptFormat.TORCH_DCP,
+    ): "GLOBAL is Megatron's sharded-tensor view, stored as torch_dist; torch_dcp belongs to TORCH_DCP",
+    (
+        CheckpointType.TORCH_DCP,
+        CkptFormat.TORCH,
+    ): "TORCH_DCP is DCP's object graph; torch (torch.save) has no distributed metadata",
+    (
+        CheckpointType.TORCH_DCP,
+        CkptFormat.TORCH_DIST,
+    ): "TORCH_DCP is DCP's object graph; torch_dist is Megatron's sharded-tensor layout for GLOBAL",
 }
-_ASYNC_REASON = ("torch format is written synchronously with torch.save: it has no snapshot stage or planner "
-                 "to run in the background")
+_ASYNC_REASON = (
+    "torch format is written synchronously with torch.save: it has no snapshot stage or planner "
+    "to run in the background"
+)
 
 
 def _enum(cls, value, layer: str):
@@ -118,8 +141,10 @@ def combination(type_, format_, io) -> Combination:
     if problem:
         layer, reason = problem
         raise InvalidCombination(
-            layer, f"{t.value}/{f.value}/{i.value} is not a valid combination: {reason}",
-            "valid: " + "; ".join(str(c) for c in valid_combinations()))
+            layer,
+            f"{t.value}/{f.value}/{i.value} is not a valid combination: {reason}",
+            "valid: " + "; ".join(str(c) for c in valid_combinations()),
+        )
     return Combination(t, f, i)
 
 

@@ -5,6 +5,7 @@ An adapter states it (`factory.contract = {"tp": "refuse", "pp": "refuse", "dp":
 states none is held to the preset of its combination, the seed's table (LEGACY loads a dp change only,
 LOCAL loads none, GLOBAL and TORCH_DCP load any). A change it leaves out is not judged either way: only
 a wrong load fails it."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -43,22 +44,28 @@ class TopologyContract:
         return (", ".join(parts) or "nothing stated") + f" ({self.source})"
 
     @classmethod
-    def parse(cls, value: object, where: str = "contract", source: str = "declared by the adapter") \
-            -> TopologyContract:
+    def parse(cls, value: object, where: str = "contract", source: str = "declared by the adapter") -> TopologyContract:
         """A mapping {change: "load" | "refuse"}; ConfigError naming the bad entry and the fix."""
         if isinstance(value, TopologyContract):
             return value
         if not isinstance(value, Mapping):
-            raise ConfigError(where, f"must be a mapping of change to promise, got {type(value).__name__}",
-                              'write it as {"tp": "load", "pp": "load", "dp": "load", "precision": "refuse"}')
+            raise ConfigError(
+                where,
+                f"must be a mapping of change to promise, got {type(value).__name__}",
+                'write it as {"tp": "load", "pp": "load", "dp": "load", "precision": "refuse"}',
+            )
         out = []
         for change, promise in value.items():
             if change not in CHANGES:
-                raise ConfigError(f"{where}.{change}", "is not a change the framework makes",
-                                  f"use {', '.join(CHANGES)}")
+                raise ConfigError(
+                    f"{where}.{change}", "is not a change the framework makes", f"use {', '.join(CHANGES)}"
+                )
             if promise not in PROMISES:
-                raise ConfigError(f"{where}.{change}", f"unknown promise {promise!r}",
-                                  "use 'load' (must load exactly) or 'refuse' (must be refused clearly)")
+                raise ConfigError(
+                    f"{where}.{change}",
+                    f"unknown promise {promise!r}",
+                    "use 'load' (must load exactly) or 'refuse' (must be refused clearly)",
+                )
             out.append((change, promise))
         return cls(tuple(sorted(out, key=lambda p: CHANGES.index(p[0]))), source)
 
@@ -71,5 +78,4 @@ class TopologyContract:
             loads = set()
         else:
             loads = {"tp", "pp", "dp"}
-        return cls(tuple((c, LOAD if c in loads else REFUSE) for c in ("tp", "pp", "dp")),
-                   f"preset of {combo}")
+        return cls(tuple((c, LOAD if c in loads else REFUSE) for c in ("tp", "pp", "dp")), f"preset of {combo}")

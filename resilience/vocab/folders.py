@@ -5,6 +5,7 @@ finds when no learned layout is given.
     ROOT/iter_NNNNNNN/manifest.json               a committed checkpoint (Megatron's folder name)
     ROOT/.staging-iter_NNNNNNN-XXXXXXXX/          a save being written, renamed to iter_NNNNNNN when done
     ROOT/local/rank_RRRRR/...                     LOCAL: the same, one folder per rank"""
+
 from __future__ import annotations
 
 import os

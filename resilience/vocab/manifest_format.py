@@ -5,6 +5,7 @@
 
 The reference writes and verifies it (checkpoint.manifest); a fault that forges one (a file list naming
 a path outside the folder, a replaced file's new checksum) rewrites the body with the digest to match."""
+
 from __future__ import annotations
 
 import json
@@ -24,5 +25,6 @@ def body_digest(body: dict) -> str:
 
 def manifest_text(body: dict) -> str:
     """The manifest file holding `body`."""
-    return json.dumps({"kind": KIND, "format_version": FORMAT_VERSION, "digest": body_digest(body), "body": body},
-                      indent=1)
+    return json.dumps(
+        {"kind": KIND, "format_version": FORMAT_VERSION, "digest": body_digest(body), "body": body}, indent=1
+    )

@@ -1,4 +1,5 @@
 """Named points of a save, announced as they are reached, so a fault can strike exactly there."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

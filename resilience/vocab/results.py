@@ -1,5 +1,6 @@
 """What a checkpoint backend answers (backends.base.CheckpointBackend): the result of a load, one
 entry of a listing, and the rule that picks the LOCAL checkpoint a load must take."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable

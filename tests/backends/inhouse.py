@@ -4,6 +4,7 @@ What many teams have: every rank `torch.save`s its shard to iter_N/rank_R.pt, ra
 index.json and latest.txt. No temp files, no fsync, no checksum, plain open() (nothing goes through
 resilience.storage). Loads only on the topology it saved. Test it with
 `resilience matrix --backend tests.backends.inhouse:factory`."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,11 @@ class InhouseBackend:
 
     def __init__(self, combo):
         if str(combo) not in factory.combinations:
-            raise ConfigError("combination", f"the in-house library does not implement {combo}",
-                              f"use {', '.join(factory.combinations)}")
+            raise ConfigError(
+                "combination",
+                f"the in-house library does not implement {combo}",
+                f"use {', '.join(factory.combinations)}",
+            )
 
     def save(self, state, root: str) -> None:
         shard = {r.key: (r.data if isinstance(r, ShardedTensor) else r.value) for r in state.sharded_state_dict()}
@@ -78,8 +82,9 @@ class InhouseBackend:
             shard = load_shard(root, iteration, this_rank()) if not error else {}
             for r in records:
                 value = shard.get(r.key)
-                if isinstance(r, ShardedTensor) and not (isinstance(value, torch.Tensor) and value.shape == r.data.shape
-                                                         and value.dtype == r.data.dtype):
+                if isinstance(r, ShardedTensor) and not (
+                    isinstance(value, torch.Tensor) and value.shape == r.data.shape and value.dtype == r.data.dtype
+                ):
                     raise ValueError(f"{r.key}: stored piece does not fit")
         except Exception as e:
             error = error or f"{type(e).__name__}: {e}"
@@ -97,8 +102,10 @@ class InhouseBackend:
     def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
         names = os.listdir(root) if os.path.isdir(root) else []
         its = sorted((int(n[5:]) for n in names if n.startswith("iter_") and n[5:].isdigit()), reverse=True)
-        return [CheckpointInfo(i, os.path.join(root, f"iter_{i}"),
-                               os.path.exists(os.path.join(root, f"iter_{i}", INDEX))) for i in its]
+        return [
+            CheckpointInfo(i, os.path.join(root, f"iter_{i}"), os.path.exists(os.path.join(root, f"iter_{i}", INDEX)))
+            for i in its
+        ]
 
 
 def factory(combo) -> InhouseBackend:

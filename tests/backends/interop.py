@@ -3,6 +3,7 @@
 Rank functions: train, save with one implementation, then (another job) load with the other and compare
 the loaded state with training that never stopped. Each returns what happened, never raises, so the
 result is reported either way."""
+
 from __future__ import annotations
 
 import os
@@ -26,6 +27,7 @@ def _writer(name: str):
     if name == "reference":
         return ReferenceBackend(COMBO)
     from resilience.backends.megatron import MegatronBackend
+
     return MegatronBackend(COMBO)
 
 
@@ -48,6 +50,7 @@ def _megatron_strategy_load(state: TrainingState, folder: str, objects: bool = T
     from megatron.core.dist_checkpointing.serialization import get_default_load_sharded_strategy
 
     from resilience.backends.megatron import MegatronBackend, megatron_calls
+
     backend = MegatronBackend(COMBO)
     records = [r for r in state.sharded_state_dict() if r.key != RNG_KEY and (objects or isinstance(r, ShardedTensor))]
     sd, buffers = backend.sharded_state_dict(state, records, for_load=True)
@@ -58,7 +61,7 @@ def _megatron_strategy_load(state: TrainingState, folder: str, objects: bool = T
         if isinstance(r, ShardedTensor) and loaded.get(r.key) is not None:
             if r.key in buffers:
                 lo = buffers[r.key][1]
-                r.data.copy_(loaded[r.key][lo:lo + r.data.shape[0]])
+                r.data.copy_(loaded[r.key][lo : lo + r.data.shape[0]])
             else:
                 r.data.copy_(loaded[r.key])
     objects = {r.key: loaded.get(r.key) for r in records if isinstance(r, ShardedObject)}
@@ -75,6 +78,7 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
     try:
         if reader == "megatron":
             from resilience.backends.megatron import MegatronBackend, iter_folder, read_tracker
+
             try:
                 MegatronBackend(COMBO).load(state, root)
                 steps.append("MegatronBackend.load (dist_checkpointing.load): loaded")
@@ -84,8 +88,10 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
                 folder = iter_folder(root, read_tracker(root))
                 try:
                     objects = _megatron_strategy_load(state, folder)
-                    steps.append(f"torch_dist sharded strategy alone: loaded, objects came back as "
-                                 f"{sorted({type(v).__name__ for v in objects.values()})}")
+                    steps.append(
+                        f"torch_dist sharded strategy alone: loaded, objects came back as "
+                        f"{sorted({type(v).__name__ for v in objects.values()})}"
+                    )
                 except Exception as e2:
                     steps.append(f"torch_dist sharded strategy alone failed: {_short(e2)}")
                     state = TrainingState(SPEC, topo, ctx.rank)
@@ -101,31 +107,43 @@ def load_rank(ctx, reader: str, topo: Topology, root: str, saved_topo: Topology)
                 from resilience.backends.megatron import iter_folder, read_tracker
                 from resilience.checkpoint.formats.base import RankInfo
                 from resilience.checkpoint.formats.torch_dist import TorchDistFormat
+
                 state = TrainingState(SPEC, topo, ctx.rank)
                 info = RankInfo(ctx.rank, topo.world, topo, state.coords, SPEC, COMBO, None, state.groups.dp_group)
                 folder = iter_folder(root, read_tracker(root))
-                objects = TorchDistFormat().read(info, state.sharded_state_dict(), folder,
-                                                 SimpleNamespace(topology=saved_topo.to_dict()))
+                objects = TorchDistFormat().read(
+                    info, state.sharded_state_dict(), folder, SimpleNamespace(topology=saved_topo.to_dict())
+                )
                 kinds = sorted({type(v).__name__ for v in objects.values()})
                 try:
                     state.load_objects(objects)
                     steps.append(f"TorchDistFormat.read alone: loaded, objects as {kinds}")
                 except Exception as e2:
-                    steps.append(f"TorchDistFormat.read alone: tensors read (exact: {tensors_exact(state)}), "
-                                 f"objects as {kinds}: {_short(e2)}")
-                    state.load_objects({k: v[0] if isinstance(v, list) and len(v) == 1 else v
-                                        for k, v in objects.items()})
+                    steps.append(
+                        f"TorchDistFormat.read alone: tensors read (exact: {tensors_exact(state)}), "
+                        f"objects as {kinds}: {_short(e2)}"
+                    )
+                    state.load_objects(
+                        {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in objects.items()}
+                    )
                     steps.append("with each object taken out of its one-element list: loaded")
     except BaseException as e:
         steps.append(f"failed: {_short(e)}")
         return {"ok": False, "steps": steps}
     fresh = TrainingState(SPEC, topo, ctx.rank, state.groups)
     fresh.train(STEPS)
-    differ = differences(fingerprint(state.sharded_state_dict()), fingerprint(fresh.sharded_state_dict()),
-                         TOPOLOGY_BOUND_KEYS)
+    differ = differences(
+        fingerprint(state.sharded_state_dict()), fingerprint(fresh.sharded_state_dict()), TOPOLOGY_BOUND_KEYS
+    )
     # equal to a fresh run trained to the same iteration on this topology: every key of the global state
-    return {"ok": True, "steps": steps, "iteration": state.iteration, "exact": not differ,
-            "tensors_exact": tensors_exact(state), "differ": differ}
+    return {
+        "ok": True,
+        "steps": steps,
+        "iteration": state.iteration,
+        "exact": not differ,
+        "tensors_exact": tensors_exact(state),
+        "differ": differ,
+    }
 
 
 def _short(e: BaseException) -> str:

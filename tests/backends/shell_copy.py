@@ -1,6 +1,7 @@
 """The in-house library with a twist many real ones have: each rank's shard is written by a program that is
 not Python (`cp` of a file torch.save made in a private temporary folder), so no Python hook sees the
 bytes land in the checkpoint. Only a file system under the checkpoint folder can fault that writer."""
+
 from __future__ import annotations
 
 import json

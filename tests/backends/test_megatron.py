@@ -1,4 +1,5 @@
 """The megatron-core adapter (optional extra [megatron]): skipped when megatron-core is not installed."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,6 +12,7 @@ pytestmark = pytest.mark.skipif(not available(), reason="megatron-core is not in
 
 def test_cpu_shim_changes_two_functions_and_restores_them():
     from resilience.backends.megatron import megatron_calls
+
     if torch.cuda.is_available():
         pytest.skip("the shim does nothing where CUDA is available")
     sync, current = torch.cuda.synchronize, torch.cuda.current_device
@@ -18,6 +20,7 @@ def test_cpu_shim_changes_two_functions_and_restores_them():
         assert torch.cuda.synchronize() is None
         assert torch.tensor([1], device=torch.cuda.current_device()).device.type == "cpu"
         import multiprocessing
+
         assert not multiprocessing.current_process().daemon
     assert (torch.cuda.synchronize, torch.cuda.current_device) == (sync, current)
 
@@ -30,8 +33,13 @@ def test_resharding_round_trip(tmp_path, combo):
     from resilience.runner.matrix import transition_scenario
     from resilience.runner.run import run_case
     from resilience.vocab import Combination
-    result = run_case(transition_scenario("tp+pp+dp", "tp2pp2dp1->tp1pp2dp2", 0), Combination.parse(combo),
-                      str(tmp_path), backend="megatron")
+
+    result = run_case(
+        transition_scenario("tp+pp+dp", "tp2pp2dp1->tp1pp2dp2", 0),
+        Combination.parse(combo),
+        str(tmp_path),
+        backend="megatron",
+    )
     assert result.verdict == "PASS", result.detail
 
 
@@ -41,6 +49,7 @@ def test_interop_reference_to_megatron(tmp_path):
     (no common.pt; objects stored bare where megatron stores one-element lists), its tensors it can."""
     from resilience.state import Topology
     from tests.backends.interop import interop
+
     result = interop("reference", "megatron", str(tmp_path), Topology(2, 1, 1), Topology(1, 1, 2))
     assert not result["ok"]
     assert "dist_checkpointing.load" in result["steps"][0]
@@ -54,6 +63,7 @@ def test_interop_megatron_to_reference(tmp_path):
     tensors exactly, and the objects once taken out of megatron's one-element lists."""
     from resilience.state import Topology
     from tests.backends.interop import interop
+
     result = interop("megatron", "reference", str(tmp_path), Topology(2, 1, 1), Topology(1, 1, 2))
     assert result["ok"] and result["exact"] and result["tensors_exact"], result
     assert result["steps"][0].startswith("ReferenceBackend.load refused")

@@ -1,5 +1,6 @@
 """Backend options as data: a spec's syntax, each adapter's declaration, one clear error for a wrong
 name or value, and the spec reaching the backend inside a real rank process."""
+
 from __future__ import annotations
 
 import os
@@ -19,44 +20,58 @@ DCP_SYNC = Combination.parse("TORCH_DCP/torch_dcp/sync")
 DCP_ASYNC = Combination.parse("TORCH_DCP/torch_dcp/async")
 
 
-@pytest.mark.parametrize("spec, base, given", [
-    ("dcp", "dcp", {}),
-    ("dcp:thread_count=4,async=process", "dcp", {"thread_count": "4", "async": "process"}),
-    (" dcp:sync_files=false ", "dcp", {"sync_files": "false"}),
-    ("pkg.mod:factory[thread_count=4]", "pkg.mod:factory", {"thread_count": "4"}),
-    ("pkg.mod:factory", "pkg.mod:factory", {}),  # not an alias: the part after ':' is the factory
-    ("megatron[strict=raise_all]", "megatron", {"strict": "raise_all"}),
-])
+@pytest.mark.parametrize(
+    "spec, base, given",
+    [
+        ("dcp", "dcp", {}),
+        ("dcp:thread_count=4,async=process", "dcp", {"thread_count": "4", "async": "process"}),
+        (" dcp:sync_files=false ", "dcp", {"sync_files": "false"}),
+        ("pkg.mod:factory[thread_count=4]", "pkg.mod:factory", {"thread_count": "4"}),
+        ("pkg.mod:factory", "pkg.mod:factory", {}),  # not an alias: the part after ':' is the factory
+        ("megatron[strict=raise_all]", "megatron", {"strict": "raise_all"}),
+    ],
+)
 def test_a_spec_splits_into_backend_and_options(spec, base, given):
     assert split_spec(spec, ALIASES) == (base, given)
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("dcp:thread_count", "cannot read option 'thread_count' in 'dcp:thread_count' (write options as name=value"),
-    ("dcp:thread_count=4,thread_count=2", "option thread_count given twice"),
-    ("dcp:a=1;b=2", "cannot read option 'a=1;b=2'"),
-    ("pkg.mod:f[x=]", "cannot read option 'x='"),
-    ("reference[x=1]", "reference takes no options"),
-    ("broken:ignores_topology[x=1]", "broken:ignores_topology takes no options"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("dcp:thread_count", "cannot read option 'thread_count' in 'dcp:thread_count' (write options as name=value"),
+        ("dcp:thread_count=4,thread_count=2", "option thread_count given twice"),
+        ("dcp:a=1;b=2", "cannot read option 'a=1;b=2'"),
+        ("pkg.mod:f[x=]", "cannot read option 'x='"),
+        ("reference[x=1]", "reference takes no options"),
+        ("broken:ignores_topology[x=1]", "broken:ignores_topology takes no options"),
+    ],
+)
 def test_a_spec_that_does_not_read_is_one_clear_error(spec, says):
     with pytest.raises(ConfigError, match="^backend: ") as e:
         parse_backend(spec)
     assert says in str(e.value)
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("dcp:thread_cnt=4", "dcp has no option 'thread_cnt' (its options are thread_count, sync_files,"),
-    ("dcp:thread_count=0", "option thread_count='0' is not allowed (FileSystemWriter: writer threads per rank) "
-                           "(give thread_count= one of: an integer from 1 to 64; default 1)"),
-    ("dcp:async=fiber", "give async= one of: thread, process; default thread"),
-    ("dcp:sync_files=maybe", "give sync_files= one of: true, false; default true"),
-    ("dcp:staging=pinned", "option staging=pinned cannot run here: pinned host memory needs CUDA"),
-    ("megatron:fully_parallel_load=broadcast", "cannot run here: exchange_utils allocates the exchanged shards on "
-                                               "device 'cuda'"),
-    ("resilience.backends.stock_dcp:make[collectives=maybe]", "give collectives= one of: on, off, no_dist"),
-    ("tests.backends.inhouse:factory[x=1]", "has no option 'x' (its options are none: it takes no options"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("dcp:thread_cnt=4", "dcp has no option 'thread_cnt' (its options are thread_count, sync_files,"),
+        (
+            "dcp:thread_count=0",
+            "option thread_count='0' is not allowed (FileSystemWriter: writer threads per rank) "
+            "(give thread_count= one of: an integer from 1 to 64; default 1)",
+        ),
+        ("dcp:async=fiber", "give async= one of: thread, process; default thread"),
+        ("dcp:sync_files=maybe", "give sync_files= one of: true, false; default true"),
+        ("dcp:staging=pinned", "option staging=pinned cannot run here: pinned host memory needs CUDA"),
+        (
+            "megatron:fully_parallel_load=broadcast",
+            "cannot run here: exchange_utils allocates the exchanged shards on device 'cuda'",
+        ),
+        ("resilience.backends.stock_dcp:make[collectives=maybe]", "give collectives= one of: on, off, no_dist"),
+        ("tests.backends.inhouse:factory[x=1]", "has no option 'x' (its options are none: it takes no options"),
+    ],
+)
 def test_a_wrong_option_names_the_option_its_values_and_the_fix(spec, says):
     with pytest.raises(ConfigError) as e:
         make_backend(spec, DCP_SYNC)
@@ -69,8 +84,10 @@ def test_options_are_typed_and_an_alias_keeps_its_own():
     assert resolve("dcp-threads:thread_count=2") == "resilience.backends.stock_dcp:make[thread_count=2]"
     backend = make_backend("dcp:thread_count=4,sync_files=no,async=process", DCP_ASYNC)
     assert backend.opts["thread_count"] == 4 and backend.opts["sync_files"] is False
-    assert backend.opts["async"] == "process" and backend.name == "dcp(thread_count=4,sync_files=False,async=process)" \
-        ":TORCH_DCP/torch_dcp/async"
+    assert (
+        backend.opts["async"] == "process"
+        and backend.name == "dcp(thread_count=4,sync_files=False,async=process):TORCH_DCP/torch_dcp/async"
+    )
     assert make_backend("dcp-threads", DCP_SYNC).opts["thread_count"] == 4
     assert make_backend("dcp", DCP_SYNC).opts["thread_count"] == 1
 
@@ -119,17 +136,20 @@ def test_drawn_specs_are_valid_and_shrink_to_the_defaults(spec):
 
 def test_drawn_specs_shrink_to_the_backend_itself():
     assert find(backend_specs("dcp"), lambda s: True) == "dcp"
-    assert find(backend_specs("dcp:sync_files=false", options=["thread_count"]),
-                lambda s: "thread_count" in s) == "dcp:sync_files=false,thread_count=2"
+    assert (
+        find(backend_specs("dcp:sync_files=false", options=["thread_count"]), lambda s: "thread_count" in s)
+        == "dcp:sync_files=false,thread_count=2"
+    )
 
 
 @pytest.mark.multiprocess
 def test_the_option_reaches_the_backend_in_the_rank_processes(tmp_path):
     """collectives=off: every rank writes its own __R.metadata and no rank the central .metadata; the
     scenario recorded in the case folder names the spec, so its replay runs the same option."""
-    scenario = from_dict({"name": "opts", "topology": "tp1pp1dp2", "steps": [{"train": 1}, "save",
-                                                                            {"resume": {"continue": 1}}]},
-                         source="<opts>")
+    scenario = from_dict(
+        {"name": "opts", "topology": "tp1pp1dp2", "steps": [{"train": 1}, "save", {"resume": {"continue": 1}}]},
+        source="<opts>",
+    )
     result = run_case(scenario, DCP_SYNC, str(tmp_path), backend="dcp:collectives=off")
     assert result.verdict == "PASS", result.detail
     step = next(os.path.join(root, d) for root, dirs, _ in os.walk(tmp_path) for d in dirs if d.startswith("step-"))

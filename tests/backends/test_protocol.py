@@ -1,4 +1,5 @@
 """The backend protocol: every shipped implementation satisfies it, make_backend is the one entry point."""
+
 from __future__ import annotations
 
 import pytest
@@ -93,12 +94,15 @@ def test_missing_required_method_is_one_clear_error():
         make_backend(f"{__name__}:no_load", DCP_SYNC)
 
 
-@pytest.mark.parametrize("name, message", [
-    ("nonsense", "cannot read 'nonsense'"),
-    ("no.such.module:make", "cannot import 'no.such.module:make'"),
-    ("resilience.backends.stock_dcp:nothing", "cannot import"),
-    ("broken:nothing", "no broken implementation 'nothing'"),
-])
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("nonsense", "cannot read 'nonsense'"),
+        ("no.such.module:make", "cannot import 'no.such.module:make'"),
+        ("resilience.backends.stock_dcp:nothing", "cannot import"),
+        ("broken:nothing", "no broken implementation 'nothing'"),
+    ],
+)
 def test_bad_backend_names(name, message):
     with pytest.raises(ConfigError, match=message):
         make_backend(name, DCP_SYNC)

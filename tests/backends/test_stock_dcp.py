@@ -1,5 +1,6 @@
 """The stock DCP adapter: DCP's own file operations reach the storage seam unchanged (what the fault
 injector and the power-loss recorder see), and the adapter runs through the matrix."""
+
 from __future__ import annotations
 
 import os
@@ -105,6 +106,7 @@ def test_resharding_round_trip(tmp_path, combo, backend):
 @pytest.mark.multiprocess
 def test_a_failed_write_is_not_acknowledged(tmp_path):
     """Disk full on rank 1 during the second save: DCP raises on every rank, nothing is acknowledged."""
-    result = run_case(fault_scenario("io_error", 0), Combination.parse("TORCH_DCP/torch_dcp/sync"), str(tmp_path),
-                      backend="dcp")
+    result = run_case(
+        fault_scenario("io_error", 0), Combination.parse("TORCH_DCP/torch_dcp/sync"), str(tmp_path), backend="dcp"
+    )
     assert result.verdict == "PASS", result.detail

@@ -2,6 +2,7 @@
 catalogue's column, gives at least one FAIL, and the checker the catalogue names is among those that
 gave it. Default: each implementation on its witness combination; -m slow: every catalogued combination,
 through the `resilience broken` command that writes the caught-by report."""
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,15 @@ pytestmark = pytest.mark.multiprocess
 def test_catalogue_is_complete():
     assert len(CATALOGUE) >= 12
     valid = {str(c) for c in valid_combinations()}
-    checkers = {"atomic_commit", "durability", "integrity", "resume_equivalence", "topology_independence",
-                "generations", "precision"}
+    checkers = {
+        "atomic_commit",
+        "durability",
+        "integrity",
+        "resume_equivalence",
+        "topology_independence",
+        "generations",
+        "precision",
+    }
     for impl in CATALOGUE.values():
         assert impl.column in FAULTS or impl.column in TRANSITIONS, impl
         assert impl.caught_by in checkers, impl
@@ -31,11 +39,26 @@ def test_catalogue_is_complete():
 
 def _matrix_rows(tmp_path, name: str) -> list[dict]:
     impl = CATALOGUE[name]
-    column = ["--faults", impl.column, "--transitions", "none"] if impl.column in FAULTS else \
-        ["--faults", "none", "--transitions", impl.column]
+    column = (
+        ["--faults", impl.column, "--transitions", "none"]
+        if impl.column in FAULTS
+        else ["--faults", "none", "--transitions", impl.column]
+    )
     out = tmp_path / "rows.json"
-    code = main(["matrix", "--backend", f"broken:{name}", "--combos", impl.witness, *column,
-                 "--out", str(tmp_path / "runs"), "--json", str(out)])
+    code = main(
+        [
+            "matrix",
+            "--backend",
+            f"broken:{name}",
+            "--combos",
+            impl.witness,
+            *column,
+            "--out",
+            str(tmp_path / "runs"),
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 1, "a matrix with a FAIL exits 1"
     return json.loads(out.read_text())
 

@@ -1,4 +1,5 @@
 """Checkers on hand-made evidence: each fails on the evidence it exists to catch."""
+
 from resilience.checkers import (
     ALL,
     FAIL,
@@ -41,9 +42,18 @@ def load(it, index=100, f=None, topology=str(T), **kw):
 def test_all_pass_on_a_clean_resume():
     e = ev([save(2), save(3)], [load(3, continued=[(5, fp(5))])])
     statuses = {v.checker: v.status for v in (run_checker(c, e) for c in ALL)}
-    assert statuses == {"atomic_commit": PASS, "durability": PASS, "integrity": NA, "resume_equivalence": PASS,
-                        "topology_independence": NA, "saves": PASS, "generations": NA, "exceptions": NA, "symmetry": NA,
-                        "precision": NA}
+    assert statuses == {
+        "atomic_commit": PASS,
+        "durability": PASS,
+        "integrity": NA,
+        "resume_equivalence": PASS,
+        "topology_independence": NA,
+        "saves": PASS,
+        "generations": NA,
+        "exceptions": NA,
+        "symmetry": NA,
+        "precision": NA,
+    }
 
 
 def test_atomic_commit_fails_on_a_torn_state():
@@ -72,8 +82,11 @@ def test_integrity_fails_when_damage_loads_as_wrong_values():
 def test_integrity_fails_when_a_load_ran_code_planted_in_the_checkpoint(tmp_path):
     """A load with right values still fails once the planted command's marker exists."""
     marker = tmp_path / "HOSTILE_PICKLE_RAN"
-    e = ev([save(2), save(3)], [load(3, index=100)],
-           corruptions=[{"index": 50, "iteration": 3, "rel": "iter_0000003/.metadata", "marker": str(marker)}])
+    e = ev(
+        [save(2), save(3)],
+        [load(3, index=100)],
+        corruptions=[{"index": 50, "iteration": 3, "rel": "iter_0000003/.metadata", "marker": str(marker)}],
+    )
     assert Integrity().check(e).status == PASS  # the damage missed what was read: no marker, no code ran
     marker.write_text("ran\nran\n")
     verdict = Integrity().check(e)
@@ -95,9 +108,11 @@ def test_integrity_fails_when_damage_restores_a_wrong_rng_state():
 
 
 def test_integrity_passes_on_fallback_and_on_refusal():
-    e = ev([save(2), save(3)], [load(2, warnings=["checksum failed"]),
-                                LoadRecord(2, str(T), "fail", 101, error="IntegrityError: x")],
-           corruptions=[{"index": 50, "iteration": 3}])
+    e = ev(
+        [save(2), save(3)],
+        [load(2, warnings=["checksum failed"]), LoadRecord(2, str(T), "fail", 101, error="IntegrityError: x")],
+        corruptions=[{"index": 50, "iteration": 3}],
+    )
     assert Integrity().check(e).status == PASS
 
 

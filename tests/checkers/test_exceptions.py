@@ -1,5 +1,6 @@
 """The exception contract: a save that raises something `except Exception` cannot catch is a FAIL naming
 the class and its bases; an ordinary error passes; nothing raised is N/A."""
+
 import os
 
 import pytest
@@ -56,8 +57,9 @@ def test_unit_verdicts():
 
 @pytest.mark.multiprocess
 def test_a_save_raising_a_base_exception_fails_the_contract(tmp_path):
-    result = run_case(load_text(SCENARIO), COMBO, str(tmp_path / "case"),
-                      backend="tests.checkers.test_exceptions:aborts_second_save")
+    result = run_case(
+        load_text(SCENARIO), COMBO, str(tmp_path / "case"), backend="tests.checkers.test_exceptions:aborts_second_save"
+    )
     verdict = next(v for v in result.verdicts if v.checker == "exceptions")
     assert verdict.status == FAIL, result.verdicts
     assert "SaveAborted" in verdict.detail and "BaseException" in verdict.detail
@@ -66,9 +68,12 @@ def test_a_save_raising_a_base_exception_fails_the_contract(tmp_path):
 
 @pytest.mark.multiprocess
 def test_the_reference_raising_oserror_keeps_the_contract(tmp_path):
-    scenario = load_text(SCENARIO.replace("second-save-raises", "enospc").replace(
-        "{train: 1}, save, resume", "{train: 1}, {fault: {kind: io_error, errno: ENOSPC, op: write, nth: 1}}, save, "
-                                    "resume"))
+    scenario = load_text(
+        SCENARIO.replace("second-save-raises", "enospc").replace(
+            "{train: 1}, save, resume",
+            "{train: 1}, {fault: {kind: io_error, errno: ENOSPC, op: write, nth: 1}}, save, resume",
+        )
+    )
     result = run_case(scenario, COMBO, str(tmp_path / "case"), backend="reference")
     verdict = next(v for v in result.verdicts if v.checker == "exceptions")
     assert verdict.status == PASS, result.verdicts

@@ -1,5 +1,6 @@
 """The precision checker on hand-written histories: each kind of load after a precision change gets its
 verdict, the other checkers leave such loads to it, and it is N/A when no resume changed precision."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,15 +17,23 @@ LOST = "39519 of 39776 fp32 parameters changed, relative error up to 3.88e-03 (o
 
 
 def _targets(iteration: int, saved: str, loaded: str) -> PrecisionTargets:
-    return PrecisionTargets(f"exact{iteration}{loaded}", f"cast{iteration}{loaded}", LOST,
-                            lambda how, it: f"{how}-after{it}{loaded}")
+    return PrecisionTargets(
+        f"exact{iteration}{loaded}", f"cast{iteration}{loaded}", LOST, lambda how, it: f"{how}-after{it}{loaded}"
+    )
 
 
 def _history(load: dict, *, saved="bf16", continued: tuple | None = None, corrupt=False) -> list[Event]:
     ev = [Event("invoke", "job", "runner", {"job": 0, "topology": T}, 0)]
     for r in (0, 1):
-        ev.append(Event("invoke", "save", r, {"save_id": "0.1", "iteration": 3, "dtype": saved,
-                                              **({"fingerprint": "fp3"} if r == 0 else {})}, 0))
+        ev.append(
+            Event(
+                "invoke",
+                "save",
+                r,
+                {"save_id": "0.1", "iteration": 3, "dtype": saved, **({"fingerprint": "fp3"} if r == 0 else {})},
+                0,
+            )
+        )
     ev += [Event("ok", "save", r, {"save_id": "0.1", "iteration": 3}, 0) for r in (0, 1)]
     if corrupt:
         ev.append(Event("ok", "corrupt", "runner", {"iteration": 3, "detail": "truncated"}, 0))
@@ -36,40 +45,91 @@ def _history(load: dict, *, saved="bf16", continued: tuple | None = None, corrup
 
 
 def _judge(events, oracle=_targets) -> dict:
-    ev = evidence_from(events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
-                       never_stopped=lambda it: f"fp{it}", converted=oracle)
+    ev = evidence_from(
+        events,
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse(T),
+        never_stopped=lambda it: f"fp{it}",
+        converted=oracle,
+    )
     return {v.checker: v for v in (run_checker(c, ev) for c in ALL)}
 
 
 CAST_WARNING = "log WARNING lib.ckpt: casting optimizer.main_param from torch.float32 to torch.bfloat16"
 TABLE = [
-    ("the exact conversion, training on as from it",
-     {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, ("exact-after5fp32",), PASS, "LOADED-EXACT"),
-    ("a cast the implementation warned of, as a log record",
-     {"iteration": 3, "fingerprint": "cast3fp32", "dtype": "fp32", "captured": [CAST_WARNING]}, None, PASS,
-     f"LOADED-CAST, precision lost: {LOST}, warned: {CAST_WARNING}"),
-    ("a cast the implementation warned of, in LoadResult.warnings",
-     {"iteration": 3, "fingerprint": "cast3fp32", "dtype": "fp32", "warnings": ["parameters cast to fp32"]}, None,
-     PASS, "LOADED-CAST"),
-    ("a cast nobody was told of; a warning about something else does not count",
-     {"iteration": 3, "fingerprint": "cast3fp32", "dtype": "fp32",
-      "captured": ["warning FutureWarning: `load_state_dict` is deprecated"]}, None, FAIL,
-     f"CAST-SILENTLY, precision lost: {LOST}, no warning"),
-    ("values that are neither",
-     {"iteration": 3, "fingerprint": "garbage", "dtype": "fp32"}, None, FAIL, "neither the exact conversion nor"),
-    ("exact values, but training on diverges",
-     {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, ("diverged",), FAIL,
-     "training continued after the exact load diverged at iteration 5"),
-    ("a refusal naming the missing main parameters",
-     {"type": "fail", "dtype": "fp32", "refused": False,
-      "error": "IntegrityError: x: dcp.load failed: Missing key optimizer.main_param.output_layer.weight"}, None,
-     REFUSED, "REFUSED-CLEARLY"),
-    ("a refusal by the protocol's class",
-     {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, None, REFUSED,
-     "REFUSED-CLEARLY"),
-    ("a failure that says nothing of precision",
-     {"type": "fail", "dtype": "fp32", "refused": False, "error": "CheckpointNotFound: nothing"}, None, FAIL,
-     "does not name the precision change"),
+    (
+        "the exact conversion, training on as from it",
+        {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"},
+        ("exact-after5fp32",),
+        PASS,
+        "LOADED-EXACT",
+    ),
+    (
+        "a cast the implementation warned of, as a log record",
+        {"iteration": 3, "fingerprint": "cast3fp32", "dtype": "fp32", "captured": [CAST_WARNING]},
+        None,
+        PASS,
+        f"LOADED-CAST, precision lost: {LOST}, warned: {CAST_WARNING}",
+    ),
+    (
+        "a cast the implementation warned of, in LoadResult.warnings",
+        {"iteration": 3, "fingerprint": "cast3fp32", "dtype": "fp32", "warnings": ["parameters cast to fp32"]},
+        None,
+        PASS,
+        "LOADED-CAST",
+    ),
+    (
+        "a cast nobody was told of; a warning about something else does not count",
+        {
+            "iteration": 3,
+            "fingerprint": "cast3fp32",
+            "dtype": "fp32",
+            "captured": ["warning FutureWarning: `load_state_dict` is deprecated"],
+        },
+        None,
+        FAIL,
+        f"CAST-SILENTLY, precision lost: {LOST}, no warning",
+    ),
+    (
+        "values that are neither",
+        {"iteration": 3, "fingerprint": "garbage", "dtype": "fp32"},
+        None,
+        FAIL,
+        "neither the exact conversion nor",
+    ),
+    (
+        "exact values, but training on diverges",
+        {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"},
+        ("diverged",),
+        FAIL,
+        "training continued after the exact load diverged at iteration 5",
+    ),
+    (
+        "a refusal naming the missing main parameters",
+        {
+            "type": "fail",
+            "dtype": "fp32",
+            "refused": False,
+            "error": "IntegrityError: x: dcp.load failed: Missing key optimizer.main_param.output_layer.weight",
+        },
+        None,
+        REFUSED,
+        "REFUSED-CLEARLY",
+    ),
+    (
+        "a refusal by the protocol's class",
+        {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"},
+        None,
+        REFUSED,
+        "REFUSED-CLEARLY",
+    ),
+    (
+        "a failure that says nothing of precision",
+        {"type": "fail", "dtype": "fp32", "refused": False, "error": "CheckpointNotFound: nothing"},
+        None,
+        FAIL,
+        "does not name the precision change",
+    ),
 ]
 
 
@@ -92,8 +152,9 @@ def test_no_precision_change_is_not_a_pass():
 
 
 def test_a_failure_after_damage_is_left_to_the_damage_checkers():
-    events = _history({"type": "fail", "dtype": "fp32", "refused": False, "error": "CheckpointNotFound: none"},
-                      corrupt=True)
+    events = _history(
+        {"type": "fail", "dtype": "fp32", "refused": False, "error": "CheckpointNotFound: none"}, corrupt=True
+    )
     assert _judge(events)["precision"].status == NA
 
 
@@ -104,22 +165,36 @@ def test_without_an_oracle_it_cannot_judge():
 
 def test_a_silent_cast_may_be_accepted_by_choice():
     events = _history({"iteration": 3, "fingerprint": "cast3fp32", "dtype": "fp32"})
-    ev = evidence_from(events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
-                       never_stopped=lambda it: f"fp{it}", converted=_targets)
+    ev = evidence_from(
+        events,
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse(T),
+        never_stopped=lambda it: f"fp{it}",
+        converted=_targets,
+    )
     assert PrecisionOnResume(silent_cast=PASS).check(ev).status == PASS
 
 
-@pytest.mark.parametrize("promise, load, status", [
-    ("refuse", {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, FAIL),
-    ("load", {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, FAIL),
-    ("load", {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, PASS),
-    ("refuse", {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, REFUSED),
-])
+@pytest.mark.parametrize(
+    "promise, load, status",
+    [
+        ("refuse", {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, FAIL),
+        ("load", {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, FAIL),
+        ("load", {"iteration": 3, "fingerprint": "exact3fp32", "dtype": "fp32"}, PASS),
+        ("refuse", {"type": "fail", "dtype": "fp32", "refused": True, "error": "TopologyChangeRefused: no"}, REFUSED),
+    ],
+)
 def test_a_stated_precision_promise_is_held(promise, load, status):
     from resilience.vocab.contract import TopologyContract
-    ev = evidence_from(_history(dict(load)), combo=Combination.parse("GLOBAL/torch_dist/sync"),
-                       save_topology=Topology.parse(T), never_stopped=lambda it: f"fp{it}", converted=_targets,
-                       contract=TopologyContract.parse({"precision": promise}))
+
+    ev = evidence_from(
+        _history(dict(load)),
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse(T),
+        never_stopped=lambda it: f"fp{it}",
+        converted=_targets,
+        contract=TopologyContract.parse({"precision": promise}),
+    )
     v = PrecisionOnResume().check(ev)
     assert v.status == status, v
     if status == FAIL:

@@ -1,6 +1,7 @@
 """Failure symmetry: a rank that raises while another waits in a collective is a FAIL naming where the
 waiting rank was blocked (its stacks); ranks that disagree about one save are a FAIL; the reference, whose
 ranks agree on every failure, passes."""
+
 import pytest
 
 from resilience.checkers import FAIL, NA, PASS, Evidence, FailureSymmetry, SaveRecord
@@ -13,13 +14,13 @@ from resilience.vocab import Combination
 from tests.backends.inhouse import InhouseBackend
 
 COMBO = Combination.parse("LOCAL/torch/sync")
-STACKS = '''Thread 0x00007f (most recent call first):
+STACKS = """Thread 0x00007f (most recent call first):
   File "/x/torch/distributed/distributed_c10d.py", line 4811 in barrier
   File "/x/tests/backends/inhouse.py", line 25 in _barrier
 
 Current thread 0x00007e (most recent call first):
   File "/x/other.py", line 1 in run
-'''
+"""
 
 
 class RaisesOnRankOne(InhouseBackend):
@@ -56,12 +57,21 @@ def test_unit_verdicts():
     check = FailureSymmetry().check
     assert waiting_in(STACKS) == "barrier (distributed_c10d.py:4811)"
     assert check(_ev()).status == NA
-    v = check(_ev(errors=[{"job": 0, "rank": 1, "error": "RuntimeError: x"}],
-                  blocked=[{"job": 0, "rank": 0, "error": "still running", "stacks": STACKS}]))
+    v = check(
+        _ev(
+            errors=[{"job": 0, "rank": 1, "error": "RuntimeError: x"}],
+            blocked=[{"job": 0, "rank": 0, "error": "still running", "stacks": STACKS}],
+        )
+    )
     assert v.status == FAIL and "rank 1 raised RuntimeError: x" in v.detail and "blocked in barrier" in v.detail
     split = SaveRecord(0, 2, "tp1pp1dp2", None, None, "info", 3, "0.2", 2, ok_ranks=[0], errors={1: "OSError: x"})
-    v = check(_ev(saves=[split], errors=[{"job": 0, "rank": 1, "error": "OSError: x"}],
-                  combo=Combination.parse("GLOBAL/torch_dist/sync")))
+    v = check(
+        _ev(
+            saves=[split],
+            errors=[{"job": 0, "rank": 1, "error": "OSError: x"}],
+            combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        )
+    )
     assert v.status == FAIL and "returned on ranks [0] and raised on ranks [1]" in v.detail
     local = check(_ev(saves=[split], errors=[{"job": 0, "rank": 1, "error": "OSError: x"}]))
     assert local.status == PASS and "LOCAL saves are per rank" in local.detail
@@ -70,8 +80,9 @@ def test_unit_verdicts():
 
 @pytest.mark.multiprocess
 def test_a_rank_left_waiting_in_a_barrier_fails_with_its_stack(tmp_path):
-    result = run_case(load_text(SCENARIO), COMBO, str(tmp_path / "case"),
-                      backend="tests.checkers.test_symmetry:raises_on_rank_one")
+    result = run_case(
+        load_text(SCENARIO), COMBO, str(tmp_path / "case"), backend="tests.checkers.test_symmetry:raises_on_rank_one"
+    )
     verdict = next(v for v in result.verdicts if v.checker == "symmetry")
     assert verdict.status == FAIL, result.verdicts
     assert "rank 1 raised RuntimeError: rank 1 gave up" in verdict.detail
@@ -82,9 +93,12 @@ def test_a_rank_left_waiting_in_a_barrier_fails_with_its_stack(tmp_path):
 @pytest.mark.multiprocess
 def test_the_reference_fails_on_every_rank_alike(tmp_path):
     """LOCAL: rank 1's save raises, rank 0's returns (per-rank saves by design), no rank waits: PASS."""
-    scenario = load_text(SCENARIO.replace("one-rank-raises", "enospc").replace(
-        "{train: 1}, save, resume", "{train: 1}, {fault: {kind: io_error, errno: ENOSPC, rank: 1, op: write, nth: 1}}, "
-                                    "save, resume"))
+    scenario = load_text(
+        SCENARIO.replace("one-rank-raises", "enospc").replace(
+            "{train: 1}, save, resume",
+            "{train: 1}, {fault: {kind: io_error, errno: ENOSPC, rank: 1, op: write, nth: 1}}, save, resume",
+        )
+    )
     result = run_case(scenario, COMBO, str(tmp_path / "case"), backend="reference")
     verdict = next(v for v in result.verdicts if v.checker == "symmetry")
     assert verdict.status == PASS, result.verdicts

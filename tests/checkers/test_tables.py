@@ -1,5 +1,6 @@
 """Hand-written histories and the verdict each must give: history -> evidence (the one builder the runner
 and the cluster verdicts use) -> checkers -> the case's verdict. Pure logic: no processes."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,8 +44,7 @@ class History:
         for r in ok:
             self.add("ok", "save", r, save_id=sid, iteration=it)
         for r, error in (fail or {}).items():
-            self.add("fail", "save", r, save_id=sid, iteration=it, error=error,
-                     **({"errno": errno} if errno else {}))
+            self.add("fail", "save", r, save_id=sid, iteration=it, error=error, **({"errno": errno} if errno else {}))
         return self
 
     def fault(self, kind="io_error", rank=1):
@@ -52,14 +52,16 @@ class History:
 
     def load(self, it=None, ok=True, topology=T, refused=False, crash_state=None, error=""):
         if ok:
-            return self.add("ok", "load", 0, iteration=it, fingerprint=fp(it), topology=topology,
-                            crash_state=crash_state)
+            return self.add(
+                "ok", "load", 0, iteration=it, fingerprint=fp(it), topology=topology, crash_state=crash_state
+            )
         return self.add("fail", "load", 0, topology=topology, refused=refused, error=error, crash_state=crash_state)
 
 
 def judge(h: History, combo="GLOBAL/torch_dist/sync", save_topology=T) -> dict:
-    ev = evidence_from(h.events, combo=Combination.parse(combo), save_topology=Topology.parse(save_topology),
-                       never_stopped=fp)
+    ev = evidence_from(
+        h.events, combo=Combination.parse(combo), save_topology=Topology.parse(save_topology), never_stopped=fp
+    )
     return {v.checker: v for v in (run_checker(c, ev) for c in ALL)}
 
 
@@ -68,48 +70,155 @@ GLOO_TIMEOUT = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:53
 
 # (name, history, checker, verdict it must give, words its detail must hold)
 TABLE = [
-    ("clean: two saves, the newest loaded",
-     History().start(0).save("0.1", 2).save("0.2", 3).start(1).load(3), "durability", PASS, ""),
-    ("partial acknowledgement: rank 1 never returned from save 3, so 2 may be loaded",
-     History().start(0).save("0.1", 2).save("0.2", 3, ok=(0,)).start(1).load(2), "durability", PASS, ""),
-    ("partial acknowledgement is indeterminate, not a failure of the save",
-     History().start(0).save("0.1", 2).save("0.2", 3, ok=(0,)).start(1).load(2), "saves", PASS, "1 indeterminate"),
-    ("both ranks returned save 3: loading 2 loses it",
-     History().start(0).save("0.1", 2).save("0.2", 3).start(1).load(2), "durability", FAIL, "acknowledged save"),
-    ("a failed re-save of an acknowledged iteration keeps its acknowledgement: a failed load loses it",
-     History().start(0).save("0.1", 2).fault().save("0.2", 2, ok=(0,), fail={1: "OSError: EIO"}, errno="EIO")
-     .start(1).load(ok=False, error="CheckpointNotFound: none"), "durability", FAIL, "lost an acknowledged"),
-    ("a failed re-save of an acknowledged iteration, the first copy loaded",
-     History().start(0).save("0.1", 2).fault().save("0.2", 2, ok=(0,), fail={1: "OSError: EIO"}, errno="EIO")
-     .start(1).load(2), "durability", PASS, ""),
-    ("a load that returned an older iteration after an acknowledged save",
-     History().start(0).save("0.1", 2).start(1).save("1.1", 4).start(2).load(2), "durability", FAIL,
-     "lost"),
-    ("ENOSPC on every save, no fault planned: the environment refused, named by errno",
-     History().start(0).save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC").start(1)
-     .load(ok=False, error="CheckpointNotFound: none"), "saves", UNKNOWN,
-     "save raised OSError ENOSPC: No space left on device on rank 1"),
-    ("ENOSPC on every save, as a planned io_error makes it: nothing acknowledged, nothing probed",
-     History().start(0).fault().save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC").start(1)
-     .load(ok=False, error="CheckpointNotFound: none"), "saves", UNPROBED, "none of 1 saves"),
-    ("every failing rank timed out in gloo's collective, nothing else raised: too slow to judge",
-     History().start(0).save("0.1", 2).save("0.2", 3, ok=(), fail={0: GLOO_TIMEOUT, 1: GLOO_TIMEOUT}).start(1)
-     .load(2), "saves", UNKNOWN, "timed out in a collective"),
-    ("one rank raised a bug, the other timed out waiting for it: the code's failure",
-     History().start(0).save("0.1", 2).save("0.2", 3, ok=(), fail={0: GLOO_TIMEOUT, 1: "ValueError: bad"}).start(1)
-     .load(2), "saves", FAIL, "ValueError: bad"),
-    ("a save that raised a bug on every rank",
-     History().start(0).save("0.1", 2, ok=(), fail={0: "ValueError: bad", 1: "ValueError: bad"}).start(1)
-     .load(ok=False, error="CheckpointNotFound: none"), "saves", FAIL, "save raised ValueError: bad on rank 0"),
-    ("a power-loss state that kept the acknowledged save",
-     History().start(0).save("0.1", 2).save("0.2", 3, ok=()).start(1).load(2, crash_state="state-000"),
-     "durability", PASS, "1 power-loss states"),
-    ("a power-loss state that lost the acknowledged save",
-     History().start(0).save("0.1", 2).save("0.2", 3, ok=()).start(1)
-     .load(ok=False, crash_state="state-001", error="CheckpointNotFound: empty"), "durability", FAIL, ""),
-    ("a power-loss state holding a state no save wrote",
-     History().start(0).save("0.1", 2).start(1).add("ok", "load", 0, iteration=2, fingerprint="torn",
-                                                    crash_state="state-002"), "atomic_commit", FAIL, "no save"),
+    (
+        "clean: two saves, the newest loaded",
+        History().start(0).save("0.1", 2).save("0.2", 3).start(1).load(3),
+        "durability",
+        PASS,
+        "",
+    ),
+    (
+        "partial acknowledgement: rank 1 never returned from save 3, so 2 may be loaded",
+        History().start(0).save("0.1", 2).save("0.2", 3, ok=(0,)).start(1).load(2),
+        "durability",
+        PASS,
+        "",
+    ),
+    (
+        "partial acknowledgement is indeterminate, not a failure of the save",
+        History().start(0).save("0.1", 2).save("0.2", 3, ok=(0,)).start(1).load(2),
+        "saves",
+        PASS,
+        "1 indeterminate",
+    ),
+    (
+        "both ranks returned save 3: loading 2 loses it",
+        History().start(0).save("0.1", 2).save("0.2", 3).start(1).load(2),
+        "durability",
+        FAIL,
+        "acknowledged save",
+    ),
+    (
+        "a failed re-save of an acknowledged iteration keeps its acknowledgement: a failed load loses it",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .fault()
+        .save("0.2", 2, ok=(0,), fail={1: "OSError: EIO"}, errno="EIO")
+        .start(1)
+        .load(ok=False, error="CheckpointNotFound: none"),
+        "durability",
+        FAIL,
+        "lost an acknowledged",
+    ),
+    (
+        "a failed re-save of an acknowledged iteration, the first copy loaded",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .fault()
+        .save("0.2", 2, ok=(0,), fail={1: "OSError: EIO"}, errno="EIO")
+        .start(1)
+        .load(2),
+        "durability",
+        PASS,
+        "",
+    ),
+    (
+        "a load that returned an older iteration after an acknowledged save",
+        History().start(0).save("0.1", 2).start(1).save("1.1", 4).start(2).load(2),
+        "durability",
+        FAIL,
+        "lost",
+    ),
+    (
+        "ENOSPC on every save, no fault planned: the environment refused, named by errno",
+        History()
+        .start(0)
+        .save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC")
+        .start(1)
+        .load(ok=False, error="CheckpointNotFound: none"),
+        "saves",
+        UNKNOWN,
+        "save raised OSError ENOSPC: No space left on device on rank 1",
+    ),
+    (
+        "ENOSPC on every save, as a planned io_error makes it: nothing acknowledged, nothing probed",
+        History()
+        .start(0)
+        .fault()
+        .save("0.1", 2, ok=(0,), fail={1: ENOSPC}, errno="ENOSPC")
+        .start(1)
+        .load(ok=False, error="CheckpointNotFound: none"),
+        "saves",
+        UNPROBED,
+        "none of 1 saves",
+    ),
+    (
+        "every failing rank timed out in gloo's collective, nothing else raised: too slow to judge",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .save("0.2", 3, ok=(), fail={0: GLOO_TIMEOUT, 1: GLOO_TIMEOUT})
+        .start(1)
+        .load(2),
+        "saves",
+        UNKNOWN,
+        "timed out in a collective",
+    ),
+    (
+        "one rank raised a bug, the other timed out waiting for it: the code's failure",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .save("0.2", 3, ok=(), fail={0: GLOO_TIMEOUT, 1: "ValueError: bad"})
+        .start(1)
+        .load(2),
+        "saves",
+        FAIL,
+        "ValueError: bad",
+    ),
+    (
+        "a save that raised a bug on every rank",
+        History()
+        .start(0)
+        .save("0.1", 2, ok=(), fail={0: "ValueError: bad", 1: "ValueError: bad"})
+        .start(1)
+        .load(ok=False, error="CheckpointNotFound: none"),
+        "saves",
+        FAIL,
+        "save raised ValueError: bad on rank 0",
+    ),
+    (
+        "a power-loss state that kept the acknowledged save",
+        History().start(0).save("0.1", 2).save("0.2", 3, ok=()).start(1).load(2, crash_state="state-000"),
+        "durability",
+        PASS,
+        "1 power-loss states",
+    ),
+    (
+        "a power-loss state that lost the acknowledged save",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .save("0.2", 3, ok=())
+        .start(1)
+        .load(ok=False, crash_state="state-001", error="CheckpointNotFound: empty"),
+        "durability",
+        FAIL,
+        "",
+    ),
+    (
+        "a power-loss state holding a state no save wrote",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .start(1)
+        .add("ok", "load", 0, iteration=2, fingerprint="torn", crash_state="state-002"),
+        "atomic_commit",
+        FAIL,
+        "no save",
+    ),
 ]
 
 
@@ -122,8 +231,13 @@ def test_each_history_gets_its_verdict(name, history, checker, status, words):
 
 @pytest.mark.parametrize("combo, status", [("LEGACY/torch/sync", REFUSED), ("GLOBAL/torch_dist/sync", FAIL)])
 def test_a_refused_load_is_right_where_the_combination_refuses(combo, status):
-    h = History().start(0).save("0.1", 2).start(1, "tp1pp1dp1").load(
-        ok=False, topology="tp1pp1dp1", refused=True, error="TopologyChangeRefused: tp 2 -> 1")
+    h = (
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .start(1, "tp1pp1dp1")
+        .load(ok=False, topology="tp1pp1dp1", refused=True, error="TopologyChangeRefused: tp 2 -> 1")
+    )
     assert judge(h, combo)["topology_independence"].status == status
 
 
@@ -175,16 +289,25 @@ def test_histories_without_save_ids_pair_each_answer_with_its_save():
             h.add("invoke", "save", r, iteration=it, **({"fingerprint": fp(it)} if r == 0 else {}))
         for r in (0, 1) if it != 3 else (0,):
             h.add("ok", "save", r, iteration=it)
-    ev = evidence_from(h.start(1).load(2).events, combo=Combination.parse("GLOBAL/torch_dist/sync"),
-                       save_topology=Topology.parse(T), never_stopped=fp)
-    assert [(s.save_id, s.iteration, s.status) for s in ev.saves] == [("0.1", 2, "ok"), ("0.2", 2, "ok"),
-                                                                      ("0.3", 3, "info")]
+    ev = evidence_from(
+        h.start(1).load(2).events,
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse(T),
+        never_stopped=fp,
+    )
+    assert [(s.save_id, s.iteration, s.status) for s in ev.saves] == [
+        ("0.1", 2, "ok"),
+        ("0.2", 2, "ok"),
+        ("0.3", 3, "info"),
+    ]
 
 
 def test_an_unfired_fault_beside_a_fail_shows_both():
     verdicts = [Verdict("durability", FAIL, "1 of 1 loads lost an acknowledged save")]
-    faults = [{"fault": "rank_crash rank=1 phase=write", "status": NEVER_FIRED, "detail": "its trigger never came"},
-              {"fault": "truncate", "status": FIRED, "detail": "damaged iter_0000002/x"}]
+    faults = [
+        {"fault": "rank_crash rank=1 phase=write", "status": NEVER_FIRED, "detail": "its trigger never came"},
+        {"fault": "truncate", "status": FIRED, "detail": "damaged iter_0000002/x"},
+    ]
     overall, detail, extra = combine(verdicts, [], faults)
     assert overall == FAIL
     assert [(v.checker, v.status) for v in extra] == [("faults", UNPROBED)]
@@ -196,8 +319,11 @@ def test_an_unfired_fault_beside_a_fail_shows_both():
 
 
 def test_an_unfired_fault_alone_is_unprobed_never_a_pass():
-    overall, _, _ = combine([Verdict("durability", PASS, "ok")], [],
-                            [{"fault": "x", "status": "not applicable", "detail": "nothing to damage"}])
+    overall, _, _ = combine(
+        [Verdict("durability", PASS, "ok")],
+        [],
+        [{"fault": "x", "status": "not applicable", "detail": "nothing to damage"}],
+    )
     assert overall == UNPROBED and overall in FAILING
 
 
@@ -216,14 +342,31 @@ def test_damage_that_changed_nothing_loaded_makes_the_case_na_never_pass():
     assert overall == PASS
 
 
-@pytest.mark.parametrize("contract, status", [({"tp": "refuse"}, REFUSED), ({"tp": "load"}, FAIL),
-                                              ({"dp": "load"}, REFUSED), ({"tp": "load", "dp": "refuse"}, FAIL)])
+@pytest.mark.parametrize(
+    "contract, status",
+    [
+        ({"tp": "refuse"}, REFUSED),
+        ({"tp": "load"}, FAIL),
+        ({"dp": "load"}, REFUSED),
+        ({"tp": "load", "dp": "refuse"}, FAIL),
+    ],
+)
 def test_a_stated_contract_decides_over_the_combination(contract, status):
     # the same refusal of a tp change under GLOBAL (whose preset promises a load): the contract decides
-    h = History().start(0).save("0.1", 2).start(1, "tp1pp1dp1").load(
-        ok=False, topology="tp1pp1dp1", refused=True, error="TopologyChangeRefused: tp 2 -> 1")
-    ev = evidence_from(h.events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
-                       never_stopped=fp, contract=TopologyContract.parse(contract, source="stated by test"))
+    h = (
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .start(1, "tp1pp1dp1")
+        .load(ok=False, topology="tp1pp1dp1", refused=True, error="TopologyChangeRefused: tp 2 -> 1")
+    )
+    ev = evidence_from(
+        h.events,
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse(T),
+        never_stopped=fp,
+        contract=TopologyContract.parse(contract, source="stated by test"),
+    )
     v = run_checker(TopologyIndependence(), ev)
     assert v.status == status, v
     if status == FAIL:
@@ -232,8 +375,13 @@ def test_a_stated_contract_decides_over_the_combination(contract, status):
 
 def test_a_loaded_change_the_contract_refuses_fails():
     h = History().start(0).save("0.1", 2).start(1, "tp1pp1dp1").load(2, topology="tp1pp1dp1")
-    ev = evidence_from(h.events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
-                       never_stopped=fp, contract=TopologyContract.parse({"tp": "refuse"}))
+    ev = evidence_from(
+        h.events,
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse(T),
+        never_stopped=fp,
+        contract=TopologyContract.parse({"tp": "refuse"}),
+    )
     assert run_checker(TopologyIndependence(), ev).status == FAIL
     ev.contract = None  # the preset of GLOBAL loads any change
     assert run_checker(TopologyIndependence(), ev).status == PASS

@@ -1,4 +1,5 @@
 """The seed's three layers: six valid combinations, eighteen rejected before a byte is written."""
+
 import itertools
 import json
 import os
@@ -17,8 +18,12 @@ from resilience.vocab.combos import VALID, CheckpointType, CkptFormat, Combinati
 ALL = list(itertools.product(CheckpointType, CkptFormat, IOMode))
 INVALID = [k for k in ALL if k not in VALID]
 # The format each type is stored as; any other format is the format layer's fault, async on torch the io layer's.
-NATIVE = {CheckpointType.LEGACY: CkptFormat.TORCH, CheckpointType.LOCAL: CkptFormat.TORCH,
-          CheckpointType.GLOBAL: CkptFormat.TORCH_DIST, CheckpointType.TORCH_DCP: CkptFormat.TORCH_DCP}
+NATIVE = {
+    CheckpointType.LEGACY: CkptFormat.TORCH,
+    CheckpointType.LOCAL: CkptFormat.TORCH,
+    CheckpointType.GLOBAL: CkptFormat.TORCH_DIST,
+    CheckpointType.TORCH_DCP: CkptFormat.TORCH_DCP,
+}
 SEED_TABLE = {
     "LEGACY/torch/sync": "mainstream default",
     "LOCAL/torch/sync": "debugging",
@@ -69,12 +74,15 @@ def test_invalid_combination_is_rejected_before_a_byte_is_written(key, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("text, field", [
-    ("GLOBAL/torch_dist", "combination"),
-    ("SHARDED/torch/sync", "type"),
-    ("LEGACY/pickle/sync", "format"),
-    ("LEGACY/torch/eventually", "io"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("GLOBAL/torch_dist", "combination"),
+        ("SHARDED/torch/sync", "type"),
+        ("LEGACY/pickle/sync", "format"),
+        ("LEGACY/torch/eventually", "io"),
+    ],
+)
 def test_unreadable_combination_is_a_clear_error(text, field):
     with pytest.raises(ConfigError) as e:
         Combination.parse(text)
@@ -127,12 +135,20 @@ def test_combos_table_for_people(capsys):
         assert text in out
     assert "torch cannot carry GLOBAL semantics" in out
     assert out.count("format layer:") == 16 and out.count("io layer:") == 2
-    assert sum(1 for line in out.splitlines() if line.split()[:1] and line.split()[0] in
-               {t.value for t in CheckpointType}) == 24
+    assert (
+        sum(1 for line in out.splitlines() if line.split()[:1] and line.split()[0] in {t.value for t in CheckpointType})
+        == 24
+    )
 
 
 def test_combos_json_from_the_installed_command():
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    out = subprocess.run([sys.executable, "-m", "resilience.cli", "combos", "--json"], capture_output=True,
-                         text=True, timeout=120, env=env, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "resilience.cli", "combos", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
+    ).stdout
     _check_json_schema(json.loads(out))

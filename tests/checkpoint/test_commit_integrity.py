@@ -5,6 +5,7 @@ Tests that hold for every combination are parametrized over valid_combinations()
 format module is not written yet is skipped and starts running once the module exists. To keep the
 suite fast, the cases of one scenario run in one job per combination (a module-scoped cache) and
 each case is still its own test."""
+
 import errno
 import fcntl
 import importlib.util
@@ -89,10 +90,18 @@ def _load_one(ctx, combo, spec, topo, root, strict=False, train_after=0):
     try:
         result = ReferenceBackend(combo, strict=strict).load(state, root)
     except Exception as e:
-        return {"error": type(e).__name__, "message": str(e), "iteration": state.iteration,
-                "fp": fingerprint(state.sharded_state_dict())}
-    out = {"iteration": result.iteration, "warnings": result.warnings, "rng_restored": result.rng_restored,
-           "fp": fingerprint(state.sharded_state_dict())}
+        return {
+            "error": type(e).__name__,
+            "message": str(e),
+            "iteration": state.iteration,
+            "fp": fingerprint(state.sharded_state_dict()),
+        }
+    out = {
+        "iteration": result.iteration,
+        "warnings": result.warnings,
+        "rng_restored": result.rng_restored,
+        "fp": fingerprint(state.sharded_state_dict()),
+    }
     if train_after:
         state.train(train_after)
         out["after"] = fingerprint(state.sharded_state_dict())
@@ -136,6 +145,7 @@ def cached(tmp_path_factory):
                     memo[key] = build(str(folder))
                     done.write_bytes(pickle.dumps(memo[key]))
         return memo[key]
+
     return get
 
 
@@ -145,19 +155,23 @@ def _round_trip(ctx, combo, spec, topo, root):
     return saved, _load_one(ctx, combo, spec, topo, root, strict=True, train_after=2)
 
 
-@pytest.mark.parametrize("topo, spec", [
-    (Topology(2, 1, 1), ModelSpec()),
-    (Topology(1, 2, 1), ModelSpec()),
-    (Topology(1, 1, 2), DISTOPT),
-    (Topology(2, 1, 2), DISTOPT),
-], ids=["tp2", "pp2", "dp2-distopt-bf16", "tp2dp2-distopt-bf16"])
+@pytest.mark.parametrize(
+    "topo, spec",
+    [
+        (Topology(2, 1, 1), ModelSpec()),
+        (Topology(1, 2, 1), ModelSpec()),
+        (Topology(1, 1, 2), DISTOPT),
+        (Topology(2, 1, 2), DISTOPT),
+    ],
+    ids=["tp2", "pp2", "dp2-distopt-bf16", "tp2dp2-distopt-bf16"],
+)
 @pytest.mark.parametrize("combo", ALL)
 def test_round_trip_is_bit_exact(combo, topo, spec, tmp_path):
     results = _run(_round_trip, topo, combo, spec, topo, str(tmp_path))
     saved, loaded = results[0]
     assert "error" not in loaded, loaded
     assert {r[1]["iteration"] for r in results} == {3}
-    assert loaded["fp"] == saved["fps"][3]       # model, optimizer, scheduler, data position, iteration, RNG
+    assert loaded["fp"] == saved["fps"][3]  # model, optimizer, scheduler, data position, iteration, RNG
     assert loaded["rng_restored"]
     assert loaded["after"] == saved["continued"]  # training on ends as if it had never stopped
     assert loaded["warnings"] == []
@@ -178,8 +192,9 @@ def _save_then(ctx, combo, spec, topo, root):
     return _save(ctx, combo, spec, topo, root, [2], continue_steps=2)
 
 
-@pytest.mark.parametrize("save, load, spec", TRANSITIONS,
-                         ids=[f"{a}-{b}-{s.optimizer}-{s.dtype}" for a, b, s in TRANSITIONS])
+@pytest.mark.parametrize(
+    "save, load, spec", TRANSITIONS, ids=[f"{a}-{b}-{s.optimizer}-{s.dtype}" for a, b, s in TRANSITIONS]
+)
 @pytest.mark.parametrize("combo", _combos(CheckpointType.LEGACY, CheckpointType.LOCAL))
 def test_topology_change(combo, save, load, spec, tmp_path):
     root = str(tmp_path)
@@ -209,8 +224,11 @@ def _folders(root, combo, iteration):
     name = f"iter_{iteration:07d}"
     if _is_local(combo):
         local = os.path.join(root, "local")
-        return [os.path.join(local, r, name) for r in sorted(os.listdir(local))
-                if os.path.isdir(os.path.join(local, r, name))]
+        return [
+            os.path.join(local, r, name)
+            for r in sorted(os.listdir(local))
+            if os.path.isdir(os.path.join(local, r, name))
+        ]
     return [os.path.join(root, name)]
 
 
@@ -229,6 +247,7 @@ def _manifest_doc(folder):
 
 def _write_manifest(folder, doc, redigest=True):
     import xxhash
+
     if redigest:  # a consistent manifest: only the content check can catch what it says
         canonical = json.dumps(doc["body"], sort_keys=True, separators=(",", ":"))
         doc["digest"] = xxhash.xxh3_128_hexdigest(canonical.encode())
@@ -319,6 +338,7 @@ def _escape(target):
         doc["body"]["files"][target] = {"size": 1, "xxh3_128": "0" * 32}
         _write_manifest(folder, doc)
         return os.path.join(folder, "manifest.json"), "path safety"
+
     return corrupt
 
 
@@ -330,15 +350,29 @@ def _older_copied_over(folder):
     return folder, "iteration"
 
 
-FILE_CORRUPTIONS = {"truncated": _truncate, "bit-flip": _bit_flip, "missing-file": _missing_file,
-                    "empty-file": _empty_file, "garbled-manifest": _garbled_manifest,
-                    "edited-manifest": _edited_manifest, "manifest-deleted": _manifest_deleted,
-                    "nested-manifest": _manifest_nested, "nonsense-topology": _nonsense_topology,
-                    "manifest-is-a-folder": _manifest_is_a_folder,
-                    "escape-relative": _escape("../x"), "escape-absolute": _escape("/etc/hostname"),
-                    "older-copied-over": _older_copied_over}
-TRACKER_CORRUPTIONS = {"stale": b"2", "empty": b"", "non-numeric": b"four", "future": b"99", "missing": None,
-                       "a-folder": "folder"}
+FILE_CORRUPTIONS = {
+    "truncated": _truncate,
+    "bit-flip": _bit_flip,
+    "missing-file": _missing_file,
+    "empty-file": _empty_file,
+    "garbled-manifest": _garbled_manifest,
+    "edited-manifest": _edited_manifest,
+    "manifest-deleted": _manifest_deleted,
+    "nested-manifest": _manifest_nested,
+    "nonsense-topology": _nonsense_topology,
+    "manifest-is-a-folder": _manifest_is_a_folder,
+    "escape-relative": _escape("../x"),
+    "escape-absolute": _escape("/etc/hostname"),
+    "older-copied-over": _older_copied_over,
+}
+TRACKER_CORRUPTIONS = {
+    "stale": b"2",
+    "empty": b"",
+    "non-numeric": b"four",
+    "future": b"99",
+    "missing": None,
+    "a-folder": "folder",
+}
 
 
 def _corrupt_tracker(root, combo, kind):
@@ -356,8 +390,10 @@ def _corrupt_tracker(root, combo, kind):
 
 def _base(cached, combo):
     """Checkpoints at iterations 2 and 4 (on TOPO) and the fingerprints saved at each."""
+
     def build(root):
         return root, _run(_save, TOPO, combo, SPEC, TOPO, root, [2, 4])[0]["fps"]
+
     return cached("base", combo, build)
 
 
@@ -368,17 +404,23 @@ def copy_of(cached, tmp_path):
         dst = str(tmp_path / "ckpt")
         shutil.copytree(src, dst)
         return dst, fps
+
     return get
 
 
 def _integrity(cached, combo):
     """Every corruption on its own copy of the base checkpoints, all loaded (strict and not) in one job.
     {case: (outcomes of every rank, file, check)}, plus the base fingerprints."""
+
     def build(folder):
         src, fps = _base(cached, combo)
         roots, expect = {}, {}
-        for case in [*FILE_CORRUPTIONS, *(f"tracker-{k}" for k in TRACKER_CORRUPTIONS), "all-corrupt",
-                     *(["missing-on-one-rank", "rank-folder-missing"] if _is_local(combo) else [])]:
+        for case in [
+            *FILE_CORRUPTIONS,
+            *(f"tracker-{k}" for k in TRACKER_CORRUPTIONS),
+            "all-corrupt",
+            *(["missing-on-one-rank", "rank-folder-missing"] if _is_local(combo) else []),
+        ]:
             root = roots[case] = os.path.join(folder, case)
             shutil.copytree(src, root)
             if case in FILE_CORRUPTIONS:  # LOCAL: only the last rank's part of iteration 4
@@ -386,14 +428,14 @@ def _integrity(cached, combo):
             elif case.startswith("tracker-"):
                 expect[case] = _corrupt_tracker(root, combo, case.removeprefix("tracker-"))
             elif case == "all-corrupt":
-                expect[case] = (_bit_flip(_folders(root, combo, 4)[-1])[0],
-                                _truncate(_folders(root, combo, 2)[0])[0])
+                expect[case] = (_bit_flip(_folders(root, combo, 4)[-1])[0], _truncate(_folders(root, combo, 2)[0])[0])
             elif case == "missing-on-one-rank":
                 shutil.rmtree(_folders(root, combo, 4)[-1])
             else:
                 shutil.rmtree(os.path.dirname(_folders(root, combo, 4)[-1]))
         results = _run(_load_many, TOPO, combo, SPEC, TOPO, roots)
         return {case: ([r[case] for r in results], expect.get(case)) for case in roots}, fps
+
     return cached("integrity", combo, build)
 
 
@@ -480,6 +522,7 @@ def _resave(ctx, combo, spec, topo, folder):
         def fail(reached, info, phase=phase):
             if reached == phase:
                 raise OSError(f"injected failure at {reached}")
+
         remove = phases.listen(fail)
         error = None
         try:
@@ -536,8 +579,7 @@ def _retention(ctx, combo, spec, topo, root):
 @pytest.mark.parametrize("combo", ALL)
 def test_retention_keeps_the_last_k_and_cleans_stale_staging(combo, tmp_path):
     root = str(tmp_path)
-    roots = [os.path.join(root, "local", f"rank_{r:05d}") for r in range(TOPO.world)] if _is_local(combo) \
-        else [root]
+    roots = [os.path.join(root, "local", f"rank_{r:05d}") for r in range(TOPO.world)] if _is_local(combo) else [root]
     for r in roots:  # what a crashed save leaves behind
         os.makedirs(os.path.join(r, ".staging-iter_0000009-deadbeef", "mp_rank_00"))
     results = _run(_retention, TOPO, combo, SPEC, TOPO, root)
@@ -603,6 +645,7 @@ def _save_fails_on_last_rank(ctx, combo, spec, topo, folder, keep_last):
         def fail(phase, info):
             if phase == "write" and last:  # noqa: B023 (called within this iteration)
                 raise OSError("injected: failure on the last rank as it starts writing")
+
         remove = phases.listen(fail) if how == "phase" else lambda: None
         fs = _DiskFull(storage.current()) if how == "disk-full" and last else storage.current()
         error = None
@@ -622,8 +665,9 @@ def _save_fails_on_last_rank(ctx, combo, spec, topo, folder, keep_last):
 @pytest.mark.parametrize("combo", ALL)
 def test_a_save_failing_on_one_rank_keeps_the_previous_checkpoint_loadable(combo, how, cached):
     # keep_last=1: the rank(s) that did commit must not delete the only checkpoint every rank has
-    results = cached("fail-one-rank", combo,
-                     lambda folder: _run(_save_fails_on_last_rank, TOPO, combo, SPEC, TOPO, folder, 1))
+    results = cached(
+        "fail-one-rank", combo, lambda folder: _run(_save_fails_on_last_rank, TOPO, combo, SPEC, TOPO, folder, 1)
+    )
     assert results[-1][how]["error"] is not None
     out = _agreed([r[how]["load"] for r in results])
     assert "error" not in out, out
@@ -727,6 +771,7 @@ def test_inspect_without_a_checkpoint_is_one_clear_error(make, tmp_path, capsys)
 def test_inspect_command_exit_status(combo, copy_of):
     root, _ = copy_of(combo)
     _bit_flip(_folders(root, combo, 4)[-1])
-    done = subprocess.run([sys.executable, "-m", "resilience.cli", "inspect", root, "--json"], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "resilience.cli", "inspect", root, "--json"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 1 and json.loads(done.stdout)["ok"] is False and "Traceback" not in done.stderr

@@ -1,6 +1,7 @@
 """GLOBAL/torch_dist and TORCH_DCP/torch_dcp on real ranks: round trips, tp / pp / dp and combined
 changes (padded vocabulary, bf16, distributed optimizer), RNG restored only on the same (pp, tp) grid,
 async write failures raised at finalize, what lands on disk, and Hypothesis-drawn topology pairs."""
+
 import errno
 import os
 from math import prod
@@ -30,8 +31,9 @@ DIST, DIST_ASYNC = "GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"
 DCP, DCP_ASYNC = "TORCH_DCP/torch_dcp/sync", "TORCH_DCP/torch_dcp/async"
 # vocab 37 pads to 40 on tp1, 48 on tp2, 64 on tp4: every tp change changes the padded shape
 SPEC = ModelSpec(num_layers=4, hidden=16, ffn_hidden=32, heads=4, vocab=37)
-DISTOPT_BF16 = ModelSpec(num_layers=4, hidden=16, ffn_hidden=32, heads=4, vocab=37, dtype="bf16",
-                         optimizer="distributed")
+DISTOPT_BF16 = ModelSpec(
+    num_layers=4, hidden=16, ffn_hidden=32, heads=4, vocab=37, dtype="bf16", optimizer="distributed"
+)
 SAVED_AT, MORE = 3, 2
 
 
@@ -65,7 +67,7 @@ def _padding(state: TrainingState) -> list[torch.Tensor]:
     out = []
     for r in state.sharded_state_dict():
         if getattr(r, "logical_shape", None):
-            out.append(r.data[max(0, r.logical_shape[0] - r.global_offset[0]):])
+            out.append(r.data[max(0, r.logical_shape[0] - r.global_offset[0]) :])
     return out
 
 
@@ -77,14 +79,19 @@ def _load(ctx, combo, spec, topo, root):
     loaded = _fps(state)
     padding_zero = all(bool((rows == 0).all()) for rows in _padding(state))
     state.train(MORE)
-    return {"loaded": loaded, "iteration": result.iteration, "rng_restored": result.rng_restored,
-            "warnings": result.warnings, "continued": _fps(state)[0], "padding_zero": padding_zero}
+    return {
+        "loaded": loaded,
+        "iteration": result.iteration,
+        "rng_restored": result.rng_restored,
+        "warnings": result.warnings,
+        "continued": _fps(state)[0],
+        "padding_zero": padding_zero,
+    }
 
 
 def _transition(combo, spec, save_topo, load_topo, root, load_combo=None):
     saved = run_ranks(_save, save_topo.world, args=(combo, spec, save_topo, root), timeout=TIMEOUT)[0]
-    loaded = run_ranks(_load, load_topo.world, args=(load_combo or combo, spec, load_topo, root),
-                       timeout=TIMEOUT)[0]
+    loaded = run_ranks(_load, load_topo.world, args=(load_combo or combo, spec, load_topo, root), timeout=TIMEOUT)[0]
     assert loaded["iteration"] == SAVED_AT
     assert loaded["warnings"] == []
     assert loaded["padding_zero"], "padding rows of the vocabulary are not zero"
@@ -106,13 +113,13 @@ def test_round_trip_bit_exact(combo, topo, tmp_path):
 
 CHANGES = [
     # (save, load, spec): what changes
-    ("tp2pp1dp1", "tp1pp1dp1", SPEC),          # tp shrinks, padded vocab 48 -> 40
+    ("tp2pp1dp1", "tp1pp1dp1", SPEC),  # tp shrinks, padded vocab 48 -> 40
     ("tp1pp1dp2", "tp4pp1dp1", DISTOPT_BF16),  # tp grows, padded vocab 40 -> 64, dist-opt dp 2 -> 1
-    ("tp1pp1dp1", "tp1pp2dp1", SPEC),          # pp grows
+    ("tp1pp1dp1", "tp1pp2dp1", SPEC),  # pp grows
     ("tp1pp4dp1", "tp2pp1dp1", DISTOPT_BF16),  # pp and tp
     ("tp2pp1dp1", "tp2pp1dp2", DISTOPT_BF16),  # dp only: RNG is restored
     ("tp1pp1dp3", "tp1pp1dp2", DISTOPT_BF16),  # dp 3 -> 2: optimizer rows re-split unevenly
-    ("tp2pp2dp1", "tp1pp1dp3", SPEC),          # everything
+    ("tp2pp2dp1", "tp1pp1dp3", SPEC),  # everything
     ("tp1pp2dp2", "tp2pp1dp2", DISTOPT_BF16),  # everything, with the distributed optimizer on both sides
 ]
 
@@ -123,19 +130,25 @@ def test_topology_change_loads_bit_exact(combo, save, load, spec, tmp_path):
     _transition(combo, spec, Topology.parse(save), Topology.parse(load), str(tmp_path))
 
 
-@pytest.mark.parametrize("saved_with,loaded_with", [(DIST_ASYNC, DIST), (DCP, DCP_ASYNC)],
-                         ids=["torch_dist-async-to-sync", "torch_dcp-sync-to-async"])
+@pytest.mark.parametrize(
+    "saved_with,loaded_with",
+    [(DIST_ASYNC, DIST), (DCP, DCP_ASYNC)],
+    ids=["torch_dist-async-to-sync", "torch_dcp-sync-to-async"],
+)
 def test_sync_and_async_read_each_other(saved_with, loaded_with, tmp_path):
     _transition(saved_with, DISTOPT_BF16, Topology(2, 1, 2), Topology(1, 2, 1), str(tmp_path), loaded_with)
 
 
-TOPOLOGIES = [Topology(tp, pp, dp) for tp in (1, 2, 4) for pp in (1, 2, 4) for dp in (1, 2, 3, 4)
-              if tp * pp * dp <= 4]
+TOPOLOGIES = [Topology(tp, pp, dp) for tp in (1, 2, 4) for pp in (1, 2, 4) for dp in (1, 2, 3, 4) if tp * pp * dp <= 4]
 
 
 @settings(max_examples=8, deadline=None)
-@given(combo=st.sampled_from([DIST, DCP, DIST_ASYNC, DCP_ASYNC]), save=st.sampled_from(TOPOLOGIES),
-       load=st.sampled_from(TOPOLOGIES), spec=st.sampled_from([SPEC, DISTOPT_BF16]))
+@given(
+    combo=st.sampled_from([DIST, DCP, DIST_ASYNC, DCP_ASYNC]),
+    save=st.sampled_from(TOPOLOGIES),
+    load=st.sampled_from(TOPOLOGIES),
+    spec=st.sampled_from([SPEC, DISTOPT_BF16]),
+)
 def test_any_transition_loads_bit_exact(combo, save, load, spec, tmp_path_factory):
     _transition(combo, spec, save, load, str(tmp_path_factory.mktemp("ckpt")))
 
@@ -246,8 +259,14 @@ def test_torch_dcp_is_a_nested_state_with_padded_shapes(tmp_path):
     folder, metadata = _saved(DCP, DISTOPT_BF16, Topology(2, 1, 2), str(tmp_path))
     assert tuple(metadata["model.embedding.word_embeddings.weight"].size) == (48, 16)  # padded for tp2
     assert tuple(metadata["optimizer.exp_avg.output_layer.weight"].size) == (48, 16)  # gathered over dp
-    assert {"iteration", "optimizer.step", "scheduler.num_steps", "data.consumed_samples",
-            "rng.pp0_tp0", "rng.pp0_tp1"} <= set(metadata)
+    assert {
+        "iteration",
+        "optimizer.step",
+        "scheduler.num_steps",
+        "data.consumed_samples",
+        "rng.pp0_tp0",
+        "rng.pp0_tp1",
+    } <= set(metadata)
     assert not os.path.exists(os.path.join(folder, METADATA_JSON))  # Megatron reads .metadata alone as torch_dcp
     assert ".metadata" in Manifest.read(folder).files
 
@@ -288,6 +307,7 @@ def test_seam_carries_every_dcp_file_operation(tmp_path):
     assert ("read", ".metadata") in rec.ops and ("read", "__0_0.distcp") in rec.ops
     # the streams' records follow the rename and match what is on disk
     from resilience.checkpoint.manifest import file_digest
+
     for s in rec.streams:
         assert os.path.exists(s.path) and file_digest(s.path) == (s.size, s.digest)
 

@@ -6,6 +6,7 @@ numbers that do not fit. For each: no marker file appears, `resilience inspect` 
 in a subprocess with a timeout (never a hang, a traceback, or a byte of a file outside the folder), a
 load falls back to iteration 2 (or, strict, raises IntegrityError), and on two ranks every rank
 reaches the same answer."""
+
 import json
 import os
 import shutil
@@ -31,8 +32,12 @@ from resilience.vocab.folders import MANIFEST, TRACKER
 
 SPEC = ModelSpec(num_layers=2, hidden=8, ffn_hidden=16, heads=2, vocab=16)
 DIST = "GLOBAL/torch_dist/sync"
-DCP_COMBOS = ["GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/sync",
-              "TORCH_DCP/torch_dcp/async"]
+DCP_COMBOS = [
+    "GLOBAL/torch_dist/sync",
+    "GLOBAL/torch_dist/async",
+    "TORCH_DCP/torch_dcp/sync",
+    "TORCH_DCP/torch_dcp/async",
+]
 SECRET = "SECRET-OUTSIDE-CONTENT"
 TIMEOUT = 60
 
@@ -169,9 +174,20 @@ def hostile_pickle(root):
     corrupt({"kind": "hostile_pickle"}, root)
 
 
-NEWEST_DAMAGED = [fifo_manifest, fifo_shard, symlink_shard, symlink_iteration, symlink_manifest, infinite_size,
-                  nan_iteration, infinite_iteration, negative_size, iteration_is_a_file, dangling_iteration,
-                  hostile_pickle]
+NEWEST_DAMAGED = [
+    fifo_manifest,
+    fifo_shard,
+    symlink_shard,
+    symlink_iteration,
+    symlink_manifest,
+    infinite_size,
+    nan_iteration,
+    infinite_iteration,
+    negative_size,
+    iteration_is_a_file,
+    dangling_iteration,
+    hostile_pickle,
+]
 TRACKER_DAMAGED = [fifo_tracker, symlink_tracker, huge_tracker, superscript_tracker]
 ALL = NEWEST_DAMAGED + TRACKER_DAMAGED
 
@@ -211,17 +227,20 @@ def test_safe_pickle_reads_real_metadata_and_refuses_code(clean, tmp_path):
 def test_hostile_pickle_runs_under_plain_pickle(clean, tmp_path):
     """The corruption is real: plain pickle runs it (and still yields the metadata)."""
     import pickle
+
     root = _hostile(clean, tmp_path, hostile_pickle)
     with open(os.path.join(root, "iter_0000003", ".metadata"), "rb") as f:
         metadata = pickle.load(f)
     assert os.path.exists(_marker(root))
     assert metadata.state_dict_metadata
-    assert Manifest.read(os.path.join(root, "iter_0000003")).files[".metadata"]["size"] == \
-        os.path.getsize(os.path.join(root, "iter_0000003", ".metadata"))  # the manifest was updated to match
+    assert Manifest.read(os.path.join(root, "iter_0000003")).files[".metadata"]["size"] == os.path.getsize(
+        os.path.join(root, "iter_0000003", ".metadata")
+    )  # the manifest was updated to match
 
 
 def test_safe_pickle_refuses_paths_outside_the_folder(clean):
     import pickle
+
     path = os.path.join(clean, "iter_0000003", ".metadata")
     with open(path, "rb") as f:
         metadata = pickle.load(f)
@@ -247,6 +266,7 @@ def test_hostile_pickle_never_runs_on_load(combo, tmp_path):
 
 def test_hostile_pickle_needs_a_pickle(tmp_path):
     from resilience.faults import NothingToDamage
+
     root = str(tmp_path / "ckpt")
     _save_two(root, "LEGACY/torch/sync")
     with pytest.raises(NothingToDamage, match="no pickle"):
@@ -278,8 +298,13 @@ def test_inspect_gives_one_clear_verdict_on_every_hostile_folder(clean, tmp_path
     roots = {make.__name__: _hostile(clean, tmp_path / make.__name__, make) for make in ALL}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd()] + sys.path))
     try:  # a FIFO read blocks forever: the bound is the timeout, not a duration this test judges
-        done = subprocess.run([sys.executable, "-c", _INSPECT_EACH, *roots.values()], env=env, capture_output=True,
-                              text=True, timeout=4 * TIMEOUT)
+        done = subprocess.run(
+            [sys.executable, "-c", _INSPECT_EACH, *roots.values()],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=4 * TIMEOUT,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"resilience inspect did not finish within {4 * TIMEOUT} s on {len(roots)} folders")
     outcomes = json.loads(done.stdout)
@@ -289,8 +314,13 @@ def test_inspect_gives_one_clear_verdict_on_every_hostile_folder(clean, tmp_path
         code, out, err = outcomes[root]
         want = 1 if make in NEWEST_DAMAGED else 0  # a bad tracker is a warning: loaders scan the folders
         verdict = "NOT LOADABLE" if make in NEWEST_DAMAGED else "WARNING: tracker failed"
-        if code != want or "Traceback" in err or SECRET in out + err or os.path.exists(_marker(root)) \
-                or verdict not in out:
+        if (
+            code != want
+            or "Traceback" in err
+            or SECRET in out + err
+            or os.path.exists(_marker(root))
+            or verdict not in out
+        ):
             bad[make.__name__] = (code, out[-600:], err[-600:])
     assert not bad, bad
 
@@ -326,8 +356,13 @@ def test_load_falls_back_or_refuses(make, clean, tmp_path):
 
 
 def test_tracker_numbers_are_checked(tmp_path):
-    for text, why in [("9" * 5000, "longer than"), ("²", "not a number"), ("-3", "not a number"),
-                      ("3.0", "not a number"), ("1" * 40, "not a number")]:
+    for text, why in [
+        ("9" * 5000, "longer than"),
+        ("²", "not a number"),
+        ("-3", "not a number"),
+        ("3.0", "not a number"),
+        ("1" * 40, "not a number"),
+    ]:
         with open(tmp_path / TRACKER, "w") as f:
             f.write(text)
         iteration, problem = read_tracker(str(tmp_path))
@@ -366,6 +401,7 @@ def test_two_ranks_agree_on_every_hostile_folder(strict, clean, tmp_path):
 def test_local_rank_folder_leading_outside_is_refused(tmp_path):
     from resilience.checkpoint.inspect import inspect
     from resilience.errors import CheckpointNotFound
+
     root = str(tmp_path / "ckpt")
     _save_two(root, "LOCAL/torch/sync")
     rank_folder = os.path.join(root, "local", "rank_00000")
@@ -382,6 +418,7 @@ def test_local_rank_folder_leading_outside_is_refused(tmp_path):
 def _as_a_user_without_access(ctx, root: str) -> dict:
     """inspect and a load of `root` by a user the iteration folder's mode shuts out (root reads any mode)."""
     from resilience.checkpoint.inspect import inspect
+
     if os.geteuid() == 0:
         os.setgid(65534)
         os.setuid(65534)
@@ -394,6 +431,7 @@ def test_unreadable_iteration_folder_is_reported_as_unreadable(clean, tmp_path):
     """An iteration folder the reader may not list is named as unreadable, not "an uncommitted save"; a
     load falls back to iteration 2."""
     import tempfile
+
     base = tempfile.mkdtemp(prefix="hostile-unreadable-")  # outside tmp_path, whose parents are closed to others
     try:
         os.chmod(base, 0o755)

@@ -1,6 +1,7 @@
 """LOCAL re-saves of one iteration on real ranks. A LOCAL save has no collective: when iteration N is saved
 again and one rank dies mid-write, the others have already replaced their copy of N. The load must still
 read one whole save on every rank (the first one, kept aside), never a mix of the two."""
+
 import os
 import shutil
 import signal
@@ -48,10 +49,12 @@ def _job0(ctx, root: str, published: str):
     backend.save(state, root)
     state.stamp(2)
     if ctx.rank == 1:
+
         def die(phase, info):
             if phase == "write":
                 _wait_for(published)
                 os.kill(os.getpid(), signal.SIGKILL)
+
         phases.listen(die)
     backend.save(state, root)
     with open(published, "w"):
@@ -62,8 +65,12 @@ def _job0(ctx, root: str, published: str):
 def _load(ctx, backend, root):
     state = TrainingState(SPEC, TOPO, ctx.rank)
     result = backend.load(state, root)
-    return {"iteration": result.iteration, "path": os.path.relpath(result.path, root), "warnings": result.warnings,
-            "fp": fingerprint(state.sharded_state_dict())}, state
+    return {
+        "iteration": result.iteration,
+        "path": os.path.relpath(result.path, root),
+        "warnings": result.warnings,
+        "fp": fingerprint(state.sharded_state_dict()),
+    }, state
 
 
 def _job1(ctx, root: str):
@@ -79,8 +86,13 @@ def _job1(ctx, root: str):
         error = str(e)
     finally:
         remove()
-    return {"load": loaded, "error": error, "expected": {g: fingerprint(_state(ctx, *gs).sharded_state_dict())
-                                                        for g, gs in {"a": (1,), "b": (1, 2)}.items()}}
+    return {
+        "load": loaded,
+        "error": error,
+        "expected": {
+            g: fingerprint(_state(ctx, *gs).sharded_state_dict()) for g, gs in {"a": (1,), "b": (1, 2)}.items()
+        },
+    }
 
 
 def _raise_on(condition: bool) -> None:
@@ -149,8 +161,9 @@ def test_inspect_and_listing_see_the_copy_every_rank_holds(runs):
     local = [c for c in result.checkpoints if c.layout == "local"]
     assert [c.iteration for c in local] == [2] and local[0].loadable, local
     paths = sorted(os.path.relpath(f.path, root) for f in local[0].folders)
-    assert paths[0].startswith("local/rank_00000/iter_0000002.replaced-") and \
-        paths[1] == "local/rank_00001/iter_0000002"
+    assert (
+        paths[0].startswith("local/rank_00000/iter_0000002.replaced-") and paths[1] == "local/rank_00001/iter_0000002"
+    )
     assert {f.save for f in local[0].folders} == {1}
     # the listing the newest-valid rule reads: both copies on rank 0 are iteration 2, complete
     listed = [(os.path.relpath(i.path, root).split("/")[1], i.iteration, i.complete) for i in list_checkpoints(root)]
@@ -187,8 +200,13 @@ def test_publish_keeping_the_replaced_copy(tmp_path):
 
 def test_retention_removes_replaced_copies_with_their_iteration(tmp_path):
     root = str(tmp_path)
-    for name in ["iter_0000001", "iter_0000001.replaced-0123abcd", "iter_0000002", "iter_0000002.replaced-89abcdef",
-                 "iter_0000003"]:
+    for name in [
+        "iter_0000001",
+        "iter_0000001.replaced-0123abcd",
+        "iter_0000002",
+        "iter_0000002.replaced-89abcdef",
+        "iter_0000003",
+    ]:
         _folder(os.path.join(root, name))
     commit.apply_retention(root, 2, 3)
     assert sorted(os.listdir(root)) == ["iter_0000002", "iter_0000002.replaced-89abcdef", "iter_0000003"]

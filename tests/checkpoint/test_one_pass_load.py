@@ -1,5 +1,6 @@
 """The verified load reads each byte once: the rank that hashes a file loads it from the bytes it hashed,
 and a bit flipped in such a file is still caught (checksum, naming the file) before anything loads."""
+
 import os
 
 import pytest
@@ -41,6 +42,7 @@ def _save_and_load(ctx, combo, root, flip):
     backend.finalize()
     saved = fingerprint(state.sharded_state_dict())
     import torch.distributed as dist
+
     dist.barrier()
     if flip is not None and ctx.rank == 0:
         with open(flip(root), "r+b") as f:  # a bit flipped in the middle of a file this rank hashes
@@ -57,8 +59,12 @@ def _save_and_load(ctx, combo, root, flip):
             error = None
         except (IntegrityError, CheckpointNotFound) as e:  # LOCAL: no other save to fall back to
             error = str(e)
-    return {"saved": saved, "loaded": fingerprint(fresh.sharded_state_dict()), "error": error,
-            "opened": counting.opened}
+    return {
+        "saved": saved,
+        "loaded": fingerprint(fresh.sharded_state_dict()),
+        "error": error,
+        "opened": counting.opened,
+    }
 
 
 def _folder(root, combo, rank):
@@ -72,6 +78,7 @@ def _hashed_by(root, combo, rank):
     """The files of the checkpoint rank `rank` hashes on load (absolute paths)."""
     from resilience.checkpoint.formats.base import RankInfo
     from resilience.checkpoint.reference import ReferenceBackend as Ref
+
     folder = _folder(root, combo, rank)
     manifest = Manifest.read(folder, os.path.dirname(folder))
     if combo.type is CheckpointType.LOCAL:
@@ -84,6 +91,7 @@ def _hashed_by(root, combo, rank):
 def _largest_of_rank0(combo):
     def pick(root):
         return max(_hashed_by(root, combo, 0), key=os.path.getsize)
+
     return pick
 
 
@@ -102,8 +110,7 @@ def test_each_hashed_file_is_read_once_and_the_load_is_exact(combo, tmp_path):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("combo", SYNC)
 def test_a_bit_flip_in_a_file_loaded_from_memory_is_caught(combo, tmp_path):
-    results = run_ranks(_save_and_load, TOPO.world, args=(combo, str(tmp_path), _largest_of_rank0(combo)),
-                        timeout=60)
+    results = run_ranks(_save_and_load, TOPO.world, args=(combo, str(tmp_path), _largest_of_rank0(combo)), timeout=60)
     flipped = max(_hashed_by(str(tmp_path), combo, 0), key=os.path.getsize)
     errors = {out["error"] for out in results}
     assert len(errors) == 1 and None not in errors, errors  # every rank raises the same error
@@ -151,6 +158,7 @@ def test_a_file_on_plain_disk_is_mapped_and_one_under_fuse_is_read(tmp_path):
     import mmap
 
     from resilience.fusefs import fuse_available, mounted
+
     backing, mnt = tmp_path / "backing", tmp_path / "mnt"
     backing.mkdir()
     mnt.mkdir()

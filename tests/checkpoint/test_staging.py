@@ -1,5 +1,6 @@
 """Copy-before-write staging: whichever thread reaches a tensor first copies it, and the snapshot holds
 the values of the moment save() was called, however training and the writer interleave."""
+
 import threading
 
 import pytest

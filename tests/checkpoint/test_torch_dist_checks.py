@@ -1,4 +1,5 @@
 """GLOBAL/torch_dist checks that sit inside DCP's own steps: a failure on any rank reaches every rank."""
+
 import json
 import os
 

@@ -1,5 +1,6 @@
 """The CI workflow users copy: it installs with the torch pin, runs the suite with xdist and the matrix, keeps
 the run folders and JUnit, and every `resilience` command in it is one this version accepts."""
+
 import shlex
 from pathlib import Path
 
@@ -31,8 +32,10 @@ def test_workflow_installs_tests_with_xdist_and_keeps_the_evidence():
     assert any("apt-get install" in r and "fuse3" in r for r in runs["tests"])  # the FUSE tests mount
     assert any("pytest -n auto" in r and "--junitxml=" in r for r in runs["tests"])
     assert any(r.startswith("resilience matrix") for r in runs["matrix"])
-    uploads = {name: [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-               for name, steps in jobs.items()}
+    uploads = {
+        name: [s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact")]
+        for name, steps in jobs.items()
+    }
     assert uploads["tests"][0]["with"]["path"] == "test-results/" and uploads["tests"][0]["if"] == "always()"
     assert uploads["matrix"][0]["with"]["path"] == "runs/" and uploads["matrix"][0]["if"] == "always()"
     assert "download.pytorch.org/whl/cpu" in doc["env"]["PIP_EXTRA_INDEX_URL"]

@@ -1,5 +1,6 @@
 """The golden corpus on real ranks: written, verified clean, and failing on one wrong value (in the expected
 fingerprints, or in a checkpoint file with its checksum forged), on a newly refused load, on a bad file."""
+
 import json
 import os
 import shutil
@@ -55,8 +56,9 @@ def test_write_records_checkpoints_fingerprints_versions_and_baseline(golden):
     assert set(doc["written_by"]) >= {"python", "torch", "resilience", "backend", "backend_version"}
     assert doc["written_by"]["torch"] == torch.__version__ and doc["written_by"]["backend"] == "reference"
     corpus = Corpus.read(str(folder))
-    assert sorted(e.id for e in corpus.entries) == sorted(f"{t}/{c.replace('/', '-')}" for t in TOPOLOGIES
-                                                          for c in COMBOS)
+    assert sorted(e.id for e in corpus.entries) == sorted(
+        f"{t}/{c.replace('/', '-')}" for t in TOPOLOGIES for c in COMBOS
+    )
     assert len({e.fingerprint for e in corpus.entries}) == 1  # the state is topology-invariant
     for e in corpus.entries:
         assert (folder / e.path).is_dir() and e.iteration == 3 and e.keys
@@ -92,6 +94,7 @@ def test_one_wrong_expected_value_fails_the_verification(corpus, capsys):
     bad = [ln for ln in out.splitlines() if ln.endswith("<-- FAIL")]
     assert len(bad) == 2 and all(ln.split()[0] == victim["id"] and " wrong: value: " in ln and key in ln for ln in bad)
     from tests.report.dom import parse
+
     (run_dir,) = corpus.parent.glob("*-corpus-verify")
     rows = parse((run_dir / "report.html").read_text()).by_id("loads").find_all("tr", **{"data-verdict": "FAIL"})
     assert len(rows) == 2 and all(r.find("b", cls="cause").text == "value" and key in r.text for r in rows)

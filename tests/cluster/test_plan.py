@@ -1,4 +1,5 @@
 """Cluster plans, the torchrun environment, the command lines printed for each node (no process started)."""
+
 import argparse
 import os
 import shlex
@@ -39,20 +40,42 @@ def test_kill_last_needs_one_restart():
 
 
 def test_plan_round_trips_through_the_worker_options():
-    plan = _parse(["--combos", "GLOBAL/torch_dist/async", "--kill", "last", "--kill-phase", "commit_rename",
-                   "--kill-rank", "1", "--tp", "1", "--pp", "2", "--hidden", "64", "--layers", "2",
-                   "--optimizer", "adam"])
+    plan = _parse(
+        [
+            "--combos",
+            "GLOBAL/torch_dist/async",
+            "--kill",
+            "last",
+            "--kill-phase",
+            "commit_rename",
+            "--kill-rank",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "2",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--optimizer",
+            "adam",
+        ]
+    )
     assert _parse(plan_argv(plan)) == plan
     assert ClusterPlan.from_dict(plan.to_dict()) == plan
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"combos": ("GLOBAL/torch/sync",)}, "format"),
-    ({"kill": "sometimes"}, "kill"),
-    ({"kill_phase": "lunch"}, "kill_phase"),
-    ({"tp": 0}, "tp"),
-    ({"combos": ()}, "combos"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"combos": ("GLOBAL/torch/sync",)}, "format"),
+        ({"kill": "sometimes"}, "kill"),
+        ({"kill_phase": "lunch"}, "kill_phase"),
+        ({"tp": 0}, "tp"),
+        ({"combos": ()}, "combos"),
+    ],
+)
 def test_bad_plans_name_the_field(kwargs, field):
     with pytest.raises(ConfigError) as e:
         ClusterPlan(**kwargs)
@@ -69,10 +92,20 @@ def test_topology_and_kill_rank_must_fit_the_world():
 
 
 def test_torchrun_env_and_the_shared_store_refusal():
-    env = TorchrunEnv.from_environ({"RANK": "3", "WORLD_SIZE": "4", "MASTER_ADDR": "h", "MASTER_PORT": "1",
-                                    "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
-                                    "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_MAX_RESTARTS": "2",
-                                    "TORCHELASTIC_RUN_ID": "r"})
+    env = TorchrunEnv.from_environ(
+        {
+            "RANK": "3",
+            "WORLD_SIZE": "4",
+            "MASTER_ADDR": "h",
+            "MASTER_PORT": "1",
+            "LOCAL_RANK": "1",
+            "LOCAL_WORLD_SIZE": "2",
+            "GROUP_RANK": "1",
+            "TORCHELASTIC_RESTART_COUNT": "1",
+            "TORCHELASTIC_MAX_RESTARTS": "2",
+            "TORCHELASTIC_RUN_ID": "r",
+        }
+    )
     assert (env.rank, env.world, env.group_rank, env.restart_count, env.max_restarts) == (3, 4, 1, 1, 2)
     with pytest.raises(ConfigError, match=STORE_FIX):
         check_restart_store(env, {"TORCHELASTIC_USE_AGENT_STORE": "True"})
@@ -92,8 +125,9 @@ def test_worker_outside_torchrun_is_one_clear_error(tmp_path, capsys, monkeypatc
 
 def test_command_lines_of_each_node():
     plan = _parse(["--combos", "LEGACY/torch/sync", "GLOBAL/torch_dist/sync"])
-    cmds = torchrun_commands(plan, shared="/shared/v", nnodes=3, nproc_per_node=2, rdzv_endpoint="node0:29500",
-                             rdzv_id="v1")
+    cmds = torchrun_commands(
+        plan, shared="/shared/v", nnodes=3, nproc_per_node=2, rdzv_endpoint="node0:29500", rdzv_id="v1"
+    )
     assert [c.node_rank for c in cmds] == [0, 1, 2]
     for c in cmds:
         argv = shlex.split(c.shell())
@@ -104,15 +138,31 @@ def test_command_lines_of_each_node():
         assert opts["--rdzv-endpoint"] == "node0:29500" and opts["--max-restarts"] == "2"
         assert opts["-m"] == "resilience.cluster.worker" and opts["--shared"] == "/shared/v"
     with pytest.raises(ConfigError, match="fewer than"):
-        torchrun_commands(plan, shared="/s", nnodes=2, nproc_per_node=2, rdzv_endpoint="h:1", rdzv_id="x",
-                          max_restarts=1)
+        torchrun_commands(
+            plan, shared="/s", nnodes=2, nproc_per_node=2, rdzv_endpoint="h:1", rdzv_id="x", max_restarts=1
+        )
     with pytest.raises(ConfigError, match="HOST:PORT"):
         torchrun_commands(plan, shared="/s", nnodes=2, nproc_per_node=2, rdzv_endpoint="h", rdzv_id="x")
 
 
 def test_validate_prints_what_to_run_on_each_node(capsys):
-    code = main(["validate", "--shared", "/mnt/shared/v1", "--nnodes", "2", "--nproc-per-node", "8",
-                 "--rdzv-endpoint", "node0:29500", "--rdzv-id", "pre-upgrade", "--kill", "last"])
+    code = main(
+        [
+            "validate",
+            "--shared",
+            "/mnt/shared/v1",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "8",
+            "--rdzv-endpoint",
+            "node0:29500",
+            "--rdzv-id",
+            "pre-upgrade",
+            "--kill",
+            "last",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "world 16 as tp2pp1dp8" in out and "# node 0 (serves the rendezvous at node0:29500)" in out
@@ -122,8 +172,9 @@ def test_validate_prints_what_to_run_on_each_node(capsys):
 
 
 def test_validate_out_makes_the_shared_folder_under_it(tmp_path, capsys):
-    code = main(["validate", "--out", str(tmp_path), "--nnodes", "2", "--nproc-per-node", "2",
-                 "--rdzv-endpoint", "node0:29500"])
+    code = main(
+        ["validate", "--out", str(tmp_path), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", "node0:29500"]
+    )
     out = capsys.readouterr().out
     (shared,) = tmp_path.iterdir()  # a new run folder, as every command's --out makes one
     assert code == 0 and shared.name.endswith("-validate") and not os.listdir(shared)

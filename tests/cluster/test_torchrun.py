@@ -3,6 +3,7 @@ mid-save, torchrun restarts the group, and the restarted group resumes from the 
 
 torchrun starts every rank by spawning a fresh interpreter that imports torch (~2.5 s each here), so these
 runs keep to 2 agents x 2 ranks and as few attempts as the point needs."""
+
 import json
 import os
 import time
@@ -41,9 +42,17 @@ def _tail(paths, n=40) -> str:
 
 def _run(tmp_path, plan: ClusterPlan, timeout: float = 300.0):
     shared = tmp_path / "shared"
-    cmds = torchrun_commands(plan, shared=str(shared), nnodes=2, nproc_per_node=2,
-                             rdzv_endpoint=f"127.0.0.1:{free_port()}", rdzv_id=f"test-{os.getpid()}-{time.time_ns()}",
-                             timeout=90, torchrun=this_python_torchrun(), one_machine=True)
+    cmds = torchrun_commands(
+        plan,
+        shared=str(shared),
+        nnodes=2,
+        nproc_per_node=2,
+        rdzv_endpoint=f"127.0.0.1:{free_port()}",
+        rdzv_id=f"test-{os.getpid()}-{time.time_ns()}",
+        timeout=90,
+        torchrun=this_python_torchrun(),
+        one_machine=True,
+    )
     outcome = run_local(cmds, timeout=timeout, log_dir=str(tmp_path / "logs"), tmp_dir=str(tmp_path / "tmp"))
     return shared, outcome
 
@@ -80,8 +89,8 @@ def test_kill_restart_and_resume_from_the_newest_valid_checkpoint(tmp_path, caps
     assert main(["validate", "--show", str(shared)]) == 0
     assert "2 passed, 0 not passed; report: " in capsys.readouterr().out
 
-    assert os.listdir(tmp_path / "tmp") == []      # torchrun and torch left no temp file
-    assert _ours(str(shared)) == []                 # no agent or worker left, orphans included
+    assert os.listdir(tmp_path / "tmp") == []  # torchrun and torch left no temp file
+    assert _ours(str(shared)) == []  # no agent or worker left, orphans included
 
 
 @pytest.mark.slow

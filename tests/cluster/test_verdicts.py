@@ -1,4 +1,5 @@
 """The judge of a cluster run on hand-made evidence: what passes, and that each way of failing is caught."""
+
 import json
 
 import pytest
@@ -16,31 +17,46 @@ TOPO = Topology(2, 1, 2)
 EXPECTED = NeverStopped(SPEC)
 
 
-def _run(tmp_path, combo="GLOBAL/torch_dist/sync", *, loaded=3, load_fp=None, continued_fp=None, kill=True,
-         acked_by=None):
+def _run(
+    tmp_path, combo="GLOBAL/torch_dist/sync", *, loaded=3, load_fp=None, continued_fp=None, kill=True, acked_by=None
+):
     """The evidence a run leaves: saves 2 and 3 acknowledged, 4 cut by rank 3's kill on attempt 0, a resume on
     attempt 1 that loaded `loaded`."""
     plan = ClusterPlan(combos=(combo,), model=SPEC.to_dict())
     layout = Layout(str(tmp_path / "shared"))
     layout.make()
-    write_json(layout.plan, {"plan": plan.to_dict(), "run_id": "r", "world": 4, "topology": TOPO.to_dict(),
-                             "command": "torchrun ..."})
-    write_json(layout.state(combo), {"save_started": 0, "kill_armed": kill, "resume_started": 1,
-                                     **({} if kill else {"save_done": 0})})
+    write_json(
+        layout.plan,
+        {"plan": plan.to_dict(), "run_id": "r", "world": 4, "topology": TOPO.to_dict(), "command": "torchrun ..."},
+    )
+    write_json(
+        layout.state(combo),
+        {"save_started": 0, "kill_armed": kill, "resume_started": 1, **({} if kill else {"save_done": 0})},
+    )
     logs = {r: EventLog(layout.history(r), 0, r) for r in range(4)}
     for it in (2, 3, 4):
         logs[0].invoke("save", combo=combo, iteration=it, fingerprint=EXPECTED(it), rng=f"rng{it}")
         if it < 4 or not kill:
-            for r in (acked_by if acked_by is not None else range(4)):
+            for r in acked_by if acked_by is not None else range(4):
                 logs[r].ok("save", combo=combo, iteration=it)
     for r in range(4):
         logs[r].close()
     if kill:
-        FaultReport(layout.faults(combo, 3)).append({"kind": "rank_crash", "action": "sigkill", "rank": 3,
-                                                    "phase": "write"})
+        FaultReport(layout.faults(combo, 3)).append(
+            {"kind": "rank_crash", "action": "sigkill", "rank": 3, "phase": "write"}
+        )
     log = EventLog(layout.history(0), 1, 0)
-    log.ok("load", combo=combo, topology=str(TOPO), iteration=loaded, fingerprint=load_fp or EXPECTED(loaded),
-           rng=f"rng{loaded}", rng_restored=True, path=f"iter_{loaded:07d}", warnings=[])
+    log.ok(
+        "load",
+        combo=combo,
+        topology=str(TOPO),
+        iteration=loaded,
+        fingerprint=load_fp or EXPECTED(loaded),
+        rng=f"rng{loaded}",
+        rng_restored=True,
+        path=f"iter_{loaded:07d}",
+        warnings=[],
+    )
     log.ok("continue", combo=combo, iteration=loaded + 2, fingerprint=continued_fp or EXPECTED(loaded + 2))
     log.invoke("save", combo=combo, iteration=loaded + 2, fingerprint=EXPECTED(loaded + 2), rng="x")
     log.ok("save", combo=combo, iteration=loaded + 2)
@@ -61,11 +77,14 @@ def test_a_correct_resume_passes_every_check(tmp_path):
     assert row["replay"] == "torchrun ..."
 
 
-@pytest.mark.parametrize("change, checker", [
-    ({"load_fp": "0" * 32}, "resume_equivalence"),            # wrong values loaded
-    ({"continued_fp": "1" * 32}, "resume_equivalence"),       # training on diverged
-    ({"loaded": 2}, "durability"),                             # an acknowledged save lost
-])
+@pytest.mark.parametrize(
+    "change, checker",
+    [
+        ({"load_fp": "0" * 32}, "resume_equivalence"),  # wrong values loaded
+        ({"continued_fp": "1" * 32}, "resume_equivalence"),  # training on diverged
+        ({"loaded": 2}, "durability"),  # an acknowledged save lost
+    ],
+)
 def test_each_wrong_resume_fails(tmp_path, change, checker):
     plan, layout = _run(tmp_path, **change)
     newest = change.get("loaded", 3)

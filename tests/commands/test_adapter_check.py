@@ -1,6 +1,7 @@
 """`resilience adapter check`: a good adapter (the example project's, the reference) passes and says what it
 found; adapters with a first draft's mistakes get one message per mistake; a backend that cannot be made
 is one clear error before any rank starts."""
+
 import json
 import os
 
@@ -26,20 +27,22 @@ def test_the_example_adapter_has_no_problem(example_on_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     said = _said(out)
-    for line in ["backend 'ckptlib'; declared combinations: LOCAL/torch/sync",
-                 "load of an empty folder CheckpointNotFound, as the protocol asks",
-                 "save on tp2pp1dp1 iterations 2 and 3 saved",
-                 "list_checkpoints iteration 3 (complete), iteration 2 (complete)",
-                 "load on tp2pp1dp1 iteration 3 bit-exact, RNG restored",
-                 "load on tp1pp1dp2 refused clearly (TopologyChangeRefused:",
-                 "round trip on tp1pp1dp2 iteration 3 saved and loaded bit-exact",
-                 "files per save 3: iter_{iteration}/index.json (metadata), iter_{iteration}/rank_0.pt (data), "
-                 "iter_{iteration}/rank_1.pt (data)",
-                 "metadata files iter_{iteration}/index.json", "tracker latest.txt",
-                 "I/O outside the storage seam (plain open()/torch.save)",
-                 "go through the fault-injecting file system (--io auto, the default; docs/io.md)",
-                 "no problem found (1 combination checked); next: resilience matrix --backend "
-                 "ckptlib_resilience:factory"]:
+    for line in [
+        "backend 'ckptlib'; declared combinations: LOCAL/torch/sync",
+        "load of an empty folder CheckpointNotFound, as the protocol asks",
+        "save on tp2pp1dp1 iterations 2 and 3 saved",
+        "list_checkpoints iteration 3 (complete), iteration 2 (complete)",
+        "load on tp2pp1dp1 iteration 3 bit-exact, RNG restored",
+        "load on tp1pp1dp2 refused clearly (TopologyChangeRefused:",
+        "round trip on tp1pp1dp2 iteration 3 saved and loaded bit-exact",
+        "files per save 3: iter_{iteration}/index.json (metadata), iter_{iteration}/rank_0.pt (data), "
+        "iter_{iteration}/rank_1.pt (data)",
+        "metadata files iter_{iteration}/index.json",
+        "tracker latest.txt",
+        "I/O outside the storage seam (plain open()/torch.save)",
+        "go through the fault-injecting file system (--io auto, the default; docs/io.md)",
+        "no problem found (1 combination checked); next: resilience matrix --backend ckptlib_resilience:factory",
+    ]:
         assert line in said, line
 
 
@@ -58,8 +61,13 @@ def test_the_reference_has_no_problem_and_the_evidence_is_kept(tmp_path, capsys)
 
 
 @pytest.mark.multiprocess
-@pytest.mark.parametrize("factory, problems", [
-    ("sloppy", ["the factory declares no `combinations`, so the matrix and the pytest plugin run all six (it refuses "
+@pytest.mark.parametrize(
+    "factory, problems",
+    [
+        (
+            "sloppy",
+            [
+                "the factory declares no `combinations`, so the matrix and the pytest plugin run all six (it refuses "
                 "LEGACY/torch/sync, GLOBAL/torch_dist/sync",
                 "LOCAL/torch/sync: load of an empty folder raised FileNotFoundError:",
                 "raise CheckpointNotFound (any other error counts as a crash of the rank, verdict UNKNOWN)",
@@ -68,17 +76,25 @@ def test_the_reference_has_no_problem_and_the_evidence_is_kept(tmp_path, capsys)
                 "LOCAL/torch/sync: load returned a dict without iteration, path, rng_restored, warnings: return "
                 "resilience.backends.LoadResult(",
                 "LOCAL/torch/sync: load on tp1pp1dp2 (tp2pp1dp1->tp1pp1dp2) raised RuntimeError:",
-                "raise TopologyChangeRefused for a topology you do not load on"]),
-    ("forgetful", ["GLOBAL/torch_dist/sync: load on tp2pp1dp1: the loaded state differs from what was saved: fill "
-                   "every ShardedTensor's data in place and pass the other records' values to state.load_objects",
-                   "GLOBAL/torch_dist/sync: load on tp1pp1dp2: refused, but its contract (tp load, pp load, dp load "
-                   "(preset of GLOBAL/torch_dist/sync)) promises tp2pp1dp1->tp1pp1dp2 loads: the topology checker "
-                   "will FAIL every such change; if refusing is intended, state what it does: factory.contract",
-                   "factory.io_through_seam is True, but iter_{iteration}/index.json, iter_{iteration}/rank_0.pt, "
-                   "iter_{iteration}/rank_1.pt are written around resilience.storage: under --io auto its in-process "
-                   "faults (a crash at a byte, io_error, torn and short writes, power loss) aimed at them are "
-                   "UNPROBED; drop io_through_seam"]),
-])
+                "raise TopologyChangeRefused for a topology you do not load on",
+            ],
+        ),
+        (
+            "forgetful",
+            [
+                "GLOBAL/torch_dist/sync: load on tp2pp1dp1: the loaded state differs from what was saved: fill "
+                "every ShardedTensor's data in place and pass the other records' values to state.load_objects",
+                "GLOBAL/torch_dist/sync: load on tp1pp1dp2: refused, but its contract (tp load, pp load, dp load "
+                "(preset of GLOBAL/torch_dist/sync)) promises tp2pp1dp1->tp1pp1dp2 loads: the topology checker "
+                "will FAIL every such change; if refusing is intended, state what it does: factory.contract",
+                "factory.io_through_seam is True, but iter_{iteration}/index.json, iter_{iteration}/rank_0.pt, "
+                "iter_{iteration}/rank_1.pt are written around resilience.storage: under --io auto its in-process "
+                "faults (a crash at a byte, io_error, torn and short writes, power loss) aimed at them are "
+                "UNPROBED; drop io_through_seam",
+            ],
+        ),
+    ],
+)
 def test_each_mistake_of_a_draft_adapter_is_one_message(capsys, factory, problems):
     code = main(["adapter", "check", f"tests.runner.bad_adapters:{factory}"])
     out = capsys.readouterr().out
@@ -90,13 +106,19 @@ def test_each_mistake_of_a_draft_adapter_is_one_message(capsys, factory, problem
     assert f"{count} problems:" in out, out
 
 
-@pytest.mark.parametrize("backend, says", [
-    ("no_such_module:factory", "make 'no_such_module' importable: run from the folder that holds it with PYTHONPATH=."),
-    ("os:system", "'os:system' is a builtin_function_or_method, not a backend factory"),
-    ("tests.runner.bad_adapters:refuses_everything", "refuses every combination asked for (LEGACY/torch/sync, "),
-    ("tests.backends.test_protocol:no_load", "NoLoad has no load, list_checkpoints"),
-    ("tests.runner.bad_adapters:vague", "contract.tp: unknown promise 'maybe' (use 'load' (must load exactly) or "),
-])
+@pytest.mark.parametrize(
+    "backend, says",
+    [
+        (
+            "no_such_module:factory",
+            "make 'no_such_module' importable: run from the folder that holds it with PYTHONPATH=.",
+        ),
+        ("os:system", "'os:system' is a builtin_function_or_method, not a backend factory"),
+        ("tests.runner.bad_adapters:refuses_everything", "refuses every combination asked for (LEGACY/torch/sync, "),
+        ("tests.backends.test_protocol:no_load", "NoLoad has no load, list_checkpoints"),
+        ("tests.runner.bad_adapters:vague", "contract.tp: unknown promise 'maybe' (use 'load' (must load exactly) or "),
+    ],
+)
 def test_a_backend_that_cannot_be_made_is_one_clear_error(capsys, tmp_path, backend, says):
     assert main(["adapter", "check", backend, "--out", str(tmp_path)]) == 2
     out, err = capsys.readouterr()

@@ -1,6 +1,7 @@
 """Bad arguments to each command, in-process through resilience.cli.main: exit status 2, one line that
 says `error:` (the last line of stderr, after argparse's usage when argparse found it) naming the
 option and the value, no traceback, nothing written. None of these lines starts a rank."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,23 @@ CASES = [
     (["nosuchcmd"], "resilience: error: argument COMMAND: invalid choice: 'nosuchcmd'"),
     ([], "resilience: error: the following arguments are required: COMMAND"),
     (["matrix", "--combos", "FOO"], "resilience matrix: error: argument --combos: combination: cannot read 'FOO'"),
-    (["matrix", "--combos", "LOCAL/torch_dist/async"],
-     "argument --combos: format: LOCAL/torch_dist/async is not a valid combination: LOCAL means"),
-    (["matrix", "--faults", "meteor", "--out", "OUT/m"],
-     "resilience matrix: error: --faults: unknown fault column 'meteor'"),
-    (["matrix", "--transitions", "garbage", "--out", "OUT/m"],
-     "resilience matrix: error: transition: cannot read 'garbage'"),
+    (
+        ["matrix", "--combos", "LOCAL/torch_dist/async"],
+        "argument --combos: format: LOCAL/torch_dist/async is not a valid combination: LOCAL means",
+    ),
+    (
+        ["matrix", "--faults", "meteor", "--out", "OUT/m"],
+        "resilience matrix: error: --faults: unknown fault column 'meteor'",
+    ),
+    (
+        ["matrix", "--transitions", "garbage", "--out", "OUT/m"],
+        "resilience matrix: error: transition: cannot read 'garbage'",
+    ),
     (["matrix", "--seed", "abc"], f"argument --seed: must be an integer from 0 to {MAX_SEED}, got 'abc'"),
-    (["matrix", "--backend", "os:system", "--out", "OUT/m"],
-     "error: backend: 'os:system' is a builtin_function_or_method, not a backend factory"),
+    (
+        ["matrix", "--backend", "os:system", "--out", "OUT/m"],
+        "error: backend: 'os:system' is a builtin_function_or_method, not a backend factory",
+    ),
     (["run"], "resilience run: error: the following arguments are required: scenarios"),
     (["run", "OUT/nope.yaml"], "resilience run: error: scenario: OUT/nope.yaml does not exist"),
     (["run", "--seed", "-1", "x.yaml"], "resilience run: error: argument --seed: must be an integer from 0"),
@@ -52,14 +61,19 @@ CASES = [
     (["combos", "extra"], "error: unrecognized arguments: extra"),
     (["broken", "--names", "nosuch", "--out", "OUT/b"], "no broken implementation 'nosuch' (choose from "),
     (["validate"], "resilience validate: error: validate: to print the command lines it needs --shared"),
-    (["validate", "--local", "--shared", "OUT/v", "--out", "OUT"],
-     "resilience validate: error: --out: given with --shared (give --shared (that folder) or --out"),
-    (["validate", "--out", "OUT/afile", "--nnodes", "2", *ENDPOINT],
-     "resilience validate: error: --out: "),
-    (["validate", "--shared", "OUT/v", "--nnodes", "0", *ENDPOINT],
-     "argument --nnodes: must be a positive integer, got '0'"),
-    (["validate", "--shared", "OUT/v", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", "nohostport"],
-     "resilience validate: error: rdzv_endpoint: cannot read 'nohostport'"),
+    (
+        ["validate", "--local", "--shared", "OUT/v", "--out", "OUT"],
+        "resilience validate: error: --out: given with --shared (give --shared (that folder) or --out",
+    ),
+    (["validate", "--out", "OUT/afile", "--nnodes", "2", *ENDPOINT], "resilience validate: error: --out: "),
+    (
+        ["validate", "--shared", "OUT/v", "--nnodes", "0", *ENDPOINT],
+        "argument --nnodes: must be a positive integer, got '0'",
+    ),
+    (
+        ["validate", "--shared", "OUT/v", "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", "nohostport"],
+        "resilience validate: error: rdzv_endpoint: cannot read 'nohostport'",
+    ),
     (["corpus"], "resilience corpus: error: the following arguments are required: VERB"),
     (["corpus", "verify", "OUT/nonexistent"], "resilience corpus: error: OUT/nonexistent: no corpus.json"),
     (["corpus", "write", "OUT/afile"], "resilience corpus: error: corpus: OUT/afile is a file, not a folder"),
@@ -92,13 +106,19 @@ def test_a_bad_argument_is_one_clear_error(tmp_path, capsys, argv, says):
     assert sorted(os.listdir(out)) == ["afile"]  # no run folder, corpus or validate folder was started
 
 
-@pytest.mark.parametrize("parse, good, bad", [
-    (positive_int, {"1": 1, "64": 64}, ["0", "-1", "1.5", "abc", ""]),
-    (nonnegative_int, {"0": 0, "7": 7}, ["-1", "x"]),
-    (positive_float, {"0.5": 0.5, str(MAX_SECONDS): MAX_SECONDS},
-     ["0", "-1", "nan", "inf", str(MAX_SECONDS * 2), "1e400", "abc"]),
-    (seed_arg, {"0": 0, str(MAX_SEED): MAX_SEED}, ["-1", str(MAX_SEED + 1), "1e3", "0x10", "9" * 40]),
-])
+@pytest.mark.parametrize(
+    "parse, good, bad",
+    [
+        (positive_int, {"1": 1, "64": 64}, ["0", "-1", "1.5", "abc", ""]),
+        (nonnegative_int, {"0": 0, "7": 7}, ["-1", "x"]),
+        (
+            positive_float,
+            {"0.5": 0.5, str(MAX_SECONDS): MAX_SECONDS},
+            ["0", "-1", "nan", "inf", str(MAX_SECONDS * 2), "1e400", "abc"],
+        ),
+        (seed_arg, {"0": 0, str(MAX_SEED): MAX_SEED}, ["-1", str(MAX_SEED + 1), "1e3", "0x10", "9" * 40]),
+    ],
+)
 def test_number_arguments_take_their_range_and_refuse_the_rest(parse, good, bad):
     assert {text: parse(text) for text in good} == good
     for text in bad:
@@ -110,7 +130,10 @@ def test_topology_combination_and_transition_arguments_say_what_to_write():
     assert str(topology_arg("tp2pp1dp4")) == "tp2pp1dp4"
     assert str(combination_arg("GLOBAL/torch_dist/async")) == "GLOBAL/torch_dist/async"
     assert str(transition_arg("tp2pp1dp1->tp1pp1dp2")) == "tp2pp1dp1->tp1pp1dp2"
-    for parse, text, says in [(topology_arg, "tp0pp1dp1", "topology"), (combination_arg, "FOO", "TYPE/format/io"),
-                              (transition_arg, "garbage", "tp2pp1dp1->tp1pp1dp2")]:
+    for parse, text, says in [
+        (topology_arg, "tp0pp1dp1", "topology"),
+        (combination_arg, "FOO", "TYPE/format/io"),
+        (transition_arg, "garbage", "tp2pp1dp1->tp1pp1dp2"),
+    ]:
         with pytest.raises(argparse.ArgumentTypeError, match=says):
             parse(text)

@@ -1,5 +1,6 @@
 """`resilience inspect DIR --backend B`: any backend's checkpoints through its adapter's list_checkpoints.
 The example project's library writes the folder here, in this process (one rank, no process group)."""
+
 import importlib
 import json
 import os
@@ -40,8 +41,10 @@ def test_good_checkpoints_through_the_adapter(ckpt, capsys):
     code, out, _ = _inspect(capsys, ckpt, "--backend", BACKEND)
     assert code == 0, out
     lines = [" ".join(line.split()) for line in out.splitlines()]
-    assert f"checkpoints in {ckpt}, as {BACKEND} (LOCAL/torch/sync) lists them (its list_checkpoints; newest " \
-           "first)" in lines
+    assert (
+        f"checkpoints in {ckpt}, as {BACKEND} (LOCAL/torch/sync) lists them (its list_checkpoints; newest "
+        "first)" in lines
+    )
     assert lines[3:5] == ["3 iter_3 yes", "2 iter_2 yes"]
     assert "OK: the newest checkpoint, iteration 3, is complete" in lines
 
@@ -51,19 +54,26 @@ def test_an_incomplete_newest_is_not_loadable(ckpt, capsys):
     code, out, _ = _inspect(capsys, ckpt, "--backend", BACKEND)
     assert code == 1, out
     assert "3 iter_3 NO no index.json" in " ".join(out.split())
-    assert "NOT LOADABLE: the newest checkpoint, iteration 3, is not complete (no index.json); the newest " \
-           "complete one is iteration 2" in out
+    assert (
+        "NOT LOADABLE: the newest checkpoint, iteration 3, is not complete (no index.json); the newest "
+        "complete one is iteration 2" in out
+    )
     code, out, _ = _inspect(capsys, ckpt, "--backend", BACKEND, "--json")
     doc = json.loads(out)
     assert code == 1 and doc["ok"] is False and doc["newest"] == {"iteration": 3, "loadable": False}
-    assert [(c["iteration"], c["complete"], c["problem"]) for c in doc["checkpoints"]] == \
-        [(3, False, "no index.json"), (2, True, "")]
+    assert [(c["iteration"], c["complete"], c["problem"]) for c in doc["checkpoints"]] == [
+        (3, False, "no index.json"),
+        (2, True, ""),
+    ]
 
 
-@pytest.mark.parametrize("make, says", [
-    ("empty", "lists no checkpoint here"),
-    ("missing", "no such folder"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        ("empty", "lists no checkpoint here"),
+        ("missing", "no such folder"),
+    ],
+)
 def test_nothing_to_list_is_one_clear_error(monkeypatch, tmp_path, capsys, make, says):
     monkeypatch.syspath_prepend(EXAMPLE)
     root = tmp_path / "ckpt"
@@ -74,8 +84,9 @@ def test_nothing_to_list_is_one_clear_error(monkeypatch, tmp_path, capsys, make,
 
 
 def test_an_adapter_answering_outside_the_protocol_is_one_clear_error(ckpt, capsys):
-    code, out, err = _inspect(capsys, ckpt, "--backend", "tests.runner.bad_adapters:sloppy",
-                              "--combo", "LOCAL/torch/sync")
+    code, out, err = _inspect(
+        capsys, ckpt, "--backend", "tests.runner.bad_adapters:sloppy", "--combo", "LOCAL/torch/sync"
+    )
     assert code == 2 and out == ""
     assert "returned int items without a proper iteration" in err and "resilience adapter check" in err
     assert err.count("\n") == 1 and "Traceback" not in err

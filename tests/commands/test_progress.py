@@ -1,6 +1,7 @@
 """Progress where stderr is not a terminal (a CI log, output sent to a file): one plain line every tenth
 of the cases or every few seconds, with the counts so far and the case running; a phase with no known end
 (shrinking) counts without a total."""
+
 from __future__ import annotations
 
 import io
@@ -30,7 +31,8 @@ def test_a_line_every_tenth_of_the_cases_with_the_counts_so_far():
     assert _lines(stream) == [
         "progress: 2/20 cases · 1 failed (FAIL 1, PASS 1) · 2 s · last: GLOBAL/torch_dist/sync kill-1 FAIL",
         "progress: 4/20 cases · 2 failed (FAIL 1, PASS 2, UNPROBED 1) · 4 s · last: GLOBAL/torch_dist/sync kill-3 "
-        "UNPROBED"]
+        "UNPROBED",
+    ]
 
 
 def test_a_line_after_a_few_seconds_however_few_cases_finished():
@@ -52,7 +54,9 @@ def test_shrinking_is_a_phase_of_its_own_not_a_count_past_the_total():
         for _ in range(3):
             bar.update(1, "FAIL")
     lines = _lines(stream)
-    assert lines[:2] == ["progress: 1/2 cases · 0 failed (PASS 1) · 0 s · last: PASS",
-                         "progress: 2/2 cases · 1 failed (FAIL 1, PASS 1) · 0 s · last: FAIL"]
+    assert lines[:2] == [
+        "progress: 1/2 cases · 0 failed (PASS 1) · 0 s · last: PASS",
+        "progress: 2/2 cases · 1 failed (FAIL 1, PASS 1) · 0 s · last: FAIL",
+    ]
     assert lines[-1] == "progress: scenarios: shrinking · 5 cases · 4 failed (FAIL 4, PASS 1) · 0 s · last: FAIL"
     assert not any("/2 cases" in line for line in lines[2:])

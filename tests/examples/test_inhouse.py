@@ -1,6 +1,7 @@
 """The example project (examples/inhouse: a plain in-house checkpoint library, its adapter, its pytest file,
 scenarios and CI job) runs as its users run it: its own pytest session and the `resilience` command, in
 subprocesses started from its folder. Short here; the whole CI job is the slow variant."""
+
 import os
 import subprocess
 import sys
@@ -27,9 +28,23 @@ def _run(argv: list[str], timeout: float, **env) -> subprocess.CompletedProcess:
 @pytest.mark.multiprocess
 def test_the_examples_pytest_file_runs_under_the_plugin(tmp_path):
     junit = tmp_path / "pytest.xml"
-    done = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "not slow", "-rx",
-                 "-k", "rank_reads or roundtrip or truncated", f"--junitxml={junit}",
-                 f"--resilience-out={tmp_path}"], timeout=300)
+    done = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "-rx",
+            "-k",
+            "rank_reads or roundtrip or truncated",
+            f"--junitxml={junit}",
+            f"--resilience-out={tmp_path}",
+        ],
+        timeout=300,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "resilience: backend ckptlib_resilience:factory; combinations LOCAL/torch/sync" in out
@@ -42,8 +57,21 @@ def test_the_examples_pytest_file_runs_under_the_plugin(tmp_path):
 
 @pytest.mark.multiprocess
 def test_the_examples_matrix_and_its_case_folders(tmp_path):
-    done = _run(["resilience", "matrix", "--backend", BACKEND, "--faults", "save/load", "--transitions", "tp",
-                 "--out", str(tmp_path)], timeout=300)
+    done = _run(
+        [
+            "resilience",
+            "matrix",
+            "--backend",
+            BACKEND,
+            "--faults",
+            "save/load",
+            "--transitions",
+            "tp",
+            "--out",
+            str(tmp_path),
+        ],
+        timeout=300,
+    )
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert " ".join(["LOCAL/torch/sync", "PASS", "REFUSED"]) in " ".join(out.split())
@@ -59,6 +87,7 @@ def test_the_examples_matrix_and_its_case_folders(tmp_path):
 @pytest.mark.multiprocess
 def test_the_examples_ci_job(tmp_path):
     from resilience.runner.ways import unavailable
+
     if (why := unavailable()) is not None:  # its kill column and two known gaps need the file system
         pytest.skip(f"the fault-injecting file system cannot mount here: {why}")
     done = _run([os.path.join(EXAMPLE, "ci", "run")], timeout=1200, OUT=str(tmp_path))

@@ -1,5 +1,6 @@
 """Rank functions and helpers shared by the fault tests: real multi-rank saves under faults, and one
 loader job that checks many checkpoint roots (fingerprint of what loaded vs. a fresh run to that iteration)."""
+
 from __future__ import annotations
 
 import importlib
@@ -49,13 +50,18 @@ def combos(*names: str) -> list:
     out = []
     for name in names:
         why = _available(name)
-        out.append(pytest.param(name, id=name.replace("/", "-"),
-                                marks=[pytest.mark.skip(reason=why)] if why else []))
+        out.append(pytest.param(name, id=name.replace("/", "-"), marks=[pytest.mark.skip(reason=why)] if why else []))
     return out
 
 
-ALL = ("LEGACY/torch/sync", "LOCAL/torch/sync", "GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async",
-       "TORCH_DCP/torch_dcp/sync", "TORCH_DCP/torch_dcp/async")
+ALL = (
+    "LEGACY/torch/sync",
+    "LOCAL/torch/sync",
+    "GLOBAL/torch_dist/sync",
+    "GLOBAL/torch_dist/async",
+    "TORCH_DCP/torch_dcp/sync",
+    "TORCH_DCP/torch_dcp/async",
+)
 
 
 def is_local(combo: str) -> bool:
@@ -86,8 +92,19 @@ def _fp(state: TrainingState) -> str:
 
 
 # ---- rank functions ----------------------------------------------------------------------------------
-def save_under_faults(ctx, combo: str, root: str, faults, report=None, oplog=None, snapshot=None, clean: int = 1,
-                      keep_last=None, train_between: int = 1, then_load: bool = False):
+def save_under_faults(
+    ctx,
+    combo: str,
+    root: str,
+    faults,
+    report=None,
+    oplog=None,
+    snapshot=None,
+    clean: int = 1,
+    keep_last=None,
+    train_between: int = 1,
+    then_load: bool = False,
+):
     """Save `clean` checkpoints (iterations 1..clean), then one more under `faults`. Returns how the
     faulty save ended on this rank (and, with then_load, what load_each says about `root` afterwards:
     saves a second job when every rank survives)."""
@@ -153,8 +170,14 @@ def load_each(ctx, combo: str, roots: list[str]):
             fresh = TrainingState(SPEC, TOPO, ctx.rank, groups)
             fresh.train(result.iteration)
             expected[result.iteration] = _fp(fresh)
-        out.append({"iteration": result.iteration, "fingerprint_ok": got == expected[result.iteration],
-                    "state_iteration": state.iteration, "warnings": result.warnings})
+        out.append(
+            {
+                "iteration": result.iteration,
+                "fingerprint_ok": got == expected[result.iteration],
+                "state_iteration": state.iteration,
+                "warnings": result.warnings,
+            }
+        )
     return out
 
 

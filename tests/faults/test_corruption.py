@@ -1,4 +1,5 @@
 """Corruption at rest: each damage is exactly the one asked for, recorded, and replayable from its seed."""
+
 import json
 import os
 import shutil
@@ -53,8 +54,12 @@ def test_bit_flip_flips_exactly_the_bits_asked(root):
     assert (d.offset, d.bits, d.old, d.new) == (100, (3, 6), f"{before[100]:02x}", f"{after[100]:02x}")
     with pytest.raises(IntegrityError, match="checksum"):
         from resilience.checkpoint.manifest import verify_file
-        verify_file(str(root / "iter_0000002"), "mp_rank_00/model_optim_rng.pt",
-                    Manifest.read(str(root / "iter_0000002")).files["mp_rank_00/model_optim_rng.pt"])
+
+        verify_file(
+            str(root / "iter_0000002"),
+            "mp_rank_00/model_optim_rng.pt",
+            Manifest.read(str(root / "iter_0000002")).files["mp_rank_00/model_optim_rng.pt"],
+        )
 
 
 def test_seeded_choice_is_replayable(saved, tmp_path):
@@ -95,9 +100,16 @@ def test_escaping_path_keeps_the_digest_consistent(root):
     assert "digest recomputed" in d.detail
 
 
-@pytest.mark.parametrize("how, text, problem", [("stale", "1", None), ("empty", "", "empty"),
-                                                ("non_numeric", "not-a-number", "not a number"),
-                                                ("future", "1002", None), ("delete", None, "missing")])
+@pytest.mark.parametrize(
+    "how, text, problem",
+    [
+        ("stale", "1", None),
+        ("empty", "", "empty"),
+        ("non_numeric", "not-a-number", "not a number"),
+        ("future", "1002", None),
+        ("delete", None, "missing"),
+    ],
+)
 def test_tracker_damage(root, how, text, problem):
     d = corrupt({"kind": "tracker_damage", "how": how}, root)
     assert d.old == "2" and d.new == text and d.rel == TRACKER
@@ -128,25 +140,36 @@ def test_nothing_to_damage_is_its_own_error(tmp_path, spec):
 
 
 def test_corrupt_all_in_order(root):
-    done = corrupt_all([{"kind": "truncate", "length": 0}, {"kind": "rank_kill", "after": 1},
-                        {"kind": "tracker_damage", "how": "empty"}], root)
+    done = corrupt_all(
+        [
+            {"kind": "truncate", "length": 0},
+            {"kind": "rank_kill", "after": 1},
+            {"kind": "tracker_damage", "how": "empty"},
+        ],
+        root,
+    )
     assert [d.kind for d in done] == ["truncate", "tracker_damage"]
 
 
 def test_ranks_and_folders(root):
-    assert [(it, os.path.basename(p), r) for it, p, r in checkpoint_folders(str(root))] == \
-        [(1, "iter_0000001", None), (2, "iter_0000002", None)]
+    assert [(it, os.path.basename(p), r) for it, p, r in checkpoint_folders(str(root))] == [
+        (1, "iter_0000001", None),
+        (2, "iter_0000002", None),
+    ]
     assert [os.path.relpath(p, root) for p in files_of_rank(str(root / "iter_0000002"), 0)] == [SHARD]
 
 
-@pytest.mark.parametrize("spec, field", [
-    ({"kind": "bit_flip", "target": {"offset": 10 ** 9}}, "target.offset"),
-    ({"kind": "truncate", "target": {"iteration": 7}}, "target.iteration"),
-    ({"kind": "truncate", "target": {"path": "*.nothing"}}, "target"),
-    ({"kind": "metadata_damage", "name": ".metadata"}, "name"),
-    ({"kind": "truncate", "length": 10 ** 9}, "length"),
-    ({"kind": "rank_crash", "phase": "write"}, "fault.kind"),
-])
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        ({"kind": "bit_flip", "target": {"offset": 10**9}}, "target.offset"),
+        ({"kind": "truncate", "target": {"iteration": 7}}, "target.iteration"),
+        ({"kind": "truncate", "target": {"path": "*.nothing"}}, "target"),
+        ({"kind": "metadata_damage", "name": ".metadata"}, "name"),
+        ({"kind": "truncate", "length": 10**9}, "length"),
+        ({"kind": "rank_crash", "phase": "write"}, "fault.kind"),
+    ],
+)
 def test_impossible_damage_is_a_clear_error(root, spec, field):
     with pytest.raises(ConfigError) as e:
         corrupt(spec, root)

@@ -1,5 +1,6 @@
 """Corruption at rest against every combination: the reference resumes from the newest valid checkpoint
 (bit-exact), or refuses clearly when none is left."""
+
 import os
 import shutil
 
@@ -25,8 +26,11 @@ def _cases(combo):
         ("escaping-path", [{"kind": "escaping_path", **r1}], 1),
         ("extra-file", [{"kind": "extra_file", **r1}], 2),
         ("leftover-staging", [{"kind": "leftover_staging", **r1}], 2),
-        ("both-shards-gone", [{"kind": "delete_file", **r1}, {"kind": "delete_file", "target": {"iteration": 1, **r1}}],
-         None),
+        (
+            "both-shards-gone",
+            [{"kind": "delete_file", **r1}, {"kind": "delete_file", "target": {"iteration": 1, **r1}}],
+            None,
+        ),
     ]
     for how in ("garble", "truncate", "empty", "delete"):
         cases.append((f"manifest-{how}", [{"kind": "metadata_damage", "how": how, **r1}], 1))
@@ -36,8 +40,13 @@ def _cases(combo):
         for how in ("garble", "truncate", "delete"):
             cases.append((f"dcp-metadata-{how}", [{"kind": "metadata_damage", "name": ".metadata", "how": how}], 1))
     if combo.startswith("GLOBAL/"):
-        cases.append(("megatron-metadata-json-delete", [{"kind": "metadata_damage", "name": "metadata.json",
-                                                         "how": "delete"}], 1))
+        cases.append(
+            (
+                "megatron-metadata-json-delete",
+                [{"kind": "metadata_damage", "name": "metadata.json", "how": "delete"}],
+                1,
+            )
+        )
     return cases
 
 

@@ -1,4 +1,5 @@
 """Crash states on a small hand-checked example, and on a real single-process save."""
+
 import os
 
 import pytest
@@ -36,7 +37,7 @@ def _expected(torn: bool) -> set:
     """b: absent / empty / torn ('x') / whole; a renamed to c or not; old unlinked or not. The fsynced
     'hello' is in every state."""
     out = set()
-    for b in ([None, b"", b"x", b"xy"] if torn else [None, b"", b"xy"]):
+    for b in [None, b"", b"x", b"xy"] if torn else [None, b"", b"xy"]:
         for name in ("a", "c"):
             for old in (True, False):
                 state = {name: b"hello"}
@@ -88,8 +89,11 @@ def test_rename_is_durable_only_once_the_folder_is_fsynced(tmp_path):
     got = crash_states(Snapshot.empty(root), tmp_path / "ops", tmp_path / "states", model="posix_minimum")
     # the file's data was fsynced but no folder was: its name may not survive at all
     assert contents(got.states[0].path) == {}
-    assert {frozenset(contents(s.path)) for s in got.states} == \
-        {frozenset(), frozenset({"t.tmp"}), frozenset({"tracker"})}
+    assert {frozenset(contents(s.path)) for s in got.states} == {
+        frozenset(),
+        frozenset({"t.tmp"}),
+        frozenset({"tracker"}),
+    }
 
 
 SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=64)
@@ -103,8 +107,10 @@ def _crash():
     raise Crashed()
 
 
-@pytest.mark.parametrize("point, newest", [({}, 2), ({"phase": "commit_rename"}, 1), ({"phase": "tracker_update"}, 2),
-                                           ({"op": "fsync", "path": "*.pt"}, 1)])
+@pytest.mark.parametrize(
+    "point, newest",
+    [({}, 2), ({"phase": "commit_rename"}, 1), ({"phase": "tracker_update"}, 2), ({"op": "fsync", "path": "*.pt"}, 1)],
+)
 def test_a_reference_save_leaves_only_durable_states(tmp_path, point, newest):
     """One process, LEGACY: every crash state of a save loads the newest durable checkpoint. (The stand-in
     crash here cannot cross torch.save's C++ writer; crashes inside it are in the multi-rank tests.)"""
@@ -142,8 +148,12 @@ def test_overwriting_a_checkpoint_by_exchange_never_loses_it(tmp_path):
     snap = Snapshot.take(root, tmp_path / "snap")
 
     with pytest.raises(Crashed):
-        with inject([{"kind": "lost_unsynced_writes", "op": "exchange", "when": "after"}], rank=0,
-                    oplog_dir=tmp_path / "ops", kill=_crash):
+        with inject(
+            [{"kind": "lost_unsynced_writes", "op": "exchange", "when": "after"}],
+            rank=0,
+            oplog_dir=tmp_path / "ops",
+            kill=_crash,
+        ):
             backend.save(state, root)
     got = crash_states(snap, tmp_path / "ops", tmp_path / "states", max_states=16)
     assert any(o.op == "exchange" for o in got.ops) and got.unsynced
@@ -173,5 +183,9 @@ def test_operations_that_fail_leave_no_record(tmp_path):
         with fs.open_write(str(root / "c"), sync=False) as f:
             f.write(b"c")
         fs.rename(str(root / "c"), str(root / "d"))
-    assert [(o.op, os.path.basename(o.path)) for o in read_ops(tmp_path / "ops")] == \
-        [("create", "c"), ("write", "c"), ("close", "c"), ("rename", "c")]
+    assert [(o.op, os.path.basename(o.path)) for o in read_ops(tmp_path / "ops")] == [
+        ("create", "c"),
+        ("write", "c"),
+        ("close", "c"),
+        ("rename", "c"),
+    ]

@@ -1,5 +1,6 @@
 """Lost unsynced writes on real multi-rank saves: every crash state a power loss can leave loads the newest
 checkpoint that is durable in that state, bit-exact, on every combination."""
+
 import pytest
 
 from resilience.faults import LostUnsyncedWrites, Snapshot, faults_from, power_loss_states, read_firings
@@ -26,8 +27,11 @@ def _cases(combo):
     return [
         ("after-save", {}, 2),  # a save reported done survives the loss of every unsynced write
         ("mid-shard", {"rank": 1, "path": shard_glob(combo, 1), "at_byte": 3000}, 1),
-        ("after-publish-rename", {"rank": 1 if is_local(combo) else 0, "op": "rename", "when": "after",
-                                  "path": "*/iter_0000002"}, None),
+        (
+            "after-publish-rename",
+            {"rank": 1 if is_local(combo) else 0, "op": "rename", "when": "after", "path": "*/iter_0000002"},
+            None,
+        ),
     ]
 
 
@@ -40,16 +44,24 @@ def test_every_crash_state_resumes_from_a_durable_checkpoint(tmp_path, combo):
         [fault] = faults_from([{"kind": "lost_unsynced_writes", "max_states": MAX_STATES, **point}], world=2)
         assert isinstance(fault, LostUnsyncedWrites)
         root = case / "ckpt"
-        outcome = run_job(save_under_faults, combo, str(root), [fault], str(case / "fired.jsonl"), str(case / "ops"),
-                          str(case / "snapshot"))
+        outcome = run_job(
+            save_under_faults,
+            combo,
+            str(root),
+            [fault],
+            str(case / "fired.jsonl"),
+            str(case / "ops"),
+            str(case / "snapshot"),
+        )
         fired = read_firings(case / "fired.jsonl")
         assert fired and {f["action"] for f in fired} == {"power_loss"}, (name, fired)
         if point:
             assert died_by_sigkill(outcome, point["rank"]), (name, outcome.failures)
         else:
             assert outcome.ok and [r["outcome"] for r in outcome.results] == ["ok", "ok"]
-        states = power_loss_states(fault, Snapshot(str(root.resolve()), str(case / "snapshot")), case / "ops",
-                                   case / "states")
+        states = power_loss_states(
+            fault, Snapshot(str(root.resolve()), str(case / "snapshot")), case / "ops", case / "states"
+        )
         assert 1 <= len(states.states) <= MAX_STATES and states.explored >= len(states.states)
         if not point:
             # the reference fsyncs every file and folder it writes before it reports the save done

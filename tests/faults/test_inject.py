@@ -1,5 +1,6 @@
 """The injector in one process: each fault fires at exactly the configured operation, byte or phase.
 (A crash here calls a stand-in for SIGKILL; the multi-rank tests use the real one.)"""
+
 import errno
 import threading
 import time
@@ -27,8 +28,15 @@ def write_file(path, chunks, sync=True):
             assert f.write(c) == len(c)
 
 
-@pytest.mark.parametrize("name, op, code", [("ENOSPC", "write", errno.ENOSPC), ("EIO", "fsync", errno.EIO),
-                                            ("EDQUOT", "create", errno.EDQUOT), ("EROFS", "rename", errno.EROFS)])
+@pytest.mark.parametrize(
+    "name, op, code",
+    [
+        ("ENOSPC", "write", errno.ENOSPC),
+        ("EIO", "fsync", errno.EIO),
+        ("EDQUOT", "create", errno.EDQUOT),
+        ("EROFS", "rename", errno.EROFS),
+    ],
+)
 def test_errno_on_the_kth_matching_operation(tmp_path, name, op, code):
     spec = [{"kind": "io_error", "errno": name, "op": op, "path": "*b.bin", "nth": 2}]
     with inject(spec, rank=0, report=tmp_path / "r.jsonl") as fs:
@@ -77,13 +85,17 @@ def test_torn_write_claims_success_but_only_a_prefix_lands(tmp_path, fill):
     if fill == "zeros":
         assert data[2:6] == bytes(4)
     import xxhash
+
     assert digest.digest == xxhash.xxh3_128_hexdigest(b"abcdefgh")  # the writer's checksum: what it meant
 
 
 def test_slow_write_delays_each_matching_write(tmp_path):
     slept = []
-    fs = FaultyFileSystem(LocalFileSystem(), faults_from([{"kind": "slow_write", "delay": 0.25, "nth": 2, "times": 2}]),
-                          sleep=slept.append)
+    fs = FaultyFileSystem(
+        LocalFileSystem(),
+        faults_from([{"kind": "slow_write", "delay": 0.25, "nth": 2, "times": 2}]),
+        sleep=slept.append,
+    )
     with storage.use(fs):
         write_file(tmp_path / "f", [b"a"] * 5)
     assert slept == [0.25, 0.25] and len(fs.firings()) == 1
@@ -117,9 +129,15 @@ def test_crash_beyond_the_file_never_fires_and_is_unprobed(tmp_path):
     assert unprobed(spec, read_firings(tmp_path / "r.jsonl")) == spec
 
 
-@pytest.mark.parametrize("op, when, present, last", [
-    ("fsync", "before", "tmp", "write"), ("fsync", "after", "tmp", "fsync"),
-    ("rename", "before", "tmp", "close"), ("rename", "after", "final", "rename")])
+@pytest.mark.parametrize(
+    "op, when, present, last",
+    [
+        ("fsync", "before", "tmp", "write"),
+        ("fsync", "after", "tmp", "fsync"),
+        ("rename", "before", "tmp", "close"),
+        ("rename", "after", "final", "rename"),
+    ],
+)
 def test_crash_before_or_after_an_operation(tmp_path, op, when, present, last):
     spec = [{"kind": "rank_crash", "op": op, "when": when}]
     with pytest.raises(Crashed):
@@ -131,11 +149,15 @@ def test_crash_before_or_after_an_operation(tmp_path, op, when, present, last):
 
 
 def test_crash_at_the_nth_phase_and_only_on_its_thread(tmp_path):
-    spec = faults_from([{"kind": "rank_crash", "phase": "manifest", "nth": 2},
-                        {"kind": "rank_crash", "phase": "write", "thread": "writer"}])
+    spec = faults_from(
+        [
+            {"kind": "rank_crash", "phase": "manifest", "nth": 2},
+            {"kind": "rank_crash", "phase": "write", "thread": "writer"},
+        ]
+    )
     with pytest.raises(Crashed):
         with inject(spec, rank=0, report=tmp_path / "r.jsonl", kill=crash):
-            phases.reached("write", path="x")       # main thread: the writer-thread fault ignores it
+            phases.reached("write", path="x")  # main thread: the writer-thread fault ignores it
             phases.reached("manifest", iteration=1)
             phases.reached("manifest", iteration=2)
     fired = read_firings(tmp_path / "r.jsonl")
@@ -144,11 +166,13 @@ def test_crash_at_the_nth_phase_and_only_on_its_thread(tmp_path):
 
     box = []
     with inject(spec[1:], rank=0, report=tmp_path / "w.jsonl", kill=crash):
+
         def writer():
             try:
                 phases.reached("write", path="y")
             except Crashed:
                 box.append(threading.current_thread().name)
+
         t = threading.Thread(target=writer, name="ckpt-writer")
         t.start()
         t.join()
@@ -166,8 +190,22 @@ def test_operation_log_records_every_operation(tmp_path):
         fs.unlink(str(tmp_path / "d" / "h"))
         fs.rmtree(str(tmp_path / "d" / "e"))
     ops = read_ops(tmp_path / "ops")
-    assert [o.op for o in ops] == ["mkdir", "mkdir", "create", "write", "write", "fsync", "close", "create", "write",
-                                   "close", "rename", "fsync_dir", "unlink", "rmtree"]
+    assert [o.op for o in ops] == [
+        "mkdir",
+        "mkdir",
+        "create",
+        "write",
+        "write",
+        "fsync",
+        "close",
+        "create",
+        "write",
+        "close",
+        "rename",
+        "fsync_dir",
+        "unlink",
+        "rmtree",
+    ]
     writes = [o for o in ops if o.op == "write"]
     assert [(o.offset, o.length) for o in writes] == [(0, 2), (2, 2), (0, 1)]
     assert {o.rank for o in ops} == {3} and ops[10].dst == str(tmp_path / "d" / "h")

@@ -1,6 +1,7 @@
 """In-process faults on real multi-rank saves: each fires exactly where configured, and afterwards the
 reference resumes from the newest durable valid checkpoint (fingerprint equal to a run that reached that
 iteration) or refuses clearly."""
+
 import errno
 import os
 import signal
@@ -38,8 +39,14 @@ def _crash(tmp_path, combo, spec, **kw):
 # ---- crashes at an exact byte, operation or phase ------------------------------------------------------
 # Every crash point of a combination runs as its own job (the rank really dies); their roots are then
 # checked by one loader job.
-PHASES = [("staging", 1, 1), ("write", 1, 1), ("manifest", 0, 1), ("commit_rename", 0, 1),
-          ("tracker_update", 0, 2), ("retention", 0, 2)]  # phase, rank that reaches it, newest afterwards
+PHASES = [
+    ("staging", 1, 1),
+    ("write", 1, 1),
+    ("manifest", 0, 1),
+    ("commit_rename", 0, 1),
+    ("tracker_update", 0, 2),
+    ("retention", 0, 2),
+]  # phase, rank that reaches it, newest afterwards
 OPS = [("fsync", "before", 1, 1), ("fsync", "after", 1, 1), ("rename", "before", 0, 1), ("rename", "after", 0, 2)]
 
 
@@ -54,13 +61,34 @@ def _crash_cases(combo):
     for op, when, rank, expect in OPS:
         rank = 1 if local else rank
         path = shard if op == "fsync" else "*/iter_0000002"  # the rename that publishes iteration 2
-        cases.append((f"{when}-{op}", {"rank": rank, "op": op, "when": when, "path": path}, rank, expect,
-                      {"op": op, "when": when}))
+        cases.append(
+            (
+                f"{when}-{op}",
+                {"rank": rank, "op": op, "when": when, "path": path},
+                rank,
+                expect,
+                {"op": op, "when": when},
+            )
+        )
     if combo.endswith("/async"):  # the background writer and the training thread, independently
-        cases.append(("writer-thread", {"rank": 1, "thread": "writer", "path": shard, "at_byte": AT}, 1, 1,
-                      {"thread": "writer", "bytes": AT}))
-        cases.append(("main-thread", {"rank": 0, "thread": "main", "phase": "async_finalize"}, 0, 1,
-                      {"thread": "main", "phase": "async_finalize"}))
+        cases.append(
+            (
+                "writer-thread",
+                {"rank": 1, "thread": "writer", "path": shard, "at_byte": AT},
+                1,
+                1,
+                {"thread": "writer", "bytes": AT},
+            )
+        )
+        cases.append(
+            (
+                "main-thread",
+                {"rank": 0, "thread": "main", "phase": "async_finalize"},
+                0,
+                1,
+                {"thread": "main", "phase": "async_finalize"},
+            )
+        )
     return cases
 
 
@@ -70,8 +98,9 @@ def test_crash_points(tmp_path, combo):
     for name, spec, rank, expect, says in _crash_cases(combo):
         case = tmp_path / name
         case.mkdir()
-        root, outcome, fired = _crash(case, combo, [{"kind": "rank_crash", **spec}],
-                                      keep_last=1 if name == "phase-retention" else None)
+        root, outcome, fired = _crash(
+            case, combo, [{"kind": "rank_crash", **spec}], keep_last=1 if name == "phase-retention" else None
+        )
         assert died_by_sigkill(outcome, rank), (name, outcome.outcomes[rank].describe())
         assert len(fired) == 1, (name, fired)
         f = fired[0]
@@ -166,8 +195,9 @@ def test_surviving_faults(tmp_path, combo):
 
 def test_a_fault_that_never_fires_is_unprobed(tmp_path):
     """A writer-thread fault on a sync save never fires: the report shows it, so the run says UNPROBED."""
-    spec = faults_from([{"kind": "rank_crash", "thread": "writer", "at_byte": 10},
-                        {"kind": "slow_write", "rank": 0, "delay": 0.0}])
+    spec = faults_from(
+        [{"kind": "rank_crash", "thread": "writer", "at_byte": 10}, {"kind": "slow_write", "rank": 0, "delay": 0.0}]
+    )
     root, outcome, fired = _crash(tmp_path, "LEGACY/torch/sync", spec)
     assert outcome.ok
     assert unprobed(spec, fired) == spec[:1]

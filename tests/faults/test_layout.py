@@ -1,4 +1,5 @@
 """Layouts learned from a clean save, and damage aimed through them."""
+
 import json
 import os
 
@@ -14,8 +15,10 @@ def _inhouse_save(root, iteration, world=2, pointer=True):
     folder = os.path.join(root, f"iter_{iteration}")
     os.makedirs(folder, exist_ok=True)
     for r in range(world):
-        torch.save({"w": torch.arange(64, dtype=torch.float32) + r + iteration, "step": iteration},
-                   os.path.join(folder, f"rank_{r}.pt"))
+        torch.save(
+            {"w": torch.arange(64, dtype=torch.float32) + r + iteration, "step": iteration},
+            os.path.join(folder, f"rank_{r}.pt"),
+        )
     with open(os.path.join(folder, "index.json"), "w") as f:
         json.dump({"iteration": iteration, "world": world}, f)
     if pointer:
@@ -40,12 +43,18 @@ def test_a_scan_learns_roles_and_iteration_templates(learned):
     layout, root = learned
     assert not layout.seam and layout.source == "scan"
     roles = {f.template: f.role for f in layout.files}
-    assert roles == {"iter_{iteration}/index.json": "metadata", "iter_{iteration}/rank_0.pt": "data",
-                     "iter_{iteration}/rank_1.pt": "data", "latest.txt": "pointer"}
+    assert roles == {
+        "iter_{iteration}/index.json": "metadata",
+        "iter_{iteration}/rank_0.pt": "data",
+        "iter_{iteration}/rank_1.pt": "data",
+        "latest.txt": "pointer",
+    }
     assert layout.iterations(root) == [2, 3]
     assert layout.folder(3) == "iter_3"
-    assert [os.path.relpath(p, root) for it, p, _ in layout.found(root, "data") if it == 3] == \
-        ["iter_3/rank_0.pt", "iter_3/rank_1.pt"]
+    assert [os.path.relpath(p, root) for it, p, _ in layout.found(root, "data") if it == 3] == [
+        "iter_3/rank_0.pt",
+        "iter_3/rank_1.pt",
+    ]
     assert layout.write_glob("data", 3) == "*/iter_3/rank_*.pt"  # any rank's
     assert Layout.from_dict(json.loads(json.dumps(layout.to_dict()))) == layout
 

@@ -1,5 +1,6 @@
 """The external nemesis kills or stops rank processes from outside, on observed progress or on time;
 afterwards the reference resumes from the newest durable valid checkpoint."""
+
 import os
 import time
 
@@ -31,8 +32,9 @@ def test_kill_a_rank_when_its_shard_reaches_an_offset(tmp_path, combo):
     root = tmp_path / "ckpt"
     # iterations 1 and 2 commit; rank 1 writes its shard of iteration 3 slowly, so there is time to watch
     watched = staging_glob(combo, 1, 3)
-    job = start_job(save_forever, combo, str(root),
-                    [{"kind": "slow_write", "rank": 1, "delay": 0.002, "path": watched}], until=6)
+    job = start_job(
+        save_forever, combo, str(root), [{"kind": "slow_write", "rank": 1, "delay": 0.002, "path": watched}], until=6
+    )
     fault = {"kind": "rank_kill", "rank": 1, "path": watched, "size": WATCH}
     with Nemesis(job, [fault], folder=root) as nemesis:
         outcome = job.wait()

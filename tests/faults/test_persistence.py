@@ -1,4 +1,5 @@
 """Every crash state obeys its persistence model: random operation logs through the real seam."""
+
 import os
 import tempfile
 
@@ -18,14 +19,18 @@ PLACES = ("",) + DIRS  # a file or folder lives at the root or in one of the fol
 
 def _ops():
     where = st.sampled_from(PLACES)
-    return st.lists(st.one_of(
-        st.tuples(st.just("mkdir"), st.sampled_from(DIRS)),
-        st.tuples(st.just("write"), where, st.sampled_from(FILES), st.integers(1, 3), st.booleans()),
-        st.tuples(st.just("fsync_dir"), where),
-        st.tuples(st.just("rename"), where, st.sampled_from(FILES), where, st.sampled_from(FILES)),
-        st.tuples(st.just("rename_dir"), st.sampled_from(DIRS), st.sampled_from(DIRS)),
-        st.tuples(st.just("unlink"), where, st.sampled_from(FILES)),
-    ), min_size=1, max_size=14)
+    return st.lists(
+        st.one_of(
+            st.tuples(st.just("mkdir"), st.sampled_from(DIRS)),
+            st.tuples(st.just("write"), where, st.sampled_from(FILES), st.integers(1, 3), st.booleans()),
+            st.tuples(st.just("fsync_dir"), where),
+            st.tuples(st.just("rename"), where, st.sampled_from(FILES), where, st.sampled_from(FILES)),
+            st.tuples(st.just("rename_dir"), st.sampled_from(DIRS), st.sampled_from(DIRS)),
+            st.tuples(st.just("unlink"), where, st.sampled_from(FILES)),
+        ),
+        min_size=1,
+        max_size=14,
+    )
 
 
 def _run(root: str, ops: list) -> None:
@@ -81,11 +86,15 @@ def test_every_crash_state_obeys_the_model(model, ops, seed):
         snap = Snapshot.take(root, os.path.join(tmp, "snap"))
         with inject([], rank=0, oplog_dir=os.path.join(tmp, "ops")):
             _run(root, ops)
-        got = crash_states(snap, os.path.join(tmp, "ops"), os.path.join(tmp, "states"), max_states=10, seed=seed,
-                           model=model)
+        got = crash_states(
+            snap, os.path.join(tmp, "ops"), os.path.join(tmp, "states"), max_states=10, seed=seed, model=model
+        )
         assert got.model == model.name and got.states
-        logged = [o for o in read_ops(os.path.join(tmp, "ops"))
-                  if _split(root, o.path) is not None or (o.dst and _split(root, o.dst) is not None)]
+        logged = [
+            o
+            for o in read_ops(os.path.join(tmp, "ops"))
+            if _split(root, o.path) is not None or (o.dst and _split(root, o.dst) is not None)
+        ]
         _, steps, _ = _replay(snap, logged)
         durable = model.durable(steps)
         for state in got.states:
@@ -103,17 +112,22 @@ def _entries(make_ops, model, tmp):
     with inject([], rank=0, oplog_dir=os.path.join(tmp, "ops")):
         ops()
     got = crash_states(snap, os.path.join(tmp, "ops"), os.path.join(tmp, "states"), max_states=64, model=model)
-    return {frozenset(os.path.relpath(os.path.join(d, n), s.path) for d, ds, fs in os.walk(s.path) for n in ds + fs)
-            for s in got.states}
+    return {
+        frozenset(os.path.relpath(os.path.join(d, n), s.path) for d, ds, fs in os.walk(s.path) for n in ds + fs)
+        for s in got.states
+    }
 
 
 def test_ext4_lands_entries_in_order_and_posix_in_any_order(tmp_path):
     """mkdir a, mkdir b, no fsync: ext4's journal keeps {}, {a}, {a, b}; POSIX also {b}."""
+
     def make_ops(root):
         def ops():
             storage.current().mkdir(os.path.join(root, "a"))
             storage.current().mkdir(os.path.join(root, "b"))
+
         return ops
+
     ext4 = _entries(make_ops, "ext4_ordered", str(tmp_path / "e"))
     posix = _entries(make_ops, "posix_minimum", str(tmp_path / "p"))
     assert ext4 == {frozenset(), frozenset({"a"}), frozenset({"a", "b"})}

@@ -1,4 +1,5 @@
 """Faults as data: records round-trip through YAML/JSON, print in one line, and bad specs name the field."""
+
 import dataclasses
 import json
 
@@ -25,8 +26,12 @@ from resilience.faults import (
 from resilience.vocab.phases import PHASES
 
 EXAMPLES = [
-    {"kind": "io_error", "errno": "ENOSPC", "target": {"rank": 1, "op": "write", "path": "*.pt"},
-     "trigger": {"nth": 2}},
+    {
+        "kind": "io_error",
+        "errno": "ENOSPC",
+        "target": {"rank": 1, "op": "write", "path": "*.pt"},
+        "trigger": {"nth": 2},
+    },
     {"kind": "short_write", "keep": 10, "target": {"rank": 0}},
     {"kind": "torn_write", "keep": 3, "fill": "garbage", "target": {"path": "*.distcp"}, "seed": 7},
     {"kind": "slow_write", "delay": 0.5, "times": 3, "target": {"rank": [0, 1], "thread": "writer"}},
@@ -82,36 +87,39 @@ def test_faults_from_a_scenario_document():
     assert a == BitFlip(target=Target(offset=3), bits=(1,)) and isinstance(b, RankKill) and b.trigger.after == 1
 
 
-@pytest.mark.parametrize("spec, field, words", [
-    ({"kind": "meltdown"}, "faults[0].kind", "unknown fault kind"),
-    ({"kind": "rank_crash", "rank": 2, "at_byte": 1}, "faults[0].target.rank", "out of range for world size 2"),
-    ({"kind": "rank_crash", "rank": [0, 5], "at_byte": 1}, "faults[0].target.rank", "out of range"),
-    ({"kind": "rank_crash", "rank": -1, "at_byte": 1}, "faults[0].target.rank", "negative"),
-    ({"kind": "bit_flip", "target": {"offset": -4}}, "faults[0].target.offset", "negative"),
-    ({"kind": "rank_crash", "at_byte": -1}, "faults[0].trigger.at_byte", "negative"),
-    ({"kind": "rank_crash", "phase": "flush"}, "faults[0].trigger.phase", "unknown value 'flush'"),
-    ({"kind": "io_error", "errno": "EWHATEVER"}, "faults[0].errno", "unknown errno"),
-    ({"kind": "io_error", "op": "chmod"}, "faults[0].target.op", "unknown value 'chmod'"),
-    ({"kind": "io_error", "phase": "write"}, "faults[0].trigger.phase", "io_error does not use phase"),
-    ({"kind": "io_error", "nth": 0}, "faults[0].trigger.nth", "less than 1"),
-    ({"kind": "io_error", "colour": "red"}, "faults[0].colour", "has no field 'colour'"),
-    ({"kind": "io_error", "target": {"rnak": 1}}, "faults[0].target.rnak", "unknown field"),
-    ({"kind": "rank_crash"}, "faults[0].trigger", "says nowhere to crash"),
-    ({"kind": "rank_crash", "phase": "write", "op": "fsync"}, "faults[0].target.op", "phase trigger"),
-    ({"kind": "short_write", "op": "rename"}, "faults[0].target.op", "acts on writes"),
-    ({"kind": "slow_write", "delay": -1}, "faults[0].delay", "negative"),
-    ({"kind": "rank_kill"}, "faults[0].trigger", "says nothing about when"),
-    ({"kind": "rank_kill", "size": 10}, "faults[0].target.path", "needs the file to watch"),
-    ({"kind": "rank_kill", "after": 1, "signal": "SIGFOO"}, "faults[0].signal", "unknown value"),
-    ({"kind": "bit_flip", "bits": [8]}, "faults[0].bits", "not in a byte"),
-    ({"kind": "truncate", "length": -3}, "faults[0].length", "negative"),
-    ({"kind": "metadata_damage", "how": "shred"}, "faults[0].how", "unknown value"),
-    ({"kind": "tracker_damage", "how": "late"}, "faults[0].how", "unknown value"),
-    ({"kind": "escaping_path", "escape": "inside/file"}, "faults[0].escape", "does not leave"),
-    ({"kind": "truncate", "target": {"rank": [0, 1]}}, "faults[0].target.rank", "picks one rank"),
-    ({"kind": "lost_unsynced_writes", "max_states": 0}, "faults[0].max_states", "less than 1"),
-    ("rank_crash", "faults[0]", "must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "spec, field, words",
+    [
+        ({"kind": "meltdown"}, "faults[0].kind", "unknown fault kind"),
+        ({"kind": "rank_crash", "rank": 2, "at_byte": 1}, "faults[0].target.rank", "out of range for world size 2"),
+        ({"kind": "rank_crash", "rank": [0, 5], "at_byte": 1}, "faults[0].target.rank", "out of range"),
+        ({"kind": "rank_crash", "rank": -1, "at_byte": 1}, "faults[0].target.rank", "negative"),
+        ({"kind": "bit_flip", "target": {"offset": -4}}, "faults[0].target.offset", "negative"),
+        ({"kind": "rank_crash", "at_byte": -1}, "faults[0].trigger.at_byte", "negative"),
+        ({"kind": "rank_crash", "phase": "flush"}, "faults[0].trigger.phase", "unknown value 'flush'"),
+        ({"kind": "io_error", "errno": "EWHATEVER"}, "faults[0].errno", "unknown errno"),
+        ({"kind": "io_error", "op": "chmod"}, "faults[0].target.op", "unknown value 'chmod'"),
+        ({"kind": "io_error", "phase": "write"}, "faults[0].trigger.phase", "io_error does not use phase"),
+        ({"kind": "io_error", "nth": 0}, "faults[0].trigger.nth", "less than 1"),
+        ({"kind": "io_error", "colour": "red"}, "faults[0].colour", "has no field 'colour'"),
+        ({"kind": "io_error", "target": {"rnak": 1}}, "faults[0].target.rnak", "unknown field"),
+        ({"kind": "rank_crash"}, "faults[0].trigger", "says nowhere to crash"),
+        ({"kind": "rank_crash", "phase": "write", "op": "fsync"}, "faults[0].target.op", "phase trigger"),
+        ({"kind": "short_write", "op": "rename"}, "faults[0].target.op", "acts on writes"),
+        ({"kind": "slow_write", "delay": -1}, "faults[0].delay", "negative"),
+        ({"kind": "rank_kill"}, "faults[0].trigger", "says nothing about when"),
+        ({"kind": "rank_kill", "size": 10}, "faults[0].target.path", "needs the file to watch"),
+        ({"kind": "rank_kill", "after": 1, "signal": "SIGFOO"}, "faults[0].signal", "unknown value"),
+        ({"kind": "bit_flip", "bits": [8]}, "faults[0].bits", "not in a byte"),
+        ({"kind": "truncate", "length": -3}, "faults[0].length", "negative"),
+        ({"kind": "metadata_damage", "how": "shred"}, "faults[0].how", "unknown value"),
+        ({"kind": "tracker_damage", "how": "late"}, "faults[0].how", "unknown value"),
+        ({"kind": "escaping_path", "escape": "inside/file"}, "faults[0].escape", "does not leave"),
+        ({"kind": "truncate", "target": {"rank": [0, 1]}}, "faults[0].target.rank", "picks one rank"),
+        ({"kind": "lost_unsynced_writes", "max_states": 0}, "faults[0].max_states", "less than 1"),
+        ("rank_crash", "faults[0]", "must be a mapping"),
+    ],
+)
 def test_bad_spec_names_the_field(spec, field, words):
     with pytest.raises(ConfigError) as e:
         faults_from([spec], world=2)

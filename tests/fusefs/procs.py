@@ -1,5 +1,6 @@
 """Real rank processes for the FUSE tests: each leads its own process group, as the launcher's ranks do,
 waits for `go` (so the mount knows its pid first), runs a function and reports its result or error."""
+
 from __future__ import annotations
 
 import multiprocessing as mp

@@ -1,4 +1,5 @@
 """The FUSE benchmark runs end to end on a small file (its figures are printed, never judged here)."""
+
 import json
 
 from benchmarks import fusefs

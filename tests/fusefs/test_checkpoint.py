@@ -1,6 +1,7 @@
 """The same crash record that the in-process seam carries (tests/faults/test_inject_ranks.py, case
 "byte"), carried out by the file system on a real 2-rank save of the reference: rank 1 dies with
 exactly AT bytes of its shard on disk, and the newest valid checkpoint afterwards is the previous one."""
+
 import os
 import time
 
@@ -53,4 +54,4 @@ def test_a_crash_at_a_byte_of_a_real_save(dirs, tmp_path, combo):
     writers = {(r["rank"], r["thread"]) for r in read_log(log) if r["op"] == "write" and r["rank"] is not None}
     assert {rank for rank, _ in writers} == set(range(WORLD))
     if combo.endswith("/async"):  # the background writer thread is attributed to its rank
-        assert ("writer" in {t for _, t in writers})
+        assert "writer" in {t for _, t in writers}

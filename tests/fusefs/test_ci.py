@@ -1,4 +1,5 @@
 """Where FUSE cannot mount the FUSE tests are skipped with why, except under CI=true, where they fail."""
+
 from pathlib import Path
 
 import pytest

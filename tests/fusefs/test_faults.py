@@ -1,6 +1,7 @@
 """The seam's fault records, carried out by the file system on real writers: the errno reaches the
 writer (Python or dd), short and torn writes land as described, a crash kills the writing rank's whole
 process group and nothing else, and every fault that fired says so in the report."""
+
 import errno
 import os
 import random
@@ -49,15 +50,15 @@ def test_enospc_on_the_kth_write_reaches_the_writer(dirs):
         assert _run(m, _chunks, str(mnt / "b.bin"), 5) is None  # fired once: the third write only
         fired = m.firings()
     assert (backing / "a.bin").read_bytes() == b"\x01" * CHUNK + b"\x02" * CHUNK
-    assert [(f["action"], f["rank"], f["via"], os.path.basename(f["path"])) for f in fired] == \
-        [("raise ENOSPC", 0, "fuse", "a.bin")]
+    assert [(f["action"], f["rank"], f["via"], os.path.basename(f["path"])) for f in fired] == [
+        ("raise ENOSPC", 0, "fuse", "a.bin")
+    ]
     failed = [r for r in read_log(log) if r.get("errno")]
     assert [(r["op"], r["errno"], r["offset"]) for r in failed] == [("write", "ENOSPC", 2 * CHUNK)]
 
 
 def _dd(conn, path):
-    p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", f"bs={CHUNK}", "count=8"], capture_output=True,
-                       text=True)
+    p = subprocess.run(["dd", "if=/dev/zero", f"of={path}", f"bs={CHUNK}", "count=8"], capture_output=True, text=True)
     return {"code": p.returncode, "stderr": p.stderr}
 
 
@@ -89,8 +90,9 @@ def _do(conn, mnt, op):
     return None
 
 
-@pytest.mark.parametrize("op, name", [("read", "EIO"), ("rename", "EROFS"), ("mkdir", "EDQUOT"), ("fsync", "EIO"),
-                                      ("close", "ENOSPC")])
+@pytest.mark.parametrize(
+    "op, name", [("read", "EIO"), ("rename", "EROFS"), ("mkdir", "EDQUOT"), ("fsync", "EIO"), ("close", "ENOSPC")]
+)
 def test_an_errno_on_each_operation(dirs, op, name):
     backing, mnt, log = dirs
     (backing / "exists").write_bytes(b"x")
@@ -103,8 +105,9 @@ def test_faults_reach_only_the_ranks_and_paths_they_target_counted_per_rank(dirs
     backing, mnt, log = dirs
     fault = {"kind": "io_error", "errno": "EIO", "rank": [1, 2, 3], "op": "write", "path": "*.bin", "nth": 2}
     with mounted(backing, mnt, log=log, faults=[fault]) as m:
-        ranks = {r: Rank(_chunks, str(mnt / f"r{r}.{ext}"), 3)
-                 for r, ext in ((0, "bin"), (1, "txt"), (2, "bin"), (3, "bin"))}
+        ranks = {
+            r: Rank(_chunks, str(mnt / f"r{r}.{ext}"), 3) for r, ext in ((0, "bin"), (1, "txt"), (2, "bin"), (3, "bin"))
+        }
         m.set_ranks({r: p.pid for r, p in ranks.items()})
         out = {r: p.go().wait()[1][1] for r, p in ranks.items()}
         _chunks(None, str(mnt / "outside.bin"), 3)  # no rank: never faulted
@@ -114,10 +117,12 @@ def test_faults_reach_only_the_ranks_and_paths_they_target_counted_per_rank(dirs
 
 def test_short_torn_and_slow_writes(dirs):
     backing, mnt, log = dirs
-    faults = [{"kind": "short_write", "path": "short", "nth": 2, "keep": 100},
-              {"kind": "torn_write", "path": "torn", "nth": 1, "keep": 1000},
-              {"kind": "torn_write", "path": "noise", "nth": 1, "keep": 10, "fill": "garbage", "seed": 7},
-              {"kind": "slow_write", "path": "slow", "delay": 0.01, "times": 2}]
+    faults = [
+        {"kind": "short_write", "path": "short", "nth": 2, "keep": 100},
+        {"kind": "torn_write", "path": "torn", "nth": 1, "keep": 1000},
+        {"kind": "torn_write", "path": "noise", "nth": 1, "keep": 10, "fill": "garbage", "seed": 7},
+        {"kind": "slow_write", "path": "slow", "delay": 0.01, "times": 2},
+    ]
     with mounted(backing, mnt, log=log, faults=faults) as m:
         out = {name: _run(m, _chunks, str(mnt / name), 2) for name in ("short", "torn", "noise", "slow")}
         fired = m.firings()
@@ -185,8 +190,15 @@ def _sync_then_rename(conn, mnt):
     return "not killed"
 
 
-@pytest.mark.parametrize("op, when, left", [("fsync", "before", ["tmp.pt"]), ("fsync", "after", ["tmp.pt"]),
-                                            ("rename", "before", ["tmp.pt"]), ("rename", "after", ["final.pt"])])
+@pytest.mark.parametrize(
+    "op, when, left",
+    [
+        ("fsync", "before", ["tmp.pt"]),
+        ("fsync", "after", ["tmp.pt"]),
+        ("rename", "before", ["tmp.pt"]),
+        ("rename", "after", ["final.pt"]),
+    ],
+)
 def test_a_crash_before_or_after_an_operation(dirs, op, when, left):
     backing, mnt, log = dirs
     fault = {"kind": "rank_crash", "op": op, "when": when, "path": "tmp.pt"}

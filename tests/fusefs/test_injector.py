@@ -1,4 +1,5 @@
 """The fault decisions alone (pure logic, no mount): which records the file system carries, how it counts."""
+
 import os
 
 from resilience.faults import faults_from
@@ -12,15 +13,32 @@ def test_fuse_operations_count_as_the_seams():
     assert seam_op("open", os.O_RDONLY) == "read"
     assert seam_op("open", os.O_WRONLY | os.O_TRUNC) == "create"
     assert seam_op("open", os.O_RDWR) is None
-    assert [seam_op(op) for op in ("create", "write", "fdatasync", "fsync_dir", "rmdir", "flush", "link", "read")] \
-        == ["create", "write", "fsync", "fsync_dir", "rmtree", "close", None, None]
+    assert [seam_op(op) for op in ("create", "write", "fdatasync", "fsync_dir", "rmdir", "flush", "link", "read")] == [
+        "create",
+        "write",
+        "fsync",
+        "fsync_dir",
+        "rmtree",
+        "close",
+        None,
+        None,
+    ]
 
 
 def test_counts_are_per_rank_and_callers_outside_every_rank_are_never_faulted():
     inj = FuseInjector(faults_from([{"kind": "io_error", "errno": "ENOSPC", "op": "write", "nth": 2}]))
     decided = [(c.rank, inj.before(c, "write", ("/m/f",)).error is not None) for c in (R0, R1, OUTSIDE) * 3]
-    assert decided == [(0, False), (1, False), (None, False), (0, True), (1, True), (None, False),
-                       (0, False), (1, False), (None, False)]
+    assert decided == [
+        (0, False),
+        (1, False),
+        (None, False),
+        (0, True),
+        (1, True),
+        (None, False),
+        (0, False),
+        (1, False),
+        (None, False),
+    ]
 
 
 def test_operations_without_a_seam_word_are_never_counted():
@@ -30,9 +48,15 @@ def test_operations_without_a_seam_word_are_never_counted():
 
 
 def test_phase_triggers_are_left_to_the_in_process_injector():
-    inj = FuseInjector(faults_from([{"kind": "rank_crash", "phase": "commit_rename"},
-                                    {"kind": "rank_kill", "after": 1.0},
-                                    {"kind": "rank_crash", "op": "rename"}]))
+    inj = FuseInjector(
+        faults_from(
+            [
+                {"kind": "rank_crash", "phase": "commit_rename"},
+                {"kind": "rank_kill", "after": 1.0},
+                {"kind": "rank_crash", "op": "rename"},
+            ]
+        )
+    )
     assert [f.kind for f in inj.faults] == ["rank_crash"] and inj.faults[0].target.op == "rename"
 
 

@@ -1,5 +1,6 @@
 """A mount never outlives its job: every exit path unmounts, a dead file system or a dead runner leaves
 no mount behind for long, and clean_stale_mounts clears what a killed run left."""
+
 import multiprocessing as mp
 import os
 import signal

@@ -1,5 +1,6 @@
 """The mount shows the backing folder exactly: what is written, renamed, synced and removed through it is
 what the backing folder holds, and what it reads back is what was written."""
+
 import os
 
 import torch
@@ -45,12 +46,36 @@ def test_files_and_folders_round_trip(dirs):
             assert f.read() == data
         seen = contents(mnt)
     assert (backing / "ckpt" / "iter_2").stat().st_mode & 0o777 == 0o775  # the caller's umask, applied once
-    assert contents(backing) == seen == {
-        "ckpt/": None, "ckpt/iter_2/": None, "ckpt/iter_2/shard.bin": data, "ckpt/moved.txt": b"old+new",
-        "ckpt/trunc.txt": b"0123", "ckpt/hard.txt": b"0123"}
+    assert (
+        contents(backing)
+        == seen
+        == {
+            "ckpt/": None,
+            "ckpt/iter_2/": None,
+            "ckpt/iter_2/shard.bin": data,
+            "ckpt/moved.txt": b"old+new",
+            "ckpt/trunc.txt": b"0123",
+            "ckpt/hard.txt": b"0123",
+        }
+    )
     ops = {r["op"] for r in read_log(log)}
-    assert {"create", "open", "write", "read", "fsync", "fdatasync", "fsync_dir", "rename", "link", "unlink", "mkdir",
-            "rmdir", "truncate", "flush", "release"} <= ops
+    assert {
+        "create",
+        "open",
+        "write",
+        "read",
+        "fsync",
+        "fdatasync",
+        "fsync_dir",
+        "rename",
+        "link",
+        "unlink",
+        "mkdir",
+        "rmdir",
+        "truncate",
+        "flush",
+        "release",
+    } <= ops
 
 
 def test_an_exchange_stays_an_exchange(dirs):

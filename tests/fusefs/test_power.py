@@ -1,5 +1,6 @@
 """Power loss inside the file system: from the mount's log, the crash states keep what an fsync made
 durable and may lose the rest, under the record's persistence model, as for an in-process run."""
+
 import os
 import signal
 
@@ -13,8 +14,6 @@ from .procs import Rank
 
 pytestmark = pytest.mark.multiprocess
 SYNCED, UNSYNCED = os.urandom(50_000), os.urandom(70_000)
-
-
 
 
 def _fsync_dir(path):

@@ -1,5 +1,6 @@
 """Every request is attributed to the rank whose process tree holds the caller: the rank itself, a
 thread of it, a child it forked, a `dd` it ran; a process outside every rank has none."""
+
 import os
 import subprocess
 import threading
@@ -48,8 +49,10 @@ def test_each_writer_counts_as_its_ranks(dirs):
         (mnt / "outside").write_bytes(b"o")  # this test's process is no rank's
     creates = {os.path.basename(r["path"]): r for r in read_log(log) if r["op"] == "create"}
     for rank, res in enumerate(results):
-        who = {name: (creates[f"r{rank}-{name}"]["rank"], creates[f"r{rank}-{name}"]["pid"])
-               for name in ("self", "thread", "child", "dd")}
+        who = {
+            name: (creates[f"r{rank}-{name}"]["rank"], creates[f"r{rank}-{name}"]["pid"])
+            for name in ("self", "thread", "child", "dd")
+        }
         assert who["self"] == (rank, ranks[rank].pid) and who["thread"] == (rank, ranks[rank].pid)
         assert who["child"] == (rank, res["child"])
         assert who["dd"][0] == rank and who["dd"][1] not in (ranks[rank].pid, res["child"])

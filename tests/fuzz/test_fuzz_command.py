@@ -1,5 +1,6 @@
 """`resilience fuzz`: reproducible from its seed, writes the run folder, and finds and shrinks a
 deliberately broken implementation within a small budget."""
+
 import json
 import os
 
@@ -22,8 +23,17 @@ def _fake_runs(monkeypatch, fail_when=None):
         verdict = "FAIL" if fail_when and fail_when(scenario) else PASS
         evidence = [{"acknowledged": 2, "problem": "fake loss"}] if verdict == "FAIL" else []
         faults = [{"fault": f"{step.kind} fake", "status": "fired"} for step in scenario.steps if step.kind == "crash"]
-        return CaseResult(scenario.name, str(combo), verdict, [Verdict("durability", verdict, "fake", evidence)], 0.0,
-                          case_dir, "replay", "durability: fake", faults=faults)
+        return CaseResult(
+            scenario.name,
+            str(combo),
+            verdict,
+            [Verdict("durability", verdict, "fake", evidence)],
+            0.0,
+            case_dir,
+            "replay",
+            "durability: fake",
+            faults=faults,
+        )
 
     monkeypatch.setattr(engine, "run_case", run_case)
     return seen
@@ -55,11 +65,14 @@ def test_a_failure_is_kept_as_a_minimal_scenario_with_its_replay(tmp_path, monke
     assert report["failures"][0]["scenario_file"] == failure.scenario_file
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--faults", "rank_kill"], "would not replay exactly"),
-    (["--profile", "nope"], "no Hypothesis profile 'nope'"),
-    (["--backend", "broken:nope"], "no broken implementation 'nope'"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--faults", "rank_kill"], "would not replay exactly"),
+        (["--profile", "nope"], "no Hypothesis profile 'nope'"),
+        (["--backend", "broken:nope"], "no broken implementation 'nope'"),
+    ],
+)
 def test_bad_options_are_one_clear_error(tmp_path, capsys, argv, says):
     assert main(["fuzz", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
@@ -67,8 +80,9 @@ def test_bad_options_are_one_clear_error(tmp_path, capsys, argv, says):
     assert not os.listdir(tmp_path)  # nothing ran, no run folder
 
 
-@pytest.mark.parametrize("argv", [["--examples", "0"], ["--max-world", "65"], ["--time-budget", "-1"],
-                                  ["--combos", "GLOBAL/torch/sync"]])
+@pytest.mark.parametrize(
+    "argv", [["--examples", "0"], ["--max-world", "65"], ["--time-budget", "-1"], ["--combos", "GLOBAL/torch/sync"]]
+)
 def test_bad_values_are_usage_errors(capsys, argv):
     with pytest.raises(SystemExit) as e:
         main(["fuzz", *argv])
@@ -77,8 +91,23 @@ def test_bad_values_are_usage_errors(capsys, argv):
 
 @pytest.mark.multiprocess
 def test_the_reference_passes_a_short_run(tmp_path, capsys):
-    code = main(["fuzz", "--examples", "2", "--seed", "5", "--max-world", "2", "--max-steps", "3",
-                 "--faults", "truncate", "--out", str(tmp_path)])
+    code = main(
+        [
+            "fuzz",
+            "--examples",
+            "2",
+            "--seed",
+            "5",
+            "--max-world",
+            "2",
+            "--max-steps",
+            "3",
+            "--faults",
+            "truncate",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "seed 5" in out and "resilience fuzz --seed 5" in out and "no failure found" in out
@@ -92,9 +121,30 @@ def test_the_reference_passes_a_short_run(tmp_path, capsys):
 def test_a_broken_implementation_is_found_and_shrunk(tmp_path, capsys):
     # ignores_topology: the LEGACY loader takes what overlaps instead of refusing a tp or pp change (the
     # fuzzer also finds it returning wrong state for a dp2 distributed optimizer with no change at all)
-    code = main(["fuzz", "--backend", "broken:ignores_topology", "--combos", "LEGACY/torch/sync", "--faults",
-                 "--mode", "scenarios", "--examples", "12", "--seed", "0", "--max-world", "2", "--max-steps", "3",
-                 "--shrink-budget", "20", "--out", str(tmp_path)])
+    code = main(
+        [
+            "fuzz",
+            "--backend",
+            "broken:ignores_topology",
+            "--combos",
+            "LEGACY/torch/sync",
+            "--faults",
+            "--mode",
+            "scenarios",
+            "--examples",
+            "12",
+            "--seed",
+            "0",
+            "--max-world",
+            "2",
+            "--max-steps",
+            "3",
+            "--shrink-budget",
+            "20",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1, out
     assert "FAIL (scenarios" in out and "replay: resilience run " in out
@@ -124,6 +174,7 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
     assert "the runner raised FileExistsError" in failure.detail
     assert [s.kind for s in load_file(failure.scenario_file).steps] == ["train", "save", "corrupt"]
     from tests.report.dom import parse  # the report files it under framework errors, not the implementation's
+
     page = parse(open(os.path.join(out.run_dir, "report.html")).read())
     assert [a.find(cls="detail").text for a in page.by_id("framework").find_all("article")] == [failure.detail]
     assert not page.find_all("section", id="failed")
@@ -131,6 +182,7 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
 
 def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
     import time
+
     seen = []
 
     def run_case(scenario, combo, case_dir, backend=None, **kw):
@@ -165,7 +217,7 @@ def test_results_hold_a_row_per_case_each_with_its_replay(tmp_path, monkeypatch)
     rows = json.load(open(os.path.join(out.run_dir, "results.json")))
     cases = [r for r in rows if r["column"] == "scenarios"]
     assert len(cases) == len(seen) > 1  # shrinking included: every case run is a row
-    assert [r["column"] for r in rows[len(cases):]] == ["scenarios: minimal failure"]
+    assert [r["column"] for r in rows[len(cases) :]] == ["scenarios: minimal failure"]
     for r, case in zip(cases, seen):
         assert r["replay"] == f"resilience run {r['scenario_file']} --combos {r['combo']}"
         assert case.endswith(load_file(r["scenario_file"]).to_yaml())  # the kept file replays that case
@@ -182,10 +234,13 @@ def check_fuzz_page(page, run_dir: str) -> None:
     cases = [r for r in rows if r["column"] == "scenarios"]
     failing = sum(r["verdict"] == "FAIL" for r in cases)
     (minimal,) = [r for r in rows if r.get("minimal")]
-    assert page.by_id("headline").text == \
-        f"{len(cases) - failing} passed, {failing} not passed ({failing} FAIL); 1 minimal failure kept"
-    counts = {li.attrs.get("data-verdict", "cases"): int(li.find(cls="n").text)
-              for li in page.by_id("counts").find_all("li")}
+    assert (
+        page.by_id("headline").text
+        == f"{len(cases) - failing} passed, {failing} not passed ({failing} FAIL); 1 minimal failure kept"
+    )
+    counts = {
+        li.attrs.get("data-verdict", "cases"): int(li.find(cls="n").text) for li in page.by_id("counts").find_all("li")
+    }
     assert counts == {"cases": len(cases), "PASS": len(cases) - failing, "FAIL": failing, "minimal failure": 1}
     (mode,) = page.by_id("fuzz").find("tbody").find_all("tr")
     cells = [td.text for td in mode.find_all("td")]
@@ -197,14 +252,17 @@ def check_fuzz_page(page, run_dir: str) -> None:
     assert [dd.text for dd in article.find("dl", cls="evidence").find_all("dd")] == ["2", "fake loss"]
     assert article.find("pre", cls="scenario").text == open(minimal["scenario_file"]).read()
     assert article.find(cls="replay").find("pre").text == minimal["replay"]
-    assert f"stands for the {failing} failing cases met while searching and shrinking" in \
-        page.by_id("failed").find(cls="on-the-way").text
+    assert (
+        f"stands for the {failing} failing cases met while searching and shrinking"
+        in page.by_id("failed").find(cls="on-the-way").text
+    )
     listed = page.by_id("cases").find("tbody").find_all("tr")
     assert len(listed) == len(rows)  # every case run, and the minimal failure
 
 
 def test_the_fuzz_report_accounts_for_every_case_and_writes_out_the_minimal_failure(tmp_path, monkeypatch):
     from tests.report.dom import parse
+
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
     out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     check_fuzz_page(parse(open(os.path.join(out.run_dir, "report.html")).read()), out.run_dir)
@@ -217,11 +275,31 @@ def test_the_time_budget_stops_a_huge_example_count(tmp_path):
     """Generation itself stops: a subprocess with a bound, not a timing assertion."""
     import subprocess
     import sys
+
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "resilience.cli", "fuzz", "--examples", "9" * 23, "--time-budget", "1",
-                           "--mode", "scenarios", "--max-world", "1", "--out", str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "resilience.cli",
+            "fuzz",
+            "--examples",
+            "9" * 23,
+            "--time-budget",
+            "1",
+            "--mode",
+            "scenarios",
+            "--max-world",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "scenarios: stopped when its time budget was spent" in proc.stdout
 
@@ -230,9 +308,31 @@ def test_the_time_budget_stops_a_huge_example_count(tmp_path):
 def test_unprobed_cases_are_not_passed(tmp_path, capsys):
     # the in-house library writes with plain open(): through the seam alone a generated io_error never reaches
     # it, and the case is UNPROBED
-    code = main(["fuzz", "--backend", "tests.backends.inhouse:factory", "--combos", "LOCAL/torch/sync", "--io", "seam",
-                 "--faults", "io_error", "--mode", "scenarios", "--examples", "4", "--seed", "2", "--max-world", "1",
-                 "--max-steps", "4", "--out", str(tmp_path)])
+    code = main(
+        [
+            "fuzz",
+            "--backend",
+            "tests.backends.inhouse:factory",
+            "--combos",
+            "LOCAL/torch/sync",
+            "--io",
+            "seam",
+            "--faults",
+            "io_error",
+            "--mode",
+            "scenarios",
+            "--examples",
+            "4",
+            "--seed",
+            "2",
+            "--max-world",
+            "1",
+            "--max-steps",
+            "4",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1, out
     assert "no failure found" not in out

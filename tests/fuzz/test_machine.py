@@ -1,5 +1,6 @@
 """The lifecycle state machine: every scenario it builds validates, a planted bug comes out as a short
 replayable sequence, and a real run on ranks passes with the reference implementation."""
+
 import textwrap
 
 import pytest
@@ -12,13 +13,28 @@ from resilience.runner.plan import plan_jobs
 from resilience.runner.run import CaseResult
 from resilience.runner.scenario import load_text
 
-FAST = settings(max_examples=30, stateful_step_count=8, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck), phases=[p for p in Phase if p is not Phase.explain])
+FAST = settings(
+    max_examples=30,
+    stateful_step_count=8,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[p for p in Phase if p is not Phase.explain],
+)
 
 
 def _result(scenario, combo, verdict, detail="") -> CaseResult:
-    return CaseResult(scenario.name, str(combo), verdict, [Verdict("integrity", verdict, detail)], 0.0, "<none>",
-                      f"resilience run <case>/scenario.yaml --combos {combo}", detail)
+    return CaseResult(
+        scenario.name,
+        str(combo),
+        verdict,
+        [Verdict("integrity", verdict, detail)],
+        0.0,
+        "<none>",
+        f"resilience run <case>/scenario.yaml --combos {combo}",
+        detail,
+    )
 
 
 def test_every_judged_scenario_validates_and_plans():
@@ -45,8 +61,12 @@ def test_a_planted_bug_prints_as_a_short_replayable_sequence():
             raise rst.ScenarioFailed(scenario, result)
         return _result(scenario, combo, PASS)
 
-    machine = rst.lifecycle_machine(combinations=["GLOBAL/torch_dist/sync"], max_world=2,
-                                    faults=["bit_flip", "truncate", "rank_crash"], judge_with=judge)
+    machine = rst.lifecycle_machine(
+        combinations=["GLOBAL/torch_dist/sync"],
+        max_world=2,
+        faults=["bit_flip", "truncate", "rank_crash"],
+        judge_with=judge,
+    )
     with pytest.raises(rst.ScenarioFailed) as e:
         run_state_machine_as_test(machine, settings=settings(FAST, max_examples=200))
     text = str(e.value)
@@ -66,7 +86,11 @@ def test_the_reference_keeps_every_invariant_on_real_ranks():
         verdicts.append(result.verdict)
         return result
 
-    machine = rst.lifecycle_machine(combinations=["LEGACY/torch/sync", "GLOBAL/torch_dist/async"], max_world=2,
-                                    faults=["rank_crash", "truncate", "delete_file"], judge_with=judge)
+    machine = rst.lifecycle_machine(
+        combinations=["LEGACY/torch/sync", "GLOBAL/torch_dist/async"],
+        max_world=2,
+        faults=["rank_crash", "truncate", "delete_file"],
+        judge_with=judge,
+    )
     run_state_machine_as_test(machine, settings=settings(FAST, max_examples=3, stateful_step_count=5))
     assert verdicts and "PASS" in verdicts, verdicts

@@ -1,5 +1,6 @@
 """The strategies draw only valid inputs, shrink to the simplest ones, and refuse bad arguments clearly.
 No rank processes here: scenarios are checked by the YAML loader and the planner, not run."""
+
 import pytest
 from hypothesis import find, given, settings, strategies as st
 from hypothesis.errors import InvalidArgument
@@ -93,8 +94,11 @@ def test_every_fault_kind_can_be_drawn(kind, data):
 
 def _worlds(s: Scenario) -> list[int]:
     out = [s.topology.world]
-    out += [Topology.parse(step.args["topology"]).world for step in s.steps
-            if step.kind == "resume" and "topology" in step.args]
+    out += [
+        Topology.parse(step.args["topology"]).world
+        for step in s.steps
+        if step.kind == "resume" and "topology" in step.args
+    ]
     return out
 
 
@@ -133,7 +137,10 @@ def test_scenarios_without_faults_or_moves(s):
 def test_scenarios_shrink_to_a_minimal_sequence():
     s = find(rst.scenarios(max_world=4), lambda s: any(step.kind == "corrupt" for step in s.steps))
     assert [step.to_dict() for step in s.steps] == [
-        {"train": 1}, {"save": None}, {"corrupt": {"kind": "truncate", "rank": 0, "seed": 0}}]
+        {"train": 1},
+        {"save": None},
+        {"corrupt": {"kind": "truncate", "rank": 0, "seed": 0}},
+    ]
     assert s.topology == Topology(1, 1, 1) and str(s.combinations[0]) == "LEGACY/torch/sync"
     assert (s.model.num_layers, s.model.hidden, s.model.vocab) == (1, 1, 1)
 

@@ -5,6 +5,7 @@
 Every rank writes OUT/pids/<name> for itself, a forked child (as megatron-core forks its writers) and a
 subprocess, then sleeps. With `handle`, SIGTERM and SIGINT end the runner as `resilience` does; it then
 writes OUT/after.json: the exception it caught and the recorded processes still alive at that point."""
+
 import json
 import os
 import signal

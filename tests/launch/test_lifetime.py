@@ -1,4 +1,5 @@
 """No rank outlives its runner, however the runner ends; nor does anything a rank started."""
+
 import glob
 import json
 import os
@@ -77,16 +78,23 @@ def _assert_all_end(procs):
 
 
 def _recorded(out) -> list[int] | None:
-    names = [n for n in os.listdir(os.path.join(out, "pids")) if not n.startswith(".")] \
-        if os.path.isdir(os.path.join(out, "pids")) else []
+    names = (
+        [n for n in os.listdir(os.path.join(out, "pids")) if not n.startswith(".")]
+        if os.path.isdir(os.path.join(out, "pids"))
+        else []
+    )
     if len(names) < 6:  # two ranks, each with a forked child and a subprocess
         return None
     return [int(open(os.path.join(out, "pids", n)).read()) for n in names]
 
 
 def _start_runner(out, start_method, *extra):
-    return subprocess.Popen([sys.executable, SCRIPT, str(out), start_method, *extra], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, SCRIPT, str(out), start_method, *extra],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 @pytest.mark.parametrize("start_method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
@@ -131,12 +139,20 @@ def test_resilience_run_killed_mid_save_leaves_no_rank(tmp_path, sig):
     scenario = tmp_path / "slow.yaml"
     scenario.write_text(SLOW_SAVE)
     out = tmp_path / "runs"
-    cli = subprocess.Popen([sys.executable, "-m", "resilience.cli", "run", str(scenario), "--out", str(out)],
-                           env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "resilience.cli", "run", str(scenario), "--out", str(out)],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
     def saving():
-        written = [f for root in glob.glob(str(out / "*" / "cases" / "*" / "ckpt"))
-                   for _, _, files in os.walk(root) for f in files]  # the save's staging folder is hidden
+        written = [
+            f
+            for root in glob.glob(str(out / "*" / "cases" / "*" / "ckpt"))
+            for _, _, files in os.walk(root)
+            for f in files
+        ]  # the save's staging folder is hidden
         kids = psutil.Process(cli.pid).children(recursive=True) if cli.poll() is None else []
         return kids if written and len(kids) >= 2 else None
 

@@ -82,6 +82,7 @@ def test_hung_rank_is_stopped_by_the_timeout():
 
 def _start_grandchild(ctx):
     import subprocess
+
     proc = subprocess.Popen(["sleep", "3600"])
     if ctx.rank == 0:
         raise RuntimeError(f"left {proc.pid}")
@@ -123,8 +124,14 @@ def test_errors_survive_pickling_across_processes():
     import pickle
 
     from resilience.errors import ConfigError, IntegrityError, InvalidCombination
-    for e in (ConfigError("a", "b", "c"), IntegrityError("p", "checksum", "d"), RankFailure({1: "x"}, "w"),
-              RankTimeout({2: "y"}, "z"), InvalidCombination("format", "p", "f")):
+
+    for e in (
+        ConfigError("a", "b", "c"),
+        IntegrityError("p", "checksum", "d"),
+        RankFailure({1: "x"}, "w"),
+        RankTimeout({2: "y"}, "z"),
+        InvalidCombination("format", "p", "f"),
+    ):
         again = pickle.loads(pickle.dumps(e))
         assert type(again) is type(e) and str(again) == str(e)
 
@@ -145,8 +152,7 @@ def test_a_rank_stopped_for_good_is_said_so_at_the_timeout_and_killed():
     assert outcome.timed_out and stopped.status == "stopped" and waiting.status == "timeout"
     assert "rank 1 was stopped (SIGSTOP" in stopped.describe() and "timeout of 4 s" in stopped.describe()
     assert outcome.first_failure().rank == 1  # the stop explains the other rank's wait
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                   for pid in job.pids)
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in job.pids)
 
 
 def test_a_rank_stopped_when_another_fails_is_not_just_torn_down():
@@ -158,6 +164,7 @@ def test_a_rank_stopped_when_another_fails_is_not_just_torn_down():
 @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, 0, 3601, 1e9, "10", True])
 def test_a_job_timeout_is_a_finite_positive_number_below_the_ceiling(timeout):
     from resilience.launch import MAX_JOB_TIMEOUT
+
     assert MAX_JOB_TIMEOUT == 3600
     with pytest.raises(ConfigError, match="timeout"):
         Job(_all_reduce_rank, 2, timeout=timeout)

@@ -1,5 +1,6 @@
 """The pytest plugin, tested with pytester: options and their errors, scenario files as items,
 the fixtures, xdist and JUnit. Runs that start ranks go through a subprocess."""
+
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -34,16 +35,19 @@ steps:
 """
 
 
-@pytest.mark.parametrize("option, says", [
-    ("--resilience-max-world=0", "--resilience-max-world: must be between 1 and 64, got 0"),
-    ("--resilience-max-world=two", "must be a whole number of ranks, got 'two'"),
-    ("--resilience-combos=GLOBAL/torch/sync", "torch cannot carry GLOBAL semantics"),
-    ("--resilience-combos=,", "--resilience-combos: empty"),
-    ("--resilience-backend=broken:nope", "no broken implementation 'nope'"),
-    ("--resilience-backend=not a backend", "cannot read 'not a backend'"),
-    ("--resilience-backend=no_such_module:factory", "cannot import 'no_such_module:factory'"),
-    ("--resilience-profile=nope", "no Hypothesis profile 'nope'"),
-])
+@pytest.mark.parametrize(
+    "option, says",
+    [
+        ("--resilience-max-world=0", "--resilience-max-world: must be between 1 and 64, got 0"),
+        ("--resilience-max-world=two", "must be a whole number of ranks, got 'two'"),
+        ("--resilience-combos=GLOBAL/torch/sync", "torch cannot carry GLOBAL semantics"),
+        ("--resilience-combos=,", "--resilience-combos: empty"),
+        ("--resilience-backend=broken:nope", "no broken implementation 'nope'"),
+        ("--resilience-backend=not a backend", "cannot read 'not a backend'"),
+        ("--resilience-backend=no_such_module:factory", "cannot import 'no_such_module:factory'"),
+        ("--resilience-profile=nope", "no Hypothesis profile 'nope'"),
+    ],
+)
 def test_bad_option_values_are_usage_errors(pytester, option, says):
     result = pytester.runpytest(option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -52,17 +56,28 @@ def test_bad_option_values_are_usage_errors(pytester, option, says):
 
 def test_options_are_in_one_group(pytester):
     result = pytester.runpytest("--help")
-    result.stdout.fnmatch_lines(["checkpoint resilience (resilience.pytest_plugin):", "*--resilience-combos=*",
-                                 "*--resilience-max-world=W*", "*--resilience-backend=NAME*",
-                                 "*--resilience-profile=NAME*", "*--resilience-out=DIR*"])
+    result.stdout.fnmatch_lines(
+        [
+            "checkpoint resilience (resilience.pytest_plugin):",
+            "*--resilience-combos=*",
+            "*--resilience-max-world=W*",
+            "*--resilience-backend=NAME*",
+            "*--resilience-profile=NAME*",
+            "*--resilience-out=DIR*",
+        ]
+    )
 
 
 def test_scenario_files_are_items_per_combination(pytester):
     pytester.makefile(".yaml", **{"scenarios/save_resume": PASSING})
     result = pytester.runpytest("scenarios", "--collect-only", "-q")
-    result.stdout.fnmatch_lines(["scenarios/save_resume.yaml::save-resume[[]LEGACY-torch-sync[]]",
-                                 "scenarios/save_resume.yaml::save-resume[[]GLOBAL-torch_dist-sync[]]",
-                                 "2 tests collected*"])
+    result.stdout.fnmatch_lines(
+        [
+            "scenarios/save_resume.yaml::save-resume[[]LEGACY-torch-sync[]]",
+            "scenarios/save_resume.yaml::save-resume[[]GLOBAL-torch_dist-sync[]]",
+            "2 tests collected*",
+        ]
+    )
     result = pytester.runpytest("scenarios", "--collect-only", "-q", "--resilience-combos=GLOBAL/torch_dist/sync")
     result.stdout.fnmatch_lines(["*save-resume[[]GLOBAL-torch_dist-sync[]]", "1 test collected*"])
     assert "LEGACY" not in result.stdout.str()
@@ -70,8 +85,9 @@ def test_scenario_files_are_items_per_combination(pytester):
 
 def test_only_scenario_folders_and_named_files_are_collected(pytester):
     pytester.makeini("[pytest]\ntestpaths = tests\n")
-    pytester.makefile(".yaml", **{"tests/scenarios/data": PASSING, "tests/ci": "steps: [deploy]\n",
-                                  "elsewhere/one": PASSING})
+    pytester.makefile(
+        ".yaml", **{"tests/scenarios/data": PASSING, "tests/ci": "steps: [deploy]\n", "elsewhere/one": PASSING}
+    )
     pytester.makepyfile(**{"tests/test_a": "def test_a():\n    pass\n"})
     result = pytester.runpytest("--collect-only", "-q")  # testpaths: YAML test data is left alone
     result.stdout.fnmatch_lines(["tests/test_a.py::test_a", "1 test collected*"])
@@ -88,10 +104,16 @@ def test_a_bad_scenario_file_is_one_clear_collection_error(pytester):
 
 
 def test_scenarios_fixtures_xdist_and_junit(pytester):
-    pytester.makefile(".yaml", **{"scenarios/save_resume": PASSING, "scenarios/flipped_bit": FAILING,
-                                  "scenarios/wide": PASSING.replace("tp1pp1dp2", "tp1pp1dp4").replace(
-                                      "save-resume", "wide")})
-    pytester.makepyfile(test_fixtures=textwrap.dedent("""
+    pytester.makefile(
+        ".yaml",
+        **{
+            "scenarios/save_resume": PASSING,
+            "scenarios/flipped_bit": FAILING,
+            "scenarios/wide": PASSING.replace("tp1pp1dp2", "tp1pp1dp4").replace("save-resume", "wide"),
+        },
+    )
+    pytester.makepyfile(
+        test_fixtures=textwrap.dedent("""
         import pytest
         from hypothesis import given, settings
 
@@ -129,16 +151,29 @@ def test_scenarios_fixtures_xdist_and_junit(pytester):
 
         def test_profile_is_loaded():
             assert settings().max_examples == 50  # --resilience-profile=dev
-        """))
+        """)
+    )
     junit = pytester.path / "junit.xml"
     result = pytester.runpytest_subprocess(
-        "scenarios", "test_fixtures.py", "-n", "2", "-p", "no:cacheprovider", f"--junitxml={junit}",
-        "--resilience-combos=LEGACY/torch/sync", "--resilience-max-world=2", "--resilience-profile=dev", "-rs")
+        "scenarios",
+        "test_fixtures.py",
+        "-n",
+        "2",
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        "--resilience-combos=LEGACY/torch/sync",
+        "--resilience-max-world=2",
+        "--resilience-profile=dev",
+        "-rs",
+    )
     result.assert_outcomes(passed=6, failed=1, skipped=2)
     out = result.stdout.str()
     assert "FAIL: scenario 'flipped-bit' with LEGACY/torch/sync" in out
-    assert "replay: resilience run scenarios/flipped_bit.yaml --combos LEGACY/torch/sync --backend broken:no_checksum" \
+    assert (
+        "replay: resilience run scenarios/flipped_bit.yaml --combos LEGACY/torch/sync --backend broken:no_checksum"
         in out.replace(str(pytester.path) + "/", "")
+    )
     assert "integrity" in out and "returned wrong values" in out
     assert "needs 4 ranks; --resilience-max-world is 2" in out
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
@@ -164,9 +199,11 @@ def test_resilience_io_picks_the_way_faults_reach_the_backend(pytester, fuse, mo
     """The same scenario item through the seam (the fault cannot reach torch.save: UNPROBED, a failed item)
     and through the fault-injecting file system (it fires; the item passes)."""
     import os
+
     pytester.makefile(".yaml", **{"scenarios/crash": CRASH_IN_INHOUSE})
-    env_path = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
-                                           os.environ.get("PYTHONPATH")) if p)
+    env_path = os.pathsep.join(
+        p for p in (os.path.dirname(os.path.dirname(os.path.dirname(__file__))), os.environ.get("PYTHONPATH")) if p
+    )
     monkeypatch.setenv("PYTHONPATH", env_path)  # tests.backends.inhouse, from this repository
     seam = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider", "-n", "0", "--resilience-io=seam")
     seam.assert_outcomes(failed=1)

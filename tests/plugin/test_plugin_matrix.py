@@ -2,6 +2,7 @@
 implementation's failures, property tests within a time and a shrink budget, Hypothesis events naming the
 faults, and one run folder for the session. The cases are stood in for by a fake run_case (pure logic of
 the plugin); real ranks run in test_plugin.py."""
+
 import json
 import textwrap
 import xml.etree.ElementTree as ET
@@ -9,7 +10,7 @@ import xml.etree.ElementTree as ET
 pytest_plugins = ["pytester"]
 
 # run_case replaced in the pytester session: PASS, a FAIL for big seeds, or a broken framework
-FAKE_RUN_CASE = textwrap.dedent('''
+FAKE_RUN_CASE = textwrap.dedent("""
     import os, time
     from resilience.checkers import Verdict
     from resilience.status import FAIL, PASS
@@ -36,9 +37,9 @@ FAKE_RUN_CASE = textwrap.dedent('''
 
     def pytest_unconfigure(config):
         run.run_case = REAL
-''')
+""")
 
-PROPERTY_TEST = textwrap.dedent('''
+PROPERTY_TEST = textwrap.dedent("""
     import os
     from hypothesis import given, settings
     import resilience.strategies as rst
@@ -48,7 +49,7 @@ PROPERTY_TEST = textwrap.dedent('''
     @given(rst.scenarios(max_world=2, max_steps=3, faults=["truncate"], moves=False))
     def test_property(resilience_run, scenario):
         resilience_run(scenario)
-''')
+""")
 
 SCENARIO = """
 name: plain
@@ -64,22 +65,39 @@ LOCAL_ONLY = "tests.backends.inhouse:factory"
 
 def test_only_the_declared_combinations_are_collected(pytester, monkeypatch):
     import os
+
     monkeypatch.setenv("PYTHONPATH", os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    pytester.makefile(".yaml", **{"scenarios/plain": SCENARIO,
-                                  "scenarios/local": SCENARIO.replace("name: plain", "name: local").replace(
-                                      "[LEGACY/torch/sync, GLOBAL/torch_dist/sync]", "[LOCAL/torch/sync]")})
+    pytester.makefile(
+        ".yaml",
+        **{
+            "scenarios/plain": SCENARIO,
+            "scenarios/local": SCENARIO.replace("name: plain", "name: local").replace(
+                "[LEGACY/torch/sync, GLOBAL/torch_dist/sync]", "[LOCAL/torch/sync]"
+            ),
+        },
+    )
     pytester.makepyfile(test_combo="def test_combo(resilience_combo):\n    pass\n")
-    result = pytester.runpytest_subprocess("scenarios", "test_combo.py", "--collect-only", "-q", "-p",
-                                           "no:cacheprovider", f"--resilience-backend={LOCAL_ONLY}")
+    result = pytester.runpytest_subprocess(
+        "scenarios",
+        "test_combo.py",
+        "--collect-only",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--resilience-backend={LOCAL_ONLY}",
+    )
     out = result.stdout.str()
     assert "local[LOCAL-torch-sync]" in out and "test_combo[LOCAL-torch-sync]" in out
     assert "plain[LEGACY" not in out and "test_combo[GLOBAL" not in out, out
     assert "plain[not-declared]" in out  # kept as one item that says why it is skipped
-    skipped = pytester.runpytest_subprocess("scenarios/plain.yaml", "-p", "no:cacheprovider", "-rs",
-                                            f"--resilience-backend={LOCAL_ONLY}")
+    skipped = pytester.runpytest_subprocess(
+        "scenarios/plain.yaml", "-p", "no:cacheprovider", "-rs", f"--resilience-backend={LOCAL_ONLY}"
+    )
     skipped.assert_outcomes(skipped=1)
-    assert "declares only LOCAL/torch/sync; the scenario asks for LEGACY/torch/sync, GLOBAL/torch_dist/sync" \
+    assert (
+        "declares only LOCAL/torch/sync; the scenario asks for LEGACY/torch/sync, GLOBAL/torch_dist/sync"
         in skipped.stdout.str()
+    )
 
 
 def test_a_framework_error_is_one_short_paragraph(pytester, monkeypatch):
@@ -100,8 +118,9 @@ def test_a_property_test_stops_at_its_time_budget_and_passes(pytester, monkeypat
     pytester.makeconftest(FAKE_RUN_CASE)
     pytester.makepyfile(test_prop=PROPERTY_TEST)
     junit = pytester.path / "junit.xml"
-    result = pytester.runpytest("--resilience-time-budget=3", "-p", "no:cacheprovider", f"--junitxml={junit}",
-                                "--hypothesis-seed=1")
+    result = pytester.runpytest(
+        "--resilience-time-budget=3", "-p", "no:cacheprovider", f"--junitxml={junit}", "--hypothesis-seed=1"
+    )
     result.assert_outcomes(passed=1)
     props = {p.get("name"): p.get("value") for p in ET.parse(junit).getroot().iter("property")}
     assert props["resilience_stopped"].startswith("time budget spent after ")
@@ -130,8 +149,7 @@ def test_a_failing_property_test_shrinks_within_its_budget(pytester, monkeypatch
 
 def test_an_xdist_session_writes_one_run_folder(pytester, monkeypatch):
     pytester.makeconftest(FAKE_RUN_CASE)
-    pytester.makefile(".yaml", **{f"scenarios/s{i}": SCENARIO.replace("name: plain", f"name: s{i}")
-                                  for i in range(4)})
+    pytester.makefile(".yaml", **{f"scenarios/s{i}": SCENARIO.replace("name: plain", f"name: s{i}") for i in range(4)})
     out = pytester.path / "runs"
     result = pytester.runpytest_subprocess("scenarios", "-n", "2", "-p", "no:cacheprovider", f"--resilience-out={out}")
     result.assert_outcomes(passed=8)

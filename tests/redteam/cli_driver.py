@@ -5,6 +5,7 @@ command's dependencies once; then for each line forks a child that starts a new 
 `resilience.cli.main(argv)` as the installed `resilience` script does (an uncaught exception prints its
 traceback and exits 1), with its output in files. A child still running at its timeout is killed with
 its whole session. Prints a JSON list of {"rc", "stdout", "stderr", "timed_out"}."""
+
 from __future__ import annotations
 
 import json
@@ -21,12 +22,21 @@ def _preload() -> None:
 
     import resilience.cli as cli
     from resilience.commands import COMMANDS
+
     cli.build_parser()
     for name in COMMANDS:
         importlib.import_module(f"resilience.commands.{name}")
-    for module in ("resilience.runner.run", "resilience.runner.matrix", "resilience.fuzz.engine",
-                   "resilience.cluster.corpus", "resilience.cluster.worker", "resilience.broken.suite",
-                   "resilience.state.demo", "resilience.checkpoint.inspect", "resilience.report.cases"):
+    for module in (
+        "resilience.runner.run",
+        "resilience.runner.matrix",
+        "resilience.fuzz.engine",
+        "resilience.cluster.corpus",
+        "resilience.cluster.worker",
+        "resilience.broken.suite",
+        "resilience.state.demo",
+        "resilience.checkpoint.inspect",
+        "resilience.report.cases",
+    ):
         importlib.import_module(module)
 
 
@@ -44,6 +54,7 @@ def _child(argv: list[str], cwd: str, out: str, err: str) -> None:
     code = 1
     try:
         from resilience.cli import main
+
         code = main(argv)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -80,8 +91,13 @@ def run_line(argv: list[str], cwd: str, timeout: float) -> dict:
             time.sleep(0.01)
         _kill_session(pid)  # whatever the command left running
         rc = os.waitstatus_to_exitcode(status)
-        return {"rc": rc, "stdout": _read(out), "stderr": _read(err), "timed_out": timed_out,
-                "seconds": round(time.monotonic() - start, 2)}
+        return {
+            "rc": rc,
+            "stdout": _read(out),
+            "stderr": _read(err),
+            "timed_out": timed_out,
+            "seconds": round(time.monotonic() - start, 2),
+        }
 
 
 def _read(path: str) -> str:

@@ -6,6 +6,7 @@ valid, a correct run; within a bound, and leaving nothing behind.
 with no checkpoint) and `corpus_garbage` (a folder whose corpus.json is not JSON); `scenarios/tNN.yaml`
 are the bad scenario files beside this module. Each line runs in its own process, forked by one driver
 process that imported the command line once (tests/redteam/cli_driver.py): 91 lines, one torch import."""
+
 from __future__ import annotations
 
 import glob
@@ -22,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 LINES = [line.rstrip("\n") for line in open(os.path.join(HERE, "cli-inputs.txt"), encoding="utf-8") if line.strip()]
 # valid lines: (number in the file, 1-based) -> the exit statuses of a correct run
 VALID = {25: (0,)}  # fuzz with a huge example count and a 1 s time budget: stops at the budget, passes
-SLOW = set(VALID)    # lines that run ranks: their own test, so the two halves run in parallel
+SLOW = set(VALID)  # lines that run ranks: their own test, so the two halves run in parallel
 TIMEOUT = 120.0
 
 
@@ -64,8 +65,14 @@ def _run(numbers: list[int], tmp_path) -> list[tuple[int, str, dict, set, set]]:
         scratch.append((cwd, _tree(cwd)))
         jobs.append({"argv": _argv(LINES[n - 1], out), "cwd": cwd, "timeout": TIMEOUT})
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "cli_driver.py")], input=json.dumps(jobs),
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT * len(jobs) + 120)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "cli_driver.py")],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT * len(jobs) + 120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout)
     return [(n, LINES[n - 1], r, before, _tree(cwd)) for n, r, (cwd, before) in zip(numbers, results, scratch)]
@@ -121,7 +128,13 @@ def test_the_installed_entry_point_gives_the_same_clear_error(tmp_path):
     """The driver runs main() as the `resilience` script does: check it on one line through python -m."""
     cwd, out = _scratch(str(tmp_path / "entry"))
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "resilience.cli", "matrix", "--backend", "os:system"], cwd=cwd,
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "resilience.cli", "matrix", "--backend", "os:system"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "not a backend factory" in proc.stderr.splitlines()[-1]

@@ -1,5 +1,6 @@
 """A small DOM for the tests: report.html as written, or as Chromium rendered it (--dump-dom), parsed with
 the standard library into elements that can be found by id, class or tag and read as text."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,13 @@ class Element:
                 yield from c.iter()
 
     def find_all(self, tag: str | None = None, cls: str | None = None, **attrs) -> list[Element]:
-        return [e for e in self.iter() if (tag is None or e.tag == tag) and (cls is None or cls in e.classes)
-                and all(e.attrs.get(k) == v for k, v in attrs.items())]
+        return [
+            e
+            for e in self.iter()
+            if (tag is None or e.tag == tag)
+            and (cls is None or cls in e.classes)
+            and all(e.attrs.get(k) == v for k, v in attrs.items())
+        ]
 
     def find(self, tag: str | None = None, cls: str | None = None, **attrs) -> Element:
         found = self.find_all(tag, cls, **attrs)

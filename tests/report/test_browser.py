@@ -2,6 +2,7 @@
 and the tests read the DOM it built (--dump-dom) for the counts, the evidence, the links and the copy
 buttons, and check that hostile names ran nothing. RESILIENCE_SCREENSHOTS=1 also keeps a screenshot of each
 page in its run folder (report.png, the case folder's timeline.png) and prints where."""
+
 from __future__ import annotations
 
 import json
@@ -56,12 +57,19 @@ def test_timeline_in_a_browser_draws_lanes_bars_and_marks(tmp_path, browser):
     _seam_log(case)
     _fuse_log(case)
     from resilience.report.timeline import write_timeline
+
     dom = _render(write_timeline(case, clock_offset=OFFSET), "timeline.png")
     _ran_nothing_hostile(dom)
     svg = dom.by_id("timeline")
-    assert [g.attrs["data-lane"] for g in svg.find_all("g", cls="lane")] == \
-        ["runner", "rank 0", "rank 0 · main", "rank 0 · writer", "rank 1", "rank 1 · main · pid 12",
-         "rank 1 · writer · pid 11"]
+    assert [g.attrs["data-lane"] for g in svg.find_all("g", cls="lane")] == [
+        "runner",
+        "rank 0",
+        "rank 0 · main",
+        "rank 0 · writer",
+        "rank 1",
+        "rank 1 · main · pid 12",
+        "rank 1 · writer · pid 11",
+    ]
     marks = {" ".join(sorted(g.classes)) for g in svg.find_all("g", cls="mark")}
     assert marks == {"mark mark-kill", "mark mark-damage"}
     labels = [t.text for t in svg.find_all("text", cls="bar-label")]
@@ -71,14 +79,28 @@ def test_timeline_in_a_browser_draws_lanes_bars_and_marks(tmp_path, browser):
 @pytest.mark.multiprocess
 def test_a_failing_matrix_report_says_what_failed_why_where_and_how_to_replay(tmp_path, browser):
     """A real failing run: a backend that writes its tracker before the data, killed mid-save."""
-    code = main(["matrix", "--backend", "broken:tracker_before_data", "--combos", "GLOBAL/torch_dist/sync",
-                 "--faults", "kill", "--transitions", "none", "--out", str(tmp_path)])
+    code = main(
+        [
+            "matrix",
+            "--backend",
+            "broken:tracker_before_data",
+            "--combos",
+            "GLOBAL/torch_dist/sync",
+            "--faults",
+            "kill",
+            "--transitions",
+            "none",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 1
     (run_dir,) = [str(p) for p in tmp_path.iterdir() if p.is_dir()]
     dom = _render(os.path.join(run_dir, "report.html"), "report.png")
     assert dom.by_id("headline").text == "0 passed, 1 not passed (1 FAIL)"
-    assert {li.attrs.get("data-verdict", "cases"): li.find(cls="n").text
-            for li in dom.by_id("counts").find_all("li")} == {"cases": "1", "FAIL": "1"}
+    assert {
+        li.attrs.get("data-verdict", "cases"): li.find(cls="n").text for li in dom.by_id("counts").find_all("li")
+    } == {"cases": "1", "FAIL": "1"}
     case = dom.by_id("case-1")
     assert case.find(cls="checker").text.startswith("durability FAIL: ")
     assert not case.find_all(cls="detail")  # the row's detail only repeats the one failing checker
@@ -99,6 +121,7 @@ def test_a_failing_matrix_report_says_what_failed_why_where_and_how_to_replay(tm
 def test_fuzz_report_in_a_browser_accounts_for_every_case(tmp_path, monkeypatch, browser):
     from resilience.fuzz import engine
     from tests.fuzz.test_fuzz_command import _fake_runs, check_fuzz_page
+
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
     out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     dom = _render(os.path.join(out.run_dir, "report.html"), "report.png")

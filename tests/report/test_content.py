@@ -1,6 +1,7 @@
 """What the reports say: a run folder built from hand-made rows (one of each verdict, evidence, a framework
 error, a fault that never fired, hostile text) and the counts, cells, sections, evidence, links, replay
 commands and escaping of report.md, report.html and junit.xml. No ranks: only the rendering is under test."""
+
 from __future__ import annotations
 
 import json
@@ -18,44 +19,105 @@ from .dom import parse
 
 COMBO = "GLOBAL/torch_dist/sync"
 OTHER = "LEGACY/torch/sync"
-HOSTILE = "<script>document.body.dataset.pwned = 1</script> & \"quoted\" <img src=x onerror=alert(1)>"
+HOSTILE = '<script>document.body.dataset.pwned = 1</script> & "quoted" <img src=x onerror=alert(1)>'
 
 
 def _row(column: str, verdict: str, detail: str = "", combo: str = COMBO, **extra) -> dict:
-    return dict({"scenario": column, "combo": combo, "column": column, "fault": column, "transition": None,
-                 "verdict": verdict, "detail": detail, "seconds": 1.5, "checkers": [], "faults": [],
-                 "replay": f"resilience run cases/{column}/scenario.yaml --combos {combo}"}, **extra)
+    return dict(
+        {
+            "scenario": column,
+            "combo": combo,
+            "column": column,
+            "fault": column,
+            "transition": None,
+            "verdict": verdict,
+            "detail": detail,
+            "seconds": 1.5,
+            "checkers": [],
+            "faults": [],
+            "replay": f"resilience run cases/{column}/scenario.yaml --combos {combo}",
+        },
+        **extra,
+    )
 
 
 EVIDENCE = [{"op": "save", "iteration": i, "rank": 0} for i in range(1, 8)]  # the reports write out the first 5
 TRACEBACK = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'manifest.json'"
 ROWS = [
     _row("save-load", "PASS", "all checkers passed", case_dir="/old/place/runs/x/cases/000-save-load"),
-    _row("bitflip", "FAIL", "integrity: a load returned wrong values",
-         checkers=[{"checker": "integrity", "status": "FAIL", "detail": "load of iter 2 returned wrong values",
-                    "evidence": EVIDENCE},
-                   {"checker": "atomic", "status": "PASS", "detail": "fine", "evidence": []}],
-         faults=[{"fault": "bit_flip", "status": "fired"}], case_dir="/old/place/runs/x/cases/001-bitflip"),
-    _row("metadata", "UNKNOWN", "framework error: KeyError: 'manifest.json' (traceback: x/framework-error.txt)",
-         checkers=[{"checker": "framework", "status": "UNKNOWN", "detail": "framework error: KeyError",
-                    "evidence": [{"traceback": TRACEBACK}]}], case_dir="/old/place/runs/x/cases/002-metadata"),
-    _row("kill", "UNPROBED", "configured fault never fired: rank_kill rank=1",
-         faults=[{"fault": "rank_kill rank=1", "status": "never_fired"}]),
+    _row(
+        "bitflip",
+        "FAIL",
+        "integrity: a load returned wrong values",
+        checkers=[
+            {
+                "checker": "integrity",
+                "status": "FAIL",
+                "detail": "load of iter 2 returned wrong values",
+                "evidence": EVIDENCE,
+            },
+            {"checker": "atomic", "status": "PASS", "detail": "fine", "evidence": []},
+        ],
+        faults=[{"fault": "bit_flip", "status": "fired"}],
+        case_dir="/old/place/runs/x/cases/001-bitflip",
+    ),
+    _row(
+        "metadata",
+        "UNKNOWN",
+        "framework error: KeyError: 'manifest.json' (traceback: x/framework-error.txt)",
+        checkers=[
+            {
+                "checker": "framework",
+                "status": "UNKNOWN",
+                "detail": "framework error: KeyError",
+                "evidence": [{"traceback": TRACEBACK}],
+            }
+        ],
+        case_dir="/old/place/runs/x/cases/002-metadata",
+    ),
+    _row(
+        "kill",
+        "UNPROBED",
+        "configured fault never fired: rank_kill rank=1",
+        faults=[{"fault": "rank_kill rank=1", "status": "never_fired"}],
+    ),
     _row("tp", "REFUSED-AS-EXPECTED", "TopologyChangeRefused: LEGACY cannot load on tp1", transition="tp2->tp1"),
-    _row("io_error", "FAIL", "durability: an acknowledged save was lost", combo=OTHER,
-         faults=[{"fault": "io_error", "status": "never_fired"}]),  # a FAIL whose fault never fired
+    _row(
+        "io_error",
+        "FAIL",
+        "durability: an acknowledged save was lost",
+        combo=OTHER,
+        faults=[{"fault": "io_error", "status": "never_fired"}],
+    ),  # a FAIL whose fault never fired
     _row("pickle", "N/A", "nothing to damage", combo=OTHER),
-    _row(HOSTILE, "FAIL", HOSTILE, combo=OTHER,
-         checkers=[{"checker": "resume", "status": "FAIL", "detail": HOSTILE, "evidence": [{"path": HOSTILE}]}]),
-    _row("hang", "UNKNOWN", "rank 1 timed out", combo=OTHER,
-         checkers=[{"checker": "saves", "status": "UNKNOWN", "detail": "rank 1 timed out", "evidence": []}]),
+    _row(
+        HOSTILE,
+        "FAIL",
+        HOSTILE,
+        combo=OTHER,
+        checkers=[{"checker": "resume", "status": "FAIL", "detail": HOSTILE, "evidence": [{"path": HOSTILE}]}],
+    ),
+    _row(
+        "hang",
+        "UNKNOWN",
+        "rank 1 timed out",
+        combo=OTHER,
+        checkers=[{"checker": "saves", "status": "UNKNOWN", "detail": "rank 1 timed out", "evidence": []}],
+    ),
 ]
-META = {"title": "resilience matrix <&>", "seed": [7], "backend": "reference", "cases": 10,
-        "command": "resilience matrix --seed 7"}
+META = {
+    "title": "resilience matrix <&>",
+    "seed": [7],
+    "backend": "reference",
+    "cases": 10,
+    "command": "resilience matrix --seed 7",
+}
 # case folders of three rows, whose rows name an old place: the run folder was moved since the run
-CASE_FILES = {"000-save-load": ["scenario.yaml", "history.jsonl", "logs/job0/rank0.log"],
-              "001-bitflip": ["scenario.yaml", "history.jsonl", "faults.jsonl", "logs/job0/rank0.log"],
-              "002-metadata": ["scenario.yaml", "framework-error.txt"]}
+CASE_FILES = {
+    "000-save-load": ["scenario.yaml", "history.jsonl", "logs/job0/rank0.log"],
+    "001-bitflip": ["scenario.yaml", "history.jsonl", "faults.jsonl", "logs/job0/rank0.log"],
+    "002-metadata": ["scenario.yaml", "framework-error.txt"],
+}
 
 
 def make_run(base, rows=ROWS, meta=META) -> str:
@@ -93,11 +155,18 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     assert f"| {COMBO} | PASS | FAIL | ERROR | UNPROBED | REFUSED | - | - | - | - |" in lines
     assert f"| {OTHER} | - | - | - | - | - | FAIL+UNPROBED | - | FAIL | UNKNOWN |" in lines
     sections = {s.split("\n")[0]: s for s in md.split("\n## ")[1:]}
-    assert list(sections) == ["Failures of the implementation (4)", "Not probed (1)", "Framework errors (1)",
-                              "Refused as expected (1)"]
+    assert list(sections) == [
+        "Failures of the implementation (4)",
+        "Not probed (1)",
+        "Framework errors (1)",
+        "Refused as expected (1)",
+    ]
     failed = sections["Failures of the implementation (4)"]
-    for column, label, combo in [("bitflip", "FAIL", COMBO), ("io_error", "FAIL+UNPROBED", OTHER),
-                                 ("hang", "UNKNOWN", OTHER)]:
+    for column, label, combo in [
+        ("bitflip", "FAIL", COMBO),
+        ("io_error", "FAIL+UNPROBED", OTHER),
+        ("hang", "UNKNOWN", OTHER),
+    ]:
         assert f"### {combo} · {column} · {label}" in failed
         assert f"```\nresilience run cases/{column}/scenario.yaml --combos {combo}\n```" in failed
     assert f"### {COMBO} · kill · UNPROBED" in sections["Not probed (1)"]
@@ -108,13 +177,16 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
         assert f"cases/{column}/" not in md
     assert "- **integrity** FAIL: load of iter 2 returned wrong values" in failed
     assert "**atomic**" not in failed  # a checker that passed is not listed
-    assert [line for line in failed.splitlines() if line.startswith("    - iteration: ")] == \
-        [f"    - iteration: `{i}`" for i in range(1, 6)]
+    assert [line for line in failed.splitlines() if line.startswith("    - iteration: ")] == [
+        f"    - iteration: `{i}`" for i in range(1, 6)
+    ]
     assert "  - and 2 more in results.json" in failed
     # links relative to the run folder, though the rows name the folder's old place
-    assert ("files: [case folder](cases/001-bitflip/) · [scenario](cases/001-bitflip/scenario.yaml) · "
-            "[history](cases/001-bitflip/history.jsonl) · [logs](cases/001-bitflip/logs/) · "
-            "[faults fired](cases/001-bitflip/faults.jsonl) · [timeline](cases/001-bitflip/timeline.html)") in failed
+    assert (
+        "files: [case folder](cases/001-bitflip/) · [scenario](cases/001-bitflip/scenario.yaml) · "
+        "[history](cases/001-bitflip/history.jsonl) · [logs](cases/001-bitflip/logs/) · "
+        "[faults fired](cases/001-bitflip/faults.jsonl) · [timeline](cases/001-bitflip/timeline.html)"
+    ) in failed
     assert "[traceback](cases/002-metadata/framework-error.txt)" in framework
     assert f"- {COMBO} · tp: TopologyChangeRefused: LEGACY cannot load on tp1" in sections["Refused as expected (1)"]
 
@@ -124,25 +196,40 @@ def check_report_page(page, run_dir: str) -> None:
     or as a browser rendered it): counts, matrix cells and their links, each case that did not pass with
     its evidence, files and replay, and file links that resolve inside the run folder."""
     assert page.find("title").text == "resilience matrix <&>"
-    assert page.by_id("headline").text == \
-        "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error"
-    counts = {li.attrs.get("data-verdict", "cases"): li.find(cls="n").text
-              for li in page.by_id("counts").find_all("li")}
-    assert counts == {"cases": "9", "PASS": "1", "REFUSED": "1", "FAIL": "3", "UNKNOWN": "1",
-                      "framework error": "1", "UNPROBED": "1", "N/A": "1"}
+    assert (
+        page.by_id("headline").text
+        == "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error"
+    )
+    counts = {
+        li.attrs.get("data-verdict", "cases"): li.find(cls="n").text for li in page.by_id("counts").find_all("li")
+    }
+    assert counts == {
+        "cases": "9",
+        "PASS": "1",
+        "REFUSED": "1",
+        "FAIL": "3",
+        "UNKNOWN": "1",
+        "framework error": "1",
+        "UNPROBED": "1",
+        "N/A": "1",
+    }
     matrix = page.find("table", cls="matrix")
     heads = [th.text for th in matrix.find("thead").find_all("th")]
     assert heads[:6] == ["combination", "save-load", "bitflip", "metadata", "kill", "tptp2 → tp1"]
     body = matrix.find("tbody").find_all("tr")
-    assert [[td.text for td in tr.find_all("td")] for tr in body] == \
-        [["PASS", "FAIL", "ERROR", "UNPROBED", "REFUSED", "-", "-", "-", "-"],
-         ["-", "-", "-", "-", "-", "FAIL+UNPROBED", "-", "FAIL", "UNKNOWN"]]
+    assert [[td.text for td in tr.find_all("td")] for tr in body] == [
+        ["PASS", "FAIL", "ERROR", "UNPROBED", "REFUSED", "-", "-", "-", "-"],
+        ["-", "-", "-", "-", "-", "FAIL+UNPROBED", "-", "FAIL", "UNKNOWN"],
+    ]
     links = [[(td.find_all("a") or [None])[0] for td in tr.find_all("td")] for tr in body]
     assert [a.attrs["href"] for a in links[0][:4]] == ["cases/000-save-load/", "#case-2", "#case-3", "#case-4"]
     sections = {s.attrs["id"]: s for s in page.find_all("section", cls="category")}
     assert list(sections) == ["failed", "unprobed", "framework"]
-    assert {k: [a.attrs["data-verdict"] for a in s.find_all("article")] for k, s in sections.items()} == \
-        {"failed": ["FAIL", "FAIL", "FAIL", "UNKNOWN"], "unprobed": ["UNPROBED"], "framework": ["UNKNOWN"]}
+    assert {k: [a.attrs["data-verdict"] for a in s.find_all("article")] for k, s in sections.items()} == {
+        "failed": ["FAIL", "FAIL", "FAIL", "UNKNOWN"],
+        "unprobed": ["UNPROBED"],
+        "framework": ["UNKNOWN"],
+    }
     bitflip = page.by_id("case-2")
     assert bitflip.find("h3").text == f"FAIL {COMBO} · bitflip"
     assert bitflip.find(cls="detail").text == "integrity: a load returned wrong values"
@@ -150,8 +237,14 @@ def check_report_page(page, run_dir: str) -> None:
     items = bitflip.find_all("dl", cls="evidence")
     assert [[dd.text for dd in dl.find_all("dd")] for dl in items] == [["save", str(i), "0"] for i in range(1, 6)]
     assert "and 2 more evidence items in results.json" in bitflip.text
-    assert [a.text for a in bitflip.find(cls="links").find_all("a")] == \
-        ["case folder", "scenario", "history", "logs", "faults fired", "timeline"]
+    assert [a.text for a in bitflip.find(cls="links").find_all("a")] == [
+        "case folder",
+        "scenario",
+        "history",
+        "logs",
+        "faults fired",
+        "timeline",
+    ]
     for a in page.find_all("a"):  # every file link resolves inside the run folder
         href = a.attrs["href"]
         if not href.startswith("#"):
@@ -191,15 +284,25 @@ def test_junit_counts_failures_and_errors_and_keeps_each_replay(run_dir):
     cases = {(c.get("classname"), c.get("name")): c for c in suite.iter("testcase")}
     assert len(cases) == 9 and cases[(COMBO, "bitflip")].get("time") == "1.5"
     outcome = {k: [child.tag for child in c] for k, c in cases.items()}
-    assert outcome == {(COMBO, "save-load"): [], (COMBO, "bitflip"): ["failure"], (COMBO, "metadata"): ["error"],
-                       (COMBO, "kill"): ["error"], (COMBO, "tp"): [], (OTHER, "io_error"): ["failure"],
-                       (OTHER, "pickle"): ["skipped"], (OTHER, HOSTILE): ["failure"], (OTHER, "hang"): ["error"]}
+    assert outcome == {
+        (COMBO, "save-load"): [],
+        (COMBO, "bitflip"): ["failure"],
+        (COMBO, "metadata"): ["error"],
+        (COMBO, "kill"): ["error"],
+        (COMBO, "tp"): [],
+        (OTHER, "io_error"): ["failure"],
+        (OTHER, "pickle"): ["skipped"],
+        (OTHER, HOSTILE): ["failure"],
+        (OTHER, "hang"): ["error"],
+    }
     failure = cases[(COMBO, "bitflip")].find("failure")
     assert failure.get("message") == "integrity: a load returned wrong values"
     assert failure.text.endswith("replay: resilience run cases/bitflip/scenario.yaml --combos " + COMBO)
     assert cases[(COMBO, "metadata")].find("error").get("message").startswith("UNKNOWN: framework error: KeyError")
-    assert [cases[(c, n)].find("error").get("type") for c, n in [(COMBO, "metadata"), (OTHER, "hang")]] == \
-        ["framework error", "UNKNOWN"]
+    assert [cases[(c, n)].find("error").get("type") for c, n in [(COMBO, "metadata"), (OTHER, "hang")]] == [
+        "framework error",
+        "UNKNOWN",
+    ]
     assert cases[(COMBO, "kill")].find("error").get("message").startswith("UNPROBED: configured fault never fired")
     assert cases[(OTHER, HOSTILE)].find("failure").get("message") == HOSTILE  # escaped, and read back whole
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
@@ -216,11 +319,12 @@ def test_an_interrupted_run_says_so_in_every_report(tmp_path):
     assert md.splitlines()[0] == "# resilience matrix <&> (interrupted)"
     assert f"**{note}**: the rows below are the cases that finished." in md
     assert "Verdicts: 2 cases: PASS 1, FAIL 1" in md
-    assert parse((tmp_path / folder.path / "report.html").read_text()).by_id("note").text == \
-        f"{note}: the rows below are the cases that finished."
+    assert (
+        parse((tmp_path / folder.path / "report.html").read_text()).by_id("note").text
+        == f"{note}: the rows below are the cases that finished."
+    )
     suite = ET.fromstring((tmp_path / folder.path / "junit.xml").read_text())
-    assert {p.get("name"): p.get("value") for p in suite.iter("property")} == {"status": "interrupted",
-                                                                               "note": note}
+    assert {p.get("name"): p.get("value") for p in suite.iter("property")} == {"status": "interrupted", "note": note}
     meta = json.loads((tmp_path / folder.path / "run.json").read_text())
     assert (meta["status"], meta["stopped_by"], meta["finished_cases"]) == ("interrupted", "SIGTERM", 2)
     assert "note" not in meta
@@ -239,9 +343,13 @@ def test_report_rebuilds_the_same_reports_and_exits_1_on_a_failing_row(run_dir, 
 
 def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
     from resilience.report.view import build
-    faults = [[("rank_crash rank=1", "fired"), ("bit_flip seed=3", "never fired")],
-              [("rank_crash rank=0", "never fired")],
-              [("bit_flip seed=4", "fired"), ("bit_flip seed=5", "never fired")], []]
+
+    faults = [
+        [("rank_crash rank=1", "fired"), ("bit_flip seed=3", "never fired")],
+        [("rank_crash rank=0", "never fired")],
+        [("bit_flip seed=4", "fired"), ("bit_flip seed=5", "never fired")],
+        [],
+    ]
     rows = [_row("scenarios", "PASS", faults=[{"fault": f, "status": s} for f, s in fs]) for fs in faults]
     meta = {"kind": "fuzz", "fuzz": {"modes": ["scenarios"], "timings": {"scenarios": {"seconds": 9, "shrinking": 0}}}}
     (mode,) = build(rows, meta).fuzz

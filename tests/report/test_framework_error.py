@@ -1,5 +1,6 @@
 """A framework error in one case (run_case raising, not the implementation) is that case's UNKNOWN, with
 its traceback in the case folder; the run goes on and writes its folder."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,20 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
         return real(scenario, combo, case_dir, **kw)
 
     monkeypatch.setattr(run_module, "run_case", breaks_on_the_first)
-    code = main(["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "metadata:manifest.json", "save/load",
-                 "--transitions", "none", "--out", str(tmp_path)])
+    code = main(
+        [
+            "matrix",
+            "--combos",
+            "GLOBAL/torch_dist/sync",
+            "--faults",
+            "metadata:manifest.json",
+            "save/load",
+            "--transitions",
+            "none",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 1 and len(seen) == 2
     err = capsys.readouterr().err  # not a terminal: a plain progress line per tenth of the cases
     assert "progress: 1/2 cases · 1 failed (UNKNOWN 1) · " in err

@@ -1,6 +1,7 @@
 """A run stopped early keeps what finished: Ctrl-C and SIGTERM write results.json, the reports and
 junit.xml for the cases done, marked interrupted, and exit 130 / 143; a SIGKILLed run leaves its rows in
 results.jsonl, which `resilience report DIR` turns into the reports, marked incomplete."""
+
 from __future__ import annotations
 
 import glob
@@ -27,8 +28,15 @@ def _env():
 
 
 def _start(out: str, argv: list[str] = MATRIX) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "resilience.cli", *argv, "--out", out], cwd=out, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "resilience.cli", *argv, "--out", out],
+        cwd=out,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _wait_first_row(proc: subprocess.Popen, out: str) -> str:
@@ -96,8 +104,13 @@ def test_a_killed_matrix_leaves_rows_that_report_turns_into_the_reports(tmp_path
     finally:
         _kill_session(proc)
     assert not os.path.exists(os.path.join(run_dir, "results.json"))
-    report = subprocess.run([sys.executable, "-m", "resilience.cli", "report", run_dir], env=_env(),
-                            capture_output=True, text=True, timeout=LIMIT)
+    report = subprocess.run(
+        [sys.executable, "-m", "resilience.cli", "report", run_dir],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
     assert report.returncode == 1 and "INCOMPLETE" in report.stdout, report.stderr  # an incomplete run never exits 0
     rows = json.loads(_read(run_dir, "results.json"))
     assert len(rows) >= 1 and rows[0]["verdict"] == "PASS"
@@ -120,8 +133,13 @@ def test_a_killed_fuzz_leaves_rows_that_report_turns_into_the_reports(tmp_path):
         run_dir = _wait_first_row(proc, str(tmp_path))
     finally:
         _kill_session(proc)
-    report = subprocess.run([sys.executable, "-m", "resilience.cli", "report", run_dir], env=_env(),
-                            capture_output=True, text=True, timeout=LIMIT)
+    report = subprocess.run(
+        [sys.executable, "-m", "resilience.cli", "report", run_dir],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
     assert report.returncode == 1 and "INCOMPLETE" in report.stdout, report.stderr
     rows = json.loads(_read(run_dir, "results.json"))
     assert len(rows) >= 1 and all(r["replay"].startswith("resilience run ") for r in rows), rows

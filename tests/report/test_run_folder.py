@@ -1,5 +1,6 @@
 """The run folder: made atomically with a unique name; a bad --out (a file, a path under a file, a
 read-only or full file system) is one clear error before any case runs, with nothing left behind."""
+
 from __future__ import annotations
 
 import errno
@@ -42,8 +43,6 @@ def test_out_naming_a_file_or_a_path_under_a_file_is_one_error(tmp_path, where):
 def test_a_missing_base_is_made(tmp_path):
     path = make_run_dir(str(tmp_path / "new" / "runs"), "x")
     assert os.path.isdir(path) and os.listdir(path) == []
-
-
 
 
 def _fill(mnt) -> None:
@@ -119,8 +118,10 @@ def test_every_command_refuses_a_read_only_or_full_out_before_any_case(small_tmp
         subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
     before = sorted(os.listdir(small_tmpfs))
     says = "read-only" if disk == "read-only" else "no space left"
-    for argv in [*(argv + ["--out", str(small_tmpfs / "runs")] for argv in COMMANDS.values()),
-                 ["corpus", "write", str(small_tmpfs / "corpus"), "--combos", "GLOBAL/torch_dist/sync"]]:
+    for argv in [
+        *(argv + ["--out", str(small_tmpfs / "runs")] for argv in COMMANDS.values()),
+        ["corpus", "write", str(small_tmpfs / "corpus"), "--combos", "GLOBAL/torch_dist/sync"],
+    ]:
         assert main(argv) == 2, argv
         err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
         assert len(err) == 1 and says in err[0] and "Traceback" not in err[0], (argv, err)

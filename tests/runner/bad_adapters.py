@@ -1,5 +1,6 @@
 """Adapters with the mistakes a first draft makes, for `resilience adapter check` to name
 (`tests.runner.bad_adapters:NAME`). Built on the plain in-house library of tests/backends/inhouse.py."""
+
 from __future__ import annotations
 
 import os
@@ -53,6 +54,7 @@ forgetful.io_through_seam = True  # it claims every byte goes through resilience
 
 def refuses_everything(combo):
     from resilience.errors import ConfigError
+
     raise ConfigError("combination", f"not {combo}")
 
 

@@ -1,5 +1,6 @@
 """Backends with one implementation error each, for tests that run them through the runner
 (`--backend tests.runner.faulty_backends:NAME`)."""
+
 from __future__ import annotations
 
 import errno
@@ -15,6 +16,7 @@ class _DestroysOnResave(ReferenceBackend):
 
     def save(self, state, root):
         import torch.distributed as dist
+
         folder = os.path.join(root, f"iter_{state.iteration:07d}")
         if dist.get_rank() == 0 and os.path.isdir(folder):
             shutil.rmtree(folder)
@@ -31,6 +33,7 @@ class _DiskFull(ReferenceBackend):
 
     def save(self, state, root):
         import torch.distributed as dist
+
         if dist.get_rank() == 1:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         super().save(state, root)

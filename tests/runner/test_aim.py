@@ -1,4 +1,5 @@
 """Faults aimed through a learned layout: pure planning, no processes."""
+
 from resilience.faults import Fault
 from resilience.faults.layout import Layout, LayoutFile
 from resilience.runner.faultplan import OUTSIDE_SEAM, aim
@@ -6,11 +7,20 @@ from resilience.runner.matrix import fault_scenario
 from resilience.runner.plan import PowerLoss, plan_jobs
 from resilience.vocab.combos import Combination
 
-DCP = Layout(13, (LayoutFile("step-{iteration}/__0_0.distcp", "data", 0, "step-{iteration}/__0_0.distcp"),
-                  LayoutFile("step-{iteration}/__1_0.distcp", "data", 1, "step-{iteration}/__1_0.distcp"),
-                  LayoutFile("step-{iteration}/.metadata", "metadata", 0, "step-{iteration}/.metadata.tmp")),
-             True, "oplog", {"write": {"op": "create", "path": "step-13/__0_0.distcp", "rank": 0},
-                             "commit_rename": {"op": "rename", "path": "step-13/.metadata.tmp", "rank": 0}})
+DCP = Layout(
+    13,
+    (
+        LayoutFile("step-{iteration}/__0_0.distcp", "data", 0, "step-{iteration}/__0_0.distcp"),
+        LayoutFile("step-{iteration}/__1_0.distcp", "data", 1, "step-{iteration}/__1_0.distcp"),
+        LayoutFile("step-{iteration}/.metadata", "metadata", 0, "step-{iteration}/.metadata.tmp"),
+    ),
+    True,
+    "oplog",
+    {
+        "write": {"op": "create", "path": "step-13/__0_0.distcp", "rank": 0},
+        "commit_rename": {"op": "rename", "path": "step-13/.metadata.tmp", "rank": 0},
+    },
+)
 SCAN = Layout(13, (LayoutFile("iter_{iteration}/rank_0.pt", "data"),), False, "scan")
 COMBO = Combination.parse("TORCH_DCP/torch_dcp/sync")
 
@@ -27,8 +37,10 @@ def _aim(record: dict, layout, iteration):
 def test_matrix_crashes_land_in_a_data_file_of_the_second_save():
     faults, unreachable, _ = _faults(fault_scenario("kill", 0), DCP)
     assert not unreachable
-    assert [(f.kind, f.target.path) for f in faults] == [("slow_write", "*/step-3/__1_0.distcp"),
-                                                        ("rank_crash", "*/step-3/__1_0.distcp")]
+    assert [(f.kind, f.target.path) for f in faults] == [
+        ("slow_write", "*/step-3/__1_0.distcp"),
+        ("rank_crash", "*/step-3/__1_0.distcp"),
+    ]
 
 
 def test_power_loss_is_armed_before_both_saves_and_cuts_inside_the_second():
@@ -46,8 +58,9 @@ def test_in_process_faults_on_a_backend_outside_the_seam_are_set_aside_with_one_
 
 def test_a_phase_the_backend_does_not_announce_becomes_the_operation_that_starts_it():
     rec, why = _aim({"kind": "rank_crash", "phase": "write"}, DCP, 3)
-    assert why is None and rec == Fault.from_dict({"kind": "rank_crash", "op": "write", "path": "*/step-3/__*_0.distcp",
-                                                   "when": "before"})
+    assert why is None and rec == Fault.from_dict(
+        {"kind": "rank_crash", "op": "write", "path": "*/step-3/__*_0.distcp", "when": "before"}
+    )
     rec, _ = _aim({"kind": "rank_crash", "trigger": {"phase": "commit_rename"}}, DCP, 3)  # nested alike
     assert (rec.target.op, rec.target.path, rec.trigger.phase) == ("rename", "*/step-3/.metadata.tmp", None)
     rec, why = _aim({"kind": "rank_crash", "phase": "tracker_update"}, DCP, 3)
@@ -66,11 +79,16 @@ def test_a_rank_that_writes_no_such_file_cannot_be_aimed_at():
 
 def test_a_backend_that_writes_some_files_through_the_seam_is_aimed_at_those_only():
     """megatron-core: its writer processes write the shards outside the seam, rank 0 the tracker inside it."""
-    partial = Layout(13, (LayoutFile("iter_{iteration:07d}/__1_0.distcp", "data"),
-                          LayoutFile("latest_checkpointed_iteration.txt", "pointer", 0,
-                                     "latest_checkpointed_iteration.txt")),
-                     False, "oplog and scan",
-                     {"tracker_update": {"op": "create", "path": "latest_checkpointed_iteration.txt", "rank": 0}})
+    partial = Layout(
+        13,
+        (
+            LayoutFile("iter_{iteration:07d}/__1_0.distcp", "data"),
+            LayoutFile("latest_checkpointed_iteration.txt", "pointer", 0, "latest_checkpointed_iteration.txt"),
+        ),
+        False,
+        "oplog and scan",
+        {"tracker_update": {"op": "create", "path": "latest_checkpointed_iteration.txt", "rank": 0}},
+    )
     assert _aim({"kind": "io_error", "rank": 1, "path": "@data"}, partial, 3) == (None, OUTSIDE_SEAM)
     assert _aim({"kind": "rank_crash", "phase": "write"}, partial, 3) == (None, OUTSIDE_SEAM)
     rec, why = _aim({"kind": "rank_crash", "phase": "tracker_update"}, partial, 3)

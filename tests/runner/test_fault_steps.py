@@ -1,5 +1,6 @@
 """A scenario's fault steps become Fault records once, as the file is loaded: shorthands spelled out, the
 records the planner, the ranks and the file system take. Pure logic, no ranks."""
+
 import glob
 import json
 import os
@@ -27,19 +28,33 @@ from resilience.runner.scenario import ScenarioError, load_file, load_text
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 SHORTHANDS = {
-    "crash at a phase": ("crash", {"rank": 1, "phase": "write"},
-                         RankCrash(Target(rank=1), Trigger(phase="write"))),
-    "crash at a byte of a file": ("crash", {"rank": "all", "after_bytes": 64, "file": "*.pt"},
-                                  RankCrash(Target(path="*.pt"), Trigger(at_byte=64))),
-    "kill with a nested when": ("kill", {"rank": 0, "when": {"file": "*.pt", "size": 9}},
-                                RankKill(Target(rank=0, path="*.pt"), Trigger(size=9))),
-    "a hang is a kill of another kind": ("kill", {"kind": "rank_hang", "rank": 1, "after": 0.5},
-                                         RankHang(Target(rank=1), Trigger(after=0.5))),
+    "crash at a phase": ("crash", {"rank": 1, "phase": "write"}, RankCrash(Target(rank=1), Trigger(phase="write"))),
+    "crash at a byte of a file": (
+        "crash",
+        {"rank": "all", "after_bytes": 64, "file": "*.pt"},
+        RankCrash(Target(path="*.pt"), Trigger(at_byte=64)),
+    ),
+    "kill with a nested when": (
+        "kill",
+        {"rank": 0, "when": {"file": "*.pt", "size": 9}},
+        RankKill(Target(rank=0, path="*.pt"), Trigger(size=9)),
+    ),
+    "a hang is a kill of another kind": (
+        "kill",
+        {"kind": "rank_hang", "rank": 1, "after": 0.5},
+        RankHang(Target(rank=1), Trigger(after=0.5)),
+    ),
     "corrupt by its short name": ("corrupt", {"kind": "bitflip", "seed": 3}, BitFlip(seed=3)),
-    "lose_unsynced": ("lose_unsynced", {"rank": 1, "after_bytes": 200, "max_states": 8},
-                      LostUnsyncedWrites(Target(rank=1), Trigger(at_byte=200), max_states=8)),
-    "any record": ("fault", {"kind": "io_error", "errno": "EIO", "target": {"op": "write"}},
-                   IOFailure(Target(op="write"), errno="EIO")),
+    "lose_unsynced": (
+        "lose_unsynced",
+        {"rank": 1, "after_bytes": 200, "max_states": 8},
+        LostUnsyncedWrites(Target(rank=1), Trigger(at_byte=200), max_states=8),
+    ),
+    "any record": (
+        "fault",
+        {"kind": "io_error", "errno": "EIO", "target": {"op": "write"}},
+        IOFailure(Target(op="write"), errno="EIO"),
+    ),
 }
 
 
@@ -50,8 +65,10 @@ def test_a_step_is_the_record_it_stands_for(name):
 
 
 def test_a_loaded_step_holds_its_record_and_writes_back_what_the_file_said():
-    s = load_text("topology: tp2pp1dp1\nsteps:\n  - train: 1\n  - crash: {rank: 1, after_bytes: 64, file: '*.pt'}\n"
-                  "  - save\n", "x.yaml")
+    s = load_text(
+        "topology: tp2pp1dp1\nsteps:\n  - train: 1\n  - crash: {rank: 1, after_bytes: 64, file: '*.pt'}\n  - save\n",
+        "x.yaml",
+    )
     [crash] = [st for st in s.steps if st.fault is not None]
     assert crash.fault == RankCrash(Target(rank=1, path="*.pt"), Trigger(at_byte=64))
     assert crash.to_dict() == {"crash": {"rank": 1, "after_bytes": 64, "file": "*.pt"}}  # the YAML, unchanged
@@ -66,9 +83,14 @@ def test_a_bad_record_names_the_file_line_and_the_option_as_written():
         fault_of("corrupt", {"kind": "shred"})
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml"))
-                                      + glob.glob(os.path.join(ROOT, "examples", "inhouse", "scenarios", "*.yaml"))),
-                         ids=os.path.basename)
+@pytest.mark.parametrize(
+    "path",
+    sorted(
+        glob.glob(os.path.join(ROOT, "scenarios", "*.yaml"))
+        + glob.glob(os.path.join(ROOT, "examples", "inhouse", "scenarios", "*.yaml"))
+    ),
+    ids=os.path.basename,
+)
 def test_every_shipped_fault_step_has_its_record(path):
     s = load_file(path)
     for st in s.steps:

@@ -14,10 +14,16 @@ def test_events_survive_and_a_torn_line_is_dropped(tmp_path):
         f.write('{"type": "ok", "f": "sa')  # the writer died mid-event
     events = read_events(path)
     assert [(e.type, e.f, e.value["iteration"]) for e in events] == [
-        ("invoke", "save", 3), ("ok", "save", 3), ("invoke", "save", 4)]
+        ("invoke", "save", 3),
+        ("ok", "save", 3),
+        ("invoke", "save", 4),
+    ]
     info = close_open_invokes(events, "rank 0 killed")
-    assert len(info) == 1 and info[0].type == "info" and info[0].value == {
-        "iteration": 4, "outcome": "unknown", "why": "rank 0 killed"}
+    assert (
+        len(info) == 1
+        and info[0].type == "info"
+        and info[0].value == {"iteration": 4, "outcome": "unknown", "why": "rank 0 killed"}
+    )
 
 
 def test_missing_history_reads_as_empty(tmp_path):

@@ -1,5 +1,6 @@
 """Layouts learned from one clean save of real ranks, and the matrix's damage columns aimed through them
 on code the framework did not write (stock DCP, a plain in-house library)."""
+
 import json
 import os
 
@@ -19,9 +20,11 @@ def _roles(layout):
     return {f.template: (f.role, f.rank) for f in layout.files}
 
 
-@pytest.mark.parametrize("backend, combo", [("reference", "GLOBAL/torch_dist/sync"),
-                                            ("dcp", "TORCH_DCP/torch_dcp/sync"),
-                                            (INHOUSE, "LOCAL/torch/sync")], ids=["reference", "dcp", "inhouse"])
+@pytest.mark.parametrize(
+    "backend, combo",
+    [("reference", "GLOBAL/torch_dist/sync"), ("dcp", "TORCH_DCP/torch_dcp/sync"), (INHOUSE, "LOCAL/torch/sync")],
+    ids=["reference", "dcp", "inhouse"],
+)
 def test_one_clean_save_teaches_the_layout(tmp_path, backend, combo):
     layout = learn_layout(MODEL, TOPO, Combination.parse(combo), backend, str(tmp_path))
     roles = _roles(layout)
@@ -34,23 +37,35 @@ def test_one_clean_save_teaches_the_layout(tmp_path, backend, combo):
         assert layout.write_glob("data", 3, 1) == "*/.staging-iter_0000003-*/__1_0.distcp"
         assert "write" in layout.announced
     elif backend == "dcp":
-        assert layout.seam and roles == {"step-{iteration}/__0_0.distcp": ("data", 0),
-                                         "step-{iteration}/__1_0.distcp": ("data", 1),
-                                         "step-{iteration}/.metadata": ("metadata", 0)}
+        assert layout.seam and roles == {
+            "step-{iteration}/__0_0.distcp": ("data", 0),
+            "step-{iteration}/__1_0.distcp": ("data", 1),
+            "step-{iteration}/.metadata": ("metadata", 0),
+        }
         assert layout.write_glob("data", 3, 1) == "*/step-3/__1_0.distcp"
         # DCP announces no phase: they are read from its operations
         assert not layout.announced and layout.phases["commit_rename"]["op"] == "rename"
         assert layout.phases["write"]["path"].endswith(".distcp")
     else:
         assert not layout.seam and layout.source == "scan"
-        assert roles == {"iter_{iteration}/rank_0.pt": ("data", None), "iter_{iteration}/rank_1.pt": ("data", None),
-                         "iter_{iteration}/index.json": ("metadata", None), "latest.txt": ("pointer", None)}
+        assert roles == {
+            "iter_{iteration}/rank_0.pt": ("data", None),
+            "iter_{iteration}/rank_1.pt": ("data", None),
+            "iter_{iteration}/index.json": ("metadata", None),
+            "latest.txt": ("pointer", None),
+        }
 
 
-@pytest.mark.parametrize("backend, combo, column", [
-    (INHOUSE, "LOCAL/torch/sync", "bitflip"), (INHOUSE, "LOCAL/torch/sync", "truncate"),
-    (INHOUSE, "LOCAL/torch/sync", "metadata"), ("dcp", "TORCH_DCP/torch_dcp/sync", "bitflip"),
-    ("dcp", "TORCH_DCP/torch_dcp/sync", "metadata")])
+@pytest.mark.parametrize(
+    "backend, combo, column",
+    [
+        (INHOUSE, "LOCAL/torch/sync", "bitflip"),
+        (INHOUSE, "LOCAL/torch/sync", "truncate"),
+        (INHOUSE, "LOCAL/torch/sync", "metadata"),
+        ("dcp", "TORCH_DCP/torch_dcp/sync", "bitflip"),
+        ("dcp", "TORCH_DCP/torch_dcp/sync", "metadata"),
+    ],
+)
 def test_damage_columns_give_a_real_verdict_on_foreign_code(tmp_path, backend, combo, column):
     """Bit flips land in tensor payload, metadata damage in the backend's own metadata file: the damage
     is applied and judged (PASS or FAIL), never a framework error, an abort or a PASS on nothing."""
@@ -70,6 +85,7 @@ def test_damage_columns_give_a_real_verdict_on_foreign_code(tmp_path, backend, c
 
 def _history(case):
     import json
+
     with open(os.path.join(case, "history.jsonl")) as f:
         return [json.loads(line) for line in f]
 
@@ -77,8 +93,14 @@ def _history(case):
 def test_in_process_faults_on_code_outside_the_seam_are_unprobed_with_one_reason(tmp_path):
     """Asked to go through the seam, the faults cannot reach a library that writes with plain open()."""
     from resilience.runner.faultplan import OUTSIDE_SEAM
-    result = run_case(fault_scenario("io_error", 0), Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"),
-                      backend=INHOUSE, io="seam")
+
+    result = run_case(
+        fault_scenario("io_error", 0),
+        Combination.parse("LOCAL/torch/sync"),
+        str(tmp_path / "case"),
+        backend=INHOUSE,
+        io="seam",
+    )
     assert result.verdict == "UNPROBED" and OUTSIDE_SEAM in result.detail
     assert {f["detail"] for f in result.faults if f["status"] != "fired"} == {OUTSIDE_SEAM}
 
@@ -86,8 +108,9 @@ def test_in_process_faults_on_code_outside_the_seam_are_unprobed_with_one_reason
 def test_by_default_the_file_system_reaches_code_outside_the_seam(tmp_path, fuse):
     """auto: the library declares nothing, so its faults go through the fault-injecting file system, which
     sees its torch.save writes: the fault fires there and the case is judged."""
-    result = run_case(fault_scenario("io_error", 0), Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"),
-                      backend=INHOUSE)
+    result = run_case(
+        fault_scenario("io_error", 0), Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"), backend=INHOUSE
+    )
     assert result.verdict in ("PASS", "FAIL"), result.detail
     assert [f["status"] for f in result.faults] == ["fired"]
     fired = [json.loads(line) for line in open(tmp_path / "case" / "faults.jsonl")]
@@ -103,11 +126,11 @@ def test_a_load_teaches_which_files_it_reads_and_damage_only_goes_where_a_load_l
     from resilience.faults.kinds import MetadataDamage
     from resilience.faults.layout_damage import NotApplicable, metadata_damage
     from resilience.runner.matrix import cases, metadata_files_read
+
     combo = Combination.parse("LOCAL/torch/sync")
     layout = learn_layout(MODEL, TOPO, combo, NOTES, str(tmp_path / "learned"))
     read = {os.path.basename(f.template): f.read for f in layout.files}
-    assert read == {"index.json": True, "notes.json": False, "rank_0.pt": True, "rank_1.pt": True,
-                    "latest.txt": True}
+    assert read == {"index.json": True, "notes.json": False, "rank_0.pt": True, "rank_1.pt": True, "latest.txt": True}
     assert "never read by a load: iter_{iteration}/notes.json" in layout.describe()
     # the matrix's metadata column: one case per metadata file a load reads, none for notes.json
     work = cases([combo], ["metadata"], {}, 0, lambda c: metadata_files_read(c, NOTES, str(tmp_path / "m")))
@@ -115,5 +138,4 @@ def test_a_load_teaches_which_files_it_reads_and_damage_only_goes_where_a_load_l
     assert work[0].scenario.steps[-2].args["name"] == "index.json"
     # damage asked for in the file no load reads: not applicable, with why
     with pytest.raises(NotApplicable, match="no load of this backend reads"):
-        metadata_damage(str(tmp_path / "learned" / "ckpt"), MetadataDamage(name="notes.json"), layout,
-                        random.Random(0))
+        metadata_damage(str(tmp_path / "learned" / "ckpt"), MetadataDamage(name="notes.json"), layout, random.Random(0))

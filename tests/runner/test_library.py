@@ -1,4 +1,5 @@
 """The shipped scenario library on the reference: a fast subset by default, every scenario under -m slow."""
+
 from pathlib import Path
 
 import pytest

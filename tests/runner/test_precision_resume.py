@@ -1,6 +1,7 @@
 """A resume in another precision on the reference, with real ranks: the distributed optimizer's fp32 main
 parameters split unevenly over dp 2, loaded exactly in both directions, and training on as from the exact
 conversion."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Whole scenarios on real ranks with the reference implementation."""
+
 import json
 import os
 
@@ -26,12 +27,15 @@ steps:
 """
 
 
-@pytest.mark.parametrize("combo, target, verdict", [
-    ("LEGACY/torch/sync", "tp2pp1dp2", "PASS"),
-    ("LEGACY/torch/sync", "tp1pp1dp1", "REFUSED-AS-EXPECTED"),
-    ("LOCAL/torch/sync", "tp2pp1dp1", "PASS"),
-    ("LOCAL/torch/sync", "tp2pp1dp2", "REFUSED-AS-EXPECTED"),
-])
+@pytest.mark.parametrize(
+    "combo, target, verdict",
+    [
+        ("LEGACY/torch/sync", "tp2pp1dp2", "PASS"),
+        ("LEGACY/torch/sync", "tp1pp1dp1", "REFUSED-AS-EXPECTED"),
+        ("LOCAL/torch/sync", "tp2pp1dp1", "PASS"),
+        ("LOCAL/torch/sync", "tp2pp1dp2", "REFUSED-AS-EXPECTED"),
+    ],
+)
 def test_reference_verdicts(tmp_path, combo, target, verdict):
     s = load_text(SCENARIO % target, "s.yaml")
     result = run_case(s, Combination.parse(combo), str(tmp_path / "case"))
@@ -42,7 +46,8 @@ def test_reference_verdicts(tmp_path, combo, target, verdict):
 
 
 def test_a_corruption_with_nothing_to_damage_is_unprobed(tmp_path):
-    s = load_text("""
+    s = load_text(
+        """
 name: nothing-yet
 topology: tp1pp1dp2
 steps:
@@ -50,7 +55,9 @@ steps:
   - corrupt: {kind: tracker_damage, how: delete}
   - save
   - resume: {topology: tp1pp1dp2}
-""", "s.yaml")
+""",
+        "s.yaml",
+    )
     result = run_case(s, Combination.parse("GLOBAL/torch_dist/sync"), str(tmp_path / "case"))
     assert result.verdict == "UNPROBED" and "nothing to delete" in result.detail, result.to_row()
     events = [json.loads(line) for line in open(tmp_path / "case" / "history.jsonl")]
@@ -73,14 +80,31 @@ def test_run_command_writes_the_run_folder(tmp_path, capsys):
 
 
 def test_matrix_command_prints_the_table(tmp_path, capsys):
-    code = main(["matrix", "--combos", "LEGACY/torch/sync", "--faults", "save/load", "--transitions", "tp", "dp",
-                 "--out", str(tmp_path), "--json", str(tmp_path / "rows.json")])
+    code = main(
+        [
+            "matrix",
+            "--combos",
+            "LEGACY/torch/sync",
+            "--faults",
+            "save/load",
+            "--transitions",
+            "tp",
+            "dp",
+            "--out",
+            str(tmp_path),
+            "--json",
+            str(tmp_path / "rows.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "LEGACY/torch/sync" in out and "REFUSED" in out
     rows = json.loads((tmp_path / "rows.json").read_text())
     assert {(r["column"], r["verdict"]) for r in rows} == {
-        ("save/load", "PASS"), ("tp", "REFUSED-AS-EXPECTED"), ("dp", "PASS")}
+        ("save/load", "PASS"),
+        ("tp", "REFUSED-AS-EXPECTED"),
+        ("dp", "PASS"),
+    }
     assert [r["transition"] for r in rows if r["column"] == "tp"] == ["tp2pp1dp1->tp1pp1dp1"]
 
 

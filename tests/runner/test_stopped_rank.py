@@ -1,4 +1,5 @@
 """A rank stopped for good (SIGSTOP, never continued) ends the job at its timeout and the case in UNKNOWN."""
+
 import pytest
 
 from resilience.runner.run import run_case

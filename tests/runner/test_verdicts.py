@@ -1,5 +1,6 @@
 """Verdicts on implementations with one error each, through the real runner and ranks: an acknowledged
 save is never forgotten, and an implementation error is never N/A."""
+
 import json
 
 import pytest
@@ -32,8 +33,9 @@ def _statuses(result):
 def test_a_failed_resave_never_overwrites_the_acknowledgement_before_it(tmp_path):
     # the second save of iteration 2 fails on rank 1 after the backend deleted the first, acknowledged copy
     s = load_text(RESAVE, "s.yaml")
-    result = run_case(s, Combination.parse("GLOBAL/torch_dist/sync"), str(tmp_path / "case"),
-                      backend=f"{FAULTY}:destroys_on_resave")
+    result = run_case(
+        s, Combination.parse("GLOBAL/torch_dist/sync"), str(tmp_path / "case"), backend=f"{FAULTY}:destroys_on_resave"
+    )
     assert result.verdict == "FAIL" and _statuses(result)["durability"] == "FAIL", result.to_row()
     saves = [json.loads(line) for line in open(tmp_path / "case" / "history.jsonl")]
     ids = {e["value"]["save_id"] for e in saves if e["f"] == "save"}
@@ -45,9 +47,23 @@ def test_a_failed_resave_never_overwrites_the_acknowledgement_before_it(tmp_path
 
 
 def test_a_backend_whose_every_save_raises_enospc_on_one_rank_never_passes(tmp_path, capsys):
-    code = main(["matrix", "--backend", f"{FAULTY}:disk_full", "--combos", "GLOBAL/torch_dist/sync",
-                 "--faults", "save/load", "--transitions", "none", "--out", str(tmp_path),
-                 "--json", str(tmp_path / "rows.json")])
+    code = main(
+        [
+            "matrix",
+            "--backend",
+            f"{FAULTY}:disk_full",
+            "--combos",
+            "GLOBAL/torch_dist/sync",
+            "--faults",
+            "save/load",
+            "--transitions",
+            "none",
+            "--out",
+            str(tmp_path),
+            "--json",
+            str(tmp_path / "rows.json"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 1, out
     (row,) = json.loads((tmp_path / "rows.json").read_text())
@@ -65,8 +81,6 @@ def test_a_save_that_raises_a_bug_is_a_failure_with_the_error(tmp_path):
     result = run_case(s, Combination.parse("LEGACY/torch/sync"), str(tmp_path / "case"), backend=f"{FAULTY}:raises")
     assert result.verdict == "FAIL" and _statuses(result)["saves"] == "FAIL", result.to_row()
     assert "save raised ValueError: cannot serialise the optimizer state on rank" in result.detail
-
-
 
 
 @pytest.mark.tmpfs_size("192k")

@@ -1,5 +1,6 @@
 """--io: which way a case's in-rank faults reach the implementation. The seam reaches only code that
 writes through resilience.storage; the fault-injecting file system reaches every writer, `cp` included."""
+
 import json
 import os
 
@@ -34,8 +35,10 @@ def test_auto_is_the_seam_for_the_reference_and_the_file_system_for_others():
 
 def test_the_file_system_takes_the_records_its_injector_carries_out():
     """One rule with fusefs.injector: in-rank kinds not at a phase, in flat or nested form alike."""
+
     def fs_takes(record: dict) -> bool:
         return carries_out(Fault.from_dict(record))
+
     assert fs_takes({"kind": "rank_crash", "rank": 1, "at_byte": 256, "path": "@data"})
     assert fs_takes({"kind": "lost_unsynced_writes", "target": {"rank": 1}, "trigger": {"at_byte": 9}})
     assert not fs_takes({"kind": "rank_crash", "trigger": {"phase": "write"}})  # heard only in process

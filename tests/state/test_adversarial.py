@@ -1,5 +1,6 @@
 """The adversarial state model: the data position is no function of the iteration, values a lower
 precision cannot hold, uneven distributed-optimizer rows, every rank's RNG, generations that differ."""
+
 import torch
 
 from resilience.runner.matrix import MODEL, TRANSITIONS, model_of

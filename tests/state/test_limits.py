@@ -8,8 +8,14 @@ from resilience.state import ModelSpec, Topology
 from resilience.state.limits import BYTES_PER_ELEMENT, check_fits, job_bytes, model_elements
 
 
-@given(layers=st.integers(1, 6), heads=st.integers(1, 4), per_head=st.integers(1, 4), ffn=st.integers(1, 40),
-       vocab=st.integers(1, 300), tp=st.sampled_from([1, 2, 4]))
+@given(
+    layers=st.integers(1, 6),
+    heads=st.integers(1, 4),
+    per_head=st.integers(1, 4),
+    ffn=st.integers(1, 40),
+    vocab=st.integers(1, 300),
+    tp=st.sampled_from([1, 2, 4]),
+)
 def test_the_closed_form_counts_every_parameter(layers, heads, per_head, ffn, vocab, tp):
     spec = ModelSpec(num_layers=layers, hidden=heads * per_head, ffn_hidden=ffn, heads=heads, vocab=vocab)
     assert model_elements(spec, tp) == sum(math.prod(p.shape) for p in spec.params(tp))
@@ -31,12 +37,21 @@ def test_absurd_sizes_cost_nothing_to_measure():
         check_fits(spec, Topology())
 
 
-@pytest.mark.parametrize("kw, field", [
-    ({"lr": float("nan")}, "model.lr"), ({"lr": float("inf")}, "model.lr"), ({"lr": "abc"}, "model.lr"),
-    ({"lr": 0}, "model.lr"), ({"lr": True}, "model.lr"), ({"seed": -1}, "model.seed"), ({"seed": 2**32}, "model.seed"),
-    ({"hidden": 2**20 + 4}, "model.hidden"), ({"num_layers": 1025}, "model.num_layers"),
-    ({"vocab": 10**13}, "model.vocab"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        ({"lr": float("nan")}, "model.lr"),
+        ({"lr": float("inf")}, "model.lr"),
+        ({"lr": "abc"}, "model.lr"),
+        ({"lr": 0}, "model.lr"),
+        ({"lr": True}, "model.lr"),
+        ({"seed": -1}, "model.seed"),
+        ({"seed": 2**32}, "model.seed"),
+        ({"hidden": 2**20 + 4}, "model.hidden"),
+        ({"num_layers": 1025}, "model.num_layers"),
+        ({"vocab": 10**13}, "model.vocab"),
+    ],
+)
 def test_model_fields_are_checked_for_type_and_range(kw, field):
     with pytest.raises(ConfigError) as e:
         ModelSpec(**kw)

@@ -1,5 +1,6 @@
 """A resume in another precision: the state's own conversion (what the reference loads through) agrees with
 the runner's independent one, loses nothing, and a transition names each side's dtype."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,8 +13,9 @@ from resilience.runner.oracle import _NO_GROUPS, convert, local_fingerprint, pre
 from resilience.state import ModelSpec, Topology, TrainingState, Transition
 from resilience.state.sharding import ShardedTensor
 
-SPEC = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, vocab=37, make_vocab_size_divisible_by=5,
-                 optimizer="distributed")
+SPEC = ModelSpec(
+    num_layers=2, hidden=16, ffn_hidden=32, vocab=37, make_vocab_size_divisible_by=5, optimizer="distributed"
+)
 
 
 def _trained(dtype: str, steps: int = 4) -> TrainingState:

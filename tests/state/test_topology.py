@@ -10,28 +10,44 @@ from resilience.state.training import TrainingState
 def test_megatron_rank_order_tp_fastest_then_dp_then_pp():
     topo = Topology(tp=2, pp=2, dp=2)
     assert [(c.tp, c.dp, c.pp) for c in topo.all_coords()] == [
-        (0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0), (0, 0, 1), (1, 0, 1), (0, 1, 1), (1, 1, 1)]
+        (0, 0, 0),
+        (1, 0, 0),
+        (0, 1, 0),
+        (1, 1, 0),
+        (0, 0, 1),
+        (1, 0, 1),
+        (0, 1, 1),
+        (1, 1, 1),
+    ]
     assert topo.tp_groups()[0] == [0, 1]
     assert topo.dp_groups()[0] == [0, 2]
     assert topo.pp_groups()[0] == [0, 4]
     assert all(topo.rank_of(c.tp, c.pp, c.dp) == c.rank for c in topo.all_coords())
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"tp": 0}, "topology.tp"), ({"pp": -1}, "topology.pp"), ({"dp": 1.5}, "topology.dp"),
-    ({"tp": 8, "pp": 4, "dp": 4}, "topology"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"tp": 0}, "topology.tp"),
+        ({"pp": -1}, "topology.pp"),
+        ({"dp": 1.5}, "topology.dp"),
+        ({"tp": 8, "pp": 4, "dp": 4}, "topology"),
+    ],
+)
 def test_impossible_topology_names_the_field(kwargs, field):
     with pytest.raises(ConfigError) as e:
         Topology(**kwargs)
     assert e.value.field == field
 
 
-@pytest.mark.parametrize("spec, topo, field", [
-    (ModelSpec(num_layers=3), Topology(pp=2), "model.num_layers"),
-    (ModelSpec(heads=4, hidden=32), Topology(tp=8), "model.heads"),
-    (ModelSpec(ffn_hidden=66, heads=4), Topology(tp=4), "model.ffn_hidden"),
-])
+@pytest.mark.parametrize(
+    "spec, topo, field",
+    [
+        (ModelSpec(num_layers=3), Topology(pp=2), "model.num_layers"),
+        (ModelSpec(heads=4, hidden=32), Topology(tp=8), "model.heads"),
+        (ModelSpec(ffn_hidden=66, heads=4), Topology(tp=4), "model.ffn_hidden"),
+    ],
+)
 def test_model_that_cannot_split_names_the_field(spec, topo, field):
     with pytest.raises(ConfigError) as e:
         spec.check_topology(topo)
@@ -66,11 +82,16 @@ def topologies_and_specs(draw):
     pp = draw(st.integers(1, 4))
     dp = draw(st.integers(1, max(1, 8 // (tp * pp))))
     heads = tp * draw(st.integers(1, 3))
-    spec = ModelSpec(num_layers=pp * draw(st.integers(1, 2)), heads=heads, hidden=heads * draw(st.integers(1, 3)),
-                     ffn_hidden=tp * draw(st.integers(1, 6)), vocab=draw(st.integers(1, 70)),
-                     make_vocab_size_divisible_by=draw(st.sampled_from([1, 2, 8])),
-                     optimizer=draw(st.sampled_from(["adam", "distributed"])),
-                     dtype=draw(st.sampled_from(["fp32", "bf16"])))
+    spec = ModelSpec(
+        num_layers=pp * draw(st.integers(1, 2)),
+        heads=heads,
+        hidden=heads * draw(st.integers(1, 3)),
+        ffn_hidden=tp * draw(st.integers(1, 6)),
+        vocab=draw(st.integers(1, 70)),
+        make_vocab_size_divisible_by=draw(st.sampled_from([1, 2, 8])),
+        optimizer=draw(st.sampled_from(["adam", "distributed"])),
+        dtype=draw(st.sampled_from(["fp32", "bf16"])),
+    )
     return Topology(tp, pp, dp), spec
 
 

@@ -1,4 +1,5 @@
 """Training is topology-invariant: real multi-rank runs give bit-identical global state."""
+
 import pytest
 
 from resilience.launch import run_ranks
@@ -12,9 +13,11 @@ def _fingerprint(spec, topo, steps=3):
     return run_ranks(train_and_fingerprint, topo.world, args=(spec, topo, steps), timeout=120)[0]["fingerprint"]
 
 
-@pytest.mark.parametrize("spec", [ModelSpec(), ModelSpec(dtype="bf16", optimizer="distributed"),
-                                  ModelSpec(optimizer="distributed", vocab=37)],
-                         ids=["fp32-adam", "bf16-distopt", "fp32-distopt-vocab37"])
+@pytest.mark.parametrize(
+    "spec",
+    [ModelSpec(), ModelSpec(dtype="bf16", optimizer="distributed"), ModelSpec(optimizer="distributed", vocab=37)],
+    ids=["fp32-adam", "bf16-distopt", "fp32-distopt-vocab37"],
+)
 def test_same_fingerprint_on_different_topologies(spec):
     reference = _fingerprint(spec, Topology(1, 1, 1))
     for topo in (Topology(2, 2, 2), Topology(4, 1, 2), Topology(1, 4, 1), Topology(1, 1, 3)):

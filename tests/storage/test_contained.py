@@ -1,5 +1,6 @@
 """Which files a checkpoint reader may open: regular files inside the checkpoint folder, symlinks followed.
 Real folders, symlinks, a FIFO and a socket; nothing outside is read."""
+
 from __future__ import annotations
 
 import os
@@ -21,25 +22,28 @@ def tree(tmp_path):
     (root / "iter_1" / "shard.pt").write_bytes(b"data")
     (outside / "secret").write_text("SECRET")
     (evil / "x").write_text("x")
-    os.symlink("iter_1/shard.pt", root / "inner-link")           # stays inside
-    os.symlink(outside / "secret", root / "outer-link")          # leaves
-    os.symlink("../outside", root / "iter_link")                 # a whole folder that leaves
+    os.symlink("iter_1/shard.pt", root / "inner-link")  # stays inside
+    os.symlink(outside / "secret", root / "outer-link")  # leaves
+    os.symlink("../outside", root / "iter_link")  # a whole folder that leaves
     os.symlink(outside / "missing", root / "dangling")
     return root
 
 
-@pytest.mark.parametrize("rel, inside", [
-    (".", True),
-    ("iter_1/shard.pt", True),
-    ("inner-link", True),
-    ("iter_1/../iter_1/shard.pt", True),
-    ("outer-link", False),
-    ("iter_link/secret", False),
-    ("../outside/secret", False),
-    ("iter_1/../../outside/secret", False),
-    ("../root-evil/x", False),  # a sibling whose name merely starts with the root's
-    ("..", False),
-])
+@pytest.mark.parametrize(
+    "rel, inside",
+    [
+        (".", True),
+        ("iter_1/shard.pt", True),
+        ("inner-link", True),
+        ("iter_1/../iter_1/shard.pt", True),
+        ("outer-link", False),
+        ("iter_link/secret", False),
+        ("../outside/secret", False),
+        ("iter_1/../../outside/secret", False),
+        ("../root-evil/x", False),  # a sibling whose name merely starts with the root's
+        ("..", False),
+    ],
+)
 def test_is_inside_follows_symlinks_and_dot_dot(tree, rel, inside):
     path = os.path.join(str(tree), rel)
     assert is_inside(path, str(tree)) is inside
@@ -82,9 +86,11 @@ def test_only_regular_files_are_opened(tree, tmp_path):
 def test_a_checkpoint_folder_must_be_a_readable_folder(tree):
     check_folder(str(tree / "iter_1"))
     check_folder(str(tree / "iter_link"))  # a folder, wherever it is: check_inside judges the place
-    cases = {"dangling": "checkpoint folder failed: is a dangling symlink, not a folder",
-             "gone": "checkpoint folder failed: is gone, not a folder",
-             "inner-link": "checkpoint folder failed: is a regular file, not a folder"}
+    cases = {
+        "dangling": "checkpoint folder failed: is a dangling symlink, not a folder",
+        "gone": "checkpoint folder failed: is gone, not a folder",
+        "inner-link": "checkpoint folder failed: is a regular file, not a folder",
+    }
     for name, says in cases.items():
         with pytest.raises(IntegrityError, match=says):
             check_folder(str(tree / name))
@@ -92,6 +98,7 @@ def test_a_checkpoint_folder_must_be_a_readable_folder(tree):
 
 def test_kind_of_names_each_type():
     import stat
-    assert [kind_of(m) for m in (stat.S_IFREG, stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK,
-                                 stat.S_IFDIR)] == ["a regular file", "a FIFO", "a character device",
-                                                    "a block device", "a socket", "a folder"]
+
+    assert [
+        kind_of(m) for m in (stat.S_IFREG, stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK, stat.S_IFSOCK, stat.S_IFDIR)
+    ] == ["a regular file", "a FIFO", "a character device", "a block device", "a socket", "a folder"]

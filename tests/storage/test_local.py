@@ -1,5 +1,6 @@
 """The I/O seam's stock filesystem on real files: what open_write, write, fsync, rename, exchange and the
 directory calls do, write_all's handling of short writes, and which filesystem a thread's code uses."""
+
 from __future__ import annotations
 
 import errno
@@ -121,7 +122,7 @@ class _Short:
     def write(self, data) -> int:
         self.calls += 1
         assert self.calls < 1000, "write_all keeps calling a write that makes no progress"
-        piece = bytes(data[:self.step])
+        piece = bytes(data[: self.step])
         self.got += piece
         return len(piece)
 

@@ -1,5 +1,6 @@
 """DCP's `.metadata` read without running code: the restricted unpickler admits DCP's metadata types only,
 and the files the metadata names must stay inside the folder. Built in memory: no save, no ranks."""
+
 from __future__ import annotations
 
 import collections
@@ -26,10 +27,15 @@ PATH = "ckpt/iter_0000002/.metadata"
 
 
 def _metadata(rel: str = "__0_0.distcp", offset: int = 0, length: int = 64) -> Metadata:
-    tensor = TensorStorageMetadata(TensorProperties(dtype=torch.bfloat16), torch.Size([4, 8]),
-                                   [ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([4, 8]))])
-    return Metadata({"model.weight": tensor, "extra": BytesStorageMetadata()},
-                    storage_data={MetadataIndex("model.weight", [0, 0]): _StorageInfo(rel, offset, length)})
+    tensor = TensorStorageMetadata(
+        TensorProperties(dtype=torch.bfloat16),
+        torch.Size([4, 8]),
+        [ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([4, 8]))],
+    )
+    return Metadata(
+        {"model.weight": tensor, "extra": BytesStorageMetadata()},
+        storage_data={MetadataIndex("model.weight", [0, 0]): _StorageInfo(rel, offset, length)},
+    )
 
 
 def test_dcp_metadata_round_trips():
@@ -56,25 +62,35 @@ def test_a_pickle_that_runs_a_command_is_refused_and_nothing_runs(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("obj, named", [
-    (os.getcwd, "posix.getcwd"),
-    (collections.Counter(a=1), "collections.Counter"),  # harmless, but not a type of DCP's metadata
-    (print, "builtins.print"),
-    (torch.nn.Linear, "torch.nn.modules.linear.Linear"),
-    (torch.load, "torch.serialization.load"),  # in torch, beside allowed names, but not one of them
-    (torch.is_tensor, "torch.is_tensor"),  # of module torch itself, but neither a dtype nor a layout
-])
+@pytest.mark.parametrize(
+    "obj, named",
+    [
+        (os.getcwd, "posix.getcwd"),
+        (collections.Counter(a=1), "collections.Counter"),  # harmless, but not a type of DCP's metadata
+        (print, "builtins.print"),
+        (torch.nn.Linear, "torch.nn.modules.linear.Linear"),
+        (torch.load, "torch.serialization.load"),  # in torch, beside allowed names, but not one of them
+        (torch.is_tensor, "torch.is_tensor"),  # of module torch itself, but neither a dtype nor a layout
+    ],
+)
 def test_a_class_outside_the_allowlist_is_refused_by_name(obj, named):
     data = pickle.dumps(obj)
     with pytest.raises(IntegrityError) as e:
         safe_pickle.loads(data, PATH)
-    assert str(e.value) == (f"{PATH}: safe unpickling failed: refused to load {named}: not a type of DCP's "
-                            "metadata (a pickle naming it could run code)")
+    assert str(e.value) == (
+        f"{PATH}: safe unpickling failed: refused to load {named}: not a type of DCP's "
+        "metadata (a pickle naming it could run code)"
+    )
 
 
 def test_allowlisted_torch_values_and_containers_load():
-    value = {"size": torch.Size([2, 3]), "dtype": torch.float16, "layout": torch.strided,
-             "ordered": collections.OrderedDict(a=1), "plain": [1, 2.5, "x", None, (True, b"b")]}
+    value = {
+        "size": torch.Size([2, 3]),
+        "dtype": torch.float16,
+        "layout": torch.strided,
+        "ordered": collections.OrderedDict(a=1),
+        "plain": [1, 2.5, "x", None, (True, b"b")],
+    }
     assert safe_pickle.loads(pickle.dumps(value), PATH) == value
 
 
@@ -100,8 +116,9 @@ def test_a_pickle_of_something_else_is_not_metadata():
         safe_pickle.load_metadata(io.BytesIO(pickle.dumps({"a": 1})), PATH)
 
 
-@pytest.mark.parametrize("rel", ["../outside.distcp", "/etc/passwd", "a/../../x", "..", "", "a\\..\\b",
-                                 "shard\x00.distcp"])
+@pytest.mark.parametrize(
+    "rel", ["../outside.distcp", "/etc/passwd", "a/../../x", "..", "", "a\\..\\b", "shard\x00.distcp"]
+)
 def test_a_file_named_outside_the_folder_is_refused(rel):
     with pytest.raises(IntegrityError, match=f"{PATH}: path safety failed: item 'model.weight' names file"):
         safe_pickle.check_metadata(_metadata(rel=rel), PATH)

@@ -1,4 +1,5 @@
 """vocab.folders: the names the reference writes are the ones its listing and the corruption find."""
+
 import os
 
 from resilience.checkpoint import commit
@@ -15,10 +16,16 @@ def test_each_name_reads_back():
 
 
 def test_the_listing_and_the_corruption_find_the_same_folders(tmp_path):
-    for path in [tmp_path / iter_name(2), tmp_path / staging_name(3, "abcdef12"), tmp_path / "iter_12",
-                 os.path.join(rank_root(str(tmp_path), 1), iter_name(1))]:
+    for path in [
+        tmp_path / iter_name(2),
+        tmp_path / staging_name(3, "abcdef12"),
+        tmp_path / "iter_12",
+        os.path.join(rank_root(str(tmp_path), 1), iter_name(1)),
+    ]:
         os.makedirs(path)
     assert commit.list_iterations(str(tmp_path)) == [(2, str(tmp_path / iter_name(2)))]
-    assert [(it, os.path.relpath(p, tmp_path), r) for it, p, r in checkpoint_folders(str(tmp_path))] == \
-        [(2, iter_name(2), None), (1, os.path.join("local", "rank_00001", iter_name(1)), 1)]
+    assert [(it, os.path.relpath(p, tmp_path), r) for it, p, r in checkpoint_folders(str(tmp_path))] == [
+        (2, iter_name(2), None),
+        (1, os.path.join("local", "rank_00001", iter_name(1)), 1),
+    ]
     assert iteration_in(os.path.join("local", "rank_00001", iter_name(1), "x.pt")) == 1

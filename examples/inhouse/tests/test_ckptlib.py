@@ -3,6 +3,7 @@
 pyproject.toml names the backend under test (ckptlib_resilience:factory) and its combination for the whole
 session, so the fixtures below and the scenario files in ../scenarios/ all test ckptlib through its adapter.
 Run from the project folder: `pytest` (CI: ci/run); `pytest -m "not slow"` leaves out the property test."""
+
 from pathlib import Path
 
 import ckptlib
@@ -38,8 +39,7 @@ def test_the_backend_under_test_is_ckptlib(resilience_backend, resilience_combo)
 # strict: the day ckptlib closes a gap, its test fails as XPASS (then move the file to scenarios/)
 def _gap(path: Path):
     why = load_file(path).description
-    return pytest.param(path, id=path.stem, marks=pytest.mark.xfail(strict=True, raises=rst.ScenarioFailed,
-                                                                    reason=why))
+    return pytest.param(path, id=path.stem, marks=pytest.mark.xfail(strict=True, raises=rst.ScenarioFailed, reason=why))
 
 
 @pytest.mark.parametrize("path", [_gap(p) for p in KNOWN_GAPS])

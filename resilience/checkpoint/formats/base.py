@@ -2,6 +2,7 @@
 
 The driver (reference.ReferenceBackend) owns staging, manifests, checksums, commit and fallback; a
 format only lays bytes out. Every call is made on every rank, in the same order."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ class RankInfo:
     coords: Coords
     spec: ModelSpec
     combo: Combination
-    group: Any = None      # process group for the format's collectives (a dedicated one for async writes)
-    dp_group: Any = None   # this rank's data-parallel group (legacy gathers the distributed optimizer)
+    group: Any = None  # process group for the format's collectives (a dedicated one for async writes)
+    dp_group: Any = None  # this rank's data-parallel group (legacy gathers the distributed optimizer)
 
 
 class Format(Protocol):

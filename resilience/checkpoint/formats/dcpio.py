@@ -1,5 +1,6 @@
 """What the two DCP-based formats share: DCP's errors as ordinary exceptions, load plans that are
 checked for full coverage and dtype (DCP checks neither), and objects loaded with weights_only=True."""
+
 from __future__ import annotations
 
 import contextlib
@@ -83,7 +84,8 @@ def check_plan(plan: LoadPlan, targets: dict[str, Any], metadata: Metadata, wher
         want, got = _local_numel(value), read.get(fqn, 0)
         if want != got:
             raise CheckpointContentError(
-                f"{where}: {fqn}: the checkpoint covers {got} of the {want} elements this rank needs")
+                f"{where}: {fqn}: the checkpoint covers {got} of the {want} elements this rank needs"
+            )
 
 
 def _set_path(root: dict, path, value) -> None:

@@ -2,6 +2,7 @@
 
 iter_NNNNNNN/mp_rank_TT[_PPP]/model_optim_rng.pt (+ distrib_optim.pt with the distributed optimizer
 state gathered from every dp rank). Loads when dp changes; tp or pp changes are refused."""
+
 from __future__ import annotations
 
 import os
@@ -58,13 +59,17 @@ class LegacyFormat:
 
     def check_topology(self, saved: Topology, info: RankInfo) -> None:
         cur = info.topo
-        changed = [f"{d} {getattr(saved, d)} -> {getattr(cur, d)}" for d in ("tp", "pp")
-                   if getattr(saved, d) != getattr(cur, d)]
+        changed = [
+            f"{d} {getattr(saved, d)} -> {getattr(cur, d)}"
+            for d in ("tp", "pp")
+            if getattr(saved, d) != getattr(cur, d)
+        ]
         if changed:
             raise TopologyChangeRefused(
                 f"LEGACY/torch checkpoint saved on {saved} cannot load on {cur}: {', '.join(changed)}. "
                 f"Legacy files hold one whole (tp, pp) piece each and cannot be resharded; only dp may change. "
-                f"Save with GLOBAL/torch_dist or TORCH_DCP/torch_dcp to change tp or pp.")
+                f"Save with GLOBAL/torch_dist or TORCH_DCP/torch_dcp to change tp or pp."
+            )
 
     def reader_of(self, rel: str, info: RankInfo) -> int | None:
         """The rank that hashes file `rel` on load and reads it from memory: dp rank 0 of its (tp, pp)."""

@@ -1,4 +1,5 @@
 """LOCAL + torch: each rank's own state in its own file; no collective, no rank-0 dependency."""
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,8 @@ class LocalFormat:
             raise TopologyChangeRefused(
                 f"LOCAL/torch checkpoint saved on {saved} cannot load on {info.topo}: a local checkpoint is each "
                 f"rank's own state and only loads on the identical topology. Save with GLOBAL/torch_dist or "
-                f"TORCH_DCP/torch_dcp to change the topology.")
+                f"TORCH_DCP/torch_dcp to change the topology."
+            )
 
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
         doc = torchfile.load(os.path.join(folder, FILE))

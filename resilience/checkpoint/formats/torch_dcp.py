@@ -9,6 +9,7 @@ Distributed-optimizer state (each dp rank holds some rows of a tp piece) is gath
 whole tp piece before saving and sliced after loading, as DCP users do. When a tp change changes the
 padded vocabulary's size, that tensor is loaded whole at its saved shape and its real rows are copied.
 RNG is saved per (pp, tp) grid cell and restored only on the same grid."""
+
 from __future__ import annotations
 
 import copy
@@ -124,12 +125,13 @@ class TorchDcpFormat:
         Decided by topology alone, so every dp rank lists the same keys in the same order."""
         if info.spec.optimizer != "distributed" or info.topo.dp == 1:
             return {}
-        params = {r.key[len("model."):]: r for r in records if isinstance(r, ShardedTensor)
-                  and r.key.startswith("model.")}
+        params = {
+            r.key[len("model.") :]: r for r in records if isinstance(r, ShardedTensor) and r.key.startswith("model.")
+        }
         out = {}
         for r in records:
             if isinstance(r, ShardedTensor) and r.key.startswith(OPTIMIZER):
-                param = params.get(r.key[len(OPTIMIZER):].partition(".")[2])
+                param = params.get(r.key[len(OPTIMIZER) :].partition(".")[2])
                 if param is not None:
                     out[r.key] = param
         return dict(sorted(out.items()))
@@ -139,11 +141,13 @@ class TorchDcpFormat:
             return data  # one process: the tensor is whole
         dims = [d for d, (g, n) in enumerate(zip(shape, data.shape)) if g != n]
         if len(dims) > 1 or any(offset[d] != info.coords.tp * data.shape[d] for d in dims):
-            raise CheckpointContentError(f"piece {tuple(data.shape)} at {tuple(offset)} of {tuple(shape)} is not "
-                                         f"an even tp shard")
+            raise CheckpointContentError(
+                f"piece {tuple(data.shape)} at {tuple(offset)} of {tuple(shape)} is not an even tp shard"
+            )
         placements = [Replicate(), Shard(dims[0]) if dims else Replicate()]
-        return DTensor.from_local(data, self._mesh, placements, run_check=False, shape=torch.Size(shape),
-                                  stride=_strides(shape))
+        return DTensor.from_local(
+            data, self._mesh, placements, run_check=False, shape=torch.Size(shape), stride=_strides(shape)
+        )
 
     def _dp_group(self, info: RankInfo):
         group = self._mesh.get_group("dp")  # type: ignore[union-attr]  # only ranks of a job, which has a mesh
@@ -174,13 +178,15 @@ class TorchDcpFormat:
                 nest(state, rng_path(info) if r.key == RNG_KEY else r.key, r.value)
         return state
 
-    def _gather_rows(self, info: RankInfo, parts: dict[str, ShardedTensor],
-                     split: dict[str, ShardedTensor]) -> dict[str, torch.Tensor]:
+    def _gather_rows(
+        self, info: RankInfo, parts: dict[str, ShardedTensor], split: dict[str, ShardedTensor]
+    ) -> dict[str, torch.Tensor]:
         """All-gather every dp rank's rows of each split piece (as bytes, in two collectives)."""
         group = self._dp_group(info)
         keys = list(split)
-        bounds = torch.tensor([[parts[k].global_offset[0] - split[k].global_offset[0], 0] for k in keys],
-                              dtype=torch.int64)
+        bounds = torch.tensor(
+            [[parts[k].global_offset[0] - split[k].global_offset[0], 0] for k in keys], dtype=torch.int64
+        )
         bounds[:, 1] = bounds[:, 0] + torch.tensor([parts[k].local_shape[0] for k in keys], dtype=torch.int64)
         dp = info.topo.dp
         all_bounds = [torch.empty_like(bounds) for _ in range(dp)]
@@ -200,7 +206,7 @@ class TorchDcpFormat:
             for i, k in enumerate(keys):
                 lo, hi = int(b[i, 0]), int(b[i, 1])
                 n = (hi - lo) * row_bytes[i]
-                whole[k][lo:hi] = buf[at:at + n].view(whole[k].dtype).view((hi - lo,) + whole[k].shape[1:])
+                whole[k][lo:hi] = buf[at : at + n].view(whole[k].dtype).view((hi - lo,) + whole[k].shape[1:])
                 at += n
         return whole
 
@@ -223,8 +229,9 @@ class TorchDcpFormat:
             step()
         return {key: get_nested(state, path) for key, path in names.items()}
 
-    def _targets(self, info: RankInfo, records, metadata, folder: str, state: dict,
-                 after: list[Callable[[], Any]]) -> None:
+    def _targets(
+        self, info: RankInfo, records, metadata, folder: str, state: dict, after: list[Callable[[], Any]]
+    ) -> None:
         """Put a load target for every tensor record into `state`; steps to finish it into `after`."""
         split = self._split(info, records)
         for r in records:
@@ -264,4 +271,4 @@ def copy_real_rows(full: torch.Tensor, buf: torch.Tensor, offset, logical_rows: 
 
 
 def copy_rows(dst: torch.Tensor, whole: torch.Tensor, lo: int) -> None:
-    dst.copy_(whole[lo:lo + dst.shape[0]])
+    dst.copy_(whole[lo : lo + dst.shape[0]])

@@ -8,6 +8,7 @@ tp. Objects are saved under their unique key (key + grid position) by replica 0.
 
 Loading reads each local piece by its global offset, whatever pieces the checkpoint holds, so any
 tp / pp / dp change loads. An object whose grid changed (RNG: (pp, tp)) is left out."""
+
 from __future__ import annotations
 
 import json
@@ -73,8 +74,16 @@ class _PieceLoadPlanner(CheckedLoadPlanner):
             if fqn not in md:
                 raise CheckpointContentError(f"{self.where}: the checkpoint has no {fqn!r}")
             if fqn not in self.offsets and is_bytes(self.read_metadata, fqn):
-                items.append(ReadItem(LoadItemType.BYTE_IO, MetadataIndex(fqn), torch.Size((0,)),
-                                      MetadataIndex(fqn), torch.Size((0,)), torch.Size((0,))))
+                items.append(
+                    ReadItem(
+                        LoadItemType.BYTE_IO,
+                        MetadataIndex(fqn),
+                        torch.Size((0,)),
+                        MetadataIndex(fqn),
+                        torch.Size((0,)),
+                        torch.Size((0,)),
+                    )
+                )
                 continue
             if fqn not in self.offsets:  # an object stored as a tensor (RNG state): read it whole
                 stored = stored_tensor(self.read_metadata, fqn, self.where)
@@ -109,18 +118,29 @@ class _PieceSavePlanner(DefaultSavePlanner):
                 continue
             offset = torch.Size(r.global_offset)
             chunk = ChunkStorageMetadata(offset, value.size())
-            items.append(WriteItem(MetadataIndex(fqn, offset), WriteItemType.SHARD,
-                                   tensor_data=TensorWriteData(chunk, TensorProperties(dtype=value.dtype),
-                                                               torch.Size(r.logical))))
+            items.append(
+                WriteItem(
+                    MetadataIndex(fqn, offset),
+                    WriteItemType.SHARD,
+                    tensor_data=TensorWriteData(chunk, TensorProperties(dtype=value.dtype), torch.Size(r.logical)),
+                )
+            )
         self.plan = SavePlan(items)
         return self.plan
 
     def create_global_plan(self, all_plans: list[SavePlan]):
         validate_sharding_integrity(
-            {"key": i.index.fqn, "global_shape": list(i.tensor_data.size), "replica_id": 0,  # type: ignore[union-attr]
-             "global_offset": list(i.tensor_data.chunk.offsets),  # type: ignore[union-attr]  # SHARD items have it
-             "local_shape": list(i.tensor_data.chunk.sizes)}  # type: ignore[union-attr]
-            for plan in all_plans for i in plan.items if i.type is WriteItemType.SHARD)
+            {
+                "key": i.index.fqn,
+                "global_shape": list(i.tensor_data.size),  # type: ignore[union-attr]  # SHARD items have it
+                "replica_id": 0,
+                "global_offset": list(i.tensor_data.chunk.offsets),  # type: ignore[union-attr]
+                "local_shape": list(i.tensor_data.chunk.sizes),  # type: ignore[union-attr]
+            }
+            for plan in all_plans
+            for i in plan.items
+            if i.type is WriteItemType.SHARD
+        )
         return super().create_global_plan(all_plans)
 
     def lookup_object(self, index: MetadataIndex):
@@ -146,8 +166,9 @@ class TorchDistFormat:
             elif isinstance(r, ShardedObject) and r.replica_id == 0:
                 state[r.unique_key] = r.value  # flat keys: an object's value (a dict) is stored whole
         with dcp_errors(f"torch_dist save into {folder}"):
-            dcp.save(state, storage_writer=SeamWriter(folder), planner=_PieceSavePlanner(pieces),
-                     process_group=info.group)
+            dcp.save(
+                state, storage_writer=SeamWriter(folder), planner=_PieceSavePlanner(pieces), process_group=info.group
+            )
         if info.rank == 0:
             with storage.current().open_write(os.path.join(folder, METADATA_JSON)) as f:
                 f.write(json.dumps(BACKEND).encode())

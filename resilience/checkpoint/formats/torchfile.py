@@ -1,4 +1,5 @@
 """torch.save files of sharded records, shared by the LEGACY and LOCAL formats."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,9 +12,11 @@ from ...state.sharding import Record, ShardedObject, ShardedTensor
 
 
 def entry(r: ShardedTensor, data: torch.Tensor | None = None, offset=None) -> dict:
-    return {"data": (r.data if data is None else data).detach().contiguous(),
-            "global_offset": list(r.global_offset if offset is None else offset),
-            "global_shape": list(r.global_shape)}
+    return {
+        "data": (r.data if data is None else data).detach().contiguous(),
+        "global_offset": list(r.global_offset if offset is None else offset),
+        "global_shape": list(r.global_shape),
+    }
 
 
 def save(path: str, tensors: dict[str, dict], objects: dict[str, Any]) -> None:
