@@ -39,7 +39,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 test: lint
-	$(BIN)/python -m pytest -n auto -q
+	$(BIN)/python -m pytest -n auto -q --durations=15  # the slowest tests, in every CI log: candidates for `slow`
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

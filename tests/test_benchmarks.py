@@ -24,7 +24,30 @@ def test_checkpoint_benchmark_runs_every_method(tmp_path):
 
 def test_scenario_benchmark_runs_and_checks_its_verdicts(tmp_path):
     out = tmp_path / "figures.json"
-    assert scenario.main(["--repeats", "1", "--spawn-repeats", "0", "--warmup", "0", "--json", str(out)]) == 0
+    # the smallest run of every part: one repeat, one world, one matrix column; the full run is a benchmark's
+    argv = [
+        "--repeats",
+        "1",
+        "--spawn-repeats",
+        "0",
+        "--warmup",
+        "0",
+        "--matrix-runs",
+        "0",
+        "--fuzz-examples",
+        "0",
+        "--worlds",
+        "2",
+        "--world-repeats",
+        "1",
+        "--matrix-combos",
+        "GLOBAL/torch_dist/sync",
+        "--matrix-faults",
+        "kill",
+        "--json",
+        str(out),
+    ]
+    assert scenario.main(argv) == 0
     assert json.loads(out.read_text())
 
 
