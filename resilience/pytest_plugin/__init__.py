@@ -129,7 +129,8 @@ def pytest_addoption(parser):
         type=parse_combos,
         default=None,
         metavar="TYPE/format/io[,...]",
-        help="combinations for scenario files and resilience_combo tests (default: all six valid; always only those the backend declares)",
+        help="combinations for scenario files and resilience_combo tests (default: all six valid; "
+        "always only those the backend declares)",
     )
     group.addoption(
         "--resilience-max-world",
