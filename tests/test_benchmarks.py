@@ -13,7 +13,25 @@ pytestmark = pytest.mark.multiprocess
 
 def test_checkpoint_benchmark_runs_every_method(tmp_path):
     out = tmp_path / "figures.json"
-    assert checkpoint.main(["--size-gib", "0.01", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    assert (
+        checkpoint.main(
+            [
+                "--size-gib",
+                "0.01",
+                "--repeats",
+                "1",
+                "--warmup",
+                "0",
+                "--checksum-runs",
+                "1",
+                "--fusefs-mib",
+                "8",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     fig = json.loads(out.read_text())
     targets = fig["targets"]
     assert set(targets["async_blocking_vs_sync"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"}
