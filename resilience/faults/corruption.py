@@ -191,6 +191,34 @@ def _record(fault: Fault, action: str, root: str, path: str, **kw) -> Damage:
     return Damage(fault.kind, action, path, os.path.relpath(path, root), **kw)
 
 
+def flip_byte(path: str, offset: int, mask: int) -> int:
+    """XOR the byte at `offset` with `mask` in place; the byte it held."""
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        old = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([old ^ mask]))
+    return old
+
+
+def flip_record(fault: Fault, root: str, path: str, offset: int, bits, old: int, mask: int, **kw) -> Damage:
+    """What a bit flip did: the byte before and after, the file's size unchanged."""
+    size = os.path.getsize(path)
+    return _record(
+        fault,
+        "flip",
+        root,
+        path,
+        offset=offset,
+        bits=tuple(bits),
+        old_size=size,
+        new_size=size,
+        old=f"{old:02x}",
+        new=f"{old ^ mask:02x}",
+        **kw,
+    )
+
+
 def truncate(root: str, fault: Truncate, rng: random.Random) -> Damage:
     path = _pick_shard(root, fault, rng)
     old = os.path.getsize(path)
@@ -213,23 +241,8 @@ def bit_flip(root: str, fault: BitFlip, rng: random.Random) -> Damage:
     mask = 0
     for b in bits:
         mask |= 1 << b
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        old = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([old ^ mask]))
-    return _record(
-        fault,
-        "flip",
-        root,
-        path,
-        offset=offset,
-        bits=tuple(bits),
-        old_size=size,
-        new_size=size,
-        old=f"{old:02x}",
-        new=f"{old ^ mask:02x}",
-    )
+    old = flip_byte(path, offset, mask)
+    return flip_record(fault, root, path, offset, bits, old, mask)
 
 
 def delete_file(root: str, fault: DeleteFile, rng: random.Random) -> Damage:

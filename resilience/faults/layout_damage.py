@@ -11,7 +11,15 @@ import shutil
 import struct
 
 from .base import Fault, matches_path
-from .corruption import Damage, NothingToDamage, _record, damage_metadata_file, damage_pointer_file
+from .corruption import (
+    Damage,
+    NothingToDamage,
+    _record,
+    damage_metadata_file,
+    damage_pointer_file,
+    flip_byte as _flip,
+    flip_record,
+)
 from .hostile_pickle import DCP_METADATA
 from .kinds import (
     BitFlip,
@@ -142,15 +150,6 @@ def _loaded(path: str) -> list[bytes] | None:
     return out
 
 
-def _flip(path: str, offset: int, mask: int) -> int:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        old = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([old ^ mask]))
-    return old
-
-
 def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> Damage:
     it, path = _pick(root, fault, layout, "data", rng)
     size = os.path.getsize(path)
@@ -166,34 +165,19 @@ def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> D
 
             raise ConfigError("target.offset", f"{fault.target.offset} is past the end of {path} ({size} bytes)")
         old = _flip(path, fault.target.offset, mask)
-        return _record(
-            fault,
-            "flip",
-            root,
-            path,
-            offset=fault.target.offset,
-            bits=tuple(bits),
-            old_size=size,
-            new_size=size,
-            old=f"{old:02x}",
-            new=f"{old ^ mask:02x}",
-            detail="at the offset asked",
-        )
+        return flip_record(fault, root, path, fault.target.offset, bits, old, mask, detail="at the offset asked")
     ranges = payload_ranges(path)
     if not ranges:
         offset = rng.randrange(size)
         old = _flip(path, offset, mask)
-        return _record(
+        return flip_record(
             fault,
-            "flip",
             root,
             path,
-            offset=offset,
-            bits=tuple(bits),
-            old_size=size,
-            new_size=size,
-            old=f"{old:02x}",
-            new=f"{old ^ mask:02x}",
+            offset,
+            bits,
+            old,
+            mask,
             detail="no tensor payload recognised in this file: a random byte",
         )
     before = _loaded(path)
@@ -213,19 +197,7 @@ def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> D
                 if before is not None
                 else "inside a tensor's storage bytes"
             )
-            return _record(
-                fault,
-                "flip",
-                root,
-                path,
-                offset=offset,
-                bits=tuple(bits),
-                old_size=size,
-                new_size=size,
-                old=f"{old:02x}",
-                new=f"{old ^ mask:02x}",
-                detail=f"tensor payload: {how}",
-            )
+            return flip_record(fault, root, path, offset, bits, old, mask, detail=f"tensor payload: {how}")
         _flip(path, offset, mask)  # changed no loaded value: undo, draw again
     raise NotApplicable(
         "target",
