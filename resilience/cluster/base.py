@@ -9,6 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 from ..errors import ConfigError
+from ..faults.base import Fault, fault_from_dict
 from ..state import ModelSpec, Topology
 from ..vocab.combos import Combination, valid_combinations
 from ..vocab.phases import PHASES
@@ -99,13 +100,13 @@ class ClusterPlan:
             raise ConfigError("kill_rank", f"rank {rank} is out of range for world size {world}", f"use 0..{world - 1}")
         return rank
 
-    def kill_record(self, world: int) -> dict:
+    def kill_record(self, world: int) -> Fault:
         """The in-process fault: the target rank SIGKILLs itself as the save reaches the phase."""
-        return {
-            "kind": "rank_crash",
-            "target": {"rank": self.kill_target(world)},
-            "trigger": {"phase": self.kill_phase},
-        }
+        return fault_from_dict(
+            {"kind": "rank_crash", "target": {"rank": self.kill_target(world)}, "trigger": {"phase": self.kill_phase}},
+            world=world,
+            where="kill",
+        )
 
     def fuse_kills(self, world: int) -> tuple[list[dict], list[int]]:
         """The kills the file system carries out under io fuse, with the rank operation each is armed at:

@@ -20,6 +20,7 @@ from .base import (
     faults_from,
     faults_from_text,
     matches_path,
+    typed,
     with_layer,
 )
 from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank, iteration_in
@@ -92,6 +93,7 @@ __all__ = [
     "fault_from_dict",
     "faults_from",
     "faults_from_text",
+    "typed",
     "file_sizes",
     "files_of_rank",
     "fired",

@@ -223,6 +223,22 @@ def faults_from(items: Iterable[Mapping] | None, *, world: int | None = None, wh
     ]
 
 
+def typed(items: Iterable[Fault], *, world: int | None = None, where: str = "faults") -> list[Fault]:
+    """The records of a list that must be parsed already: the way in for code that carries faults out, so a
+    mapping is read in one place (faults_from) and never again on the way. With `world`, ranks are bounded."""
+    out = list(items)
+    for i, item in enumerate(out):
+        if not isinstance(item, Fault):
+            raise ConfigError(
+                f"{where}[{i}]",
+                f"must be a Fault record, got {type(item).__name__}",
+                "read mappings with resilience.faults.faults_from (or fault_from_dict) first",
+            )
+        if world is not None:
+            item.check(world=world, where=f"{where}[{i}]")
+    return out
+
+
 def faults_from_text(text: str, *, world: int | None = None) -> list[Fault]:
     """Faults from YAML (or JSON, a subset of it): a list, or a mapping with a `faults` list. Read with
     resilience.safe_yaml: sizes, aliases and tags bounded."""

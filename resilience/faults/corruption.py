@@ -16,7 +16,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import xxhash
@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..state import Topology
 from ..vocab.folders import ITER_FOLDER, LOCAL_FOLDER, MANIFEST, RANK_FOLDER, TRACKER, staging_name
 from ..vocab.manifest_format import manifest_text
-from .base import Fault, faults_from, matches_path
+from .base import Fault, matches_path, typed
 from .hostile_pickle import plant as plant_hostile_pickle
 from .kinds import (
     METADATA_FILES,
@@ -429,10 +429,10 @@ _ACTIONS: dict[type, Callable[..., Damage]] = {
 }
 
 
-def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage:
+def corrupt(fault: Fault, root: str | os.PathLike, layout=None) -> Damage:
     """Carry out one at-rest fault on the checkpoint root `root`; the record of exactly what it did.
     With a learned `layout` (faults.layout) the damage is aimed through it (layout_damage)."""
-    fault = faults_from([fault], where="fault")[0]  # type: ignore[list-item]  # it takes records too
+    [fault] = typed([fault], where="fault")
     if fault.layer != "at_rest":
         raise ConfigError(
             "fault.kind",
@@ -448,6 +448,6 @@ def corrupt(fault: Fault | dict, root: str | os.PathLike, layout=None) -> Damage
     return _ACTIONS[type(fault)](root, fault, random.Random(fault.seed))
 
 
-def corrupt_all(faults, root: str | os.PathLike) -> list[Damage]:
+def corrupt_all(faults: Iterable[Fault], root: str | os.PathLike) -> list[Damage]:
     """Every at-rest fault of a list, in order."""
-    return [corrupt(f, root) for f in faults_from(faults) if f.layer == "at_rest"]
+    return [corrupt(f, root) for f in typed(faults) if f.layer == "at_rest"]

@@ -20,7 +20,7 @@ from .. import storage
 from ..errors import ConfigError
 from ..storage.base import WriteStreamBase
 from ..vocab import phases
-from .base import Fault, faults_from, matches_path
+from .base import Fault, matches_path, typed
 from .firings import FaultReport, firing
 from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWrite, TornWrite
 from .oplog import OpLog
@@ -385,9 +385,9 @@ def inject(
     oplog_dir: str | os.PathLike | None = None,
     kill: Callable[[], None] = sigkill_self,
 ) -> Iterator[FaultyFileSystem]:
-    """Carry out `faults` (records or dicts) aimed at `rank` on this process's checkpoint I/O for the
+    """Carry out `faults` (Fault records) aimed at `rank` on this process's checkpoint I/O for the
     duration. Firings are appended to `report` (JSON lines, fsynced); operations to `oplog_dir`."""
-    faults = faults_from(faults, world=world)
+    faults = typed(faults, world=world)
     mine = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
     if oplog_dir is None and any(isinstance(f, LostUnsyncedWrites) for f in mine):
         raise ConfigError(

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 import psutil
 
 from ..errors import ConfigError
-from .base import Fault, faults_from, matches_path
+from .base import Fault, matches_path, typed
 from .firings import FaultReport, firing
 from .kinds import RankHang, RankKill
 
@@ -84,7 +84,7 @@ class Nemesis:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.job = job
-        self.faults = [f for f in faults_from(faults, world=job.world) if f.layer == "nemesis"]
+        self.faults = [f for f in typed(faults, world=job.world) if f.layer == "nemesis"]
         for f in self.faults:
             if f.trigger.size is not None and folder is None:
                 raise ConfigError(

@@ -22,7 +22,7 @@ from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.commit import read_tracker
 from resilience.checkpoint.manifest import Manifest
 from resilience.errors import IntegrityError
-from resilience.faults import corrupt
+from resilience.faults import corrupt, fault_from_dict
 from resilience.faults.hostile_pickle import MARKER
 from resilience.launch import run_ranks
 from resilience.state import ModelSpec, Topology, TrainingState
@@ -171,7 +171,7 @@ def dangling_iteration(root):
 
 
 def hostile_pickle(root):
-    corrupt({"kind": "hostile_pickle"}, root)
+    corrupt(fault_from_dict({"kind": "hostile_pickle"}), root)
 
 
 NEWEST_DAMAGED = [

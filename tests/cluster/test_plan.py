@@ -18,6 +18,7 @@ from resilience.cluster.worker import (
     plan_from_args,
 )
 from resilience.errors import ConfigError, InvalidCombination
+from resilience.faults import fault_from_dict
 from resilience.state import Topology
 
 
@@ -31,7 +32,8 @@ def test_default_plan_covers_every_combination_with_one_kill_each():
     plan = _parse([])
     assert len(plan.combos) == 6 and plan.killed() == list(plan.combos) and plan.restarts_needed() == 6
     assert plan.topology(4) == Topology(2, 1, 2) and plan.topology(3) == Topology(1, 1, 3)
-    assert plan.kill_record(4) == {"kind": "rank_crash", "target": {"rank": 3}, "trigger": {"phase": "write"}}
+    killed = {"kind": "rank_crash", "target": {"rank": 3}, "trigger": {"phase": "write"}}
+    assert plan.kill_record(4) == fault_from_dict(killed)
 
 
 def test_kill_last_needs_one_restart():

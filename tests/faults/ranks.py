@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from resilience.checkpoint import ReferenceBackend, list_checkpoints
 from resilience.errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
-from resilience.faults import Snapshot, inject
+from resilience.faults import Snapshot, faults_from, inject
 from resilience.launch import Job, run_ranks
 from resilience.state import (
     TOPOLOGY_BOUND_KEYS,
@@ -120,7 +120,7 @@ def save_under_faults(
         Snapshot.take(root, snapshot)
     dist.barrier()
     start = time.monotonic()
-    with inject(faults, rank=ctx.rank, world=ctx.world, report=report, oplog_dir=oplog):
+    with inject(faults_from(faults), rank=ctx.rank, world=ctx.world, report=report, oplog_dir=oplog):
         try:
             backend.save(state, root)
             backend.finalize()
@@ -143,7 +143,7 @@ def save_forever(ctx, combo: str, root: str, faults=(), until: int = 1000):
     """Save every iteration until killed (a nemesis target), under `faults` all along."""
     state = TrainingState(SPEC, TOPO, ctx.rank)
     backend = ReferenceBackend(Combination.parse(combo))
-    with inject(faults, rank=ctx.rank, world=ctx.world):
+    with inject(faults_from(faults), rank=ctx.rank, world=ctx.world):
         for _ in range(until):
             state.train(1)
             backend.save(state, root)

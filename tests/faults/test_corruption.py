@@ -10,7 +10,15 @@ from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.commit import read_tracker, stale_staging
 from resilience.checkpoint.manifest import Manifest
 from resilience.errors import ConfigError, IntegrityError
-from resilience.faults import NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank
+from resilience.faults import (
+    NothingToDamage,
+    checkpoint_folders,
+    corrupt,
+    corrupt_all,
+    fault_from_dict,
+    faults_from,
+    files_of_rank,
+)
 from resilience.state import ModelSpec, Topology, TrainingState
 from resilience.vocab import combination
 from resilience.vocab.folders import TRACKER
@@ -39,14 +47,14 @@ def root(saved, tmp_path):
 @pytest.mark.parametrize("length", [0, 1, 1000])
 def test_truncate_to_k_bytes(root, length):
     old = (root / SHARD).stat().st_size
-    d = corrupt({"kind": "truncate", "length": length, "rank": 0}, root)
+    d = corrupt(fault_from_dict({"kind": "truncate", "length": length, "rank": 0}), root)
     assert (root / SHARD).stat().st_size == length
     assert (d.rel, d.old_size, d.new_size, d.action) == (SHARD, old, length, "truncate")
 
 
 def test_bit_flip_flips_exactly_the_bits_asked(root):
     before = (root / SHARD).read_bytes()
-    d = corrupt({"kind": "bit_flip", "bits": [3, 6], "target": {"offset": 100, "path": "*.pt"}}, root)
+    d = corrupt(fault_from_dict({"kind": "bit_flip", "bits": [3, 6], "target": {"offset": 100, "path": "*.pt"}}), root)
     after = (root / SHARD).read_bytes()
     assert len(after) == len(before)
     assert [i for i in range(len(before)) if before[i] != after[i]] == [100]
@@ -67,23 +75,23 @@ def test_seeded_choice_is_replayable(saved, tmp_path):
     for n in range(2):
         copy = tmp_path / f"c{n}"
         shutil.copytree(saved, copy)
-        records.append(corrupt({"kind": "bit_flip", "seed": 42}, copy))
+        records.append(corrupt(fault_from_dict({"kind": "bit_flip", "seed": 42}), copy))
     a, b = records
     assert a.to_dict() == {**b.to_dict(), "file": a.file}
     other = tmp_path / "c2"
     shutil.copytree(saved, other)
-    assert corrupt({"kind": "bit_flip", "seed": 43}, other).offset != a.offset  # almost surely
+    assert corrupt(fault_from_dict({"kind": "bit_flip", "seed": 43}), other).offset != a.offset  # almost surely
     assert len(a.bits) == 1 and 0 <= a.offset < a.old_size
 
 
 def test_delete_a_shard_of_an_older_iteration(root):
-    d = corrupt({"kind": "delete_file", "target": {"iteration": 1}}, root)
+    d = corrupt(fault_from_dict({"kind": "delete_file", "target": {"iteration": 1}}), root)
     assert d.rel == "iter_0000001/mp_rank_00/model_optim_rng.pt" and not os.path.exists(d.file)
 
 
 @pytest.mark.parametrize("how", ["garble", "truncate", "empty", "delete"])
 def test_manifest_damage_is_detected(root, how):
-    d = corrupt({"kind": "metadata_damage", "how": how}, root)
+    d = corrupt(fault_from_dict({"kind": "metadata_damage", "how": how}), root)
     assert d.rel == "iter_0000002/manifest.json" and d.action == how
     with pytest.raises(IntegrityError):
         Manifest.read(str(root / "iter_0000002"))
@@ -91,7 +99,7 @@ def test_manifest_damage_is_detected(root, how):
 
 
 def test_escaping_path_keeps_the_digest_consistent(root):
-    d = corrupt({"kind": "escaping_path", "escape": "../../outside.pt"}, root)
+    d = corrupt(fault_from_dict({"kind": "escaping_path", "escape": "../../outside.pt"}), root)
     doc = json.loads((root / "iter_0000002" / "manifest.json").read_text())
     assert "../../outside.pt" in doc["body"]["files"]
     with pytest.raises(IntegrityError) as e:
@@ -111,23 +119,23 @@ def test_escaping_path_keeps_the_digest_consistent(root):
     ],
 )
 def test_tracker_damage(root, how, text, problem):
-    d = corrupt({"kind": "tracker_damage", "how": how}, root)
+    d = corrupt(fault_from_dict({"kind": "tracker_damage", "how": how}), root)
     assert d.old == "2" and d.new == text and d.rel == TRACKER
     it, why = read_tracker(str(root))
     assert (why is None and it == int(text)) if problem is None else problem in why
 
 
 def test_leftover_staging_and_extra_file(root):
-    d = corrupt({"kind": "leftover_staging", "seed": 1}, root)
+    d = corrupt(fault_from_dict({"kind": "leftover_staging", "seed": 1}), root)
     assert stale_staging(str(root)) == [d.file] and os.path.basename(d.file).startswith(".staging-iter_0000003-")
     assert not os.path.exists(os.path.join(d.file, "manifest.json"))
-    e = corrupt({"kind": "extra_file", "name": "stray.bin", "length": 5}, root)
+    e = corrupt(fault_from_dict({"kind": "extra_file", "name": "stray.bin", "length": 5}), root)
     assert e.rel == "iter_0000002/stray.bin" and os.path.getsize(e.file) == 5
 
 
 def test_the_same_staging_seed_twice_leaves_two_folders(root):
-    a = corrupt({"kind": "leftover_staging", "seed": 1}, root)
-    b = corrupt({"kind": "leftover_staging", "seed": 1}, root)
+    a = corrupt(fault_from_dict({"kind": "leftover_staging", "seed": 1}), root)
+    b = corrupt(fault_from_dict({"kind": "leftover_staging", "seed": 1}), root)
     assert a.file != b.file and sorted(stale_staging(str(root))) == sorted([a.file, b.file])
 
 
@@ -135,17 +143,19 @@ def test_the_same_staging_seed_twice_leaves_two_folders(root):
 def test_nothing_to_damage_is_its_own_error(tmp_path, spec):
     (tmp_path / "ckpt").mkdir()
     with pytest.raises(NothingToDamage) as e:
-        corrupt(spec, tmp_path / "ckpt")
+        corrupt(fault_from_dict(spec), tmp_path / "ckpt")
     assert isinstance(e.value, ConfigError) and "ckpt" in str(e.value)
 
 
 def test_corrupt_all_in_order(root):
     done = corrupt_all(
-        [
-            {"kind": "truncate", "length": 0},
-            {"kind": "rank_kill", "after": 1},
-            {"kind": "tracker_damage", "how": "empty"},
-        ],
+        faults_from(
+            [
+                {"kind": "truncate", "length": 0},
+                {"kind": "rank_kill", "after": 1},
+                {"kind": "tracker_damage", "how": "empty"},
+            ]
+        ),
         root,
     )
     assert [d.kind for d in done] == ["truncate", "tracker_damage"]
@@ -172,5 +182,12 @@ def test_ranks_and_folders(root):
 )
 def test_impossible_damage_is_a_clear_error(root, spec, field):
     with pytest.raises(ConfigError) as e:
-        corrupt(spec, root)
+        corrupt(fault_from_dict(spec), root)
     assert e.value.field == field
+
+
+def test_a_mapping_is_read_before_it_is_carried_out(root):
+    """Faults are parsed once (faults_from); what carries them out refuses a raw mapping, naming the way in."""
+    with pytest.raises(ConfigError, match="faults_from") as e:
+        corrupt({"kind": "truncate"}, root)  # type: ignore[arg-type]
+    assert e.value.field == "fault[0]"

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from resilience.faults import corrupt, corrupt_all
+from resilience.faults import corrupt, corrupt_all, fault_from_dict, faults_from
 
 from .ranks import ALL, combos, is_local, load_all, newest_durable, run_job, save_under_faults
 
@@ -60,7 +60,7 @@ def test_every_corruption_resumes_or_refuses(tmp_path, combo):
     for name, faults, _ in cases:
         root = tmp_path / name
         shutil.copytree(base, root)
-        damage = corrupt_all(faults, root)
+        damage = corrupt_all(faults_from(faults), root)
         assert len(damage) == len(faults), name
         for d in damage:
             assert d.rel and not d.rel.startswith(".."), (name, d)
@@ -84,6 +84,6 @@ def test_shard_damage_picks_the_rank_asked(tmp_path, combo):
     for rank in (0, 1):
         root = tmp_path / f"r{rank}"
         shutil.copytree(base, root)
-        d = corrupt({"kind": "truncate", "length": 7, "rank": rank}, root)
+        d = corrupt(fault_from_dict({"kind": "truncate", "length": 7, "rank": rank}), root)
         name = f"mp_rank_{rank:02d}" if combo.startswith("LEGACY/") else f"__{rank}_0.distcp"
         assert name in d.rel and d.rel.startswith("iter_0000002") and os.path.getsize(d.file) == 7, d

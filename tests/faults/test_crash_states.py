@@ -149,7 +149,7 @@ def test_overwriting_a_checkpoint_by_exchange_never_loses_it(tmp_path):
 
     with pytest.raises(Crashed):
         with inject(
-            [{"kind": "lost_unsynced_writes", "op": "exchange", "when": "after"}],
+            faults_from([{"kind": "lost_unsynced_writes", "op": "exchange", "when": "after"}]),
             rank=0,
             oplog_dir=tmp_path / "ops",
             kill=_crash,
@@ -163,7 +163,7 @@ def test_overwriting_a_checkpoint_by_exchange_never_loses_it(tmp_path):
 
 def test_read_errors_reach_the_loader(tmp_path):
     (tmp_path / "f").write_bytes(b"x")
-    with inject([{"kind": "io_error", "errno": "EIO", "op": "read", "nth": 2}], rank=0):
+    with inject(faults_from([{"kind": "io_error", "errno": "EIO", "op": "read", "nth": 2}]), rank=0):
         storage.current().open_read(str(tmp_path / "f")).close()
         with pytest.raises(OSError, match="Input/output error"):
             storage.current().open_read(str(tmp_path / "f"))

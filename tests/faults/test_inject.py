@@ -38,7 +38,7 @@ def write_file(path, chunks, sync=True):
     ],
 )
 def test_errno_on_the_kth_matching_operation(tmp_path, name, op, code):
-    spec = [{"kind": "io_error", "errno": name, "op": op, "path": "*b.bin", "nth": 2}]
+    spec = faults_from([{"kind": "io_error", "errno": name, "op": op, "path": "*b.bin", "nth": 2}])
     with inject(spec, rank=0, report=tmp_path / "r.jsonl") as fs:
         for i in range(3):
             write_file(tmp_path / f"a{i}.bin", [b"x"] * 3)  # never matches the glob
@@ -54,7 +54,7 @@ def test_errno_on_the_kth_matching_operation(tmp_path, name, op, code):
 
 
 def test_rank_filter(tmp_path):
-    spec = [{"kind": "io_error", "errno": "EIO", "rank": 1}]
+    spec = faults_from([{"kind": "io_error", "errno": "EIO", "rank": 1}])
     with inject(spec, rank=0, world=2) as fs:
         write_file(tmp_path / "a", [b"x"])
     assert fs.faults == [] and fs.firings() == []
@@ -64,7 +64,7 @@ def test_rank_filter(tmp_path):
 
 
 def test_short_write_returns_the_short_count(tmp_path):
-    with inject([{"kind": "short_write", "keep": 3, "nth": 2}], rank=0) as fs:
+    with inject(faults_from([{"kind": "short_write", "keep": 3, "nth": 2}]), rank=0) as fs:
         with storage.current().open_write(str(tmp_path / "f")) as f:
             assert f.write(b"aaaaa") == 5
             assert f.write(b"bbbbb") == 3
@@ -75,7 +75,7 @@ def test_short_write_returns_the_short_count(tmp_path):
 
 @pytest.mark.parametrize("fill", ["zeros", "garbage"])
 def test_torn_write_claims_success_but_only_a_prefix_lands(tmp_path, fill):
-    with inject([{"kind": "torn_write", "keep": 2, "fill": fill}], rank=0):
+    with inject(faults_from([{"kind": "torn_write", "keep": 2, "fill": fill}]), rank=0):
         with storage.current().open_write(str(tmp_path / "f")) as f:
             assert f.write(b"abcdef") == 6
             assert f.write(b"gh") == 2
@@ -103,14 +103,14 @@ def test_slow_write_delays_each_matching_write(tmp_path):
 
 def test_real_slow_write_takes_the_time(tmp_path):
     start = time.monotonic()
-    with inject([{"kind": "slow_write", "delay": 0.1, "times": 2}], rank=0):
+    with inject(faults_from([{"kind": "slow_write", "delay": 0.1, "times": 2}]), rank=0):
         write_file(tmp_path / "f", [b"a"] * 3)
     assert time.monotonic() - start >= 0.2
 
 
 @pytest.mark.parametrize("at", [0, 1, 7, 10, 11])
 def test_crash_at_byte_leaves_exactly_that_many_bytes(tmp_path, at):
-    spec = [{"kind": "rank_crash", "path": "*.pt", "at_byte": at, "nth": 2}]
+    spec = faults_from([{"kind": "rank_crash", "path": "*.pt", "at_byte": at, "nth": 2}])
     with pytest.raises(Crashed):
         with inject(spec, rank=0, report=tmp_path / "r.jsonl", kill=crash):
             write_file(tmp_path / "other.bin", [b"0123456789"] * 2)
@@ -139,7 +139,7 @@ def test_crash_beyond_the_file_never_fires_and_is_unprobed(tmp_path):
     ],
 )
 def test_crash_before_or_after_an_operation(tmp_path, op, when, present, last):
-    spec = [{"kind": "rank_crash", "op": op, "when": when}]
+    spec = faults_from([{"kind": "rank_crash", "op": op, "when": when}])
     with pytest.raises(Crashed):
         with inject(spec, rank=0, oplog_dir=tmp_path / "ops", kill=crash):
             write_file(tmp_path / "tmp", [b"data"])
@@ -213,5 +213,5 @@ def test_operation_log_records_every_operation(tmp_path):
 
 def test_lost_unsynced_writes_needs_the_log():
     with pytest.raises(ConfigError, match="oplog_dir"):
-        with inject([{"kind": "lost_unsynced_writes"}], rank=0):
+        with inject(faults_from([{"kind": "lost_unsynced_writes"}]), rank=0):
             pass

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from resilience.faults import corrupt
+from resilience.faults import corrupt, fault_from_dict
 from resilience.faults.layout import Layout, LayoutFile, learn, scan
 from resilience.faults.layout_damage import NotApplicable, iteration_of, payload_ranges
 
@@ -79,10 +79,10 @@ def test_payload_ranges_are_the_tensor_storage(tmp_path):
 def test_bit_flips_change_a_loaded_value(learned):
     layout, root = learned
     for seed in range(5):
-        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        damage = corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)
         assert damage.rel.startswith("iter_3/rank_") and "a stored tensor value changed" in damage.detail
         assert iteration_of(layout, root, damage.file) == 3
-        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # the same flip again undoes it
+        corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)  # the same flip again undoes it
 
 
 def test_a_flip_that_changes_no_loaded_value_is_not_applicable(tmp_path):
@@ -95,14 +95,14 @@ def test_a_flip_that_changes_no_loaded_value_is_not_applicable(tmp_path):
     with open(os.path.join(root, "iter_2", "rank_0.pt"), "rb") as f:
         raw = f.read()
     with pytest.raises(NotApplicable, match="changes a value torch.load returns"):
-        corrupt({"kind": "bit_flip", "seed": 1}, root, layout)
+        corrupt(fault_from_dict({"kind": "bit_flip", "seed": 1}), root, layout)
     with open(os.path.join(root, "iter_2", "rank_0.pt"), "rb") as f:
         assert f.read() == raw  # every draw undone
 
 
 def test_truncation_cuts_into_payload(learned):
     layout, root = learned
-    damage = corrupt({"kind": "truncate", "seed": 3}, root, layout)
+    damage = corrupt(fault_from_dict({"kind": "truncate", "seed": 3}), root, layout)
     path = damage.file
     assert damage.new_size < damage.old_size
     with pytest.raises(Exception):  # noqa: B017 (torch's error type depends on where the file was cut)
@@ -111,14 +111,14 @@ def test_truncation_cuts_into_payload(learned):
 
 def test_metadata_and_tracker_aim_at_this_backends_files(learned):
     layout, root = learned
-    damage = corrupt({"kind": "metadata_damage", "how": "empty"}, root, layout)
+    damage = corrupt(fault_from_dict({"kind": "metadata_damage", "how": "empty"}), root, layout)
     assert damage.rel == os.path.join("iter_3", "index.json") and os.path.getsize(damage.file) == 0
-    stale = corrupt({"kind": "tracker_damage", "how": "stale"}, root, layout)
+    stale = corrupt(fault_from_dict({"kind": "tracker_damage", "how": "stale"}), root, layout)
     assert stale.rel == "latest.txt" and (stale.old, stale.new) == ("3", "2")
     with pytest.raises(NotApplicable, match="no manifest.json"):
-        corrupt({"kind": "metadata_damage", "name": "manifest.json"}, root, layout)
+        corrupt(fault_from_dict({"kind": "metadata_damage", "name": "manifest.json"}), root, layout)
     with pytest.raises(NotApplicable, match="names no file list"):
-        corrupt({"kind": "escaping_path"}, root, layout)
+        corrupt(fault_from_dict({"kind": "escaping_path"}), root, layout)
 
 
 def test_a_backend_without_a_tracker_gets_not_applicable(tmp_path):
@@ -128,11 +128,11 @@ def test_a_backend_without_a_tracker_gets_not_applicable(tmp_path):
     root = str(tmp_path / "ckpt")
     _inhouse_save(root, 2, pointer=False)
     with pytest.raises(NotApplicable, match="no pointer to its newest checkpoint"):
-        corrupt({"kind": "tracker_damage", "how": "delete"}, root, layout)
+        corrupt(fault_from_dict({"kind": "tracker_damage", "how": "delete"}), root, layout)
 
 
 def test_leftover_staging_of_an_in_place_writer_is_a_partial_next_iteration(learned):
     layout, root = learned
-    damage = corrupt({"kind": "leftover_staging"}, root, layout)
+    damage = corrupt(fault_from_dict({"kind": "leftover_staging"}), root, layout)
     assert damage.rel == "iter_4"
     assert sorted(os.listdir(os.path.join(root, "iter_4"))) == ["rank_0.pt", "rank_1.pt"]  # no index.json

@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from resilience.errors import ConfigError
-from resilience.faults import Nemesis, faults_from, kill_ranks, open_positions, unprobed
+from resilience.faults import Nemesis, fault_from_dict, faults_from, kill_ranks, open_positions, unprobed
 
 from .ranks import (
     ALL,
@@ -35,7 +35,7 @@ def test_kill_a_rank_when_its_shard_reaches_an_offset(tmp_path, combo):
     job = start_job(
         save_forever, combo, str(root), [{"kind": "slow_write", "rank": 1, "delay": 0.002, "path": watched}], until=6
     )
-    fault = {"kind": "rank_kill", "rank": 1, "path": watched, "size": WATCH}
+    fault = fault_from_dict({"kind": "rank_kill", "rank": 1, "path": watched, "size": WATCH})
     with Nemesis(job, [fault], folder=root) as nemesis:
         outcome = job.wait()
     [fired] = nemesis.firings()
@@ -54,7 +54,9 @@ def test_preemption_kills_every_rank_at_a_time(tmp_path, combo):
     root = tmp_path / "ckpt"
     job = start_job(save_forever, combo, str(root))
     # at least 0.5 s in, and once a first checkpoint is committed (its tracker exists)
-    preempt = {"kind": "rank_kill", "after": 0.5, "path": "latest_checkpointed_iteration.txt", "size": 1}
+    preempt = fault_from_dict(
+        {"kind": "rank_kill", "after": 0.5, "path": "latest_checkpointed_iteration.txt", "size": 1}
+    )
     with Nemesis(job, [preempt], folder=root) as nemesis:
         outcome = job.wait()
     [fired] = nemesis.firings()
@@ -73,7 +75,9 @@ def test_a_stopped_rank_resumes_and_the_job_finishes(tmp_path):
     root = tmp_path / "ckpt"
     job = start_job(save_forever, "LEGACY/torch/sync", str(root), until=12)
     # once the first checkpoint is committed, stop rank 1 for half a second
-    hang = {"kind": "rank_hang", "rank": 1, "path": "latest_checkpointed_iteration.txt", "size": 1, "resume_after": 0.5}
+    hang = fault_from_dict(
+        {"kind": "rank_hang", "rank": 1, "path": "latest_checkpointed_iteration.txt", "size": 1, "resume_after": 0.5}
+    )
     with Nemesis(job, [hang], folder=root) as nemesis:
         outcome = job.wait()
     assert outcome.ok, outcome.failures
@@ -84,7 +88,7 @@ def test_a_stopped_rank_resumes_and_the_job_finishes(tmp_path):
 
 def test_a_hung_rank_is_stopped_by_the_job_timeout(tmp_path):
     job = start_job(save_forever, "LEGACY/torch/sync", str(tmp_path / "ckpt"), timeout=2.0)
-    with Nemesis(job, [{"kind": "rank_hang", "rank": 1, "after": 0.3}]) as nemesis:
+    with Nemesis(job, faults_from([{"kind": "rank_hang", "rank": 1, "after": 0.3}])) as nemesis:
         outcome = job.wait()
     assert nemesis.firings()[0]["action"] == "stop"
     assert outcome.timed_out and outcome.outcomes[1].status == "stopped"  # said as such, not a mere timeout
@@ -103,9 +107,9 @@ def test_size_trigger_needs_a_folder_and_world_bounds_are_checked(tmp_path):
     job = start_job(save_forever, "LEGACY/torch/sync", str(tmp_path / "ckpt"), until=1)
     try:
         with pytest.raises(ConfigError, match="folder"):
-            Nemesis(job, [{"kind": "rank_kill", "path": "*.pt", "size": 1}])
+            Nemesis(job, faults_from([{"kind": "rank_kill", "path": "*.pt", "size": 1}]))
         with pytest.raises(ConfigError, match="out of range"):
-            Nemesis(job, [{"kind": "rank_kill", "rank": 2, "after": 0}])
+            Nemesis(job, faults_from([{"kind": "rank_kill", "rank": 2, "after": 0}]))
     finally:
         assert job.wait().ok
 
