@@ -31,7 +31,7 @@ def register(sub) -> None:
     p.add_argument(
         "--backend",
         default="reference",
-        help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron' or package.module:factory, "
+        help="'reference', 'broken:NAME', 'dcp', 'dcp-threads', 'megatron', 'nvrx' or package.module:factory, "
         "with options: dcp:thread_count=4,async=process or package.module:factory[name=value]",
     )
     p.add_argument(

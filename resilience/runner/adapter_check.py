@@ -26,7 +26,7 @@ from ..errors import CheckpointNotFound, ConfigError, IntegrityError, Resilience
 from ..state import ModelSpec, Topology, Transition
 from ..vocab import Combination, valid_combinations
 from ..vocab.contract import LOAD, REFUSE
-from .adapters import contract_of, make_backend, resolve, supported_combinations
+from .adapters import contract_of, keep_last_of, make_backend, resolve, supported_combinations
 from .listing import listing_problems
 from .matrix import MODEL
 
@@ -334,9 +334,12 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
         items = listing["items"]
         seen = {c["iteration"] for c in items}
         if None not in seen:  # else the items themselves are wrong, said above
-            if not {FIRST, SECOND} <= seen:
+            keep_last = keep_last_of(backend)
+            expected = {SECOND} if keep_last == 1 else {FIRST, SECOND}  # keep_last: it removes older ones
+            if not expected <= seen:
                 check.problems.append(
                     f"list_checkpoints lists iterations {sorted(seen)} after saves of {FIRST} and {SECOND}"
+                    + (f" (keeps the newest {keep_last})" if keep_last else "")
                 )
             incomplete = [c["iteration"] for c in items if c["iteration"] in (FIRST, SECOND) and not c["complete"]]
             if incomplete:

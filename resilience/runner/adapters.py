@@ -18,6 +18,7 @@ ALIASES = {
     "dcp": "resilience.backends.stock_dcp:make",
     "dcp-threads": "resilience.backends.stock_dcp:make[thread_count=4]",
     "megatron": "resilience.backends.megatron:make",
+    "nvrx": "resilience.backends.nvrx:make",
 }
 
 
@@ -182,6 +183,21 @@ def supported_combinations(name: str) -> list[Combination] | None:
         return None
     declared = getattr(_factory(name), "combinations", None)
     return [Combination.parse(c) for c in declared] if declared else None
+
+
+def keep_last_of(name: str | None) -> int | None:
+    """How many newest checkpoints the backend keeps on its own (its factory's `keep_last`; NVRx's local
+    manager removes every older one after a save), None when it removes none. ConfigError if not a count."""
+    if not name or name == "reference" or name.startswith("broken:"):
+        return None
+    stated = getattr(_factory(name), "keep_last", None)
+    if stated is not None and (not isinstance(stated, int) or isinstance(stated, bool) or stated < 1):
+        raise ConfigError(
+            f"backend {resolve(name)}: keep_last",
+            f"must be a positive integer, got {stated!r}",
+            "give the number of newest checkpoints the backend keeps, or leave keep_last out",
+        )
+    return stated
 
 
 def contract_of(name: str | None, combo: Combination) -> TopologyContract:
