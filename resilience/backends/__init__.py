@@ -1,7 +1,8 @@
 """Checkpoint implementations under test, behind one protocol (base.CheckpointBackend).
 
 - `stock_dcp`: torch.distributed.checkpoint as its users use it (--backend dcp, dcp-threads);
-- `megatron`: megatron-core's dist_checkpointing, optional extra [megatron] (--backend megatron).
+- `megatron`: megatron-core's dist_checkpointing, optional extra [megatron] (--backend megatron);
+- `nvrx`: NVIDIA Resiliency Extension's local checkpoint manager, optional extra [nvrx] (--backend nvrx).
 The reference implementation (resilience.checkpoint.reference) and the broken ones (resilience.broken)
 are backends too. Adapters are imported only when named, so a missing optional package costs nothing.
 Each adapter declares the options its library's users pick (`options.Option`, on the factory as

@@ -28,8 +28,8 @@ files and refuses likewise.
 What cannot run on a CPU machine (docs/adapters.md, "NVIDIA Resiliency Extension"): async saves
 (`save(is_async=True)` calls torch.cuda.synchronize), and, under replication, a load that fetches a
 rank's file from its peer (`GroupWrapper.isend_state_dict` moves each tensor with `.cuda()`,
-`irecv_state_dict` receives into a CUDA tensor): that rank fails with "Torch not compiled with CUDA
-enabled", not hidden here.
+`irecv_state_dict` receives into a CUDA tensor): the load raises ConfigError saying so (the case cannot be
+judged here, UNKNOWN), not a verdict on the checkpoint.
 
 What the framework can observe: NVRx writes with its own open(), outside the storage seam; under
 `--io auto` (the default) in-process faults go through the fault-injecting file system (docs/io.md)."""
@@ -201,6 +201,13 @@ class NvrxLocalBackend:
         if root not in self._managers:
             repl = None
             if self.opts["replication"] == "clique":
+                if world_size() % 2:
+                    raise ConfigError(
+                        "backend",
+                        f"replication=clique pairs neighbouring ranks, this job has {world_size()} ranks "
+                        "(NVRx's parse_group_sequence needs a world size divisible by jump x factor = 2)",
+                        "run it on an even number of ranks, or leave replication out",
+                    )
                 if self._replication is None:
                     from nvidia_resiliency_ext.checkpointing.local.replication.strategies import (
                         CliqueReplicationStrategy,
@@ -231,7 +238,10 @@ class NvrxLocalBackend:
     # ---- load ------------------------------------------------------------------------------------
     def load(self, state: TrainingState, root: str) -> LoadResult:
         root = os.path.abspath(root)
-        manager = self._manager(root)
+        try:
+            manager = self._manager(root)
+        except ConfigError as e:  # an odd world cannot be the even one that saved with replication
+            raise TopologyChangeRefused(f"{root}: {e}") from None
         iteration = manager.find_latest()
         if iteration == -1:
             self._nothing_to_load(root, manager.globally_available_ids)
@@ -239,6 +249,15 @@ class NvrxLocalBackend:
         try:
             sd, _ = manager.load()
         except Exception as e:
+            if not torch.cuda.is_available() and "not compiled with CUDA" in str(e):
+                # a rank fetching its file from a replica (group_utils.isend/irecv_state_dict): a limit of
+                # this machine, not a verdict on the checkpoint
+                raise ConfigError(
+                    "backend",
+                    f"NVRx {VERSION} moves a replica fetched from another rank through CUDA ({e}); this machine "
+                    "has none",
+                    "run replication=clique on a GPU machine (docs/adapters.md, NVIDIA Resiliency Extension)",
+                ) from None
             raise IntegrityError(path, "NVRx LocalCheckpointManager.load", f"{type(e).__name__}: {e}"[:2000]) from e
         if sd.args != _topology(state):
             raise TopologyChangeRefused(
