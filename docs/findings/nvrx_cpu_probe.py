@@ -4,7 +4,9 @@ loopback, one save (or two) and a load per case, each rank printing ok or where 
     PYTHONPATH=. python docs/findings/nvrx_cpu_probe.py [CASE ...]     (default: every case)
 
 Cases: basic_state_dict, sync, async, replica_own, replica_peer, default_jump, mcore_atomic,
-mcore_fully_parallel (the last two need megatron-core). Needs nvidia-resiliency-ext (extra [nvrx])."""
+mcore_fully_parallel (these two need megatron-core), hostile_pickle (rank 0's file gets a data.pkl that
+appends to a marker file before it unpickles the original: does a load run it?).
+Needs nvidia-resiliency-ext (extra [nvrx])."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ CASES = (
     "default_jump",
     "mcore_atomic",
     "mcore_fully_parallel",
+    "hostile_pickle",
 )
 
 
@@ -44,6 +47,24 @@ def _mcore(rank: int, world: int, fill: float) -> dict:
         "split": ShardedTensor.from_rank_offsets("split", torch.full((2, 3), fill + rank), (0, rank, world)),
         "repl": ShardedTensor.from_rank_offsets("repl", torch.full((4,), fill), replica_id=rank),
     }
+
+
+def _plant(path: str, marker: str) -> None:
+    """Rewrite the torch.save archive `path` so its data.pkl runs `echo ran >> marker` first. The
+    original pickle follows unchanged (protocol 2: no frames, and the prefix uses no memo)."""
+    import shlex
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        entries = [(i, z.read(i.filename)) for i in z.infolist()]
+    command = f"echo ran >> {shlex.quote(marker)}".encode()
+    prefix = b"cposix\nsystem\n(X" + len(command).to_bytes(4, "little") + command + b"tR0"  # system(cmd); pop
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for info, data in entries:
+            if info.filename.endswith("/data.pkl"):
+                assert data[:2] == b"\x80\x02", "expected pickle protocol 2"
+                data = data[:2] + prefix + data[2:]
+            z.writestr(info, data)
 
 
 def _case(case: str, rank: int, world: int, root: str) -> str:
@@ -78,13 +99,18 @@ def _case(case: str, rank: int, world: int, root: str) -> str:
     manager.save(RecordsStateDict({"w": w + 1}, {"iteration": 2}, {}), 2)
     files = sorted(os.listdir(os.path.join(root, str(rank))))
     dist.barrier()
+    marker = os.path.join(root, "RAN")
+    if case == "hostile_pickle" and rank == 0:
+        _plant(os.path.join(root, "0", "iter_0000002_0_local.pt"), marker)
     if case == "replica_peer" and rank == 1:
         os.unlink(os.path.join(root, "1", "iter_0000002_1_local.pt"))  # rank 1 must fetch its replica
     dist.barrier()
     manager = LocalCheckpointManager(root, repl_strategy=repl)
     latest = manager.find_latest()
     loaded, _ = manager.load()
-    return f"files {files}, latest {latest}, exact={torch.equal(loaded.tensors_by_key['w'], w + 1)}"
+    planted = case == "hostile_pickle" and rank == 0
+    ran = f", code from its file ran: {os.path.exists(marker)}" if planted else ""
+    return f"files {files}, latest {latest}, exact={torch.equal(loaded.tensors_by_key['w'], w + 1)}{ran}"
 
 
 def _rank(rank: int, world: int, port: int, root: str, case: str, out) -> None:
