@@ -22,8 +22,8 @@ What it does, as an NVRx user on the CPU writes it:
 Topology contract: none of tp, pp, dp may change (`contract`). NVRx pairs files with global rank numbers
 and knows no topology; the adapter compares the saved topology with the job's after the load, as
 Megatron-LM checks its args, and refuses a difference with TopologyChangeRefused. When this job has more
-ranks than the saving one, NVRx finds no iteration every rank holds; the adapter names the ranks that hold
-files and refuses likewise.
+ranks than the saving one, NVRx finds no iteration every rank holds and says nothing more: the adapter
+raises CheckpointNotFound with what each iteration's holders are, NVRx's answer, not a refusal.
 
 What cannot run on a CPU machine (docs/adapters.md, "NVIDIA Resiliency Extension"): async saves
 (`save(is_async=True)` calls torch.cuda.synchronize), and, under replication, a load that fetches a
@@ -275,22 +275,16 @@ class NvrxLocalBackend:
 
     @staticmethod
     def _nothing_to_load(root: str, available: list) -> None:
-        """No iteration every rank holds: refuse when the files are those of a smaller job, else none."""
+        """No iteration every rank holds: NVRx's answer, whether files were lost or this job has more ranks
+        than the one that saved (it cannot tell them apart, and Megatron-LM then starts without them)."""
         holders: dict[int, set[int]] = {}
         for ids in available or []:
             for iteration, rank, _ in ids:
                 holders.setdefault(iteration, set()).add(rank)
         if not holders:
             raise CheckpointNotFound(f"{root}: no NVRx local checkpoint on any rank")
-        n = world_size()
-        saved_by = {len(ranks) for ranks in holders.values() if ranks == set(range(len(ranks)))}
-        if saved_by and max(saved_by) < n and len(holders) == len(saved_by):
-            raise TopologyChangeRefused(
-                f"{root}: NVRx local checkpoints of {max(saved_by)} ranks, this job has {n}; they load only "
-                "on the topology that saved them"
-            )
         seen = ", ".join(f"{it}: ranks {sorted(r)}" for it, r in sorted(holders.items()))
-        raise CheckpointNotFound(f"{root}: no iteration that all {n} ranks hold ({seen})")
+        raise CheckpointNotFound(f"{root}: no iteration that all {world_size()} ranks hold (held: {seen})")
 
     # ---- listing ---------------------------------------------------------------------------------
     def list_checkpoints(self, root: str) -> list[CheckpointInfo]:
