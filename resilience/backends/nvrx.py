@@ -114,8 +114,8 @@ def __getattr__(name: str) -> Any:
 
 
 class _RecordsStateDict:
-    """One rank's records for NVRx: `tensors` {key: tensor}, `objects` {key: value}, `args` (the saving
-    topology). Hollow: the tensors taken out, their (key, shape, dtype) kept to make empty ones."""
+    """One rank's records for NVRx: `tensors_by_key` {key: tensor}, `objects` {key: value}, `args` (the
+    saving topology). Hollow: the tensors taken out, their (key, shape, dtype) kept to make empty ones."""
 
     def __init__(self, tensors: dict[str, torch.Tensor], objects: dict[str, Any], args: dict[str, int]):
         self.tensors_by_key = tensors

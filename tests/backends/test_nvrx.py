@@ -93,3 +93,15 @@ def test_adapter_check_finds_no_problem(capsys, spec):
     assert "load on tp1pp1dp2 refused clearly (TopologyChangeRefused:" in out
     files = 4 if "clique" in spec else 2  # with replication each rank keeps its neighbour's file too
     assert f"files per save {files}: 0/iter_{{iteration:07d}}_0_local.pt (data)" in out
+
+
+def test_no_iteration_every_rank_holds_is_not_found_naming_the_holders():
+    """NVRx's answer when files were lost and when the job has more ranks than the saver alike."""
+    from resilience.backends.nvrx import NvrxLocalBackend
+    from resilience.errors import CheckpointNotFound
+
+    with pytest.raises(CheckpointNotFound, match="no NVRx local checkpoint on any rank"):
+        NvrxLocalBackend._nothing_to_load("/ckpt", [[], []])
+    held = [[(3, 0, ""), (2, 0, "")], [(2, 1, "")]]
+    with pytest.raises(CheckpointNotFound, match=r"all 1 ranks hold \(held: 2: ranks \[0, 1\], 3: ranks \[0\]\)"):
+        NvrxLocalBackend._nothing_to_load("/ckpt", held)
