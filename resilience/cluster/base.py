@@ -20,6 +20,10 @@ KILL_POLICIES = ("each", "last")
 TRAIN_BEFORE = (2, 1, 1)
 CONTINUE_STEPS = 2
 
+# a corpus saves on these unless told otherwise (here, not in corpus.py: the command line reads them without torch)
+DEFAULT_TOPOLOGIES = ("tp2pp1dp1", "tp1pp2dp1", "tp1pp1dp2", "tp2pp1dp2")
+DEFAULT_STEPS = 3
+
 
 def slug(combo: Combination | str) -> str:
     """A folder name for a combination: GLOBAL-torch_dist-async."""

@@ -33,13 +33,11 @@ from ..state import (
 from ..vocab.combos import Combination, valid_combinations
 from ..vocab.contract import REFUSE
 from ..vocab.versions import versions
-from .base import read_json, slug, write_json
+from .base import DEFAULT_STEPS, DEFAULT_TOPOLOGIES, read_json, slug, write_json
 
 CORPUS_FILE = "corpus.json"
 CORPUS_KIND = "resilience-corpus"
 CORPUS_VERSION = 1
-DEFAULT_TOPOLOGIES = ("tp2pp1dp1", "tp1pp2dp1", "tp1pp1dp2", "tp2pp1dp2")
-DEFAULT_STEPS = 3
 
 BIT_EXACT, REFUSED_CLEARLY, WRONG, FAILED = "bit-exact", "refused clearly", "wrong", "failed"
 

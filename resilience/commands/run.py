@@ -36,13 +36,15 @@ def scenario_files(paths: list[str]) -> list[str]:
 
 
 def run(args) -> int:
+    from ..runner.scenario import load_file
+
+    scenarios = [load_file(f) for f in scenario_files(args.scenarios)]  # all validated before anything runs
+    # imported once the scenarios read: a refused file is refused without importing torch
     from ..report import RunFolder
     from ..report.cases import CaseSpec, judge_cases
     from ..runner.adapters import make_backend
-    from ..runner.scenario import load_file
     from .progress import Progress
 
-    scenarios = [load_file(f) for f in scenario_files(args.scenarios)]  # all validated before anything runs
     if args.tag:
         scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]
     from ..runner.adapters import supported_combinations

@@ -1,0 +1,34 @@
+"""Reading and refusing input does not import torch: a bad scenario file or `--help` answers at once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = """
+import contextlib, io, sys
+from resilience.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as e:
+        code = e.code
+print(code, "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv, code",
+    [
+        (["--help"], 0),
+        (["run", "SCENARIO"], 2),
+    ],
+)
+def test_refusing_input_does_not_import_torch(tmp_path, argv, code):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsteps:\n  - meteor: {}\n")
+    argv = [str(bad) if a == "SCENARIO" else a for a in argv]
+    out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split() == [str(code), "False"], out.stderr[-2000:]
