@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test test-slow lint bench clean
 
 $(STAMP): pyproject.toml ci/constraints.txt
 	@# resilience.fusefs mounts through libfuse3: installed with apt-get only as root, only when missing;
@@ -40,6 +40,10 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -n auto -q --durations=15  # the slowest tests, in every CI log: candidates for `slow`
+
+# the long runs: fuzzing and every combination of the sampled families (tests/conftest.py SAMPLED)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n auto -q -m slow --durations=15
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
