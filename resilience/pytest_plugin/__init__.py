@@ -36,15 +36,14 @@ from typing import Any
 import pytest
 
 from ..fuzz import profiles  # noqa: F401  (registers the Hypothesis profiles ci, dev and fuzz)
+from ..fuzz.events import events_of, faults_in, tell_hypothesis
 from ..status import FAILING, NA  # what fails a scenario item, as every command counts it
 from .budget import (
     BudgetSpent,
     FrameworkBroke,
     TestRun,
-    faults_in,
     framework_paragraph,
     in_property_test,
-    tell_hypothesis,
 )
 from .session import WORKER_INPUT, SessionFolder, finish
 
@@ -416,7 +415,7 @@ class ScenarioRunner:
         if test is not None:
             test.record(key, result, replay, failed, faults)
         if prop:
-            tell_hypothesis(faults, result)
+            tell_hypothesis(events_of(faults, result.verdict))
         if failed is not None:
             raise failed
         return result

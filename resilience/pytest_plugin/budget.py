@@ -88,20 +88,6 @@ def in_property_test() -> bool:
     return bool(currently_in_test_context())
 
 
-def faults_in(scenario) -> list[str]:
-    """The kinds of the scenario's faults, as their records name them: 'rank_kill', 'truncate'."""
-    return [step.fault.kind for step in scenario.steps if step.fault is not None]
-
-
-def tell_hypothesis(faults: list[str], result) -> None:
-    """Hypothesis events (shown by --hypothesis-show-statistics): the faults drawn, and the verdict."""
-    from hypothesis import event
-
-    for fault in faults:
-        event(f"fault: {fault}")
-    event(f"verdict: {result.verdict}")
-
-
 def framework_paragraph(error: BaseException, where: str, case_dir: str, trace: str) -> str:
     """One short paragraph: the framework, not the implementation, failed on this case."""
     return (

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
+from ..vocab.events import FAULT, REJECTED, kinds_of
 from .cluster_view import ClusterView, cluster_of
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_of, short, status_of
 
@@ -27,6 +28,7 @@ CASE_FILES = (
     ("timeline", TIMELINE),
     ("traceback", FRAMEWORK_ERROR),
 )
+NO_FAULT = "no fault"  # the row of the fuzz report's faults table for cases that drew none
 MAX_EVIDENCE = 5  # evidence items written out per checker; the rest are counted, and are in results.json
 MAX_VALUE = 3000  # characters of one evidence value
 
@@ -126,8 +128,21 @@ class CaseView:
 
 
 @dataclass(frozen=True)
+class FaultDrawn:
+    """One fault kind a fuzzing mode drew (its Hypothesis events): in how many cases run, in how many of
+    them it fired, their verdicts, and the examples drawing it that were rejected (not run)."""
+
+    kind: str  # "no fault" for the cases that drew none
+    cases: int
+    fired: int
+    verdicts: list[tuple[str, int, str]]
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
 class FuzzMode:
-    """One mode of a fuzzing run: the cases it ran, their verdicts, and where its time went."""
+    """One mode of a fuzzing run: the cases it ran (searching, then shrinking), their verdicts, the faults
+    drawn, and where its time went (running cases on ranks; the rest generating examples)."""
 
     mode: str
     cases: int
@@ -135,7 +150,23 @@ class FuzzMode:
     seconds: float
     shrinking: float
     stopped: str
-    faults: list[tuple[str, int, int]]  # (fault kind, cases that drew it, cases where it fired)
+    faults: list[FaultDrawn]
+    searching_cases: int = 0
+    shrinking_cases: int = 0
+    running: float = 0.0  # seconds inside cases, both phases
+    running_shrinking: float = 0.0
+    rejected: int = 0
+    hypothesis: str = ""  # Hypothesis' own statistics in one line, when it delivered them
+
+    @property
+    def generating(self) -> float:
+        """Seconds not spent running cases: Hypothesis drawing examples, and the run folder being written."""
+        return max(0.0, self.seconds - self.running)
+
+    @property
+    def accounted(self) -> bool:
+        """Whether the phases add up to the cases run (rows without a phase are from an older run)."""
+        return self.searching_cases + self.shrinking_cases == self.cases
 
 
 @dataclass(frozen=True)
@@ -226,36 +257,86 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
         return []
     info = meta.get("fuzz") or {}
     timings, stopped = info.get("timings") or {}, meta.get("stopped") or {}
+    events, stats = info.get("events") or {}, info.get("hypothesis") or {}
     modes = list(info.get("modes") or dict.fromkeys(column_of(r) for r in runs))
-    return [
-        FuzzMode(
-            m,
-            sum(column_of(r) == m for r in runs),
-            _counts([r for r in runs if column_of(r) == m]),
-            float((timings.get(m) or {}).get("seconds", 0.0)),
-            float((timings.get(m) or {}).get("shrinking", 0.0)),
-            str(stopped.get(m, "")),
-            _faults_drawn([r for r in runs if column_of(r) == m]),
+    out = []
+    for m in modes:
+        rows = [r for r in runs if column_of(r) == m]
+        t = timings.get(m) or {}
+        running = t.get("running") or {}
+        mode_events = events.get(m) or {}
+        out.append(
+            FuzzMode(
+                m,
+                len(rows),
+                _counts(rows),
+                float(t.get("seconds", 0.0)),
+                float(t.get("shrinking", 0.0)),
+                str(stopped.get(m, "")),
+                _faults_drawn(rows, mode_events),
+                searching_cases=sum(r.get("phase") == "searching" for r in rows),
+                shrinking_cases=sum(r.get("phase") == "shrinking" for r in rows),
+                running=float(sum(running.values())),
+                running_shrinking=float(running.get("shrinking", 0.0)),
+                rejected=int(mode_events.get(REJECTED, 0)),
+                hypothesis=_hypothesis_line(stats.get(m)),
+            )
         )
-        for m in modes
+    return out
+
+
+def _kinds(row: dict) -> tuple[list[str], dict[str, bool]]:
+    """The fault kinds a case drew, from its Hypothesis events (a row of an older run: from its faults, whose
+    text starts with the kind), and whether each fired."""
+    fired: dict[str, bool] = {}
+    for f in row.get("faults") or []:
+        if isinstance(f, dict) and f.get("fault"):
+            kind = str(f["fault"]).split()[0]
+            fired[kind] = fired.get(kind, False) or f.get("status") == "fired"
+    kinds = kinds_of(row["events"]) if isinstance(row.get("events"), list) else list(fired)
+    return kinds, fired
+
+
+def _faults_drawn(rows: list[dict], events: dict) -> list[FaultDrawn]:
+    """Each fault kind the cases drew, most drawn first, then "no fault" for the cases that drew none: in how
+    many cases, in how many of those it fired, their verdicts; and the rejected examples that drew it."""
+    drawn: dict[str, list[dict]] = {}
+    fired: dict[str, int] = {}
+    for r in rows:
+        kinds, fired_here = _kinds(r)
+        for kind in kinds or [NO_FAULT]:
+            drawn.setdefault(kind, []).append(r)
+            fired[kind] = fired.get(kind, 0) + bool(fired_here.get(kind))
+    # the mode's events count every example, rejected ones too: a kind's events less the cases run that drew
+    # it are the rejected examples that drew it
+    rejected = {
+        e[len(FAULT) :]: int(n) - len(drawn.get(e[len(FAULT) :], []))
+        for e, n in events.items()
+        if e.startswith(FAULT) and int(n) > len(drawn.get(e[len(FAULT) :], []))
+    }
+    for kind in rejected:
+        drawn.setdefault(kind, [])
+    order = sorted(drawn, key=lambda k: (k == NO_FAULT, -len(drawn[k]), k))
+    return [
+        FaultDrawn(k, len(drawn[k]), fired.get(k, 0), _counts(drawn[k]), rejected.get(k, 0))
+        for k in order
+        if k != NO_FAULT or drawn[k]
     ]
 
 
-def _faults_drawn(rows: list[dict]) -> list[tuple[str, int, int]]:
-    """Each fault kind the cases drew (a fault record's text starts with its kind): in how many cases, and in
-    how many of those it fired."""
-    drawn: dict[str, list[int]] = {}
-    for r in rows:
-        seen: dict[str, bool] = {}
-        for f in r.get("faults") or []:
-            if isinstance(f, dict) and f.get("fault"):
-                kind = str(f["fault"]).split()[0]
-                seen[kind] = seen.get(kind, False) or f.get("status") == "fired"
-        for kind, fired in seen.items():
-            n = drawn.setdefault(kind, [0, 0])
-            n[0] += 1
-            n[1] += fired
-    return [(kind, n[0], n[1]) for kind, n in sorted(drawn.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+def _hypothesis_line(stats: dict | None) -> str:
+    """Hypothesis' own count of the mode, per phase: test cases by status, seconds, of them drawing data."""
+    if not stats or not stats.get("phases"):
+        return ""
+    parts = []
+    for phase, p in stats["phases"].items():
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted((p.get("statuses") or {}).items()))
+        parts.append(
+            f"{phase} phase: {p.get('test_cases', 0)} test cases ({statuses}) in {float(p.get('seconds', 0)):.1f} s, "
+            f"{float(p.get('drawing', 0)):.2f} s of them drawing data"
+        )
+    why = stats.get("stopped_because")
+    return "; ".join(parts) + (f"; stopped because {why}" if why else "")
 
 
 def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:

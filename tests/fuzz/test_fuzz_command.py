@@ -3,6 +3,7 @@ deliberately broken implementation within a small budget."""
 
 import json
 import os
+from collections import Counter
 
 import pytest
 
@@ -22,7 +23,10 @@ def _fake_runs(monkeypatch, fail_when=None):
         seen.append(f"{combo}\n{scenario.to_yaml()}")
         verdict = "FAIL" if fail_when and fail_when(scenario) else PASS
         evidence = [{"acknowledged": 2, "problem": "fake loss"}] if verdict == "FAIL" else []
-        faults = [{"fault": f"{step.kind} fake", "status": "fired"} for step in scenario.steps if step.kind == "crash"]
+        # a fault record's text starts with its kind, as the runner writes it
+        faults = [
+            {"fault": f"{step.fault.kind} x", "status": "fired"} for step in scenario.steps if step.kind == "crash"
+        ]
         return CaseResult(
             scenario.name,
             str(combo),
@@ -242,11 +246,44 @@ def check_fuzz_page(page, run_dir: str) -> None:
         li.attrs.get("data-verdict", "cases"): int(li.find(cls="n").text) for li in page.by_id("counts").find_all("li")
     }
     assert counts == {"cases": len(cases), "PASS": len(cases) - failing, "FAIL": failing, "minimal failure": 1}
-    (mode,) = page.by_id("fuzz").find("tbody").find_all("tr")
+    (mode,) = page.by_id("fuzz-modes").find("tbody").find_all("tr")
     cells = [td.text for td in mode.find_all("td")]
-    assert cells[:3] == ["scenarios", str(len(cases)), f"{len(cases) - failing} PASS {failing} FAIL "]
-    assert float(cells[4]) <= float(cells[3])  # shrinking is part of the mode's time
-    assert cells[6] == f"crash {sum(bool(r['faults']) for r in cases)}"  # the fault kinds drawn, in how many cases
+    searching, shrinking = sum(r["phase"] == "searching" for r in cases), sum(r["phase"] == "shrinking" for r in cases)
+    assert cells[:5] == [
+        "scenarios",
+        str(len(cases)),
+        str(searching),
+        str(shrinking),
+        f"{len(cases) - failing} PASS {failing} FAIL ",
+    ]
+    assert searching + shrinking == len(cases) and searching >= 1 and shrinking >= 1  # it found, then shrank
+    seconds, running, generating, shrinking_s = map(float, cells[5:9])
+    assert abs(running + generating - seconds) <= 0.11 and shrinking_s <= seconds  # the time adds up
+    accounting = page.by_id("accounting").text
+    assert f"scenarios: {len(cases)} cases run ({searching} searching + {shrinking} shrinking)." in accounting
+    # the faults drawn: the Hypothesis events each case gave, kept on its row, by kind and verdict
+    for r in cases:
+        kinds = list(dict.fromkeys(s.fault.kind for s in load_file(r["scenario_file"]).steps if s.fault))
+        assert r["events"] == [f"fault: {k}" for k in kinds] + [f"verdict: {r['verdict']}"]
+    told = json.load(open(os.path.join(run_dir, "fuzz.json")))["events"]["scenarios"]
+    assert told == dict(Counter(e for r in cases for e in r["events"]))  # what Hypothesis was told, no more
+    drawn = {
+        tr.attrs["data-fault"]: [td.text for td in tr.find_all("td")]
+        for tr in page.by_id("faults-drawn").find_all("tr", **{"data-mode": "scenarios"})
+    }
+    for kind, (_, shown, n, fired, verdicts, rejected) in drawn.items():
+        rows_of = [
+            r for r in cases if (f"fault: {kind}" in r["events"]) or (kind == "no fault" and len(r["events"]) == 1)
+        ]
+        assert int(n) == len(rows_of) > 0 and shown == kind and rejected == ""
+        expected = Counter(r["verdict"] for r in rows_of)
+        assert verdicts == "".join(f"{expected[v]} {v} " for v in ("PASS", "FAIL") if expected[v])
+        if kind == "rank_crash":  # the fake fires every crash, and fails every case that drew one
+            assert fired == n and expected == {"FAIL": len(rows_of)}
+    assert sum(int(cells[2]) for k, cells in drawn.items() if k == "no fault") == sum(
+        len(r["events"]) == 1 for r in cases
+    )
+    assert "Hypothesis' own count for scenarios: generate phase: " in page.by_id("fuzz").find(cls="hypothesis").text
     (article,) = page.by_id("failed").find_all("article")
     assert article.find("h3").text == f"FAIL {minimal['combo']} · scenarios: minimal failure"
     assert [dd.text for dd in article.find("dl", cls="evidence").find_all("dd")] == ["2", "fake loss"]

@@ -14,6 +14,8 @@ import pytest
 from resilience.cli import main
 from resilience.report import RunFolder
 from resilience.report.folder import INTERRUPTED
+from resilience.report.html import render_html
+from resilience.report.markdown import render_markdown
 
 from .dom import parse
 
@@ -342,7 +344,7 @@ def test_report_rebuilds_the_same_reports_and_exits_1_on_a_failing_row(run_dir, 
 
 
 def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
-    from resilience.report.view import build
+    from resilience.report.view import FaultDrawn, build
 
     faults = [
         [("rank_crash rank=1", "fired"), ("bit_flip seed=3", "never fired")],
@@ -350,8 +352,43 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
         [("bit_flip seed=4", "fired"), ("bit_flip seed=5", "never fired")],
         [],
     ]
-    rows = [_row("scenarios", "PASS", faults=[{"fault": f, "status": s} for f, s in fs]) for fs in faults]
+    verdicts = ["FAIL", "UNPROBED", "PASS", "PASS"]
+    rows = [_row("scenarios", v, faults=[{"fault": f, "status": s} for f, s in fs]) for fs, v in zip(faults, verdicts)]
     meta = {"kind": "fuzz", "fuzz": {"modes": ["scenarios"], "timings": {"scenarios": {"seconds": 9, "shrinking": 0}}}}
     (mode,) = build(rows, meta).fuzz
     assert (mode.mode, mode.cases, mode.seconds) == ("scenarios", 4, 9.0)
-    assert mode.faults == [("bit_flip", 2, 1), ("rank_crash", 2, 1)]  # cases that drew it, cases where it fired
+    # rows of a run that kept no events: the kinds read from their faults
+    assert [(f.kind, f.cases, f.fired) for f in mode.faults] == [
+        ("bit_flip", 2, 1),
+        ("rank_crash", 2, 1),
+        ("no fault", 1, 0),
+    ]
+    # the events Hypothesis was told, kept on each row; the mode's events count rejected examples too
+    for r, fs in zip(rows, faults):
+        r["events"] = [f"fault: {k}" for k in dict.fromkeys(f.split()[0] for f, _ in fs)] + [f"verdict: {r['verdict']}"]
+        r["phase"] = "searching"
+    meta["fuzz"]["events"] = {
+        "scenarios": {"fault: bit_flip": 2, "fault: truncate": 2, "rejected: nothing to damage": 2}
+    }
+    meta["fuzz"]["timings"]["scenarios"].update(running={"searching": 7.5, "shrinking": 0.0})
+    (mode,) = build(rows, meta).fuzz
+    assert mode.faults == [
+        FaultDrawn("bit_flip", 2, 1, [("PASS", 1, "pass"), ("FAIL", 1, "fail")]),
+        FaultDrawn("rank_crash", 2, 1, [("FAIL", 1, "fail"), ("UNPROBED", 1, "unprobed")]),
+        FaultDrawn("truncate", 0, 0, [], rejected=2),  # drawn only by examples that were rejected
+        FaultDrawn("no fault", 1, 0, [("PASS", 1, "pass")]),
+    ]
+    assert (mode.rejected, mode.searching_cases, mode.accounted, mode.running, mode.generating) == (
+        2,
+        4,
+        True,
+        7.5,
+        1.5,
+    )
+    page = parse(render_html(rows, meta))
+    assert "scenarios: 4 cases run (4 searching + 0 shrinking), 2 examples rejected" in page.by_id("accounting").text
+    truncate = page.by_id("faults-drawn").find("tr", **{"data-fault": "truncate"})
+    assert [td.text for td in truncate.find_all("td")] == ["scenarios", "truncate", "0", "0", "", "2"]
+    md = render_markdown(rows, meta)
+    assert "| scenarios | rank_crash | 2 | 1 | FAIL 1, UNPROBED 1 |  |" in md
+    assert "| scenarios | 4 | 4 | 0 | PASS 2, FAIL 1, UNPROBED 1 | 9.0 | 7.5 | 1.5 | 0.0 |  |" in md
