@@ -41,7 +41,7 @@ from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from ..stopping import ask, check as check_stop
 from ..vocab.combos import Combination
-from ..vocab.events import FAULT, REJECTED, VERDICT
+from ..vocab.events import FAULT, NO_SAVE, REJECTED, VERDICT
 from . import profiles  # noqa: F401  (registers the profiles)
 from .events import events_of, faults_in, tell_hypothesis
 from .judge import BAD, failure_class, write_failure
@@ -49,7 +49,7 @@ from .machine import lifecycle_machine
 from .strategies import scenarios
 
 MODES = ("scenarios", "machine")
-OURS = (FAULT, VERDICT, REJECTED)  # the events a case gives; Hypothesis adds its own (retried draws, ...)
+OURS = (FAULT, VERDICT, REJECTED, NO_SAVE)  # the events a case gives; Hypothesis adds its own (retried draws, ...)
 
 
 @dataclass
@@ -308,6 +308,10 @@ class _Judge:
         shutil.rmtree(case_dir, ignore_errors=True)
         return result
 
+    def nothing_to_judge(self, mode: str) -> None:
+        """An example that ran no case (a state-machine run that saved nothing): counted among its events."""
+        self._tell(mode, [NO_SAVE])
+
     def _tell(self, mode: str, events: list[str]) -> None:
         self.events[mode].update(events)
         tell_hypothesis(events)
@@ -477,6 +481,7 @@ def _fuzz_machine(opts: FuzzOptions, judge: _Judge, database: str) -> None:
         faults=opts.faults,
         backend=opts.backend,
         judge_with=judge_with,
+        on_nothing_to_judge=lambda: judge.nothing_to_judge("machine"),
     )
     machine.name = "fuzz-machine"
     run_state_machine_as_test(_seeded(machine, opts.seed), settings=_settings(opts, database))

@@ -3,7 +3,7 @@ with its evidence, its files and its replay command."""
 
 from __future__ import annotations
 
-from .view import NO_FAULT, CaseView, FuzzMode, RunView, build
+from .view import NO_FAULT, CaseView, RunView, build
 
 
 def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
@@ -44,7 +44,7 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
 
 
 def _fuzz_table(v: RunView) -> list[str]:
-    out = [" ".join(_accounting(m) for m in v.fuzz) + " Every case run is a row of results.json.", ""]
+    out = [" ".join(m.accounting for m in v.fuzz) + " Every case run is a row of results.json.", ""]
     out += [
         "| mode | cases run | searching | shrinking | verdicts | seconds | running cases | generating "
         "| of it shrinking | stopped |",
@@ -71,17 +71,6 @@ def _fuzz_table(v: RunView) -> list[str]:
             out.append(f"| {m.mode} | {f.kind} | {f.cases} | {fired} | {verdicts} | {f.rejected or ''} |")
     out += [f"\nHypothesis' own count for {m.mode}: {m.hypothesis}." for m in v.fuzz if m.hypothesis]
     return out
-
-
-def _accounting(m: FuzzMode) -> str:
-    """One sentence per mode that adds up its cases: searching and shrinking, and the examples rejected."""
-    phases = f" ({m.searching_cases} searching + {m.shrinking_cases} shrinking)" if m.accounted else ""
-    rejected = (
-        f", {m.rejected} example{'s' if m.rejected != 1 else ''} rejected (generated, nothing to damage: not run)"
-        if m.rejected
-        else ""
-    )
-    return f"{m.mode}: {m.cases} case{'s' if m.cases != 1 else ''} run{phases}{rejected}."
 
 
 def _cluster(v: RunView) -> list[str]:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
-from ..vocab.events import FAULT, REJECTED, kinds_of
+from ..vocab.events import FAULT, NO_SAVE, REJECTED, kinds_of
 from .cluster_view import ClusterView, cluster_of
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_of, short, status_of
 
@@ -116,11 +116,25 @@ class CaseView:
     faults: list[dict]
     links: list[Link]
     scenario_text: str = ""  # a fuzzing run's minimal failing scenario, written out
+    listed: bool = False  # written out in a section of the report (its anchor exists)
+    phase: str = ""  # a fuzzing run's case: searching or shrinking
+    drawn: tuple[str, ...] = ()  # a fuzzing run's case: the fault kinds it drew
 
     @property
     def detail_repeats(self) -> bool:
-        """Whether the row's detail only repeats its one finding ("durability: 1 of 1 loads lost ...")."""
-        return len(self.findings) == 1 and self.detail == f"{self.findings[0].checker}: {self.findings[0].detail}"
+        """Whether the row's detail only repeats its findings ("durability: 1 of 1 loads lost ...; faults: ..."),
+        each written out below it anyway."""
+        if not self.findings:
+            return False
+        rest = self.detail
+        for f in self.findings:
+            rest = rest.replace(f"{f.checker}: {f.detail}", "", 1)
+        return not rest.replace(";", "").strip()
+
+    @property
+    def href(self) -> str | None:
+        """Where a link to the case goes: its section in the page when it is written out, else its folder."""
+        return "#" + self.anchor if self.listed else self.folder
 
     @property
     def folder(self) -> str | None:
@@ -156,6 +170,7 @@ class FuzzMode:
     running: float = 0.0  # seconds inside cases, both phases
     running_shrinking: float = 0.0
     rejected: int = 0
+    no_save: int = 0  # state-machine runs that saved nothing: no case to run
     hypothesis: str = ""  # Hypothesis' own statistics in one line, when it delivered them
 
     @property
@@ -167,6 +182,18 @@ class FuzzMode:
     def accounted(self) -> bool:
         """Whether the phases add up to the cases run (rows without a phase are from an older run)."""
         return self.searching_cases + self.shrinking_cases == self.cases
+
+    @property
+    def accounting(self) -> str:
+        """One sentence that adds up the mode's examples: the cases run (searching and shrinking), the examples
+        rejected and the state-machine runs that saved nothing (neither ran a case)."""
+        phases = f" ({self.searching_cases} searching + {self.shrinking_cases} shrinking)" if self.accounted else ""
+        out = f"{self.mode}: {_n(self.cases, 'case')} run{phases}"
+        if self.rejected:
+            out += f", {_n(self.rejected, 'example')} rejected (generated, nothing to damage: not run)"
+        if self.no_save:
+            out += f", {_n(self.no_save, 'example')} that saved nothing (no case to judge)"
+        return out + "."
 
 
 @dataclass(frozen=True)
@@ -205,6 +232,10 @@ class RunView:
         return self.summary + "".join(f"; {e}" for e in extra)
 
 
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 def category_of(row: dict) -> Category | None:
     """The section a row goes in; None for a row that passed, was refused as expected or had nothing to judge."""
     if is_framework_error(row):
@@ -217,6 +248,17 @@ def category_of(row: dict) -> Category | None:
 def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> RunView:
     """The view of a run folder's rows; `run_dir` (the folder the report is written into) for the links."""
     cases = [_case(i, r, run_dir) for i, r in enumerate(rows)]
+    # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
+    # stand for the failing cases met while searching and shrinking, which only the table of cases lists
+    runs = [r for r in rows if not r.get("minimal")]
+    minimal = len(rows) - len(runs)
+    listed = {
+        c.number
+        for r, c in zip(rows, cases)
+        if c.category is not None and (r.get("minimal") or not minimal or c.category is NOT_PROBED)
+    }
+    cases = [replace(c, listed=c.number in listed) for c in cases]
+    shown = [c for c in cases if c.listed]
     combos, cols, cells = matrix(rows, columns)
     by_cell: dict[tuple[str, str], list[CaseView]] = {}
     for r, c in zip(rows, cases):
@@ -226,12 +268,6 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
         for combo in combos
     ]
     transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
-    # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
-    # stand for the failing cases met while searching and shrinking, which only the table of cases lists
-    runs = [r for r in rows if not r.get("minimal")]
-    minimal = len(rows) - len(runs)
-    shown = [c for r, c in zip(rows, cases) if r.get("minimal") or not minimal or c.category is NOT_PROBED]
-    listed = {c.number for c in shown}
     counts = _counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
     return RunView(
         title=str(meta.get("title", "Resilience run")),
@@ -279,6 +315,7 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
                 running=float(sum(running.values())),
                 running_shrinking=float(running.get("shrinking", 0.0)),
                 rejected=int(mode_events.get(REJECTED, 0)),
+                no_save=int(mode_events.get(NO_SAVE, 0)),
                 hypothesis=_hypothesis_line(stats.get(m)),
             )
         )
@@ -365,11 +402,14 @@ def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def _cell(cell: str, cases: list[CaseView]) -> Cell:
+    """A matrix cell links to the case that gave its verdict: to it in the page when it is written out there,
+    to its section when it is not (a fuzzing run writes out the minimal failure standing for it), else to
+    the case's folder."""
     css = "error" if short(cell) == "ERROR" else CSS.get(status_of(cell), "na")
     worst = next((c for c in cases if c.label == short(cell)), cases[0] if cases else None)
-    href = None
-    if worst is not None:
-        href = "#" + worst.anchor if worst.category is not None else worst.folder
+    if worst is None:
+        return Cell(short(cell), css, None, 0)
+    href = "#" + worst.category.key if worst.category is not None and not worst.listed else worst.href
     return Cell(short(cell), css, href, len(cases))
 
 
@@ -400,6 +440,8 @@ def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
         faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
         links=case_links(run_dir, row) if run_dir else [],
         scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "",
+        phase=str(row.get("phase") or ""),
+        drawn=tuple(_kinds(row)[0]),
     )
 
 
@@ -422,7 +464,16 @@ def _pairs(item) -> list[tuple[str, str]]:
 
 
 def _text(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    """One evidence value as text: a string as it is; a mapping of strings (errors by rank) one "key: value" a
+    line, so each keeps its own lines; anything else as JSON, indented once it no longer fits a line."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
+        text = "\n".join(f"{k}: {v}" for k, v in value.items())
+    else:
+        text = json.dumps(value, default=str)
+        if len(text) > 160:
+            text = json.dumps(value, default=str, indent=1)
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE] + f" ... ({len(text) - MAX_VALUE} more characters)"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 FAULT = "fault: "
 VERDICT = "verdict: "
 REJECTED = "rejected: nothing to damage"  # a generated corruption found no file to hit: not run
+NO_SAVE = "not run: no save to judge"  # a state-machine run whose rules saved nothing: no case
 
 
 def events_of(faults: list[str], verdict: str | None) -> list[str]:
@@ -20,4 +21,4 @@ def kinds_of(events: list[str]) -> list[str]:
     return [e[len(FAULT) :] for e in events if e.startswith(FAULT)]
 
 
-__all__ = ["FAULT", "REJECTED", "VERDICT", "events_of", "kinds_of"]
+__all__ = ["FAULT", "NO_SAVE", "REJECTED", "VERDICT", "events_of", "kinds_of"]

@@ -231,6 +231,8 @@ def test_results_hold_a_row_per_case_each_with_its_replay(tmp_path, monkeypatch)
 
 
 def check_fuzz_page(page, run_dir: str) -> None:
+    from tests.report.test_content import check_links
+
     """The fuzz report accounts for every case run (by mode, by verdict, shrinking included) and writes out
     the minimal failure: its evidence, its scenario and its replay; the failing cases met on the way to it
     are counted and listed, not each written out. Read from the DOM, as written or as a browser built it."""
@@ -295,6 +297,20 @@ def check_fuzz_page(page, run_dir: str) -> None:
     )
     listed = page.by_id("cases").find("tbody").find_all("tr")
     assert len(listed) == len(rows)  # every case run, and the minimal failure
+    heads = [th.text for th in page.by_id("cases").find("thead").find_all("th")]
+    assert heads == ["#", "combination", "column", "phase", "faults drawn", "verdict", "why", "seconds", "files"]
+    for tr, r in zip(listed, rows):
+        cells = {h: td for h, td in zip(heads, tr.find_all("td"))}
+        assert cells["phase"].text == r.get("phase", "")
+        assert r.get("minimal") or cells["faults drawn"].text == ", ".join(
+            e[len("fault: ") :] for e in r.get("events", []) if e.startswith("fault: ")
+        )
+        if r["verdict"] == "FAIL" and not r.get("minimal"):  # met on the way, not written out: why, on its line
+            assert cells["why"].text == r["detail"] and not cells["#"].find_all("a")
+    # the matrix cell of the mode's failing cases leads to the section holding the minimal failure
+    cell = page.find("table", cls="matrix").find("tbody").find_all("td")[0]
+    assert cell.find("a").attrs["href"] == "#failed"
+    check_links(page, run_dir)
 
 
 def test_the_fuzz_report_accounts_for_every_case_and_writes_out_the_minimal_failure(tmp_path, monkeypatch):

@@ -193,6 +193,17 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     assert f"- {COMBO} · tp: TopologyChangeRefused: LEGACY cannot load on tp1" in sections["Refused as expected (1)"]
 
 
+def check_links(page, run_dir: str) -> None:
+    """Every file link resolves inside the run folder, and every link inside the page to an element of it."""
+    ids = {e.attrs["id"] for e in page.iter() if "id" in e.attrs}
+    for a in page.find_all("a"):
+        href = a.attrs["href"]
+        if href.startswith("#"):
+            assert href[1:] in ids, f"{href} leads nowhere in the page"
+        else:
+            assert not href.startswith(("/", "file:", "..")) and os.path.exists(os.path.join(run_dir, href)), href
+
+
 def check_report_page(page, run_dir: str) -> None:
     """What report.html must show without hovering or opening another file, read from its DOM (as written,
     or as a browser rendered it): counts, matrix cells and their links, each case that did not pass with
@@ -247,10 +258,7 @@ def check_report_page(page, run_dir: str) -> None:
         "faults fired",
         "timeline",
     ]
-    for a in page.find_all("a"):  # every file link resolves inside the run folder
-        href = a.attrs["href"]
-        if not href.startswith("#"):
-            assert not href.startswith(("/", "file:", "..")) and os.path.exists(os.path.join(run_dir, href)), href
+    check_links(page, run_dir)
     assert page.by_id("case-3").find("a", href="cases/002-metadata/framework-error.txt").text == "traceback"
     assert "KeyError: 'manifest.json'" in page.by_id("case-3").find("dl", cls="evidence").text
     replays = [r.find("pre").text for r in page.find_all(cls="replay")]
@@ -368,7 +376,12 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
         r["events"] = [f"fault: {k}" for k in dict.fromkeys(f.split()[0] for f, _ in fs)] + [f"verdict: {r['verdict']}"]
         r["phase"] = "searching"
     meta["fuzz"]["events"] = {
-        "scenarios": {"fault: bit_flip": 2, "fault: truncate": 2, "rejected: nothing to damage": 2}
+        "scenarios": {
+            "fault: bit_flip": 2,
+            "fault: truncate": 2,
+            "rejected: nothing to damage": 2,
+            "not run: no save to judge": 1,  # an example that ran no case is accounted for too
+        }
     }
     meta["fuzz"]["timings"]["scenarios"].update(running={"searching": 7.5, "shrinking": 0.0})
     (mode,) = build(rows, meta).fuzz
@@ -386,9 +399,30 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
         1.5,
     )
     page = parse(render_html(rows, meta))
-    assert "scenarios: 4 cases run (4 searching + 0 shrinking), 2 examples rejected" in page.by_id("accounting").text
+    assert page.by_id("accounting").text.startswith(
+        "scenarios: 4 cases run (4 searching + 0 shrinking), 2 examples rejected (generated, nothing to damage: "
+        "not run), 1 example that saved nothing (no case to judge). Every case run is a row of All cases below"
+    )
     truncate = page.by_id("faults-drawn").find("tr", **{"data-fault": "truncate"})
     assert [td.text for td in truncate.find_all("td")] == ["scenarios", "truncate", "0", "0", "", "2"]
     md = render_markdown(rows, meta)
     assert "| scenarios | rank_crash | 2 | 1 | FAIL 1, UNPROBED 1 |  |" in md
     assert "| scenarios | 4 | 4 | 0 | PASS 2, FAIL 1, UNPROBED 1 | 9.0 | 7.5 | 1.5 | 0.0 |  |" in md
+
+
+def test_a_detail_that_only_repeats_its_findings_is_not_shown_and_errors_by_rank_keep_their_lines():
+    from resilience.report.view import build
+
+    errors = {"0": "RankFailure: save failed\n--- rank 0: OSError: [Errno 5]", "1": "RankFailure: save failed"}
+    checkers = [
+        {"checker": "saves", "status": "UNPROBED", "detail": "none acknowledged", "evidence": [{"errors": errors}]},
+        {"checker": "faults", "status": "UNPROBED", "detail": "short_write never fired", "evidence": []},
+    ]
+    row = _row("short", "UNPROBED", "saves: none acknowledged; faults: short_write never fired", checkers=checkers)
+    (case,) = build([row], {}).cases
+    assert case.detail_repeats  # both findings are written out under it
+    assert case.findings[0].evidence == [[("errors", "0: " + errors["0"] + "\n1: " + errors["1"])]]
+    page = parse(render_html([row], {}))
+    assert not page.by_id("case-1").find_all(cls="detail")
+    assert "--- rank 0: OSError" in page.by_id("case-1").find("dl", cls="evidence").find("pre").text
+    assert not build([dict(row, detail=row["detail"] + "; expect: iteration 2")], {}).cases[0].detail_repeats
