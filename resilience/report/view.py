@@ -38,11 +38,6 @@ class Category:
     key: str
     title: str
     blurb: str
-    one: str = ""  # how the headline counts it: "1 framework error", "2 framework errors"
-    many: str = ""
-
-    def counted(self, n: int) -> str:
-        return f"{n} {self.one if n == 1 else self.many}"
 
 
 FAILED = Category(
@@ -55,15 +50,12 @@ NOT_PROBED = Category(
     "unprobed",
     "Not probed",
     "UNPROBED: a configured fault never fired, so nothing was tested. Not a pass.",
-    "not probed",
-    "not probed",
 )
 FRAMEWORK_ERRORS = Category(
     "framework",
     "Framework errors",
-    "The framework broke on the case, not the implementation: a bug of this tool. The traceback is in the case folder.",
-    "framework error",
-    "framework errors",
+    "The framework broke on the case, not the implementation: a bug of this tool. The end of its traceback is "
+    "written out; all of it is in the case folder.",
 )
 SECTIONS = (FAILED, NOT_PROBED, FRAMEWORK_ERRORS)
 
@@ -128,7 +120,8 @@ class CaseView:
             return False
         rest = self.detail
         for f in self.findings:
-            rest = rest.replace(f"{f.checker}: {f.detail}", "", 1)
+            said = f"{f.checker}: {f.detail}"
+            rest = rest.replace(said if said in rest else f.detail, "", 1)  # a framework error's: the detail alone
         return not rest.replace(";", "").strip()
 
     @property
@@ -226,10 +219,20 @@ class RunView:
     def headline(self) -> str:
         """What a reader needs first, in words: the summary line every command prints, and what it does not
         tell apart: UNKNOWN cases the framework broke on, a fuzzing run's minimal failures."""
-        extra = [FRAMEWORK_ERRORS.counted(n) for label, n, _ in self.counts if label == "framework error"]
+        n = dict((label, n) for label, n, _ in self.counts)
+        extra = []
+        if n.get("framework error"):  # counted among the UNKNOWN by the summary line: said which they are
+            fw, unknown = n["framework error"], n["framework error"] + n.get("UNKNOWN", 0)
+            are = "is a framework error" if fw == 1 else "are framework errors"
+            extra.append(f"{fw} of the {unknown} UNKNOWN {are}")
         if self.fuzz:
             extra.append(f"{self.minimal} minimal failure{'s' if self.minimal != 1 else ''} kept")
         return self.summary + "".join(f"; {e}" for e in extra)
+
+
+def count_label(label: str, n: int) -> str:
+    """A count's label as its chip shows it: verdicts as they are, words in the plural past one."""
+    return label + "s" if n != 1 and label in ("framework error", "minimal failure") else label
 
 
 def _n(n: int, word: str) -> str:

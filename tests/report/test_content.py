@@ -152,7 +152,10 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     lines = md.splitlines()
     assert lines[0] == "# resilience matrix <&>"
     assert lines[2].startswith("seed `[7]` · backend `reference` · cases `9 of 10` · time in cases `13.5 s`")
-    assert "**2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error**" in lines
+    assert (
+        "**2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 of the 2 UNKNOWN is a framework error**"
+        in lines
+    )
     assert "Verdicts: 9 cases: PASS 1, REFUSED 1, FAIL 3, UNKNOWN 1, framework error 1, UNPROBED 1, N/A 1" in lines
     assert f"| {COMBO} | PASS | FAIL | ERROR | UNPROBED | REFUSED | - | - | - | - |" in lines
     assert f"| {OTHER} | - | - | - | - | - | FAIL+UNPROBED | - | FAIL | UNKNOWN |" in lines
@@ -211,7 +214,7 @@ def check_report_page(page, run_dir: str) -> None:
     assert page.find("title").text == "resilience matrix <&>"
     assert (
         page.by_id("headline").text
-        == "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error"
+        == "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 of the 2 UNKNOWN is a framework error"
     )
     counts = {
         li.attrs.get("data-verdict", "cases"): li.find(cls="n").text for li in page.by_id("counts").find_all("li")
@@ -264,7 +267,8 @@ def check_report_page(page, run_dir: str) -> None:
     replays = [r.find("pre").text for r in page.find_all(cls="replay")]
     assert len(replays) == 6 and f"resilience run cases/bitflip/scenario.yaml --combos {COMBO}" in replays
     hostile = page.by_id("case-8")
-    assert hostile.find(cls="detail").text == HOSTILE  # shown as text, whole
+    assert hostile.find(cls="checker").text == f"resume FAIL: {HOSTILE}"  # shown as text, whole
+    assert not hostile.find_all(cls="detail")  # the row's detail only repeats its finding
     assert [dd.text for dd in hostile.find("dl", cls="evidence").find_all("dd")] == [HOSTILE]
     assert not page.find_all("img") and len(page.find_all("script")) == 1  # only the page's own script
 
@@ -426,3 +430,16 @@ def test_a_detail_that_only_repeats_its_findings_is_not_shown_and_errors_by_rank
     assert not page.by_id("case-1").find_all(cls="detail")
     assert "--- rank 0: OSError" in page.by_id("case-1").find("dl", cls="evidence").find("pre").text
     assert not build([dict(row, detail=row["detail"] + "; expect: iteration 2")], {}).cases[0].detail_repeats
+
+
+def test_counts_say_framework_errors_in_the_plural_and_long_column_names_wrap_after_their_colon():
+    rows = [_row(f"metadata:{name}", "UNKNOWN", "framework error: KeyError") for name in ("manifest.json", ".metadata")]
+    for r in rows:
+        r["checkers"] = [{"checker": "framework", "status": "UNKNOWN", "detail": r["detail"], "evidence": []}]
+    page = parse(render_html(rows, {}))
+    assert page.by_id("headline").text == "0 passed, 2 not passed (2 UNKNOWN); 2 of the 2 UNKNOWN are framework errors"
+    (chip,) = page.by_id("counts").find_all("li", **{"data-verdict": "framework error"})
+    assert chip.text == "2 framework errors"
+    heads = page.find("table", cls="matrix").find("thead").find_all("th")[1:]
+    assert [th.text for th in heads] == ["metadata:manifest.json", "metadata:.metadata"]
+    assert all(th.find_all("wbr") for th in heads)  # where the name may break
