@@ -5,8 +5,9 @@ a corpus verification every load. Every load that went wrong carries its cause (
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status
 from .causes import cause_of
@@ -34,10 +35,35 @@ class ClusterView:
     attempts: list[dict]
     kills: list[dict]
     loads: list[LoadLine]
+    files: list[tuple[str, str]] = field(default_factory=list)  # (label, href from the report) of the evidence
 
 
-def cluster_of(facts: dict | None) -> ClusterView | None:
-    """The view of a validation's facts (cluster.facts.cluster_facts), None for other runs."""
+# the evidence a validation keeps in its shared folder, beside report/ (cluster.base.Layout)
+SHARED_FILES = (
+    ("histories", "history"),
+    ("kills fired", "faults"),
+    ("attempts", "attempts.json"),
+    ("node logs", "logs"),
+    ("checkpoints", "ckpt"),
+)
+
+
+def shared_files(report_dir: str | None) -> list[tuple[str, str]]:
+    """Links from a validation's report (shared/report/) to the evidence beside it in the shared folder."""
+    if not report_dir:
+        return []
+    shared = os.path.dirname(os.path.abspath(report_dir))
+    out = []
+    for label, name in SHARED_FILES:
+        path = os.path.join(shared, name)
+        if os.path.exists(path):
+            out.append((label, "../" + name + ("/" if os.path.isdir(path) else "")))
+    return out
+
+
+def cluster_of(facts: dict | None, report_dir: str | None = None) -> ClusterView | None:
+    """The view of a validation's facts (cluster.facts.cluster_facts), None for other runs; `report_dir`, the
+    folder its report is written into, for links to the evidence."""
     if not facts:
         return None
     attempts = facts.get("attempts") or []
@@ -64,7 +90,14 @@ def cluster_of(facts: dict | None) -> ClusterView | None:
                 (_attempt(c.get("saved_on")), str(c.get("kill", ""))),
             )
         )
-    return ClusterView(run, list(facts.get("nodes") or []), list(attempts), list(facts.get("kills") or []), loads)
+    return ClusterView(
+        run,
+        list(facts.get("nodes") or []),
+        list(attempts),
+        list(facts.get("kills") or []),
+        loads,
+        shared_files(report_dir),
+    )
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,11 @@ def _cluster(v: RunView) -> list[str]:
         "",
         " · ".join(f"{key} `{val}`" for key, val in k.facts),
         "",
+        *(
+            ["evidence in the shared folder: " + " · ".join(f"[{label}]({href})" for label, href in k.files), ""]
+            if k.files
+            else []
+        ),
         "| combination | saved on | kill | resumed on | verdict and cause |",
         "|---|---|---|---|---|",
     ]

@@ -287,7 +287,7 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
         fuzz=_fuzz_modes(meta, runs),
         minimal=minimal,
         on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
-        cluster=cluster_of(meta.get("cluster")),
+        cluster=cluster_of(meta.get("cluster"), run_dir),
     )
 
 
