@@ -38,6 +38,8 @@ class TestRun:
     last_failure: BaseException | None = None  # the newest failure (Hypothesis replays the minimal last)
     last: dict = field(default_factory=dict)  # verdict, replay, evidence of the case to show in JUnit
     stopped: str = ""
+    test: str = ""  # the test item's node id
+    expected_failure: str = ""  # why it is marked xfail, when it is: its cases' rows say so
     faults: dict = field(default_factory=dict)  # fault drawn -> how many cases had it
 
     def may_run(self, key: str) -> str:

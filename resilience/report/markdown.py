@@ -114,7 +114,12 @@ def _cluster(v: RunView) -> list[str]:
 
 
 def _case(c: CaseView) -> list[str]:
-    out = [f"### {c.combo} · {c.column} · {c.label}", ""] + ([] if c.detail_repeats else [c.detail, ""])
+    out = [f"### {c.combo} · {c.column} · {c.label}", ""]
+    if c.expected_failure:
+        out += [f"*Expected to fail: its test is marked xfail ({c.expected_failure}).*", ""]
+    if c.test:
+        out += [f"test: `{c.test}`", ""]
+    out += [] if c.detail_repeats else [c.detail, ""]
     for f in c.findings:
         out.append(f"- **{f.checker}** {f.status}: {f.detail}")
         for n, item in enumerate(f.evidence, 1):

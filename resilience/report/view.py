@@ -111,6 +111,8 @@ class CaseView:
     listed: bool = False  # written out in a section of the report (its anchor exists)
     phase: str = ""  # a fuzzing run's case: searching or shrinking
     drawn: tuple[str, ...] = ()  # a fuzzing run's case: the fault kinds it drew
+    test: str = ""  # a pytest session's case: the test that ran it
+    expected_failure: str = ""  # ... and why that test is expected to fail (xfail), when it is
 
     @property
     def detail_repeats(self) -> bool:
@@ -225,6 +227,11 @@ class RunView:
             fw, unknown = n["framework error"], n["framework error"] + n.get("UNKNOWN", 0)
             are = "is a framework error" if fw == 1 else "are framework errors"
             extra.append(f"{fw} of the {unknown} UNKNOWN {are}")
+        xfail = sum(bool(c.expected_failure) and c.category is not None for c in self.cases)
+        if xfail:  # a pytest session's tests marked xfail: failing as expected
+            failing = sum(c.category is not None for c in self.cases)
+            are = "is expected to fail" if xfail == 1 else "are expected to fail"
+            extra.append(f"{xfail} of the {failing} not passed {are} (their tests are marked xfail)")
         if self.fuzz:
             extra.append(f"{self.minimal} minimal failure{'s' if self.minimal != 1 else ''} kept")
         return self.summary + "".join(f"; {e}" for e in extra)
@@ -388,7 +395,8 @@ def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:
 
 
 def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
-    facts = [("seed", str(meta.get("seed"))), ("backend", str(meta.get("backend", "reference")))]
+    facts = [("seed", str(meta["seed"]))] if meta.get("seed") is not None else []
+    facts.append(("backend", str(meta.get("backend", "reference"))))
     if meta.get("io"):
         facts.append(("faults through", str(meta["io"])))
     planned = meta.get("cases")
@@ -445,6 +453,8 @@ def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
         scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "",
         phase=str(row.get("phase") or ""),
         drawn=tuple(_kinds(row)[0]),
+        test=str(row.get("test") or ""),
+        expected_failure=str(row.get("expected_failure") or ""),
     )
 
 

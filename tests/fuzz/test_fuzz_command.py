@@ -180,7 +180,8 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
     from tests.report.dom import parse  # the report files it under framework errors, not the implementation's
 
     page = parse(open(os.path.join(out.run_dir, "report.html")).read())
-    assert [a.find(cls="detail").text for a in page.by_id("framework").find_all("article")] == [failure.detail]
+    articles = page.by_id("framework").find_all("article")
+    assert [a.find(cls="checker").text for a in articles] == [f"framework UNKNOWN: {failure.detail}"]
     assert not page.find_all("section", id="failed")
 
 
