@@ -6,6 +6,7 @@ a corpus verification every load. Every load that went wrong carries its cause (
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from dataclasses import dataclass, field
 
@@ -145,7 +146,7 @@ def corpus_of(doc: dict) -> CorpusView:
     counts = [(k, n, _OUTCOME.get(k, ("", "na"))[1]) for k, n in (doc.get("counts") or {}).items() if n]
     bad = sum(not line.verdict.startswith(("PASS", "REFUSED")) for line in loads)
     headline = f"{len(loads)} loads: {len(loads) - bad} as expected, {bad} not" + (
-        f" under {doc.get('versions')}" if doc.get("versions") else ""
+        f" ({doc.get('versions')})" if doc.get("versions") else ""
     )
     written, read = doc.get("written_by") or {}, doc.get("read_by") or {}
     facts = [
@@ -155,6 +156,7 @@ def corpus_of(doc: dict) -> CorpusView:
         ("versions", str(doc.get("versions", ""))),
         ("time", f"{float(doc.get('seconds') or 0):.1f} s"),
         ("verified", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())),
+        ("replay", "resilience corpus verify " + shlex.quote(str(doc.get("folder", "")))),
     ]
     return CorpusView(
         f"resilience corpus: {doc.get('folder', '')}", bool(doc.get("ok")), headline, facts, counts, loads

@@ -230,7 +230,9 @@ VERIFICATION = {
 
 
 def check_corpus_page(dom) -> None:
-    assert dom.by_id("headline").text == "5 loads: 2 as expected, 3 not under torch 2.12.0 -> 2.13.0"
+    assert dom.by_id("headline").text == "5 loads: 2 as expected, 3 not (torch 2.12.0 -> 2.13.0)"
+    facts = dict(zip((dt.text for dt in dom.find_all("dt")), (dd.text for dd in dom.find_all("dd"))))
+    assert facts["replay"] == "resilience corpus verify /corpora/golden"  # how to run it again
     assert {li.attrs["data-outcome"]: li.find(cls="n").text for li in dom.by_id("counts").find_all("li")} == {
         "bit-exact": "1",
         "refused clearly": "1",
