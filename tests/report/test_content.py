@@ -450,3 +450,13 @@ def test_counts_say_framework_errors_in_the_plural_and_long_column_names_wrap_af
     heads = page.find("table", cls="matrix").find("thead").find_all("th")[1:]
     assert [th.text for th in heads] == ["metadata:manifest.json", "metadata:.metadata"]
     assert all(th.find_all("wbr") for th in heads)  # where the name may break
+
+
+def test_in_print_links_show_their_target_and_may_wrap(run_dir):
+    """On paper a link's target is printed after it (p.links a::after), so a long one must be allowed to wrap
+    instead of running off the page; the copy buttons are left out and the matrix does not scroll."""
+    style = parse(open(os.path.join(run_dir, "report.html")).read()).find("style").text
+    printed = style[style.index("@media print") :]
+    assert 'p.links a[href]::after{content:" (" attr(href) ")"' in printed
+    assert "p.links a,table.cases td.links a{white-space:normal;overflow-wrap:anywhere}" in printed
+    assert "button{display:none}" in printed and ".scroll{overflow:visible;border:none}" in printed
