@@ -391,3 +391,14 @@ def test_unprobed_cases_are_not_passed(tmp_path, capsys):
     assert code == 1, out
     assert "no failure found" not in out
     assert " not passed (" in out and " UNPROBED)" in out and " UNPROBED: a generated fault never fired" in out
+
+
+def test_progress_shows_each_modes_own_phase(tmp_path, monkeypatch, capsys):
+    """Once the scenarios mode has shrunk its failure, the machine mode's cases are not counted as its
+    shrinking: the plain progress lines (stderr is not a terminal here) name the phase of the mode running."""
+    _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
+    assert main(["fuzz", "--examples", "30", "--seed", "3", "--out", str(tmp_path)]) == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("progress: ")]
+    assert any(ln.startswith("progress: scenarios: shrinking · ") for ln in lines)
+    machine = [ln for ln in lines if ln.endswith(("machine PASS", "machine FAIL"))]
+    assert machine and not any("scenarios: shrinking" in ln for ln in machine)
