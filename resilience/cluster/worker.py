@@ -23,6 +23,7 @@ from .base import KILL_POLICIES, ClusterPlan, Layout, TorchrunEnv
 
 DEFAULT_TIMEOUT = 300.0
 STORE_FIX = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+REPLAY_ENV = "RESILIENCE_REPLAY"  # set by `resilience validate --local`: the line its report gives as the replay
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
@@ -169,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .program import run_attempt
 
-    command = " ".join(shlex.quote(a) for a in ["python", "-m", "resilience.cluster.worker", *sys.argv[1:]])
+    # the command a person reruns: `resilience validate --local ...` when that started the agents, else this one
+    command = os.environ.get(REPLAY_ENV) or " ".join(
+        shlex.quote(a) for a in ["python", "-m", "resilience.cluster.worker", *sys.argv[1:]]
+    )
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     try:
         return run_attempt(env, plan, Layout(args.shared), command=command)

@@ -148,17 +148,20 @@ def run(args) -> int:
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
     from ..fuzz.judge import BAD
 
-    found: set[str] = set()
+    shrinking: set[str] = set()  # the modes that found a failure and shrink it
+    current: list[str] = []
     with Progress(opts.examples * len(opts.modes), "cases") as bar:
 
         def progress(mode, result):
-            if result is not None and result.verdict in BAD and not found:
+            if current and current[-1] != mode and bar.phase_name:
+                bar.phase(f"{mode}: searching")  # the previous mode's shrinking is over
+            current[:] = [mode]
+            if result is not None and result.verdict in BAD and mode not in shrinking:
                 bar.note(f"  {mode}: {result.verdict} found ({result.combo}: {result.detail[:120]}); shrinking")
                 bar.phase(f"{mode}: shrinking")  # as many cases as shrinking takes: no total
+                shrinking.add(mode)
             bar.start(mode)
             bar.update(1, result.verdict if result is not None else "rejected")
-            if result is not None and result.verdict in BAD:
-                found.add(f"{mode}:{result.verdict}:{result.detail[:60]}")
 
         outcome = fuzz(opts, progress=progress)
     from ..status import summary_line

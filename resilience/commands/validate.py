@@ -163,10 +163,23 @@ def instructions(args, plan) -> str:
     return "\n".join(lines)
 
 
+def _replay() -> str:
+    """The `resilience validate --local` line that runs this again, into a new shared folder (the one given
+    is not empty any more)."""
+    argv, skip = [], False
+    for a in sys.argv[1:]:
+        if skip or a == "--shared" or a.startswith("--shared="):
+            skip = a == "--shared"
+            continue
+        argv.append(a)
+    return "resilience " + " ".join(shlex.quote(a) for a in argv) if argv else "resilience validate --local"
+
+
 def _run_local(args, plan) -> int:
     from ..cluster import Layout
     from ..cluster.nodes import free_port, new_run_id, run_local, this_python_torchrun
     from ..cluster.verdicts import read_summary, render_summary
+    from ..cluster.worker import REPLAY_ENV
     from ..report import make_run_dir
     from ..report.folder import make_folder
 
@@ -194,6 +207,7 @@ def _run_local(args, plan) -> int:
     )
     for c in cmds:
         print(f"  node {c.node_rank}: {c.shell()}", flush=True)
+        c.env[REPLAY_ENV] = _replay()
     outcome = run_local(
         cmds, timeout=args.run_timeout, log_dir=os.path.join(shared, "logs"), tmp_dir=os.path.join(shared, "tmp")
     )

@@ -33,6 +33,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import InvalidArgument
 from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.statistics import collector
 
 from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
 from ..errors import ConfigError, Interrupted
@@ -40,12 +41,15 @@ from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from ..stopping import ask, check as check_stop
 from ..vocab.combos import Combination
+from ..vocab.events import FAULT, NO_SAVE, REJECTED, VERDICT
 from . import profiles  # noqa: F401  (registers the profiles)
+from .events import events_of, faults_in, tell_hypothesis
 from .judge import BAD, failure_class, write_failure
 from .machine import lifecycle_machine
 from .strategies import scenarios
 
 MODES = ("scenarios", "machine")
+OURS = (FAULT, VERDICT, REJECTED, NO_SAVE)  # the events a case gives; Hypothesis adds its own (retried draws, ...)
 
 
 @dataclass
@@ -106,6 +110,8 @@ class FuzzOutcome:
     seconds: float = 0.0
     stopped: dict = field(default_factory=dict)  # mode -> why it stopped early ("time budget", "shrink budget")
     timings: dict = field(default_factory=dict)  # mode -> {"seconds": all of it, "shrinking": from the first failure}
+    events: dict = field(default_factory=dict)  # mode -> {Hypothesis event: examples that gave it}
+    hypothesis: dict = field(default_factory=dict)  # mode -> Hypothesis' own statistics, when it delivered them
 
     @property
     def unprobed(self) -> int:
@@ -127,6 +133,8 @@ class FuzzOutcome:
             "seconds": round(self.seconds, 3),
             "stopped": self.stopped,
             "timings": self.timings,
+            "events": self.events,
+            "hypothesis": self.hypothesis,
         }
 
 
@@ -159,17 +167,55 @@ class _Judge:
         self.failing: set[str] = set()
         self.first_failure: float | None = None
         self.n = 0
+        self.events: dict[str, Counter] = {}  # mode -> the Hypothesis events its examples gave, rejected ones too
+        self.hypothesis: dict[str, dict] = {}  # mode -> Hypothesis' own statistics, when it delivered them
 
     def begin(self, mode: str) -> None:
         """Each mode gets its share of the time budget and its own shrink budget."""
         self.start, self.first_failure, self.stopped = time.monotonic(), None, ""
         self.budget = None if self.opts.time_budget is None else self.opts.time_budget / len(self.opts.modes)
+        self.running = {"searching": 0.0, "shrinking": 0.0}  # seconds inside run_case, by phase
+        self.phase_cases = {"searching": 0, "shrinking": 0}
+        self.events[mode] = Counter()
+
+    @property
+    def phase(self) -> str:
+        """searching until the mode's first failure, shrinking from then on."""
+        return "searching" if self.first_failure is None else "shrinking"
 
     def timing(self) -> dict:
-        """The mode's seconds so far, and how many of them went to shrinking (from its first failure on)."""
+        """Where the mode's seconds went: all of them, those from its first failure on (shrinking), those
+        spent running cases on ranks (by phase), and the cases run in each phase. The rest of the time is
+        Hypothesis generating examples and the run folder being written."""
         now = time.monotonic()
         shrinking = 0.0 if self.first_failure is None else now - self.first_failure
-        return {"seconds": round(now - self.start, 3), "shrinking": round(shrinking, 3)}
+        return {
+            "seconds": round(now - self.start, 3),
+            "shrinking": round(shrinking, 3),
+            "running": {k: round(v, 3) for k, v in self.running.items()},
+            "cases": dict(self.phase_cases),
+        }
+
+    def statistics(self, mode: str):
+        """A callback for Hypothesis' statistics of the mode (delivered when its engine ends on its own, not
+        when a budget or a signal stopped it): per phase, its test cases by status, seconds and events."""
+
+        def keep(stats: dict) -> None:
+            phases = {}
+            for key, d in stats.items():
+                if not key.endswith("-phase") or not isinstance(d, dict) or not d.get("test-cases"):
+                    continue
+                cases = d["test-cases"]
+                phases[key[: -len("-phase")]] = {
+                    "test_cases": len(cases),
+                    "statuses": dict(Counter(t["status"] for t in cases)),
+                    "seconds": round(float(d.get("duration-seconds", 0.0)), 3),
+                    "drawing": round(sum(float(t.get("drawtime", 0.0)) for t in cases), 3),
+                    "events": dict(Counter(e for t in cases for e in t.get("events", []) if e.startswith(OURS))),
+                }
+            self.hypothesis[mode] = {"phases": phases, "stopped_because": str(stats.get("stopped-because", ""))}
+
+        return keep
 
     def _may_run(self, key: str) -> str:
         """'' when the example may run, else the budget it would exceed. Known failures always run
@@ -182,7 +228,7 @@ class _Judge:
             return "" if now - self.first_failure < self.opts.shrink_budget else "shrink budget"
         return "" if self.budget is None or now - self.start < self.budget else "time budget"
 
-    def _record(self, mode: str, scenario: Scenario, combo: Combination, result: CaseResult) -> None:
+    def _record(self, mode: str, scenario: Scenario, combo: Combination, result: CaseResult, events: list[str]) -> None:
         """The case's row, appended to results.jsonl now, with its scenario kept as cases/NNNNN-mode.yaml
         for the row's replay command."""
         folder = os.path.join(self.run_dir, "cases")
@@ -197,6 +243,8 @@ class _Judge:
             case_dir=None,
             scenario_file=path,
             replay=replay_command(path, combo, scenario.backend, self.opts.io),
+            events=events,  # as Hypothesis was told: the fault kinds drawn and the verdict
+            phase=self.phase,
         )
         self.rows.append(row)
         self.folder.append(row)
@@ -219,6 +267,7 @@ class _Judge:
             raise _Stop(spent)
         self.n += 1
         case_dir = os.path.join(self.work, f"{self.n:05d}")
+        faults, phase, began = faults_in(scenario), self.phase, time.monotonic()
         try:
             # the scenario's backend: opts.backend, with drawn options under --backend-options
             result = run_case(scenario, combo, case_dir, backend=scenario.backend, io=self.opts.io)
@@ -233,10 +282,16 @@ class _Judge:
                 # implementation does not write, such as our manifest.json): not an example
                 shutil.rmtree(case_dir, ignore_errors=True)
                 self.counts["rejected"] += 1
+                self._tell(mode, events_of(faults, None))
                 self.on_case(mode, None)
                 reject()
+        finally:
+            self.running[phase] += time.monotonic() - began
         self.counts[result.verdict] += 1
-        self._record(mode, scenario, combo, result)
+        self.phase_cases[phase] += 1
+        events = events_of(faults, result.verdict)
+        self._tell(mode, events)
+        self._record(mode, scenario, combo, result, events)
         self.on_case(mode, result)
         if result.verdict in BAD:
             cls = failure_class(result)
@@ -252,6 +307,14 @@ class _Judge:
             raise cls(scenario, result)
         shutil.rmtree(case_dir, ignore_errors=True)
         return result
+
+    def nothing_to_judge(self, mode: str) -> None:
+        """An example that ran no case (a state-machine run that saved nothing): counted among its events."""
+        self._tell(mode, [NO_SAVE])
+
+    def _tell(self, mode: str, events: list[str]) -> None:
+        self.events[mode].update(events)
+        tell_hypothesis(events)
 
 
 def _while_damaging(e: BaseException) -> bool:
@@ -331,10 +394,11 @@ def fuzz(
             for mode in opts.modes:
                 judge.begin(mode)
                 try:
-                    if mode == "scenarios":
-                        _fuzz_scenarios(opts, judge, os.path.join(run_dir, "hypothesis"))
-                    else:
-                        _fuzz_machine(opts, judge, os.path.join(run_dir, "hypothesis"))
+                    with collector.with_value(judge.statistics(mode)):
+                        if mode == "scenarios":
+                            _fuzz_scenarios(opts, judge, os.path.join(run_dir, "hypothesis"))
+                        else:
+                            _fuzz_machine(opts, judge, os.path.join(run_dir, "hypothesis"))
                 except _Stop as e:
                     outcome.stopped[mode] = str(e)
                     log.write(f"{mode}: stopped: the {e} is spent\n")
@@ -353,6 +417,8 @@ def fuzz(
             interrupted = e
     outcome.failures = _keep_failures(judge, run_dir)
     outcome.counts = dict(judge.counts)
+    outcome.events = {mode: dict(sorted(c.items())) for mode, c in judge.events.items()}
+    outcome.hypothesis = dict(judge.hypothesis)
     outcome.seconds = time.monotonic() - started
     shutil.rmtree(judge.work, ignore_errors=True)
     _write(outcome, opts, folder, judge.rows, interrupted)
@@ -415,6 +481,7 @@ def _fuzz_machine(opts: FuzzOptions, judge: _Judge, database: str) -> None:
         faults=opts.faults,
         backend=opts.backend,
         judge_with=judge_with,
+        on_nothing_to_judge=lambda: judge.nothing_to_judge("machine"),
     )
     machine.name = "fuzz-machine"
     run_state_machine_as_test(_seeded(machine, opts.seed), settings=_settings(opts, database))
@@ -530,6 +597,8 @@ def _write(
             "timings": outcome.timings,
             "rejected": outcome.counts.get("rejected", 0),
             "errors": outcome.errors,
+            "events": outcome.events,
+            "hypothesis": outcome.hypothesis,
         },
     )
     folder.finish(

@@ -26,7 +26,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from ..runner.run import CaseResult
 from ..runner.scenario import Scenario, from_dict
 from ..vocab.combos import Combination
+from ..vocab.events import NO_SAVE
 from . import lifecycle as lc, strategies as rst
+from .events import tell_hypothesis
 from .judge import judge
 
 Judge = Callable[[Scenario, Combination], CaseResult]
@@ -64,8 +66,14 @@ class LifecycleMachine(RuleBasedStateMachine):
         """Run and judge; raise ScenarioFailed on FAIL or UNKNOWN. Replaced by the fuzz run."""
         return judge(scenario, combo)
 
+    def nothing_to_judge(self) -> None:
+        """The run saved nothing, so no case runs: told to Hypothesis as an event. Replaced by the fuzz run,
+        which counts it too."""
+        tell_hypothesis([NO_SAVE])
+
     def _judge(self) -> None:
         if self.life is None or not self.life.saves:
+            self.nothing_to_judge()
             return
         self.results.append(self.judge_scenario(self.scenario(), self.life.combo))
 
@@ -89,6 +97,7 @@ def lifecycle_machine(
     moves: bool = True,
     backend: str = "reference",
     judge_with: Judge | None = None,
+    on_nothing_to_judge: Callable[[], None] | None = None,
 ) -> type[LifecycleMachine]:
     """A state machine class over the given combinations, world size, fault kinds (names of
     resilience.faults kinds, default: the deterministic ones) and backend. `judge_with(scenario, combo)`
@@ -194,6 +203,8 @@ def lifecycle_machine(
     CheckpointLifecycle.backend = backend
     if judge_with is not None:
         CheckpointLifecycle.judge_scenario = lambda self, scenario, combo: judge_with(scenario, combo)  # type: ignore[method-assign]
+    if on_nothing_to_judge is not None:
+        CheckpointLifecycle.nothing_to_judge = lambda self: on_nothing_to_judge()  # type: ignore[method-assign]
     return CheckpointLifecycle
 
 

@@ -36,15 +36,14 @@ from typing import Any
 import pytest
 
 from ..fuzz import profiles  # noqa: F401  (registers the Hypothesis profiles ci, dev and fuzz)
+from ..fuzz.events import events_of, faults_in, tell_hypothesis
 from ..status import FAILING, NA  # what fails a scenario item, as every command counts it
 from .budget import (
     BudgetSpent,
     FrameworkBroke,
     TestRun,
-    faults_in,
     framework_paragraph,
     in_property_test,
-    tell_hypothesis,
 )
 from .session import WORKER_INPUT, SessionFolder, finish
 
@@ -416,28 +415,42 @@ class ScenarioRunner:
         if test is not None:
             test.record(key, result, replay, failed, faults)
         if prop:
-            tell_hypothesis(faults, result)
+            tell_hypothesis(events_of(faults, result.verdict))
         if failed is not None:
             raise failed
         return result
 
 
-def _run_case(options: ResilienceOptions, scenario, combo, case_dir: str, backend: str, where: str):
+def _run_case(
+    options: ResilienceOptions,
+    scenario,
+    combo,
+    case_dir: str,
+    backend: str,
+    where: str,
+    *,
+    test: str = "",
+    expected_failure: str = "",
+):
     """run_case with its row in the session's run folder; a framework error raises FrameworkBroke."""
     __tracebackhide__ = True
     from ..report.cases import INTERRUPTIONS, framework_error_row
     from ..runner.run import run_case
 
+    current = options.current
+    if current is not None:  # a test function's case: named by its test, and xfail when the test is
+        test, expected_failure = test or current.test, expected_failure or current.expected_failure
+    extra = {"test": test, **({"expected_failure": expected_failure} if expected_failure else {})}
     try:
         result = run_case(scenario, combo, case_dir, backend=backend, io=options.io)
     except INTERRUPTIONS:
         raise
     except Exception as e:  # the framework broke: one paragraph, the traceback in the case folder
-        row = framework_error_row(scenario, combo, case_dir, e, backend=backend, io=options.io)
+        row = dict(framework_error_row(scenario, combo, case_dir, e, backend=backend, io=options.io), **extra)
         options.session.append(row)
         trace = row["detail"].rsplit("(traceback: ", 1)[-1].rstrip(")")
         raise FrameworkBroke(framework_paragraph(e, where, case_dir, trace)) from None
-    options.session.append(dict(result.to_row(), case_dir=case_dir))
+    options.session.append(dict(result.to_row(), case_dir=case_dir, **extra))
     return result
 
 
@@ -484,13 +497,23 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("resilience_combo", combos, ids=[combo_id(c) for c in combos])
 
 
+def _xfail(item) -> str:
+    """Why the item is expected to fail (its xfail marker's reason, or "xfail"), "" when it is not."""
+    marker = item.get_closest_marker("xfail")
+    if marker is None:
+        return ""
+    return str(marker.kwargs.get("reason") or (marker.args[1] if len(marker.args) > 1 else "") or "xfail")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
     """Around each test function: the cases it runs through resilience_run, its budgets, and what ends it."""
     options = pyfuncitem.config.stash.get(_OPTIONS, None)
     if options is None or "resilience_run" not in getattr(pyfuncitem, "fixturenames", ()):
         return (yield)
-    test = options.current = TestRun(options.time_budget, options.shrink_budget)
+    test = options.current = TestRun(
+        options.time_budget, options.shrink_budget, test=pyfuncitem.nodeid, expected_failure=_xfail(pyfuncitem)
+    )
     try:
         return (yield)
     except BudgetSpent:
@@ -600,7 +623,14 @@ class ScenarioItem(pytest.Item):
         backend = options.backend or self.scenario.backend
         case_dir = options.case_dir(f"{self.scenario.name}-{self.combo}")
         result = _run_case(
-            options, self.scenario, self.combo, case_dir, backend, f"scenario {self.scenario.name!r} [{self.combo}]"
+            options,
+            self.scenario,
+            self.combo,
+            case_dir,
+            backend,
+            f"scenario {self.scenario.name!r} [{self.combo}]",
+            test=self.nodeid,
+            expected_failure=_xfail(self),
         )
         replay = replay_command(str(self.path), self.combo, backend, options.io)
         self.user_properties += [("verdict", str(result.verdict)), ("replay", replay), ("evidence", result.case_dir)]

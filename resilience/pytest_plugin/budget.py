@@ -38,6 +38,8 @@ class TestRun:
     last_failure: BaseException | None = None  # the newest failure (Hypothesis replays the minimal last)
     last: dict = field(default_factory=dict)  # verdict, replay, evidence of the case to show in JUnit
     stopped: str = ""
+    test: str = ""  # the test item's node id
+    expected_failure: str = ""  # why it is marked xfail, when it is: its cases' rows say so
     faults: dict = field(default_factory=dict)  # fault drawn -> how many cases had it
 
     def may_run(self, key: str) -> str:
@@ -86,20 +88,6 @@ def in_property_test() -> bool:
     except ImportError:  # an older Hypothesis
         return False
     return bool(currently_in_test_context())
-
-
-def faults_in(scenario) -> list[str]:
-    """The kinds of the scenario's faults, as their records name them: 'rank_kill', 'truncate'."""
-    return [step.fault.kind for step in scenario.steps if step.fault is not None]
-
-
-def tell_hypothesis(faults: list[str], result) -> None:
-    """Hypothesis events (shown by --hypothesis-show-statistics): the faults drawn, and the verdict."""
-    from hypothesis import event
-
-    for fault in faults:
-        event(f"fault: {fault}")
-    event(f"verdict: {result.verdict}")
 
 
 def framework_paragraph(error: BaseException, where: str, case_dir: str, trace: str) -> str:

@@ -48,7 +48,12 @@ class SessionFolder:
         if self._folder is None:
             from ..report import RunFolder
 
-            meta = {"command": "pytest", "title": "pytest session", "worker": self.worker, "backend": self.backend}
+            meta = {
+                "command": command_of(self.config),
+                "title": "pytest session",
+                "worker": self.worker,
+                "backend": self.backend,
+            }
             if self.shared is None:
                 self._folder = RunFolder(self.base(), dict(meta, started=_now()))
                 _start(self._folder)
@@ -69,6 +74,14 @@ class SessionFolder:
 
     def append(self, row: dict) -> None:
         self.folder().append(row)
+
+
+def command_of(config) -> str:
+    """The pytest command line the session was started with, as the reports show it."""
+    import shlex
+
+    args = getattr(getattr(config, "invocation_params", None), "args", None) or ()
+    return " ".join(["pytest", *(shlex.quote(str(a)) for a in args)])
 
 
 def _start(folder) -> None:
@@ -101,7 +114,7 @@ def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[dict]
     if not rows:
         return None
     meta = {
-        "command": "pytest",
+        "command": command_of(session.config),
         "title": "pytest session (every worker)",
         "status": "complete",
         "backend": session.backend,

@@ -147,9 +147,14 @@ def framework_error_row(
         with open(scenario_file, "w", encoding="utf-8") as f:
             f.write(scenario.as_run(combo, backend).to_yaml())
     trace = os.path.join(case_dir, FRAMEWORK_ERROR)
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     with open(trace, "w", encoding="utf-8") as f:
-        f.write("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+        f.write(text)
     detail = f"framework error: {type(error).__name__}: {str(error)[:400]} (traceback: {trace})"
+    # where it broke, on the report's page: the innermost frames (all of it is in the file)
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
+    evidence = [{"where": where, "traceback": _tail(text, TRACEBACK_LINES)}]
     return dict(
         {
             "scenario": scenario.name,
@@ -159,12 +164,20 @@ def framework_error_row(
             "verdict": UNKNOWN,
             "detail": detail,
             "seconds": round(seconds, 3),
-            "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": []}],
+            "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": evidence}],
             "case_dir": case_dir,
             "replay": replay_command(scenario_file, combo, backend),
         },
         **extra,
     )
+
+
+TRACEBACK_LINES = 24  # of a framework error's traceback, written out in its row (the whole one is in its file)
+
+
+def _tail(text: str, lines: int) -> str:
+    kept = text.rstrip("\n").splitlines()
+    return "\n".join((["..."] if len(kept) > lines else []) + kept[-lines:])
 
 
 def signal_name(e: BaseException) -> str:

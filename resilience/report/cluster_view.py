@@ -5,8 +5,10 @@ a corpus verification every load. Every load that went wrong carries its cause (
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status
 from .causes import cause_of
@@ -34,10 +36,35 @@ class ClusterView:
     attempts: list[dict]
     kills: list[dict]
     loads: list[LoadLine]
+    files: list[tuple[str, str]] = field(default_factory=list)  # (label, href from the report) of the evidence
 
 
-def cluster_of(facts: dict | None) -> ClusterView | None:
-    """The view of a validation's facts (cluster.facts.cluster_facts), None for other runs."""
+# the evidence a validation keeps in its shared folder, beside report/ (cluster.base.Layout)
+SHARED_FILES = (
+    ("histories", "history"),
+    ("kills fired", "faults"),
+    ("attempts", "attempts.json"),
+    ("node logs", "logs"),
+    ("checkpoints", "ckpt"),
+)
+
+
+def shared_files(report_dir: str | None) -> list[tuple[str, str]]:
+    """Links from a validation's report (shared/report/) to the evidence beside it in the shared folder."""
+    if not report_dir:
+        return []
+    shared = os.path.dirname(os.path.abspath(report_dir))
+    out = []
+    for label, name in SHARED_FILES:
+        path = os.path.join(shared, name)
+        if os.path.exists(path):
+            out.append((label, "../" + name + ("/" if os.path.isdir(path) else "")))
+    return out
+
+
+def cluster_of(facts: dict | None, report_dir: str | None = None) -> ClusterView | None:
+    """The view of a validation's facts (cluster.facts.cluster_facts), None for other runs; `report_dir`, the
+    folder its report is written into, for links to the evidence."""
     if not facts:
         return None
     attempts = facts.get("attempts") or []
@@ -64,7 +91,14 @@ def cluster_of(facts: dict | None) -> ClusterView | None:
                 (_attempt(c.get("saved_on")), str(c.get("kill", ""))),
             )
         )
-    return ClusterView(run, list(facts.get("nodes") or []), list(attempts), list(facts.get("kills") or []), loads)
+    return ClusterView(
+        run,
+        list(facts.get("nodes") or []),
+        list(attempts),
+        list(facts.get("kills") or []),
+        loads,
+        shared_files(report_dir),
+    )
 
 
 @dataclass(frozen=True)
@@ -112,7 +146,7 @@ def corpus_of(doc: dict) -> CorpusView:
     counts = [(k, n, _OUTCOME.get(k, ("", "na"))[1]) for k, n in (doc.get("counts") or {}).items() if n]
     bad = sum(not line.verdict.startswith(("PASS", "REFUSED")) for line in loads)
     headline = f"{len(loads)} loads: {len(loads) - bad} as expected, {bad} not" + (
-        f" under {doc.get('versions')}" if doc.get("versions") else ""
+        f" ({doc.get('versions')})" if doc.get("versions") else ""
     )
     written, read = doc.get("written_by") or {}, doc.get("read_by") or {}
     facts = [
@@ -122,6 +156,7 @@ def corpus_of(doc: dict) -> CorpusView:
         ("versions", str(doc.get("versions", ""))),
         ("time", f"{float(doc.get('seconds') or 0):.1f} s"),
         ("verified", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())),
+        ("replay", "resilience corpus verify " + shlex.quote(str(doc.get("folder", "")))),
     ]
     return CorpusView(
         f"resilience corpus: {doc.get('folder', '')}", bool(doc.get("ok")), headline, facts, counts, loads

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import jinja2
 
-from .view import build
+from .view import build, count_label
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -27,7 +27,7 @@ def environment() -> jinja2.Environment:
 
 
 def render(template: str, **context) -> str:
-    return environment().get_template(template).render(**context)
+    return environment().get_template(template).render(count_label=count_label, **context)
 
 
 def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:

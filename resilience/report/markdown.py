@@ -3,7 +3,7 @@ with its evidence, its files and its replay command."""
 
 from __future__ import annotations
 
-from .view import CaseView, RunView, build
+from .view import NO_FAULT, CaseView, RunView, build
 
 
 def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
@@ -44,17 +44,32 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
 
 
 def _fuzz_table(v: RunView) -> list[str]:
-    out = [
-        "| mode | cases run | verdicts | seconds | of them shrinking | stopped | faults drawn (cases; fired in) |",
-        "|---|---|---|---|---|---|---|",
+    out = [" ".join(m.accounting for m in v.fuzz) + " Every case run is a row of results.json.", ""]
+    out += [
+        "| mode | cases run | searching | shrinking | verdicts | seconds | running cases | generating "
+        "| of it shrinking | stopped |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m in v.fuzz:
         verdicts = ", ".join(f"{label} {n}" for label, n, _ in m.counts)
         stopped = f"when its {m.stopped} was spent" if m.stopped else ""
-        drawn = ", ".join(f"{kind} {n}" + (f" (fired in {fired})" if fired != n else "") for kind, n, fired in m.faults)
         out.append(
-            f"| {m.mode} | {m.cases} | {verdicts} | {m.seconds:.1f} | {m.shrinking:.1f} | {stopped} | {_cell(drawn)} |"
+            f"| {m.mode} | {m.cases} | {m.searching_cases} | {m.shrinking_cases} | {verdicts} | {m.seconds:.1f} "
+            f"| {m.running:.1f} | {m.generating:.1f} | {m.shrinking:.1f} | {stopped} |"
         )
+    out += [
+        "",
+        "Faults drawn (the Hypothesis events each example gave):",
+        "",
+        "| mode | fault kind | cases | fired in | verdicts | rejected |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in v.fuzz:
+        for f in m.faults:
+            verdicts = ", ".join(f"{label} {n}" for label, n, _ in f.verdicts)
+            fired = "" if f.kind == NO_FAULT else str(f.fired)
+            out.append(f"| {m.mode} | {f.kind} | {f.cases} | {fired} | {verdicts} | {f.rejected or ''} |")
+    out += [f"\nHypothesis' own count for {m.mode}: {m.hypothesis}." for m in v.fuzz if m.hypothesis]
     return out
 
 
@@ -66,6 +81,11 @@ def _cluster(v: RunView) -> list[str]:
         "",
         " · ".join(f"{key} `{val}`" for key, val in k.facts),
         "",
+        *(
+            ["evidence in the shared folder: " + " · ".join(f"[{label}]({href})" for label, href in k.files), ""]
+            if k.files
+            else []
+        ),
         "| combination | saved on | kill | resumed on | verdict and cause |",
         "|---|---|---|---|---|",
     ]
@@ -94,7 +114,12 @@ def _cluster(v: RunView) -> list[str]:
 
 
 def _case(c: CaseView) -> list[str]:
-    out = [f"### {c.combo} · {c.column} · {c.label}", ""] + ([] if c.detail_repeats else [c.detail, ""])
+    out = [f"### {c.combo} · {c.column} · {c.label}", ""]
+    if c.expected_failure:
+        out += [f"*Expected to fail: its test is marked xfail ({c.expected_failure}).*", ""]
+    if c.test:
+        out += [f"test: `{c.test}`", ""]
+    out += [] if c.detail_repeats else [c.detail, ""]
     for f in c.findings:
         out.append(f"- **{f.checker}** {f.status}: {f.detail}")
         for n, item in enumerate(f.evidence, 1):

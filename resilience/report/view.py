@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
+from ..vocab.events import FAULT, NO_SAVE, REJECTED, kinds_of
 from .cluster_view import ClusterView, cluster_of
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_of, short, status_of
 
@@ -27,6 +28,7 @@ CASE_FILES = (
     ("timeline", TIMELINE),
     ("traceback", FRAMEWORK_ERROR),
 )
+NO_FAULT = "no fault"  # the row of the fuzz report's faults table for cases that drew none
 MAX_EVIDENCE = 5  # evidence items written out per checker; the rest are counted, and are in results.json
 MAX_VALUE = 3000  # characters of one evidence value
 
@@ -36,11 +38,6 @@ class Category:
     key: str
     title: str
     blurb: str
-    one: str = ""  # how the headline counts it: "1 framework error", "2 framework errors"
-    many: str = ""
-
-    def counted(self, n: int) -> str:
-        return f"{n} {self.one if n == 1 else self.many}"
 
 
 FAILED = Category(
@@ -53,15 +50,12 @@ NOT_PROBED = Category(
     "unprobed",
     "Not probed",
     "UNPROBED: a configured fault never fired, so nothing was tested. Not a pass.",
-    "not probed",
-    "not probed",
 )
 FRAMEWORK_ERRORS = Category(
     "framework",
     "Framework errors",
-    "The framework broke on the case, not the implementation: a bug of this tool. The traceback is in the case folder.",
-    "framework error",
-    "framework errors",
+    "The framework broke on the case, not the implementation: a bug of this tool. The end of its traceback is "
+    "written out; all of it is in the case folder.",
 )
 SECTIONS = (FAILED, NOT_PROBED, FRAMEWORK_ERRORS)
 
@@ -114,11 +108,28 @@ class CaseView:
     faults: list[dict]
     links: list[Link]
     scenario_text: str = ""  # a fuzzing run's minimal failing scenario, written out
+    listed: bool = False  # written out in a section of the report (its anchor exists)
+    phase: str = ""  # a fuzzing run's case: searching or shrinking
+    drawn: tuple[str, ...] = ()  # a fuzzing run's case: the fault kinds it drew
+    test: str = ""  # a pytest session's case: the test that ran it
+    expected_failure: str = ""  # ... and why that test is expected to fail (xfail), when it is
 
     @property
     def detail_repeats(self) -> bool:
-        """Whether the row's detail only repeats its one finding ("durability: 1 of 1 loads lost ...")."""
-        return len(self.findings) == 1 and self.detail == f"{self.findings[0].checker}: {self.findings[0].detail}"
+        """Whether the row's detail only repeats its findings ("durability: 1 of 1 loads lost ...; faults: ..."),
+        each written out below it anyway."""
+        if not self.findings:
+            return False
+        rest = self.detail
+        for f in self.findings:
+            said = f"{f.checker}: {f.detail}"
+            rest = rest.replace(said if said in rest else f.detail, "", 1)  # a framework error's: the detail alone
+        return not rest.replace(";", "").strip()
+
+    @property
+    def href(self) -> str | None:
+        """Where a link to the case goes: its section in the page when it is written out, else its folder."""
+        return "#" + self.anchor if self.listed else self.folder
 
     @property
     def folder(self) -> str | None:
@@ -126,8 +137,21 @@ class CaseView:
 
 
 @dataclass(frozen=True)
+class FaultDrawn:
+    """One fault kind a fuzzing mode drew (its Hypothesis events): in how many cases run, in how many of
+    them it fired, their verdicts, and the examples drawing it that were rejected (not run)."""
+
+    kind: str  # "no fault" for the cases that drew none
+    cases: int
+    fired: int
+    verdicts: list[tuple[str, int, str]]
+    rejected: int = 0
+
+
+@dataclass(frozen=True)
 class FuzzMode:
-    """One mode of a fuzzing run: the cases it ran, their verdicts, and where its time went."""
+    """One mode of a fuzzing run: the cases it ran (searching, then shrinking), their verdicts, the faults
+    drawn, and where its time went (running cases on ranks; the rest generating examples)."""
 
     mode: str
     cases: int
@@ -135,7 +159,36 @@ class FuzzMode:
     seconds: float
     shrinking: float
     stopped: str
-    faults: list[tuple[str, int, int]]  # (fault kind, cases that drew it, cases where it fired)
+    faults: list[FaultDrawn]
+    searching_cases: int = 0
+    shrinking_cases: int = 0
+    running: float = 0.0  # seconds inside cases, both phases
+    running_shrinking: float = 0.0
+    rejected: int = 0
+    no_save: int = 0  # state-machine runs that saved nothing: no case to run
+    hypothesis: str = ""  # Hypothesis' own statistics in one line, when it delivered them
+
+    @property
+    def generating(self) -> float:
+        """Seconds not spent running cases: Hypothesis drawing examples, and the run folder being written."""
+        return max(0.0, self.seconds - self.running)
+
+    @property
+    def accounted(self) -> bool:
+        """Whether the phases add up to the cases run (rows without a phase are from an older run)."""
+        return self.searching_cases + self.shrinking_cases == self.cases
+
+    @property
+    def accounting(self) -> str:
+        """One sentence that adds up the mode's examples: the cases run (searching and shrinking), the examples
+        rejected and the state-machine runs that saved nothing (neither ran a case)."""
+        phases = f" ({self.searching_cases} searching + {self.shrinking_cases} shrinking)" if self.accounted else ""
+        out = f"{self.mode}: {_n(self.cases, 'case')} run{phases}"
+        if self.rejected:
+            out += f", {_n(self.rejected, 'example')} rejected (generated, nothing to damage: not run)"
+        if self.no_save:
+            out += f", {_n(self.no_save, 'example')} that saved nothing (no case to judge)"
+        return out + "."
 
 
 @dataclass(frozen=True)
@@ -168,10 +221,29 @@ class RunView:
     def headline(self) -> str:
         """What a reader needs first, in words: the summary line every command prints, and what it does not
         tell apart: UNKNOWN cases the framework broke on, a fuzzing run's minimal failures."""
-        extra = [FRAMEWORK_ERRORS.counted(n) for label, n, _ in self.counts if label == "framework error"]
+        n = dict((label, n) for label, n, _ in self.counts)
+        extra = []
+        if n.get("framework error"):  # counted among the UNKNOWN by the summary line: said which they are
+            fw, unknown = n["framework error"], n["framework error"] + n.get("UNKNOWN", 0)
+            are = "is a framework error" if fw == 1 else "are framework errors"
+            extra.append(f"{fw} of the {unknown} UNKNOWN {are}")
+        xfail = sum(bool(c.expected_failure) and c.category is not None for c in self.cases)
+        if xfail:  # a pytest session's tests marked xfail: failing as expected
+            failing = sum(c.category is not None for c in self.cases)
+            are = "is expected to fail" if xfail == 1 else "are expected to fail"
+            extra.append(f"{xfail} of the {failing} not passed {are} (their tests are marked xfail)")
         if self.fuzz:
             extra.append(f"{self.minimal} minimal failure{'s' if self.minimal != 1 else ''} kept")
         return self.summary + "".join(f"; {e}" for e in extra)
+
+
+def count_label(label: str, n: int) -> str:
+    """A count's label as its chip shows it: verdicts as they are, words in the plural past one."""
+    return label + "s" if n != 1 and label in ("framework error", "minimal failure") else label
+
+
+def _n(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def category_of(row: dict) -> Category | None:
@@ -186,6 +258,17 @@ def category_of(row: dict) -> Category | None:
 def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> RunView:
     """The view of a run folder's rows; `run_dir` (the folder the report is written into) for the links."""
     cases = [_case(i, r, run_dir) for i, r in enumerate(rows)]
+    # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
+    # stand for the failing cases met while searching and shrinking, which only the table of cases lists
+    runs = [r for r in rows if not r.get("minimal")]
+    minimal = len(rows) - len(runs)
+    listed = {
+        c.number
+        for r, c in zip(rows, cases)
+        if c.category is not None and (r.get("minimal") or not minimal or c.category is NOT_PROBED)
+    }
+    cases = [replace(c, listed=c.number in listed) for c in cases]
+    shown = [c for c in cases if c.listed]
     combos, cols, cells = matrix(rows, columns)
     by_cell: dict[tuple[str, str], list[CaseView]] = {}
     for r, c in zip(rows, cases):
@@ -195,12 +278,6 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
         for combo in combos
     ]
     transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
-    # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
-    # stand for the failing cases met while searching and shrinking, which only the table of cases lists
-    runs = [r for r in rows if not r.get("minimal")]
-    minimal = len(rows) - len(runs)
-    shown = [c for r, c in zip(rows, cases) if r.get("minimal") or not minimal or c.category is NOT_PROBED]
-    listed = {c.number for c in shown}
     counts = _counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
     return RunView(
         title=str(meta.get("title", "Resilience run")),
@@ -217,7 +294,7 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
         fuzz=_fuzz_modes(meta, runs),
         minimal=minimal,
         on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
-        cluster=cluster_of(meta.get("cluster")),
+        cluster=cluster_of(meta.get("cluster"), run_dir),
     )
 
 
@@ -226,36 +303,87 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
         return []
     info = meta.get("fuzz") or {}
     timings, stopped = info.get("timings") or {}, meta.get("stopped") or {}
+    events, stats = info.get("events") or {}, info.get("hypothesis") or {}
     modes = list(info.get("modes") or dict.fromkeys(column_of(r) for r in runs))
-    return [
-        FuzzMode(
-            m,
-            sum(column_of(r) == m for r in runs),
-            _counts([r for r in runs if column_of(r) == m]),
-            float((timings.get(m) or {}).get("seconds", 0.0)),
-            float((timings.get(m) or {}).get("shrinking", 0.0)),
-            str(stopped.get(m, "")),
-            _faults_drawn([r for r in runs if column_of(r) == m]),
+    out = []
+    for m in modes:
+        rows = [r for r in runs if column_of(r) == m]
+        t = timings.get(m) or {}
+        running = t.get("running") or {}
+        mode_events = events.get(m) or {}
+        out.append(
+            FuzzMode(
+                m,
+                len(rows),
+                _counts(rows),
+                float(t.get("seconds", 0.0)),
+                float(t.get("shrinking", 0.0)),
+                str(stopped.get(m, "")),
+                _faults_drawn(rows, mode_events),
+                searching_cases=sum(r.get("phase") == "searching" for r in rows),
+                shrinking_cases=sum(r.get("phase") == "shrinking" for r in rows),
+                running=float(sum(running.values())),
+                running_shrinking=float(running.get("shrinking", 0.0)),
+                rejected=int(mode_events.get(REJECTED, 0)),
+                no_save=int(mode_events.get(NO_SAVE, 0)),
+                hypothesis=_hypothesis_line(stats.get(m)),
+            )
         )
-        for m in modes
+    return out
+
+
+def _kinds(row: dict) -> tuple[list[str], dict[str, bool]]:
+    """The fault kinds a case drew, from its Hypothesis events (a row of an older run: from its faults, whose
+    text starts with the kind), and whether each fired."""
+    fired: dict[str, bool] = {}
+    for f in row.get("faults") or []:
+        if isinstance(f, dict) and f.get("fault"):
+            kind = str(f["fault"]).split()[0]
+            fired[kind] = fired.get(kind, False) or f.get("status") == "fired"
+    kinds = kinds_of(row["events"]) if isinstance(row.get("events"), list) else list(fired)
+    return kinds, fired
+
+
+def _faults_drawn(rows: list[dict], events: dict) -> list[FaultDrawn]:
+    """Each fault kind the cases drew, most drawn first, then "no fault" for the cases that drew none: in how
+    many cases, in how many of those it fired, their verdicts; and the rejected examples that drew it."""
+    drawn: dict[str, list[dict]] = {}
+    fired: dict[str, int] = {}
+    for r in rows:
+        kinds, fired_here = _kinds(r)
+        for kind in kinds or [NO_FAULT]:
+            drawn.setdefault(kind, []).append(r)
+            fired[kind] = fired.get(kind, 0) + bool(fired_here.get(kind))
+    # the mode's events count every example, rejected ones too: a kind's events less the cases run that drew
+    # it are the rejected examples that drew it
+    rejected = {
+        e[len(FAULT) :]: int(n) - len(drawn.get(e[len(FAULT) :], []))
+        for e, n in events.items()
+        if e.startswith(FAULT) and int(n) > len(drawn.get(e[len(FAULT) :], []))
+    }
+    for kind in rejected:
+        drawn.setdefault(kind, [])
+    order = sorted(drawn, key=lambda k: (k == NO_FAULT, -len(drawn[k]), k))
+    return [
+        FaultDrawn(k, len(drawn[k]), fired.get(k, 0), _counts(drawn[k]), rejected.get(k, 0))
+        for k in order
+        if k != NO_FAULT or drawn[k]
     ]
 
 
-def _faults_drawn(rows: list[dict]) -> list[tuple[str, int, int]]:
-    """Each fault kind the cases drew (a fault record's text starts with its kind): in how many cases, and in
-    how many of those it fired."""
-    drawn: dict[str, list[int]] = {}
-    for r in rows:
-        seen: dict[str, bool] = {}
-        for f in r.get("faults") or []:
-            if isinstance(f, dict) and f.get("fault"):
-                kind = str(f["fault"]).split()[0]
-                seen[kind] = seen.get(kind, False) or f.get("status") == "fired"
-        for kind, fired in seen.items():
-            n = drawn.setdefault(kind, [0, 0])
-            n[0] += 1
-            n[1] += fired
-    return [(kind, n[0], n[1]) for kind, n in sorted(drawn.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+def _hypothesis_line(stats: dict | None) -> str:
+    """Hypothesis' own count of the mode, per phase: test cases by status, seconds, of them drawing data."""
+    if not stats or not stats.get("phases"):
+        return ""
+    parts = []
+    for phase, p in stats["phases"].items():
+        statuses = ", ".join(f"{n} {s}" for s, n in sorted((p.get("statuses") or {}).items()))
+        parts.append(
+            f"{phase} phase: {p.get('test_cases', 0)} test cases ({statuses}) in {float(p.get('seconds', 0)):.1f} s, "
+            f"{float(p.get('drawing', 0)):.2f} s of them drawing data"
+        )
+    why = stats.get("stopped_because")
+    return "; ".join(parts) + (f"; stopped because {why}" if why else "")
 
 
 def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:
@@ -267,7 +395,8 @@ def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:
 
 
 def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
-    facts = [("seed", str(meta.get("seed"))), ("backend", str(meta.get("backend", "reference")))]
+    facts = [("seed", str(meta["seed"]))] if meta.get("seed") is not None else []
+    facts.append(("backend", str(meta.get("backend", "reference"))))
     if meta.get("io"):
         facts.append(("faults through", str(meta["io"])))
     planned = meta.get("cases")
@@ -284,11 +413,14 @@ def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
 
 
 def _cell(cell: str, cases: list[CaseView]) -> Cell:
+    """A matrix cell links to the case that gave its verdict: to it in the page when it is written out there,
+    to its section when it is not (a fuzzing run writes out the minimal failure standing for it), else to
+    the case's folder."""
     css = "error" if short(cell) == "ERROR" else CSS.get(status_of(cell), "na")
     worst = next((c for c in cases if c.label == short(cell)), cases[0] if cases else None)
-    href = None
-    if worst is not None:
-        href = "#" + worst.anchor if worst.category is not None else worst.folder
+    if worst is None:
+        return Cell(short(cell), css, None, 0)
+    href = "#" + worst.category.key if worst.category is not None and not worst.listed else worst.href
     return Cell(short(cell), css, href, len(cases))
 
 
@@ -319,6 +451,10 @@ def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
         faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
         links=case_links(run_dir, row) if run_dir else [],
         scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "",
+        phase=str(row.get("phase") or ""),
+        drawn=tuple(_kinds(row)[0]),
+        test=str(row.get("test") or ""),
+        expected_failure=str(row.get("expected_failure") or ""),
     )
 
 
@@ -341,7 +477,16 @@ def _pairs(item) -> list[tuple[str, str]]:
 
 
 def _text(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    """One evidence value as text: a string as it is; a mapping of strings (errors by rank) one "key: value" a
+    line, so each keeps its own lines; anything else as JSON, indented once it no longer fits a line."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
+        text = "\n".join(f"{k}: {v}" for k, v in value.items())
+    else:
+        text = json.dumps(value, default=str)
+        if len(text) > 160:
+            text = json.dumps(value, default=str, indent=1)
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE] + f" ... ({len(text) - MAX_VALUE} more characters)"
 
 

@@ -187,3 +187,23 @@ def test_validate_needs_the_cluster_or_local(capsys):
     assert main(["validate", "--shared", "/x"]) == 2
     assert "--rdzv-endpoint" in capsys.readouterr().err
     assert main(["validate", "--show", "/nonexistent/run"]) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, replay",
+    [
+        (
+            ["resilience", "validate", "--local", "--shared", "/x/v", "--combos", "LOCAL/torch/sync"],
+            "resilience validate --local --combos LOCAL/torch/sync",
+        ),
+        (["resilience", "validate", "--local", "--shared=/x/v"], "resilience validate --local"),
+        (["pytest"], "resilience validate --local"),
+    ],
+)
+def test_the_report_of_a_local_validation_replays_with_the_command_a_person_ran(monkeypatch, argv, replay):
+    """Not the worker's own line (which needs torchrun around it), and into a new shared folder: the one
+    given is not empty once the run wrote into it."""
+    from resilience.commands.validate import _replay
+
+    monkeypatch.setattr("sys.argv", argv)
+    assert _replay() == replay

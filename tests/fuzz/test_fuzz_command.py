@@ -3,6 +3,7 @@ deliberately broken implementation within a small budget."""
 
 import json
 import os
+from collections import Counter
 
 import pytest
 
@@ -22,7 +23,10 @@ def _fake_runs(monkeypatch, fail_when=None):
         seen.append(f"{combo}\n{scenario.to_yaml()}")
         verdict = "FAIL" if fail_when and fail_when(scenario) else PASS
         evidence = [{"acknowledged": 2, "problem": "fake loss"}] if verdict == "FAIL" else []
-        faults = [{"fault": f"{step.kind} fake", "status": "fired"} for step in scenario.steps if step.kind == "crash"]
+        # a fault record's text starts with its kind, as the runner writes it
+        faults = [
+            {"fault": f"{step.fault.kind} x", "status": "fired"} for step in scenario.steps if step.kind == "crash"
+        ]
         return CaseResult(
             scenario.name,
             str(combo),
@@ -176,7 +180,8 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
     from tests.report.dom import parse  # the report files it under framework errors, not the implementation's
 
     page = parse(open(os.path.join(out.run_dir, "report.html")).read())
-    assert [a.find(cls="detail").text for a in page.by_id("framework").find_all("article")] == [failure.detail]
+    articles = page.by_id("framework").find_all("article")
+    assert [a.find(cls="checker").text for a in articles] == [f"framework UNKNOWN: {failure.detail}"]
     assert not page.find_all("section", id="failed")
 
 
@@ -227,6 +232,8 @@ def test_results_hold_a_row_per_case_each_with_its_replay(tmp_path, monkeypatch)
 
 
 def check_fuzz_page(page, run_dir: str) -> None:
+    from tests.report.test_content import check_links
+
     """The fuzz report accounts for every case run (by mode, by verdict, shrinking included) and writes out
     the minimal failure: its evidence, its scenario and its replay; the failing cases met on the way to it
     are counted and listed, not each written out. Read from the DOM, as written or as a browser built it."""
@@ -242,11 +249,44 @@ def check_fuzz_page(page, run_dir: str) -> None:
         li.attrs.get("data-verdict", "cases"): int(li.find(cls="n").text) for li in page.by_id("counts").find_all("li")
     }
     assert counts == {"cases": len(cases), "PASS": len(cases) - failing, "FAIL": failing, "minimal failure": 1}
-    (mode,) = page.by_id("fuzz").find("tbody").find_all("tr")
+    (mode,) = page.by_id("fuzz-modes").find("tbody").find_all("tr")
     cells = [td.text for td in mode.find_all("td")]
-    assert cells[:3] == ["scenarios", str(len(cases)), f"{len(cases) - failing} PASS {failing} FAIL "]
-    assert float(cells[4]) <= float(cells[3])  # shrinking is part of the mode's time
-    assert cells[6] == f"crash {sum(bool(r['faults']) for r in cases)}"  # the fault kinds drawn, in how many cases
+    searching, shrinking = sum(r["phase"] == "searching" for r in cases), sum(r["phase"] == "shrinking" for r in cases)
+    assert cells[:5] == [
+        "scenarios",
+        str(len(cases)),
+        str(searching),
+        str(shrinking),
+        f"{len(cases) - failing} PASS {failing} FAIL ",
+    ]
+    assert searching + shrinking == len(cases) and searching >= 1 and shrinking >= 1  # it found, then shrank
+    seconds, running, generating, shrinking_s = map(float, cells[5:9])
+    assert abs(running + generating - seconds) <= 0.11 and shrinking_s <= seconds  # the time adds up
+    accounting = page.by_id("accounting").text
+    assert f"scenarios: {len(cases)} cases run ({searching} searching + {shrinking} shrinking)." in accounting
+    # the faults drawn: the Hypothesis events each case gave, kept on its row, by kind and verdict
+    for r in cases:
+        kinds = list(dict.fromkeys(s.fault.kind for s in load_file(r["scenario_file"]).steps if s.fault))
+        assert r["events"] == [f"fault: {k}" for k in kinds] + [f"verdict: {r['verdict']}"]
+    told = json.load(open(os.path.join(run_dir, "fuzz.json")))["events"]["scenarios"]
+    assert told == dict(Counter(e for r in cases for e in r["events"]))  # what Hypothesis was told, no more
+    drawn = {
+        tr.attrs["data-fault"]: [td.text for td in tr.find_all("td")]
+        for tr in page.by_id("faults-drawn").find_all("tr", **{"data-mode": "scenarios"})
+    }
+    for kind, (_, shown, n, fired, verdicts, rejected) in drawn.items():
+        rows_of = [
+            r for r in cases if (f"fault: {kind}" in r["events"]) or (kind == "no fault" and len(r["events"]) == 1)
+        ]
+        assert int(n) == len(rows_of) > 0 and shown == kind and rejected == ""
+        expected = Counter(r["verdict"] for r in rows_of)
+        assert verdicts == "".join(f"{expected[v]} {v} " for v in ("PASS", "FAIL") if expected[v])
+        if kind == "rank_crash":  # the fake fires every crash, and fails every case that drew one
+            assert fired == n and expected == {"FAIL": len(rows_of)}
+    assert sum(int(cells[2]) for k, cells in drawn.items() if k == "no fault") == sum(
+        len(r["events"]) == 1 for r in cases
+    )
+    assert "Hypothesis' own count for scenarios: generate phase: " in page.by_id("fuzz").find(cls="hypothesis").text
     (article,) = page.by_id("failed").find_all("article")
     assert article.find("h3").text == f"FAIL {minimal['combo']} · scenarios: minimal failure"
     assert [dd.text for dd in article.find("dl", cls="evidence").find_all("dd")] == ["2", "fake loss"]
@@ -258,6 +298,20 @@ def check_fuzz_page(page, run_dir: str) -> None:
     )
     listed = page.by_id("cases").find("tbody").find_all("tr")
     assert len(listed) == len(rows)  # every case run, and the minimal failure
+    heads = [th.text for th in page.by_id("cases").find("thead").find_all("th")]
+    assert heads == ["#", "combination", "column", "phase", "faults drawn", "verdict", "why", "seconds", "files"]
+    for tr, r in zip(listed, rows):
+        cells = {h: td for h, td in zip(heads, tr.find_all("td"))}
+        assert cells["phase"].text == r.get("phase", "")
+        assert r.get("minimal") or cells["faults drawn"].text == ", ".join(
+            e[len("fault: ") :] for e in r.get("events", []) if e.startswith("fault: ")
+        )
+        if r["verdict"] == "FAIL" and not r.get("minimal"):  # met on the way, not written out: why, on its line
+            assert cells["why"].text == r["detail"] and not cells["#"].find_all("a")
+    # the matrix cell of the mode's failing cases leads to the section holding the minimal failure
+    cell = page.find("table", cls="matrix").find("tbody").find_all("td")[0]
+    assert cell.find("a").attrs["href"] == "#failed"
+    check_links(page, run_dir)
 
 
 def test_the_fuzz_report_accounts_for_every_case_and_writes_out_the_minimal_failure(tmp_path, monkeypatch):
@@ -337,3 +391,14 @@ def test_unprobed_cases_are_not_passed(tmp_path, capsys):
     assert code == 1, out
     assert "no failure found" not in out
     assert " not passed (" in out and " UNPROBED)" in out and " UNPROBED: a generated fault never fired" in out
+
+
+def test_progress_shows_each_modes_own_phase(tmp_path, monkeypatch, capsys):
+    """Once the scenarios mode has shrunk its failure, the machine mode's cases are not counted as its
+    shrinking: the plain progress lines (stderr is not a terminal here) name the phase of the mode running."""
+    _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
+    assert main(["fuzz", "--examples", "30", "--seed", "3", "--out", str(tmp_path)]) == 1
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("progress: ")]
+    assert any(ln.startswith("progress: scenarios: shrinking · ") for ln in lines)
+    machine = [ln for ln in lines if ln.endswith(("machine PASS", "machine FAIL"))]
+    assert machine and not any("scenarios: shrinking" in ln for ln in machine)

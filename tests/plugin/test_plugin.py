@@ -210,3 +210,52 @@ def test_resilience_io_picks_the_way_faults_reach_the_backend(pytester, fuse, mo
     assert "UNPROBED" in seam.stdout.str()
     fuse_run = pytester.runpytest_subprocess("scenarios", "-p", "no:cacheprovider", "-n", "0")
     fuse_run.assert_outcomes(passed=1)
+
+
+def test_the_session_report_names_each_case_test_and_says_which_are_expected_to_fail(pytester):
+    """In process, with run_case replaced by a FAIL (no ranks): a test marked xfail fails as expected, and the
+    session's report says so beside its FAIL instead of counting it as one more surprise."""
+    import json
+    import os
+
+    from tests.report.dom import parse
+
+    pytester.makefile(".yaml", flipped=FAILING)
+    pytester.makeconftest(
+        """
+        import resilience.runner.run as run
+        from resilience.checkers import Verdict
+
+        def failing(scenario, combo, case_dir, **kw):
+            evidence = [{"problem": "a flipped bit loaded as wrong values"}]
+            verdicts = [Verdict("integrity", "FAIL", "wrong values", evidence)]
+            return run.CaseResult(scenario.name, str(combo), "FAIL", verdicts, 0.0, case_dir, "replay", "wrong")
+
+        run.run_case = failing
+        """
+    )
+    pytester.makepyfile(
+        test_gap="""
+        import pytest
+
+        @pytest.mark.xfail(reason="known gap: no checksum", strict=True)
+        def test_gap(resilience_run):
+            resilience_run("flipped.yaml")
+        """
+    )
+    out = pytester.path / "runs"
+    result = pytester.runpytest("test_gap.py", "-p", "no:cacheprovider", f"--resilience-out={out}")
+    result.assert_outcomes(xfailed=1)
+    (run_dir,) = [p for p in out.iterdir() if p.is_dir()]
+    (row,) = json.loads((run_dir / "results.json").read_text())
+    assert row["test"] == "test_gap.py::test_gap" and row["expected_failure"] == "known gap: no checksum"
+    page = parse((run_dir / "report.html").read_text())
+    assert page.by_id("headline").text == (
+        "0 passed, 1 not passed (1 FAIL); 1 of the 1 not passed is expected to fail (their tests are marked xfail)"
+    )
+    case = page.by_id("case-1")
+    assert case.find(cls="xfail").text == "Expected to fail: its test is marked xfail (known gap: no checksum)."
+    assert case.find(cls="test").text == "test: test_gap.py::test_gap"
+    command = dict(zip((dt.text for dt in page.find_all("dt")), (dd.text for dd in page.find_all("dd"))))["command"]
+    assert command.startswith(f"pytest test_gap.py -p no:cacheprovider --resilience-out={out}")  # as it was run
+    assert os.path.exists(run_dir / "report.md")

@@ -132,8 +132,19 @@ def check_validate_page(dom) -> None:
 
 def test_validate_report_shows_nodes_attempts_restarts_kills_and_why_a_load_was_wrong(tmp_path, capsys):
     layout = make_validation(tmp_path)
-    check_validate_page(parse(open(os.path.join(layout.report, "report.html")).read()))
+    page = parse(open(os.path.join(layout.report, "report.html")).read())
+    check_validate_page(page)
+    # where the evidence lies: the shared folder beside the report, linked from it
+    files = {a.text: a.attrs["href"] for a in page.by_id("cluster-files").find_all("a")}
+    assert files == {
+        "histories": "../history/",
+        "kills fired": "../faults/",
+        "attempts": "../attempts.json",
+        "checkpoints": "../ckpt/",
+    }
+    assert all(os.path.exists(os.path.join(layout.report, href)) for href in files.values())
     md = open(os.path.join(layout.report, "report.md")).read()
+    assert "evidence in the shared folder: [histories](../history/) · [kills fired](../faults/) · [attempts]" in md
     assert f"| {WRONG} | attempt 0 | armed, never fired | attempt 1 | FAIL **value**: resume_equivalence:" in md
     assert (
         "- killed: rank 3 (node 1, beta, pid 1003) at phase write of GLOBAL/torch_dist/sync on attempt 0, "
@@ -219,7 +230,9 @@ VERIFICATION = {
 
 
 def check_corpus_page(dom) -> None:
-    assert dom.by_id("headline").text == "5 loads: 2 as expected, 3 not under torch 2.12.0 -> 2.13.0"
+    assert dom.by_id("headline").text == "5 loads: 2 as expected, 3 not (torch 2.12.0 -> 2.13.0)"
+    facts = dict(zip((dt.text for dt in dom.find_all("dt")), (dd.text for dd in dom.find_all("dd"))))
+    assert facts["replay"] == "resilience corpus verify /corpora/golden"  # how to run it again
     assert {li.attrs["data-outcome"]: li.find(cls="n").text for li in dom.by_id("counts").find_all("li")} == {
         "bit-exact": "1",
         "refused clearly": "1",

@@ -14,6 +14,8 @@ import pytest
 from resilience.cli import main
 from resilience.report import RunFolder
 from resilience.report.folder import INTERRUPTED
+from resilience.report.html import render_html
+from resilience.report.markdown import render_markdown
 
 from .dom import parse
 
@@ -150,7 +152,10 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     lines = md.splitlines()
     assert lines[0] == "# resilience matrix <&>"
     assert lines[2].startswith("seed `[7]` · backend `reference` · cases `9 of 10` · time in cases `13.5 s`")
-    assert "**2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error**" in lines
+    assert (
+        "**2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 of the 2 UNKNOWN is a framework error**"
+        in lines
+    )
     assert "Verdicts: 9 cases: PASS 1, REFUSED 1, FAIL 3, UNKNOWN 1, framework error 1, UNPROBED 1, N/A 1" in lines
     assert f"| {COMBO} | PASS | FAIL | ERROR | UNPROBED | REFUSED | - | - | - | - |" in lines
     assert f"| {OTHER} | - | - | - | - | - | FAIL+UNPROBED | - | FAIL | UNKNOWN |" in lines
@@ -191,6 +196,17 @@ def test_markdown_counts_cells_and_cases_that_did_not_pass(run_dir):
     assert f"- {COMBO} · tp: TopologyChangeRefused: LEGACY cannot load on tp1" in sections["Refused as expected (1)"]
 
 
+def check_links(page, run_dir: str) -> None:
+    """Every file link resolves inside the run folder, and every link inside the page to an element of it."""
+    ids = {e.attrs["id"] for e in page.iter() if "id" in e.attrs}
+    for a in page.find_all("a"):
+        href = a.attrs["href"]
+        if href.startswith("#"):
+            assert href[1:] in ids, f"{href} leads nowhere in the page"
+        else:
+            assert not href.startswith(("/", "file:", "..")) and os.path.exists(os.path.join(run_dir, href)), href
+
+
 def check_report_page(page, run_dir: str) -> None:
     """What report.html must show without hovering or opening another file, read from its DOM (as written,
     or as a browser rendered it): counts, matrix cells and their links, each case that did not pass with
@@ -198,7 +214,7 @@ def check_report_page(page, run_dir: str) -> None:
     assert page.find("title").text == "resilience matrix <&>"
     assert (
         page.by_id("headline").text
-        == "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 framework error"
+        == "2 passed, 1 N/A, 6 not passed (3 FAIL, 2 UNKNOWN, 1 UNPROBED); 1 of the 2 UNKNOWN is a framework error"
     )
     counts = {
         li.attrs.get("data-verdict", "cases"): li.find(cls="n").text for li in page.by_id("counts").find_all("li")
@@ -215,7 +231,14 @@ def check_report_page(page, run_dir: str) -> None:
     }
     matrix = page.find("table", cls="matrix")
     heads = [th.text for th in matrix.find("thead").find_all("th")]
-    assert heads[:6] == ["combination", "save-load", "bitflip", "metadata", "kill", "tptp2 → tp1"]
+    assert heads[:6] == [
+        "combination",
+        "save-load",
+        "bitflip",
+        "metadata",
+        "kill",
+        "tptp2\u00a0→ tp1",
+    ]  # the arrow stays with the topology before it
     body = matrix.find("tbody").find_all("tr")
     assert [[td.text for td in tr.find_all("td")] for tr in body] == [
         ["PASS", "FAIL", "ERROR", "UNPROBED", "REFUSED", "-", "-", "-", "-"],
@@ -245,16 +268,14 @@ def check_report_page(page, run_dir: str) -> None:
         "faults fired",
         "timeline",
     ]
-    for a in page.find_all("a"):  # every file link resolves inside the run folder
-        href = a.attrs["href"]
-        if not href.startswith("#"):
-            assert not href.startswith(("/", "file:", "..")) and os.path.exists(os.path.join(run_dir, href)), href
+    check_links(page, run_dir)
     assert page.by_id("case-3").find("a", href="cases/002-metadata/framework-error.txt").text == "traceback"
     assert "KeyError: 'manifest.json'" in page.by_id("case-3").find("dl", cls="evidence").text
     replays = [r.find("pre").text for r in page.find_all(cls="replay")]
     assert len(replays) == 6 and f"resilience run cases/bitflip/scenario.yaml --combos {COMBO}" in replays
     hostile = page.by_id("case-8")
-    assert hostile.find(cls="detail").text == HOSTILE  # shown as text, whole
+    assert hostile.find(cls="checker").text == f"resume FAIL: {HOSTILE}"  # shown as text, whole
+    assert not hostile.find_all(cls="detail")  # the row's detail only repeats its finding
     assert [dd.text for dd in hostile.find("dl", cls="evidence").find_all("dd")] == [HOSTILE]
     assert not page.find_all("img") and len(page.find_all("script")) == 1  # only the page's own script
 
@@ -342,7 +363,7 @@ def test_report_rebuilds_the_same_reports_and_exits_1_on_a_failing_row(run_dir, 
 
 
 def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
-    from resilience.report.view import build
+    from resilience.report.view import FaultDrawn, build
 
     faults = [
         [("rank_crash rank=1", "fired"), ("bit_flip seed=3", "never fired")],
@@ -350,8 +371,92 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
         [("bit_flip seed=4", "fired"), ("bit_flip seed=5", "never fired")],
         [],
     ]
-    rows = [_row("scenarios", "PASS", faults=[{"fault": f, "status": s} for f, s in fs]) for fs in faults]
+    verdicts = ["FAIL", "UNPROBED", "PASS", "PASS"]
+    rows = [_row("scenarios", v, faults=[{"fault": f, "status": s} for f, s in fs]) for fs, v in zip(faults, verdicts)]
     meta = {"kind": "fuzz", "fuzz": {"modes": ["scenarios"], "timings": {"scenarios": {"seconds": 9, "shrinking": 0}}}}
     (mode,) = build(rows, meta).fuzz
     assert (mode.mode, mode.cases, mode.seconds) == ("scenarios", 4, 9.0)
-    assert mode.faults == [("bit_flip", 2, 1), ("rank_crash", 2, 1)]  # cases that drew it, cases where it fired
+    # rows of a run that kept no events: the kinds read from their faults
+    assert [(f.kind, f.cases, f.fired) for f in mode.faults] == [
+        ("bit_flip", 2, 1),
+        ("rank_crash", 2, 1),
+        ("no fault", 1, 0),
+    ]
+    # the events Hypothesis was told, kept on each row; the mode's events count rejected examples too
+    for r, fs in zip(rows, faults):
+        r["events"] = [f"fault: {k}" for k in dict.fromkeys(f.split()[0] for f, _ in fs)] + [f"verdict: {r['verdict']}"]
+        r["phase"] = "searching"
+    meta["fuzz"]["events"] = {
+        "scenarios": {
+            "fault: bit_flip": 2,
+            "fault: truncate": 2,
+            "rejected: nothing to damage": 2,
+            "not run: no save to judge": 1,  # an example that ran no case is accounted for too
+        }
+    }
+    meta["fuzz"]["timings"]["scenarios"].update(running={"searching": 7.5, "shrinking": 0.0})
+    (mode,) = build(rows, meta).fuzz
+    assert mode.faults == [
+        FaultDrawn("bit_flip", 2, 1, [("PASS", 1, "pass"), ("FAIL", 1, "fail")]),
+        FaultDrawn("rank_crash", 2, 1, [("FAIL", 1, "fail"), ("UNPROBED", 1, "unprobed")]),
+        FaultDrawn("truncate", 0, 0, [], rejected=2),  # drawn only by examples that were rejected
+        FaultDrawn("no fault", 1, 0, [("PASS", 1, "pass")]),
+    ]
+    assert (mode.rejected, mode.searching_cases, mode.accounted, mode.running, mode.generating) == (
+        2,
+        4,
+        True,
+        7.5,
+        1.5,
+    )
+    page = parse(render_html(rows, meta))
+    assert page.by_id("accounting").text.startswith(
+        "scenarios: 4 cases run (4 searching + 0 shrinking), 2 examples rejected (generated, nothing to damage: "
+        "not run), 1 example that saved nothing (no case to judge). Every case run is a row of All cases below"
+    )
+    truncate = page.by_id("faults-drawn").find("tr", **{"data-fault": "truncate"})
+    assert [td.text for td in truncate.find_all("td")] == ["scenarios", "truncate", "0", "0", "", "2"]
+    md = render_markdown(rows, meta)
+    assert "| scenarios | rank_crash | 2 | 1 | FAIL 1, UNPROBED 1 |  |" in md
+    assert "| scenarios | 4 | 4 | 0 | PASS 2, FAIL 1, UNPROBED 1 | 9.0 | 7.5 | 1.5 | 0.0 |  |" in md
+
+
+def test_a_detail_that_only_repeats_its_findings_is_not_shown_and_errors_by_rank_keep_their_lines():
+    from resilience.report.view import build
+
+    errors = {"0": "RankFailure: save failed\n--- rank 0: OSError: [Errno 5]", "1": "RankFailure: save failed"}
+    checkers = [
+        {"checker": "saves", "status": "UNPROBED", "detail": "none acknowledged", "evidence": [{"errors": errors}]},
+        {"checker": "faults", "status": "UNPROBED", "detail": "short_write never fired", "evidence": []},
+    ]
+    row = _row("short", "UNPROBED", "saves: none acknowledged; faults: short_write never fired", checkers=checkers)
+    (case,) = build([row], {}).cases
+    assert case.detail_repeats  # both findings are written out under it
+    assert case.findings[0].evidence == [[("errors", "0: " + errors["0"] + "\n1: " + errors["1"])]]
+    page = parse(render_html([row], {}))
+    assert not page.by_id("case-1").find_all(cls="detail")
+    assert "--- rank 0: OSError" in page.by_id("case-1").find("dl", cls="evidence").find("pre").text
+    assert not build([dict(row, detail=row["detail"] + "; expect: iteration 2")], {}).cases[0].detail_repeats
+
+
+def test_counts_say_framework_errors_in_the_plural_and_long_column_names_wrap_after_their_colon():
+    rows = [_row(f"metadata:{name}", "UNKNOWN", "framework error: KeyError") for name in ("manifest.json", ".metadata")]
+    for r in rows:
+        r["checkers"] = [{"checker": "framework", "status": "UNKNOWN", "detail": r["detail"], "evidence": []}]
+    page = parse(render_html(rows, {}))
+    assert page.by_id("headline").text == "0 passed, 2 not passed (2 UNKNOWN); 2 of the 2 UNKNOWN are framework errors"
+    (chip,) = page.by_id("counts").find_all("li", **{"data-verdict": "framework error"})
+    assert chip.text == "2 framework errors"
+    heads = page.find("table", cls="matrix").find("thead").find_all("th")[1:]
+    assert [th.text for th in heads] == ["metadata:manifest.json", "metadata:.metadata"]
+    assert all(th.find_all("wbr") for th in heads)  # where the name may break
+
+
+def test_in_print_links_show_their_target_and_may_wrap(run_dir):
+    """On paper a link's target is printed after it (p.links a::after), so a long one must be allowed to wrap
+    instead of running off the page; the copy buttons are left out and the matrix does not scroll."""
+    style = parse(open(os.path.join(run_dir, "report.html")).read()).find("style").text
+    printed = style[style.index("@media print") :]
+    assert 'p.links a[href]::after{content:" (" attr(href) ")"' in printed
+    assert "p.links a,table.cases td.links a{white-space:normal;overflow-wrap:anywhere}" in printed
+    assert "button{display:none}" in printed and ".scroll{overflow:visible;border:none}" in printed

@@ -57,3 +57,13 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
     broken, ran = (os.path.relpath(r["case_dir"], run_dir) for r in rows)
     assert f'href="{ran}/timeline.html">timeline</a>' in report
     assert f'href="{broken}/framework-error.txt">traceback</a>' in report and f"{broken}/timeline.html" not in report
+    # written out on the page: where the framework broke and the end of its traceback, apart from the failures
+    from .dom import parse
+
+    page = parse(report)
+    assert page.by_id("headline").text == "1 passed, 1 not passed (1 UNKNOWN); 1 of the 1 UNKNOWN is a framework error"
+    (article,) = page.by_id("framework").find_all("article")
+    evidence = dict(zip((dt.text for dt in article.find_all("dt")), (dd.text for dd in article.find_all("dd"))))
+    assert evidence["where"].endswith("in breaks_on_the_first")
+    assert evidence["traceback"].rstrip().endswith("KeyError: 'manifest.json'")
+    assert not article.find_all(cls="detail")  # the detail is its one finding's, shown once
