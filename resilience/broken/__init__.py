@@ -129,6 +129,14 @@ CATALOGUE = {
             ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
             witness="TORCH_DCP/torch_dcp/async",
         ),
+        # a restart starts a clean process: only the same job saving again after the failed save shows it
+        BrokenImpl(
+            "poisoned_after_error",
+            "a failed save leaves its 'save in progress' flag set: every later save in the process refuses",
+            "recovery",
+            "io_error",
+            witness="GLOBAL/torch_dist/sync",
+        ),
         BrokenImpl(
             "silent_cast",
             "a resume in another precision casts the saved parameters to the new dtype, ignores "

@@ -298,3 +298,30 @@ class silent_cast(ReferenceBackend):
                     state.main[key].copy_(state.params[key][lo:hi])
 
         return records, cast
+
+
+class poisoned_after_error(ReferenceBackend):
+    """A 'save in progress' flag set as a save starts and cleared when it completes (for an async save,
+    when finalize commits it), but not on the error path: after one failed save or finalize the flag stays
+    set and every later save in this process refuses as already in progress. A new process starts clean,
+    so a restart hides it; only the same job saving again shows it."""
+
+    def __init__(self, combo):
+        super().__init__(combo)
+        self._saving = False
+
+    def save(self, state, root):
+        if self._pending is not None:
+            self.finalize()  # the one in flight first, as the reference does
+        if self._saving:
+            raise RuntimeError("a checkpoint save is already in progress")
+        self._saving = True
+        super().save(state, root)  # the bug: a save that raises leaves the flag set
+        if self._pending is None:
+            self._saving = False
+
+    def finalize(self, *, blocking=True):
+        done = super().finalize(blocking=blocking)  # the bug: a failed commit leaves the flag set
+        if done:
+            self._saving = False
+        return done

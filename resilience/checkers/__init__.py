@@ -23,6 +23,7 @@ from .exceptions import ExceptionContract
 from .generations import Generations
 from .integrity import Integrity
 from .precision import PrecisionOnResume
+from .recovery import Recovery
 from .resume import ResumeEquivalence
 from .saves import SaveOutcomes
 from .symmetry import FailureSymmetry
@@ -39,6 +40,7 @@ ALL = (
     ExceptionContract(),
     FailureSymmetry(),
     PrecisionOnResume(),
+    Recovery(),
 )
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "PASS",
     "PrecisionOnResume",
     "REFUSED",
+    "Recovery",
     "ResumeEquivalence",
     "SaveOutcomes",
     "SaveRecord",

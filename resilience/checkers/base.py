@@ -45,6 +45,7 @@ class SaveRecord:
     returned_at: dict[int, float] = field(default_factory=dict)  # rank -> time it returned ok
     generation: int | None = None  # the number this save stamped into the state (unique in the case)
     dtype: str | None = None  # the parameters' dtype it saved (None: not recorded)
+    recovery: bool = False  # made by a recovery, after a fault the job survived
 
     @property
     def acknowledged(self) -> bool:
@@ -70,6 +71,8 @@ class LoadRecord:
     generations: dict | None = None  # {"found": [generation, ...], "pieces": {generation: [key, ...]}} if mixed
     dtype: str | None = None  # the parameters' dtype of the state it loaded into (None: not recorded)
     captured: list[str] = field(default_factory=list)  # Python warnings and log records heard during the load
+    # part of a recovery: "fault" (the newest checkpoint after the fault), "save" (the recovery's own save)
+    recovery: str = ""
 
 
 @dataclass
@@ -95,6 +98,8 @@ class Evidence:
     contract: TopologyContract | None = None
     # (iteration, saved dtype, loaded dtype) -> what a load converting the parameters' dtype must give
     converted: Callable[[int, str, str], PrecisionTargets] | None = None
+    # each job with a recover op: {"job", "index", "started", "survived": [errors before it], "ended": {...}}
+    recoveries: list[dict] = field(default_factory=list)
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]

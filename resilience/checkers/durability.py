@@ -18,6 +18,8 @@ class Durability:
         for ld in ev.loads:
             if ld.refused or (ld.status != "ok" and ev.precision_change(ld)):
                 continue  # a refusal (of a topology, of a precision change) is judged by its own checker
+            if ld.status != "ok" and any(c["job"] == ld.job for c in ev.crashes):
+                continue  # cut short by a rank killed in its job (a recovery racing a kill), not a lost save
             done = ev.acknowledged_before(ld.index)
             if not done:
                 continue

@@ -38,18 +38,30 @@ def evidence_from(
     open_saves: dict[tuple, list[str]] = {}  # (job, rank) -> ids invoked there and not yet answered
     invoked: dict[tuple, int] = {}
     loads: list[LoadRecord] = []
-    corruptions, crashes, fired, errors = [], [], [], []
+    corruptions: list[dict] = []
+    crashes: list[dict] = []
+    fired: list[dict] = []
+    errors: list[dict] = []
     blocked: list[dict] = []  # ranks still running a while after another raised: {"job", "rank", "error", "stacks"}
     topo_of_job: dict[int, str] = {}
+    recoveries: dict[int, dict] = {}
     current_load: LoadRecord | None = None
     for i, e in enumerate(events):
         v = e.value
         if e.f == "job" and e.type == INVOKE:
             topo_of_job[v["job"]] = v["topology"]
+            if any(op.get("op") == "recover" for op in v.get("ops") or [] if isinstance(op, dict)):
+                recoveries[v["job"]] = {"job": v["job"], "index": i, "started": False, "survived": [], "ended": {}}
+        elif e.f == "recover" and e.type == INVOKE:
+            rec_of = recoveries.setdefault(
+                e.job, {"job": e.job, "index": i, "started": False, "survived": [], "ended": {}}
+            )
+            rec_of.update(started=True, index=i)  # the last rank's: each rank logs its own errors before it
+        elif e.f == "job" and v.get("job") in recoveries and "statuses" in v:
+            recoveries[v["job"]]["ended"] = {k: v[k] for k in ("statuses", "signals", "timed_out") if k in v}
+            _crashed(v, i, crashes, blocked)
         elif e.f == "job" and (v.get("signals") or v.get("blocked")):
-            if v.get("signals"):
-                crashes.append({"job": v["job"], "index": i, "signals": v["signals"]})
-            blocked += [dict(b, job=v["job"], rank=int(r)) for r, b in (v.get("blocked") or {}).items()]
+            _crashed(v, i, crashes, blocked)
         elif e.f == "save":
             sid = _save_id(e, saves, open_saves, invoked)
             if sid is None:
@@ -69,6 +81,7 @@ def evidence_from(
                     rec.dtype = v["dtype"]
                 if v.get("fingerprint"):
                     rec.fingerprint, rec.rng = v["fingerprint"], v.get("rng")
+                rec.recovery = rec.recovery or bool(v.get("recovery"))
             elif e.type == OK and e.process not in rec.ok_ranks:
                 rec.ok_ranks.append(e.process)
                 rec.returned_at[e.process] = e.time
@@ -97,6 +110,7 @@ def evidence_from(
                 generations=v.get("generations"),
                 dtype=v.get("dtype"),
                 captured=list(v.get("captured") or []),
+                recovery=str(v.get("recovery") or ""),
             )
             loads.append(current_load)
         elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
@@ -113,6 +127,10 @@ def evidence_from(
     for rec in saves.values():
         if rec.status != OK and rec.errors and not rec.ok_ranks:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
+    for r in recoveries.values():  # what each recovery came after: the saves and finalizes that raised before it
+        r["survived"] = [
+            err for err in errors if err["job"] == r["job"] and err["index"] < r["index"] and not err.get("recovery")
+        ]
     return Evidence(
         combo,
         save_topology,
@@ -129,7 +147,15 @@ def evidence_from(
         blocked,
         contract,
         converted,
+        sorted(recoveries.values(), key=lambda r: r["job"]),
     )
+
+
+def _crashed(v: dict, index: int, crashes: list[dict], blocked: list[dict]) -> None:
+    """A job's end: ranks killed by a signal, and ranks blocked after another raised."""
+    if v.get("signals"):
+        crashes.append({"job": v["job"], "index": index, "signals": v["signals"]})
+    blocked.extend(dict(b, job=v["job"], rank=int(r)) for r, b in (v.get("blocked") or {}).items())
 
 
 def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:
@@ -165,4 +191,5 @@ def _error(e: Event, index: int, op: str, save_id: str | None) -> dict:
         "errno": v.get("errno"),
         "index": index,
         **({"not_exception": v["not_exception"]} if v.get("not_exception") else {}),
+        **({"recovery": True} if v.get("recovery") else {}),
     }

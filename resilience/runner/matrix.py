@@ -30,7 +30,8 @@ MODEL = ModelSpec(
 ADAM = replace(MODEL, optimizer="adam")
 BASE = "tp2pp1dp1"
 
-# fault column -> the steps that exercise it; every case ends with a resume on the same topology. Paths
+# fault column -> the steps that exercise it; every case ends with a resume on the same topology, and the
+# columns whose fault strikes a save in process first recover in the same job (a kill leaves nothing to). Paths
 # starting with @ name a role in the backend's learned layout (faults.layout): "@data" is a data file of
 # the next save after the fault is armed, "@data#2" of the second one.
 _TWO_SAVES: list[dict] = [{"train": 2}, {"save": None}, {"train": 1}]
@@ -44,13 +45,16 @@ FAULTS: dict[str, list[dict]] = {
         {"fault": {"kind": "slow_write", "rank": 1, "delay": 0.2, "times": 2, "path": "@data"}},
         {"crash": {"rank": 1, "after_bytes": 256, "file": "@data"}},
         {"save": None},
+        {"recover": None},
     ],
-    # rank 1's first write to a data file of the second save fails (disk full): that save must not count
+    # rank 1's first write to a data file of the second save fails (disk full): that save must not count,
+    # and the same ranks then save and load again (recover)
     "io_error": _TWO_SAVES
     + [
         {"finalize": None},
         {"fault": {"kind": "io_error", "rank": 1, "errno": "ENOSPC", "op": "write", "path": "@data"}},
         {"save": None},
+        {"recover": None},
     ],
     # damage in the newest checkpoint: tensor payload of a data file, one of the backend's metadata files
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],

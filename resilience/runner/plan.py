@@ -123,7 +123,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
     for step in scenario.steps:
         k, a, fault = step.kind, step.args, step.fault
         layer = fault.layer if fault is not None else None
-        runs_on_ranks = k in ("train", "save", "finalize") or layer in ("inject", "nemesis")
+        runs_on_ranks = k in ("train", "save", "finalize", "recover") or layer in ("inject", "nemesis")
         if runs_on_ranks and any(isinstance(x, Corruption) for x in cur.after):
             # training (or a fault on it) goes on after runner actions: a new job that first resumes; a
             # fault left in the ended job would be armed after its last op and never fire
@@ -131,7 +131,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
             cur = JobSpec(topo, "resume", [{"op": "load"}])
         if k == "train":
             cur.ops.append({"op": "train", "steps": a["steps"]})
-        elif k in ("save", "finalize"):
+        elif k in ("save", "finalize", "recover"):
             cur.ops.append({"op": k})
         elif fault is not None:
             if layer == "inject":

@@ -8,10 +8,12 @@ import errno
 import logging
 import os
 import re
+import time
 import warnings
 from dataclasses import dataclass, field
 
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
+from ..launch.local import BLOCKED_AFTER
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprint import assemble, gather_pieces, generations
 from ..vocab.combos import Combination
@@ -122,69 +124,36 @@ def run_plan(ctx, plan: RankPlan) -> dict:
         from ..fusefs import tell
 
         tell(plan.control, "rank", ctx.rank)
-    lead = ctx.rank == 0
-    state = TrainingState(plan.spec, plan.topo, ctx.rank)
-    backend = make_backend(plan.backend, plan.combo)
-    saves = 0
-    in_flight: tuple[str, int] | None = None  # (save id, iteration) of the async save not yet finalized
+    ops = _Ops(log, plan, ctx.rank)
+    survived: BaseException | None = None  # the error a rank went on after, into the job's recovery
+    skip_to: int | None = None  # the recover op a rank jumps to once a save or finalize raised
     with contextlib.ExitStack() as armed:
         for index, op in enumerate(plan.ops + [{"op": "end"}]):
             _arm(armed, plan, ctx.rank, index)
+            if skip_to is not None and index < skip_to:
+                continue
             kind = op["op"]
             if kind == "train":
-                state.train(int(op.get("steps", 1)))
-                if lead:
-                    log.ok("train", steps=op.get("steps", 1), iteration=state.iteration)
-            elif kind == "save":
-                saves += 1
-                save_id = f"{plan.job}.{saves}"  # the same on every rank: ranks save in the same order
-                generation = plan.job * GENERATIONS_PER_JOB + saves
-                state.stamp(generation)  # a re-save of an iteration differs from the earlier save of it
-                fp, rng = digests_of(state)
-                log.invoke(
-                    "save",
-                    save_id=save_id,
-                    iteration=state.iteration,
-                    generation=generation,
-                    dtype=plan.spec.dtype,
-                    **({"fingerprint": fp, "rng": rng} if lead else {}),
-                )
-                # a save first finalizes the one still in flight
-                previous = in_flight if backend.in_flight_iteration is not None else None
+                ops.state.train(int(op.get("steps", 1)))
+                if ops.lead:
+                    log.ok("train", steps=op.get("steps", 1), iteration=ops.state.iteration)
+            elif kind in ("save", "finalize"):
                 try:
-                    backend.save(state, plan.root)
+                    ops.save() if kind == "save" else ops.finalize()
                 except _RAISED as e:
                     _not_ours(e)
-                    log.fail("save", save_id=save_id, iteration=state.iteration, **error_of(e))
-                    raise
-                if previous is not None:
-                    log.ok("save", save_id=previous[0], iteration=previous[1], via="next save")
-                if plan.combo.is_async:
-                    log.ok("stage", save_id=save_id, iteration=state.iteration)
-                    in_flight = (save_id, state.iteration)
-                else:
-                    log.ok("save", save_id=save_id, iteration=state.iteration)
-            elif kind == "finalize":
-                pending = in_flight if backend.in_flight_iteration is not None else None
-                ids = {"save_id": pending[0], "iteration": pending[1]} if pending else {}
-                log.invoke("finalize", **ids)
-                try:
-                    backend.finalize()
-                except _RAISED as e:
-                    _not_ours(e)
-                    log.fail("finalize", **ids, **error_of(e))
-                    if pending is not None:
-                        log.fail("save", **ids, via="finalize", **error_of(e))
-                    raise
-                log.ok("finalize", **ids)
-                if pending is not None:
-                    log.ok("save", **ids, via="finalize")
-                in_flight = None
+                    skip_to = next((i for i, o in enumerate(plan.ops) if i > index and o["op"] == "recover"), None)
+                    if skip_to is None:
+                        raise
+                    survived = e  # the same processes go on: the job's recovery op judges what the fault left
+            elif kind == "recover":
+                Recovery(ops, f"{index}").run(survived)
+                survived = None
             elif kind == "load" and op.get("fresh"):  # one of several crash states: nothing carries over
                 fresh = TrainingState(plan.spec, plan.topo, ctx.rank)
                 _load(
                     log,
-                    lead,
+                    ops.lead,
                     fresh,
                     make_backend(plan.backend, plan.combo),
                     plan,
@@ -192,17 +161,157 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                     {"crash_state": op["crash_state"]},
                 )
             elif kind == "load":
-                if not _load(log, lead, state, backend, plan):
+                if not _load(log, ops.lead, ops.state, ops.backend, plan):
                     break
             elif kind == "continue":  # train after a resume and fingerprint, for "never stopped" equality
-                state.train(int(op.get("steps", 1)))
-                fp, _ = digests_of(state)
-                if lead:
-                    log.ok("continue", steps=op.get("steps", 1), iteration=state.iteration, fingerprint=fp)
+                ops.state.train(int(op.get("steps", 1)))
+                fp, _ = digests_of(ops.state)
+                if ops.lead:
+                    log.ok("continue", steps=op.get("steps", 1), iteration=ops.state.iteration, fingerprint=fp)
             elif kind != "end":
                 raise ValueError(f"unknown rank op {kind!r}")
     log.close()
-    return {"iteration": state.iteration}
+    return {"iteration": ops.state.iteration}
+
+
+class _Ops:
+    """One rank's training state and backend, and its saves and finalizes as the history records them."""
+
+    def __init__(self, log: EventLog, plan: RankPlan, rank: int):
+        self.log, self.plan, self.rank = log, plan, rank
+        self.lead = rank == 0
+        self.state = TrainingState(plan.spec, plan.topo, rank)
+        self.backend = make_backend(plan.backend, plan.combo)
+        self.saves = 0
+        self.in_flight: tuple[str, int] | None = None  # (save id, iteration) of the async save not yet finalized
+
+    def save(self, **tags) -> None:
+        """Save, logging invoke and ok or fail (then raising) with `tags` on each event."""
+        plan, state, log = self.plan, self.state, self.log
+        self.saves += 1
+        save_id = f"{plan.job}.{self.saves}"  # the same on every rank: ranks save in the same order
+        generation = plan.job * GENERATIONS_PER_JOB + self.saves
+        state.stamp(generation)  # a re-save of an iteration differs from the earlier save of it
+        fp, rng = digests_of(state)
+        log.invoke(
+            "save",
+            save_id=save_id,
+            iteration=state.iteration,
+            generation=generation,
+            dtype=plan.spec.dtype,
+            **tags,
+            **({"fingerprint": fp, "rng": rng} if self.lead else {}),
+        )
+        # a save first finalizes the one still in flight
+        previous = self.in_flight if self.backend.in_flight_iteration is not None else None
+        try:
+            self.backend.save(state, plan.root)
+        except _RAISED as e:
+            _not_ours(e)
+            log.fail("save", save_id=save_id, iteration=state.iteration, **tags, **error_of(e))
+            raise
+        if previous is not None:
+            log.ok("save", save_id=previous[0], iteration=previous[1], via="next save")
+        if plan.combo.is_async:
+            log.ok("stage", save_id=save_id, iteration=state.iteration, **tags)
+            self.in_flight = (save_id, state.iteration)
+        else:
+            log.ok("save", save_id=save_id, iteration=state.iteration, **tags)
+
+    def finalize(self, **tags) -> None:
+        pending = self.in_flight if self.backend.in_flight_iteration is not None else None
+        self.in_flight = None  # finalized, or failed: either way no longer in flight
+        ids = {"save_id": pending[0], "iteration": pending[1]} if pending else {}
+        log = self.log
+        log.invoke("finalize", **ids, **tags)
+        try:
+            self.backend.finalize()
+        except _RAISED as e:
+            _not_ours(e)
+            log.fail("finalize", **ids, **tags, **error_of(e))
+            if pending is not None:
+                log.fail("save", **ids, via="finalize", **tags, **error_of(e))
+            raise
+        log.ok("finalize", **ids, **tags)
+        if pending is not None:
+            log.ok("save", **ids, via="finalize", **tags)
+
+
+# How long a rank whose operation raised waits for the others at a recovery's meeting point before it
+# gives up and raises that error: as long as the launcher gives peers to end after a rank raised.
+MEET_WAIT = BLOCKED_AFTER
+
+
+class Recovery:
+    """A `recover` op: after a fault the ranks survived in process (a save or finalize raised), the same
+    processes, with the same backend object, load the newest checkpoint, train a step, save, finalize and
+    load that save back into a fresh state. Every event carries `recovery`; an error in any of these is
+    logged and the ranks go on together.
+
+    Ranks must stay in step: a rank whose operation raised enters the next collective only once every rank
+    reached the same point (a file per rank and point, beside the histories). If one does not come within
+    MEET_WAIT (it is blocked in a collective the raising rank left), the raising rank raises its error and
+    the launcher sees the blocked one, as when nothing recovers."""
+
+    def __init__(self, ops: _Ops, name: str):
+        self.ops, self.name = ops, name
+        self.folder = os.path.join(ops.plan.history_dir, "meet")
+
+    def run(self, survived: BaseException | None) -> None:
+        ops, log = self.ops, self.ops.log
+        if ops.in_flight is not None:  # an async save's failure surfaces as it is finalized
+            survived = self._step("finalize", ops.finalize) or survived
+        self._meet("start", survived)
+        log.invoke("recover", survived=error_of(survived)["error"][:300] if survived is not None else None)
+        self._meet("fault", self._load("fault"))
+        ops.state.train(1)
+        if ops.lead:
+            log.ok("train", steps=1, iteration=ops.state.iteration, recovery=True)
+        saved = self._step("save", lambda: ops.save(recovery=True))
+        if saved is None and ops.in_flight is not None:
+            self._step("finalize", lambda: ops.finalize(recovery=True))
+        self._meet("save", self._load("save"))
+        log.ok("recover")
+
+    def _step(self, what: str, fn) -> BaseException | None:
+        """Run a save or finalize (it logs itself); what it raised, once every rank is past it."""
+        try:
+            fn()
+        except _RAISED as e:
+            _not_ours(e)
+            self._meet(what, e)
+            return e
+        self._meet(what, None)
+        return None
+
+    def _load(self, which: str) -> BaseException | None:
+        """Load into a fresh state with the job's backend: `which` is "fault" (the newest checkpoint after
+        the fault) or "save" (the recovery's own save). A load that raises anything is logged as failed."""
+        ops = self.ops
+        fresh = TrainingState(ops.plan.spec, ops.plan.topo, ops.rank)
+        try:
+            loaded = _load(ops.log, ops.lead, fresh, ops.backend, ops.plan, tags={"recovery": which}, catch_all=True)
+        except _RAISED as e:  # raised past the load's own logging: the digests after it
+            _not_ours(e)
+            return e
+        # failed on this rank: it skipped the digests every rank that loaded takes part in
+        return None if loaded else RuntimeError(f"the recovery's load ({which}) failed on rank {ops.rank}")
+
+    def _meet(self, point: str, error: BaseException | None) -> None:
+        """Say this rank reached `point`; a rank that raised waits there for every rank, or raises."""
+        os.makedirs(self.folder, exist_ok=True)
+        mine = os.path.join(self.folder, f"{self.name}.{point}.rank{self.ops.rank}")
+        with open(mine, "w"):
+            pass
+        if error is None:
+            return
+        world = self.ops.plan.topo.world
+        deadline = time.monotonic() + MEET_WAIT
+        while time.monotonic() < deadline:
+            if all(os.path.exists(os.path.join(self.folder, f"{self.name}.{point}.rank{r}")) for r in range(world)):
+                return
+            time.sleep(0.02)
+        raise error
 
 
 def _load(
@@ -213,8 +322,11 @@ def _load(
     plan: RankPlan,
     root: str | None = None,
     tags: dict | None = None,
+    catch_all: bool = False,
 ) -> bool:
-    """Load from `root` (the plan's by default); `tags` go into each of its events (a crash state's name)."""
+    """Load from `root` (the plan's by default); `tags` go into each of its events (a crash state's name).
+    `catch_all`: any error the load raises is logged as its failure (a recovery's loads), not only a
+    refusal or a missing or damaged checkpoint."""
     root = root or plan.root
     where = {"topology": str(plan.topo), "dtype": plan.spec.dtype, **(tags or {})}
     log.invoke("load", **where)
@@ -226,6 +338,11 @@ def _load(
             failed = {"refused": True, "error": f"{type(e).__name__}: {e}"}
         except (CheckpointNotFound, IntegrityError) as e:
             failed = {"refused": False, "error": f"{type(e).__name__}: {e}"}
+        except _RAISED as e:
+            _not_ours(e)
+            if not catch_all:
+                raise
+            failed = {"refused": False, **error_of(e)}
     if failed is not None:
         log.fail("load", **failed, **where, **({"captured": heard} if heard else {}))
         return False

@@ -29,6 +29,8 @@ STEP_KINDS = {
     "train": "train N steps (1 <= N <= 10000)",
     "save": "save a checkpoint with the combination's IO mode",
     "finalize": "commit an async save in flight",
+    "recover": "right after a save (or finalize) a fault makes raise: the same ranks go on, load, train a step, "
+    "save, finalize and load that save back (a fault that poisons later saves is a recovery FAIL)",
     "crash": "a rank kills itself during the next save: {rank, phase} or {rank, after_bytes, file}",
     "fault": "an in-process fault record: {kind, ...} (see resilience.faults)",
     "kill": "the runner SIGKILLs ranks during the next save: {rank, file, size} or {rank, after: seconds} "
@@ -478,7 +480,7 @@ def _step(
     if not isinstance(args, dict):
         bad.add(here, f"takes a mapping of options, got {_show(args)}", STEP_KINDS[kind])
         return None
-    if kind in ("save", "finalize", "verify"):
+    if kind in ("save", "finalize", "recover", "verify"):
         for key in args:
             bad.add(here + (key,), "unknown option", f"`{kind}` takes no options")
         return Step(kind, {}, line)

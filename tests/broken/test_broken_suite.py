@@ -29,6 +29,7 @@ def test_catalogue_is_complete():
         "topology_independence",
         "generations",
         "precision",
+        "recovery",
     }
     for impl in CATALOGUE.values():
         assert impl.column in FAULTS or impl.column in TRANSITIONS, impl

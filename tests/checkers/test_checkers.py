@@ -53,6 +53,7 @@ def test_all_pass_on_a_clean_resume():
         "exceptions": NA,
         "symmetry": NA,
         "precision": NA,
+        "recovery": NA,
     }
 
 

@@ -34,28 +34,41 @@ class History:
         self.events.append(Event(type_, f, process, value, self.job))
         return self
 
-    def start(self, job, topology=T):
+    def start(self, job, topology=T, ops=None):
         self.job = job
-        return self.add("invoke", "job", "runner", job=job, topology=topology)
+        return self.add("invoke", "job", "runner", job=job, topology=topology, **({"ops": ops} if ops else {}))
 
-    def save(self, sid, it, ok=(0, 1), fail=None, errno=None, invoke=(0, 1)):
+    def end(self, job, signals=None):
+        statuses = {r: "signal" if r in (signals or {}) else "ok" for r in (0, 1)}
+        return self.add("info", "job", "runner", job=job, statuses=statuses, signals=signals or {}, timed_out=False)
+
+    def save(self, sid, it, ok=(0, 1), fail=None, errno=None, invoke=(0, 1), **tags):
         for r in invoke:
-            self.add("invoke", "save", r, save_id=sid, iteration=it, **({"fingerprint": fp(it)} if r == 0 else {}))
+            fingerprint = {"fingerprint": fp(it)} if r == 0 else {}
+            self.add("invoke", "save", r, save_id=sid, iteration=it, **fingerprint, **tags)
         for r in ok:
-            self.add("ok", "save", r, save_id=sid, iteration=it)
+            self.add("ok", "save", r, save_id=sid, iteration=it, **tags)
         for r, error in (fail or {}).items():
-            self.add("fail", "save", r, save_id=sid, iteration=it, error=error, **({"errno": errno} if errno else {}))
+            errno_ = {"errno": errno} if errno else {}
+            self.add("fail", "save", r, save_id=sid, iteration=it, error=error, **errno_, **tags)
+        return self
+
+    def recover(self):
+        for r in (0, 1):
+            self.add("invoke", "recover", r)
         return self
 
     def fault(self, kind="io_error", rank=1):
         return self.add("info", "fault", "runner", kind=kind, rank=rank)
 
-    def load(self, it=None, ok=True, topology=T, refused=False, crash_state=None, error=""):
+    def load(self, it=None, ok=True, topology=T, refused=False, crash_state=None, error="", **tags):
         if ok:
             return self.add(
-                "ok", "load", 0, iteration=it, fingerprint=fp(it), topology=topology, crash_state=crash_state
+                "ok", "load", 0, iteration=it, fingerprint=fp(it), topology=topology, crash_state=crash_state, **tags
             )
-        return self.add("fail", "load", 0, topology=topology, refused=refused, error=error, crash_state=crash_state)
+        return self.add(
+            "fail", "load", 0, topology=topology, refused=refused, error=error, crash_state=crash_state, **tags
+        )
 
 
 def judge(h: History, combo="GLOBAL/torch_dist/sync", save_topology=T) -> dict:
@@ -66,6 +79,16 @@ def judge(h: History, combo="GLOBAL/torch_dist/sync", save_topology=T) -> dict:
 
 
 ENOSPC = "OSError: [Errno 28] No space left on device"
+RECOVER_OPS = [{"op": "train"}, {"op": "save"}, {"op": "save"}, {"op": "recover"}]
+
+
+def _recovered() -> History:
+    """A job whose second save raised ENOSPC on both ranks, then recovered: the first load finds iteration 2."""
+    h = History().start(0, ops=RECOVER_OPS).save("0.1", 2).fault()
+    h.save("0.2", 3, ok=(), fail={0: "RankFailure: failures={1}", 1: ENOSPC}, errno="ENOSPC")
+    return h.recover().load(2, recovery="fault")
+
+
 GLOO_TIMEOUT = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error: Timed out after 30000ms"
 
 # (name, history, checker, verdict it must give, words its detail must hold)
@@ -219,6 +242,57 @@ TABLE = [
         FAIL,
         "no save",
     ),
+    # recovery: after a save that raised, the same job loads, saves and loads back (runner/rankprog.Recovery)
+    (
+        "recovery: the same job saved and loaded back after a failed save",
+        _recovered().save("0.3", 4, recovery=True).load(4, recovery="save").end(0),
+        "recovery",
+        PASS,
+        "saved iteration 4 (save 0.3) and loaded it back equal",
+    ),
+    (
+        "recovery: every save after the failed one raises",
+        _recovered()
+        .save("0.3", 4, ok=(), fail={0: "RuntimeError: busy", 1: "RuntimeError: busy"}, recovery=True)
+        .load(2, recovery="save")
+        .end(0),
+        "recovery",
+        FAIL,
+        "the next save 0.3 (iteration 4) raised on ranks [0, 1]",
+    ),
+    (
+        "recovery: the save after the fault never returned on rank 1",
+        _recovered().save("0.3", 4, ok=(0,), recovery=True).end(0),
+        "recovery",
+        FAIL,
+        "never returned on ranks [1]",
+    ),
+    (
+        "recovery: acknowledged, but the load in the same job gives the older checkpoint",
+        _recovered().save("0.3", 4, recovery=True).load(2, recovery="save").end(0),
+        "recovery",
+        FAIL,
+        "gave iteration 2",
+    ),
+    (
+        "recovery: a rank killed is no fault survived",
+        History()
+        .start(0, ops=RECOVER_OPS)
+        .save("0.1", 2)
+        .save("0.2", 3, ok=(), fail={0: "RuntimeError: gloo connection reset"})
+        .end(0, signals={1: 9}),
+        "recovery",
+        NA,
+        "killed",
+    ),
+    (
+        "recovery: nothing raised before it",
+        History().start(0, ops=RECOVER_OPS).save("0.1", 2).recover().save("0.2", 3, recovery=True).end(0),
+        "recovery",
+        NA,
+        "nothing raised before the recovery",
+    ),
+    ("recovery: no recover step", History().start(0).save("0.1", 2), "recovery", NA, "no recover step"),
 ]
 
 
