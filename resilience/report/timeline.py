@@ -300,6 +300,7 @@ LABEL_W, PLOT_W, LANE_H, AXIS_H = 200, 1100, 24, 40
 COLOURS = {
     "save": "#1565c0",
     "finalize": "#6a1b9a",
+    "recover": "#00897b",
     "load": "#2e7d32",
     "train": "#9e9e9e",
     "continue": "#9e9e9e",
