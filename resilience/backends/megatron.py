@@ -390,7 +390,7 @@ class MegatronBackend:
                 sd, buffers = self.sharded_state_dict(state, keep, for_load=True)
                 loaded = self.dc.load(sd, folder, **self._load_kwargs(state, folder))
             except (Exception, CheckpointException) as e:
-                raise IntegrityError(folder, "dist_checkpointing.load", str(_failures(e))[:2000]) from None
+                raise IntegrityError(folder, "dist_checkpointing.load", str(_failures(e))[:2000]) from e
         objects = {}
         for r in keep:
             value = loaded.get(r.key)

@@ -483,13 +483,13 @@ class StockDcpBackend:
                 raise IntegrityError(folder, "read .metadata", "the file is gone") from None
             metadata = None  # each rank's own __R.metadata, which dcp.load falls back to
         except Exception as e:
-            raise IntegrityError(folder, "read .metadata", f"{type(e).__name__}: {e}") from None
+            raise IntegrityError(folder, "read .metadata", f"{type(e).__name__}: {e}") from e
         target, after, names = self._targets(info, records, metadata)
         try:
             dcp.load(target, storage_reader=reader(folder), no_dist=self.opts["collectives"] == "no_dist")
         except CheckpointException as e:
             first = next(iter(_failures(e).values()))
-            raise IntegrityError(folder, "dcp.load", first[:2000]) from None
+            raise IntegrityError(folder, "dcp.load", first[:2000]) from e
         for step_fn in after:
             step_fn()
         objects = {key: get_nested(target, path) for key, path in names.items()}

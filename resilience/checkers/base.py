@@ -73,6 +73,9 @@ class LoadRecord:
     captured: list[str] = field(default_factory=list)  # Python warnings and log records heard during the load
     # part of a recovery: "fault" (the newest checkpoint after the fault), "save" (the recovery's own save)
     recovery: str = ""
+    raw: dict | None = None  # a failed load: what the library raised under the adapter's error {"error", "class", ...}
+    not_exception: list[str] = field(default_factory=list)  # a failed load's class and bases, if not an Exception
+    rank_errors: dict[int, str] = field(default_factory=dict)  # a failed load: each rank's error (and raw's)
 
 
 @dataclass

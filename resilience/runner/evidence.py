@@ -45,9 +45,12 @@ def evidence_from(
     blocked: list[dict] = []  # ranks still running a while after another raised: {"job", "rank", "error", "stacks"}
     topo_of_job: dict[int, str] = {}
     recoveries: dict[int, dict] = {}
+    load_errors: dict[tuple, dict] = {}  # (job, crash state, recovery) -> rank -> what its load raised
     current_load: LoadRecord | None = None
     for i, e in enumerate(events):
         v = e.value
+        if e.f == "load" and e.type == FAIL:  # every rank's error: the one naming the damaged file may be any
+            load_errors.setdefault(_load_key(e), {})[e.process] = _texts(v)
         if e.f == "job" and e.type == INVOKE:
             topo_of_job[v["job"]] = v["topology"]
             if any(op.get("op") == "recover" for op in v.get("ops") or [] if isinstance(op, dict)):
@@ -111,6 +114,8 @@ def evidence_from(
                 dtype=v.get("dtype"),
                 captured=list(v.get("captured") or []),
                 recovery=str(v.get("recovery") or ""),
+                raw=v.get("raw"),
+                not_exception=list(v.get("not_exception") or []),
             )
             loads.append(current_load)
         elif e.f == "continue" and e.process == 0 and current_load is not None and current_load.job == e.job:
@@ -127,6 +132,8 @@ def evidence_from(
     for rec in saves.values():
         if rec.status != OK and rec.errors and not rec.ok_ranks:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
+    for ld in loads:
+        ld.rank_errors = load_errors.get((ld.job, ld.crash_state, ld.recovery), {})
     for r in recoveries.values():  # what each recovery came after: the saves and finalizes that raised before it
         r["survived"] = [
             err for err in errors if err["job"] == r["job"] and err["index"] < r["index"] and not err.get("recovery")
@@ -149,6 +156,17 @@ def evidence_from(
         converted,
         sorted(recoveries.values(), key=lambda r: r["job"]),
     )
+
+
+def _load_key(e: Event) -> tuple:
+    """Which load an event belongs to: a job loads once, or once per crash state, or per recovery step."""
+    return e.job, e.value.get("crash_state"), str(e.value.get("recovery") or "")
+
+
+def _texts(v: dict) -> str:
+    """The error a load raised and, under it, what the library raised."""
+    raw = (v.get("raw") or {}).get("error")
+    return f"{v.get('error', '')}\n{raw}" if raw else str(v.get("error", ""))
 
 
 def _crashed(v: dict, index: int, crashes: list[dict], blocked: list[dict]) -> None:
@@ -191,5 +209,6 @@ def _error(e: Event, index: int, op: str, save_id: str | None) -> dict:
         "errno": v.get("errno"),
         "index": index,
         **({"not_exception": v["not_exception"]} if v.get("not_exception") else {}),
+        **({"raw": v["raw"]} if v.get("raw") else {}),
         **({"recovery": True} if v.get("recovery") else {}),
     }

@@ -12,7 +12,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
-from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
+from ..errors import CheckpointNotFound, IntegrityError, ResilienceError, TopologyChangeRefused
 from ..launch.local import BLOCKED_AFTER
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprint import assemble, gather_pieces, generations
@@ -108,14 +108,40 @@ def _not_ours(e: BaseException) -> None:
 
 def error_of(e: BaseException) -> dict:
     """What a failed operation records: the exception, its class's bases (an exception that is not an
-    Exception escapes `except Exception` in a training loop), and its errno by name (ENOSPC, EROFS, ...)."""
-    out: dict = {"error": f"{type(e).__name__}: {e}"}
-    if not isinstance(e, Exception):
-        out["not_exception"] = [f"{c.__module__}.{c.__qualname__}" for c in type(e).__mro__[:-1]]
+    Exception escapes `except Exception` in a training loop), its errno by name (ENOSPC, EROFS, ...), and,
+    when an adapter translated the library's error into the protocol's, what the library raised (`raw`)."""
+    out: dict = {"error": f"{type(e).__name__}: {e}", **_class_of(e)}
     code = errno_of(e)
     if isinstance(code, int) and code in errno.errorcode:
         out["errno"] = errno.errorcode[code]
+    raw = library_error(e)
+    if raw is not None:
+        out["raw"] = {"error": f"{type(raw).__name__}: {raw}"[:MAX_RAW_CHARS], **_class_of(raw)}
     return out
+
+
+MAX_RAW_CHARS = 4000
+
+
+def _class_of(e: BaseException) -> dict:
+    """The class by its full name, and its bases when it is not an Exception."""
+    cls = type(e)
+    out: dict = {"class": f"{cls.__module__}.{cls.__qualname__}"}
+    if not isinstance(e, Exception):
+        out["not_exception"] = [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__[:-1]]
+    return out
+
+
+def library_error(e: BaseException) -> BaseException | None:
+    """What the library raised under an error the adapter translated into the protocol's (a
+    ResilienceError raised from it, or while handling it): the first exception down the chain that is
+    not one of ours. None when `e` is the library's own or nothing lies under it."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while isinstance(cur, ResilienceError) and id(cur) not in seen:
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return cur if cur is not None and cur is not e else None
 
 
 def run_plan(ctx, plan: RankPlan) -> dict:
@@ -335,9 +361,9 @@ def _load(
         try:
             result = backend.load(state, root)
         except TopologyChangeRefused as e:
-            failed = {"refused": True, "error": f"{type(e).__name__}: {e}"}
+            failed = {"refused": True, **error_of(e)}
         except (CheckpointNotFound, IntegrityError) as e:
-            failed = {"refused": False, "error": f"{type(e).__name__}: {e}"}
+            failed = {"refused": False, **error_of(e)}
         except _RAISED as e:
             _not_ours(e)
             if not catch_all:

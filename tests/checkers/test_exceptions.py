@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from resilience.checkers import FAIL, NA, PASS, Evidence, ExceptionContract
+from resilience.checkers import FAIL, NA, PASS, Evidence, ExceptionContract, LoadRecord
+from resilience.errors import RankFailure
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
 from resilience.state import Topology
@@ -35,6 +36,23 @@ def aborts_second_save(combo):
 
 aborts_second_save.combinations = ("LOCAL/torch/sync",)
 
+
+class TranslatesSecondSave(AbortsSecondSave):
+    """An adapter over that library: it translates the library's error into the protocol's, as ours do."""
+
+    def save(self, state, root):
+        try:
+            super().save(state, root)
+        except SaveAborted as e:
+            raise RankFailure({0: repr(e)}, "the library's save failed") from e
+
+
+def translates_second_save(combo):
+    return TranslatesSecondSave(combo)
+
+
+translates_second_save.combinations = ("LOCAL/torch/sync",)
+
 SCENARIO = """
 name: second-save-raises
 topology: tp1pp1dp2
@@ -55,6 +73,38 @@ def test_unit_verdicts():
     assert v.status == FAIL and "m.X -> BaseException" in v.detail and "except Exception" in v.detail
 
 
+def test_what_the_library_raised_under_the_adapters_error_is_judged_too():
+    check = ExceptionContract().check
+    raw = {"error": "CheckpointException: ranks [1]", "not_exception": ["dcp.CheckpointException"]}
+    translated = {"op": "save", "rank": 1, "error": "RankFailure: failures={1}", "raw": raw}
+    v = check(_evidence([translated]))
+    assert v.status == FAIL and "translated by the adapter from the library's CheckpointException" in v.detail
+    assert "dcp.CheckpointException -> BaseException" in v.detail
+    fine = dict(translated, raw={"error": "OSError: [Errno 28] No space left on device"})
+    v = check(_evidence([fine]))
+    assert v.status == PASS and "the library's own under each translated one too" in v.detail
+
+
+def _failed_load(error: str, rank_errors=None, raw=None) -> Evidence:
+    damage = {"index": 5, "iteration": 3, "rel": "iter_0000003/rank_1.pt", "kind": "truncate"}
+    load = LoadRecord(1, "tp1pp1dp2", "fail", 9, error=error, raw=raw, rank_errors=rank_errors or {})
+    return Evidence(COMBO, Topology(), [], [load], [damage], [], [], lambda iteration: "")
+
+
+def test_a_load_failing_on_a_damaged_file_should_name_it():
+    check = ExceptionContract().check
+    v = check(_failed_load("RuntimeError: another rank could not load"))
+    assert v.status == PASS and v.detail.startswith("WARN: the load in job 1 failed on damaged iter_0000003/rank_1.pt")
+    assert v.evidence[0]["level"] == "WARN"
+    # named by any rank, or by what the library raised under the adapter's error: no warning
+    named = {1: "RuntimeError: /ckpt/iter_0000003/rank_1.pt: failed finding central directory"}
+    assert "WARN" not in check(_failed_load("RuntimeError: another rank could not load", named)).detail
+    raw = {"error": "RuntimeError: PytorchStreamReader failed reading rank_1.pt"}
+    assert "WARN" not in check(_failed_load("IntegrityError: iter_0000003: load failed", raw=raw)).detail
+    v = check(_failed_load("IntegrityError: x", raw={"error": "E: y", "not_exception": ["lib.E"]}))
+    assert v.status == FAIL and "the load in job 1 raised IntegrityError: x" in v.detail
+
+
 @pytest.mark.multiprocess
 def test_a_save_raising_a_base_exception_fails_the_contract(tmp_path):
     result = run_case(
@@ -64,6 +114,16 @@ def test_a_save_raising_a_base_exception_fails_the_contract(tmp_path):
     assert verdict.status == FAIL, result.verdicts
     assert "SaveAborted" in verdict.detail and "BaseException" in verdict.detail
     assert os.path.isdir(result.case_dir)
+
+
+@pytest.mark.multiprocess
+def test_an_adapter_translating_the_librarys_base_exception_does_not_hide_it(tmp_path):
+    backend = "tests.checkers.test_exceptions:translates_second_save"
+    result = run_case(load_text(SCENARIO), COMBO, str(tmp_path / "case"), backend=backend)
+    verdict = next(v for v in result.verdicts if v.checker == "exceptions")
+    assert verdict.status == FAIL, result.verdicts
+    assert "save raised RankFailure" in verdict.detail
+    assert "from the library's SaveAborted" in verdict.detail and "SaveAborted -> " in verdict.detail
 
 
 @pytest.mark.multiprocess
