@@ -54,14 +54,15 @@ def _not_an_exception(bases: list[str]) -> str:
 
 
 def _save_problem(err: dict) -> dict | None:
+    said = describe(dict(err, error=_first_line(str(err.get("error") or ""))))  # a gathered error: its first line
     if err.get("not_exception"):
-        return dict(err, problem=f"{describe(err)}; {_not_an_exception(err['not_exception'])}")
+        return dict(err, problem=f"{said}; {_not_an_exception(err['not_exception'])}")
     raw = err.get("raw") or {}
     if raw.get("not_exception"):
         name = raw["not_exception"][0].rsplit(".", 1)[-1]
         return dict(
             err,
-            problem=f"{describe(err)}, translated by the adapter from the library's {name}; "
+            problem=f"{said}, translated by the adapter from the library's {name}; "
             f"{_not_an_exception(raw['not_exception'])} where the library is called directly",
         )
     return None
