@@ -165,7 +165,10 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                     log.ok("train", steps=op.get("steps", 1), iteration=ops.state.iteration)
             elif kind in ("save", "finalize"):
                 try:
-                    ops.save() if kind == "save" else ops.finalize()
+                    if kind == "save":
+                        ops.save()
+                    else:
+                        ops.finalize()
                 except _RAISED as e:
                     _not_ours(e)
                     skip_to = next((i for i, o in enumerate(plan.ops) if i > index and o["op"] == "recover"), None)
