@@ -180,30 +180,51 @@ def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> D
             mask,
             detail="no tensor payload recognised in this file: a random byte",
         )
+    with open(path, "rb") as f:
+        raw = f.read()
     before = _loaded(path)
     total = sum(b - a for a, b in ranges)
-    for _ in range(8):
+    loads = 0
+    for _ in range(_DRAWS):
         k = rng.randrange(total)
         for a, b in ranges:
             if k < b - a:
-                offset = a + k
+                offset, start = a + k, a
                 break
             k -= b - a
+        if _in_zero_word(raw, offset, start):
+            continue  # padding rows hold zeros and no load compares them: draw again
         old = _flip(path, offset, mask)
         after = _loaded(path) if before is not None else None
         if before is None or after != before:
             how = (
-                "a stored tensor value changed (torch.load before and after)"
+                "a stored tensor value changed (torch.load before and after), in a non-zero word"
                 if before is not None
-                else "inside a tensor's storage bytes"
+                else "inside a tensor's storage bytes, in a non-zero word"
             )
             return flip_record(fault, root, path, offset, bits, old, mask, detail=f"tensor payload: {how}")
         _flip(path, offset, mask)  # changed no loaded value: undo, draw again
+        loads += 1
+        if loads == _LOADS:
+            break
     raise NotApplicable(
         "target",
         f"no bit flip drawn in {os.path.relpath(path, root)} changes a value "
-        "torch.load returns (the bytes hold no loaded tensor data)",
+        "torch.load returns (the bytes hold no loaded tensor data, or only zeros: padding no load compares)",
     )
+
+
+# A flip is drawn again when it lands in a zero word (padding rows, such as Megatron's padded vocabulary,
+# hold zeros and no load compares them) or changes no value torch.load returns.
+_DRAWS, _LOADS = 64, 8
+_WORD = 4
+
+
+def _in_zero_word(raw: bytes, offset: int, start: int) -> bool:
+    """Whether the byte at `offset` lies in an all-zero word (aligned from `start`, where its storage
+    begins): an element of a padding row, which holds zero in every saved tensor."""
+    lo = start + (offset - start) // _WORD * _WORD
+    return not any(raw[lo : lo + _WORD])
 
 
 def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> Damage:

@@ -3,11 +3,15 @@ Any topology computes the same fingerprint for the same global state.
 
 Objects (iteration, data position, RNG, ...) are taken from every rank, not only the replica a save
 writes: a cell whose ranks disagree digests to something no single value gives, so a rank that
-restored the wrong RNG or data position shows."""
+restored the wrong RNG or data position shows. Tensor replicas (a dp rank's copy of a parameter) are
+held to the same rule: each is digested where it lives and compared with the replica-0 values of its
+box, and a key whose replicas disagree digests to something no consistent state gives, so a rank that
+loaded a damaged or stale copy shows though only replica 0 enters the values."""
 
 from __future__ import annotations
 
 import json
+from math import prod
 from typing import Any
 
 import torch
@@ -27,18 +31,25 @@ def _digest_object(value) -> str:
     return h.hexdigest()
 
 
+def _digest_tensor(t: torch.Tensor) -> str:
+    return _digest_object(t.detach())
+
+
 def local_pieces(records: list[Record]) -> list[tuple]:
-    """The replica-0 tensor pieces of this rank, cropped to their logical (unpadded) part, and every
-    object this rank holds (replica or not)."""
-    out = []
+    """The replica-0 tensor pieces of this rank, cropped to their logical (unpadded) part, the digest of
+    every other replica's cropped piece ("r": (its local shape, digest)), and every object this rank
+    holds (replica or not)."""
+    out: list[tuple] = []
     for r in records:
-        if r.replica_id != 0 and not isinstance(r, ShardedObject):
-            continue
         if isinstance(r, ShardedTensor):
             data, offset = r.data, r.global_offset
             rows = r.logical[0] - offset[0]
             data = data[: max(0, rows)]
-            if data.numel():  # no copy: assembling or encoding copies it
+            if not data.numel():
+                continue
+            if r.replica_id != 0:  # only its digest travels: compared with replica 0's values of its box
+                out.append(("r", r.key, tuple(r.logical), tuple(offset), (tuple(data.shape), _digest_tensor(data))))
+            else:  # no copy: assembling or encoding copies it
                 out.append(("t", r.key, tuple(r.logical), tuple(offset), data.detach()))
         elif isinstance(r, ShardedObject):
             out.append(("o", r.key, tuple(r.global_shape), tuple(r.global_offset), r.value))
@@ -51,9 +62,12 @@ def assemble(pieces: list[tuple]) -> dict[str, str]:
     tensors = assemble_tensors(pieces)
     objects: dict[str, dict] = {}
     for kind, key, _shape, offset, data in pieces:
-        if kind != "t":
+        if kind in ("o", "d"):
             objects.setdefault(key, {}).setdefault(offset, set()).add(data if kind == "d" else _digest_object(data))
     out = {key: _digest_object(t) for key, t in tensors.items()}
+    for key, boxes in replica_disagreements(pieces, tensors).items():
+        # no consistent state digests to this: the key differs from every save whose replicas agreed
+        out[key] = xxhash.xxh3_128_hexdigest(f"{out.get(key)};replicas disagree at {sorted(boxes)}".encode())
     for key, cells in objects.items():
         h = xxhash.xxh3_128()
         for offset in sorted(cells):
@@ -62,6 +76,18 @@ def assemble(pieces: list[tuple]) -> dict[str, str]:
             h.update(",".join(sorted(cells[offset])).encode())
         out[key] = h.hexdigest()
     return dict(sorted(out.items()))
+
+
+def replica_disagreements(pieces: list[tuple], tensors: dict[str, torch.Tensor]) -> dict[str, list]:
+    """{key: [box, ...]} of the replica pieces ("r") whose digest differs from the replica-0 values of
+    their box in `tensors` (the assembled global tensors)."""
+    out: dict[str, list] = {}
+    for _kind, key, _shape, offset, (local, digest) in (p for p in pieces if p[0] == "r"):
+        full = tensors.get(key)
+        box = tuple(slice(o, o + s) for o, s in zip(offset, local))
+        if full is None or _digest_tensor(full[box].contiguous()) != digest:
+            out.setdefault(key, []).append([[o, o + s] for o, s in zip(offset, local)])
+    return out
 
 
 def assemble_tensors(pieces: list[tuple]) -> dict[str, torch.Tensor]:
@@ -99,10 +125,12 @@ def gather_pieces(records: list[Record], *, dst: int | None = None) -> list[tupl
 
 def generations(pieces: list[tuple], prefix: str) -> dict[str, dict[int, dict]]:
     """For every stamp tensor (keys starting with `prefix`): {generation: {"elements": n, "box": [[lo, hi)
-    per dim]}}, where each generation number sits (a value that is no whole number counts as -1).
-    One generation for every key is one whole save."""
+    per dim]}}, where each generation number sits (a value that is no whole number, or a replica whose
+    stamps differ from replica 0's, counts as -1). One generation for every key is one whole save."""
     out = {}
-    for key, full in assemble_tensors([p for p in pieces if p[1].startswith(prefix)]).items():
+    stamps = [p for p in pieces if p[1].startswith(prefix)]
+    tensors = assemble_tensors(stamps)
+    for key, full in tensors.items():
         found: dict[int, dict] = {}
         for value in torch.unique(full).tolist():
             mask = full == value
@@ -115,6 +143,14 @@ def generations(pieces: list[tuple], prefix: str) -> dict[str, dict[int, dict]]:
             else:
                 found[g] = {"elements": int(mask.sum()), "box": box}
         out[key[len(prefix) :]] = found
+    for key, boxes in replica_disagreements(stamps, tensors).items():
+        # a replica's values travel only as a digest: where it differs, its generation is unknown
+        lo = [min(b[d][0] for b in boxes) for d in range(len(boxes[0]))]
+        hi = [max(b[d][1] for b in boxes) for d in range(len(boxes[0]))]
+        elements = sum(prod(h - lo_ for lo_, h in b) for b in boxes)
+        out.setdefault(key[len(prefix) :], {}).setdefault(
+            -1, {"elements": elements, "box": [list(x) for x in zip(lo, hi)]}
+        )
     return out
 
 
@@ -128,6 +164,8 @@ def _to_bytes(pieces) -> bytes:
             raw = data.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
             header.append(["t", key, list(shape), list(offset), list(data.shape), str(data.dtype), len(raw)])
             chunks.append(raw)
+        elif kind == "r":
+            header.append(["r", key, list(shape), list(offset), list(data[0]), data[1]])
         else:
             header.append(["d", key, list(shape), list(offset), _digest_object(data)])
     head = json.dumps(header).encode()
@@ -142,6 +180,10 @@ def _from_bytes(blob: bytes) -> list[tuple]:
         if entry[0] == "d":
             _, key, shape, offset, digest = entry
             out.append(("d", key, tuple(shape), tuple(offset), digest))
+            continue
+        if entry[0] == "r":
+            _, key, shape, offset, local, digest = entry
+            out.append(("r", key, tuple(shape), tuple(offset), (tuple(local), digest)))
             continue
         _, key, shape, offset, local, dtype, size = entry
         data = torch.frombuffer(body, dtype=torch.uint8, offset=at, count=size)  # pieces are never empty

@@ -98,3 +98,32 @@ def test_the_examples_ci_job(tmp_path):
     assert "5 xfailed" in summary and " failed" not in summary, summary  # pytest's own line, not progress lines
     assert "6 passed, 0 not passed" in out
     assert (tmp_path / "pytest.xml").is_file()
+
+
+_FLIP = """name: flip{seed}
+topology: tp1pp1dp2
+combinations: [LOCAL/torch/sync]
+steps:
+  - train: 2
+  - save
+  - corrupt: {{kind: bitflip, seed: {seed}}}
+  - resume: {{continue: 1}}
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_bit_flip_on_the_default_model_fails_a_library_without_checksums(tmp_path):
+    """The default model at dp2: seeds 0 and 7 once flipped a byte of rank 1's copy of a replicated
+    tensor (no replica entered the values compared), seed 3 a byte in rank 0's; each loads silently as a
+    wrong value in ckptlib (no checksum): FAIL, never N/A. The reference detects the same flips: PASS."""
+    for seed in (0, 3, 7):
+        (tmp_path / f"flip{seed}.yaml").write_text(_FLIP.format(seed=seed))
+    out_dir = tmp_path / "runs"
+    done = _run(["resilience", "run", str(tmp_path), "--backend", BACKEND, "--out", str(out_dir)], timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "0 passed, 3 not passed (3 FAIL)" in out, out
+    assert out.count("integrity: 1 loads returned wrong values after corruption") == 3, out
+    done = _run(["resilience", "run", str(tmp_path), "--out", str(out_dir)], timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0 and "3 passed, 0 not passed" in out, out

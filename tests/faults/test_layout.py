@@ -100,6 +100,26 @@ def test_a_flip_that_changes_no_loaded_value_is_not_applicable(tmp_path):
         assert f.read() == raw  # every draw undone
 
 
+def test_bit_flips_never_land_in_zero_padding_rows(tmp_path):
+    """Megatron's padded vocabulary: rows past the real vocabulary hold zeros in every saved tensor and no
+    load compares them, so a flip there would probe nothing. Here half the rows are padding."""
+    root = str(tmp_path / "ckpt")
+    os.makedirs(os.path.join(root, "iter_2"))
+    path = os.path.join(root, "iter_2", "rank_0.pt")
+    real, padded = 8, 16
+    w = torch.zeros(padded, 32)
+    w[:real] = torch.arange(real * 32, dtype=torch.float32).view(real, 32) + 1.0
+    torch.save({"w": w}, path)
+    layout = Layout(2, (LayoutFile("iter_{iteration}/rank_0.pt", "data"),), False, "scan")
+    [(start, _)] = payload_ranges(path)
+    for seed in range(20):
+        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        row = (damage.offset - start) // (32 * 4)
+        assert row < real and "non-zero word" in damage.detail, (seed, row)
+        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # undo
+    assert torch.equal(torch.load(path, weights_only=True)["w"], w)
+
+
 def test_truncation_cuts_into_payload(learned):
     layout, root = learned
     damage = corrupt(fault_from_dict({"kind": "truncate", "seed": 3}), root, layout)

@@ -27,3 +27,31 @@ def test_same_fingerprint_on_different_topologies(spec):
 def test_fingerprint_sees_one_more_step():
     spec = ModelSpec()
     assert _fingerprint(spec, Topology(2, 1, 1), steps=3) != _fingerprint(spec, Topology(2, 1, 1), steps=4)
+
+
+def _fingerprint_with_replica_flipped(ctx, spec, topo, flip_rank):
+    """Train one step, then change one element of one tensor replica on `flip_rank` (replica id != 0)."""
+    import torch
+
+    from resilience.state import TOPOLOGY_BOUND_KEYS, ShardedTensor, TrainingState, combine, fingerprint
+
+    state = TrainingState(spec, topo, ctx.rank)
+    state.train(1)
+    records = state.sharded_state_dict()
+    if ctx.rank == flip_rank:
+        replica = next(r for r in records if isinstance(r, ShardedTensor) and r.replica_id != 0)
+        with torch.no_grad():
+            replica.data.view(-1)[0] += 1.0
+    digests = fingerprint(records)
+    return {"fingerprint": combine(digests, TOPOLOGY_BOUND_KEYS), "digests": digests} if ctx.rank == 0 else None
+
+
+def test_a_replica_that_differs_from_replica_0_changes_the_fingerprint():
+    """A dp rank that loaded a damaged copy of a parameter holds a state no save wrote, though only
+    replica 0 enters the global values: the fingerprint shows it, on the key that differs only."""
+    spec, topo = ModelSpec(), Topology(1, 1, 2)
+    clean = run_ranks(_fingerprint_with_replica_flipped, 2, args=(spec, topo, None), timeout=120)[0]
+    assert clean["fingerprint"] == _fingerprint(spec, Topology(1, 1, 1), steps=1)
+    flipped = run_ranks(_fingerprint_with_replica_flipped, 2, args=(spec, topo, 1), timeout=120)[0]
+    changed = [k for k in clean["digests"] if clean["digests"][k] != flipped["digests"][k]]
+    assert len(changed) == 1 and flipped["fingerprint"] != clean["fingerprint"]
