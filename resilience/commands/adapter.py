@@ -1,6 +1,6 @@
 """`resilience adapter check module:factory`: the first command to run on a new adapter. It makes the backend,
-saves and loads with real ranks on two topologies, lists the checkpoints, learns the layout, and prints what
-it found, with one line per problem.
+saves and loads with real ranks on three topologies (a change of tp and dp, and of dp alone), lists the
+checkpoints, learns the layout, and prints what it found, with one line per problem.
 
 Exit status: 0 when no problem was found (notes are not problems), 1 when one was, 2 when the backend
 cannot be made at all (a bad name, an import error, a factory that refuses)."""
@@ -19,7 +19,7 @@ def register(sub) -> None:
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     c = verbs.add_parser(
         "check",
-        help="make the backend, save and load on two topologies with real ranks, list "
+        help="make the backend, save and load on three topologies with real ranks (dp alone among the changes), list "
         "checkpoints, learn the layout; print what was found and each problem",
     )
     c.add_argument(
@@ -62,7 +62,8 @@ def run_check(args) -> int:
         f"adapter check: {args.backend}",
         f"  backend {report.name!r}; declared combinations: "
         + (", ".join(report.declared) if report.declared is not None else "none (all six)"),
-        f"  topologies: saved on {TOPOLOGIES[0]}, loaded there and on {TOPOLOGIES[1]}",
+        f"  topologies: saved on {TOPOLOGIES[0]}, loaded there and on {TOPOLOGIES[1]}; saved on "
+        f"{TOPOLOGIES[1]}, loaded there and on {TOPOLOGIES[2]} (dp alone)",
     ]
     for c in report.combos:
         lines += ["", c.combo]

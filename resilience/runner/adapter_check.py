@@ -1,14 +1,16 @@
 """A first run of a new adapter, as `resilience adapter check` does it: make the backend, save and load with
-real ranks on two topologies, list what is on disk, learn the layout, and say what was found, with one
+real ranks on three topologies, list what is on disk, learn the layout, and say what was found, with one
 message per problem.
 
-Per combination, three short jobs of real ranks (the same launch.Job every case uses):
+Per combination, four short jobs of real ranks (the same launch.Job every case uses):
 1. on the first topology: a load of an empty folder (the protocol asks for CheckpointNotFound), saves of
    iterations 2 and 3, list_checkpoints (rank 0), and a load back into a fresh state: bit-exact?
 2. on the second topology: a load of that checkpoint (bit-exact, or refused clearly with
-   TopologyChangeRefused; which one the declared combination promises decides what the matrix expects),
+   TopologyChangeRefused; what the adapter's contract promises for the change decides which is right),
    then a save and load of its own;
-3. one clean save to learn the layout (runner.learn): files per save, metadata, tracker, the seam.
+3. on the third topology (the second's tp and pp, another dp): a load of the second's own save, a change
+   of dp alone, judged against the contract's dp promise;
+4. one clean save to learn the layout (runner.learn): files per save, metadata, tracker, the seam.
 
 Each rank writes what happened step by step to a facts file, so a rank that hangs or dies still leaves
 what it did; the parent turns the facts into the report."""
@@ -30,7 +32,9 @@ from .adapters import contract_of, keep_last_of, make_backend, resolve, supporte
 from .listing import listing_problems
 from .matrix import MODEL
 
-TOPOLOGIES = (Topology.parse("tp2pp1dp1"), Topology.parse("tp1pp1dp2"))
+# saved on the first, loaded there and on the second (tp and dp change); the second's own save is loaded on
+# the third: a change of dp alone
+TOPOLOGIES = (Topology.parse("tp2pp1dp1"), Topology.parse("tp1pp1dp2"), Topology.parse("tp1pp1dp1"))
 FIRST, SECOND = 2, 3  # the iterations saved on the first topology
 
 
@@ -44,7 +48,7 @@ class CheckPlan:
     empty: str  # an empty folder
     own_root: str  # the second topology's own save
     facts: str  # rank{r}.jsonl go here
-    job: str  # "first" or "second"
+    job: str  # "first", "second" or "dp" (the change of dp alone)
 
 
 # ---- in each rank process -----------------------------------------------------------------------------
@@ -140,6 +144,8 @@ def _check_rank(ctx, plan: CheckPlan) -> dict:
                 facts.put("listing", **_error(e))
         dist.barrier()
         _load(facts, "load_same", backend, plan, ctx.rank, plan.root, fingerprint=True)
+    elif plan.job == "dp":
+        _load(facts, "load_dp", backend, plan, ctx.rank, plan.own_root, fingerprint=True)
     else:
         _load(facts, "load_other", backend, plan, ctx.rank, plan.root, fingerprint=True)
         state = TrainingState(plan.spec, plan.topo, ctx.rank)
@@ -265,11 +271,49 @@ def _judge_load(check: ComboCheck, label: str, fact: dict | None, want_fp: str |
     return "exact"
 
 
+_STATING = (
+    'state what it does: factory.contract = {"tp": ..., "pp": ..., "dp": ...} with "load" or "refuse" '
+    "for each (docs/adapters.md)"
+)
+
+
+def _judge_moved(
+    check: ComboCheck, combo: Combination, moved: Transition, fact: dict | None, failed: str, want_fp, contract
+) -> None:
+    """A load of iteration SECOND on another topology: bit-exact or refused clearly, and which of the two
+    the adapter's contract promises for this change."""
+    promise = promise_of(combo, moved, contract)
+    label = f"load on {moved.load}" + (" (dp alone)" if moved.changed == ("dp",) else "")
+    if fact is None:
+        check.problems.append(f"{label} ({moved}) did not return: {failed}")
+    elif "raised" in fact:
+        if fact["kind"] == "refused":
+            check.found.append((label, f"refused clearly ({_raised(fact)})"))
+            if promise == LOAD:
+                check.problems.append(
+                    f"{label}: refused, but its contract ({contract}) promises {moved} loads: the "
+                    f"topology checker will FAIL every such change; if refusing is intended, " + _STATING
+                )
+        else:  # one untranslated error, however many changes show it
+            check.problem(
+                f"{label} ({moved}) raised {_raised(fact)}: raise TopologyChangeRefused for a "
+                "topology you do not load on",
+                "refusal",
+            )
+    elif _judge_load(check, label, fact, want_fp, SECOND) == "exact":
+        check.found.append((label, f"iteration {SECOND} bit-exact after {moved}"))
+        if promise == REFUSE:
+            check.problems.append(
+                f"{label}: loads {moved} exactly, but its contract ({contract}) promises a "
+                "refusal: the topology checker will FAIL it; if loading is intended, " + _STATING
+            )
+
+
 def _combo_check(backend: str, combo: Combination, work: str, timeout: float) -> ComboCheck:
     from .learn import learn_layout
 
     check = ComboCheck(str(combo))
-    a, b = TOPOLOGIES
+    a, b, _ = TOPOLOGIES
     base = os.path.join(work, str(combo).replace("/", "-"))
     for sub in ("facts", "empty", "logs"):
         os.makedirs(os.path.join(base, sub), exist_ok=True)
@@ -378,37 +422,9 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
     plan_b = CheckPlan(MODEL, b, combo, backend, plan.root, plan.empty, plan.own_root, plan.facts, "second")
     ranks_b, failed_b = _run(plan_b, timeout, os.path.join(base, "logs", "second"))
     lead_b = ranks_b[0]
-    moved = Transition(a, b)
     contract = contract_of(backend, combo)
-    promise = promise_of(combo, moved, contract)
     other = _first(lead_b, "load_other")
-    label = f"load on {b}"
-    stating = (
-        'state what it does: factory.contract = {"tp": ..., "pp": ..., "dp": ...} with "load" or "refuse" '
-        "for each (docs/adapters.md)"
-    )
-    if other is None:
-        check.problems.append(f"{label} ({moved}) did not return: {failed_b}")
-    elif "raised" in other:
-        if other["kind"] == "refused":
-            check.found.append((label, f"refused clearly ({_raised(other)})"))
-            if promise == LOAD:
-                check.problems.append(
-                    f"{label}: refused, but its contract ({contract}) promises {moved} loads: the "
-                    f"topology checker will FAIL every such change; if refusing is intended, " + stating
-                )
-        else:
-            check.problems.append(
-                f"{label} ({moved}) raised {_raised(other)}: raise TopologyChangeRefused for a "
-                "topology you do not load on"
-            )
-    elif _judge_load(check, label, other, saved.get("fingerprint"), SECOND) == "exact":
-        check.found.append((label, f"iteration {SECOND} bit-exact after {moved}"))
-        if promise == REFUSE:
-            check.problems.append(
-                f"{label}: loads {moved} exactly, but its contract ({contract}) promises a "
-                "refusal: the topology checker will FAIL it; if loading is intended, " + stating
-            )
+    _judge_moved(check, combo, Transition(a, b), other, failed_b, saved.get("fingerprint"), contract)
     check.found.append(("contract", str(contract)))
     own_saved = _first(lead_b, "own_saved") or {}
     own = _first(lead_b, "own_load")
@@ -422,6 +438,15 @@ def _combo_check(backend: str, combo: Combination, work: str, timeout: float) ->
         check.problems.append(f"{label}: the checkpoint just saved did not load: {_raised(own)}")
     elif _judge_load(check, label, own, own_saved.get("fingerprint"), SECOND) == "exact":
         check.found.append((label, f"iteration {SECOND} saved and loaded bit-exact"))
+
+    c = TOPOLOGIES[2]
+    if own_saved.get("fingerprint") is None:
+        check.notes.append(f"no change of dp alone was tried ({b}->{c}): the save on {b} did not finish")
+    else:
+        plan_c = CheckPlan(MODEL, c, combo, backend, plan.root, plan.empty, plan.own_root, plan.facts, "dp")
+        ranks_c, failed_c = _run(plan_c, timeout, os.path.join(base, "logs", "dp"))
+        moved = _first(ranks_c[0], "load_dp")
+        _judge_moved(check, combo, Transition(b, c), moved, failed_c, own_saved["fingerprint"], contract)
 
     try:
         layout = learn_layout(MODEL, a, combo, backend, os.path.join(base, "layout"), timeout=timeout)

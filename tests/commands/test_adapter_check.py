@@ -35,6 +35,7 @@ def test_the_example_adapter_has_no_problem(example_on_path, capsys):
         "load on tp2pp1dp1 iteration 3 bit-exact, RNG restored",
         "load on tp1pp1dp2 refused clearly (TopologyChangeRefused:",
         "round trip on tp1pp1dp2 iteration 3 saved and loaded bit-exact",
+        "load on tp1pp1dp1 (dp alone) refused clearly (TopologyChangeRefused: iteration 3 was saved on tp1pp1dp2",
         "files per save 3: iter_{iteration}/index.json (metadata), iter_{iteration}/rank_0.pt (data), "
         "iter_{iteration}/rank_1.pt (data)",
         "metadata files iter_{iteration}/index.json",
@@ -53,6 +54,7 @@ def test_the_reference_has_no_problem_and_the_evidence_is_kept(tmp_path, capsys)
     assert code == 0, out
     said = _said(out)
     assert "load on tp1pp1dp2 iteration 3 bit-exact after tp2pp1dp1->tp1pp1dp2" in said
+    assert "load on tp1pp1dp1 (dp alone) iteration 3 bit-exact after tp1pp1dp2->tp1pp1dp1" in said
     assert "I/O through the storage seam (resilience.storage)" in said and "notes:" not in said
     assert "tracker latest_checkpointed_iteration.txt" in said
     (kept,) = tmp_path.iterdir()
@@ -91,6 +93,16 @@ def test_the_reference_has_no_problem_and_the_evidence_is_kept(tmp_path, capsys)
                 "iter_{iteration}/rank_1.pt are written around resilience.storage: under --io auto its in-process "
                 "faults (a crash at a byte, io_error, torn and short writes, power loss) aimed at them are "
                 "UNPROBED; drop io_through_seam",
+                "GLOBAL/torch_dist/sync: load on tp1pp1dp1 (dp alone): refused, but its contract (tp load, pp "
+                "load, dp load (preset of GLOBAL/torch_dist/sync)) promises tp1pp1dp2->tp1pp1dp1 loads",
+            ],
+        ),
+        (
+            "promises_dp",
+            [
+                "LOCAL/torch/sync: load on tp1pp1dp1 (dp alone): refused, but its contract (tp refuse, pp refuse, "
+                "dp load (stated by tests.runner.bad_adapters:promises_dp)) promises tp1pp1dp2->tp1pp1dp1 loads: "
+                "the topology checker will FAIL every such change",
             ],
         ),
     ],
@@ -102,8 +114,8 @@ def test_each_mistake_of_a_draft_adapter_is_one_message(capsys, factory, problem
     said = _said(out)
     for p in problems:
         assert p in said, p
-    count = {"sloppy": 5, "forgetful": 3}[factory]  # the same mistake on both topologies is said once
-    assert f"{count} problems:" in out, out
+    count = {"sloppy": 5, "forgetful": 4, "promises_dp": 1}[factory]  # the same mistake twice is said once
+    assert f"{count} problem{'s' if count > 1 else ''}:" in out, out
 
 
 @pytest.mark.parametrize(

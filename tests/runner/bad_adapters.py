@@ -64,3 +64,15 @@ def vague(combo):
 
 
 vague.contract = {"tp": "maybe"}
+
+
+def promises_dp(combo):
+    """A draft that states dp changes load, though the library refuses every topology change: the change
+    of dp alone shows it (its tp and dp change is refused as promised)."""
+    from tests.backends.inhouse import InhouseBackend as _Plain
+
+    return _Plain(combo)
+
+
+promises_dp.combinations = ("LOCAL/torch/sync",)
+promises_dp.contract = {"tp": "refuse", "pp": "refuse", "dp": "load"}
