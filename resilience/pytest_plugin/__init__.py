@@ -489,12 +489,22 @@ def resilience_run(resilience_options) -> ScenarioRunner:
     return ScenarioRunner(resilience_options)
 
 
+@pytest.fixture(scope="session")
+def resilience_combo(request):
+    """One combination (resilience.vocab.Combination) of the implementation under test: a test that takes
+    it runs once per combination --resilience-combos selects and the backend's factory declares."""
+    return request.param
+
+
 def pytest_generate_tests(metafunc):
     if "resilience_combo" in metafunc.fixturenames:
         from ..vocab.combos import valid_combinations
 
         combos = options_of(metafunc.config).selected(valid_combinations())
-        metafunc.parametrize("resilience_combo", combos, ids=[combo_id(c) for c in combos])
+        # session scope, as every fixture of the plugin: @given tests can take it
+        metafunc.parametrize(
+            "resilience_combo", combos, ids=[combo_id(c) for c in combos], indirect=True, scope="session"
+        )
 
 
 def _xfail(item) -> str:

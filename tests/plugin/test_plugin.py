@@ -68,6 +68,28 @@ def test_options_are_in_one_group(pytester):
     )
 
 
+def test_every_fixture_of_the_plugin_shows_in_pytest_fixtures_with_its_docstring(pytester):
+    """`pytest --fixtures` is where a user looks: every fixture the plugin defines is listed there, with
+    the first line of its docstring (resilience_combo too, though parametrize supplies its values)."""
+    import inspect
+    import re
+
+    import resilience.pytest_plugin as plugin
+
+    defined = re.findall(r"@pytest\.fixture[^\n]*\ndef (\w+)", inspect.getsource(plugin))
+    assert "resilience_combo" in defined and len(defined) >= 6, defined
+    pytester.makepyfile(test_a="def test_a():\n    pass\n")
+    result = pytester.runpytest("--fixtures")
+    lines = result.stdout.str().splitlines()
+    for name in defined:
+        at = next((i for i, line in enumerate(lines) if line.startswith(f"{name} [")), None)
+        assert at is not None, f"{name} is not listed by pytest --fixtures"
+        doc = lines[at + 1].strip()
+        assert doc and "no docstring" not in doc, (name, doc)
+    listed = [line.split(" [")[0] for line in lines if line.startswith("resilience_")]
+    assert sorted(listed) == sorted(defined)
+
+
 def test_scenario_files_are_items_per_combination(pytester):
     pytester.makefile(".yaml", **{"scenarios/save_resume": PASSING})
     result = pytester.runpytest("scenarios", "--collect-only", "-q")
