@@ -115,3 +115,29 @@ def test_integrity_check_fails_on_a_gap_and_an_overlap():
     overlap = [dict(d, global_offset=[0, 0]) if d["key"] == qkv else d for d in descriptions]
     with pytest.raises(ShardingIntegrityError, match="same elements"):
         validate_sharding_integrity(overlap)
+
+
+def test_distributed_optimizer_rows_as_docs_adapters_shows_them():
+    """docs/adapters.md's table of `global_offset` for distributed-optimizer rows (tp2pp1dp2, output layer)."""
+    from types import SimpleNamespace
+
+    topo = Topology(2, 1, 2)
+    seen = {}
+    for rank in range(topo.world):
+        state = TrainingState(
+            ModelSpec(optimizer="distributed"), topo, rank, groups=SimpleNamespace(dp_group=None, dp_ranks=[rank])
+        )
+        for r in state.sharded_state_dict():
+            if r.key in ("model.output_layer.weight", "optimizer.exp_avg.output_layer.weight"):
+                seen[rank, r.key.split(".")[0]] = (r.global_offset, tuple(r.data.shape), r.replica_id)
+                assert r.global_shape == (112, 32) and r.logical_shape == (100, 32)
+    assert seen == {
+        (0, "model"): ((0, 0), (56, 32), 0),
+        (0, "optimizer"): ((0, 0), (28, 32), 0),
+        (1, "model"): ((56, 0), (56, 32), 0),
+        (1, "optimizer"): ((56, 0), (28, 32), 0),
+        (2, "model"): ((0, 0), (56, 32), 1),
+        (2, "optimizer"): ((28, 0), (28, 32), 0),
+        (3, "model"): ((56, 0), (56, 32), 1),
+        (3, "optimizer"): ((84, 0), (28, 32), 0),
+    }
