@@ -125,16 +125,48 @@ def _archive_payload(raw: bytes, end: int) -> list[tuple[int, int]]:
     return out
 
 
+def archive_spans(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every torch.save zip archive in `raw`, found from each end-of-central-directory
+    record (a DCP .distcp holds one archive per tensor, one after the other)."""
+    out, pos = [], raw.find(_END)
+    while pos >= 0:
+        try:
+            count, cd_size, cd_offset = struct.unpack_from("<HII", raw, pos + 10)
+            cd_end = pos
+            if raw[pos - 20 : pos - 16] == _END64_LOCATOR and raw[pos - 76 : pos - 72] == _END64:
+                cd_end = pos - 76
+                count, cd_size, cd_offset = struct.unpack_from("<QQQ", raw, cd_end + 32)
+            (comment,) = struct.unpack_from("<H", raw, pos + 20)
+            start = cd_end - cd_size - cd_offset
+            if 0 <= start < pos and raw[start : start + 4] == _LOCAL_HEADER:
+                out.append((start, pos + 22 + comment))
+        except struct.error:
+            pass
+        pos = raw.find(_END, pos + 4)
+    return out
+
+
 def _loaded(path: str) -> list[bytes] | None:
-    """Every tensor's bytes as torch.load(weights_only=True) returns them; None if the file is not one
-    torch file (the stored values cannot be compared that way)."""
+    """Every tensor's bytes as torch.load(weights_only=True) returns them, archive by archive when the file
+    holds several (torch.load of the whole file reads only one of them); None if no archive of the file
+    loads (the stored values cannot be compared that way)."""
+    import io
+
     import torch
 
-    try:
-        doc = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception:
+    with open(path, "rb") as f:
+        raw = f.read()
+    spans = archive_spans(raw)
+    docs, loaded = [], 0
+    for a, b in spans if len(spans) > 1 else [(0, len(raw))]:
+        try:
+            docs.append(torch.load(io.BytesIO(raw[a:b]), weights_only=True, map_location="cpu"))
+            loaded += 1
+        except Exception:
+            docs.append(None)  # an archive that does not load: its place in the list still compares
+    if not loaded:
         return None
-    out = []
+    out: list[bytes] = []
 
     def walk(x):
         if isinstance(x, torch.Tensor):
@@ -146,7 +178,11 @@ def _loaded(path: str) -> list[bytes] | None:
             for v in x:
                 walk(v)
 
-    walk(doc)
+    for doc in docs:
+        if doc is None:
+            out.append(b"<no load>")
+        else:
+            walk(doc)
     return out
 
 

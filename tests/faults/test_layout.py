@@ -120,6 +120,31 @@ def test_bit_flips_never_land_in_zero_padding_rows(tmp_path):
     assert torch.equal(torch.load(path, weights_only=True)["w"], w)
 
 
+def test_a_flip_in_any_archive_of_a_dcp_file_is_seen_as_a_changed_value(tmp_path):
+    """A DCP .distcp holds one torch.save archive per tensor, one after the other; torch.load of the whole
+    file reads only one of them, so each archive is loaded on its own to tell a flip changed a value."""
+    import io
+
+    root = str(tmp_path / "ckpt")
+    os.makedirs(os.path.join(root, "step-2"))
+    path = os.path.join(root, "step-2", "__0_0.distcp")
+    tensors = [torch.arange(256, dtype=torch.float32) + 1.0 + 1000 * k for k in range(4)]
+    with open(path, "wb") as f:
+        for t in tensors:
+            buf = io.BytesIO()
+            torch.save(t, buf)
+            f.write(buf.getvalue())
+    assert len(payload_ranges(path)) == 4
+    layout = Layout(2, (LayoutFile("step-{iteration}/__0_0.distcp", "data"),), False, "scan")
+    hit = set()
+    for seed in range(12):
+        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        assert "a stored tensor value changed" in damage.detail, damage.detail
+        hit.add(next(i for i, (a, b) in enumerate(payload_ranges(path)) if a <= damage.offset < b))
+        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # undo
+    assert len(hit) > 1  # not only the archive torch.load of the whole file reads
+
+
 def test_truncation_cuts_into_payload(learned):
     layout, root = learned
     damage = corrupt(fault_from_dict({"kind": "truncate", "seed": 3}), root, layout)
