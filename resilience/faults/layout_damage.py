@@ -55,7 +55,9 @@ def _newest(found: list, fault: Fault, what: str, root: str) -> tuple[int | None
     return it, chosen
 
 
-def _pick(root: str, fault: Fault, layout: Layout, role: str, rng: random.Random) -> tuple[int | None, str]:
+def _pick(
+    root: str, fault: Fault, layout: Layout, role: str, rng: random.Random, *, with_bytes: bool = False
+) -> tuple[int | None, str]:
     found = layout.found(root, None if fault.target.path else role, fault.target.rank)
     found = [x for x in found if matches_path(fault.target.path, x[1], os.path.relpath(x[1], root))]
     what = f"file matching {fault.target.path!r}" if fault.target.path else f"{role} file"
@@ -63,8 +65,18 @@ def _pick(root: str, fault: Fault, layout: Layout, role: str, rng: random.Random
         what += f" of rank {fault.target.rank}"
     found = _read_by_a_load(found, what, root)
     it, chosen = _newest(found, fault, what, root)
+    if with_bytes and any(_size(p) for _, p, _ in chosen):
+        # a rank that holds only replicas writes an empty file (DCP's dedup): nothing in it to flip or cut
+        chosen = [x for x in chosen if _size(x[1])]
     _, path, _ = chosen[rng.randrange(len(chosen))]
     return it, path
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _read_by_a_load(found: list, what: str, root: str) -> list:
@@ -187,7 +199,7 @@ def _loaded(path: str) -> list[bytes] | None:
 
 
 def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> Damage:
-    it, path = _pick(root, fault, layout, "data", rng)
+    it, path = _pick(root, fault, layout, "data", rng, with_bytes=True)
     size = os.path.getsize(path)
     if size == 0:
         raise NothingToDamage("target", f"{path} is empty: no bit to flip")
@@ -264,7 +276,7 @@ def _in_zero_word(raw: bytes, offset: int, start: int) -> bool:
 
 
 def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> Damage:
-    it, path = _pick(root, fault, layout, "data", rng)
+    it, path = _pick(root, fault, layout, "data", rng, with_bytes=True)
     old = os.path.getsize(path)
     if old == 0:
         raise NothingToDamage("target", f"{path} is empty: nothing to cut")

@@ -145,6 +145,21 @@ def test_a_flip_in_any_archive_of_a_dcp_file_is_seen_as_a_changed_value(tmp_path
     assert len(hit) > 1  # not only the archive torch.load of the whole file reads
 
 
+def test_flips_and_cuts_skip_the_empty_file_of_a_rank_that_holds_only_replicas(tmp_path):
+    """DCP's dedup leaves a dp replica's __1_0.distcp empty: a flip or a cut aims at a file with bytes."""
+    root = str(tmp_path / "ckpt")
+    os.makedirs(os.path.join(root, "iter_2"))
+    torch.save({"w": torch.arange(64, dtype=torch.float32) + 1.0}, os.path.join(root, "iter_2", "__0_0.distcp"))
+    open(os.path.join(root, "iter_2", "__1_0.distcp"), "wb").close()
+    files = tuple(LayoutFile(f"iter_{{iteration}}/__{r}_0.distcp", "data", rank=r) for r in (0, 1))
+    layout = Layout(2, files, False, "scan")
+    for seed in range(8):
+        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        assert damage.rel == "iter_2/__0_0.distcp", damage
+        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # undo
+    assert corrupt({"kind": "truncate", "seed": 0}, root, layout).rel == "iter_2/__0_0.distcp"
+
+
 def test_truncation_cuts_into_payload(learned):
     layout, root = learned
     damage = corrupt(fault_from_dict({"kind": "truncate", "seed": 3}), root, layout)
