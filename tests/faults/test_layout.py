@@ -113,10 +113,10 @@ def test_bit_flips_never_land_in_zero_padding_rows(tmp_path):
     layout = Layout(2, (LayoutFile("iter_{iteration}/rank_0.pt", "data"),), False, "scan")
     [(start, _)] = payload_ranges(path)
     for seed in range(20):
-        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        damage = corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)
         row = (damage.offset - start) // (32 * 4)
         assert row < real and "non-zero word" in damage.detail, (seed, row)
-        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # undo
+        corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)  # undo
     assert torch.equal(torch.load(path, weights_only=True)["w"], w)
 
 
@@ -138,10 +138,10 @@ def test_a_flip_in_any_archive_of_a_dcp_file_is_seen_as_a_changed_value(tmp_path
     layout = Layout(2, (LayoutFile("step-{iteration}/__0_0.distcp", "data"),), False, "scan")
     hit = set()
     for seed in range(12):
-        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        damage = corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)
         assert "a stored tensor value changed" in damage.detail, damage.detail
         hit.add(next(i for i, (a, b) in enumerate(payload_ranges(path)) if a <= damage.offset < b))
-        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # undo
+        corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)  # undo
     assert len(hit) > 1  # not only the archive torch.load of the whole file reads
 
 
@@ -154,10 +154,10 @@ def test_flips_and_cuts_skip_the_empty_file_of_a_rank_that_holds_only_replicas(t
     files = tuple(LayoutFile(f"iter_{{iteration}}/__{r}_0.distcp", "data", rank=r) for r in (0, 1))
     layout = Layout(2, files, False, "scan")
     for seed in range(8):
-        damage = corrupt({"kind": "bit_flip", "seed": seed}, root, layout)
+        damage = corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)
         assert damage.rel == "iter_2/__0_0.distcp", damage
-        corrupt({"kind": "bit_flip", "seed": seed}, root, layout)  # undo
-    assert corrupt({"kind": "truncate", "seed": 0}, root, layout).rel == "iter_2/__0_0.distcp"
+        corrupt(fault_from_dict({"kind": "bit_flip", "seed": seed}), root, layout)  # undo
+    assert corrupt(fault_from_dict({"kind": "truncate", "seed": 0}), root, layout).rel == "iter_2/__0_0.distcp"
 
 
 def test_truncation_cuts_into_payload(learned):
