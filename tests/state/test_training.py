@@ -33,7 +33,8 @@ def _fingerprint_with_replica_flipped(ctx, spec, topo, flip_rank):
     """Train one step, then change one element of one tensor replica on `flip_rank` (replica id != 0)."""
     import torch
 
-    from resilience.state import TOPOLOGY_BOUND_KEYS, ShardedTensor, TrainingState, combine, fingerprint
+    from resilience.state import TOPOLOGY_BOUND_KEYS, ShardedTensor, TrainingState
+    from resilience.state.fingerprint import combine, fingerprint
 
     state = TrainingState(spec, topo, ctx.rank)
     state.train(1)
