@@ -103,6 +103,8 @@ class Evidence:
     converted: Callable[[int, str, str], PrecisionTargets] | None = None
     # each job with a recover op: {"job", "index", "started", "survived": [errors before it], "ended": {...}}
     recoveries: list[dict] = field(default_factory=list)
+    # loads that returned on some ranks and raised on others: {"job", "ok": [rank, ...], "errors": {rank: error}}
+    load_splits: list[dict] = field(default_factory=list)
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]

@@ -66,6 +66,17 @@ class FailureSymmetry:
                 + "; ".join(f"rank {r}: {str(e)[:120]}" for r, e in sorted(s.errors.items())),
                 [{"save_id": s.save_id, "ok": sorted(s.ok_ranks), "errors": s.errors}],
             )
+        if ev.load_splits:
+            ls = ev.load_splits[0]
+            return Verdict(
+                self.name,
+                FAIL,
+                f"a load in job {ls['job']} returned on ranks {ls['ok']} and raised on ranks {sorted(ls['errors'])}: "
+                "in a real job the ranks that loaded go on to train while the others exit, and every restart "
+                "meets the same split; "
+                + "; ".join(f"rank {r}: {str(e)[:120]}" for r, e in sorted(ls["errors"].items())),
+                ev.load_splits,
+            )
         if not ev.errors:
             return Verdict(self.name, NA, "no rank raised")
         return Verdict(self.name, PASS, f"{len(ev.errors)} errors raised; every rank of each ended it the same way")

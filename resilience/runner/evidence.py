@@ -47,6 +47,10 @@ def evidence_from(
     recoveries: dict[int, dict] = {}
     load_errors: dict[tuple, dict] = {}  # (job, crash state, recovery) -> rank -> what its load raised
     current_load: LoadRecord | None = None
+    # each load of a job, by (job, its ordinal on the rank): rank 0's record and every rank's outcome
+    load_seen: dict[tuple, int] = {}
+    load_record: dict[tuple, LoadRecord] = {}
+    load_outcomes: dict[tuple, dict[int, dict]] = {}
     for i, e in enumerate(events):
         v = e.value
         if e.f == "load" and e.type == FAIL:  # every rank's error: the one naming the damaged file may be any
@@ -95,8 +99,12 @@ def evidence_from(
                 errors.append(_error(e, i, "finalize" if v.get("via") == "finalize" else "save", sid))
         elif e.f == "finalize" and e.type == FAIL and v.get("save_id") is None and v.get("iteration") is None:
             errors.append(_error(e, i, "finalize", None))  # nothing was in flight: no save carries it
-        elif e.f == "load" and e.process == 0 and e.type in (OK, FAIL):
-            current_load = LoadRecord(
+        elif e.f == "load" and e.type in (OK, FAIL):
+            n = load_seen[(e.job, e.process)] = load_seen.get((e.job, e.process), 0) + 1
+            load_outcomes.setdefault((e.job, n), {})[e.process] = {"status": e.type, **v}
+            if e.process != 0:
+                continue
+            current_load = load_record[(e.job, n)] = LoadRecord(
                 e.job,
                 v.get("topology", topo_of_job.get(e.job, topology or "")),
                 e.type,
@@ -138,6 +146,8 @@ def evidence_from(
         r["survived"] = [
             err for err in errors if err["job"] == r["job"] and err["index"] < r["index"] and not err.get("recovery")
         ]
+    load_splits = _split_loads(load_outcomes, load_record)
+    _hear_every_rank(load_outcomes, load_record)
     return Evidence(
         combo,
         save_topology,
@@ -155,6 +165,7 @@ def evidence_from(
         contract,
         converted,
         sorted(recoveries.values(), key=lambda r: r["job"]),
+        load_splits,
     )
 
 
@@ -174,6 +185,36 @@ def _crashed(v: dict, index: int, crashes: list[dict], blocked: list[dict]) -> N
     if v.get("signals"):
         crashes.append({"job": v["job"], "index": index, "signals": v["signals"]})
     blocked.extend(dict(b, job=v["job"], rank=int(r)) for r, b in (v.get("blocked") or {}).items())
+
+
+def _hear_every_rank(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, LoadRecord]) -> None:
+    """A library may warn on any rank (about the shard it read): rank 0's record gets what the others heard."""
+    for key, by_rank in outcomes.items():
+        rec = records.get(key)
+        if rec is None:
+            continue
+        for rank, o in sorted(by_rank.items()):
+            for text in o.get("captured") or [] if rank else []:
+                if text not in rec.captured:
+                    rec.captured.append(f"rank {rank}: {text}")
+
+
+def _split_loads(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, LoadRecord]) -> list[dict]:
+    """Loads that returned on some ranks and raised on others. The job's load failed (a resume needs every
+    rank): rank 0's record says so with the error of the first rank that raised."""
+    splits = []
+    for key, by_rank in sorted(outcomes.items()):
+        failed = {r: o for r, o in sorted(by_rank.items()) if o["status"] == FAIL}
+        ok = sorted(r for r, o in by_rank.items() if o["status"] == OK)
+        if not (failed and ok):
+            continue
+        splits.append({"job": key[0], "ok": ok, "errors": {r: str(o.get("error", "")) for r, o in failed.items()}})
+        rec = records.get(key)
+        if rec is not None and rec.status == OK:
+            rank, first = next(iter(failed.items()))
+            rec.status, rec.fingerprint, rec.rng = FAIL, None, None
+            rec.error, rec.refused = f"rank {rank}: {first.get('error', '')}", bool(first.get("refused"))
+    return splits
 
 
 def _save_id(e: Event, saves: dict, open_saves: dict, invoked: dict) -> str | None:

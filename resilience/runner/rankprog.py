@@ -323,7 +323,7 @@ class Recovery:
         except _RAISED as e:  # raised past the load's own logging: the digests after it
             _not_ours(e)
             return e
-        # failed on this rank: it skipped the digests every rank that loaded takes part in
+        # failed on this rank or another (every rank learns which before the digests)
         return None if loaded else RuntimeError(f"the recovery's load ({which}) failed on rank {ops.rank}")
 
     def _meet(self, point: str, error: BaseException | None) -> None:
@@ -372,8 +372,12 @@ def _load(
             if not catch_all:
                 raise
             failed = {"refused": False, **error_of(e)}
+    peers_failed = _failed_ranks(failed is None)  # every rank learns who failed: none waits on a rank that left
     if failed is not None:
         log.fail("load", **failed, **where, **({"captured": heard} if heard else {}))
+        return False
+    if peers_failed:  # this rank loaded, another raised: the job's load failed (evidence: a split load)
+        log.ok("load", iteration=result.iteration, peers_failed=peers_failed, **where)
         return False
     fp, rng, found = _digests(state, True)
     value = {
@@ -388,6 +392,18 @@ def _load(
         value.update(fingerprint=fp, rng=rng, generations=found)
     log.ok("load", **value)
     return True
+
+
+def _failed_ranks(ok: bool) -> list[int]:
+    """The ranks whose load raised; collective (every rank calls it once per load, whatever its outcome)."""
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return [] if ok else [0]
+    flags = [torch.zeros(1, dtype=torch.int32) for _ in range(dist.get_world_size())]
+    dist.all_gather(flags, torch.tensor([int(ok)], dtype=torch.int32))
+    return [r for r, f in enumerate(flags) if not int(f.item())]
 
 
 MAX_CAPTURED, MAX_CAPTURED_CHARS = 20, 500

@@ -7,6 +7,7 @@ import pytest
 from resilience.checkers import FAIL, NA, PASS, Evidence, FailureSymmetry, SaveRecord
 from resilience.checkers.symmetry import waiting_in
 from resilience.dist import this_rank as _rank
+from resilience.errors import IntegrityError
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_text
 from resilience.state import Topology
@@ -40,6 +41,24 @@ def raises_on_rank_one(combo):
 
 
 raises_on_rank_one.combinations = ("LOCAL/torch/sync",)
+
+
+class LoadFailsOnRankOne(InhouseBackend):
+    """Each rank checks only its own file, after the library's collective load: rank 1 finds it damaged and
+    raises, rank 0 returns."""
+
+    def load(self, state, root):
+        result = super().load(state, root)
+        if _rank() == 1:
+            raise IntegrityError(f"{root}/rank1.pt", "checksum", "rank 1's shard is damaged")
+        return result
+
+
+def load_fails_on_rank_one(combo):
+    return LoadFailsOnRankOne(combo)
+
+
+load_fails_on_rank_one.combinations = ("LOCAL/torch/sync",)
 
 SCENARIO = """
 name: one-rank-raises
@@ -76,6 +95,20 @@ def test_unit_verdicts():
     local = check(_ev(saves=[split], errors=[{"job": 0, "rank": 1, "error": "OSError: x"}]))
     assert local.status == PASS and "LOCAL saves are per rank" in local.detail
     assert check(_ev(errors=[{"job": 0, "rank": 1, "error": "OSError: x"}])).status == PASS
+    v = check(_ev(load_splits=[{"job": 1, "ok": [0], "errors": {1: "IntegrityError: damaged"}}]))
+    assert v.status == FAIL and "a load in job 1 returned on ranks [0] and raised on ranks [1]" in v.detail
+
+
+@pytest.mark.multiprocess
+def test_a_load_that_raises_on_one_rank_only_is_judged_not_a_timeout(tmp_path):
+    """Rank 0 loads while rank 1 raises: every rank learns it, the case ends, the job's load failed and the
+    split is a symmetry FAIL (before, rank 0 waited for rank 1 in the fingerprint gather: UNKNOWN)."""
+    backend = "tests.checkers.test_symmetry:load_fails_on_rank_one"
+    result = run_case(load_text(SCENARIO), COMBO, str(tmp_path / "case"), backend=backend)
+    verdict = next(v for v in result.verdicts if v.checker == "symmetry")
+    assert verdict.status == FAIL, result.verdicts
+    assert "returned on ranks [0] and raised on ranks [1]" in verdict.detail and "checksum" in verdict.detail
+    assert result.verdict == "FAIL", result.detail
 
 
 @pytest.mark.multiprocess

@@ -77,3 +77,24 @@ def test_every_ranks_error_of_a_failed_load_is_kept():
         1: "IntegrityError: iter_3/rank_1.pt: truncated",
         0: "IntegrityError: another rank could not load\nE: y",
     }
+
+
+def test_a_split_load_fails_the_job_and_every_rank_is_heard():
+    """Rank 0 loaded, rank 1 raised: the job's load failed with rank 1's error, the split is recorded, and a
+    warning heard on rank 1 reaches the load's record."""
+    events = [
+        Event("invoke", "load", 0, {"topology": "tp1pp1dp2"}, 1),
+        Event("invoke", "load", 1, {"topology": "tp1pp1dp2"}, 1),
+        Event("fail", "load", 1, {"error": "IntegrityError: rank_1.pt: truncated", "captured": ["cast to bf16"]}, 1),
+        Event("ok", "load", 0, {"iteration": 3, "peers_failed": [1], "topology": "tp1pp1dp2"}, 1),
+    ]
+    ev = evidence_from(
+        events,
+        combo=Combination.parse("GLOBAL/torch_dist/sync"),
+        save_topology=Topology.parse("tp1pp1dp2"),
+        never_stopped=lambda i: "",
+    )
+    (ld,) = ev.loads
+    assert ld.status == "fail" and ld.error == "rank 1: IntegrityError: rank_1.pt: truncated"
+    assert ev.load_splits == [{"job": 1, "ok": [0], "errors": {1: "IntegrityError: rank_1.pt: truncated"}}]
+    assert ld.captured == ["rank 1: cast to bf16"]
