@@ -32,3 +32,18 @@ def test_refusing_input_does_not_import_torch(tmp_path, argv, code):
     argv = [str(bad) if a == "SCENARIO" else a for a in argv]
     out = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == [str(code), "False"], out.stderr[-2000:]
+
+
+def test_lazy_names_are_never_shadowed_by_a_submodule():
+    """A package's lazy name must not share a submodule's name: importing the submodule would put the module
+    where the name was expected."""
+    import importlib
+    import pkgutil
+    import types
+
+    for package in ("resilience.state", "resilience.launch"):
+        pkg = importlib.import_module(package)
+        for info in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{package}.{info.name}")
+        for name in pkg.__all__:
+            assert not isinstance(getattr(pkg, name), types.ModuleType), f"{package}.{name} is a module"

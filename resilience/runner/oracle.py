@@ -14,7 +14,7 @@ import torch
 
 from ..checkers.base import PrecisionTargets
 from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
-from ..state.fingerprint import assemble, local_pieces
+from ..state.fingerprints import assemble, local_pieces
 
 _NO_GROUPS = SimpleNamespace(dp_group=None, dp_ranks=[0])
 

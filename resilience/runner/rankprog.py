@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ..errors import CheckpointNotFound, IntegrityError, ResilienceError, TopologyChangeRefused
 from ..launch.local import BLOCKED_AFTER
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
-from ..state.fingerprint import assemble, gather_pieces, generations
+from ..state.fingerprints import assemble, gather_pieces, generations
 from ..vocab.combos import Combination
 from .adapters import make_backend
 from .history import EventLog

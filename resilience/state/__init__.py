@@ -12,14 +12,14 @@ from .model import ModelSpec, ParamLayout
 from .topology import Coords, Topology, Transition
 
 if TYPE_CHECKING:
-    from .fingerprint import combine, differences, fingerprint
+    from .fingerprints import combine, differences, fingerprint
     from .sharding import ShardedObject, ShardedTensor, ShardingIntegrityError, validate_sharding_integrity
     from .training import GENERATION_PREFIX, RUN_BOUND_KEYS, TOPOLOGY_BOUND_KEYS, ParallelGroups, TrainingState
 
 _LAZY = {
-    "combine": "fingerprint",
-    "differences": "fingerprint",
-    "fingerprint": "fingerprint",
+    "combine": "fingerprints",
+    "differences": "fingerprints",
+    "fingerprint": "fingerprints",
     "ShardedObject": "sharding",
     "ShardedTensor": "sharding",
     "ShardingIntegrityError": "sharding",

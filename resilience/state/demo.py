@@ -6,7 +6,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from .fingerprint import combine, fingerprint
+from .fingerprints import combine, fingerprint
 from .model import ModelSpec
 from .sharding import validate_sharding_integrity
 from .topology import Topology

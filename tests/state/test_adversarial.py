@@ -5,7 +5,7 @@ import torch
 
 from resilience.runner.matrix import MODEL, TRANSITIONS, model_of
 from resilience.state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, Transition, combine
-from resilience.state.fingerprint import assemble, gather_pieces, generations, local_pieces
+from resilience.state.fingerprints import assemble, gather_pieces, generations, local_pieces
 
 
 def test_ramp_up_and_skips_break_the_link_between_iteration_and_data_position():

@@ -34,7 +34,7 @@ def _fingerprint_with_replica_flipped(ctx, spec, topo, flip_rank):
     import torch
 
     from resilience.state import TOPOLOGY_BOUND_KEYS, ShardedTensor, TrainingState
-    from resilience.state.fingerprint import combine, fingerprint
+    from resilience.state.fingerprints import combine, fingerprint
 
     state = TrainingState(spec, topo, ctx.rank)
     state.train(1)
