@@ -121,11 +121,16 @@ def _safe(name: str) -> str:
 
 
 def summarize(rows: list[dict], paths: dict) -> int:
+    from ..report.table import is_framework_error
     from ..status import is_failing, summary_line
 
     bad = [r for r in rows if is_failing(r["verdict"])]
+    broke = sum(is_framework_error(r) for r in bad)
     for r in bad:
-        print(f"{r['verdict']}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
-    print(summary_line(r["verdict"] for r in rows))
+        what = f"{r['verdict']} (framework error)" if is_framework_error(r) else r["verdict"]
+        print(f"{what}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
+    # a framework error says nothing of the implementation: counted apart, as the report does
+    note = f"; {broke} of the UNKNOWN are framework errors (the framework broke, not the implementation)"
+    print(summary_line(r["verdict"] for r in rows) + (note if broke else ""))
     print(f"report: {paths['report.md']}  ({paths['report.html']}, {paths['results.json']}, {paths['junit.xml']})")
     return 1 if bad else 0

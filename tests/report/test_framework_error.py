@@ -37,7 +37,10 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
         ]
     )
     assert code == 1 and len(seen) == 2
-    err = capsys.readouterr().err  # not a terminal: a plain progress line per tenth of the cases
+    captured = capsys.readouterr()
+    assert "UNKNOWN (framework error): matrix-metadata:manifest.json GLOBAL/torch_dist/sync" in captured.out
+    assert "1 of the UNKNOWN are framework errors" in captured.out
+    err = captured.err  # not a terminal: a plain progress line per tenth of the cases
     assert "progress: 1/2 cases · 1 failed (UNKNOWN 1) · " in err
     assert "progress: 2/2 cases · 1 failed (PASS 1, UNKNOWN 1) · " in err
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
