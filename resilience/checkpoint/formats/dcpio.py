@@ -5,37 +5,23 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from math import prod
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, MetadataIndex, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
+from torch.distributed.tensor import DTensor
 
-from ...dist import gather_failures
 from ...errors import RankFailure, ResilienceError
 
 
 class CheckpointContentError(ResilienceError, ValueError):
     """The checkpoint does not hold what this rank needs. A plain one-message exception: DCP pickles
     exceptions raised inside its steps to send them to the coordinator, so it keeps one argument."""
-
-
-@contextlib.contextmanager
-def agreed(what: str, group=None) -> Iterator[None]:
-    """Run a rank-local step, then agree on its outcome: every rank raises if any failed. Steps that
-    come before DCP's collectives need this, or one rank failing alone leaves the others waiting."""
-    error = None
-    try:
-        yield
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-    failures = gather_failures(error, group)
-    if failures:
-        raise RankFailure(failures, what)
 
 
 @contextlib.contextmanager
@@ -94,13 +80,35 @@ def _set_path(root: dict, path, value) -> None:
     root[path[-1]] = value
 
 
+Targets = Callable[[dict, Metadata], None]
+
+
 class CheckedLoadPlanner(DefaultLoadPlanner):
     """DCP's default load planner, refusing plans that leave a target partly unread or read another
-    dtype, and loading objects with weights_only=True."""
+    dtype, and loading objects with weights_only=True.
 
-    def __init__(self, where: str, **kwargs) -> None:
+    `targets(state_dict, metadata)`, when given, puts the load targets into the (empty) state dict
+    passed to dcp.load, from the metadata DCP read: inside DCP's planning step, whose errors reach every
+    rank, so building them needs no collective of its own. The filled dict is `original_state_dict`."""
+
+    def __init__(self, where: str, targets: Targets | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.where = where
+        self.targets = targets
+        self._local: dict[str, torch.Tensor] = {}
+
+    def set_up_planner(self, state_dict, metadata=None, is_coordinator: bool = False) -> None:
+        if self.targets is not None:
+            if metadata is None:
+                raise CheckpointContentError(f"{self.where}: planning began before the metadata was read")
+            self.targets(state_dict, metadata)
+        super().set_up_planner(state_dict, metadata, is_coordinator)
+        # each DTensor's local tensor, once: DCP's lookup would rebuild it for every read item
+        self._local = {fqn: v.to_local() for fqn, v in self.state_dict.items() if isinstance(v, DTensor)}
+
+    def lookup_tensor(self, index: MetadataIndex) -> torch.Tensor:
+        local = self._local.get(index.fqn)
+        return local if local is not None else super().lookup_tensor(index)
 
     @property
     def read_metadata(self) -> Metadata:

@@ -33,7 +33,6 @@ from .base import RankInfo
 from .dcpio import (
     CheckedLoadPlanner,
     CheckpointContentError,
-    agreed,
     check_dtype,
     dcp_errors,
     dcp_reader_of,
@@ -212,21 +211,24 @@ class TorchDcpFormat:
 
     # ---- read ------------------------------------------------------------------------------------
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
-        """Fill every tensor record from the checkpoint, resharding as needed; objects by key."""
+        """Fill every tensor record from the checkpoint, resharding as needed; objects by key. The load
+        targets are made inside DCP's planning step (CheckedLoadPlanner's `targets`), from the metadata
+        DCP reads there: one read of it, and no collective beside DCP's own."""
         self.prepare(info)
-        reader = SeamReader(folder)
-        state: dict[str, Any] = {}
         after: list[Callable[[], Any]] = []
         names: dict[str, str] = {}
-        with agreed(f"torch_dcp load from {folder}", info.group):
-            metadata = reader.read_metadata()
+
+        def targets(state: dict, metadata) -> None:
             saved = Topology.from_dict(manifest.topology)
             self._targets(info, records, metadata, folder, state, after)
-            names = object_targets(info, records, state, rng=(saved.tp, saved.pp) == (info.topo.tp, info.topo.pp))
+            names.update(object_targets(info, records, state, rng=(saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)))
+
+        planner = CheckedLoadPlanner(folder, targets)
         with dcp_errors(f"torch_dcp load from {folder}"):
-            dcp.load(state, storage_reader=reader, planner=CheckedLoadPlanner(folder), process_group=info.group)
+            dcp.load({}, storage_reader=SeamReader(folder), planner=planner, process_group=info.group)
         for step in after:
             step()
+        state = planner.original_state_dict
         return {key: get_nested(state, path) for key, path in names.items()}
 
     def _targets(
