@@ -213,15 +213,16 @@ class TorchDcpFormat:
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
         """Fill every tensor record from the checkpoint, resharding as needed; objects by key. The load
         targets are made inside DCP's planning step (CheckedLoadPlanner's `targets`), from the metadata
-        DCP reads there: one read of it, and no collective beside DCP's own."""
-        self.prepare(info)
+        DCP reads there: one read of it, and no collective beside DCP's own. They are plain tensors read
+        by their global offsets, which is all a DTensor would tell DCP: loading needs no device mesh."""
         after: list[Callable[[], Any]] = []
         names: dict[str, str] = {}
 
-        def targets(state: dict, metadata) -> None:
+        def targets(state: dict, metadata) -> dict[str, tuple[int, ...]]:
             saved = Topology.from_dict(manifest.topology)
-            self._targets(info, records, metadata, folder, state, after)
+            pieces = self._targets(info, records, metadata, folder, state, after)
             names.update(object_targets(info, records, state, rng=(saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)))
+            return pieces
 
         planner = CheckedLoadPlanner(folder, targets)
         with dcp_errors(f"torch_dcp load from {folder}"):
@@ -233,9 +234,11 @@ class TorchDcpFormat:
 
     def _targets(
         self, info: RankInfo, records, metadata, folder: str, state: dict, after: list[Callable[[], Any]]
-    ) -> None:
-        """Put a load target for every tensor record into `state`; steps to finish it into `after`."""
+    ) -> dict[str, tuple[int, ...]]:
+        """Put a load target for every tensor record into `state`, steps to finish it into `after`;
+        returns each target's global offset in its saved tensor."""
         split = self._split(info, records)
+        pieces: dict[str, tuple[int, ...]] = {}
         for r in records:
             if not isinstance(r, ShardedTensor):
                 continue
@@ -248,14 +251,17 @@ class TorchDcpFormat:
             stored = stored_tensor(metadata, r.key, folder)
             check_dtype(stored, r.key, buf.dtype, folder)
             if tuple(stored.size) == tuple(r.global_shape):
-                nest(state, r.key, self._dtensor(info, buf, r.global_shape, offset))
+                nest(state, r.key, buf)
+                pieces[r.key] = tuple(offset)
             else:
                 full = torch.empty(stored.size, dtype=buf.dtype)
                 self._check_padding_only(r, tuple(stored.size), folder)
                 nest(state, r.key, full)
+                pieces[r.key] = (0,) * full.dim()
                 after.append(functools.partial(copy_real_rows, full, buf, offset, r.logical[0]))
             if lo is not None:
                 after.append(functools.partial(copy_rows, r.data, buf, lo))
+        return pieces
 
     @staticmethod
     def _check_padding_only(r: ShardedTensor, saved: tuple[int, ...], folder: str) -> None:
