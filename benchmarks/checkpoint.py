@@ -27,7 +27,10 @@ shared machine they show the work done whatever else runs. Loads read files just
 Every checkpoint is written to a fresh folder under a temp dir that is removed at the end.
 
     python -m benchmarks checkpoint [--size-gib 1.0] [--repeats 3] [--warmup 1] [--checksum-runs 3]
-        [--fusefs-mib 256] [--dir DIR] [--json FILE]
+        [--fusefs-mib 256] [--loads COMBOS] [--dir DIR] [--json FILE]
+
+`--loads TORCH_DCP/torch_dcp/sync,TORCH_DCP/torch_dcp/async` measures only those loads against stock
+dcp.load (each saved untimed first), in the same rounds: a quicker run when only the loads are in question.
 """
 
 from __future__ import annotations
@@ -273,6 +276,25 @@ class RankBench:
         for block in blocks[::-1] if rep % 2 else blocks:
             block(rep)
 
+    def loads_round(self, rep: int, names: list[str]) -> None:
+        """--loads: each named combination and stock DCP saved (untimed; an async one finalized), then
+        loaded (timed), in turn; the order alternates from round to round."""
+        order = [*names, "dcp"]
+        for name in order[::-1] if rep % 2 else order:
+            folder = self._folder(rep, name)
+            if name == "dcp":
+                dcp.save(self.stock, checkpoint_id=folder)
+                self.clock.run("dcp load", functools.partial(dcp.load, self.stock, checkpoint_id=folder))
+                self.clock.progress(f"{'stock dcp.load':<27} load {self.clock.last('dcp load'):6.3f} s")
+            else:
+                backend = self.backends[name]
+                self.state.iteration = 1000 + rep
+                backend.save(self.state, folder)
+                backend.finalize()
+                self.clock.run(f"{name} load", functools.partial(backend.load, self.state, folder))
+                self.clock.progress(f"{name:<27} load {self.clock.last(f'{name} load'):6.3f} s")
+            _remove(self.rank, folder)
+
     def _folder(self, rep: int, name: str) -> str:
         return os.path.join(self.root, f"rep{rep}", name.replace("/", "-").replace(" ", "-"))
 
@@ -413,7 +435,14 @@ class RankBench:
 
 
 def bench_rank(
-    ctx, spec: ModelSpec, topo: Topology, root: str, repeats: int, warmup: int, checksum_runs: int = 0
+    ctx,
+    spec: ModelSpec,
+    topo: Topology,
+    root: str,
+    repeats: int,
+    warmup: int,
+    checksum_runs: int = 0,
+    only_loads: list[str] | None = None,
 ) -> dict | None:
     # torch's own deprecation notice for ShardedTensor, printed by every rank at every stock save and load
     warnings.filterwarnings("ignore", message=".*ShardedTensor.*", category=FutureWarning)
@@ -430,8 +459,12 @@ def bench_rank(
             if rep < 0
             else f"repeat {rep + 1}/{repeats} (load average {loads[-1]:.1f})"
         )
-        bench.round(rep)
-    for run in range(checksum_runs):  # consecutive runs of the checksum comparison alone, each judged apart
+        if only_loads:
+            bench.loads_round(rep, only_loads)
+        else:
+            bench.round(rep)
+    # consecutive runs of the checksum comparison alone, each judged apart
+    for run in range(0 if only_loads else checksum_runs):
         for rep in range(repeats):
             bench.checksum_run(run, rep)
     if ctx.rank != 0:
@@ -672,6 +705,54 @@ def summarize(raw: dict) -> dict:
     }
 
 
+def summarize_loads(raw: dict, names: list[str]) -> dict:
+    """--loads: each named combination's load against stock dcp.load, run by run."""
+    f = Figures(raw["runs"])
+    dcp_load = f.wall("dcp load")
+    rows = []
+    for name in [*names, "stock dcp.load"]:
+        key = "dcp load" if name == "stock dcp.load" else f"{name} load"
+        rows.append(
+            {
+                "method": name,
+                "load_s": f.wall(key),
+                "load_cpu_s": f.cpu(key),
+                "load_vs_dcp": f.wall(key) / dcp_load,
+                "load_vs_dcp_paired": _paired(f.walls(key), f.walls("dcp load")),
+                "load_runs": f.walls(key),
+            }
+        )
+    targets = {
+        "load_vs_dcp": {
+            r["method"]: {
+                "value": r["load_vs_dcp"],
+                "paired": r["load_vs_dcp_paired"],
+                "limit": TARGET_LOAD_VS_DCP,
+                "met": r["load_vs_dcp"] <= TARGET_LOAD_VS_DCP,
+            }
+            for r in rows
+            if r["method"] in names
+        }
+    }
+    return {"rows": rows, "targets": targets}
+
+
+def report_loads(fig: dict) -> None:
+    print(f"{'median of repeats':<32}{'load s':>8}{'load/dcp':>10}{'run by run':>12}{'load cpu s':>12}   runs")
+    for r in fig["rows"]:
+        print(
+            f"{r['method']:<32}{r['load_s']:>8.3f}{r['load_vs_dcp']:>10.2f}{r['load_vs_dcp_paired']:>12.2f}"
+            f"{r['load_cpu_s']:>12.2f}   {', '.join(f'{x:.3f}' for x in r['load_runs'])}"
+        )
+    print("  cpu s: CPU seconds summed over ranks")
+    print()
+    for name, c in fig["targets"]["load_vs_dcp"].items():
+        print(
+            f"target {name} load (checksums verified) no slower than stock dcp.load: {c['value']:.2f}x "
+            f"(run by run {c['paired']:.2f}x), {_met(c)}"
+        )
+
+
 def _met(t: dict) -> str:
     return "met" if t["met"] else "MISSED"
 
@@ -810,8 +891,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the FUSE layer's write throughput against the seam and the bare folder, over a file of "
         "MIB (benchmarks/fusefs.py); 0 skips it (default: 256)",
     )
+    parser.add_argument(
+        "--loads",
+        type=combination_list,
+        metavar="COMBOS",
+        help="measure loads only: each of COMBOS (comma-separated, or 'all') and stock dcp.load, each saved "
+        "untimed first; no saves, async or checksum figures, no FUSE layer",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
+
+
+def combination_list(text: str) -> list[str]:
+    """--loads: combination names, comma-separated, or 'all'."""
+    known = [str(c) for c in valid_combinations()]
+    names = known if text.strip() == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown combination {', '.join(map(repr, unknown)) or repr(text)} (known: {', '.join(known)}, all)"
+        )
+    return list(dict.fromkeys(names))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -858,7 +958,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = run_ranks(
             bench_rank,
             args.topology.world,
-            args=(spec, args.topology, tmp, args.repeats, args.warmup, args.checksum_runs),
+            args=(spec, args.topology, tmp, args.repeats, args.warmup, args.checksum_runs, args.loads),
             timeout=args.timeout,
             init_timeout=120.0,
         )[0]
@@ -866,7 +966,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.monotonic() - started
     load_after = os.getloadavg()
-    fig = summarize(raw)
+    fig = summarize_loads(raw, args.loads) if args.loads else summarize(raw)
     print()
     loads = raw["load_average_1min"]
     print(
@@ -880,9 +980,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (1, 5, 15 min) at the end, "
         f"on {os.cpu_count()} cpus"
     )
-    report(fig)
+    if args.loads:
+        report_loads(fig)
+    else:
+        report(fig)
     fuse = None
-    if args.fusefs_mib:
+    if args.fusefs_mib and not args.loads:
         from benchmarks import fusefs
 
         print()

@@ -40,6 +40,17 @@ def test_checkpoint_benchmark_runs_every_method(tmp_path):
         assert a["blocking_s"] >= a["save_call_s"] and a["step_waits_s"] >= 0
 
 
+def test_checkpoint_benchmark_measures_only_the_named_loads(tmp_path):
+    out = tmp_path / "figures.json"
+    dcp_loads = "TORCH_DCP/torch_dcp/sync,TORCH_DCP/torch_dcp/async"
+    argv = ["--size-gib", "0.01", "--repeats", "1", "--warmup", "0", "--loads", dcp_loads, "--json", str(out)]
+    assert checkpoint.main(argv) == 0
+    fig = json.loads(out.read_text())
+    assert [r["method"] for r in fig["rows"]] == [*dcp_loads.split(","), "stock dcp.load"]
+    assert set(fig["targets"]["load_vs_dcp"]) == set(dcp_loads.split(","))
+    assert not any(name.endswith("save") for name in fig["raw_runs"])  # only loads are timed
+
+
 def test_scenario_benchmark_runs_and_checks_its_verdicts(tmp_path):
     out = tmp_path / "figures.json"
     # the smallest run of every part: one repeat, one world, one matrix column; the full run is a benchmark's
@@ -77,6 +88,7 @@ def test_launcher_benchmark_runs(tmp_path):
     "argv, names",
     [
         (["checkpoint", "--repeats", "0"], "--repeats"),
+        (["checkpoint", "--loads", "TORCH_DCP/sync"], "TORCH_DCP/sync"),
         (["nosuch"], "nosuch"),
         (["launcher", "scenario", "--json", "x"], "one benchmark"),
     ],

@@ -271,6 +271,35 @@ def test_torch_dcp_is_a_nested_state_with_padded_shapes(tmp_path):
     assert ".metadata" in Manifest.read(folder).files
 
 
+def _read_with_one_rank_asking_more(ctx, spec, topo, folder):
+    """TorchDcpFormat.read on every rank; rank 1 also asks for a tensor the checkpoint does not hold."""
+    from resilience.checkpoint.formats.base import RankInfo
+    from resilience.checkpoint.formats.torch_dcp import TorchDcpFormat
+    from resilience.errors import RankFailure
+    from resilience.state.sharding import ShardedTensor
+
+    state = TrainingState(spec, topo, ctx.rank)
+    records = state.sharded_state_dict()
+    if ctx.rank == 1:
+        records.append(ShardedTensor("model.not_saved", torch.zeros(2), (2,), (0,)))
+    info = RankInfo(ctx.rank, topo.world, topo, state.coords, spec, Combination.parse(DCP), None, state.groups.dp_group)
+    try:
+        TorchDcpFormat().read(info, records, folder, Manifest.read(folder))
+    except RankFailure as e:
+        return {"failures": sorted(e.failures), "message": str(e)}
+    return None
+
+
+def test_torch_dcp_a_target_one_rank_cannot_make_fails_every_rank(tmp_path):
+    # targets are made inside DCP's planning step: its error reaches every rank, none waits for the others
+    topo = Topology(2, 1, 1)
+    folder, _ = _saved(DCP, SPEC, topo, str(tmp_path))
+    outs = run_ranks(_read_with_one_rank_asking_more, topo.world, args=(SPEC, topo, folder), timeout=TIMEOUT)
+    for out in outs:
+        assert out is not None and out["failures"] == [1]
+        assert "the checkpoint has no 'model.not_saved'" in out["message"]
+
+
 # ---- the storage seam -------------------------------------------------------------------------------------
 class _Recorder:
     def __init__(self, inner):

@@ -5,37 +5,29 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from math import prod
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.planner_helpers import _create_read_items, create_read_items_for_chunk_list
 
-from ...dist import gather_failures
 from ...errors import RankFailure, ResilienceError
 
 
 class CheckpointContentError(ResilienceError, ValueError):
     """The checkpoint does not hold what this rank needs. A plain one-message exception: DCP pickles
     exceptions raised inside its steps to send them to the coordinator, so it keeps one argument."""
-
-
-@contextlib.contextmanager
-def agreed(what: str, group=None) -> Iterator[None]:
-    """Run a rank-local step, then agree on its outcome: every rank raises if any failed. Steps that
-    come before DCP's collectives need this, or one rank failing alone leaves the others waiting."""
-    error = None
-    try:
-        yield
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
-    failures = gather_failures(error, group)
-    if failures:
-        raise RankFailure(failures, what)
 
 
 @contextlib.contextmanager
@@ -94,13 +86,36 @@ def _set_path(root: dict, path, value) -> None:
     root[path[-1]] = value
 
 
+Targets = Callable[[dict, Metadata], dict[str, tuple[int, ...]]]
+
+
 class CheckedLoadPlanner(DefaultLoadPlanner):
     """DCP's default load planner, refusing plans that leave a target partly unread or read another
-    dtype, and loading objects with weights_only=True."""
+    dtype, and loading objects with weights_only=True.
 
-    def __init__(self, where: str, **kwargs) -> None:
+    `targets(state_dict, metadata)`, when given, puts the load targets into the (empty) state dict
+    passed to dcp.load, from the metadata DCP read: inside DCP's planning step, whose errors reach every
+    rank, so making them needs no collective of its own. It returns the global offset of each target
+    that is a piece of its saved tensor: a plain tensor, read by that offset (no DTensor to build, nor to
+    unwrap for every read item). The filled state dict is `original_state_dict`."""
+
+    def __init__(self, where: str, targets: Targets | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.where = where
+        self.targets = targets
+        self.pieces: dict[str, tuple[int, ...]] = {}
+
+    def set_up_planner(self, state_dict, metadata=None, is_coordinator: bool = False) -> None:
+        if self.targets is not None:
+            if metadata is None:
+                raise CheckpointContentError(f"{self.where}: planning began before the metadata was read")
+            self.pieces = self.targets(state_dict, metadata)
+        super().set_up_planner(state_dict, metadata, is_coordinator)
+
+    def lookup_tensor(self, index: MetadataIndex) -> torch.Tensor:
+        if index.fqn in self.pieces:
+            return self.state_dict[index.fqn]  # its read items carry offsets inside the piece
+        return super().lookup_tensor(index)
 
     @property
     def read_metadata(self) -> Metadata:
@@ -110,9 +125,30 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
         return self.metadata
 
     def create_local_plan(self) -> LoadPlan:
-        plan = super().create_local_plan()
+        plan = LoadPlan(self._items()) if self.pieces else super().create_local_plan()
         check_plan(plan, self.state_dict, self.read_metadata, self.where)
         return plan
+
+    def _items(self) -> list[ReadItem]:
+        """Read items for every target: pieces by their offset, anything else whole, as DCP plans it."""
+        items: list[ReadItem] = []
+        for fqn, value in self.state_dict.items():
+            offset = self.pieces.get(fqn)
+            if offset is not None:
+                chunk = ChunkStorageMetadata(torch.Size(offset), value.size())
+                items += create_read_items_for_chunk_list(
+                    fqn, stored_tensor(self.read_metadata, fqn, self.where), [chunk]
+                )
+                continue
+            md = self.read_metadata.state_dict_metadata.get(fqn)
+            if md is None:
+                raise CheckpointContentError(f"{self.where}: the checkpoint has no {fqn!r}")
+            if isinstance(md, TensorStorageMetadata) and isinstance(value, torch.Tensor) and md.size != value.size():
+                raise CheckpointContentError(
+                    f"{self.where}: {fqn}: stored as {tuple(md.size)}, expected {tuple(value.size())}"
+                )
+            items += _create_read_items(fqn, md, value)
+        return items
 
     def load_bytes(self, read_item, value) -> None:
         obj = torch.load(value, weights_only=True)

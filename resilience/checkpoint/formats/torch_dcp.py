@@ -33,7 +33,6 @@ from .base import RankInfo
 from .dcpio import (
     CheckedLoadPlanner,
     CheckpointContentError,
-    agreed,
     check_dtype,
     dcp_errors,
     dcp_reader_of,
@@ -212,28 +211,34 @@ class TorchDcpFormat:
 
     # ---- read ------------------------------------------------------------------------------------
     def read(self, info: RankInfo, records, folder: str, manifest) -> dict:
-        """Fill every tensor record from the checkpoint, resharding as needed; objects by key."""
-        self.prepare(info)
-        reader = SeamReader(folder)
-        state: dict[str, Any] = {}
+        """Fill every tensor record from the checkpoint, resharding as needed; objects by key. The load
+        targets are made inside DCP's planning step (CheckedLoadPlanner's `targets`), from the metadata
+        DCP reads there: one read of it, and no collective beside DCP's own. They are plain tensors read
+        by their global offsets, which is all a DTensor would tell DCP: loading needs no device mesh."""
         after: list[Callable[[], Any]] = []
         names: dict[str, str] = {}
-        with agreed(f"torch_dcp load from {folder}", info.group):
-            metadata = reader.read_metadata()
+
+        def targets(state: dict, metadata) -> dict[str, tuple[int, ...]]:
             saved = Topology.from_dict(manifest.topology)
-            self._targets(info, records, metadata, folder, state, after)
-            names = object_targets(info, records, state, rng=(saved.tp, saved.pp) == (info.topo.tp, info.topo.pp))
+            pieces = self._targets(info, records, metadata, folder, state, after)
+            names.update(object_targets(info, records, state, rng=(saved.tp, saved.pp) == (info.topo.tp, info.topo.pp)))
+            return pieces
+
+        planner = CheckedLoadPlanner(folder, targets)
         with dcp_errors(f"torch_dcp load from {folder}"):
-            dcp.load(state, storage_reader=reader, planner=CheckedLoadPlanner(folder), process_group=info.group)
+            dcp.load({}, storage_reader=SeamReader(folder), planner=planner, process_group=info.group)
         for step in after:
             step()
+        state = planner.original_state_dict
         return {key: get_nested(state, path) for key, path in names.items()}
 
     def _targets(
         self, info: RankInfo, records, metadata, folder: str, state: dict, after: list[Callable[[], Any]]
-    ) -> None:
-        """Put a load target for every tensor record into `state`; steps to finish it into `after`."""
+    ) -> dict[str, tuple[int, ...]]:
+        """Put a load target for every tensor record into `state`, steps to finish it into `after`;
+        returns each target's global offset in its saved tensor."""
         split = self._split(info, records)
+        pieces: dict[str, tuple[int, ...]] = {}
         for r in records:
             if not isinstance(r, ShardedTensor):
                 continue
@@ -246,14 +251,17 @@ class TorchDcpFormat:
             stored = stored_tensor(metadata, r.key, folder)
             check_dtype(stored, r.key, buf.dtype, folder)
             if tuple(stored.size) == tuple(r.global_shape):
-                nest(state, r.key, self._dtensor(info, buf, r.global_shape, offset))
+                nest(state, r.key, buf)
+                pieces[r.key] = tuple(offset)
             else:
                 full = torch.empty(stored.size, dtype=buf.dtype)
                 self._check_padding_only(r, tuple(stored.size), folder)
                 nest(state, r.key, full)
+                pieces[r.key] = (0,) * full.dim()
                 after.append(functools.partial(copy_real_rows, full, buf, offset, r.logical[0]))
             if lo is not None:
                 after.append(functools.partial(copy_rows, r.data, buf, lo))
+        return pieces
 
     @staticmethod
     def _check_padding_only(r: ShardedTensor, saved: tuple[int, ...], folder: str) -> None:
