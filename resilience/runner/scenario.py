@@ -441,8 +441,9 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
         bad.add(("steps",), f"lists {len(raw)} steps, more than {MAX_STEPS}", "train more per step")
         return []
     out, world = [], topology.world if topology else None
+    written = world  # damage at rest targets the ranks that wrote files: of any job so far, the most
     for i, item in enumerate(raw):
-        step = _step(item, ("steps", i), model, topology, world, bad)
+        step = _step(item, ("steps", i), model, topology, (world, written), bad)
         if step is None:
             continue
         out.append(step)
@@ -450,11 +451,17 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
         if step.kind == "resume":  # later faults target the resumed job's ranks
             raw_topo = step.args.get("topology", "same")
             world = (topology.world if topology else None) if raw_topo == "same" else Topology.parse(raw_topo).world
+            written = max(written, world) if written is not None and world is not None else None
     return out
 
 
 def _step(
-    raw, path: tuple, model: ModelSpec | None, topology: Topology | None, world: int | None, bad: _Problems
+    raw,
+    path: tuple,
+    model: ModelSpec | None,
+    topology: Topology | None,
+    worlds: tuple[int | None, int | None],
+    bad: _Problems,
 ) -> Step | None:
     if isinstance(raw, str):
         kind, args = raw, None
@@ -486,7 +493,7 @@ def _step(
         return Step(kind, {}, line)
     if kind == "resume":
         return _resume(args, here, line, model, topology, bad)
-    fault = _fault_step(kind, args, here, world, bad)
+    fault = _fault_step(kind, args, here, worlds[1] if kind == "corrupt" else worlds[0], bad)
     return Step(kind, dict(args), line, fault) if fault is not None else None
 
 
