@@ -252,3 +252,13 @@ def test_a_resume_may_change_precision_once_every_save_is_done():
     assert problems == [(5, "steps.3")]
     # a resume in the model's own dtype changes nothing: saves may follow
     load_text("steps:\n  - save\n  - resume: {precision: fp32}\n  - save\n", "x.yaml")
+
+
+def test_damage_at_rest_after_a_resume_may_target_a_rank_that_wrote_files():
+    """After a resume on fewer ranks, the checkpoint on disk still has the saving job's ranks' files: a
+    corruption may target them, a fault in the running job may not."""
+    head = "name: x\ntopology: tp2pp1dp1\nsteps:\n  - save\n  - resume: {topology: tp1pp1dp1}\n"
+    scenario = load_text(head + "  - corrupt: {kind: truncate, rank: 1}\n")
+    assert scenario.steps[-1].fault.target.rank == 1
+    with pytest.raises(ScenarioError, match="out of range"):
+        load_text(head + "  - crash: {rank: 1}\n")
