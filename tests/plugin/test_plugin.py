@@ -245,6 +245,8 @@ def test_the_session_report_names_each_case_test_and_says_which_are_expected_to_
     pytester.makefile(".yaml", flipped=FAILING)
     pytester.makeconftest(
         """
+        import pytest
+
         import resilience.runner.run as run
         from resilience.checkers import Verdict
 
@@ -253,7 +255,9 @@ def test_the_session_report_names_each_case_test_and_says_which_are_expected_to_
             verdicts = [Verdict("integrity", "FAIL", "wrong values", evidence)]
             return run.CaseResult(scenario.name, str(combo), "FAIL", verdicts, 0.0, case_dir, "replay", "wrong")
 
-        run.run_case = failing
+        @pytest.fixture(autouse=True)
+        def _failing(monkeypatch):  # undone after the test: this session runs inside the outer one's worker
+            monkeypatch.setattr(run, "run_case", failing)
         """
     )
     pytester.makepyfile(
