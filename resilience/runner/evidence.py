@@ -45,7 +45,6 @@ def evidence_from(
     blocked: list[dict] = []  # ranks still running a while after another raised: {"job", "rank", "error", "stacks"}
     topo_of_job: dict[int, str] = {}
     recoveries: dict[int, dict] = {}
-    load_errors: dict[tuple, dict] = {}  # (job, crash state, recovery) -> rank -> what its load raised
     current_load: LoadRecord | None = None
     # each load of a job, by (job, its ordinal on the rank): rank 0's record and every rank's outcome
     load_seen: dict[tuple, int] = {}
@@ -53,8 +52,6 @@ def evidence_from(
     load_outcomes: dict[tuple, dict[int, dict]] = {}
     for i, e in enumerate(events):
         v = e.value
-        if e.f == "load" and e.type == FAIL:  # every rank's error: the one naming the damaged file may be any
-            load_errors.setdefault(_load_key(e), {})[e.process] = _texts(v)
         if e.f == "job" and e.type == INVOKE:
             topo_of_job[v["job"]] = v["topology"]
             if any(op.get("op") == "recover" for op in v.get("ops") or [] if isinstance(op, dict)):
@@ -140,14 +137,11 @@ def evidence_from(
     for rec in saves.values():
         if rec.status != OK and rec.errors and not rec.ok_ranks:
             rec.status = FAIL  # raised on every rank that answered: definitely not done
-    for ld in loads:
-        ld.rank_errors = load_errors.get((ld.job, ld.crash_state, ld.recovery), {})
     for r in recoveries.values():  # what each recovery came after: the saves and finalizes that raised before it
         r["survived"] = [
             err for err in errors if err["job"] == r["job"] and err["index"] < r["index"] and not err.get("recovery")
         ]
-    load_splits = _split_loads(load_outcomes, load_record)
-    _hear_every_rank(load_outcomes, load_record)
+    load_splits = _every_rank(load_outcomes, load_record)
     return Evidence(
         combo,
         save_topology,
@@ -169,11 +163,6 @@ def evidence_from(
     )
 
 
-def _load_key(e: Event) -> tuple:
-    """Which load an event belongs to: a job loads once, or once per crash state, or per recovery step."""
-    return e.job, e.value.get("crash_state"), str(e.value.get("recovery") or "")
-
-
 def _texts(v: dict) -> str:
     """The error a load raised and, under it, what the library raised."""
     raw = (v.get("raw") or {}).get("error")
@@ -187,30 +176,26 @@ def _crashed(v: dict, index: int, crashes: list[dict], blocked: list[dict]) -> N
     blocked.extend(dict(b, job=v["job"], rank=int(r)) for r, b in (v.get("blocked") or {}).items())
 
 
-def _hear_every_rank(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, LoadRecord]) -> None:
-    """A library may warn on any rank (about the shard it read): rank 0's record gets what the others heard."""
-    for key, by_rank in outcomes.items():
-        rec = records.get(key)
-        if rec is None:
-            continue
-        for rank, o in sorted(by_rank.items()):
-            for text in o.get("captured") or [] if rank else []:
-                if text not in rec.captured:
-                    rec.captured.append(f"rank {rank}: {text}")
-
-
-def _split_loads(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, LoadRecord]) -> list[dict]:
-    """Loads that returned on some ranks and raised on others. The job's load failed (a resume needs every
-    rank): rank 0's record says so with the error of the first rank that raised."""
+def _every_rank(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, LoadRecord]) -> list[dict]:
+    """What every rank said of each load, onto rank 0's record: each rank's error (the one naming the damaged
+    file may be any), the warnings any rank heard (a library may warn about the shard it read), and whether
+    the ranks split. A load that returned on some ranks and raised on others failed (a resume needs every
+    rank), with the first error; the splits are returned."""
     splits = []
     for key, by_rank in sorted(outcomes.items()):
         failed = {r: o for r, o in sorted(by_rank.items()) if o["status"] == FAIL}
         ok = sorted(r for r, o in by_rank.items() if o["status"] == OK)
-        if not (failed and ok):
-            continue
-        splits.append({"job": key[0], "ok": ok, "errors": {r: str(o.get("error", "")) for r, o in failed.items()}})
+        if failed and ok:
+            splits.append({"job": key[0], "ok": ok, "errors": {r: str(o.get("error", "")) for r, o in failed.items()}})
         rec = records.get(key)
-        if rec is not None and rec.status == OK:
+        if rec is None:
+            continue
+        rec.rank_errors = {r: _texts(o) for r, o in failed.items()}
+        for rank, o in sorted(by_rank.items()):
+            for text in o.get("captured") or [] if rank else []:
+                if text not in rec.captured:
+                    rec.captured.append(f"rank {rank}: {text}")
+        if failed and ok and rec.status == OK:
             rank, first = next(iter(failed.items()))
             rec.status, rec.fingerprint, rec.rng = FAIL, None, None
             rec.error, rec.refused = f"rank {rank}: {first.get('error', '')}", bool(first.get("refused"))

@@ -396,14 +396,9 @@ def _load(
 
 def _failed_ranks(ok: bool) -> list[int]:
     """The ranks whose load raised; collective (every rank calls it once per load, whatever its outcome)."""
-    import torch
-    import torch.distributed as dist
+    from .. import dist
 
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return [] if ok else [0]
-    flags = [torch.zeros(1, dtype=torch.int32) for _ in range(dist.get_world_size())]
-    dist.all_gather(flags, torch.tensor([int(ok)], dtype=torch.int32))
-    return [r for r, f in enumerate(flags) if not int(f.item())]
+    return [rank for rank, fine in enumerate(dist.all_gather(ok)) if not fine]
 
 
 MAX_CAPTURED, MAX_CAPTURED_CHARS = 20, 500
