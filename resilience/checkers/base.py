@@ -95,7 +95,7 @@ class Evidence:
     expect: dict = field(default_factory=dict)
     # every save or finalize that raised: {"op", "save_id", "job", "rank", "iteration", "error", "errno", "index"}
     errors: list[dict] = field(default_factory=list)
-    # ranks still running a while after another rank raised: {"job", "rank", "error", "stacks"}
+    # ranks still running a while after another rank raised: {"job", "rank", "error", "stacks", "after"}
     blocked: list[dict] = field(default_factory=list)
     # what the backend promises across topologies (None: the preset of `combo`)
     contract: TopologyContract | None = None

@@ -13,7 +13,6 @@ import re
 from ..vocab import CheckpointType
 from .base import FAIL, NA, PASS, Evidence, Verdict
 
-_AFTER = re.compile(r"after (rank \d+ raised .*?)(?:; killed)?$", re.S)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 
@@ -34,14 +33,13 @@ class FailureSymmetry:
         if ev.blocked:
             b = ev.blocked[0]
             raised = [e for e in ev.errors if e.get("job") == b["job"]]
-            said = _AFTER.search(str(b.get("error", "")))  # the runner names the rank that raised first
-            who = (
-                f"rank {raised[0]['rank']} raised {str(raised[0].get('error', ''))[:160]}"
-                if raised
-                else said.group(1)[:170]
-                if said
-                else "another rank raised"
-            )
+            after = b.get("after") or {}  # the runner's record of the rank that raised first
+            if raised:
+                who = f"rank {raised[0]['rank']} raised {str(raised[0].get('error', ''))[:160]}"
+            elif after:
+                who = f"rank {after['rank']} raised {str(after.get('error', ''))[:160]}"
+            else:
+                who = "another rank raised"
             return Verdict(
                 self.name,
                 FAIL,

@@ -424,7 +424,11 @@ def _run_job(
         history.write(e)
     statuses = {o.rank: o.status for o in outcome.outcomes}
     signals = {o.rank: o.signal for o in outcome.outcomes if o.signal}
-    blocked = {o.rank: {"error": o.error, "stacks": o.stacks} for o in outcome.outcomes if o.status == "blocked"}
+    raised = next((o for o in outcome.outcomes if o.status == "error"), None)  # the rank the blocked waited on
+    after = {"after": {"rank": raised.rank, "error": raised.error.splitlines()[0][:200]}} if raised else {}
+    blocked = {
+        o.rank: {"error": o.error, "stacks": o.stacks, **after} for o in outcome.outcomes if o.status == "blocked"
+    }
     history.append(
         OK if outcome.ok else INFO,
         "job",

@@ -95,7 +95,7 @@ def test_unit_verdicts():
     local = check(_ev(saves=[split], errors=[{"job": 0, "rank": 1, "error": "OSError: x"}]))
     assert local.status == PASS and "LOCAL saves are per rank" in local.detail
     assert check(_ev(errors=[{"job": 0, "rank": 1, "error": "OSError: x"}])).status == PASS
-    told = {"job": 1, "rank": 0, "error": "still running 10 s after rank 1 raised TypeError: bad; killed"}
+    told = {"job": 1, "rank": 0, "error": "still running; killed", "after": {"rank": 1, "error": "TypeError: bad"}}
     v = check(_ev(blocked=[dict(told, stacks=STACKS)]))
     assert v.status == FAIL and v.detail.startswith("rank 1 raised TypeError: bad, while rank 0 stayed blocked")
     v = check(_ev(load_splits=[{"job": 1, "ok": [0], "errors": {1: "IntegrityError: damaged"}}]))
