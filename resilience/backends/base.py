@@ -112,3 +112,13 @@ def with_defaults(backend, where: str = "backend") -> CheckpointBackend:
     if isinstance(backend, CheckpointBackend):
         return backend
     return _SyncOnly(backend)
+
+
+def installed(module: str) -> bool:
+    """Is the library providing `module` installed? (Finds it without importing it.)"""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:  # a parent package is missing
+        return False

@@ -55,6 +55,7 @@ from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
 from ..vocab import CheckpointInfo, CheckpointType, CkptFormat, Combination, LoadResult, combination
 from ..vocab.folders import ITER_FOLDER, TRACKER, iter_name
+from .base import installed
 from .options import Option
 
 ARGS = "args"
@@ -119,12 +120,7 @@ DEFAULTS = {o.name: o.default for o in OPTIONS}
 
 def available() -> bool:
     """Is megatron-core installed? (Does not import it.)"""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("megatron.core.dist_checkpointing") is not None
-    except ImportError:
-        return False
+    return installed("megatron.core.dist_checkpointing")
 
 
 def _require():

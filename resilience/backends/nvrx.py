@@ -49,6 +49,7 @@ from ..state import TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
 from ..vocab import CheckpointInfo, CheckpointType, CkptFormat, Combination, IOMode, LoadResult, combination
+from .base import installed
 from .options import Option
 
 VERSION = "0.4.1"
@@ -70,12 +71,7 @@ DEFAULTS = {o.name: o.default for o in OPTIONS}
 
 def available() -> bool:
     """Is nvidia-resiliency-ext installed? (Does not import it.)"""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("nvidia_resiliency_ext.checkpointing.local") is not None
-    except ImportError:
-        return False
+    return installed("nvidia_resiliency_ext.checkpointing.local")
 
 
 def _require():

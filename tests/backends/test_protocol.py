@@ -116,16 +116,26 @@ def test_megatron_is_a_backend():
         make_backend("megatron", DCP_SYNC)
 
 
-def test_megatron_missing_is_a_clear_error(monkeypatch):
+LOCAL = Combination.parse("LOCAL/torch/sync")
+
+
+@pytest.mark.parametrize(
+    "backend, package, combo, says",
+    [
+        ("megatron", "megatron", DIST_ASYNC, r"megatron-core is not installed.*\[megatron\]"),
+        ("nvrx", "nvidia_resiliency_ext", LOCAL, r"nvidia-resiliency-ext is not installed.*\[nvrx\]"),
+    ],
+)
+def test_a_missing_library_is_a_clear_error(monkeypatch, backend, package, combo, says):
     import builtins
 
     real = builtins.__import__
 
-    def no_megatron(name, *args, **kwargs):
-        if name.startswith("megatron"):
-            raise ImportError("No module named 'megatron'")
+    def missing(name, *args, **kwargs):
+        if name.startswith(package):
+            raise ImportError(f"No module named {package!r}")
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_megatron)
-    with pytest.raises(ConfigError, match=r"megatron-core is not installed.*\[megatron\]"):
-        make_backend("megatron", DIST_ASYNC)
+    monkeypatch.setattr(builtins, "__import__", missing)
+    with pytest.raises(ConfigError, match=says):
+        make_backend(backend, combo)
