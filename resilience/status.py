@@ -10,6 +10,7 @@ class Status(str, Enum):
     """A verdict. A str, so rows read back from JSON compare equal to it."""
 
     PASS = "PASS"
+    WARN = "WARN"  # passed, with a finding worth a look (an error that does not name the damaged file)
     FAIL = "FAIL"
     UNKNOWN = "UNKNOWN"  # could not be judged: a crashed checker, a rank that failed unexpectedly
     REFUSED = "REFUSED-AS-EXPECTED"
@@ -24,8 +25,9 @@ class Status(str, Enum):
         return self in FAILING
 
 
-PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (
+PASS, WARN, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (
     Status.PASS,
+    Status.WARN,
     Status.FAIL,
     Status.UNKNOWN,
     Status.REFUSED,
@@ -34,7 +36,7 @@ PASS, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (
 )
 # What no command may count as passed: every summary, exit status and report uses this one set.
 FAILING = frozenset({FAIL, UNKNOWN, UNPROBED})
-SEVERITY = {FAIL: 5, UNKNOWN: 4, UNPROBED: 3, REFUSED: 1, PASS: 1, NA: 0}
+SEVERITY = {FAIL: 5, UNKNOWN: 4, UNPROBED: 3, WARN: 2, REFUSED: 1, PASS: 1, NA: 0}
 
 
 def is_failing(status) -> bool:
@@ -48,13 +50,14 @@ def worst(statuses) -> Status:
     return max(statuses, key=lambda s: SEVERITY[s])
 
 
-# What a summary counts as passed. N/A is neither: nothing was judged, so it is counted on its own.
-PASSED = frozenset({PASS, REFUSED})
+# What a summary counts as passed. N/A is neither: nothing was judged, so it is counted on its own. A WARN
+# passed: the guarantee held, and the finding beside it is counted apart so it is not lost among passes.
+PASSED = frozenset({PASS, REFUSED, WARN})
 
 
 def summary_line(statuses) -> str:
     """The one summary line every command prints for its verdicts (Status values or their strings):
-    '6 passed, 1 N/A, 5 not passed (3 FAIL, 2 UNPROBED)'. Only PASS and REFUSED-AS-EXPECTED are passed;
+    '6 passed (1 WARN), 1 N/A, 5 not passed (3 FAIL, 2 UNPROBED)'. PASS, REFUSED-AS-EXPECTED and WARN are passed;
     every FAILING verdict (UNKNOWN and UNPROBED too) is not passed, which is also what makes the exit
     status 1 (`is_failing`)."""
     counts: dict[Status, int] = {}
@@ -63,7 +66,7 @@ def summary_line(statuses) -> str:
         counts[status] = counts.get(status, 0) + 1
     passed = sum(n for s, n in counts.items() if s in PASSED)
     bad = {s: n for s, n in counts.items() if s in FAILING}
-    parts = [f"{passed} passed"]
+    parts = [f"{passed} passed" + (f" ({counts[WARN]} {WARN})" if counts.get(WARN) else "")]
     if counts.get(NA):
         parts.append(f"{counts[NA]} N/A")
     text = f"{sum(bad.values())} not passed"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from resilience.status import FAILING, Status, is_failing, summary_line
+from resilience.status import FAILING, Status, is_failing, summary_line, worst
 
 
 @pytest.mark.parametrize(
@@ -11,6 +11,7 @@ from resilience.status import FAILING, Status, is_failing, summary_line
         ([], "0 passed, 0 not passed"),
         (["PASS", "REFUSED-AS-EXPECTED"], "2 passed, 0 not passed"),
         (["PASS", "N/A"], "1 passed, 1 N/A, 0 not passed"),
+        (["WARN", "PASS", "FAIL"], "2 passed (1 WARN), 1 not passed (1 FAIL)"),
         (["UNPROBED", "PASS"], "1 passed, 1 not passed (1 UNPROBED)"),
         (["UNKNOWN", "FAIL", "UNPROBED", "FAIL"], "0 passed, 4 not passed (2 FAIL, 1 UNKNOWN, 1 UNPROBED)"),
     ],
@@ -24,6 +25,11 @@ def test_never_passed_is_what_fails_the_exit_status():
         said_passed = summary_line([status]).startswith("1 passed")
         assert said_passed == (not is_failing(status) and status != Status.NA)
     assert {Status.UNKNOWN, Status.UNPROBED} <= FAILING
+
+
+def test_a_warning_sums_up_over_a_pass_and_under_every_failure():
+    assert worst([Status.PASS, Status.WARN, Status.REFUSED]) == Status.WARN
+    assert worst([Status.WARN, Status.UNPROBED]) == Status.UNPROBED
 
 
 def test_a_string_that_is_no_verdict_is_an_error():

@@ -8,17 +8,15 @@ an adapter translated the library's error into the protocol's, the library's own
 the library directly meets that one. FAIL names the class and its bases.
 
 A load that fails on a damaged file and does not say which file sends its user looking through every
-shard: a WARN (in the detail and the evidence, the verdict stays PASS) when no rank's error, nor what the
-library raised under it, names the file the damage struck. N/A when nothing raised."""
+shard: a WARN (the guarantee held, the finding is counted apart from passes) when no rank's error, nor what
+the library raised under it, names the file the damage struck. N/A when nothing raised."""
 
 from __future__ import annotations
 
 import os
 
-from .base import FAIL, NA, PASS, Evidence, LoadRecord, Verdict
+from .base import FAIL, NA, PASS, WARN, Evidence, LoadRecord, Verdict
 from .saves import describe
-
-WARN = "WARN"
 
 
 class ExceptionContract:
@@ -33,17 +31,22 @@ class ExceptionContract:
         unnamed = [w for ld in failed_loads if (w := _unnamed_file(ld, ev))]
         warn = ""
         if unnamed:
-            warn = f"{WARN}: {unnamed[0]['problem']}" + (f"; {len(unnamed) - 1} more" if len(unnamed) > 1 else "")
+            warn = unnamed[0]["problem"] + (f"; {len(unnamed) - 1} more" if len(unnamed) > 1 else "")
         if bad:
             more = f"; {len(bad) - 1} more" if len(bad) > 1 else ""
             return Verdict(
-                self.name, FAIL, bad[0]["problem"] + more + (f"; also {warn}" if warn else ""), bad + unnamed
+                self.name,
+                FAIL,
+                bad[0]["problem"] + more + (f"; also {WARN.value}: {warn}" if warn else ""),
+                bad + unnamed,
             )
         raised = len(ev.errors) + len(failed_loads)
         passed = f"{raised} errors raised, each an Exception" + (
             ", the library's own under each translated one too" if _any_raw(ev, failed_loads) else ""
         )
-        return Verdict(self.name, PASS, f"{warn}; {passed}" if warn else passed, unnamed)
+        if warn:
+            return Verdict(self.name, WARN, f"{warn}; {passed}", unnamed)
+        return Verdict(self.name, PASS, passed)
 
 
 def _not_an_exception(bases: list[str]) -> str:
@@ -107,7 +110,7 @@ def _unnamed_file(ld: LoadRecord, ev: Evidence) -> dict | None:
         return None
     first = sorted(names)[0]
     return {
-        "level": WARN,
+        "level": WARN.value,
         "load_job": ld.job,
         "damaged": sorted(names),
         "error": ld.error,

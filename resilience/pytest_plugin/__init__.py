@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ import pytest
 
 from ..fuzz import profiles  # noqa: F401  (registers the Hypothesis profiles ci, dev and fuzz)
 from ..fuzz.events import events_of, faults_in, tell_hypothesis
-from ..status import FAILING, NA  # what fails a scenario item, as every command counts it
+from ..status import FAILING, NA, WARN  # what fails a scenario item, as every command counts it
 from .budget import (
     BudgetSpent,
     FrameworkBroke,
@@ -49,6 +50,10 @@ from .session import WORKER_INPUT, SessionFolder, finish
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
 SCENARIO_FOLDER = "scenarios"
+
+
+class ResilienceWarning(UserWarning):
+    """A case that passed with a WARN finding (an error on a damaged file that does not name it)."""
 
 
 # ---- option values ---------------------------------------------------------------------------------
@@ -648,6 +653,8 @@ class ScenarioItem(pytest.Item):
             raise failure_class(result)(self.scenario, result, replay)
         if result.verdict == NA:  # nothing in it applies to this backend: skipped, with the reason
             pytest.skip(f"nothing applies to {backend}: {result.detail}")
+        if result.verdict == WARN:  # passed: the finding goes to pytest's warnings summary, with its replay
+            warnings.warn(ResilienceWarning(f"{result.detail}; replay: {replay}"), stacklevel=1)
 
     def repr_failure(self, excinfo, style=None):
         from ..fuzz.judge import ScenarioFailed

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import jinja2
 
-from .view import build, count_label
+from .view import WARNED_BLURB, build, count_label
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -32,4 +32,4 @@ def render(template: str, **context) -> str:
 
 def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
     """The page of a run: counts, the matrix, each case that did not pass with its evidence, every case's files."""
-    return render("report.html.j2", v=build(rows, meta, columns, run_dir))
+    return render("report.html.j2", v=build(rows, meta, columns, run_dir), warned_blurb=WARNED_BLURB)

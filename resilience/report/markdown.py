@@ -3,7 +3,7 @@ with its evidence, its files and its replay command."""
 
 from __future__ import annotations
 
-from .view import NO_FAULT, CaseView, RunView, build
+from .view import NO_FAULT, WARNED_BLURB, CaseView, RunView, build
 
 
 def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
@@ -37,6 +37,9 @@ def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = No
                 ]
             for c in cases:
                 out += _case(c)
+    if v.warned:
+        out += ["", f"## Passed with a warning ({len(v.warned)})", "", WARNED_BLURB, ""]
+        out += [f"- {c.combo} · {c.column}: {c.detail[:300]}" for c in v.warned]
     if v.refused:
         out += ["", f"## Refused as expected ({len(v.refused)})", ""]
         out += [f"- {c.combo} · {c.column}: {c.detail[:300]}" for c in v.refused]

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, worst
+from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
 
 SHORT: dict[str, str] = {
     PASS: "PASS",
+    WARN: "WARN",
     FAIL: "FAIL",
     UNKNOWN: "UNKNOWN",
     REFUSED: "REFUSED",

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
-from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, Status, is_failing, summary_line
+from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, is_failing, summary_line
 from ..vocab.events import FAULT, NO_SAVE, REJECTED, kinds_of
 from .cluster_view import ClusterView, cluster_of
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_of, short, status_of
@@ -58,10 +58,15 @@ FRAMEWORK_ERRORS = Category(
     "written out; all of it is in the case folder.",
 )
 SECTIONS = (FAILED, NOT_PROBED, FRAMEWORK_ERRORS)
+WARNED_BLURB = (
+    "WARN: every guarantee held, and a checker found something worth a look (an error on a damaged file that "
+    "does not name it). Counted as passed, listed here so it is not lost among the passes."
+)
 
 # The count line: (label, css class) in reading order; a framework error is counted apart from UNKNOWN
 COUNTED = (
     ("PASS", "pass"),
+    ("WARN", "warn"),
     ("REFUSED", "refused"),
     ("FAIL", "fail"),
     ("UNKNOWN", "unknown"),
@@ -70,7 +75,7 @@ COUNTED = (
     ("N/A", "na"),
 )
 COUNT_LABEL = {REFUSED: "REFUSED"}
-CSS = {PASS: "pass", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPROBED: "unprobed", NA: "na"}
+CSS = {PASS: "pass", WARN: "warn", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPROBED: "unprobed", NA: "na"}
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,7 @@ class RunView:
     grid: list[tuple[str, list[Cell]]]
     sections: list[tuple[Category, list[CaseView]]]
     refused: list[CaseView]
+    warned: list[CaseView] = field(default_factory=list)  # passed, with a finding worth a look
     cases: list[CaseView] = field(default_factory=list)
     fuzz: list[FuzzMode] = field(default_factory=list)
     minimal: int = 0  # minimal failures a fuzzing run kept (rows of their own, not cases run)
@@ -290,6 +296,7 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
         grid=grid,
         sections=[(cat, [c for c in shown if c.category is cat]) for cat in SECTIONS],
         refused=[c for c in cases if c.verdict == REFUSED],
+        warned=[c for c in cases if c.verdict == WARN],
         cases=cases,
         fuzz=_fuzz_modes(meta, runs),
         minimal=minimal,

@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 FAKE_RUN_CASE = textwrap.dedent("""
     import os, time
     from resilience.checkers import Verdict
-    from resilience.status import FAIL, PASS
+    from resilience.status import FAIL, PASS, WARN
     import resilience.runner.run as run
 
 
@@ -23,7 +23,7 @@ FAKE_RUN_CASE = textwrap.dedent("""
             raise KeyError("a bug in the framework")
         time.sleep(float(os.environ.get("FAKE_SECONDS", "0")))
         bad = len(scenario.steps) >= int(os.environ.get("FAKE_FAIL_FROM", "1000000000"))
-        verdict = FAIL if bad else PASS
+        verdict = FAIL if bad else WARN if os.environ.get("FAKE_MODE") == "warn" else PASS
         return run.CaseResult(scenario.name, str(combo), verdict, [Verdict("integrity", verdict, "fake")], 0.0,
                               case_dir, f"resilience run {case_dir}/scenario.yaml", "fake")
 
@@ -98,6 +98,15 @@ def test_only_the_declared_combinations_are_collected(pytester, monkeypatch):
         "declares only LOCAL/torch/sync; the scenario asks for LEGACY/torch/sync, GLOBAL/torch_dist/sync"
         in skipped.stdout.str()
     )
+
+
+def test_a_warning_passes_and_reaches_the_warnings_summary_with_its_replay(pytester, monkeypatch):
+    monkeypatch.setenv("FAKE_MODE", "warn")
+    pytester.makeconftest(FAKE_RUN_CASE)
+    pytester.makefile(".yaml", **{"scenarios/plain": SCENARIO})
+    result = pytester.runpytest("scenarios", "--resilience-combos=LEGACY/torch/sync", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, warnings=1)
+    assert "ResilienceWarning: fake; replay: resilience run" in result.stdout.str()
 
 
 def test_a_framework_error_is_one_short_paragraph(pytester, monkeypatch):

@@ -460,3 +460,16 @@ def test_in_print_links_show_their_target_and_may_wrap(run_dir):
     assert 'p.links a[href]::after{content:" (" attr(href) ")"' in printed
     assert "p.links a,table.cases td.links a{white-space:normal;overflow-wrap:anywhere}" in printed
     assert "button{display:none}" in printed and ".scroll{overflow:visible;border:none}" in printed
+
+
+def test_a_warning_is_counted_as_passed_and_listed_apart_in_every_report():
+    detail = "exceptions: the load in job 1 failed on damaged iter_0000003/rank_1.pt without naming it"
+    rows = [_row("truncate", "WARN", detail), _row("bitflip", "PASS")]
+    page = parse(render_html(rows, {}))
+    assert page.by_id("headline").text == "2 passed (1 WARN), 0 not passed"
+    (chip,) = page.by_id("counts").find_all("li", **{"data-verdict": "WARN"})
+    assert chip.text == "1 WARN"
+    assert detail in page.by_id("warned").text
+    md = render_markdown(rows, {})
+    assert "## Passed with a warning (1)" in md and f"- {COMBO} · truncate: {detail}" in md
+    assert f"| {COMBO} | WARN | PASS |" in md.splitlines()
