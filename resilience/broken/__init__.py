@@ -46,6 +46,15 @@ CATALOGUE = {
             "bitflip",
             witness="TORCH_DCP/torch_dcp/sync",
         ),
+        # the hostile pickle of a torch.save file: the combinations that keep their tensors in one
+        BrokenImpl(
+            "unsafe_unpickle",
+            "loads its torch.save files with weights_only=False: a pickle in a checkpoint runs code",
+            "integrity",
+            "pickle",
+            ("LEGACY/torch/sync", "LOCAL/torch/sync"),
+            witness="LEGACY/torch/sync",
+        ),
         BrokenImpl(
             "in_place_overwrite",
             "writes straight into the final folder, no staging",

@@ -75,6 +75,22 @@ class no_checksum(ReferenceBackend):
             return super()._check_candidate(info, path, manifest, held=held)
 
 
+def _load_unsafely(path: str) -> dict:
+    import torch
+
+    with storage.current().open_read(path) as f:
+        return torch.load(f, weights_only=False, map_location="cpu")  # the bug: any pickle, any global
+
+
+class unsafe_unpickle(ReferenceBackend):
+    """Loads its torch.save files with torch.load(weights_only=False), as code written before torch 2.6
+    made weights_only the default does: a data.pkl naming os.system runs it."""
+
+    def load(self, state, root):
+        with patched(torchfile, "load", _load_unsafely):
+            return super().load(state, root)
+
+
 class tracker_before_data(ReferenceBackend):
     """Megatron's order turned worse: the tracker first, then the data; the loader trusts the tracker."""
 

@@ -26,7 +26,7 @@ from ..state import Topology
 from ..vocab.folders import ITER_FOLDER, LOCAL_FOLDER, MANIFEST, RANK_FOLDER, TRACKER, staging_name
 from ..vocab.manifest_format import manifest_text
 from .base import Fault, matches_path, typed
-from .hostile_pickle import plant as plant_hostile_pickle
+from .hostile_pickle import DCP_METADATA, Planted, plant_among, plant_metadata
 from .kinds import (
     METADATA_FILES,
     BitFlip,
@@ -398,21 +398,37 @@ def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
     return _record(fault, "create", root, path, new_size=fault.length)
 
 
-def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random, folder: str | None = None) -> Damage:
-    """DCP's .metadata replaced by a pickle that runs a command (resilience.faults.hostile_pickle)."""
-    if folder is None:
-        folder, _ = _pick_folder(root, fault, rng)
-    path, marker, old, new, rewritten = plant_hostile_pickle(root, folder)
+def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damage:
+    """DCP's .metadata, or else one torch.save archive among the checkpoint's files (of the target rank),
+    rewritten to run a command when unpickled (resilience.faults.hostile_pickle)."""
+    folder, local_rank = _pick_folder(root, fault, rng)
+    metadata = os.path.join(folder, DCP_METADATA)
+    if os.path.lexists(metadata):
+        return planted_record(root, fault, plant_metadata(root, metadata))
+    if fault.target.rank is not None and local_rank is None:
+        files = files_of_rank(folder, fault.target.rank)  # type: ignore[arg-type]  # at rest: one rank
+    else:
+        files = _all_files(folder)
+    return planted_record(root, fault, plant_among(root, files, rng, folder))
+
+
+def planted_record(root: str, fault: HostilePickle, planted: Planted) -> Damage:
+    """What a hostile pickle's planting did."""
+    run = "os.system('echo ran >> " + os.path.relpath(planted.marker, root) + "')"
+    what = (
+        f"pickle runs {run}, then yields the original metadata"
+        if planted.record is None
+        else f"{planted.record} runs {run}, then unpickles the original object (every other record byte-identical)"
+    )
     return _record(
         fault,
-        "replace",
+        "replace" if planted.record is None else "rewrite",
         root,
-        path,
-        old_size=old,
-        new_size=new,
-        marker=marker,
-        detail="pickle runs os.system('echo ran >> " + os.path.relpath(marker, root) + "'), then yields the "
-        "original metadata" + ("; manifest size and xxh3 updated" if rewritten else ""),
+        planted.path,
+        old_size=planted.old_size,
+        new_size=planted.new_size,
+        marker=planted.marker,
+        detail=what + (f"; {planted.manifest}" if planted.manifest else ""),
     )
 
 

@@ -1,10 +1,17 @@
-"""The hostile pickle: a `.metadata` that runs a command when a loader unpickles it.
+"""The hostile pickle: a checkpoint file that runs a command when a loader unpickles it.
 
-The replacement unpickles, with plain pickle, to exactly the original metadata, after running
-`os.system("echo ran >> MARKER")`: a loader that unpickles it loads normally, and only the marker
-file shows that code from the checkpoint ran (one line per time it ran). MARKER is
-`HOSTILE_PICKLE_RAN` in the checkpoint root, so a run can tell afterwards; the Damage record names
-it. Loaders with a restricted unpickler refuse the first class it names (`_operator.getitem`)."""
+Two kinds of file hold a pickle a loader unpickles. DCP's `.metadata` is replaced by a pickle that
+unpickles, with plain pickle, to exactly the original metadata after running
+`os.system("echo ran >> MARKER")`; loaders with a restricted unpickler refuse the first class it names
+(`_operator.getitem`). A torch.save archive (a zip holding `<folder>/data.pkl` and the tensor storages)
+gets a `data.pkl` whose first opcodes run the same command and pop its result, followed by the original
+pickle unchanged: `torch.load(weights_only=False)` runs it and returns exactly the original object;
+`weights_only=True` refuses the first global it names (`posix.system`).
+
+Either way the loader loads normally and only the marker file shows that code from the checkpoint ran
+(one line per time it ran). MARKER is `HOSTILE_PICKLE_RAN` in the checkpoint root, so a run can tell
+afterwards; the Damage record names it. Planting only reads and writes bytes: nothing from the
+checkpoint is unpickled, and no symlink or path leading out of the root is followed."""
 
 from __future__ import annotations
 
@@ -12,13 +19,20 @@ import json
 import operator
 import os
 import pickle
+import pickletools
+import random
 import shlex
+import stat
+import tempfile
+from dataclasses import dataclass
 
 import xxhash
 
 from ..errors import ConfigError
+from ..storage.contained import is_inside
 from ..vocab.folders import MANIFEST
 from ..vocab.manifest_format import manifest_text
+from . import torch_archive
 
 DCP_METADATA = ".metadata"
 MARKER = "HOSTILE_PICKLE_RAN"
@@ -52,49 +66,180 @@ class _Unpickled:
         return pickle.loads, (self.data,)
 
 
+def _command(marker: str) -> str:
+    return f"echo ran >> {shlex.quote(marker)}"
+
+
 def hostile_bytes(original: bytes, marker: str) -> bytes:
     """A pickle that appends a line to `marker` and then yields what `original` (DCP metadata) holds.
     The original is embedded, not unpickled here: nothing in the checkpoint runs while planting."""
-    return pickle.dumps(_ThenValue(_Command(f"echo ran >> {shlex.quote(marker)}"), _Unpickled(original)))
+    return pickle.dumps(_ThenValue(_Command(_command(marker)), _Unpickled(original)))
 
 
-def _rewrite_manifest(folder: str, rel: str, data: bytes) -> bool:
-    """Give `rel` its new size and checksum in the folder's manifest, digest recomputed; False when
-    the folder has no manifest (another implementation's checkpoint)."""
-    path = os.path.join(folder, MANIFEST)
-    if not os.path.isfile(path):
-        return False
-    with open(path, "rb") as f:
-        try:
-            body = json.loads(f.read())["body"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ConfigError("target", f"{path} is not a manifest to rewrite: {e}") from None
-    files = dict(body["files"])
-    files[rel] = {"size": len(data), "xxh3_128": xxhash.xxh3_128_hexdigest(data)}
-    with open(path, "wb") as f:
-        f.write(manifest_text(dict(body, files=dict(sorted(files.items())))).encode())
-    return True
+def command_opcodes(marker: str) -> bytes:
+    """Pickle opcodes that call os.system("echo ran >> marker") and pop its result, leaving the stack
+    and the memo as they were: put after a pickle's PROTO header, the rest of it unpickles unchanged
+    (its persistent ids, memo indices and frames included). Made by pickling the call rather than typed
+    by hand, so the pickle module writes the opcodes and the string's length; optimize drops the memo
+    PUTs it adds, which could shadow nothing but are not needed."""
+    made = pickletools.optimize(pickle.dumps(_Command(_command(marker)), protocol=2))
+    ops = [op.name for op, _, _ in pickletools.genops(made)]
+    if ops != ["PROTO", "GLOBAL", "BINUNICODE", "TUPLE1", "REDUCE", "STOP"]:  # what protocol 2 writes
+        raise AssertionError(f"unexpected opcodes for a call: {ops}")
+    return made[2:-1] + pickle.POP  # without PROTO 2 and STOP
 
 
-def plant(root: str, folder: str) -> tuple[str, str, int, int, bool]:
-    """Replace `folder`'s `.metadata`: (its path, the marker, old size, new size, manifest rewritten).
-    NotApplicable (the case is N/A with the reason) when the folder holds no pickle."""
+def hostile_pickle_stream(original: bytes, marker: str) -> bytes:
+    """`original` (a pickle of protocol 2 or later) with the command's opcodes after its PROTO header."""
+    if original[:1] != pickle.PROTO or len(original) < 2 or original[1] < 2:
+        raise ValueError("not a pickle of protocol 2 or later (it does not begin with PROTO)")
+    return original[:2] + command_opcodes(marker) + original[2:]
+
+
+def hostile_archive(raw: bytes, marker: str) -> tuple[bytes, str]:
+    """The torch.save archive `raw` with its data.pkl running the command first: (the new archive, the
+    record replaced). ValueError saying why when `raw` is not such an archive."""
+    archive = torch_archive.read(raw)
+    if isinstance(archive, str):
+        raise ValueError(archive)
+    name = archive.pickle_name
+    stream = hostile_pickle_stream(torch_archive.data(raw, archive.record(name)), marker)
+    return torch_archive.replace_record(raw, archive, name, stream), name
+
+
+@dataclass(frozen=True)
+class Planted:
+    path: str
+    marker: str
+    old_size: int
+    new_size: int
+    record: str | None  # the archive's data.pkl; None for DCP's .metadata
+    manifest: str  # what became of a manifest listing the file ("" when there is none)
+
+
+def plant_metadata(root: str, path: str) -> Planted:
+    """Replace DCP's `.metadata` at `path`."""
+    original = _read_safely(root, path)
+    if not original.startswith(pickle.PROTO):  # pickle protocol 2 and later start with PROTO
+        raise ConfigError("target", f"{path} is not a pickle to replace")
+    marker = _fresh_marker(root)
+    data = hostile_bytes(original, marker)
+    _replace(path, data)
+    return Planted(path, marker, len(original), len(data), None, _rewrite_manifest(root, path, data))
+
+
+def plant_among(root: str, files: list[str], rng: random.Random, where: str) -> Planted:
+    """Rewrite one torch.save archive among `files` (drawn from `rng`), so its data.pkl runs the command.
+    NotApplicable (the case is N/A with the reason) when none of them is one."""
     from .layout_damage import NotApplicable
 
-    path = os.path.join(folder, DCP_METADATA)
-    if not os.path.isfile(path):
+    safe = [p for p in sorted(files) if _unsafe(root, p) is None]
+    archives = [p for p in safe if _archive_head(root, p)]
+    if not archives:
+        names = ", ".join(os.path.relpath(p, root) for p in sorted(files)[:4]) or "none"
+        skipped = len(files) - len(safe)
         raise NotApplicable(
-            "target", f"{folder} holds no pickle ({DCP_METADATA}): this format has no pickled metadata to replace"
+            "target",
+            f"{where} holds no pickle: no {DCP_METADATA} and no torch.save archive among its files ({names}"
+            + (f"; {skipped} symlinks or special files not followed" if skipped else "")
+            + ")",
         )
+    path = archives[rng.randrange(len(archives))]
+    raw = _read_safely(root, path)
+    marker = os.path.join(root, MARKER)
+    try:
+        data, record = hostile_archive(raw, marker)
+    except ValueError as e:
+        raise NotApplicable("target", f"{path} is not a torch.save archive to rewrite: it {e}") from None
+    _fresh_marker(root)
+    _replace(path, data)
+    return Planted(path, marker, len(raw), len(data), record, _rewrite_manifest(root, path, data))
+
+
+def _fresh_marker(root: str) -> str:
+    """The marker's path, with any file an earlier run left there removed."""
     marker = os.path.join(root, MARKER)
     if os.path.lexists(marker):
         os.unlink(marker)  # the marker must say what the next load did, not an earlier one
-    with open(path, "rb") as f:
-        original = f.read()
-    if not original.startswith(b"\x80"):  # pickle protocol 2 and later start with PROTO
-        raise ConfigError("target", f"{path} is not a pickle to replace")
-    data = hostile_bytes(original, marker)
-    with open(path, "wb") as f:
-        f.write(data)
-    rewritten = _rewrite_manifest(folder, os.path.relpath(path, folder), data)
-    return path, marker, len(original), len(data), rewritten
+    return marker
+
+
+def _unsafe(root: str, path: str) -> str | None:
+    """Why `path` may not be read or rewritten: not a regular file itself (a symlink is not followed,
+    a FIFO would block), or a path that leaves the root."""
+    rel = os.path.relpath(path, root)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.pardir in rel.split(os.sep):
+        return f"{path} lies outside {root}"
+    try:
+        st = os.lstat(path)
+    except OSError as e:
+        return f"{path}: {e.strerror or e}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a regular file (a symlink is not followed)"
+    if not is_inside(path, root):
+        return f"{path} leads outside {root}"
+    return None
+
+
+def _read_safely(root: str, path: str, size: int = -1) -> bytes:
+    """The bytes of `path` (the first `size`), opened only as the regular file inside the root it is:
+    no symlink followed, no FIFO waited on."""
+    from .layout_damage import NotApplicable
+
+    why = _unsafe(root, path)
+    if why is not None:
+        raise NotApplicable("target", f"{why}: the pickle it holds is not replaced")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise NotApplicable("target", f"{path} is not a regular file: the pickle it holds is not replaced")
+        return f.read(size)
+
+
+def _archive_head(root: str, path: str) -> bool:
+    return _read_safely(root, path, 4) == b"PK\x03\x04"
+
+
+def _replace(path: str, data: bytes) -> None:
+    """Write `data` as `path` through a new file renamed over it: the name is replaced, never written
+    through (were it swapped for a symlink since it was checked)."""
+    mode = stat.S_IMODE(os.lstat(path).st_mode)
+    fd, tmp = tempfile.mkstemp(prefix=".hostile-", dir=os.path.dirname(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _rewrite_manifest(root: str, path: str, data: bytes) -> str:
+    """Give the file its new size and checksum in the manifest of the nearest folder above it that
+    has one, digest recomputed (a checksum is not authentication). What was done, "" when no folder
+    up to the root holds a manifest (another implementation's checkpoint)."""
+    folder = os.path.dirname(path)
+    while is_inside(folder, root) and os.path.realpath(folder) != os.path.realpath(root):
+        manifest = os.path.join(folder, MANIFEST)
+        if os.path.lexists(manifest):
+            break
+        folder = os.path.dirname(folder)
+    else:
+        return ""
+    why = _unsafe(root, manifest)
+    if why is not None:
+        return f"manifest left as it is: {why}"
+    try:
+        with open(manifest, "rb") as f:
+            body = json.loads(f.read())["body"]
+        files = dict(body["files"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError("target", f"{manifest} is not a manifest to rewrite: {e}") from None
+    rel = os.path.relpath(path, folder).replace(os.sep, "/")
+    if rel not in files:
+        return f"{os.path.relpath(manifest, root)} does not list {rel}: left as it is"
+    files[rel] = {"size": len(data), "xxh3_128": xxhash.xxh3_128_hexdigest(data)}
+    _replace(manifest, manifest_text(dict(body, files=dict(sorted(files.items())))).encode())
+    return "manifest size and xxh3 updated"

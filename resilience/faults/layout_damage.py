@@ -20,7 +20,7 @@ from .corruption import (
     flip_byte as _flip,
     flip_record,
 )
-from .hostile_pickle import DCP_METADATA
+from .hostile_pickle import DCP_METADATA, plant_among, plant_metadata
 from .kinds import (
     BitFlip,
     DeleteFile,
@@ -412,17 +412,21 @@ def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) 
 
 
 def hostile_pickle(root: str, fault: HostilePickle, layout: Layout, rng: random.Random) -> Damage:
-    """The pickled metadata (DCP's .metadata) of the newest checkpoint, found through the layout."""
-    from .corruption import hostile_pickle as plant
+    """The pickled metadata (DCP's .metadata) of the newest checkpoint, found through the layout; with
+    none, one torch.save archive among the files a load of it reads (of the target rank)."""
+    from .corruption import planted_record
 
     found = [x for x in layout.found(root, "metadata", fault.target.rank) if os.path.basename(x[1]) == DCP_METADATA]
+    if found:
+        it, chosen = _newest(found, fault, f"{DCP_METADATA} file", root)
+        return planted_record(root, fault, plant_metadata(root, chosen[0][1]))
+    found = [x for x in layout.found(root, None, fault.target.rank) if x[2].role in ("data", "metadata")]
+    what = "data or metadata file" + (f" of rank {fault.target.rank}" if fault.target.rank is not None else "")
     if not found:
-        names = sorted({os.path.basename(f.template) for f in layout.of("metadata")}) or ["none"]
-        raise NotApplicable(
-            "kind", f"this backend keeps no pickled {DCP_METADATA} to replace (its metadata files: {', '.join(names)})"
-        )
-    it, chosen = _newest(found, fault, f"{DCP_METADATA} file", root)
-    return plant(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
+        raise NotApplicable("kind", f"this backend keeps no {what} to hold a pickle ({layout.describe()})")
+    it, chosen = _newest(_read_by_a_load(found, what, root), fault, what, root)
+    where = f"iteration {it}" if it is not None else "the checkpoint"
+    return planted_record(root, fault, plant_among(root, [p for _, p, _ in chosen], rng, where))
 
 
 ACTIONS = {
