@@ -399,16 +399,19 @@ def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
 
 
 def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damage:
-    """DCP's .metadata, or else one torch.save archive among the checkpoint's files (of the target rank),
-    rewritten to run a command when unpickled (resilience.faults.hostile_pickle)."""
+    """DCP's .metadata, or else one torch.save archive among the checkpoint's files (of the target rank,
+    matching the target path), rewritten to run a command when unpickled (faults.hostile_pickle)."""
     folder, local_rank = _pick_folder(root, fault, rng)
-    metadata = os.path.join(folder, DCP_METADATA)
-    if os.path.lexists(metadata):
-        return planted_record(root, fault, plant_metadata(root, metadata))
     if fault.target.rank is not None and local_rank is None:
         files = files_of_rank(folder, fault.target.rank)  # type: ignore[arg-type]  # at rest: one rank
     else:
         files = _all_files(folder)
+    metadata = os.path.join(folder, DCP_METADATA)  # the pickle every rank reads, whichever rank is aimed at
+    if fault.target.path is None and os.path.lexists(metadata) and metadata not in files:
+        files.append(metadata)
+    files = [p for p in files if matches_path(fault.target.path, p, os.path.relpath(p, root))]
+    if metadata in files:
+        return planted_record(root, fault, plant_metadata(root, metadata))
     return planted_record(root, fault, plant_among(root, files, rng, folder))
 
 

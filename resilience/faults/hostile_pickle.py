@@ -141,7 +141,7 @@ def plant_among(root: str, files: list[str], rng: random.Random, where: str) -> 
         raise NotApplicable(
             "target",
             f"{where} holds no pickle: no {DCP_METADATA} and no torch.save archive among its files ({names}"
-            + (f"; {skipped} symlinks or special files not followed" if skipped else "")
+            + (f"; {skipped} not followed: symlinks, special files or paths leading outside" if skipped else "")
             + ")",
         )
     path = archives[rng.randrange(len(archives))]

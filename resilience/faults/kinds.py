@@ -319,13 +319,15 @@ class EscapingManifestPath(Fault):
 @dataclass(frozen=True)
 class HostilePickle(Fault):
     """Replace DCP's `.metadata` (a pickle) with one whose `__reduce__` runs os.system to create a
-    marker file, then yields the original metadata: a loader that unpickles it runs the command and
-    loads as if nothing happened. manifest.json, where there is one, gets the new size and checksum
-    (a checksum is not authentication). Checkpoints with no pickle (torch format) are not damaged."""
+    marker file, then yields the original metadata; with no `.metadata`, rewrite one torch.save archive
+    (drawn from the seed, or the one `target.path` names) so its data.pkl runs the command first and then
+    unpickles the original object. A loader that unpickles it runs the command and loads as if nothing
+    happened. manifest.json, where there is one, gets the new size and checksum (a checksum is not
+    authentication). Checkpoints with no pickle at all are not damaged (N/A with the reason)."""
 
     kind: ClassVar[str] = "hostile_pickle"
     layer: ClassVar[str] = "at_rest"
-    uses: ClassVar[frozenset[str]] = frozenset({"rank", "iteration"})
+    uses: ClassVar[frozenset[str]] = frozenset({"rank", "iteration", "path"})
 
     def _check(self, where):
         _single_rank(self, where)

@@ -413,17 +413,26 @@ def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) 
 
 def hostile_pickle(root: str, fault: HostilePickle, layout: Layout, rng: random.Random) -> Damage:
     """The pickled metadata (DCP's .metadata) of the newest checkpoint, found through the layout; with
-    none, one torch.save archive among the files a load of it reads (of the target rank)."""
+    none, one torch.save archive among the files a load of it reads (of the target rank, matching the
+    target path)."""
     from .corruption import planted_record
 
-    found = [x for x in layout.found(root, "metadata", fault.target.rank) if os.path.basename(x[1]) == DCP_METADATA]
-    if found:
-        it, chosen = _newest(found, fault, f"{DCP_METADATA} file", root)
+    glob = fault.target.path
+    found = [
+        x
+        for x in layout.found(root, None, fault.target.rank)
+        if (glob is not None or x[2].role in ("data", "metadata"))
+        and matches_path(glob, x[1], os.path.relpath(x[1], root))
+    ]
+    metadata = [x for x in found if os.path.basename(x[1]) == DCP_METADATA]
+    if metadata:
+        it, chosen = _newest(metadata, fault, f"{DCP_METADATA} file", root)
         return planted_record(root, fault, plant_metadata(root, chosen[0][1]))
-    found = [x for x in layout.found(root, None, fault.target.rank) if x[2].role in ("data", "metadata")]
-    what = "data or metadata file" + (f" of rank {fault.target.rank}" if fault.target.rank is not None else "")
+    what = f"file matching {glob!r}" if glob else "data or metadata file"
+    if fault.target.rank is not None:
+        what += f" of rank {fault.target.rank}"
     if not found:
-        raise NotApplicable("kind", f"this backend keeps no {what} to hold a pickle ({layout.describe()})")
+        raise NotApplicable("target", f"this backend keeps no {what} to hold a pickle ({layout.describe()})")
     it, chosen = _newest(_read_by_a_load(found, what, root), fault, what, root)
     where = f"iteration {it}" if it is not None else "the checkpoint"
     return planted_record(root, fault, plant_among(root, [p for _, p, _ in chosen], rng, where))

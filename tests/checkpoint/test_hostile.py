@@ -264,13 +264,27 @@ def test_hostile_pickle_never_runs_on_load(combo, tmp_path):
     assert not os.path.exists(_marker(root))
 
 
-def test_hostile_pickle_needs_a_pickle(tmp_path):
-    from resilience.faults import NothingToDamage
+@pytest.mark.parametrize("combo", ["LEGACY/torch/sync", "LOCAL/torch/sync"], ids=lambda c: c.split("/")[0])
+def test_hostile_pickle_in_a_torch_file_never_runs_on_load(combo, tmp_path):
+    """With no .metadata, the pickle of a torch.save file is replaced (manifest updated to match): the
+    reference's torch.load(weights_only=True) refuses it, and the load falls back or, strict, raises."""
+    import torch
 
     root = str(tmp_path / "ckpt")
-    _save_two(root, "LEGACY/torch/sync")
-    with pytest.raises(NothingToDamage, match="no pickle"):
-        hostile_pickle(root)
+    _save_two(root, combo)
+    damage = corrupt(fault_from_dict({"kind": "hostile_pickle"}), root)
+    assert damage.rel.endswith(
+        "iter_0000003/" + ("mp_rank_00/" if combo.startswith("LEGACY") else "") + "model_optim_rng.pt"
+    )
+    assert "manifest size and xxh3 updated" in damage.detail
+    state = TrainingState(SPEC, Topology(1, 1, 1), 0)
+    result = ReferenceBackend(Combination.parse(combo)).load(state, root)
+    assert result.iteration == 2 and any("UnpicklingError" in w and "posix.system" in w for w in result.warnings)
+    with pytest.raises(IntegrityError, match="posix.system"):
+        ReferenceBackend(Combination.parse(combo), strict=True).load(TrainingState(SPEC, Topology(1, 1, 1), 0), root)
+    assert not os.path.exists(_marker(root))
+    doc = torch.load(damage.file, weights_only=False)  # the file is hostile, not broken: it loads and runs
+    assert doc["format_version"] == 1 and os.path.exists(_marker(root))
 
 
 # ---- every hostile folder: inspect, load -------------------------------------------------------------

@@ -196,3 +196,17 @@ def test_leftover_staging_of_an_in_place_writer_is_a_partial_next_iteration(lear
     damage = corrupt(fault_from_dict({"kind": "leftover_staging"}), root, layout)
     assert damage.rel == "iter_4"
     assert sorted(os.listdir(os.path.join(root, "iter_4"))) == ["rank_0.pt", "rank_1.pt"]  # no index.json
+
+
+def test_hostile_pickle_rewrites_a_torch_file_of_the_newest_save(learned):
+    """No .metadata: the pickle column lands in a torch.save file of the aimed rank, and a file that holds
+    no pickle is N/A with why."""
+    from resilience.faults.hostile_pickle import MARKER
+
+    layout, root = learned
+    d = corrupt(fault_from_dict({"kind": "hostile_pickle", "rank": 1}), root, layout)
+    assert (d.rel, d.action, d.marker) == ("iter_3/rank_1.pt", "rewrite", os.path.join(root, MARKER))
+    assert torch.load(d.file, weights_only=False)["step"] == 3
+    assert os.path.exists(d.marker)
+    with pytest.raises(NotApplicable, match=r"iteration 3 holds no pickle: no \.metadata and no torch.save archive"):
+        corrupt(fault_from_dict({"kind": "hostile_pickle", "target": {"path": "*/index.json"}}), root, layout)

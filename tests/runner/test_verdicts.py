@@ -76,6 +76,32 @@ def test_a_backend_whose_every_save_raises_enospc_on_one_rank_never_passes(tmp_p
     assert "rank 1 raised OSError" in checks["symmetry"]["detail"] and "rank 0 stayed blocked" in row["detail"]
 
 
+def _pickle_column(tmp_path, backend: str, combos: list[str]) -> tuple[int, list[dict]]:
+    rows = tmp_path / f"{backend.replace(':', '-')}.json"
+    code = main(
+        ["matrix", "--backend", backend, "--combos", *combos, "--faults", "pickle", "--transitions", "none"]
+        + ["--out", str(tmp_path / "runs"), "--json", str(rows)]
+    )
+    return code, json.loads(rows.read_text())
+
+
+def test_the_pickle_column_reaches_torch_files(tmp_path):
+    """With no .metadata the hostile pickle lands in a torch.save file: the reference's weights_only load
+    refuses it and falls back (PASS); a loader with weights_only=False runs it (integrity FAIL)."""
+    combos = ["LEGACY/torch/sync", "LOCAL/torch/sync"]
+    code, rows = _pickle_column(tmp_path, "reference", combos)
+    assert code == 0 and [r["verdict"] for r in rows] == ["PASS", "PASS"], rows
+    for row in rows:
+        checks = {c["checker"]: c for c in row["checkers"]}
+        assert checks["integrity"]["status"] == "PASS" and checks["durability"]["status"] == "PASS", row
+    code, rows = _pickle_column(tmp_path, "broken:unsafe_unpickle", combos[:1])
+    (row,) = rows
+    checks = {c["checker"]: c for c in row["checkers"]}
+    assert code == 1 and row["verdict"] == "FAIL" and checks["integrity"]["status"] == "FAIL", row
+    assert "loading ran code planted in the checkpoint (iter_0000003/mp_rank_0" in checks["integrity"]["detail"]
+    assert "model_optim_rng.pt)" in checks["integrity"]["detail"]
+
+
 def test_a_save_that_raises_a_bug_is_a_failure_with_the_error(tmp_path):
     s = load_text(RESAVE.replace("  - fault: {kind: io_error, errno: EIO, rank: 1, op: write}\n", ""), "s.yaml")
     result = run_case(s, Combination.parse("LEGACY/torch/sync"), str(tmp_path / "case"), backend=f"{FAULTY}:raises")
