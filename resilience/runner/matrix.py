@@ -60,7 +60,8 @@ FAULTS: dict[str, list[dict]] = {
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
     "metadata": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "metadata"}}],
-    # DCP's pickled .metadata replaced by one that runs a command (manifest updated to match): never run it
+    # a pickle a load reads (DCP's .metadata, else a torch.save file's data.pkl) made to run a command first
+    # (manifest updated to match): never run it
     "pickle": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "hostile_pickle"}}],
     # the newest iteration saved again: the re-save stamps another generation, so a load tells which it read
     "resave": _TWO_SAVES + [{"save": None}, {"save": None}],
