@@ -35,6 +35,7 @@ from ..vocab.manifest_format import manifest_text
 from . import torch_archive
 
 DCP_METADATA = ".metadata"
+PICKLE_NAME = torch_archive.PICKLE
 MARKER = "HOSTILE_PICKLE_RAN"
 
 
@@ -80,8 +81,8 @@ def command_opcodes(marker: str) -> bytes:
     """Pickle opcodes that call os.system("echo ran >> marker") and pop its result, leaving the stack
     and the memo as they were: put after a pickle's PROTO header, the rest of it unpickles unchanged
     (its persistent ids, memo indices and frames included). Made by pickling the call rather than typed
-    by hand, so the pickle module writes the opcodes and the string's length; optimize drops the memo
-    PUTs it adds, which could shadow nothing but are not needed."""
+    by hand, so the pickle module writes the opcodes and encodes the string's length; optimize drops the
+    memo PUTs pickle adds, so the memo stays the original pickle's own."""
     made = pickletools.optimize(pickle.dumps(_Command(_command(marker)), protocol=2))
     ops = [op.name for op, _, _ in pickletools.genops(made)]
     if ops != ["PROTO", "GLOBAL", "BINUNICODE", "TUPLE1", "REDUCE", "STOP"]:  # what protocol 2 writes
@@ -105,6 +106,17 @@ def hostile_archive(raw: bytes, marker: str) -> tuple[bytes, str]:
     name = archive.pickle_name
     stream = hostile_pickle_stream(torch_archive.data(raw, archive.record(name)), marker)
     return torch_archive.replace_record(raw, archive, name, stream), name
+
+
+def archive_problem(raw: bytes) -> str | None:
+    """Why `raw` is not a torch.save archive whose pickle can be made hostile; None when it is one."""
+    archive = torch_archive.read(raw)
+    if isinstance(archive, str):
+        return archive
+    pickled = torch_archive.data(raw, archive.record(archive.pickle_name))
+    if pickled[:1] != pickle.PROTO or len(pickled) < 2 or pickled[1] < 2:
+        return f"holds a {PICKLE_NAME} that is not a pickle of protocol 2 or later"
+    return None
 
 
 @dataclass(frozen=True)
@@ -134,7 +146,15 @@ def plant_among(root: str, files: list[str], rng: random.Random, where: str) -> 
     from .layout_damage import NotApplicable
 
     safe = [p for p in sorted(files) if _unsafe(root, p) is None]
-    archives = [p for p in safe if _archive_head(root, p)]
+    archives, zips = [], []  # zips: (file, why it is not an archive torch.save writes)
+    for p in safe:
+        if _read_safely(root, p, 4) != b"PK\x03\x04":
+            continue
+        why = archive_problem(_read_safely(root, p))
+        if why is None:
+            archives.append(p)
+        else:
+            zips.append((p, why))
     if not archives:
         names = ", ".join(os.path.relpath(p, root) for p in sorted(files)[:4]) or "none"
         skipped = len(files) - len(safe)
@@ -142,16 +162,13 @@ def plant_among(root: str, files: list[str], rng: random.Random, where: str) -> 
             "target",
             f"{where} holds no pickle: no {DCP_METADATA} and no torch.save archive among its files ({names}"
             + (f"; {skipped} not followed: symlinks, special files or paths leading outside" if skipped else "")
+            + "".join(f"; {os.path.relpath(p, root)} {why}" for p, why in zips[:2])
             + ")",
         )
     path = archives[rng.randrange(len(archives))]
     raw = _read_safely(root, path)
-    marker = os.path.join(root, MARKER)
-    try:
-        data, record = hostile_archive(raw, marker)
-    except ValueError as e:
-        raise NotApplicable("target", f"{path} is not a torch.save archive to rewrite: it {e}") from None
-    _fresh_marker(root)
+    marker = _fresh_marker(root)
+    data, record = hostile_archive(raw, marker)
     _replace(path, data)
     return Planted(path, marker, len(raw), len(data), record, _rewrite_manifest(root, path, data))
 
@@ -194,10 +211,6 @@ def _read_safely(root: str, path: str, size: int = -1) -> bytes:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise NotApplicable("target", f"{path} is not a regular file: the pickle it holds is not replaced")
         return f.read(size)
-
-
-def _archive_head(root: str, path: str) -> bool:
-    return _read_safely(root, path, 4) == b"PK\x03\x04"
 
 
 def _replace(path: str, data: bytes) -> None:

@@ -151,8 +151,12 @@ def test_a_folder_without_a_pickle_is_not_applicable(tmp_path):
     folder.mkdir(parents=True)
     (folder / "index.json").write_text("{}")
     (folder / "shard.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
-    with pytest.raises(NothingToDamage, match=r"iter_0000003 holds no pickle: no \.metadata and no torch.save archive"):
+    _zip(folder / "notes.zip", {"notes/readme.txt": b"not a checkpoint"})
+    with pytest.raises(
+        NothingToDamage, match=r"iter_0000003 holds no pickle: no \.metadata and no torch.save archive"
+    ) as e:
         corrupt(fault_from_dict({"kind": "hostile_pickle"}), tmp_path / "ckpt")
+    assert "iter_0000003/notes.zip is a zip without a data.pkl under one folder" in str(e.value)
 
 
 def test_symlinks_leading_outside_are_not_followed(tmp_path):
