@@ -154,6 +154,13 @@ CATALOGUE = {
             "to-fp32",
             witness="GLOBAL/torch_dist/sync",
         ),
+        BrokenImpl(
+            "silent_optim_cast",
+            "a resume into bf16 optimizer moments rounds the saved fp32 moments and says nothing of the loss",
+            "precision",
+            "optim-to-bf16",
+            witness="GLOBAL/torch_dist/sync",
+        ),
     ]
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from dataclasses import replace
 
 from .. import storage
 from ..checkpoint import async_save, commit, global_save, loading, manifest as manifest_mod
@@ -297,8 +298,10 @@ class silent_cast(ReferenceBackend):
     without a word): bf16 -> fp32 upcasts the rounded bf16 parameters and drops the fp32 main parameters;
     fp32 -> bf16 rebuilds the main parameters from the rounded bf16 ones."""
 
-    def _records_as_saved(self, state, dtype):
-        records, _exact = state.records_in_dtype(dtype)
+    def _records_as_saved(self, state, precision):
+        records, exact = state.records_in_precision(precision)
+        if precision.params == state.spec.dtype:
+            return records, exact
         saved = {
             r.key.removeprefix("model."): r.data
             for r in records
@@ -306,6 +309,7 @@ class silent_cast(ReferenceBackend):
         }
 
         def cast() -> None:
+            exact()  # the optimizer moments, if they changed too
             for piece in state.pieces:
                 key = piece.layout.key
                 state.params[key].copy_(saved[key])  # the bug: the cast values, not the fp32 ones
@@ -314,6 +318,15 @@ class silent_cast(ReferenceBackend):
                     state.main[key].copy_(state.params[key][lo:hi])
 
         return records, cast
+
+
+class silent_optim_cast(ReferenceBackend):
+    """A resume into bf16 optimizer moments rounds the saved fp32 moments (as any such load must) and says
+    nothing: the run goes on with an optimizer state that lost precision, and nobody was told."""
+
+    def _said_of_precision(self, path, saved, live):
+        super()._said_of_precision(path, replace(saved, optim=live.optim), live)  # the bug: the moments' loss unsaid
+        return []
 
 
 class poisoned_after_error(ReferenceBackend):

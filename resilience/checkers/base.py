@@ -44,7 +44,7 @@ class SaveRecord:
     invoked_at: dict[int, float] = field(default_factory=dict)  # rank -> time it invoked the save
     returned_at: dict[int, float] = field(default_factory=dict)  # rank -> time it returned ok
     generation: int | None = None  # the number this save stamped into the state (unique in the case)
-    dtype: str | None = None  # the parameters' dtype it saved (None: not recorded)
+    dtype: str | None = None  # the precision it saved in ('bf16', 'fp32+optim_bf16'; None: not recorded)
     recovery: bool = False  # made by a recovery, after a fault the job survived
 
     @property
@@ -69,7 +69,7 @@ class LoadRecord:
     crash_state: str | None = None  # set when loaded from a materialised power-loss state
     continued: list[tuple[int, str]] = field(default_factory=list)  # (iteration, fingerprint) after training on
     generations: dict | None = None  # {"found": [generation, ...], "pieces": {generation: [key, ...]}} if mixed
-    dtype: str | None = None  # the parameters' dtype of the state it loaded into (None: not recorded)
+    dtype: str | None = None  # the precision of the state it loaded into (state.precision; None: not recorded)
     captured: list[str] = field(default_factory=list)  # Python warnings and log records heard during the load
     # part of a recovery: "fault" (the newest checkpoint after the fault), "save" (the recovery's own save)
     recovery: str = ""
@@ -99,7 +99,7 @@ class Evidence:
     blocked: list[dict] = field(default_factory=list)
     # what the backend promises across topologies (None: the preset of `combo`)
     contract: TopologyContract | None = None
-    # (iteration, saved dtype, loaded dtype) -> what a load converting the parameters' dtype must give
+    # (iteration, saved precision, loaded precision) -> what a load changing the precision must give
     converted: Callable[[int, str, str], PrecisionTargets] | None = None
     # each job with a recover op: {"job", "index", "started", "survived": [errors before it], "ended": {...}}
     recoveries: list[dict] = field(default_factory=list)
@@ -116,7 +116,7 @@ class Evidence:
         return [c for c in self.corruptions if c["index"] < index]
 
     def precision_change(self, ld: LoadRecord) -> tuple[str, str] | None:
-        """(saved dtype, loaded dtype) when a load put a checkpoint into a state of another parameter dtype,
+        """(saved precision, loaded precision) when a load put a checkpoint into a state of another precision,
         else None. An ok load is compared with the saves of its iteration, a failed one with the saves
         acknowledged before it (it may have been refused by any of them)."""
         saves = self.saved(ld.iteration) if ld.status == "ok" else self.acknowledged_before(ld.index)
@@ -132,12 +132,15 @@ class Evidence:
 
 @dataclass(frozen=True)
 class PrecisionTargets:
-    """What a load converting the parameters' dtype may give, as fingerprints (runner/oracle.py)."""
+    """What a load changing the precision may give, as fingerprints (runner/oracle.py)."""
 
-    exact: str  # converted without losing a bit (fp32 values kept as parameters or main parameters)
+    exact: str  # converted losing no more than it must (fp32 values kept as parameters or main parameters)
     cast: str  # the values cast to the new dtype, the fp32 copy rebuilt from (or replaced by) the cast
-    lost: str  # what the cast loses, e.g. "output_layer.weight: 3200 of 3232 elements, ..."
+    lost: str  # what the cast loses, e.g. "3200 of 3232 fp32 parameters changed, relative error up to ..."
     after: Callable[[str, int], str]  # ("exact" or "cast", iteration) -> fingerprint after training on to it
+    # what even the exact conversion loses ("": nothing): fp32 optimizer moments rounded into bf16 ones, which
+    # no conversion keeps, so the load must say so as a cast must
+    unavoidable: str = ""
 
 
 class Checker(Protocol):

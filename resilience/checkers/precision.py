@@ -1,12 +1,15 @@
-"""Precision on resume: a load into a state whose parameters have another dtype (fp32 <-> bf16 with fp32
-main parameters) is LOADED-EXACT, LOADED-CAST, REFUSED-CLEARLY, CAST-SILENTLY or WRONG.
+"""Precision on resume: a load into a state of another precision (the parameters fp32 <-> bf16 with fp32
+main parameters; the optimizer moments fp32 <-> bf16) is LOADED-EXACT, LOADED-CAST, REFUSED-CLEARLY,
+CAST-SILENTLY or WRONG.
 
 The values a load gave are told apart by their fingerprint against the two answers the runner computes
 (evidence.converted): the exact conversion (the fp32 values kept, as bf16 training keeps them in its main
 parameters) and the cast (the values rounded to bf16 and the fp32 copy rebuilt from the rounded ones, or
-fp32 parameters upcast from bf16 ones). A cast is acceptable only when the implementation said so during
-the load (LoadResult.warnings, a Python warning or a log record naming the precision); a silent one is a
-FAIL by default. Training continued after the resume must match training on from the same answer. A backend
+fp32 parameters upcast from bf16 ones). fp32 optimizer moments loaded into bf16 ones are rounded by either:
+no conversion keeps them, so even the exact answer loses precision (PrecisionTargets.unavoidable). A load
+that lost precision is acceptable only when the implementation said so during the load
+(LoadResult.warnings, a Python warning or a log record naming the precision, on any rank); a silent one is
+a FAIL by default. Training continued after the resume must match training on from the same answer. A backend
 whose contract states a precision promise (vocab.contract: "load" or "refuse") is held to it; the presets
 state none, so either a load or a clear refusal passes."""
 
@@ -95,8 +98,11 @@ class PrecisionOnResume:
         targets = ev.converted(ld.iteration, saved, loaded)  # type: ignore[misc,arg-type]  # checked; ok loads have one
         heard = precision_warnings(ld)
         row.update(iteration=ld.iteration, found=ld.fingerprint)
-        if ld.fingerprint == targets.exact:
+        if ld.fingerprint == targets.exact and not targets.unavoidable:
             row["measured"], how = LOADED_EXACT, "exact"
+        elif ld.fingerprint == targets.exact:  # the best answer there is, and still a loss the user must hear of
+            row.update(measured=LOADED_CAST if heard else CAST_SILENTLY, lost=targets.unavoidable, warned=heard[:3])
+            how = "exact"
         elif ld.fingerprint == targets.cast:
             row.update(measured=LOADED_CAST if heard else CAST_SILENTLY, lost=targets.lost, warned=heard[:3])
             how = "cast"

@@ -12,6 +12,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from .. import storage
 from ..dist import gather_failures, this_rank, world_size
 from ..state import TrainingState
+from ..state.precision import DTYPES, Precision
 from ..vocab import Combination, phases
 from . import commit
 from .formats.base import Format, RankInfo
@@ -31,16 +32,30 @@ def state_model(info: RankInfo) -> dict:
 
 def model_problem(saved: object, info: RankInfo) -> str | None:
     """Why a checkpoint saved with model `saved` (the manifest's) cannot load into this rank's state, or
-    None. The parameters' dtype alone may differ: the load converts it exactly (fp32 parameters are what
-    bf16 training keeps as its fp32 main parameters), so it is no reason to refuse."""
+    None. The precision alone may differ (the parameters' and the optimizer moments' dtypes): the load
+    converts it (fp32 parameters are what bf16 training keeps as its fp32 main parameters), so it is no
+    reason to refuse."""
     live = state_model(info)
+
+    def rest(model: dict) -> dict:
+        return {k: v for k, v in model.items() if k not in _PRECISION}
+
     if (
         not isinstance(saved, dict)
-        or {k: v for k, v in saved.items() if k != "dtype"} != {k: v for k, v in live.items() if k != "dtype"}
-        or saved.get("dtype") not in ("fp32", "bf16")
+        or rest(saved) != rest(live)
+        or saved.get("dtype") not in DTYPES
+        or saved.get("optim_dtype", "fp32") not in DTYPES
     ):
         return f"saved with model {saved}, loading {live}"
     return None
+
+
+_PRECISION = ("dtype", "optim_dtype")  # a manifest from before optim_dtype has none: its moments were fp32
+
+
+def saved_precision(model: dict, state: TrainingState) -> Precision:
+    """The precision a checkpoint's manifest says it was saved in (checked by model_problem)."""
+    return Precision(model.get("dtype", state.spec.dtype), model.get("optim_dtype", "fp32"))
 
 
 class Driver:

@@ -19,11 +19,12 @@ from .. import storage
 from ..dist import all_gather, broadcast, this_rank
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from ..state import Topology, TrainingState
+from ..state.precision import Precision
 from ..storage.held import HeldFiles
 from ..vocab import LoadResult, on_every_rank
 from ..vocab.folders import rank_root
 from . import commit
-from .driver import Driver, describe, log, model_problem
+from .driver import Driver, describe, log, model_problem, saved_precision
 from .formats.base import RankInfo
 from .manifest import Manifest, save_number, verify_file
 
@@ -135,8 +136,8 @@ class FallbackLoad(Driver):
         warnings,
         held: HeldFiles | None = None,
     ) -> dict | None:
-        saved_dtype = manifest.model.get("dtype", state.spec.dtype)
-        records, convert = self._records_as_saved(state, saved_dtype)
+        saved = saved_precision(manifest.model, state)
+        records, convert = self._records_as_saved(state, saved)
         error: Exception | None = None
         objects = {}
         try:
@@ -153,20 +154,28 @@ class FallbackLoad(Driver):
             self._fallback(warnings, path, errors[0])
             return None
         convert()  # on every rank (it may gather rows), once every rank has read
-        if saved_dtype != state.spec.dtype and this_rank() == 0:
+        warnings.extend(self._said_of_precision(path, saved, state.spec.precision))
+        return objects
+
+    def _records_as_saved(self, state: TrainingState, precision: Precision):
+        """The records a checkpoint saved in `precision` holds, and the step that moves what was read into
+        `state` (state.records_in_precision)."""
+        return state.records_in_precision(precision)
+
+    def _said_of_precision(self, path: str, saved: Precision, live: Precision) -> list[str]:
+        """What the load tells its user of a precision change: the parameters' conversion is exact (a log
+        record); moments rounded from fp32 into bf16 lose precision, which the user must hear (a warning)."""
+        if saved.params != live.params and this_rank() == 0:
             log.info(
                 "%s: parameters saved in %s, loaded into %s exactly (from the fp32 %s)",
                 path,
-                saved_dtype,
-                state.spec.dtype,
-                "main parameters" if saved_dtype == "bf16" else "parameters",
+                saved.params,
+                live.params,
+                "main parameters" if saved.params == "bf16" else "parameters",
             )
-        return objects
-
-    def _records_as_saved(self, state: TrainingState, dtype: str):
-        """The records a checkpoint with parameters in `dtype` holds, and the step that moves what was read
-        into `state` (state.records_in_dtype: an exact conversion)."""
-        return state.records_in_dtype(dtype)
+        if saved.rounds_moments_to(live):
+            return [f"optimizer moments (exp_avg, exp_avg_sq) saved in fp32, rounded into bf16: precision lost: {path}"]
+        return []
 
     # ---- LOCAL -------------------------------------------------------------------------------------
     def _load_local(self, state: TrainingState, root: str) -> LoadResult:

@@ -26,7 +26,8 @@ def register(sub) -> None:
         "--transitions",
         nargs="+",
         help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (a precision change: "
-        "tp1pp1dp1:fp32->tp1pp1dp1:bf16) (default: all named; none: no transition column)",
+        "tp1pp1dp1:fp32->tp1pp1dp1:bf16, of the optimizer moments tp1pp1dp1:fp32->tp1pp1dp1:fp32+optim_bf16) "
+        "(default: all named; none: no transition column)",
     )
     p.add_argument(
         "--backend",

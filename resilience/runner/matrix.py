@@ -93,6 +93,10 @@ TRANSITIONS: dict[str, str] = {
     # a resume in another precision: the distributed optimizer's fp32 main parameters split unevenly over dp 2
     "to-bf16": "tp1pp1dp2:fp32->tp1pp1dp2:bf16",
     "to-fp32": "tp1pp1dp2:bf16->tp1pp1dp2:fp32",
+    # the optimizer moments' dtype alone: fp32 moments rounded into bf16 ones (a loss every load must own up
+    # to), and bf16 moments upcast
+    "optim-to-bf16": "tp1pp1dp2:fp32->tp1pp1dp2:fp32+optim_bf16",
+    "optim-to-fp32": "tp1pp1dp2:fp32+optim_bf16->tp1pp1dp2:fp32",
 }
 # Both optimizers: the columns listed here run with plain Adam, the others with the distributed optimizer
 # (the LEGACY layout writes its distrib_optim.pt even on dp 1, so both kinds of file meet every fault).
@@ -142,12 +146,12 @@ def fault_scenario(name: str, seed: int) -> Scenario:
 
 def transition_scenario(label: str, text: str, seed: int) -> Scenario:
     t = Transition.parse(text)
-    model = replace(model_of(label), dtype=t.save_dtype) if t.save_dtype else model_of(label)
+    model = model_of(label).in_precision(t.save_precision) if t.save_precision else model_of(label)
     model.check_topology(t.save)
     model.check_topology(t.load)
     resume: dict = {"topology": str(t.load), "continue": 2}
     if t.precision_changed:
-        resume["precision"] = t.load_dtype
+        resume["precision"] = str(t.load_precision)
     steps = _steps([{"train": 2}, {"save": None}, {"train": 1}, {"save": None}, {"resume": resume}])
     return Scenario(f"matrix-{label}", steps, model, t.save, seed=seed, tags=["matrix"])
 
@@ -192,7 +196,8 @@ def cases(
 
 
 def parse_transitions(items: list[str] | None) -> dict[str, str]:
-    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2' (with dtypes, 'tp1pp1dp1:fp32->tp1pp1dp1:bf16');
+    """Names from TRANSITIONS or explicit 'tp2pp1dp1->tp1pp1dp2' (with precisions, 'tp1pp1dp1:fp32->tp1pp1dp1:bf16',
+    'tp1pp1dp1:fp32->tp1pp1dp1:fp32+optim_bf16');
     'none' for no transition column."""
     if not items:
         return dict(TRANSITIONS)

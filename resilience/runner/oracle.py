@@ -2,11 +2,11 @@
 never stopped, computed in this process on one rank, with no process group: the same answer inside a live
 group of ranks (the cluster verdicts), where one rank alone must not create a group (a new_group on one
 rank hangs every other). The training step is topology-invariant, so these hold for every topology. A
-resume may also change the parameters' dtype: PrecisionChange says what such a load must give."""
+resume may also change the precision (the parameters' or the optimizer moments' dtype): PrecisionChange
+says what such a load must give."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import lru_cache
 from types import SimpleNamespace
 
@@ -15,6 +15,7 @@ import torch
 from ..checkers.base import PrecisionTargets
 from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprints import assemble, local_pieces
+from ..state.precision import Precision
 
 _NO_GROUPS = SimpleNamespace(dp_group=None, dp_ranks=[0])
 
@@ -49,41 +50,50 @@ def never_stopped(spec: ModelSpec) -> NeverStopped:
 
 
 class PrecisionChange:
-    """(iteration, saved dtype, loaded dtype) -> checkers.PrecisionTargets: what a load of the never-stopped
-    state saved with parameters in one dtype gives in the other, converted exactly or cast, as fingerprints,
-    and training on from each. Written apart from the reference's conversion (TrainingState.records_in_dtype),
-    on whole tensors of one rank, so the two check each other."""
+    """(iteration, saved precision, loaded precision) -> checkers.PrecisionTargets: what a load of the
+    never-stopped state saved in one precision ('bf16', 'fp32+optim_bf16', ...) gives in the other,
+    converted exactly or cast, as fingerprints, what each loses, and training on from each. Written apart
+    from the reference's conversion (TrainingState.records_in_precision), on whole tensors of one rank, so
+    the two check each other."""
 
     def __init__(self, spec: ModelSpec):
         self.spec = spec
         self._cache: dict[tuple, PrecisionTargets] = {}
 
     def __call__(self, iteration: int, saved: str, loaded: str) -> PrecisionTargets:
-        key = (iteration, saved, loaded)
+        key = (iteration, str(Precision.parse(saved)), str(Precision.parse(loaded)))
         if key not in self._cache:
-            exact, cast = (self._converted(iteration, saved, loaded, how) for how in ("exact", "cast"))
+            source = self._source(iteration, saved)
+            exact, cast = (convert(source, loaded, exact=how == "exact") for how in ("exact", "cast"))
             after = {
-                "exact": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "exact")),
-                "cast": _TrainedOn(lambda: self._converted(iteration, saved, loaded, "cast")),
+                "exact": _TrainedOn(lambda: convert(self._source(iteration, saved), loaded, exact=True)),
+                "cast": _TrainedOn(lambda: convert(self._source(iteration, saved), loaded, exact=False)),
             }
+            unavoidable = precision_lost(source, exact)
             self._cache[key] = PrecisionTargets(
-                _digest(exact), _digest(cast), precision_lost(exact, cast), lambda how, it: after[how](it)
+                _digest(exact),
+                _digest(cast),
+                precision_lost(source, cast),
+                lambda how, it: after[how](it),
+                "" if unavoidable == NOTHING_LOST else unavoidable,
             )
         return self._cache[key]
 
-    def _converted(self, iteration: int, saved: str, loaded: str, how: str) -> TrainingState:
-        source = _fresh(replace(self.spec, dtype=saved))
+    def _source(self, iteration: int, saved: str) -> TrainingState:
+        source = _fresh(self.spec.in_precision(saved))
         while source.iteration < iteration:
             source.step()
-        return convert(source, loaded, exact=how == "exact")
+        return source
 
 
-def convert(source: TrainingState, dtype: str, *, exact: bool) -> TrainingState:
-    """A whole (one-rank) state in parameter dtype `dtype` made from `source`: exactly (fp32 parameters
+def convert(source: TrainingState, precision: Precision | str, *, exact: bool) -> TrainingState:
+    """A whole (one-rank) state in `precision` made from `source`. Parameters exactly (fp32 parameters
     become the fp32 main parameters, the bf16 parameters rounded from them; fp32 parameters taken from the
-    fp32 main parameters), or cast (the fp32 main parameters rebuilt from the rounded bf16 parameters;
-    fp32 parameters upcast from the bf16 ones)."""
-    state = _fresh(replace(source.spec, dtype=dtype))
+    fp32 main parameters), or cast (the fp32 main parameters rebuilt from the rounded bf16 parameters; fp32
+    parameters upcast from the bf16 ones). Optimizer moments either way: bf16 ones upcast (exact), fp32 ones
+    rounded to nearest into bf16, which no conversion avoids."""
+    p = Precision.parse(precision)
+    state = _fresh(source.spec.in_precision(p))
     state.iteration, state.consumed_samples, state.opt_step = source.iteration, source.consumed_samples, source.opt_step
     state.generation = source.generation
     state.rng.set_state(source.rng.get_state())
@@ -93,8 +103,8 @@ def convert(source: TrainingState, dtype: str, *, exact: bool) -> TrainingState:
             (state.exp_avg_sq, source.exp_avg_sq),
             (state.stamps, source.stamps),
         ):
-            mine[key].copy_(theirs[key])
-        if dtype == source.spec.dtype:
+            mine[key].copy_(theirs[key].to(mine[key].dtype))
+        if p.params == source.spec.dtype:
             param.copy_(source.params[key])
             if key in source.main:
                 state.main[key].copy_(source.main[key])
@@ -106,13 +116,39 @@ def convert(source: TrainingState, dtype: str, *, exact: bool) -> TrainingState:
     return state
 
 
-def precision_lost(exact: TrainingState, cast: TrainingState) -> str:
-    """What the cast lost against the exact conversion, in the fp32 values it changed: how many, and the
-    largest relative error (bf16 keeps 8 significant bits: up to 2**-9 when rounding to nearest)."""
+NOTHING_LOST = "nothing (every value fits the new dtype)"
+
+
+def precision_lost(saved: TrainingState, loaded: TrainingState) -> str:
+    """What `loaded` lost against the `saved` state it was made from, in the fp32 values it changed: how
+    many, and the largest relative error (bf16 keeps 8 significant bits: up to 2**-9 when rounding to
+    nearest), for the parameters (their fp32 copy where one is kept) and the optimizer moments apart."""
+    params = [
+        (key, saved.main.get(key, want).float(), loaded.main.get(key, loaded.params[key]).float())
+        for key, want in saved.params.items()
+    ]
+    moments = [
+        (f"{name}.{key}", a[key].float(), b[key].float())
+        for name, a, b in (
+            ("exp_avg", saved.exp_avg, loaded.exp_avg),
+            ("exp_avg_sq", saved.exp_avg_sq, loaded.exp_avg_sq),
+        )
+        for key in a
+    ]
+    said = [
+        said
+        for what, pairs in (
+            ("fp32 main parameters" if loaded.main else "fp32 parameters", params),
+            ("optimizer moments", moments),
+        )
+        if (said := _lost_in(what, pairs))
+    ]
+    return "; ".join(said) or NOTHING_LOST
+
+
+def _lost_in(what: str, pairs: list[tuple[str, torch.Tensor, torch.Tensor]]) -> str:
     changed, total, worst, worst_key = 0, 0, 0.0, ""
-    for key, want in exact.params.items():
-        a = exact.main.get(key, want).float()
-        b = cast.main.get(key, cast.params[key]).float()
+    for key, a, b in pairs:
         total += a.numel()
         diff = a != b
         changed += int(diff.sum())
@@ -121,8 +157,7 @@ def precision_lost(exact: TrainingState, cast: TrainingState) -> str:
             if rel > worst:
                 worst, worst_key = rel, key
     if not changed:
-        return "nothing (every value fits the new dtype)"
-    what = "fp32 main parameters" if exact.main else "fp32 parameters"
+        return ""
     return f"{changed} of {total} {what} changed, relative error up to {worst:.2e} ({worst_key})"
 
 

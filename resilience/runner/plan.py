@@ -61,7 +61,7 @@ class JobSpec:
     kills: list[ArmedFault] = field(default_factory=list)  # from outside, beside the whole job
     after: list[AfterJob] = field(default_factory=list)  # once the job ended, in order
     unreachable: list[Unreachable] = field(default_factory=list)  # faults that cannot apply here
-    dtype: str | None = None  # the parameters' dtype of this job when a resume changed it (None: the model's)
+    precision: str | None = None  # this job's precision when a resume changed it ('bf16', ...; None: the model's)
 
 
 def plan_jobs(scenario: Scenario, combo: Combination, layout: Layout | None = None) -> list[JobSpec]:
@@ -145,7 +145,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
         elif k == "resume":
             jobs.append(cur)
             topo = scenario.topology if a.get("topology", "same") == "same" else Topology.parse(a["topology"])
-            cur = JobSpec(topo, "resume", [{"op": "load"}], dtype=a.get("precision"))
+            cur = JobSpec(topo, "resume", [{"op": "load"}], precision=a.get("precision"))
             if a.get("continue", 2):
                 cur.ops.append({"op": "continue", "steps": a.get("continue", 2)})
     jobs.append(cur)

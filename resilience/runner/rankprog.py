@@ -227,7 +227,7 @@ class _Ops:
             save_id=save_id,
             iteration=state.iteration,
             generation=generation,
-            dtype=plan.spec.dtype,
+            dtype=str(plan.spec.precision),
             **tags,
             **({"fingerprint": fp, "rng": rng} if self.lead else {}),
         )
@@ -357,7 +357,7 @@ def _load(
     `catch_all`: any error the load raises is logged as its failure (a recovery's loads), not only a
     refusal or a missing or damaged checkpoint."""
     root = root or plan.root
-    where = {"topology": str(plan.topo), "dtype": plan.spec.dtype, **(tags or {})}
+    where = {"topology": str(plan.topo), "dtype": str(plan.spec.precision), **(tags or {})}
     log.invoke("load", **where)
     failed: dict | None = None
     with captured_warnings() as heard:

@@ -352,6 +352,7 @@ def _run_job(
     fault_log = os.path.join(case_dir, "faults.jsonl")
     snapshot_dir = os.path.join(case_dir, "snapshots", f"job{job_no}")
     fired_before = len(read_firings(fault_log))
+    spec = scenario.model.in_precision(planned.precision) if planned.precision else scenario.model
     history.append(
         INVOKE,
         "job",
@@ -360,7 +361,7 @@ def _run_job(
         topology=str(planned.topo),
         ops=planned.ops,
         crash_state=crash_state,
-        dtype=planned.dtype or scenario.model.dtype,
+        dtype=str(spec.precision),
     )
     if crash_state:
         way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
@@ -371,7 +372,6 @@ def _run_job(
 
         Snapshot.take(root, snapshot_dir)  # the file system logs every operation of the job from here
     with ways.job_way(way, root, case_dir, job_no, planned.faults, fault_log) as w:
-        spec = replace(scenario.model, dtype=planned.dtype) if planned.dtype else scenario.model
         plan = RankPlan(
             spec,
             planned.topo,

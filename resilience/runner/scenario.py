@@ -21,7 +21,7 @@ from ..faults import KINDS, Fault
 from ..launch.base import MAX_JOB_TIMEOUT
 from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
-from ..state.model import DTYPES
+from ..state.precision import Precision
 from ..vocab.combos import Combination, valid_combinations
 from .fault_steps import CORRUPT_KINDS, KILL_KINDS, fault_keys, fault_of
 
@@ -512,13 +512,12 @@ def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> S
         bad.add(here + ("continue",), f"must be a number of steps in 0..{MAX_TRAIN_STEPS}, got {_show(cont)}")
         ok = False
     precision = args.get("precision")
-    if precision is not None and precision not in DTYPES:
-        bad.add(
-            here + ("precision",),
-            f"unknown dtype {_show(precision)}",
-            f"use one of {', '.join(DTYPES)}: the parameters' dtype of the resumed job",
-        )
-        ok = False
+    if precision is not None:
+        try:
+            Precision.parse(precision)
+        except ConfigError as e:
+            bad.add(here + ("precision",), e.problem, e.fix)
+            ok = False
     return Step("resume", dict(args), line) if ok else None
 
 
@@ -527,13 +526,17 @@ def _after_precision_change(steps: list[Step], model: ModelSpec | None, here: tu
     training in the scenario's dtype only."""
     if steps[-1].kind != "save" or model is None:
         return
-    changed = [s for s in steps if s.kind == "resume" and s.args.get("precision", model.dtype) != model.dtype]
+    changed = [
+        s
+        for s in steps
+        if s.kind == "resume" and Precision.parse(s.args.get("precision", model.precision)) != model.precision
+    ]
     if changed:
         where = f" on line {changed[0].line}" if changed[0].line else ""
         bad.add(
             here,
             f"a save after the resume{where} that changes precision to {changed[0].args['precision']} "
-            "(what a later load must give is known only for saves in the model's dtype)",
+            "(what a later load must give is known only for saves in the model's precision)",
             "put resumes that change precision after the last save",
         )
 

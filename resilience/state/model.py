@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from ..errors import ConfigError
-from .topology import PRECISIONS, Topology
+from .precision import DTYPES, Precision
+from .topology import Topology
 
-DTYPES = PRECISIONS  # the parameters' dtype (bf16 keeps fp32 main parameters)
 OPTIMIZERS = ("adam", "distributed")
 # Upper bounds of single fields (what a whole model takes in memory is bounded in state/limits.py).
 SIZE_LIMITS = {
@@ -36,7 +36,7 @@ def field_problem(name: str, value) -> ConfigError | None:
             return ConfigError(where, f"must be a positive integer, got {value!r}")
         if value > SIZE_LIMITS[name]:
             return ConfigError(where, f"{value} is larger than {SIZE_LIMITS[name]}", f"use 1..{SIZE_LIMITS[name]}")
-    elif name == "dtype" and value not in DTYPES:
+    elif name in ("dtype", "optim_dtype") and value not in DTYPES:
         return ConfigError(where, f"unknown dtype {value!r}", f"use one of {', '.join(DTYPES)}")
     elif name == "optimizer" and value not in OPTIMIZERS:
         return ConfigError(where, f"unknown optimizer {value!r}", f"use one of {', '.join(OPTIMIZERS)}")
@@ -89,8 +89,9 @@ class ModelSpec:
     heads: int = 4
     vocab: int = 100
     make_vocab_size_divisible_by: int = 8
-    dtype: str = "fp32"
+    dtype: str = "fp32"  # the parameters' (bf16 keeps fp32 main parameters)
     optimizer: str = "adam"
+    optim_dtype: str = "fp32"  # Adam's two moments (bf16: rounded after every step, as some trainers keep them)
     global_batch_size: int = 8
     lr: float = 1e-2
     seed: int = 1234
@@ -112,6 +113,15 @@ class ModelSpec:
                 f"{self.hidden} is not divisible by heads={self.heads}",
                 "choose hidden as a multiple of heads",
             )
+
+    @property
+    def precision(self) -> Precision:
+        return Precision(self.dtype, self.optim_dtype)
+
+    def in_precision(self, precision: Precision | str) -> ModelSpec:
+        """This model trained in another precision (`bf16`, `fp32+optim_bf16`, ...)."""
+        p = Precision.parse(precision)
+        return replace(self, dtype=p.params, optim_dtype=p.optim)
 
     def batch_size(self, consumed_samples: int) -> int:
         """Global batch size at a data position: a linear ramp from 1 to global_batch_size over

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .precision import Precision
 
 MAX_WORLD = 64  # rank processes on one machine; beyond this a laptop or CI box only thrashes
 
@@ -90,19 +91,20 @@ class Topology:
 
 @dataclass(frozen=True)
 class Transition:
-    """Topology at save -> topology at load, and optionally the parameters' dtype on each side
-    ('tp1pp1dp2:bf16->tp1pp1dp2:fp32': a resume that changes precision)."""
+    """Topology at save -> topology at load, and optionally the precision on each side
+    ('tp1pp1dp2:bf16->tp1pp1dp2:fp32', 'tp1pp1dp2:fp32->tp1pp1dp2:fp32+optim_bf16': a resume that changes
+    the parameters' or the optimizer state's dtype; state/precision.py)."""
 
     save: Topology
     load: Topology
-    save_dtype: str | None = None
-    load_dtype: str | None = None
+    save_precision: Precision | None = None
+    load_precision: Precision | None = None
 
     def __str__(self) -> str:
-        def side(topo: Topology, dtype: str | None) -> str:
-            return f"{topo}:{dtype}" if dtype else str(topo)
+        def side(topo: Topology, precision: Precision | None) -> str:
+            return f"{topo}:{precision}" if precision else str(topo)
 
-        return f"{side(self.save, self.save_dtype)}->{side(self.load, self.load_dtype)}"
+        return f"{side(self.save, self.save_precision)}->{side(self.load, self.load_precision)}"
 
     @property
     def changed(self) -> tuple[str, ...]:
@@ -111,7 +113,7 @@ class Transition:
 
     @property
     def precision_changed(self) -> bool:
-        return self.save_dtype != self.load_dtype
+        return self.save_precision != self.load_precision
 
     @classmethod
     def parse(cls, text: str) -> Transition:
@@ -121,22 +123,23 @@ class Transition:
                 f"cannot read {text!r}",
                 "write it as tp2pp1dp1->tp1pp1dp2 (or tp1pp1dp1:fp32->tp1pp1dp1:bf16)",
             )
-        sides = [_side(part) for part in str(text).split("->", 1)]
-        (save, save_dtype), (load, load_dtype) = sides
-        if (save_dtype is None) != (load_dtype is None):
+        sides = [_side(part, str(text)) for part in str(text).split("->", 1)]
+        (save, save_precision), (load, load_precision) = sides
+        if (save_precision is None) != (load_precision is None):
             raise ConfigError(
-                "transition", f"{text!r} gives a dtype on one side only", "give both, as tp1pp1dp1:fp32->tp1pp1dp1:bf16"
+                "transition",
+                f"{text!r} gives a precision on one side only",
+                "give both, as tp1pp1dp1:fp32->tp1pp1dp1:bf16 or tp1pp1dp1:fp32->tp1pp1dp1:fp32+optim_bf16",
             )
-        return cls(save, load, save_dtype, load_dtype)
+        return cls(save, load, save_precision, load_precision)
 
 
-PRECISIONS = ("fp32", "bf16")  # the parameters' dtypes a transition may name (ModelSpec.dtype)
-
-
-def _side(text: str) -> tuple[Topology, str | None]:
-    topo, _, dtype = text.strip().partition(":")
-    if not dtype:
+def _side(text: str, whole: str) -> tuple[Topology, Precision | None]:
+    topo, colon, precision = text.strip().partition(":")
+    if not colon:
         return Topology.parse(topo), None
-    if dtype.lower() not in PRECISIONS:
-        raise ConfigError("transition", f"unknown dtype {dtype!r} in {text!r}", f"use one of {', '.join(PRECISIONS)}")
-    return Topology.parse(topo), dtype.lower()
+    parsed = Topology.parse(topo)
+    try:
+        return parsed, Precision.parse(precision)
+    except ConfigError as e:
+        raise ConfigError("transition", f"{e.problem} in {whole!r}", e.fix) from None

@@ -18,12 +18,13 @@ import torch
 import torch.distributed as dist
 
 from .model import ModelSpec, ParamLayout
+from .precision import Precision
 from .sharding import Record, ShardedObject, ShardedTensor
 from .topology import Coords, Topology
 from .values import element_values, global_index
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # ModelSpec.dtype -> the parameters' dtype
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # ModelSpec.dtype and .optim_dtype -> torch's
 RNG_KEY = "rng"
 TOPOLOGY_BOUND_KEYS = (RNG_KEY,)  # state that only means something on the topology that saved it
 GENERATION_PREFIX = "optimizer.generation."  # + parameter key: the stamp of the save that wrote it
@@ -78,14 +79,14 @@ class TrainingState:
         self.main: dict[str, torch.Tensor] = {}
         self.stamps: dict[str, torch.Tensor] = {}
         self.generation = 0
-        dtype = TORCH_DTYPES[spec.dtype]
+        dtype, moments = TORCH_DTYPES[spec.dtype], TORCH_DTYPES[spec.optim_dtype]
         for piece in self.pieces:
             key = piece.layout.key
             fp32 = self._initial(piece)
             self.params[key] = fp32.to(dtype)
             lo, hi = self._opt_slice(piece)
-            self.exp_avg[key] = torch.zeros_like(fp32[lo:hi])
-            self.exp_avg_sq[key] = torch.zeros_like(fp32[lo:hi])
+            self.exp_avg[key] = torch.zeros_like(fp32[lo:hi], dtype=moments)
+            self.exp_avg_sq[key] = torch.zeros_like(fp32[lo:hi], dtype=moments)
             self.stamps[key] = torch.zeros_like(fp32[lo:hi])
             if spec.dtype == "bf16":
                 self.main[key] = fp32[lo:hi].clone()
@@ -199,9 +200,12 @@ class TrainingState:
             m, v = self.exp_avg[key], self.exp_avg_sq[key]
             if self.write_guard is not None:
                 self.write_guard.before_write((param, main, m, v))
-            m.copy_(m * BETA1 + grad * (1.0 - BETA1))
-            v.copy_(v * BETA2 + (grad * grad) * (1.0 - BETA2))
-            update = (m / bc1) / ((v / bc2).sqrt() + EPS)
+            # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded here)
+            m_new = m.float() * BETA1 + grad * (1.0 - BETA1)
+            v_new = v.float() * BETA2 + (grad * grad) * (1.0 - BETA2)
+            m.copy_(m_new)
+            v.copy_(v_new)
+            update = (m_new / bc1) / ((v_new / bc2).sqrt() + EPS)
             if self.spec.value_range == "wide":
                 main.copy_(main - (update * lr) * main.abs())  # a relative step keeps every magnitude
             else:
@@ -254,23 +258,36 @@ class TrainingState:
         so a loader can fill them in place."""
         return self._records(self.params, self.main)
 
-    def records_in_dtype(self, dtype: str) -> tuple[list[Record], Callable[[], None]]:
-        """The records a checkpoint saved with parameters in `dtype` holds for this rank, and the step that
-        moves what a load put into them into this state without losing a bit. Collective over the dp group
-        (a distributed optimizer's rows are gathered) when the state is fp32 and the checkpoint bf16.
+    def records_in_precision(self, precision: Precision | str) -> tuple[list[Record], Callable[[], None]]:
+        """The records a checkpoint saved in `precision` holds for this rank, and the step that moves what a
+        load put into them into this state. Collective over the dp group (a distributed optimizer's rows are
+        gathered) when the parameters are fp32 here and bf16 in the checkpoint.
 
-        fp32 saved, bf16 here: the fp32 parameters become the fp32 main parameters, and the bf16 parameters
-        are rounded from them, as every bf16 step does. bf16 saved, fp32 here: the checkpoint's fp32 main
-        parameters are the values; its bf16 parameters, rounded copies of them, are read and dropped.
-        Same dtype: the live records, nothing to do."""
-        if dtype == self.spec.dtype:
+        Parameters, without losing a bit: fp32 saved, bf16 here: the fp32 parameters become the fp32 main
+        parameters, and the bf16 parameters are rounded from them, as every bf16 step does. bf16 saved, fp32
+        here: the checkpoint's fp32 main parameters are the values; its bf16 parameters, rounded copies of
+        them, are read and dropped. Optimizer moments: bf16 saved, fp32 here is exact; fp32 saved, bf16 here
+        rounds each moment to nearest, the one loss no conversion avoids (Precision.rounds_moments_to).
+        Same precision: the live records, nothing to do."""
+        saved, mine = Precision.parse(precision), self.spec.precision
+        if saved == mine:
             return self.sharded_state_dict(), lambda: None
-        if dtype not in TORCH_DTYPES:
-            raise ValueError(f"unknown parameter dtype {dtype!r} (known: {', '.join(TORCH_DTYPES)})")
-        params = {k: torch.zeros(p.shape, dtype=TORCH_DTYPES[dtype]) for k, p in self.params.items()}
-        main = {k: torch.zeros_like(m) for k, m in self.exp_avg.items()} if dtype == "bf16" else {}
+        params, main = self.params, self.main
+        if saved.params != mine.params:
+            params = {k: torch.zeros(p.shape, dtype=TORCH_DTYPES[saved.params]) for k, p in self.params.items()}
+            # fp32 main parameters cover this rank's optimizer rows, as the stamps do
+            main = {k: torch.zeros_like(s) for k, s in self.stamps.items()} if saved.params == "bf16" else {}
+        m, v = self.exp_avg, self.exp_avg_sq
+        if saved.optim != mine.optim:
+            m, v = ({k: torch.zeros_like(t, dtype=TORCH_DTYPES[saved.optim]) for k, t in x.items()} for x in (m, v))
 
         def finish() -> None:
+            if saved.optim != mine.optim:
+                for live, read in ((self.exp_avg, m), (self.exp_avg_sq, v)):
+                    for key, t in live.items():
+                        t.copy_(read[key])
+            if saved.params == mine.params:
+                return
             for piece in self.pieces:
                 key = piece.layout.key
                 lo, hi = piece.opt_rows
@@ -282,9 +299,15 @@ class TrainingState:
             if main and self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
                 self._gather_rows()  # the other dp ranks' rows: each holds its own main parameters
 
-        return self._records(params, main), finish
+        return self._records(params, main, m, v), finish
 
-    def _records(self, params: dict[str, torch.Tensor], main: dict[str, torch.Tensor]) -> list[Record]:
+    def _records(
+        self,
+        params: dict[str, torch.Tensor],
+        main: dict[str, torch.Tensor],
+        exp_avg: dict[str, torch.Tensor] | None = None,
+        exp_avg_sq: dict[str, torch.Tensor] | None = None,
+    ) -> list[Record]:
         c, topo = self.coords, self.topo
         out: list[Record] = []
         for piece in self.pieces:
@@ -298,8 +321,8 @@ class TrainingState:
             lo, _ = piece.opt_rows
             opt_offset = (piece.offset[0] + lo,) + piece.offset[1:]
             for name, table in (
-                ("exp_avg", self.exp_avg),
-                ("exp_avg_sq", self.exp_avg_sq),
+                ("exp_avg", self.exp_avg if exp_avg is None else exp_avg),
+                ("exp_avg_sq", self.exp_avg_sq if exp_avg_sq is None else exp_avg_sq),
                 ("main_param", main),
                 ("generation", self.stamps),
             ):

@@ -199,3 +199,66 @@ def test_a_stated_precision_promise_is_held(promise, load, status):
     assert v.status == status, v
     if status == FAIL:
         assert f"contract says precision changes {promise}" in v.detail
+
+
+MOMENTS_LOST = "78778 of 79552 optimizer moments changed, relative error up to 3.88e-03 (exp_avg.output_layer.weight)"
+
+
+def _optim_targets(iteration: int, saved: str, loaded: str) -> PrecisionTargets:
+    """Only the moments' dtype changes: the exact answer is the cast; into bf16 it still loses precision."""
+    rounded = loaded.endswith("optim_bf16")
+    return PrecisionTargets(
+        f"moments{iteration}{loaded}",
+        f"moments{iteration}{loaded}",
+        MOMENTS_LOST if rounded else "nothing (every value fits the new dtype)",
+        lambda how, it: f"{how}-after{it}{loaded}",
+        MOMENTS_LOST if rounded else "",
+    )
+
+
+MOMENTS_WARNING = "warning UserWarning: optimizer state exp_avg stored as float32, loaded as bfloat16"
+OPTIM_TABLE = [
+    (
+        "fp32 moments rounded into bf16, said",
+        "fp32",
+        {"iteration": 3, "fingerprint": "moments3fp32+optim_bf16", "dtype": "fp32+optim_bf16"},
+        [MOMENTS_WARNING],
+        PASS,
+        f"fp32->fp32+optim_bf16 (job 1): LOADED-CAST, precision lost: {MOMENTS_LOST}",
+    ),
+    (
+        "fp32 moments rounded into bf16, unsaid: the best answer there is, and still a loss nobody heard of",
+        "fp32",
+        {"iteration": 3, "fingerprint": "moments3fp32+optim_bf16", "dtype": "fp32+optim_bf16"},
+        [],
+        FAIL,
+        f"LOADED-CAST, precision lost: {MOMENTS_LOST}, no warning".replace("LOADED-CAST", "CAST-SILENTLY"),
+    ),
+    (
+        "bf16 moments upcast: nothing lost, nothing to say",
+        "fp32+optim_bf16",
+        {"iteration": 3, "fingerprint": "moments3fp32", "dtype": "fp32"},
+        [],
+        PASS,
+        "fp32+optim_bf16->fp32 (job 1): LOADED-EXACT",
+    ),
+    (
+        "moments that are neither (a loader that reset them)",
+        "fp32",
+        {"iteration": 3, "fingerprint": "zeros", "dtype": "fp32+optim_bf16"},
+        [MOMENTS_WARNING],
+        FAIL,
+        "WRONG, the loaded values are neither the exact conversion nor the cast",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, saved, load, heard, status, words", OPTIM_TABLE, ids=[row[0] for row in OPTIM_TABLE])
+def test_each_optimizer_precision_load_gets_its_verdict(name, saved, load, heard, status, words):
+    load = dict(load, **({"captured": heard} if heard else {}))
+    verdicts = _judge(_history(load, saved=saved, continued=(5, f"exact-after5{load['dtype']}")), _optim_targets)
+    v = verdicts["precision"]
+    assert v.status == status, (name, v)
+    assert words in v.detail, (name, v.detail)
+    others = {k: x.status for k, x in verdicts.items() if k != "precision" and x.status == FAIL}
+    assert not others, (name, others)

@@ -262,3 +262,21 @@ def test_damage_at_rest_after_a_resume_may_target_a_rank_that_wrote_files():
     assert scenario.steps[-1].fault.target.rank == 1
     with pytest.raises(ScenarioError, match="out of range"):
         load_text(head + "  - crash: {rank: 1}\n")
+
+
+def test_a_resume_may_change_the_optimizer_states_precision():
+    s = load_text(
+        "model: {optim_dtype: bf16}\nsteps:\n  - save\n  - resume: {precision: fp32}\n"
+        "  - resume: {precision: fp32+optim_bf16, continue: 0}\n",
+        "x.yaml",
+    )
+    assert s.model.precision.optim == "bf16"
+    assert [st.args.get("precision") for st in s.steps if st.kind == "resume"] == ["fp32", "fp32+optim_bf16"]
+    with pytest.raises(ScenarioError) as e:
+        load_text("steps:\n  - save\n  - resume: {precision: fp32+optim-bf16}\n", "x.yaml")
+    assert "x.yaml:3: steps.1.resume.precision: cannot read precision 'fp32+optim-bf16'" in str(e.value)
+    assert "PARAMS+optim_OPTIM" in str(e.value)
+    # the model's own precision spelt out changes nothing: saves may follow
+    load_text("steps:\n  - save\n  - resume: {precision: fp32+optim_fp32}\n  - save\n", "x.yaml")
+    problems = _problems("steps:\n  - save\n  - resume: {precision: fp32+optim_bf16}\n  - save\n")
+    assert problems == [(4, "steps.2")]
