@@ -84,6 +84,12 @@ def register(sub) -> None:
         "a failure's replay names the options it drew",
     )
     p.add_argument(
+        "--precision-changes",
+        action="store_true",
+        help="a resume after the last save may change the precision (bf16 or fp32 parameters, bf16 or fp32 "
+        "optimizer moments), judged by the precision checker",
+    )
+    p.add_argument(
         "--faults",
         nargs="*",
         metavar="KIND",
@@ -122,6 +128,7 @@ def run(args) -> int:
         all_bugs=args.all_bugs,
         backend=args.backend,
         backend_options=args.backend_options,
+        precision_changes=args.precision_changes,
         io=args.io,
         out=args.out,
         modes=tuple(args.mode),

@@ -63,6 +63,7 @@ class FuzzOptions:
     all_bugs: bool = False  # shrink each failing checker separately (slower), not one failure per mode
     backend: str = "reference"
     backend_options: bool = False  # scenario mode draws the backend's declared options too
+    precision_changes: bool = False  # a resume after the last save may change the precision
     io: str | None = None  # how faults reach the backend (runner.ways); None: auto
     out: str = "runs"
     modes: tuple[str, ...] = MODES
@@ -460,6 +461,7 @@ def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
         max_steps=opts.max_steps,
         backend=opts.backend,
         backend_options=opts.backend_options,
+        precision_changes=opts.precision_changes,
         name="fuzz-scenario",
     )
 
@@ -480,6 +482,7 @@ def _fuzz_machine(opts: FuzzOptions, judge: _Judge, database: str) -> None:
         max_world=opts.max_world,
         faults=opts.faults,
         backend=opts.backend,
+        precision_changes=opts.precision_changes,
         judge_with=judge_with,
         on_nothing_to_judge=lambda: judge.nothing_to_judge("machine"),
     )
@@ -637,6 +640,8 @@ def replay_fuzz(opts: FuzzOptions) -> str:
         cmd += ["--backend", opts.backend]
     if opts.backend_options:
         cmd += ["--backend-options"]
+    if opts.precision_changes:
+        cmd += ["--precision-changes"]
     if opts.time_budget is not None:
         cmd += ["--time-budget", f"{opts.time_budget:g}"]
     if opts.shrink_budget != FuzzOptions.shrink_budget:

@@ -10,6 +10,8 @@ runner can carry out and the checkers can judge:
 - faults armed on a save always arm right before it (`crash`, then `save`), on a rank that takes part;
 - corruption at rest only when a committed checkpoint surely exists, aimed at a rank that wrote files;
 - a resume on another topology only when an intact checkpoint surely exists;
+- a resume in another precision (one of `precisions`, when given) only once saving is over: no save
+  follows it, since what a later load must give is known only for saves in the model's precision;
 - saves only on topologies with the scenario's tp and pp (the checkers judge every load against the
   scenario's topology, so a checkpoint written elsewhere would be judged against the wrong one)."""
 
@@ -62,6 +64,7 @@ class Finalize:
 class Resume:
     where: int | None = None  # None: the scenario's topology; i: the i-th other topology
     cont: int = 1  # steps trained after the load, compared with training that never stopped
+    precision: int | None = None  # None: the model's; i: the i-th of the lifecycle's other precisions
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,8 @@ class Lifecycle:
     saves: int = 0
     clean_saves: int = 0
     loads: int = 0
+    precisions: list[str] = field(default_factory=list)  # what a resume may change to (not the model's)
+    precision_changed: bool = False  # a resume changed precision: no save may follow
 
     def __post_init__(self):
         self.topo = self.topo or self.base
@@ -145,7 +150,7 @@ class Lifecycle:
         return bool(self.folders) or (self.alive is True and self.pending and self.pending_it is not None)
 
     def can_save_here(self) -> bool:
-        return (self.topo.tp, self.topo.pp) == (self.base.tp, self.base.pp)
+        return (self.topo.tp, self.topo.pp) == (self.base.tp, self.base.pp) and not self.precision_changed
 
     def writer_rank(self, index: int) -> int:
         """A rank that writes files in every layout: pipeline stage 0, data-parallel rank 0 (ranks 0..tp-1
@@ -432,6 +437,9 @@ class Lifecycle:
         if target != self.base:
             args["topology"] = str(target)
         args["continue"] = a.cont
+        if a.precision is not None and self.precisions and self.saves:
+            args["precision"] = self.precisions[a.precision % len(self.precisions)]
+            self.precision_changed = True
         self._emit({"resume": args})
         self.loads += 1
         self.topo = target
@@ -453,16 +461,18 @@ class Lifecycle:
             self.alive, self.iteration = None, None
 
 
-def interpret(combo: Combination, base: Topology, others: list[Topology], actions: list) -> Lifecycle:
+def interpret(
+    combo: Combination, base: Topology, others: list[Topology], actions: list, precisions: list[str] | None = None
+) -> Lifecycle:
     """Run the model over `actions`; a scenario where no save completes gets one first (there is nothing
-    to judge without a checkpoint)."""
-    life = Lifecycle(combo, base, list(others))
+    to judge without a checkpoint). `precisions`: what a resume may change the precision to."""
+    life = Lifecycle(combo, base, list(others), precisions=list(precisions or []))
     for a in actions:
         life.apply(a)
     if life.alive is True:
         life._commit_pending()  # the training loop finalizes an async save before it exits
     if not life.clean_saves:
-        life = Lifecycle(combo, base, list(others))
+        life = Lifecycle(combo, base, list(others), precisions=list(precisions or []))
         for a in [Train(1), Save()] + list(actions):
             life.apply(a)
     life.steps += life.closing_steps()

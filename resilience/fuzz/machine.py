@@ -1,10 +1,11 @@
 """The checkpoint lifecycle as a Hypothesis state machine.
 
 Rules: train n steps, save, finalize an async save, crash a rank during a save, a write fault during a
-save, corrupt a file at rest, lose unsynced writes, resume (on the same or another topology), delete
-old checkpoints. The combination, topologies and model are chosen once, at the start. The rules build
-up one scenario; at the end of each run (teardown) it runs on real ranks and every checker must hold
-over its whole history: atomic commit, durability, integrity, resume equivalence, topology independence.
+save, corrupt a file at rest, lose unsynced writes, resume (on the same or another topology; with
+precision_changes, in another precision once saving is over), delete old checkpoints. The combination,
+topologies and model are chosen once, at the start. The rules build up one scenario; at the end of each
+run (teardown) it runs on real ranks and every checker must hold over its whole history: atomic commit,
+durability, integrity, resume equivalence, topology independence, precision on resume.
 (Judging once, at the end, sees every load the run made, costs one run on real ranks per example, and
 keeps the rules Hypothesis draws independent of what the ranks did, so a failure replays and shrinks.)
 A failure prints as the minimal sequence of rules, and as the scenario YAML with the `resilience run`
@@ -96,6 +97,7 @@ def lifecycle_machine(
     faults: Iterable[str] | None = None,
     moves: bool = True,
     backend: str = "reference",
+    precision_changes: bool = False,
     judge_with: Judge | None = None,
     on_nothing_to_judge: Callable[[], None] | None = None,
 ) -> type[LifecycleMachine]:
@@ -137,7 +139,8 @@ def lifecycle_machine(
         @initialize(setup=setups(), warm_up=st.integers(0, 3))
         def start(self, setup, warm_up):
             combo, base, others, model = setup
-            self.life, self.model = lc.Lifecycle(combo, base, list(others)), model
+            precisions = rst.other_precisions(model) if precision_changes else []
+            self.life, self.model = lc.Lifecycle(combo, base, list(others), precisions=precisions), model
             if warm_up:  # most runs start from a committed checkpoint (else most would have nothing to judge)
                 self._do(lc.Train(warm_up))
                 self._do(lc.Save())
@@ -191,9 +194,13 @@ def lifecycle_machine(
             self._do(lc.PowerLoss(rank, phase, max_states))
 
         @precondition(lambda self: self.life is not None)
-        @rule(where=st.none() | st.integers(0, 3) if moves else st.none(), cont=st.integers(0, 2))
-        def resume(self, where, cont):
-            self._do(lc.Resume(where, cont))
+        @rule(
+            where=st.none() | st.integers(0, 3) if moves else st.none(),
+            cont=st.integers(0, 2),
+            precision=st.none() | st.integers(0, 2) if precision_changes else st.none(),
+        )
+        def resume(self, where, cont, precision):
+            self._do(lc.Resume(where, cont, precision))
 
         @enabled("delete_file" in kinds, lc.DeleteOld())
         @rule(which=st.integers(0, 3), seed=seed)

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for topologies, model specs, transitions, combinations, faults and scenarios.
+"""Hypothesis strategies for topologies, model specs, precisions, transitions, combinations, faults and
+scenarios.
 
 Every strategy draws only valid values (a model spec splits over its topologies, a fault record
 checks for its world size, a scenario validates like a YAML file) and shrinks toward the simplest:
@@ -18,7 +19,8 @@ from hypothesis.errors import InvalidArgument
 from ..errors import ConfigError
 from ..faults import KINDS, Fault, fault_from_dict
 from ..state import ModelSpec, Topology, Transition
-from ..state.model import DTYPES, OPTIMIZERS
+from ..state.model import OPTIMIZERS
+from ..state.precision import DTYPES, Precision
 from ..state.topology import MAX_WORLD
 from ..vocab.combos import Combination, valid_combinations
 from ..vocab.phases import PHASES
@@ -144,11 +146,16 @@ def topologies(
 
 
 def transitions(
-    *, max_world: int = 4, save: Topology | str | None = None, changes: Iterable[str] | None = None
+    *,
+    max_world: int = 4,
+    save: Topology | str | None = None,
+    changes: Iterable[str] | None = None,
+    precisions: bool = False,
 ) -> st.SearchStrategy[Transition]:
     """Save topology -> load topology, both within max_world. `save` fixes the first; `changes` names
-    the dimensions that differ (exactly those; () means the same topology); None: any.
-    Shrinks toward no change on tp1pp1dp1."""
+    the dimensions that differ (exactly those; () means the same topology); None: any. `precisions`:
+    each side also names a precision (the parameters' and the optimizer moments' dtype), which may change.
+    Shrinks toward no change on tp1pp1dp1 (in fp32)."""
     _check_int("max_world", max_world, 1, MAX_WORLD)
     want = None if changes is None else frozenset(_names(changes, "changes", DIMS) if changes else ())
     saves = [_as_topology(save, "save")] if save is not None else _all_topologies(1, max_world, {})
@@ -169,18 +176,34 @@ def transitions(
             "raise max_world or change fewer dimensions",
         )
 
+    sides = _precisions() if precisions else st.none()
+
     @st.composite
     def pick(draw) -> Transition:
         first = _pick(draw, saves, saves)
-        return Transition(first, _pick(draw, pairs[first], loads))
+        return Transition(first, _pick(draw, pairs[first], loads), draw(sides), draw(sides))
 
     return pick()
 
 
 # ---- model specs -----------------------------------------------------------------------------------
 def dtypes() -> st.SearchStrategy[str]:
-    """Parameter dtypes of the state model (fp32 first)."""
+    """Parameter (or optimizer moment) dtypes of the state model (fp32 first)."""
     return st.sampled_from(DTYPES)
+
+
+def precisions(
+    *, params: Iterable[str] | None = None, optim: Iterable[str] | None = None
+) -> st.SearchStrategy[Precision]:
+    """Precisions of the state model: the parameters' dtype (bf16 keeps fp32 main parameters) and the
+    optimizer moments' (`params`, `optim` restrict each to some of fp32, bf16). Shrinks toward fp32."""
+    ps = _names(params, "params", DTYPES) if params is not None else DTYPES
+    os_ = _names(optim, "optim", DTYPES) if optim is not None else DTYPES
+    return _precisions(tuple(ps), tuple(os_))
+
+
+def _precisions(params: tuple = DTYPES, optim: tuple = DTYPES) -> st.SearchStrategy[Precision]:
+    return st.builds(Precision, st.sampled_from(params), st.sampled_from(optim))
 
 
 def optimizers() -> st.SearchStrategy[str]:
@@ -197,11 +220,14 @@ def model_specs(
     max_vocab: int = 64,
     dtypes: Iterable[str] | None = None,
     optimizers: Iterable[str] | None = None,
+    optim_dtypes: Iterable[str] | None = None,
 ) -> st.SearchStrategy[ModelSpec]:
     """Small GPT-like model specs that split over `topology` (or over every one of `topologies`:
     layers divisible by each pp, heads and ffn_hidden by each tp). The bounds apply per multiple of
-    the topologies' least common tp and pp. Shrinks toward one layer, one head, a tiny vocabulary, and
-    toward the adversarial state: a batch-size ramp-up, skipped iterations and values over a wide range."""
+    the topologies' least common tp and pp. `dtypes`, `optimizers` and `optim_dtypes` restrict the
+    parameters' dtype, the optimizer and its moments' dtype. Shrinks toward one layer, one head, a tiny
+    vocabulary, fp32, and toward the adversarial state: a batch-size ramp-up, skipped iterations and values
+    over a wide range."""
     if topology is not None and topologies is not None:
         raise _fail("topology", "give topology or topologies, not both")
     topos = [
@@ -214,13 +240,14 @@ def model_specs(
         _check_int(name, value, 1)
     dts = _names(dtypes, "dtypes", DTYPES) if dtypes is not None else DTYPES
     opts = _names(optimizers, "optimizers", OPTIMIZERS) if optimizers is not None else OPTIMIZERS
+    moments = _names(optim_dtypes, "optim_dtypes", DTYPES) if optim_dtypes is not None else DTYPES
     tp = reduce(math.lcm, (t.tp for t in topos), 1)
     pp = reduce(math.lcm, (t.pp for t in topos), 1)
-    return _specs(tp, pp, max_layers, max_heads, max_vocab, tuple(dts), tuple(opts))
+    return _specs(tp, pp, max_layers, max_heads, max_vocab, tuple(dts), tuple(opts), tuple(moments))
 
 
 @lru_cache(maxsize=256)
-def _specs(tp: int, pp: int, max_layers: int, max_heads: int, max_vocab: int, dts: tuple, opts: tuple):
+def _specs(tp: int, pp: int, max_layers: int, max_heads: int, max_vocab: int, dts: tuple, opts: tuple, moments: tuple):
     # cached: scenarios() asks for one per drawn set of topologies, and building a composite compiles code
     @st.composite
     def draw_spec(draw) -> ModelSpec:
@@ -234,6 +261,7 @@ def _specs(tp: int, pp: int, max_layers: int, max_heads: int, max_vocab: int, dt
             make_vocab_size_divisible_by=draw(st.sampled_from((1, 2, 8, 128))),
             dtype=draw(st.sampled_from(dts)),
             optimizer=draw(st.sampled_from(opts)),
+            optim_dtype=draw(st.sampled_from(moments)),
             global_batch_size=draw(st.integers(1, 16)),
             seed=draw(st.integers(0, 2**16)),
             # adversarial first (shrinks toward it): ramp-up, skipped iterations, wide values
@@ -436,14 +464,19 @@ _combinations, _topologies = combinations, topologies  # scenarios() takes argum
 
 
 # ---- scenarios -------------------------------------------------------------------------------------
-def _actions(fault_kinds: frozenset[str], moves: bool) -> st.SearchStrategy:
+def _actions(fault_kinds: frozenset[str], moves: bool, precision_changes: bool = False) -> st.SearchStrategy:
     """Raw lifecycle actions (see lifecycle.py), plainest first so lists shrink toward train and save."""
     rank = st.integers(0, 7)
     seed = st.integers(0, 1000)
     options = [
         st.builds(lc.Train, st.integers(1, 3)),
         st.just(lc.Save()),
-        st.builds(lc.Resume, st.none() | st.integers(0, 3) if moves else st.none(), st.integers(0, 2)),
+        st.builds(
+            lc.Resume,
+            st.none() | st.integers(0, 3) if moves else st.none(),
+            st.integers(0, 2),
+            st.none() | st.integers(0, 2) if precision_changes else st.none(),
+        ),
         st.just(lc.Finalize()),
     ]
     if "rank_crash" in fault_kinds:
@@ -483,6 +516,12 @@ def _actions(fault_kinds: frozenset[str], moves: bool) -> st.SearchStrategy:
     if "delete_file" in fault_kinds:
         options.append(st.builds(lc.DeleteOld, st.integers(0, 3), seed))
     return st.one_of(options)
+
+
+def other_precisions(model: ModelSpec) -> list[str]:
+    """Every precision a resume of `model` may change to, as a resume step writes it."""
+    every = [Precision(p, o) for o in DTYPES for p in DTYPES]
+    return [str(p) for p in every if p != model.precision]
 
 
 def backend_specs(backend: str, *, options: Iterable[str] | None = None) -> st.SearchStrategy[str]:
@@ -532,6 +571,7 @@ def scenarios(
     max_layers: int = 2,
     backend: str = "reference",
     backend_options: bool = False,
+    precision_changes: bool = False,
     name: str = "generated",
 ) -> st.SearchStrategy:
     """Whole scenarios (resilience.runner.scenario.Scenario) that validate like a YAML file: one
@@ -541,7 +581,9 @@ def scenarios(
     `faults` names the fault kinds to draw (default: SCENARIO_FAULTS, the deterministic ones;
     () for none); `moves` allows resumes on other topologies; `min_steps`/`max_steps` bound the
     drawn actions (each may stand for one to three steps); `backend_options` also draws the backend's
-    declared options (backend_specs) into the scenario's backend. Shrinks toward fewer steps, plainer
+    declared options (backend_specs) into the scenario's backend; `precision_changes` lets a resume after
+    the last save change the precision (the parameters' or the optimizer moments' dtype, judged by the
+    precision checker). Shrinks toward fewer steps, plainer
     faults, the smallest topology and model, the first combination and the backend's defaults."""
     from ..runner.scenario import from_dict
 
@@ -573,7 +615,7 @@ def scenarios(
             "backend", f"must be a backend name, got {backend!r}", "'reference', 'broken:NAME' or module:factory"
         )
     topos = _topologies(max_world=max_world)
-    actions = _actions(kinds, moves)
+    actions = _actions(kinds, moves, precision_changes)
     specs = backend_specs(backend) if backend_options else st.just(backend)
 
     @st.composite
@@ -582,7 +624,8 @@ def scenarios(
         base = draw(topos)
         others = draw(st.lists(topos.filter(lambda t: t != base), max_size=2, unique=True)) if moves else []
         model = draw(model_specs(topologies=[base, *others], max_layers=max_layers, max_heads=2, max_vocab=32))
-        life = lc.interpret(combo, base, others, draw(st.lists(actions, min_size=min_steps, max_size=max_steps)))
+        drawn = draw(st.lists(actions, min_size=min_steps, max_size=max_steps))
+        life = lc.interpret(combo, base, others, drawn, other_precisions(model) if precision_changes else None)
         return from_dict(
             {
                 "name": name,
@@ -610,6 +653,7 @@ __all__ = [
     "faults",
     "model_specs",
     "optimizers",
+    "precisions",
     "scenarios",
     "topologies",
     "transitions",

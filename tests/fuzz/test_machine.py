@@ -54,6 +54,21 @@ def test_every_judged_scenario_validates_and_plans():
     assert {"train", "save", "resume"} <= kinds and kinds & {"crash", "fault", "corrupt", "lose_unsynced"}
 
 
+def test_the_machine_changes_precision_only_once_saving_is_over():
+    judged = []
+
+    def record(scenario, combo):
+        load_text(scenario.to_yaml(), "<round trip>")  # the loader refuses a save after a precision change
+        assert plan_jobs(scenario, combo)
+        judged.append(scenario)
+        return _result(scenario, combo, PASS)
+
+    machine = rst.lifecycle_machine(max_world=2, faults=(), precision_changes=True, judge_with=record)
+    run_state_machine_as_test(machine, settings=FAST)
+    changed = [st.args["precision"] for s in judged for st in s.steps if st.kind == "resume" and "precision" in st.args]
+    assert changed, "the machine never changed precision"
+
+
 def test_a_planted_bug_prints_as_a_short_replayable_sequence():
     def judge(scenario, combo):
         if any(step.kind == "corrupt" and step.args.get("kind") == "bitflip" for step in scenario.steps):

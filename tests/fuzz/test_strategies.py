@@ -3,7 +3,7 @@ No rank processes here: scenarios are checked by the YAML loader and the planner
 
 import pytest
 from hypothesis import find, given, settings, strategies as st
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import InvalidArgument, NoSuchExample
 
 import resilience.strategies as rst
 from resilience.errors import ConfigError
@@ -12,6 +12,7 @@ from resilience.runner.fault_steps import FAULT_STEPS
 from resilience.runner.plan import plan_jobs
 from resilience.runner.scenario import Scenario, load_text
 from resilience.state import Topology, Transition
+from resilience.state.precision import Precision
 from resilience.vocab.combos import Combination, valid_combinations
 
 
@@ -145,6 +146,68 @@ def test_scenarios_shrink_to_a_minimal_sequence():
     assert (s.model.num_layers, s.model.hidden, s.model.vocab) == (1, 1, 1)
 
 
+@given(rst.precisions())
+def test_precisions_read_back_from_their_spelling(p):
+    assert Precision.parse(str(p)) == p
+
+
+def test_precisions_shrink_to_fp32():
+    assert find(rst.precisions(), lambda p: True) == Precision("fp32", "fp32")
+    assert find(rst.precisions(optim=["bf16"]), lambda p: True) == Precision("fp32", "bf16")
+
+
+@given(rst.transitions(max_world=2, precisions=True))
+def test_transitions_may_name_each_sides_precision(t):
+    assert t.save_precision is not None and t.load_precision is not None
+    assert Transition.parse(str(t)) == t
+
+
+def test_transitions_with_precisions_shrink_to_no_change_in_fp32():
+    t = find(rst.transitions(max_world=2, precisions=True), lambda t: True)
+    assert (t.save_precision, t.load_precision) == (Precision(), Precision())
+    optim = find(rst.transitions(max_world=2, precisions=True), lambda t: t.precision_changed)
+    assert str(optim) == "tp1pp1dp1:fp32->tp1pp1dp1:fp32+optim_bf16"
+
+
+@given(rst.model_specs(topology="tp1pp1dp2", optim_dtypes=["bf16"]))
+def test_model_specs_may_keep_bf16_moments(spec):
+    assert spec.optim_dtype == "bf16"
+
+
+@settings(max_examples=60)
+@given(rst.scenarios(max_world=2, precision_changes=True))
+def test_scenarios_change_precision_only_once_saving_is_over(s):
+    again = load_text(s.to_yaml(), "<round trip>")  # the loader refuses a save after a precision change
+    assert again.to_dict() == s.to_dict()
+    kinds = [step.kind for step in s.steps]
+    changes = [i for i, step in enumerate(s.steps) if step.kind == "resume" and "precision" in step.args]
+    for i in changes:
+        assert Precision.parse(s.steps[i].args["precision"]) != s.model.precision
+        assert "save" in kinds[:i] and "save" not in kinds[i:], kinds
+
+
+def test_scenarios_draw_a_change_of_the_optimizer_states_precision():
+    s = find(
+        rst.scenarios(max_world=1, faults=(), precision_changes=True),
+        lambda s: any(st.args.get("precision") == "fp32+optim_bf16" for st in s.steps if st.kind == "resume"),
+    )
+    assert [step.to_dict() for step in s.steps] == [
+        {"train": 1},
+        {"save": None},
+        {"resume": {"continue": 0, "precision": "fp32+optim_bf16"}},
+    ]
+    assert str(s.model.precision) != "fp32+optim_bf16"
+
+
+def test_scenarios_change_no_precision_unless_asked():
+    with pytest.raises(NoSuchExample):
+        find(
+            rst.scenarios(max_world=1, faults=()),
+            lambda s: any("precision" in st.args for st in s.steps if st.kind == "resume"),
+            settings=settings(max_examples=50),
+        )
+
+
 BAD_ARGUMENTS = [
     (lambda: rst.topologies(max_world=0), "max_world"),
     (lambda: rst.topologies(max_world=65), "max_world"),
@@ -157,6 +220,8 @@ BAD_ARGUMENTS = [
     (lambda: rst.model_specs(topology="tp2pp1dp1", topologies=["tp1pp1dp1"]), "not both"),
     (lambda: rst.model_specs(topologies=[]), "topologies"),
     (lambda: rst.model_specs(dtypes=["fp8"]), "fp8"),
+    (lambda: rst.model_specs(optim_dtypes=["fp16"]), "fp16"),
+    (lambda: rst.precisions(optim=["fp8"]), "fp8"),
     (lambda: rst.model_specs(max_layers=0), "max_layers"),
     (lambda: rst.combinations(among=["GLOBAL/torch/sync"]), "not a valid combination"),
     (lambda: rst.combinations(types=["LOCAL"], io="async"), "no valid combination"),
