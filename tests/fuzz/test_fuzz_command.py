@@ -402,3 +402,20 @@ def test_progress_shows_each_modes_own_phase(tmp_path, monkeypatch, capsys):
     assert any(ln.startswith("progress: scenarios: shrinking · ") for ln in lines)
     machine = [ln for ln in lines if ln.endswith(("machine PASS", "machine FAIL"))]
     assert machine and not any("scenarios: shrinking" in ln for ln in machine)
+
+
+def test_precision_changes_reach_both_modes_and_the_replay(tmp_path, monkeypatch):
+    from resilience.fuzz import engine
+
+    seen = []
+
+    def run_case(scenario, combo, case_dir, backend=None, **kw):
+        seen.append(scenario)
+        return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
+
+    monkeypatch.setattr(engine, "run_case", run_case)
+    opts = engine.FuzzOptions(examples=25, seed=3, max_world=1, faults=[], precision_changes=True, out=str(tmp_path))
+    assert engine.fuzz(opts).ok
+    changed = {s.name for s in seen for st in s.steps if st.kind == "resume" and "precision" in st.args}
+    assert changed == {"fuzz-scenario", "fuzz-machine"}, changed
+    assert engine.replay_fuzz(opts).endswith("--precision-changes")
