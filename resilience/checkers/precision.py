@@ -112,6 +112,7 @@ class PrecisionOnResume:
                 measured=WRONG,
                 expected={"exact": targets.exact, "cast": targets.cast},
                 problem="the loaded values are neither the exact conversion nor the cast",
+                **({"warned": heard[:3]} if heard else {}),  # a word does not excuse wrong values: shown only
             )
         for iteration, fp in ld.continued:
             want = targets.after(how, iteration)

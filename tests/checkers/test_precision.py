@@ -243,12 +243,12 @@ OPTIM_TABLE = [
         "fp32+optim_bf16->fp32 (job 1): LOADED-EXACT",
     ),
     (
-        "moments that are neither (a loader that reset them)",
+        "moments that are neither (a loader that reset them): a warning does not excuse them",
         "fp32",
         {"iteration": 3, "fingerprint": "zeros", "dtype": "fp32+optim_bf16"},
         [MOMENTS_WARNING],
         FAIL,
-        "WRONG, the loaded values are neither the exact conversion nor the cast",
+        f"WRONG, the loaded values are neither the exact conversion nor the cast, warned: {MOMENTS_WARNING}",
     ),
 ]
 
