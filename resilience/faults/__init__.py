@@ -4,7 +4,8 @@
 - in process: `inject(faults, rank=...)` wraps this rank's checkpoint I/O (errors with a real errno, short,
   torn and slow writes, SIGKILL at a byte, an operation or a phase) and logs operations for crash states.
 - crash states: `crash_states(snapshot, oplog_dir, out_dir)` builds the disks a power loss can leave.
-- nemesis: `Nemesis(job, faults, folder=...)` kills or stops rank processes from outside.
+- nemesis: `Nemesis(job, faults, folder=...)` kills or stops rank processes from outside, or kills a rank's
+  background writer processes alone (`WriterKill`, faults.writers).
 - at rest: `corrupt(fault, root)` truncates, flips, deletes, garbles, forges, plants a hostile pickle.
 A fault that fired is recorded (`FaultReport`); `unprobed(faults, firings)` lists those that never did."""
 
@@ -45,6 +46,7 @@ from .kinds import (
     TornWrite,
     TrackerDamage,
     Truncate,
+    WriterKill,
 )
 from .nemesis import Nemesis, file_sizes, kill_ranks, open_positions, signal_ranks
 from .oplog import Op, OpLog, read_ops
@@ -86,6 +88,7 @@ __all__ = [
     "Trigger",
     "Truncate",
     "UNPROBED",
+    "WriterKill",
     "checkpoint_folders",
     "corrupt",
     "corrupt_all",

@@ -206,6 +206,32 @@ class RankHang(Fault):
         _check_nemesis(self, where)
 
 
+WRITER_SCOPES = ("tree", "holder")
+
+
+@dataclass(frozen=True)
+class WriterKill(Fault):
+    """SIGKILL the background writer of rank processes from outside (psutil), never the rank itself: a
+    process the rank started (forked or spawned, at any depth) that holds a file under the checkpoint
+    folder open for writing (matching target.path when given; once its write position or the file's
+    size reaches trigger.size when given; no sooner than trigger.after seconds). `scope` tree: the writer
+    the rank started, with every process below it (megatron-core's forked caller and its write workers);
+    holder: only the processes seen holding the file. A writer that is a thread of the rank is not
+    reachable alone: the fault then does not apply (faults.writers)."""
+
+    kind: ClassVar[str] = "writer_kill"
+    layer: ClassVar[str] = "nemesis"
+    uses: ClassVar[frozenset[str]] = _NEMESIS_USES
+    scope: str = "tree"
+
+    def _check(self, where):
+        _choice(self.scope, WRITER_SCOPES, f"{where}.scope")
+        if self.trigger.size is not None and self.target.path is None:
+            raise ConfigError(
+                f"{where}.target.path", "a size trigger needs the file to watch", "give a glob such as '*.distcp'"
+            )
+
+
 # ---- corruption at rest ----------------------------------------------------------------------------
 _REST_USES = frozenset({"rank", "path", "iteration"})
 
@@ -401,4 +427,6 @@ __all__ = [
     "TornWrite",
     "TrackerDamage",
     "Truncate",
+    "WRITER_SCOPES",
+    "WriterKill",
 ]

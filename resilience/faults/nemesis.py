@@ -4,7 +4,8 @@ A Nemesis runs in the parent while a launch.Job runs (one polling thread, starte
 forked and joined before anything else forks). Each RankKill / RankHang fault fires once: `after` seconds,
 or once a matching file under the watched folder reaches `size` bytes, seen either as the file's size or
 as the write position of a rank's open descriptor (/proc/<pid>/fdinfo, through psutil). After a single
-rank dies the Job tears the others down, as torchrun does."""
+rank dies the Job tears the others down, as torchrun does. A WriterKill fires once a background writer
+of a target rank (faults.writers) holds a matching file, and kills the writer only: the rank lives on."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 import psutil
 
 from ..errors import ConfigError
 from .base import Fault, matches_path, typed
 from .firings import FaultReport, firing
-from .kinds import RankHang, RankKill
+from .kinds import RankHang, RankKill, WriterKill
+from .writers import Holding, below, describe, holdings, is_helper, writer_tree
 
 
 def signal_ranks(pids: Iterable[int], sig: int, *, tree: bool = False) -> list[int]:
@@ -78,6 +81,7 @@ class Nemesis:
         faults,
         *,
         folder: str | os.PathLike | None = None,
+        mount: str | os.PathLike | None = None,
         poll: float = 0.002,
         timeout: float | None = None,
         report: str | os.PathLike | None = None,
@@ -90,7 +94,18 @@ class Nemesis:
                 raise ConfigError(
                     "folder", f"{f}: a size trigger needs the folder to watch", "pass folder=<the checkpoint root>"
                 )
+            if isinstance(f, WriterKill) and folder is None:
+                raise ConfigError(
+                    "folder",
+                    f"{f}: a writer is told by the checkpoint files it holds",
+                    "pass folder=<the checkpoint root>",
+                )
         self.folder = os.path.abspath(str(folder)) if folder is not None else None
+        # where the ranks see the checkpoint root (a mount point over it, or the folder itself) -> the root
+        self._roots = [(os.path.abspath(str(m)), self.folder) for m in (mount, folder) if m is not None]
+        self._in_rank: dict[int, dict] = {}  # WriterKill (by id) -> a matching file a target rank held itself
+        self._spawned: dict[int, set[int]] = {}  # rank -> processes below it that are no helper
+        self._helpers: set[int] = set()
         self.poll, self.clock = poll, clock
         self.timeout = job.timeout if timeout is None else timeout
         self.report = FaultReport(report) if report is not None else None
@@ -103,6 +118,22 @@ class Nemesis:
 
     def firings(self) -> list[dict]:
         return list(self._fired)
+
+    def not_applicable(self) -> list[tuple[Fault, str]]:
+        """The writer kills that never fired because the writing is done inside the rank: a target rank held
+        a matching file itself and started no process but helpers. Each with the reason."""
+        out = []
+        for f in self._pending:
+            seen = self._in_rank.get(id(f))
+            if isinstance(f, WriterKill) and seen is not None and not self._spawned.get(seen["rank"]):
+                out.append(
+                    (
+                        f,
+                        f"rank {seen['rank']} wrote {os.path.relpath(seen['file'], self.folder)} itself and "  # type: ignore[arg-type]  # a writer kill has a folder
+                        "started no writer process: the writer is a thread of the rank; nothing to kill alone",
+                    )
+                )
+        return out
 
     def start(self) -> Nemesis:
         if not self.job.procs:
@@ -154,6 +185,11 @@ class Nemesis:
         g = f.trigger
         if g.after is not None and now < g.after:
             return None
+        if isinstance(f, WriterKill):
+            held = self._writers(f)
+            if not held:
+                return None
+            return {"elapsed": round(now, 4), "observed": "writer", "held": held}
         if g.size is None:
             return {"elapsed": round(now, 4)}
         for path, size in file_sizes(self.folder, f.target.path).items():  # type: ignore[arg-type]  # size needs a path
@@ -167,7 +203,68 @@ class Nemesis:
                     return {"elapsed": round(now, 4), "observed": "fdinfo", "file": path, "bytes": pos, "of_rank": rank}
         return None
 
+    def _writers(self, f: WriterKill) -> dict[int, list[Holding]]:
+        """rank -> what its background writers hold now (matching files, with at least trigger.size
+        bytes); notes what a target rank holds itself and which processes it started."""
+        out: dict[int, list[Holding]] = {}
+        for rank in f.target.ranks(self.job.world):
+            pid = self.job.pids[rank]
+            found = []
+            for proc in below(pid):
+                if proc.pid in self._helpers:
+                    continue
+                if proc.pid not in self._spawned.get(rank, ()) and is_helper(proc):
+                    self._helpers.add(proc.pid)
+                    continue
+                self._spawned.setdefault(rank, set()).add(proc.pid)
+                found += holdings(proc.pid, self._roots, f.target.path, f.trigger.size)
+            if found:
+                out[rank] = found
+            elif id(f) not in self._in_rank:
+                mine = holdings(pid, self._roots, f.target.path, None)
+                if mine:
+                    self._in_rank[id(f)] = {"rank": rank, "file": mine[0].path}
+        return out
+
+    def _kill_writers(self, f: WriterKill, now: float, held: dict[int, list[Holding]]) -> None:
+        """SIGKILL the writers seen (and any other writer of a target rank holding a matching file now):
+        their trees, or the holders alone. Never a rank."""
+        for rank, now_held in self._writers(replace(f, trigger=replace(f.trigger, size=None))).items():
+            held.setdefault(rank, [])
+            held[rank] += [h for h in now_held if h.pid not in {x.pid for x in held[rank]}]
+        ranks = sorted(held)
+        rank_pids = set(self.job.pids)
+        killed: list[int] = []
+        for rank in ranks:
+            for h in held[rank]:
+                tree = writer_tree(h.pid, self.job.pids[rank]) if f.scope == "tree" else [h.pid]
+                killed += [p for p in tree if p not in killed and p not in rank_pids]
+        writers = [
+            {"rank": r, "pid": h.pid, "process": describe(h.pid), "file": h.path, "bytes": h.bytes}
+            for r in ranks
+            for h in held[r]
+        ]
+        reached = signal_ranks(killed, signal.SIGKILL)
+        rec = firing(
+            f,
+            "kill writer",
+            ranks=ranks,
+            pids=killed,
+            reached=reached,
+            elapsed=round(now, 4),
+            observed="writer",
+            writers=writers,
+            file=writers[0]["file"],
+            bytes=writers[0]["bytes"],
+        )
+        self._fired.append(rec)
+        if self.report is not None:
+            self.report.append(rec)
+
     def _act(self, f: Fault, now: float, seen: dict) -> None:
+        if isinstance(f, WriterKill):
+            self._kill_writers(f, now, seen["held"])
+            return
         ranks = f.target.ranks(self.job.world)
         pids = [self.job.pids[r] for r in ranks]
         everyone = len(ranks) == self.job.world

@@ -13,6 +13,7 @@ from ..faults import (
     Fault,
     LostUnsyncedWrites,
     Snapshot,
+    WriterKill,
     corrupt as corrupt_at_rest,
     iteration_in,
     power_loss_states,
@@ -54,11 +55,18 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     after the fault is armed, as the caller resolved `iteration`) made a real glob, and a phase the backend
     does not announce made the operation the layout saw start it. (None, why) if it cannot apply."""
     target, trigger = fault.target, fault.trigger
-    rank = target.rank if isinstance(target.rank, int) else None
+    # a writer kill finds its rank's writer by process ancestry, not by file name: any file of the role
+    rank = target.rank if isinstance(target.rank, int) and not isinstance(fault, WriterKill) else None
     path = target.path
     if path is not None and path.startswith("@"):
         role = path[1:].split("#")[0]
-        if layout is not None and not layout.seam and layout.has(role) and not layout.reaches(role, rank):
+        if (
+            fault.layer == "inject"  # the nemesis looks at the folder from outside: it sees every file
+            and layout is not None
+            and not layout.seam
+            and layout.has(role)
+            and not layout.reaches(role, rank)
+        ):
             return None, OUTSIDE_SEAM  # some files go through the seam, not these
         glob = layout.write_glob(role, iteration, rank) if layout is not None else None
         if glob is None:
@@ -82,6 +90,9 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     if (target, trigger) == (fault.target, fault.trigger):
         return fault, None
     return replace(fault, target=target, trigger=trigger).check(), None
+
+
+NO_WRITER = "a sync save is written by the rank itself: there is no background writer to kill"
 
 
 def path_wants_save(fault: Fault) -> int:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..faults import Fault, LostUnsyncedWrites
+from ..faults import Fault, LostUnsyncedWrites, WriterKill
 from ..faults.layout import Layout
 from ..state import Topology
 from ..vocab.combos import Combination
-from .faultplan import OUTSIDE_SEAM, aim, path_wants_save
+from .faultplan import NO_WRITER, OUTSIDE_SEAM, aim, path_wants_save
 from .scenario import Scenario
 
 
@@ -70,6 +70,9 @@ def plan_jobs(scenario: Scenario, combo: Combination, layout: Layout | None = No
     jobs = _plan_jobs(scenario, combo)
     for job in jobs:
         _aim_job(job, layout)
+        if not combo.is_async:  # checked after aiming: an aimed record is what the case reports
+            job.unreachable += [Unreachable(a.fault, NO_WRITER) for a in job.kills if isinstance(a.fault, WriterKill)]
+            job.kills = [a for a in job.kills if not isinstance(a.fault, WriterKill)]
     return jobs
 
 

@@ -124,7 +124,17 @@ def run_case(
             status = NEVER_FIRED if u.why == faultplan.OUTSIDE_SEAM else NOT_IN_BACKEND
             outcomes.append(FaultOutcome(u.fault, status, u.why))
         unexpected += _run_job(
-            planned, job_no, combo, scenario, root, case_dir, history, backend, start_method=start_method, way=way
+            planned,
+            job_no,
+            combo,
+            scenario,
+            root,
+            case_dir,
+            history,
+            backend,
+            start_method=start_method,
+            way=way,
+            outcomes=outcomes,
         )
         this_job = job_no
         for action in planned.after:
@@ -256,7 +266,9 @@ def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[Fault
     never = faultplan.unfired(configured, fault_log)
     for fault in configured:
         done = next((o for o in outcomes if o.fault is fault), None)
-        if any(f is fault for f in never):
+        if done is not None and done.status == NOT_IN_BACKEND:  # it never fired: nothing here to act on
+            out.append(done)
+        elif any(f is fault for f in never):
             out.append(FaultOutcome(fault, NEVER_FIRED, f"its trigger never came: {fault}"))
         elif done is not None:
             out.append(done)
@@ -346,7 +358,10 @@ def _run_job(
     way: str = ways.SEAM,
     per_event_state: bool = False,
     timeout: float | None = None,
+    outcomes: list[FaultOutcome] | None = None,
 ) -> list[dict]:
+    """Run one job; what went wrong unexpectedly. The nemesis's faults that found nothing to act on in
+    this backend (a writer that is a thread of the rank) go to `outcomes`."""
     rank_dir = os.path.join(case_dir, "ranks", f"job{job_no}")
     os.makedirs(rank_dir, exist_ok=True)
     fault_log = os.path.join(case_dir, "faults.jsonl")
@@ -401,12 +416,20 @@ def _run_job(
             nemesis = None
             if planned.kills:
                 os.makedirs(root, exist_ok=True)
-                nemesis = Nemesis(job, [k.fault for k in planned.kills], folder=root, report=fault_log).start()
+                nemesis = Nemesis(
+                    job,
+                    [k.fault for k in planned.kills],
+                    folder=root,
+                    mount=w.root if os.path.abspath(w.root) != os.path.abspath(root) else None,
+                    report=fault_log,
+                ).start()
             try:
                 outcome = job.wait()
             finally:
                 if nemesis is not None:
                     nemesis.stop()
+                    if outcomes is not None:
+                        outcomes += [FaultOutcome(f, NOT_IN_BACKEND, why) for f, why in nemesis.not_applicable()]
     events = sorted(
         (e for r in range(planned.topo.world) for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
         key=lambda e: e.time,
