@@ -216,8 +216,9 @@ class WriterKill(Fault):
     folder open for writing (matching target.path when given; once its write position or the file's
     size reaches trigger.size when given; no sooner than trigger.after seconds). `scope` tree: the writer
     the rank started, with every process below it (megatron-core's forked caller and its write workers);
-    holder: only the processes seen holding the file. A writer that is a thread of the rank is not
-    reachable alone: the fault then does not apply (faults.writers)."""
+    holder: only the processes seen holding the file. With several target ranks it fires once a writer of
+    each was seen, so they die together. A writer that is a thread of the rank is not reachable alone: the
+    fault then does not apply (faults.writers). Defined on async saves: a sync combination is N/A."""
 
     kind: ClassVar[str] = "writer_kill"
     layer: ClassVar[str] = "nemesis"

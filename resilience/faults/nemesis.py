@@ -106,6 +106,7 @@ class Nemesis:
         self._in_rank: dict[int, dict] = {}  # WriterKill (by id) -> a matching file a target rank held itself
         self._spawned: dict[int, set[int]] = {}  # rank -> processes below it that are no helper
         self._helpers: set[int] = set()
+        self._held: dict[int, dict[int, list[Holding]]] = {}  # WriterKill (by id) -> rank -> writers seen
         self.poll, self.clock = poll, clock
         self.timeout = job.timeout if timeout is None else timeout
         self.report = FaultReport(report) if report is not None else None
@@ -186,10 +187,13 @@ class Nemesis:
         if g.after is not None and now < g.after:
             return None
         if isinstance(f, WriterKill):
-            held = self._writers(f)
-            if not held:
+            seen = self._held.setdefault(id(f), {})
+            for rank, held in self._writers(f).items():
+                seen.setdefault(rank, []).extend(h for h in held if h.pid not in {x.pid for x in seen[rank]})
+            # several ranks: once each one's writer was seen, so their writers die together
+            if not seen or len(seen) < len(f.target.ranks(self.job.world)):
                 return None
-            return {"elapsed": round(now, 4), "observed": "writer", "held": held}
+            return {"elapsed": round(now, 4), "observed": "writer", "held": seen}
         if g.size is None:
             return {"elapsed": round(now, 4)}
         for path, size in file_sizes(self.folder, f.target.path).items():  # type: ignore[arg-type]  # size needs a path
