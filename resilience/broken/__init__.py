@@ -146,6 +146,24 @@ CATALOGUE = {
             "io_error",
             witness="GLOBAL/torch_dist/sync",
         ),
+        # a background writer process killed mid-write (the rank lives on): process_writer in broken/impls.py
+        # is the same implementation done right, and passes the column
+        BrokenImpl(
+            "writer_death_hangs",
+            "keeps its copy of the writer process's pipe end, so a killed writer leaves finalize waiting forever",
+            "hang",
+            "writer_kill",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="GLOBAL/torch_dist/async",
+        ),
+        BrokenImpl(
+            "writer_never_respawned",
+            "one writer process for the life of the backend, never replaced once it died: every later save fails",
+            "recovery",
+            "writer_kill",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="GLOBAL/torch_dist/async",
+        ),
         BrokenImpl(
             "silent_cast",
             "a resume in another precision casts the saved parameters to the new dtype, ignores "

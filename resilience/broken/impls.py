@@ -502,7 +502,7 @@ class process_writer(ReferenceBackend):
     """Not broken: the reference with each async save's files written by a process it forks for that save,
     as megatron-core's async queue forks its writer. A killed writer fails that rank's write, the commit
     spreads the failure to every rank (finalize raises on each), nothing is committed, and the next save
-    forks a new writer: what the writer_kill column passes on. Its broken variants follow."""
+    forks a new writer: what the writer_kill column passes on. Its broken variants follow (CATALOGUE)."""
 
     keep_its_end = False  # see writer_death_hangs
 
@@ -529,20 +529,6 @@ class writer_death_hangs(process_writer):
     does finalize."""
 
     keep_its_end = True
-
-
-class writer_death_one_sided(process_writer):
-    """The bug: finalize looks at its own writer first and raises its failure before the commit, on that
-    rank alone; the other ranks wait in the commit's collective for a rank that left."""
-
-    def finalize(self, *, blocking=True):
-        pending = self._pending
-        if pending is not None and blocking:
-            pending.thread.join()  # type: ignore[union-attr]  # a pending save has one
-            if pending.error:
-                self._pending = None
-                raise AsyncSaveFailed({this_rank(): pending.error}, f"async save of iteration {pending.iteration} failed")
-        return super().finalize(blocking=blocking)
 
 
 class writer_never_respawned(process_writer):

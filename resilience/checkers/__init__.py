@@ -23,6 +23,7 @@ from .durability import Durability
 from .exceptions import ExceptionContract
 from .generations import Generations
 from .integrity import Integrity
+from .liveness import Liveness
 from .precision import PrecisionOnResume
 from .recovery import Recovery
 from .resume import ResumeEquivalence
@@ -42,6 +43,7 @@ ALL = (
     FailureSymmetry(),
     PrecisionOnResume(),
     Recovery(),
+    Liveness(),
 )
 
 __all__ = [
@@ -55,6 +57,7 @@ __all__ = [
     "FailureSymmetry",
     "Generations",
     "Integrity",
+    "Liveness",
     "LoadRecord",
     "NA",
     "PASS",

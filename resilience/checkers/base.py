@@ -105,6 +105,9 @@ class Evidence:
     recoveries: list[dict] = field(default_factory=list)
     # loads that returned on some ranks and raised on others: {"job", "ok": [rank, ...], "errors": {rank: error}}
     load_splits: list[dict] = field(default_factory=list)
+    # ranks still running when their job's timeout ended it: {"job", "rank", "ops": [{"op", "iteration"}],
+    # "seconds", "stacks"}
+    hangs: list[dict] = field(default_factory=list)
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]

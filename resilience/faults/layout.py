@@ -71,6 +71,9 @@ class Layout:
     source: str  # "oplog" or "scan"
     phases: dict = field(default_factory=dict)  # named phase -> the operation that starts it (op, role, rank)
     announced: tuple[str, ...] = ()  # phases the backend itself announced (vocab.phases)
+    # who created the data files: "rank" (the rank's own process, a thread of it), "process" (a process the
+    # rank started), None (not seen: no data file went through the seam, or the ranks' pids were not known)
+    data_writer: str | None = None
 
     # ---- questions --------------------------------------------------------------------------------
     def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:
@@ -151,6 +154,7 @@ class Layout:
             "files": [asdict(f) for f in self.files],
             "phases": self.phases,
             "announced": list(self.announced),
+            "data_writer": self.data_writer,
         }
 
     @classmethod
@@ -162,6 +166,7 @@ class Layout:
             d["source"],
             dict(d.get("phases") or {}),
             tuple(d.get("announced") or ()),
+            d.get("data_writer"),
         )
 
     def save(self, path: str) -> None:
@@ -194,10 +199,11 @@ def learn(
     hints: dict | None = None,
     announced=(),
     reads: set[str] | None = None,
+    rank_pids: dict[int, int] | None = None,
 ) -> Layout:
     """The layout of the save of `iteration` under `root`: `before` is scan(root) taken before it (None:
     empty), `oplog_dir` its operation log when it went through the seam, `reads` the relative paths a
-    load of it opened (None: not learned)."""
+    load of it opened (None: not learned), `rank_pids` each rank's process (who created the data files)."""
     root = os.path.abspath(root)
     before = before or {}
     after = scan(root)
@@ -227,8 +233,34 @@ def learn(
     source = "oplog" if seam else "oplog and scan" if created else "scan"
     layout = Layout(iteration, tuple(files), seam, source, {}, tuple(announced))
     if created:
-        layout = Layout(layout.iteration, layout.files, seam, source, _phases(root, ops, layout), tuple(announced))
+        layout = Layout(
+            layout.iteration,
+            layout.files,
+            seam,
+            source,
+            _phases(root, ops, layout),
+            tuple(announced),
+            _data_writer(root, ops, layout, rank_pids or {}),
+        )
     return layout
+
+
+def _data_writer(root: str, ops, layout: Layout, rank_pids: dict[int, int]) -> str | None:
+    """Whether the data files the log saw were created by their rank's own process ("rank") or by another
+    (a process the rank started: "process"); None when it saw none or a rank's pid is not known."""
+    roles = {f.path(layout.iteration): f.role for f in layout.files}
+    data_at = {at for rel, (_, at) in _follow(root, ops).items() if roles.get(rel) == "data"}
+    seen = set()
+    for o in ops:
+        if o.op != "create" or os.path.relpath(o.path, root) not in data_at or not o.stream:
+            continue
+        pid = int(o.stream.split(":")[1])  # OpLog.new_stream: rank:pid:n
+        if o.rank not in rank_pids:
+            return None
+        seen.add("rank" if pid == rank_pids[o.rank] else "process")
+    if not seen:
+        return None
+    return "process" if "process" in seen else "rank"
 
 
 def _follow(root: str, ops) -> dict[str, tuple[int, str]]:

@@ -38,7 +38,8 @@ class RankContext:
 class RankOutcome:
     """How one rank ended: ok (with result), error (with traceback), signal, exit, torn_down, timeout,
     stopped (SIGSTOPped and never continued until the job ended; then killed), or blocked (still running
-    a while after another rank raised: `stacks` holds its Python stacks, taken before it was killed)."""
+    a while after another rank raised). A blocked or timed-out rank's `stacks` hold its Python stacks,
+    taken before it was killed (when the job keeps logs)."""
 
     rank: int
     status: str = "running"

@@ -353,6 +353,8 @@ class Job:
             out.status = status
             if status == "timeout":
                 out.error = f"still running when the timeout of {limit:g} s expired; killed"
+                if self.log_dir:  # where it waited: what a hang verdict names
+                    out.stacks = self._stacks(rank)
 
     def _receive(self, rank: int, conn) -> None:
         out = self.outcome.outcomes[rank]

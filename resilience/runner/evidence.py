@@ -50,8 +50,14 @@ def evidence_from(
     load_seen: dict[tuple, int] = {}
     load_record: dict[tuple, LoadRecord] = {}
     load_outcomes: dict[tuple, dict[int, dict]] = {}
+    hangs: list[dict] = []
+    unfinished: dict[tuple, list[dict]] = {}  # (job, rank) -> operations the job's end left open
     for i, e in enumerate(events):
         v = e.value
+        if e.type == INFO and v.get("outcome") == "unknown" and isinstance(e.process, int):
+            unfinished.setdefault((e.job, e.process), []).append({"op": e.f, "iteration": v.get("iteration")})
+        elif e.f == "job" and e.type != INVOKE and v.get("timed_out"):
+            hangs += _hung(v, unfinished)
         if e.f == "job" and e.type == INVOKE:
             topo_of_job[v["job"]] = v["topology"]
             if any(op.get("op") == "recover" for op in v.get("ops") or [] if isinstance(op, dict)):
@@ -160,7 +166,24 @@ def evidence_from(
         converted,
         sorted(recoveries.values(), key=lambda r: r["job"]),
         load_splits,
+        hangs,
     )
+
+
+def _hung(v: dict, unfinished: dict[tuple, list[dict]]) -> list[dict]:
+    """The ranks of a job that were still running when its timeout ended it, with what they were in."""
+    hung = v.get("hung") or {}
+    return [
+        {
+            "job": v["job"],
+            "rank": int(r),
+            "ops": unfinished.get((v["job"], int(r)), []),
+            "seconds": v.get("seconds"),
+            "stacks": (hung.get(r) or hung.get(str(r)) or {}).get("stacks", ""),
+        }
+        for r, status in sorted((v.get("statuses") or {}).items(), key=lambda x: int(x[0]))
+        if status == "timeout"
+    ]
 
 
 def _texts(v: dict) -> str:

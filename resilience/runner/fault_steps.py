@@ -1,7 +1,7 @@
 """A scenario's fault steps read into fault records (resilience.faults), once, as the scenario is loaded.
 
 `fault: {record}` takes any record of resilience.faults; the other steps are shorthands for the common
-ones: `crash` (rank_crash), `kill` (rank_kill, or rank_hang with `kind:`), `corrupt` (the at-rest kinds
+ones: `crash` (rank_crash), `kill` (rank_kill, or rank_hang or writer_kill with `kind:`), `corrupt` (the at-rest kinds
 by short names), `lose_unsynced` (lost_unsynced_writes). A shorthand writes `file` for target.path,
 `after_bytes` for trigger.at_byte and `rank: all` for every rank; a kill may nest its trigger as
 `when: {file, size}` or `when: {after: seconds}`. Every later layer takes the `Fault` made here."""
@@ -33,7 +33,7 @@ CORRUPT_KINDS = {
     "pickle": "hostile_pickle",
     "hostile_pickle": "hostile_pickle",
 }
-KILL_KINDS = ("rank_kill", "rank_hang")
+KILL_KINDS = ("rank_kill", "rank_hang", "writer_kill")
 _NAMED = {"crash": "rank_crash", "lose_unsynced": "lost_unsynced_writes"}
 
 

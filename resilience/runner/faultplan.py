@@ -54,6 +54,8 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     """`fault` with a layout target (`path: "@data"`, "@metadata", "@pointer"; "#2": the second save
     after the fault is armed, as the caller resolved `iteration`) made a real glob, and a phase the backend
     does not announce made the operation the layout saw start it. (None, why) if it cannot apply."""
+    if isinstance(fault, WriterKill) and layout is not None and layout.data_writer == "rank":
+        return None, IN_RANK
     target, trigger = fault.target, fault.trigger
     # a writer kill finds its rank's writer by process ancestry, not by file name: any file of the role
     rank = target.rank if isinstance(target.rank, int) and not isinstance(fault, WriterKill) else None
@@ -92,7 +94,11 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     return replace(fault, target=target, trigger=trigger).check(), None
 
 
-NO_WRITER = "a sync save is written by the rank itself: there is no background writer to kill"
+IN_RANK = (
+    "one clean save showed each rank creating its data files in its own process: the writer is a thread of the "
+    "rank; nothing to kill alone"
+)
+NO_WRITER = "writer_kill strikes the background writer of an async save, and this combination saves synchronously"
 
 
 def path_wants_save(fault: Fault) -> int:

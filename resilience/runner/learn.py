@@ -71,6 +71,8 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     dist.barrier()
     with open(f"{plan.phases_file}.{ctx.rank}", "w") as f:
         json.dump(announced, f)
+    with open(f"{plan.phases_file}.pid.{ctx.rank}", "w") as f:
+        json.dump(os.getpid(), f)  # who created which file: this process, or one it started
     with open(f"{plan.reads_file}.{ctx.rank}", "w") as f:
         json.dump(_reads_of_load(plan, ctx.rank), f)
     return {"iteration": state.iteration}
@@ -146,7 +148,10 @@ def learn_layout(
             )
         announced: set[str] = set()
         reads: set[str] | None = set()
+        pids: dict[int, int] = {}
         for r in range(topo.world):
+            with open(f"{plan.phases_file}.pid.{r}") as f:
+                pids[r] = int(json.load(f))
             with open(f"{plan.phases_file}.{r}") as f:
                 announced |= set(json.load(f))
             with open(f"{plan.reads_file}.{r}") as f:
@@ -163,6 +168,7 @@ def learn_layout(
             hints=_hints(backend),
             announced=sorted(announced),
             reads=reads or None,
+            rank_pids=pids,
         )
     layout = _CACHE[key]
     layout.save(os.path.join(folder, "layout.json"))

@@ -56,6 +56,17 @@ FAULTS: dict[str, list[dict]] = {
         {"save": None},
         {"recover": None},
     ],
+    # rank 1's background writer process is SIGKILLed from outside as it writes a data file of the second
+    # save; the rank lives on: finalize must fail on every rank, nothing of that save may be committed, and
+    # the same job then saves and loads again (recover). Async saves only (N/A on sync ones), and N/A where
+    # the writer is a thread of the rank (the reference): nothing to kill alone
+    "writer_kill": _TWO_SAVES
+    + [
+        {"finalize": None},
+        {"fault": {"kind": "writer_kill", "rank": 1, "path": "@data"}},
+        {"save": None},
+        {"recover": None},
+    ],
     # damage in the newest checkpoint: tensor payload of a data file, one of the backend's metadata files
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],

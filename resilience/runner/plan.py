@@ -69,10 +69,10 @@ def plan_jobs(scenario: Scenario, combo: Combination, layout: Layout | None = No
     (faultplan.aim), and one that cannot apply is kept aside in `unreachable` with the reason."""
     jobs = _plan_jobs(scenario, combo)
     for job in jobs:
-        _aim_job(job, layout)
-        if not combo.is_async:  # checked after aiming: an aimed record is what the case reports
+        if not combo.is_async:
             job.unreachable += [Unreachable(a.fault, NO_WRITER) for a in job.kills if isinstance(a.fault, WriterKill)]
             job.kills = [a for a in job.kills if not isinstance(a.fault, WriterKill)]
+        _aim_job(job, layout)
     return jobs
 
 

@@ -452,6 +452,7 @@ def _run_job(
     blocked = {
         o.rank: {"error": o.error, "stacks": o.stacks, **after} for o in outcome.outcomes if o.status == "blocked"
     }
+    hung = {o.rank: {"stacks": o.stacks} for o in outcome.outcomes if o.status == "timeout" and o.stacks}
     history.append(
         OK if outcome.ok else INFO,
         "job",
@@ -461,6 +462,7 @@ def _run_job(
         timed_out=outcome.timed_out,
         seconds=round(outcome.seconds, 3),
         **({"blocked": blocked} if blocked else {}),
+        **({"hung": hung} if hung else {}),
     )
     planned_kill = bool(planned.kills) or any(
         isinstance(f.fault, (RankCrash, LostUnsyncedWrites)) for f in planned.faults

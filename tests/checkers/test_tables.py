@@ -61,6 +61,16 @@ class History:
     def fault(self, kind="io_error", rank=1):
         return self.add("info", "fault", "runner", kind=kind, rank=rank)
 
+    def timed_out(self, job, f="finalize", iteration=3, stacks=""):
+        """Both ranks still inside `f` when the job's timeout ended it (the runner closes the open invokes)."""
+        for r in (0, 1):
+            self.add("invoke", f, r, iteration=iteration)
+        for r in (0, 1):
+            self.add("info", f, r, iteration=iteration, outcome="unknown", why="rank 0: still running")
+        hung = {"hung": {0: {"stacks": stacks}}} if stacks else {}
+        statuses = {0: "timeout", 1: "timeout"}
+        return self.add("info", "job", "runner", job=job, statuses=statuses, signals={}, timed_out=True, seconds=120.0, **hung)
+
     def load(self, it=None, ok=True, topology=T, refused=False, crash_state=None, error="", **tags):
         if ok:
             return self.add(
@@ -293,6 +303,35 @@ TABLE = [
         "nothing raised before the recovery",
     ),
     ("recovery: no recover step", History().start(0).save("0.1", 2), "recovery", NA, "no recover step"),
+    # hang: after a fault the ranks lived through, every rank comes back from its operation (checkers/liveness)
+    (
+        "hang: after a writer kill both ranks wait in finalize until the job's timeout",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .fault("writer_kill")
+        .save("0.2", 3)
+        .timed_out(0, stacks='Thread 0x1 (most recent call first):\n  File "/x/threading.py", line 1119 in join\n'),
+        "hang",
+        FAIL,
+        "hang: after writer_kill in job 0, rank 0 never came back from finalize of iteration 3, waiting in join "
+        "(threading.py:1119); still running when the job was ended after 120.0 s (and ranks [1])",
+    ),
+    (
+        "hang: a writer kill and the job ended",
+        History().start(0).save("0.1", 2).fault("writer_kill").save("0.2", 3, ok=(), fail={0: "x", 1: "y"}).end(0),
+        "hang",
+        PASS,
+        "every job a fault fired in ended on its own",
+    ),
+    (
+        "hang: a rank was killed, its peer's wait is expected",
+        History().start(0).save("0.1", 2).fault("rank_kill").save("0.2", 3, ok=()).end(0, signals={1: 9}),
+        "hang",
+        NA,
+        "no fault fired in a job whose ranks all lived on",
+    ),
+    ("hang: a timeout with no fault is not judged here", History().start(0).timed_out(0), "hang", NA, "no fault"),
 ]
 
 

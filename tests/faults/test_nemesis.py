@@ -138,3 +138,28 @@ def test_kill_ranks_and_open_positions(tmp_path):
     assert outcome.outcomes[1].status == "torn_down", outcome.outcomes[1].describe()
     assert not psutil.pid_exists(pid)  # reaped: dead, not a zombie
     assert open_positions(pid) == {} and kill_ranks(job, [0]) == []
+
+
+def test_a_writer_kill_names_a_rank_that_writes_its_files_itself(tmp_path):
+    """The reference's async writer is a thread of the rank: the rank holds the file, no process below it
+    does, so the kill does not apply (N/A with the reason). A kill whose file never appears is unprobed."""
+    root = tmp_path / "ckpt"
+    slow = [{"kind": "slow_write", "rank": 1, "delay": 0.01, "times": 20, "path": "*.distcp"}]  # time to look
+    faults = faults_from([{"kind": "writer_kill", "rank": 1, "path": "*.distcp"}, {"kind": "writer_kill", "path": "*.never"}])
+    job = start_job(save_forever, "GLOBAL/torch_dist/async", str(root), slow, until=3)
+    with Nemesis(job, faults, folder=root) as nemesis:
+        outcome = job.wait()
+    assert outcome.ok, outcome.failures
+    assert nemesis.firings() == [] and unprobed(faults, nemesis.firings()) == faults
+    [(fault, why)] = nemesis.not_applicable()
+    assert fault is faults[0] and why.startswith("rank 1 wrote ") and ".distcp itself" in why
+    assert "the writer is a thread of the rank; nothing to kill alone" in why
+
+
+def test_a_writer_kill_needs_the_folder(tmp_path):
+    job = start_job(save_forever, "LEGACY/torch/sync", str(tmp_path / "ckpt"), until=1)
+    try:
+        with pytest.raises(ConfigError, match="checkpoint files it holds"):
+            Nemesis(job, faults_from([{"kind": "writer_kill"}]))
+    finally:
+        assert job.wait().ok

@@ -16,6 +16,7 @@ from resilience.faults import (
     RankKill,
     Target,
     Trigger,
+    WriterKill,
     fault_from_dict,
     faults_from,
     faults_from_text,
@@ -42,6 +43,7 @@ EXAMPLES = [
     {"kind": "rank_kill", "signal": "SIGKILL", "target": {"rank": 1, "path": "*.pt"}, "trigger": {"size": 100}},
     {"kind": "rank_kill", "trigger": {"after": 1.5}},
     {"kind": "rank_hang", "resume_after": 0.2, "target": {"rank": 1}, "trigger": {"after": 0.1}},
+    {"kind": "writer_kill", "scope": "holder", "target": {"rank": 1, "path": "*.distcp"}, "trigger": {"size": 64}},
     {"kind": "truncate", "length": 0, "target": {"rank": 1, "iteration": 2}},
     {"kind": "bit_flip", "bits": [0, 7], "target": {"path": "*.distcp", "offset": 100}},
     {"kind": "delete_file", "target": {"path": "*mp_rank_01*"}},
@@ -110,6 +112,12 @@ def test_faults_from_a_scenario_document():
         ({"kind": "rank_kill"}, "faults[0].trigger", "says nothing about when"),
         ({"kind": "rank_kill", "size": 10}, "faults[0].target.path", "needs the file to watch"),
         ({"kind": "rank_kill", "after": 1, "signal": "SIGFOO"}, "faults[0].signal", "unknown value"),
+        ({"kind": "writer_kill", "scope": "everything"}, "faults[0].scope", "unknown value 'everything'"),
+        ({"kind": "writer_kill", "size": 10}, "faults[0].target.path", "needs the file to watch"),
+        ({"kind": "writer_kill", "rank": 2}, "faults[0].target.rank", "out of range for world size 2"),
+        ({"kind": "writer_kill", "op": "write"}, "faults[0].target.op", "writer_kill does not use op"),
+        ({"kind": "writer_kill", "after": -1}, "faults[0].trigger.after", "negative"),
+        ({"kind": "writer_kill", "signal": "SIGTERM"}, "faults[0].signal", "has no field 'signal'"),
         ({"kind": "bit_flip", "bits": [8]}, "faults[0].bits", "not in a byte"),
         ({"kind": "truncate", "length": -3}, "faults[0].length", "negative"),
         ({"kind": "metadata_damage", "how": "shred"}, "faults[0].how", "unknown value"),
@@ -155,3 +163,11 @@ def test_fault_text_is_read_with_bounded_yaml():
         faults_from_text("- !!python/name:os.system\n")
     with pytest.raises(ConfigError, match="recursive alias"):
         faults_from_text("- &a {kind: io_error, target: *a}\n")
+
+
+def test_a_writer_kill_needs_no_trigger_and_reads_as_a_kill_step():
+    from resilience.runner.fault_steps import fault_of
+
+    f = fault_of("kill", {"kind": "writer_kill", "rank": 1, "file": "@data"}, world=2)
+    assert isinstance(f, WriterKill) and f.layer == "nemesis" and f.scope == "tree"
+    assert f.target == Target(rank=1, path="@data") and f.trigger == Trigger()
