@@ -102,7 +102,7 @@ class Nemesis:
                 )
         self.folder = os.path.abspath(str(folder)) if folder is not None else None
         # where the ranks see the checkpoint root (a mount point over it, or the folder itself) -> the root
-        self._roots = [(os.path.abspath(str(m)), self.folder) for m in (mount, folder) if m is not None]
+        self._roots = [(os.path.abspath(str(m)), self.folder or "") for m in (mount, folder) if m is not None]
         self._in_rank: dict[int, dict] = {}  # WriterKill (by id) -> a matching file a target rank held itself
         self._spawned: dict[int, set[int]] = {}  # rank -> processes below it that are no helper
         self._helpers: set[int] = set()
@@ -123,17 +123,13 @@ class Nemesis:
     def not_applicable(self) -> list[tuple[Fault, str]]:
         """The writer kills that never fired because the writing is done inside the rank: a target rank held
         a matching file itself and started no process but helpers. Each with the reason."""
-        out = []
+        out: list[tuple[Fault, str]] = []
         for f in self._pending:
             seen = self._in_rank.get(id(f))
             if isinstance(f, WriterKill) and seen is not None and not self._spawned.get(seen["rank"]):
-                out.append(
-                    (
-                        f,
-                        f"rank {seen['rank']} wrote {os.path.relpath(seen['file'], self.folder)} itself and "  # type: ignore[arg-type]  # a writer kill has a folder
-                        "started no writer process: the writer is a thread of the rank; nothing to kill alone",
-                    )
-                )
+                rel = os.path.relpath(seen["file"], self.folder or "/")
+                why = "started no writer process: the writer is a thread of the rank; nothing to kill alone"
+                out.append((f, f"rank {seen['rank']} wrote {rel} itself and {why}"))
         return out
 
     def start(self) -> Nemesis:

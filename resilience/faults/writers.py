@@ -56,11 +56,11 @@ def holdings(pid: int, roots: Sequence[tuple[str, str]], pattern: str | None, mi
     for f in files:
         if getattr(f, "mode", "w") == "r":  # a file it reads (a load, a previous checkpoint) is not written
             continue
-        path = _under(f.path, roots)
-        if path is None:
+        found = _under(f.path, roots)
+        if found is None:
             continue
-        root = next(r for _, r in roots if path.startswith(r + os.sep))
-        if not matches_path(pattern, path, os.path.relpath(path, root)):
+        path, rel = found
+        if not matches_path(pattern, path, rel):
             continue
         try:
             size = os.stat(path).st_size
@@ -72,11 +72,12 @@ def holdings(pid: int, roots: Sequence[tuple[str, str]], pattern: str | None, mi
     return out
 
 
-def _under(path: str, roots: Sequence[tuple[str, str]]) -> str | None:
+def _under(path: str, roots: Sequence[tuple[str, str]]) -> tuple[str, str] | None:
+    """(the path under its checkpoint root, relative to it) for a path seen under one of `roots`."""
     for seen, root in roots:
         rel = os.path.relpath(path, seen)
         if not rel.startswith(".."):
-            return os.path.join(root, rel)
+            return os.path.join(root, rel), rel
     return None
 
 

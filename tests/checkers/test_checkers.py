@@ -54,6 +54,7 @@ def test_all_pass_on_a_clean_resume():
         "symmetry": NA,
         "precision": NA,
         "recovery": NA,
+        "hang": NA,
     }
 
 

@@ -69,7 +69,9 @@ class History:
             self.add("info", f, r, iteration=iteration, outcome="unknown", why="rank 0: still running")
         hung = {"hung": {0: {"stacks": stacks}}} if stacks else {}
         statuses = {0: "timeout", 1: "timeout"}
-        return self.add("info", "job", "runner", job=job, statuses=statuses, signals={}, timed_out=True, seconds=120.0, **hung)
+        return self.add(
+            "info", "job", "runner", job=job, statuses=statuses, signals={}, timed_out=True, seconds=120.0, **hung
+        )
 
     def load(self, it=None, ok=True, topology=T, refused=False, crash_state=None, error="", **tags):
         if ok:

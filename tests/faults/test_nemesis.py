@@ -145,7 +145,9 @@ def test_a_writer_kill_names_a_rank_that_writes_its_files_itself(tmp_path):
     does, so the kill does not apply (N/A with the reason). A kill whose file never appears is unprobed."""
     root = tmp_path / "ckpt"
     slow = [{"kind": "slow_write", "rank": 1, "delay": 0.01, "times": 20, "path": "*.distcp"}]  # time to look
-    faults = faults_from([{"kind": "writer_kill", "rank": 1, "path": "*.distcp"}, {"kind": "writer_kill", "path": "*.never"}])
+    faults = faults_from(
+        [{"kind": "writer_kill", "rank": 1, "path": "*.distcp"}, {"kind": "writer_kill", "path": "*.never"}]
+    )
     job = start_job(save_forever, "GLOBAL/torch_dist/async", str(root), slow, until=3)
     with Nemesis(job, faults, folder=root) as nemesis:
         outcome = job.wait()
