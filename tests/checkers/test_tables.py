@@ -334,6 +334,26 @@ TABLE = [
         "no fault fired in a job whose ranks all lived on",
     ),
     ("hang: a timeout with no fault is not judged here", History().start(0).timed_out(0), "hang", NA, "no fault"),
+    (
+        "hang: after a writer kill rank 1 stays blocked while rank 0 raised",
+        History()
+        .start(0)
+        .fault("writer_kill")
+        .save("0.1", 2, ok=(), fail={0: GLOO_TIMEOUT}, invoke=(0,))
+        .add(
+            "info",
+            "job",
+            "runner",
+            job=0,
+            statuses={0: "error", 1: "blocked"},
+            signals={},
+            timed_out=False,
+            blocked={1: {"error": "still running", "stacks": "", "after": {"rank": 0, "error": GLOO_TIMEOUT}}},
+        ),
+        "hang",
+        FAIL,
+        "rank 1 stayed blocked in an unknown place after rank 0 raised; the job was torn down",
+    ),
 ]
 
 
