@@ -28,7 +28,7 @@ from . import lifecycle as lc
 
 DIMS = ("tp", "pp", "dp")
 # Fault kinds scenarios() draws by default: deterministic ones, so every failure replays exactly.
-# The nemesis kinds (rank_kill, rank_hang) strike after a time or a file size seen from outside:
+# The nemesis kinds (rank_kill, rank_hang, writer_kill) strike after a time or a file size seen from outside:
 # their outcome depends on timing, which would make a shrunk failure flaky.
 SCENARIO_FAULTS = (
     "rank_crash",
@@ -47,7 +47,7 @@ SCENARIO_FAULTS = (
     "escaping_path",
     "hostile_pickle",
 )
-TIMED_FAULTS = ("rank_kill", "rank_hang")
+TIMED_FAULTS = ("rank_kill", "rank_hang", "writer_kill")
 
 
 class InvalidStrategyArgument(ConfigError, InvalidArgument):
@@ -395,6 +395,14 @@ def _fault_dicts(kind: str, world: int) -> st.SearchStrategy[dict]:
             rank,
             when,
             st.fixed_dictionaries(how),
+            seed,
+        )
+    if kind == "writer_kill":
+        return st.builds(
+            lambda r, w, sc, s: {"kind": kind, "rank": r, **w, "scope": sc, "seed": s},
+            rank,
+            st.sampled_from(({}, {"path": "*.distcp"}, {"path": "*.distcp", "size": 1024}, {"after": 0.1})),
+            st.sampled_from(("tree", "holder")),
             seed,
         )
     at_rest: dict[str, st.SearchStrategy] = {  # type: ignore[assignment]  # one row of the table
