@@ -13,12 +13,17 @@ from __future__ import annotations
 from .base import FAIL, NA, PASS, Evidence, Verdict
 from .symmetry import waiting_in
 
+_NOT_SURVIVED = frozenset({"rank_kill", "rank_crash", "rank_hang"})  # faults that end or freeze a rank
+
 
 class Liveness:
     name = "hang"
 
     def check(self, ev: Evidence) -> Verdict:
-        killed = {c["job"] for c in ev.crashes}
+        # a job where a rank was killed or stopped had faults its ranks did not survive: peers' waits expected
+        killed = {c["job"] for c in ev.crashes} | {
+            f.get("job") for f in ev.faults_fired if f.get("kind") in _NOT_SURVIVED
+        }
         survived = {f["job"] for f in ev.faults_fired if f.get("job") is not None} - killed
         if not survived:
             return Verdict(self.name, NA, "no fault fired in a job whose ranks all lived on")

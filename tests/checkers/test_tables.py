@@ -333,6 +333,13 @@ TABLE = [
         NA,
         "no fault fired in a job whose ranks all lived on",
     ),
+    (
+        "hang: a rank stopped for good, its peers' wait is expected",
+        History().start(0).save("0.1", 2).fault("rank_hang").timed_out(0),
+        "hang",
+        NA,
+        "no fault fired in a job whose ranks all lived on",
+    ),
     ("hang: a timeout with no fault is not judged here", History().start(0).timed_out(0), "hang", NA, "no fault"),
     (
         "hang: after a writer kill rank 1 stays blocked while rank 0 raised",

@@ -144,7 +144,8 @@ def test_a_writer_kill_names_a_rank_that_writes_its_files_itself(tmp_path):
     """The reference's async writer is a thread of the rank: the rank holds the file, no process below it
     does, so the kill does not apply (N/A with the reason). A kill whose file never appears is unprobed."""
     root = tmp_path / "ckpt"
-    slow = [{"kind": "slow_write", "rank": 1, "delay": 0.01, "times": 20, "path": "*.distcp"}]  # time to look
+    # time to look, on a loaded machine too: the nemesis must see the rank holding the file at least once
+    slow = [{"kind": "slow_write", "rank": 1, "delay": 0.05, "times": 40, "path": "*.distcp"}]
     faults = faults_from(
         [{"kind": "writer_kill", "rank": 1, "path": "*.distcp"}, {"kind": "writer_kill", "path": "*.never"}]
     )
