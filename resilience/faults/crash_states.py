@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .oplog import Op, read_blob, read_ops
+from .oplog import Blobs, Op, read_ops
 from .persistence import PersistenceModel, persistence_model
 
 ROOT = "d:."
@@ -324,33 +324,37 @@ def _signature(dirs: dict, data: dict) -> tuple:
     return tuple((rel, "dir") if obj in dirs else (rel, obj, tuple(data.get(obj, ()))) for rel, obj in _walk(dirs))
 
 
-def _materialise(model: _Model, dirs: dict, data: dict, ops: list[Op], oplog_dir: str, out: str) -> None:
+def _materialise(model: _Model, dirs: dict, data: dict, ops: list[Op], blobs: Blobs, out: str) -> None:
     os.makedirs(out)
     for rel, obj in _walk(dirs):
         path = os.path.join(out, rel)
         if obj in dirs:
             os.makedirs(path, exist_ok=True)
             continue
-        if obj in model.origin:
-            shutil.copyfile(model.origin[obj], path)
-        else:
-            open(path, "wb").close()
         effects = data.get(obj, ())
         if not effects:
+            if obj in model.origin:
+                shutil.copyfile(model.origin[obj], path)
+            else:
+                open(path, "wb").close()
             continue
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            for e in effects:
-                if e[0] == "trunc":
-                    os.ftruncate(fd, 0)
-                    continue
-                _, offset, k, is_torn = e
-                blob = read_blob(oplog_dir, ops[k])
-                if is_torn:
-                    blob = blob[: len(blob) // 2]
-                os.pwrite(fd, blob, offset)
-        finally:
-            os.close(fd)
+        content = bytearray()
+        if obj in model.origin:
+            with open(model.origin[obj], "rb") as f:
+                content += f.read()
+        for e in effects:  # in memory, then one write: as pwrite would leave it (a gap reads as zeros)
+            if e[0] == "trunc":
+                content.clear()
+                continue
+            _, offset, k, is_torn = e
+            blob = blobs.of(ops[k])
+            if is_torn:
+                blob = blob[: len(blob) // 2]
+            if offset > len(content):
+                content += bytes(offset - len(content))
+            content[offset : offset + len(blob)] = blob
+        with open(path, "wb") as f:
+            f.write(content)
 
 
 def crash_states(
@@ -381,6 +385,7 @@ def crash_states(
     rng = random.Random(seed)
     os.makedirs(out_dir, exist_ok=True)
     seen: set = set()
+    blobs = Blobs(oplog_dir)
     states: list[CrashState] = []
     explored, misses = 0, 0
     for persisted, cut, how in _candidates(unsynced, writes, ops, torn, rng):
@@ -397,7 +402,7 @@ def crash_states(
             continue
         seen.add(sig)
         path = os.path.join(out_dir, f"state_{len(states):04d}")
-        _materialise(fs_model, dirs, data, ops, oplog_dir, path)
+        _materialise(fs_model, dirs, data, ops, blobs, path)
         states.append(CrashState(len(states), path, how, tuple(sorted(persisted)), cut))
     bounded = len(states) >= max_states and bool(unsynced)
     return CrashStates(states, explored, ops, unsynced, bounded, ignored, model=rule.name)

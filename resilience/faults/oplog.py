@@ -141,3 +141,21 @@ def read_blob(folder: str | os.PathLike, op: Op) -> bytes:
     with open(os.path.join(str(folder), f"ops.rank{op.rank}.bin"), "rb") as f:
         f.seek(op.blob)
         return f.read(op.length)
+
+
+class Blobs:
+    """The bytes of many logged writes: each rank's .bin file read once (a crash state replays thousands
+    of small writes; opening the file for each cost more than building the states)."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = str(folder)
+        self._data: dict[int, bytes] = {}
+
+    def of(self, op: Op) -> memoryview:
+        if op.blob is None or not op.length:
+            return memoryview(b"")
+        data = self._data.get(op.rank)
+        if data is None:
+            with open(os.path.join(self.folder, f"ops.rank{op.rank}.bin"), "rb") as f:
+                data = self._data[op.rank] = f.read()
+        return memoryview(data)[op.blob : op.blob + op.length]

@@ -189,3 +189,25 @@ def test_operations_that_fail_leave_no_record(tmp_path):
         ("close", "c"),
         ("rename", "c"),
     ]
+
+
+def test_writes_at_offsets_land_as_on_disk(tmp_path):
+    """A state is built in memory and written once: a write past the end leaves zeros before it, a
+    rewrite in the middle replaces bytes, a file of the snapshot opened for writing starts empty."""
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "old").write_bytes(b"OLD CONTENT")
+    snap = Snapshot.take(root, tmp_path / "snap")
+    with inject([], rank=0, oplog_dir=tmp_path / "ops"):
+        fs = storage.current()
+        for name in ("new", "old"):
+            with fs.open_write(str(root / name), sync=False) as f:
+                f.write(b"head")
+                f.seek(10)
+                f.write(b"tail")
+                f.seek(1)
+                f.write(b"EA")
+    got = crash_states(snap, tmp_path / "ops", tmp_path / "states", max_states=64, model="posix_minimum")
+    everything = next(s for s in got.states if s.how == "every operation landed")
+    assert contents(everything.path) == {"new": b"hEAd\0\0\0\0\0\0tail", "old": b"hEAd\0\0\0\0\0\0tail"}
+    assert contents(everything.path) == contents(root)
