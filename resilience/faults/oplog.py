@@ -19,6 +19,7 @@ from dataclasses import dataclass
 # fsync_dir, rename (src -> dst, replacing dst), exchange (a <-> b), mkdir (one folder), unlink, rmtree;
 # in the files only: cancel (an op recorded ahead did not happen; read_ops drops both)
 LOGGED = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree")
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps with options makes one per call
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class OpLog:
         self._seq = 0
         self._streams = 0
         self._lock = threading.Lock()
+        self._paths: dict[str, str] = {}
 
     def new_stream(self) -> str:
         with self._lock:
@@ -92,10 +94,12 @@ class OpLog:
                 "rank": self.rank,
                 "seq": self._seq,
                 "t": time.monotonic_ns(),
-                "path": os.path.abspath(path),
+                "path": self._absolute(path),
                 "thread": _thread(),
             }
-            rec.update({k: (os.path.abspath(v) if k == "dst" else v) for k, v in fields.items() if v is not None})
+            for k, v in fields.items():
+                if v is not None:
+                    rec[k] = self._absolute(v) if k == "dst" else v
             if data is not None:
                 view = memoryview(data).cast("B")
                 rec["blob"], rec["length"] = self._pos, len(view)
@@ -103,9 +107,15 @@ class OpLog:
                 while done < len(view):
                     done += os.write(self._data, view[done:])
                 self._pos += len(view)
-            line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
-            os.write(self._meta, line)
+            os.write(self._meta, (_ENCODE(rec) + "\n").encode())
             return self._seq
+
+    def _absolute(self, path: str) -> str:
+        """os.path.abspath, remembered: a save logs thousands of writes to a few dozen paths."""
+        found = self._paths.get(path)
+        if found is None:
+            found = self._paths[path] = os.path.abspath(path)
+        return found
 
     def close(self) -> None:
         for fd in (self._meta, self._data):
