@@ -5,11 +5,13 @@ job cut into its ranks' operations by the case's own history.
 Buckets (seconds summed over the cases):
 - learn layout: the clean save a case with faults learns the backend's file layout from (cached per
   process, so only the first case of a (combination, topology, model) pays it);
-- start: a job's wall time not spent in its ranks' operations (fork, gloo init, building the state,
+- fork: forking a job's rank processes (Job.start, in the runner);
+- start: the rest of a job's wall time not spent in its ranks' operations (gloo init, building the state,
   teardown);
 - train, save, load: rank 0's operations, from its history events (train and continue: the time since
   its previous event; save, finalize and load: invoke to ok or fail);
-- crash states: building the disks a power loss can leave, and the jobs that load each of them;
+- crash states: building the disks a power loss can leave, and the jobs that load each of them (their
+  forks included);
 - checkers: the evidence from the history and every checker;
 - report: the case's timeline.html and its row in the run folder, and the run's reports at the end;
 - other: the rest of run_case (scenario file, planning, merging histories, corruptions at rest)."""
@@ -24,12 +26,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-BUCKETS = ("learn layout", "start", "train", "save", "load", "crash states", "checkers", "report", "other")
+BUCKETS = ("learn layout", "fork", "start", "train", "save", "load", "crash states", "checkers", "report", "other")
 
 
 class Clocks:
     def __init__(self) -> None:
         self.seconds = dict.fromkeys(BUCKETS, 0.0)
+        self.forks: dict[str, float] = {}  # a case job's log folder -> seconds its ranks took to fork
 
     def add(self, bucket: str, seconds: float) -> None:
         self.seconds[bucket] = self.seconds.get(bucket, 0.0) + seconds
@@ -48,12 +51,31 @@ class Clocks:
         setattr(owner, name, timed)
         stack.callback(setattr, owner, name, fn)
 
+    def wrap_fork(self, stack: contextlib.ExitStack) -> None:
+        """Time Job.start of the case's own jobs (not the layout probe's: learn layout holds it) by job."""
+        from resilience.launch import local
 
-def job_costs(history: str) -> dict[str, float]:
-    """start / train / save / load / crash states of every job of one case, from its history.jsonl."""
+        fn = local.Job.start
+
+        def timed(job):
+            t0 = time.perf_counter()
+            try:
+                return fn(job)
+            finally:
+                if job.log_dir and os.path.basename(os.path.dirname(job.log_dir)) == "logs":
+                    self.forks[job.log_dir] = time.perf_counter() - t0
+
+        local.Job.start = timed  # type: ignore[method-assign]
+        stack.callback(setattr, local.Job, "start", fn)
+
+
+def job_costs(history: str, forks: dict[int, float] | None = None) -> dict[str, float]:
+    """fork / start / train / save / load / crash states of every job of one case, from its history.jsonl
+    and the seconds each job (by number) took to fork its ranks."""
     with open(history) as f:
         events = [json.loads(line) for line in f]
-    out = dict.fromkeys(("start", "train", "save", "load", "crash states"), 0.0)
+    out = dict.fromkeys(("fork", "start", "train", "save", "load", "crash states"), 0.0)
+    forks = forks or {}
     jobs: dict[int, dict] = {}
     for e in events:
         if e["process"] == "runner" and e["f"] == "job":
@@ -64,13 +86,16 @@ def job_costs(history: str) -> dict[str, float]:
                 j["end"] = e["time"]
         elif e["process"] == 0:
             jobs.setdefault(e["job"], {"events": []})["events"].append(e)
-    for j in jobs.values():
+    for number, j in jobs.items():
         if "start" not in j or "end" not in j:
             continue
         wall = j["end"] - j["start"]
         if j["crash"]:
             out["crash states"] += wall
             continue
+        fork = min(wall, forks.get(number, 0.0))
+        out["fork"] += fork
+        wall -= fork
         ops = 0.0
         last = j["start"]
         opened: dict[str, float] = {}
@@ -106,6 +131,7 @@ def timed_runner(clocks: Clocks) -> Iterator[None]:
         clocks.wrap(report_cases, "_draw_timeline", "report", stack)
         clocks.wrap(report_folder.RunFolder, "append", "report", stack)
         clocks.wrap(report_folder.RunFolder, "finish", "report", stack)
+        clocks.wrap_fork(stack)
         yield
 
 
@@ -144,7 +170,13 @@ def breakdown(cases, backend: str = "reference") -> dict:
             folder.finish(rows)
         wall = time.perf_counter() - t0
         for spec in specs:
-            for bucket, seconds in job_costs(os.path.join(spec.case_dir, "history.jsonl")).items():
+            logs = os.path.join(spec.case_dir, "logs")
+            forks = {
+                int(name[3:]): seconds
+                for path, seconds in clocks.forks.items()
+                if os.path.dirname(path) == logs and (name := os.path.basename(path)).startswith("job")
+            }
+            for bucket, seconds in job_costs(os.path.join(spec.case_dir, "history.jsonl"), forks).items():
                 clocks.add(bucket, seconds)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -126,3 +126,37 @@ def test_io_matrix_benchmark_runs_three_ways(tmp_path, fuse):
     ways = json.loads(out.read_text())["ways"]
     assert set(ways) == {"reference/seam", "reference/fuse", "tests.backends.inhouse:factory/fuse"}
     assert all("UNPROBED" not in w["verdicts"].values() for w in ways.values())
+
+
+def test_a_case_cost_splits_each_job_into_fork_start_and_its_ops(tmp_path):
+    from benchmarks.casecost import job_costs
+
+    def event(process, type_, f, t, job=0, **value):
+        return {"process": process, "type": type_, "f": f, "time": t, "job": job, "value": value}
+
+    history = tmp_path / "history.jsonl"
+    events = [
+        event("runner", "invoke", "job", 0.0, job=0),
+        event(0, "ok", "train", 1.0),
+        event(0, "invoke", "save", 1.5),
+        event(0, "ok", "save", 2.5),
+        event("runner", "ok", "job", 3.0, job=0),
+        event("runner", "invoke", "job", 3.0, job=1, crash_state="2 states"),
+        event("runner", "ok", "job", 5.0, job=1),
+    ]
+    history.write_text("".join(json.dumps(e) + "\n" for e in events))
+    costs = job_costs(str(history), {0: 0.25, 1: 0.5})
+    # job 0: 3 s = fork 0.25 + train 1 + save 1 + the rest (start, teardown); job 1 loads crash states, forks included
+    assert costs == {"fork": 0.25, "start": 0.75, "train": 1.0, "save": 1.0, "load": 0.0, "crash states": 2.0}
+
+
+def test_the_world_target_compares_time_per_rank_with_world_4():
+    fig = {
+        str(w): {"median_s": s, "per_rank_s": s / w, "cpu_s": c, "cpu_per_rank_s": c / w}
+        for w, s, c in ((2, 2.0, 1.0), (4, 4.0, 2.0), (16, 24.0, 8.0))
+    }
+    growth = scenario.world_growth(fig)
+    assert growth is not None
+    assert growth["largest"] == "16" and growth["value"] == 1.5 and growth["cpu_value"] == 1.0 and growth["met"]
+    assert scenario.world_growth({"2": fig["2"], "16": fig["16"]}) is None  # no world 4: nothing to compare
+    assert scenario.met(True) == "met" and scenario.met(False) == "NOT met"
