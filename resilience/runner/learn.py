@@ -115,6 +115,7 @@ def learn_layout(
     if key not in _CACHE:
         from ..launch import Job
 
+        make_backend(backend or "reference", combo)  # its imports happen here, once, not in every forked rank
         root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
         plan = ProbePlan(
             spec,

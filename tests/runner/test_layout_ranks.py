@@ -3,6 +3,7 @@ on code the framework did not write (stock DCP, a plain in-house library)."""
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -139,3 +140,20 @@ def test_a_load_teaches_which_files_it_reads_and_damage_only_goes_where_a_load_l
     # damage asked for in the file no load reads: not applicable, with why
     with pytest.raises(NotApplicable, match="no load of this backend reads"):
         metadata_damage(str(tmp_path / "learned" / "ckpt"), MetadataDamage(name="notes.json"), layout, random.Random(0))
+
+
+@pytest.mark.multiprocess
+def test_the_backend_is_imported_once_before_the_ranks_fork(tmp_path, monkeypatch):
+    """A backend the command has not made yet (the matrix learns each combination's metadata files before
+    its first case) is imported by the runner, not again in every rank of the clean save."""
+    log = tmp_path / "imported_by"
+    (tmp_path / "late_adapter.py").write_text(
+        "import os\n"
+        "from tests.backends.inhouse import factory\n"
+        f"with open({str(log)!r}, 'a') as f:\n"
+        "    f.write(f'{os.getpid()}\\n')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "late_adapter", raising=False)
+    learn_layout(MODEL, TOPO, Combination.parse("LOCAL/torch/sync"), "late_adapter:factory", str(tmp_path / "l"))
+    assert log.read_text().split() == [str(os.getpid())]
