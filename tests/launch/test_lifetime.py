@@ -191,3 +191,32 @@ def test_a_command_started_to_die_with_its_parent_does_even_in_its_own_session()
         runner.wait(timeout=30)
         runner.stdout.close()
     _assert_all_end(sleeper)
+
+
+@pytest.mark.parametrize("spawned", [True, False], ids=["spawned guard", "forked guard"])
+@pytest.mark.parametrize("leader_waits", [True, False], ids=["leader lives on", "leader gone at once"])
+def test_a_group_ends_with_its_leader_whenever_the_leader_ends(monkeypatch, spawned, leader_waits):
+    """The guard kills what the leader started once the leader ends, also when the leader ends before the
+    guard is ready to hear of it (then it finds another parent and acts at once)."""
+    from resilience.launch import lifetime
+
+    if not spawned:
+        monkeypatch.setattr(lifetime, "_SPAWNED_GUARD", (None, None))
+    read, write = os.pipe()
+    leader = os.fork()
+    if leader == 0:  # the leader: own group, a guard, a long-running child; then it ends
+        try:
+            os.close(read)
+            os.setpgid(0, 0)
+            guard = lifetime.guard_process_group("test-guard")
+            child = subprocess.Popen(["sleep", "60"]).pid
+            os.write(write, json.dumps([guard, child]).encode())
+            if leader_waits:
+                time.sleep(1.0)  # the guard is surely waiting by now
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        guard, child = json.loads(f.read())
+    os.waitpid(leader, 0)
+    _assert_all_end(_processes([guard, child]))  # (already gone ones are not found)
