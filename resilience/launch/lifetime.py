@@ -3,9 +3,10 @@
 Two Linux mechanisms, set up at the start of every rank:
 - the rank asks the kernel for SIGKILL when its parent ends (prctl PR_SET_PDEATHSIG), then checks that
   the parent is still the one that started it (it may have died in between);
-- the rank forks a small guard into its own process group: the guard waits for its own parent-death
+- the rank starts a small guard in its own process group: the guard waits for its own parent-death
   signal and then SIGKILLs the whole group, so what the rank started (megatron-core's forked writers, a
-  subprocess) ends with it. The guard holds none of the rank's files or sockets.
+  subprocess) ends with it. The guard holds none of the rank's files or sockets. It is a shell spawned
+  under util-linux's setpriv (a forked copy of the rank where either is missing).
 
 The kernel sends the parent-death signal when the *thread* that forked the child ends, not the process:
 a Job must be started from a thread that lives until the Job is waited for (every caller here starts
