@@ -10,8 +10,8 @@ REFUSED-AS-EXPECTED for LEGACY and LOCAL, which cannot change tp), or the timing
 and the benchmark fails.
 
 Where a case's time goes (`--breakdown`, on by default): the matrix's cases of a few columns judged into a
-run folder with the runner's steps timed (benchmarks/casecost.py): learning the layout, job start (fork, gloo,
-state), train, save, load, crash states, checkers, report, other.
+run folder with the runner's steps timed (benchmarks/casecost.py): learning the layout, forking the ranks, the
+rest of a job's start (gloo, state, teardown), train, save, load, crash states, checkers, report, other.
 
 Cases per minute (`--matrix-runs N`, `--fuzz-examples N`): `resilience matrix` over a few columns and
 `resilience fuzz` with a fixed seed, each run as the user runs it (a fresh process, imports included), for
@@ -19,8 +19,9 @@ this tree and, with `--baseline PATH`, for the tree at PATH (its own PYTHONPATH)
 of both must agree. Target: this tree's cases per minute at least TARGET_CASES_SPEEDUP x the baseline's.
 
 Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (rank 0, which writes the
-replica-0 pieces, killed mid-save; resume on the same world),
-time per case and per rank; target: time per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
+replica-0 pieces, killed mid-save; resume on the same world), wall and CPU seconds (this process and every
+rank) per case and per rank; target: time per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
+Every target line ends in `met` or `NOT met`; the machine's load average is printed at the start and the end.
 
     python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2]
         [--baseline PATH] [--matrix-runs 1] [--fuzz-examples 6] [--worlds 2 4 8 16] [--json FILE]
