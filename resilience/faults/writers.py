@@ -90,11 +90,26 @@ def below(rank_pid: int) -> list[psutil.Process]:
 
 
 def is_helper(proc: psutil.Process) -> bool:
-    """A process that serves the rank and never writes for it: a HELPERS command line, or the launcher's
-    guard (a fork of the rank, named `rank<R>-guard` by resilience.launch, with the rank's command line)."""
+    """A process that serves the rank and never writes for it: a HELPERS command line, the launcher's guard
+    (`rank<R>-guard` by resilience.launch: a shell whose $0 is that name, or a fork of the rank so named), or
+    a child of the guard (its shell's `sleep`)."""
     try:
-        if proc.name().endswith(GUARD_SUFFIX):
-            return True
+        parent = proc.parent()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        parent = None
+    # a forkserver's children are not helpers: a writer may be one of them (writer_tree stops there)
+    return _is_guard(proc) or (parent is not None and _is_guard(parent)) or _command_is_helper(proc)
+
+
+def _is_guard(proc: psutil.Process) -> bool:
+    try:
+        return proc.name().endswith(GUARD_SUFFIX) or any(arg.endswith(GUARD_SUFFIX) for arg in proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def _command_is_helper(proc: psutil.Process) -> bool:
+    try:
         cmdline = " ".join(proc.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return False
