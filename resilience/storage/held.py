@@ -25,9 +25,11 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
     """(every byte of `path`, its xxh3-128), read through the seam once; `size_hint` is the size the
     file should have (a file that is longer or shorter is read and hashed whole all the same).
 
-    A real file is mapped (read-only, pages populated at once): the page cache's bytes are hashed and
-    later loaded without a copy into a buffer of our own. Anything else (a file object with no
-    descriptor, an empty file) is read in cache-sized pieces, each hashed right after it is read."""
+    A real file is mapped: the page cache's bytes are hashed and later loaded without a copy into a
+    buffer of our own. The mapping is private and writable (copy on write: nothing reaches the file), so
+    tensors loaded as views of it (storage.torch_load) are ordinary writable tensors. Anything else (a
+    file object with no descriptor, an empty file) is read in cache-sized pieces, each hashed right after
+    it is read."""
     with base.current().open_read(path) as f:
         mapped = _mapped(f, path)
         if mapped is not None:
@@ -40,14 +42,16 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
 
 
 def _mapped(f, path: str) -> mmap.mmap | None:
-    """The whole file of `f`, mapped read-only; None when it has no descriptor, cannot be mapped, or lies
+    """The whole file of `f`, mapped (private, copy on write); None when it has no descriptor, cannot be mapped, or lies
     on a FUSE file system (a read error there, an injected one included, would reach a mapping as SIGBUS
     instead of an OSError: such files are read)."""
     try:
         fd = f.fileno()
         if not isinstance(fd, int) or os.fstat(fd).st_size == 0 or not _plain_disk(path):
             return None
-        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ)
+        # faulted in as hashed (the kernel maps neighbouring pages at each fault): populating it up front
+        # costs more, most of all for a writable mapping
+        return mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
         return None
 
@@ -141,6 +145,10 @@ class MemoryFile(io.RawIOBase):
 
     def tell(self) -> int:
         return self._at
+
+    def memory(self) -> memoryview:
+        """The whole buffer this file reads from (position 0 is its start), shared, not copied."""
+        return self._data
 
     def view(self, offset: int, length: int) -> MemoryFile:
         """Bytes offset..offset+length as a file of their own, sharing this one's memory."""

@@ -172,3 +172,24 @@ def test_a_file_on_plain_disk_is_mapped_and_one_under_fuse_is_read(tmp_path):
         # a read error injected there must stay an OSError, never a SIGBUS through a mapping
         through, same = read_hashed(str(mnt / "f"), 3000)
         assert isinstance(through, bytearray) and same == digest and bytes(through) == b"abc" * 1000
+
+
+def test_a_held_torch_file_fills_from_its_bytes_and_keeps_no_object_sharing_them(tmp_path):
+    import torch
+
+    from resilience.checkpoint.formats import torchfile
+
+    path = str(tmp_path / "model_optim_rng.pt")
+    torchfile.save(
+        path,
+        {"w": {"data": torch.arange(6.0), "global_offset": [0], "global_shape": [6]}},
+        {"rng": torch.arange(4, dtype=torch.uint8)},
+    )
+    data, _ = read_hashed(path, os.path.getsize(path))
+    with storage.use(HeldFiles(LocalFileSystem(), {path: data}), this_thread=True):
+        doc = torchfile.load(path)
+    start = torch.frombuffer(memoryview(data), dtype=torch.uint8).data_ptr()
+    assert start <= doc["tensors"]["w"]["data"].data_ptr() < start + len(data)  # parsed in place
+    rng = doc["objects"]["rng"]
+    assert torch.equal(rng, torch.arange(4, dtype=torch.uint8))
+    assert not start <= rng.data_ptr() < start + len(data)  # kept by the state: a copy of its own

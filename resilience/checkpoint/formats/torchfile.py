@@ -9,6 +9,7 @@ import torch
 from ... import storage
 from ...errors import IntegrityError
 from ...state.sharding import Record, ShardedObject, ShardedTensor
+from ...storage import torch_load
 
 
 def entry(r: ShardedTensor, data: torch.Tensor | None = None, offset=None) -> dict:
@@ -25,11 +26,26 @@ def save(path: str, tensors: dict[str, dict], objects: dict[str, Any]) -> None:
 
 
 def load(path: str) -> dict:
+    """The file's document. Read from held bytes (a verified load), its tensors share them: `fill` copies
+    each into place, and the objects are copies of their own."""
     with storage.current().open_read(path) as f:
-        doc = torch.load(f, weights_only=True, map_location="cpu")
+        doc = torch_load.load(f)
     if not isinstance(doc, dict) or doc.get("format_version") != 1 or "tensors" not in doc:
         raise IntegrityError(path, "content", "not a checkpoint file of format_version 1")
+    if "objects" in doc:
+        doc["objects"] = _owned(doc["objects"])
     return doc
+
+
+def _owned(value):
+    """`value` with every tensor in it cloned (nothing left sharing the file's bytes)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, dict):
+        return {k: _owned(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_owned(v) for v in value)
+    return value
 
 
 def fill(records: list[Record], tensors: dict[str, dict], where: str) -> None:
