@@ -3,8 +3,11 @@
 Global: the coordinator lists the candidates, newest first (the tracker is a hint: a bad one is a
 warning); for each, every rank checks the manifest, the topology and the model, then every listed
 file's checksum (each file hashed by one rank, the one that reads it when the format says which), and
-all ranks agree on the outcome before reading it. A rank keeps the files it hashed in memory and loads
-from there, so each byte is read from disk once (storage.held).
+all ranks agree on the outcome before any rank reads a file another rank checked (checkpoint.verified):
+in the format's own plan step when it has a collective one (DCP's), else in a collective here. A rank
+keeps the files it hashed in memory and loads from there, parsing tensors in place (storage.torch_load),
+so each byte is read from disk once and copied once. Agreements cost one small all-reduce when every
+rank is fine; the problems are gathered only when one is not.
 LOCAL: each rank checks its own copies; the newest save every rank holds valid is read
 (vocab.on_every_rank). A failed check warns and falls back to the next older one, or raises when strict;
 a topology the combination cannot load on raises at once (an older checkpoint would not help)."""
@@ -16,7 +19,7 @@ import os
 from collections.abc import Iterator
 
 from .. import storage
-from ..dist import all_gather, broadcast, this_rank
+from ..dist import all_agree, all_gather, broadcast, this_rank
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from ..state import Topology, TrainingState
 from ..state.precision import Precision
@@ -27,6 +30,7 @@ from . import commit
 from .driver import Driver, describe, log, model_problem, saved_precision
 from .formats.base import RankInfo
 from .manifest import Manifest, save_number, verify_file
+from .verified import VerifiedFiles
 
 
 class FallbackLoad(Driver):
@@ -49,14 +53,14 @@ class FallbackLoad(Driver):
             raise IntegrityError(*tracker)
         info = self._info(state)
         for iteration, path, manifest, problem in candidates:
-            held = HeldFiles(storage.current())
+            files = None
             if problem is None:
-                problem = self._check_candidate(info, path, manifest, held=held)
+                files, problem = self._check_candidate(info, path, manifest)
             if problem is not None:
                 self._fallback(warnings, path, problem)
                 continue
-            objects = self._read(info, state, path, manifest, warnings, held=held)
-            del held  # the bytes this rank read: free before an older candidate is read
+            objects = self._read(info, state, path, manifest, warnings, held=files)
+            del files  # the bytes this rank read: free before an older candidate is read
             if objects is None:
                 continue
             state.load_objects(objects)
@@ -97,35 +101,25 @@ class FallbackLoad(Driver):
         if this_rank() == 0:
             log.warning(msg)
 
-    def _check_candidate(
-        self, info: RankInfo, path: str, manifest: Manifest, held: HeldFiles | None = None
-    ) -> str | None:
-        """None if every file checks out (each file hashed by one rank); else the first problem.
-        A topology the combination cannot load on raises: an older checkpoint would not help. The
-        files this rank hashed go into `held`, for its read."""
+    def _check_candidate(self, info: RankInfo, path: str, manifest: Manifest) -> tuple[VerifiedFiles, str | None]:
+        """The files of the candidate as its load reads them (checkpoint.verified), and None if every file
+        checks out (each file hashed by one rank), else the first problem, the same on every rank. A format
+        whose read plans collectively (`collective_plan`) has them checked in its plan step instead: None
+        here, no collective. A topology the combination cannot load on raises: an older checkpoint would
+        not help."""
         saved = (manifest.combination.get("type"), manifest.combination.get("format"))
         if saved != (self.combo.type.value, self.combo.format.value):  # sync and async read each other
             raise TopologyChangeRefused(f"{path}: written as {manifest.combination}, cannot be read as {self.combo}")
         self.format.check_topology(Topology.from_dict(manifest.topology), info)
         if (wrong := model_problem(manifest.model, info)) is not None:
             raise TopologyChangeRefused(f"{path}: {wrong}")
-        problem = None
         owners = readers(manifest.files, info, self.format)
-        for rel, expected in sorted(manifest.files.items()):
-            if owners[rel] == info.rank:
-                try:
-                    data = verify_file(path, rel, expected, held is not None)
-                    if data is not None and held is not None:
-                        held.hold(os.path.join(path, rel), data)
-                except Exception as e:  # every rank must reach the all_gather below, whatever failed
-                    problem = (
-                        str(e)
-                        if isinstance(e, IntegrityError)
-                        else str(IntegrityError(os.path.join(path, rel), "verify", describe(e)))
-                    )
-                    break
-        problems = [p for p in all_gather(problem) if p]
-        return problems[0] if problems else None
+        files = VerifiedFiles(storage.current(), path, manifest.files, [f for f, r in owners.items() if r == info.rank])
+        if getattr(self.format, "collective_plan", False):
+            return files, None
+        with contextlib.suppress(IntegrityError):  # kept in files.problem, agreed on below
+            files.verify_owned()
+        return files, agreed(str(files.problem) if files.problem else None)
 
     def _read(
         self,
@@ -147,11 +141,15 @@ class FallbackLoad(Driver):
             error = e
         except Exception as e:
             error = IntegrityError(path, "read", describe(e))
-        errors = [e for e in all_gather(str(error) if error else None) if e]
+        # a failed check is the cause of the read's failure on every rank (checked in the plan step)
+        problem = held.problem if isinstance(held, VerifiedFiles) else None
+        if error is None and isinstance(held, VerifiedFiles) and not held.checked_owned:
+            error = IntegrityError(path, "verify", f"{self.format.__class__.__name__} read before checking its files")
+        first = agreed(str(problem) if problem else None, str(error) if error else None)
         if isinstance(error, TopologyChangeRefused):
             raise error
-        if errors:
-            self._fallback(warnings, path, errors[0])
+        if first is not None:
+            self._fallback(warnings, path, first)
             return None
         convert()  # on every rank (it may gather rows), once every rank has read
         warnings.extend(self._said_of_precision(path, saved, state.spec.precision))
@@ -265,10 +263,25 @@ def readers(files: dict[str, dict], info: RankInfo, fmt) -> dict[str, int]:
     return out
 
 
+def agreed(*problems: str | None) -> str | None:
+    """The first problem of any rank, the same on every rank (None when no rank has one): one small
+    all-reduce when none has, a gather only when some has. Each rank passes its problems in order of
+    precedence: a rank's first kind of problem wins over any rank's second (a failed check over the read
+    error it caused elsewhere)."""
+    if all_agree(not any(problems)):
+        return None
+    everyone = all_gather(problems)
+    for kind in range(len(problems)):
+        for mine in everyone:
+            if mine[kind]:
+                return mine[kind]
+    return None  # unreachable: some rank had one
+
+
 @contextlib.contextmanager
 def _served(held: HeldFiles | None) -> Iterator[None]:
-    """This thread reads the held files from memory for the duration."""
-    if held is None or not held.files:
+    """This thread reads through `held` (the files it holds from memory) for the duration."""
+    if held is None:
         yield
         return
     with storage.use(held, this_thread=True):

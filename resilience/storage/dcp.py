@@ -27,7 +27,7 @@ from torch.futures import Future
 
 from . import base, safe_pickle, torch_load
 from .contained import check_inside
-from .held import MemoryFile
+from .held import HeldFiles, MemoryFile
 
 
 @contextlib.contextmanager
@@ -153,6 +153,15 @@ class SeamReader(FileSystemReader):
         if rank not in cached:
             cached[rank] = read_metadata_safely(self, rank)
         return cached[rank]
+
+    def prepare_local_plan(self, plan):
+        """The last of DCP's plan step on this rank: the seam's held files check theirs now (a verified
+        load, checkpoint.verified), so a failed check reaches every rank through the plan's collective,
+        before any rank reads."""
+        fs = base.current()
+        if isinstance(fs, HeldFiles):
+            fs.before_reading()
+        return super().prepare_local_plan(plan)
 
     def read_data(self, plan, planner):
         """DCP's read_data, with each tensor item parsed by storage.torch_load: an item of a held file (read

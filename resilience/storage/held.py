@@ -155,7 +155,8 @@ class MemoryFile(io.RawIOBase):
         return MemoryFile(self._data[offset : offset + length], self.name)
 
 
-def _key(path: str) -> str:
+def held_key(path: str) -> str:
+    """How a path is known among held files: absolute and normalized."""
     return os.path.normpath(os.path.abspath(os.fspath(path)))
 
 
@@ -165,13 +166,17 @@ class HeldFiles:
 
     def __init__(self, inner: base.FileSystem, files: dict[str, Buffer] | None = None) -> None:
         self.inner = inner
-        self.files = {_key(p): data for p, data in (files or {}).items()}
+        self.files = {held_key(p): data for p, data in (files or {}).items()}
 
     def hold(self, path: str, data: Buffer) -> None:
-        self.files[_key(path)] = data
+        self.files[held_key(path)] = data
+
+    def before_reading(self) -> None:
+        """Called by a reader on every rank once its plan is made, before the collective after which any
+        rank reads (storage.dcp.SeamReader): nothing to do here, a verified load checks its files then."""
 
     def open_read(self, path: str) -> BinaryIO:
-        data = self.files.get(_key(path))
+        data = self.files.get(held_key(path))
         if data is None:
             return self.inner.open_read(path)
         return MemoryFile(data, str(path))  # type: ignore[return-value]  # a binary file object

@@ -40,6 +40,9 @@ class Format(Protocol):
 
     # Optional: `reader_of(rel, info) -> int | None`, the rank that reads file `rel` of a checkpoint on
     # load; that rank hashes it and loads it from memory (checkpoint.loading.readers).
+    # Optional: `collective_plan = True` when read() makes a collective plan before reading a byte (DCP's:
+    # storage.dcp.SeamReader): the files are checked in that plan step and agreed on by its collective
+    # (checkpoint.verified), with no collective of the loader's own before the read.
 
     def read(self, info: RankInfo, records: list[Record], folder: str, manifest: Manifest) -> dict[str, Any]:
         """Fill the tensors of `records` in place; return ShardedObject values by key. The RNG key is

@@ -96,6 +96,7 @@ class TorchDcpFormat:
     """TORCH_DCP/torch_dcp: loads under any tp, pp and dp change."""
 
     layout = "global"
+    collective_plan = True  # dcp.load's plan step checks the files (formats.base)
 
     def __init__(self) -> None:
         self._mesh: DeviceMesh | None = None

@@ -151,6 +151,7 @@ class TorchDistFormat:
     """GLOBAL/torch_dist: loads under any tp, pp and dp change."""
 
     layout = "global"
+    collective_plan = True  # dcp.load's plan step checks the files (formats.base)
 
     # ---- write -----------------------------------------------------------------------------------
     def write(self, info: RankInfo, records, folder: str) -> None:
