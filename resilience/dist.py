@@ -8,6 +8,7 @@ a collective: a rank that raised alone would leave the others waiting in the nex
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, TypeVar, cast
 
 import torch
@@ -44,13 +45,30 @@ def all_gather(obj: T, group: Any = None) -> list[T]:
     return out
 
 
+INLINE_BYTES = 1 << 16  # what a broadcast carries in its first collective: every object sent here fits
+
+
 def broadcast(obj: T | None, group: Any = None, src: int = 0) -> T:
-    """Rank `src`'s `obj` on every rank (the others pass anything, usually None)."""
+    """Rank `src`'s `obj` on every rank (the others pass anything, usually None); `src` is a rank of the
+    default group. One collective when the pickled object fits in INLINE_BYTES (broadcast_object_list
+    always makes two: the size, then the bytes), a second for the rest of a larger one."""
     if world_size() == 1:
         return cast(T, obj)
-    box = [obj]
-    tdist.broadcast_object_list(box, src=src, group=group)
-    return cast(T, box[0])
+    head = torch.zeros(INLINE_BYTES, dtype=torch.uint8)
+    data = b""
+    if tdist.get_rank() == src:
+        data = pickle.dumps(obj)
+        first = len(data).to_bytes(8, "little") + data[: INLINE_BYTES - 8]
+        head[: len(first)] = torch.frombuffer(bytearray(first), dtype=torch.uint8)
+    tdist.broadcast(head, src=src, group=group)
+    size = int.from_bytes(head[:8].numpy().tobytes(), "little")
+    if size <= INLINE_BYTES - 8:
+        return cast(T, pickle.loads(head[8 : 8 + size].numpy().tobytes()))
+    rest = torch.zeros(size - (INLINE_BYTES - 8), dtype=torch.uint8)
+    if data:
+        rest[:] = torch.frombuffer(bytearray(data[INLINE_BYTES - 8 :]), dtype=torch.uint8)
+    tdist.broadcast(rest, src=src, group=group)
+    return cast(T, pickle.loads(head[8:].numpy().tobytes() + rest.numpy().tobytes()))
 
 
 def all_agree(ok: bool, group: Any = None) -> bool:

@@ -1,5 +1,7 @@
 """resilience.dist: the collectives alone in one process, and across real rank processes."""
 
+import pickle
+
 import pytest
 
 from resilience import dist
@@ -15,6 +17,10 @@ def test_alone_each_collective_is_what_one_process_sees():
     assert dist.gather_failures(None) == {} and dist.gather_failures("boom") == {0: "boom"}
 
 
+# an object whose pickle fills the first collective exactly (its size takes 8 bytes of it)
+_FILLS_ONE = b"y" * (dist.INLINE_BYTES - 8 - (len(pickle.dumps(b"y" * 1000)) - 1000))
+
+
 def _collectives(ctx):
     rank = dist.this_rank()
     dist.barrier()
@@ -22,6 +28,9 @@ def _collectives(ctx):
         "rank": (rank, dist.world_size()),
         "gathered": dist.all_gather(rank * 10),
         "broadcast": dist.broadcast(f"from {rank}" if rank == 0 else None),
+        # past what one collective carries: the rest in a second; from another rank than 0
+        "large": dist.broadcast(("x" * dist.INLINE_BYTES, rank) if rank == 1 else None, src=1),
+        "exact": dist.broadcast(_FILLS_ONE if rank == 0 else None),
         "all": dist.all_agree(True),
         "one_false": dist.all_agree(rank != 1),
         "failures": dist.gather_failures("boom" if rank == 2 else None),
@@ -35,5 +44,7 @@ def test_across_ranks_every_rank_gets_the_same_answer():
     for r in results:
         assert r["gathered"] == [0, 10, 20]
         assert r["broadcast"] == "from 0"
+        assert r["large"] == ("x" * dist.INLINE_BYTES, 1)
+        assert r["exact"] == _FILLS_ONE
         assert r["all"] is True and r["one_false"] is False
         assert r["failures"] == {2: "boom"}
