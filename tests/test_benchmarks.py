@@ -24,6 +24,8 @@ def test_checkpoint_benchmark_runs_every_method(tmp_path):
                 "0",
                 "--checksum-runs",
                 "1",
+                "--checksum-repeats",
+                "1",
                 "--fusefs-mib",
                 "8",
                 "--json",
@@ -36,6 +38,9 @@ def test_checkpoint_benchmark_runs_every_method(tmp_path):
     targets = fig["targets"]
     assert set(targets["async_blocking_vs_sync"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"}
     assert len(targets["checksum_overhead"]) == 4 and "met" in targets["global_sync_save_vs_dcp"]
+    [run] = targets["checksum_overhead_runs"]  # every combination, async ones too
+    assert len(run) == 6 and all("met" in c for c in run.values())
+    assert set(targets["load_vs_dcp"]) == set(run)
     for a in fig["async"]:  # blocking counts save() and the copies the next step waited for
         assert a["blocking_s"] >= a["save_call_s"] and a["step_waits_s"] >= 0
 
