@@ -128,9 +128,14 @@ class MemoryFile(io.RawIOBase):
         return True
 
     def readinto(self, b) -> int:
-        n = max(0, min(len(b), len(self._data) - self._at))
-        memoryview(b).cast("B")[:n] = self._data[self._at : self._at + n]
-        self._at += n
+        at = self._at
+        n = max(0, min(len(b), len(self._data) - at))
+        # torch's zip reader calls this some twenty times per archive, with a buffer of bytes: no cast then
+        if type(b) is bytearray or (type(b) is memoryview and b.format == "B" and b.ndim == 1):
+            b[:n] = self._data[at : at + n]
+        else:
+            memoryview(b).cast("B")[:n] = self._data[at : at + n]
+        self._at = at + n
         return n
 
     def readall(self) -> bytes:
@@ -139,8 +144,15 @@ class MemoryFile(io.RawIOBase):
         return out
 
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        base_at = {os.SEEK_SET: 0, os.SEEK_CUR: self._at, os.SEEK_END: len(self._data)}[whence]
-        self._at = max(0, base_at + offset)
+        if whence == os.SEEK_SET:
+            at = offset
+        elif whence == os.SEEK_CUR:
+            at = self._at + offset
+        elif whence == os.SEEK_END:
+            at = len(self._data) + offset
+        else:
+            raise ValueError(f"invalid whence ({whence})")
+        self._at = max(0, at)
         return self._at
 
     def tell(self) -> int:

@@ -110,9 +110,21 @@ def load_metadata(stream, path: str):
     return metadata
 
 
-def _count(value, what: str, path: str) -> None:
-    if type(value) is not int or value < 0 or value > 1 << 62:
-        raise IntegrityError(path, "metadata fields", f"{what} is {value!r}, not a byte count")
+def _is_count(value) -> bool:
+    return type(value) is int and 0 <= value <= 1 << 62
+
+
+def _safe_relpath(rel) -> bool:
+    norm = os.path.normpath(rel) if isinstance(rel, str) and rel else ""
+    return not (
+        not isinstance(rel, str)
+        or not norm
+        or os.path.isabs(rel)
+        or norm == ".."
+        or norm.startswith("../")
+        or "\x00" in rel
+        or "\\" in rel
+    )
 
 
 def check_metadata(metadata, path: str) -> None:
@@ -128,20 +140,20 @@ def check_metadata(metadata, path: str) -> None:
         return
     if not isinstance(storage, dict):
         raise IntegrityError(path, "metadata fields", "storage_data is not a mapping")
+    safe: set[str] = set()  # every item of a file names it: each name is checked once
     for index, info in storage.items():
         rel = getattr(info, "relative_path", None)
-        norm = os.path.normpath(rel) if isinstance(rel, str) and rel else ""
-        if (
-            not isinstance(rel, str)
-            or not norm
-            or os.path.isabs(rel)
-            or norm == ".."
-            or norm.startswith("../")
-            or "\x00" in rel
-            or "\\" in rel
-        ):
-            raise IntegrityError(
-                path, "path safety", f"item {getattr(index, 'fqn', index)!r} names file {rel!r} outside the folder"
-            )
-        _count(getattr(info, "offset", None), f"the offset of {getattr(index, 'fqn', index)!r}", path)
-        _count(getattr(info, "length", None), f"the length of {getattr(index, 'fqn', index)!r}", path)
+        if not (type(rel) is str and rel in safe):
+            if not _safe_relpath(rel):
+                raise IntegrityError(
+                    path, "path safety", f"item {getattr(index, 'fqn', index)!r} names file {rel!r} outside the folder"
+                )
+            safe.add(rel)
+        for what in ("offset", "length"):
+            value = getattr(info, what, None)
+            if not _is_count(value):
+                raise IntegrityError(
+                    path,
+                    "metadata fields",
+                    f"the {what} of {getattr(index, 'fqn', index)!r} is {value!r}, not a byte count",
+                )
