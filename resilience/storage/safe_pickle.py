@@ -143,8 +143,8 @@ def check_metadata(metadata, path: str) -> None:
     safe: set[str] = set()  # every item of a file names it: each name is checked once
     for index, info in storage.items():
         rel = getattr(info, "relative_path", None)
-        if not (type(rel) is str and rel in safe):
-            if not _safe_relpath(rel):
+        if not (isinstance(rel, str) and rel in safe):
+            if not isinstance(rel, str) or not _safe_relpath(rel):
                 raise IntegrityError(
                     path, "path safety", f"item {getattr(index, 'fqn', index)!r} names file {rel!r} outside the folder"
                 )

@@ -35,7 +35,7 @@ def load(f: BinaryIO) -> Any:
     whole = torch.frombuffer(memory, dtype=torch.uint8).untyped_storage()
     from torch import _weights_only_unpickler
 
-    with serialization._open_zipfile_reader(f) as archive:  # type: ignore[arg-type]  # a binary file object
+    with serialization._open_zipfile_reader(f) as archive:
         if serialization._is_torchscript_zip(archive):
             raise pickle.UnpicklingError("a TorchScript archive, not a torch.save file: refused with weights_only")
         return _LOAD_STEP(archive, "cpu", _weights_only_unpickler, overall_storage=whole, encoding="utf-8")
