@@ -28,12 +28,13 @@ shared machine they show the work done whatever else runs. Loads read files just
 Every checkpoint is written to a fresh folder under a temp dir that is removed at the end.
 
     python -m benchmarks checkpoint [--size-gib 1.0] [--repeats 3] [--warmup 1] [--checksum-runs 3]
-        [--checksum-repeats 5] [--fusefs-mib 256] [--loads COMBOS] [--dir DIR] [--json FILE]
+        [--checksum-repeats 5] [--fusefs-mib 256] [--loads COMBOS | --checksums] [--dir DIR] [--json FILE]
 
 Each target prints one line ending `met` or `NOT met`, with the machine's load average while it was measured.
 
 `--loads TORCH_DCP/torch_dcp/sync,TORCH_DCP/torch_dcp/async` measures only those loads against stock
 dcp.load (each saved untimed first), in the same rounds: a quicker run when only the loads are in question.
+`--checksums` measures only the checksum runs.
 """
 
 from __future__ import annotations
@@ -453,6 +454,7 @@ def bench_rank(
     checksum_runs: int = 0,
     only_loads: list[str] | None = None,
     checksum_repeats: int | None = None,
+    only_checksums: bool = False,
 ) -> dict | None:
     # torch's own deprecation notice for ShardedTensor, printed by every rank at every stock save and load
     warnings.filterwarnings("ignore", message=".*ShardedTensor.*", category=FutureWarning)
@@ -460,7 +462,7 @@ def bench_rank(
     sizes = [None] * ctx.world
     dist.all_gather_object(sizes, bench.sizes())
     warm, loads = {}, []
-    for rep in range(-warmup, repeats):
+    for rep in range(-warmup, 0 if only_checksums else repeats):
         if rep == 0 and warmup:  # first use of every path (allocator, page cache, DCP, device mesh): apart
             warm, bench.clock.runs = bench.clock.runs, {}
         loads.append(os.getloadavg()[0])
@@ -469,10 +471,14 @@ def bench_rank(
             if rep < 0
             else f"repeat {rep + 1}/{repeats} (load average {loads[-1]:.1f})"
         )
-        if only_loads:
+        if only_checksums:
+            bench.checksum_run(-1, rep)
+        elif only_loads:
             bench.loads_round(rep, only_loads)
         else:
             bench.round(rep)
+    if only_checksums and warmup:
+        warm, bench.clock.runs = bench.clock.runs, {}
     # consecutive runs of the checksum comparison alone, each judged apart
     checksum_loads = []
     for run in range(0 if only_loads else checksum_runs):
@@ -626,19 +632,7 @@ def summarize(raw: dict) -> dict:
                 "unhashed_runs": f.walls(off),
             }
         )
-    checksum_runs = []
-    for run in range(raw.get("checksum_runs", 0)):
-        per = {}
-        for c in valid_combinations():
-            on, off = f"checksum run {run} {c} save", f"checksum run {run} {c} save unhashed"
-            per[str(c)] = {
-                "save_s": f.wall(on),
-                "save_unhashed_s": f.wall(off),
-                "overhead": f.wall(on) / f.wall(off) - 1,
-                "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
-                "cpu_overhead": f.cpu(on) / f.cpu(off) - 1,
-            }
-        checksum_runs.append({"load_average_1min": raw["checksum_load_average_1min"][run], "saves": per})
+    checksum_runs = _checksum_runs(f, raw)
     crc = f"{GLOBAL_SYNC} save crc32 off"
     crc32 = {
         "method": GLOBAL_SYNC,
@@ -684,18 +678,7 @@ def summarize(raw: dict) -> dict:
             }
             for c in checksums
         },
-        "checksum_overhead_runs": [
-            {
-                name: {
-                    "value": c["overhead"],
-                    "paired": c["overhead_paired"],
-                    "limit": TARGET_CHECKSUM_OVERHEAD,
-                    "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD,
-                }
-                for name, c in run["saves"].items()
-            }
-            for run in checksum_runs
-        ],
+        "checksum_overhead_runs": _checksum_run_targets(checksum_runs),
         "load_vs_dcp": {
             r["method"]: {
                 "value": r["load_vs_dcp"],
@@ -717,6 +700,45 @@ def summarize(raw: dict) -> dict:
         "load_verify": verify,
         "targets": targets,
     }
+
+
+def _checksum_runs(f: Figures, raw: dict) -> list[dict]:
+    """Each checksum run: every combination's save with checksums against without, and the load average."""
+    checksum_runs = []
+    for run in range(raw.get("checksum_runs", 0)):
+        per = {}
+        for c in valid_combinations():
+            on, off = f"checksum run {run} {c} save", f"checksum run {run} {c} save unhashed"
+            per[str(c)] = {
+                "save_s": f.wall(on),
+                "save_unhashed_s": f.wall(off),
+                "overhead": f.wall(on) / f.wall(off) - 1,
+                "overhead_paired": _paired(f.walls(on), f.walls(off)) - 1,
+                "cpu_overhead": f.cpu(on) / f.cpu(off) - 1,
+            }
+        checksum_runs.append({"load_average_1min": raw["checksum_load_average_1min"][run], "saves": per})
+    return checksum_runs
+
+
+def _checksum_run_targets(checksum_runs: list[dict]) -> list[dict]:
+    return [
+        {
+            name: {
+                "value": c["overhead"],
+                "paired": c["overhead_paired"],
+                "limit": TARGET_CHECKSUM_OVERHEAD,
+                "met": c["overhead"] <= TARGET_CHECKSUM_OVERHEAD,
+            }
+            for name, c in run["saves"].items()
+        }
+        for run in checksum_runs
+    ]
+
+
+def summarize_checksums(raw: dict) -> dict:
+    """--checksums: the checksum runs alone."""
+    runs = _checksum_runs(Figures(raw["runs"]), raw)
+    return {"checksum_runs": runs, "targets": {"checksum_overhead_runs": _checksum_run_targets(runs)}}
 
 
 def summarize_loads(raw: dict, names: list[str]) -> dict:
@@ -778,6 +800,45 @@ def _report_load_targets(targets: dict, loads: list[float]) -> None:
         )
 
 
+def _report_checksum_runs(fig: dict) -> None:
+    if fig["checksum_runs"]:
+        print()
+        print(f"{'checksum runs (save)':<32}{'on s':>8}{'off s':>8}{'overhead':>10}{'run by run':>12}{'cpu +':>8}")
+        for number, run in enumerate(fig["checksum_runs"], 1):
+            print(f"run {number} (load average {run['load_average_1min']:.1f} at its start)")
+            for name, c in run["saves"].items():
+                print(
+                    f"  {name:<30}{c['save_s']:>8.3f}{c['save_unhashed_s']:>8.3f}{c['overhead']:>10.1%}"
+                    f"{c['overhead_paired']:>12.1%}{c['cpu_overhead']:>8.1%}"
+                )
+        print("  async: save() and finalize(); cpu +: CPU seconds summed over ranks, with checksums against without")
+
+
+def _report_checksum_targets(fig: dict) -> None:
+    t = fig["targets"]
+    runs = t["checksum_overhead_runs"]
+    for number, (run, figures) in enumerate(zip(runs, fig["checksum_runs"]), 1):
+        name, worst = max(run.items(), key=lambda item: item[1]["value"])
+        print(
+            f"target checksums add <= {TARGET_CHECKSUM_OVERHEAD:.0%} to every combination's save, checksum run "
+            f"{number} (load average {figures['load_average_1min']:.1f}): worst {worst['value']:+.1%} ({name}), "
+            f"{_met({'met': all(c['met'] for c in run.values())})}"
+        )
+    if runs:
+        every = all(c["met"] for run in runs for c in run.values())
+        worst_all = max(c["value"] for run in runs for c in run.values())
+        print(
+            f"target checksums add <= {TARGET_CHECKSUM_OVERHEAD:.0%} to every save in {len(runs)} consecutive "
+            f"checksum runs: worst {worst_all:+.1%}, {_met({'met': every})}"
+        )
+
+
+def report_checksums(fig: dict) -> None:
+    _report_checksum_runs(fig)
+    print()
+    _report_checksum_targets(fig)
+
+
 def _met(t: dict) -> str:
     return "met" if t["met"] else "NOT met"
 
@@ -837,17 +898,7 @@ def report(fig: dict, loads: list[float]) -> None:
         f"cpu {k['cpu_crc32_off_s']:.2f} s against {k['cpu_s']:.2f} s with it and {k['dcp_cpu_s']:.2f} s "
         f"for stock dcp.save)"
     )
-    if fig["checksum_runs"]:
-        print()
-        print(f"{'checksum runs (save)':<32}{'on s':>8}{'off s':>8}{'overhead':>10}{'run by run':>12}{'cpu +':>8}")
-        for number, run in enumerate(fig["checksum_runs"], 1):
-            print(f"run {number} (load average {run['load_average_1min']:.1f} at its start)")
-            for name, c in run["saves"].items():
-                print(
-                    f"  {name:<30}{c['save_s']:>8.3f}{c['save_unhashed_s']:>8.3f}{c['overhead']:>10.1%}"
-                    f"{c['overhead_paired']:>12.1%}{c['cpu_overhead']:>8.1%}"
-                )
-        print("  async: save() and finalize(); cpu +: CPU seconds summed over ranks, with checksums against without")
+    _report_checksum_runs(fig)
     print()
     t = fig["targets"]
     g = t["global_sync_save_vs_dcp"]
@@ -865,21 +916,7 @@ def report(fig: dict, loads: list[float]) -> None:
             f"target {name} checksums add <= {c['limit']:.0%} to save: {c['value']:+.1%} "
             f"(run by run {c['paired']:+.1%}), {_met(c)}"
         )
-    runs = t["checksum_overhead_runs"]
-    for number, (run, figures) in enumerate(zip(runs, fig["checksum_runs"]), 1):
-        name, worst = max(run.items(), key=lambda item: item[1]["value"])
-        print(
-            f"target checksums add <= {TARGET_CHECKSUM_OVERHEAD:.0%} to every combination's save, checksum run "
-            f"{number} (load average {figures['load_average_1min']:.1f}): worst {worst['value']:+.1%} ({name}), "
-            f"{_met({'met': all(c['met'] for c in run.values())})}"
-        )
-    if runs:
-        every = all(c["met"] for run in runs for c in run.values())
-        worst_all = max(c["value"] for run in runs for c in run.values())
-        print(
-            f"target checksums add <= {TARGET_CHECKSUM_OVERHEAD:.0%} to every save in {len(runs)} consecutive "
-            f"checksum runs: worst {worst_all:+.1%}, {_met({'met': every})}"
-        )
+    _report_checksum_targets(fig)
     _report_load_targets(t["load_vs_dcp"], loads)
 
 
@@ -944,6 +981,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="COMBOS",
         help="measure loads only: each of COMBOS (comma-separated, or 'all') and stock dcp.load, each saved "
         "untimed first; no saves, async or checksum figures, no FUSE layer",
+    )
+    parser.add_argument(
+        "--checksums",
+        action="store_true",
+        help="measure only the checksum runs (every combination saved with and without checksums, after "
+        "--warmup rounds of the same); no loads, no other saves, no FUSE layer",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
@@ -1014,6 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.checksum_runs,
                 args.loads,
                 args.checksum_repeats,
+                args.checksums,
             ),
             timeout=args.timeout,
             init_timeout=120.0,
@@ -1022,26 +1066,33 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
     seconds = time.monotonic() - started
     load_after = os.getloadavg()
-    fig = summarize_loads(raw, args.loads) if args.loads else summarize(raw)
+    if args.checksums:
+        fig = summarize_checksums(raw)
+    else:
+        fig = summarize_loads(raw, args.loads) if args.loads else summarize(raw)
     print()
-    loads = raw["load_average_1min"]
+    loads = raw["load_average_1min"] + raw["checksum_load_average_1min"]
+    rounds = f"{args.warmup} + {args.repeats} rounds"
+    if args.checksums:
+        rounds = f"{args.warmup} + {args.checksum_runs} x {args.checksum_repeats} rounds"
     print(
         f"state: {raw['held_bytes'] / (1 << 30):.3f} GiB held over {args.topology.world} ranks "
         f"({', '.join(f'{b / (1 << 20):.0f}' for b in raw['per_rank_bytes'])} MiB), "
-        f"{raw['written_bytes'] / (1 << 30):.3f} GiB of it replica 0; {args.warmup} + {args.repeats} rounds in "
-        f"{seconds:.0f} s"
+        f"{raw['written_bytes'] / (1 << 30):.3f} GiB of it replica 0; {rounds} in {seconds:.0f} s"
     )
     print(
         f"machine: 1-min load average {min(loads):.1f} to {max(loads):.1f} at the rounds' starts, "
         f"{load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} (1, 5, 15 min) at the end, "
         f"on {os.cpu_count()} cpus"
     )
-    if args.loads:
+    if args.checksums:
+        report_checksums(fig)
+    elif args.loads:
         report_loads(fig, loads)
     else:
         report(fig, loads)
     fuse = None
-    if args.fusefs_mib and not args.loads:
+    if args.fusefs_mib and not (args.loads or args.checksums):
         from benchmarks import fusefs
 
         print()

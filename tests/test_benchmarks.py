@@ -56,6 +56,16 @@ def test_checkpoint_benchmark_measures_only_the_named_loads(tmp_path):
     assert not any(name.endswith("save") for name in fig["raw_runs"])  # only loads are timed
 
 
+def test_checkpoint_benchmark_measures_only_the_checksum_runs(tmp_path):
+    out = tmp_path / "figures.json"
+    argv = ["--size-gib", "0.01", "--warmup", "0", "--checksums", "--checksum-runs", "2", "--checksum-repeats", "1"]
+    assert checkpoint.main([*argv, "--json", str(out)]) == 0
+    fig = json.loads(out.read_text())
+    runs = fig["targets"]["checksum_overhead_runs"]
+    assert len(runs) == 2 and all(len(run) == 6 for run in runs)
+    assert all(" save" in name for name in fig["raw_runs"]) and "rows" not in fig  # only the checksum saves
+
+
 def test_scenario_benchmark_runs_and_checks_its_verdicts(tmp_path):
     out = tmp_path / "figures.json"
     # the smallest run of every part: one repeat, one world, one matrix column; the full run is a benchmark's
