@@ -92,9 +92,14 @@ def command_opcodes(marker: str) -> bytes:
 
 def hostile_pickle_stream(original: bytes, marker: str) -> bytes:
     """`original` (a pickle of protocol 2 or later) with the command's opcodes after its PROTO header."""
-    if original[:1] != pickle.PROTO or len(original) < 2 or original[1] < 2:
+    if not _protocol_2_or_later(original):
         raise ValueError("not a pickle of protocol 2 or later (it does not begin with PROTO)")
     return original[:2] + command_opcodes(marker) + original[2:]
+
+
+def _protocol_2_or_later(data: bytes) -> bool:
+    """Whether `data` begins as a pickle of protocol 2 or later does: PROTO and its number."""
+    return data[:1] == pickle.PROTO and len(data) >= 2 and data[1] >= 2
 
 
 def hostile_archive(raw: bytes, marker: str) -> tuple[bytes, str]:
@@ -114,7 +119,7 @@ def archive_problem(raw: bytes) -> str | None:
     if isinstance(archive, str):
         return archive
     pickled = torch_archive.data(raw, archive.record(archive.pickle_name))
-    if pickled[:1] != pickle.PROTO or len(pickled) < 2 or pickled[1] < 2:
+    if not _protocol_2_or_later(pickled):
         return f"holds a {PICKLE_NAME} that is not a pickle of protocol 2 or later"
     return None
 

@@ -188,12 +188,18 @@ def test_a_fifo_is_not_opened(tmp_path):
         corrupt(fault_from_dict({"kind": "hostile_pickle"}), root)
 
 
-def test_the_archive_is_drawn_from_the_seed(tmp_path):
+def _rank_archives(tmp_path, n: int):
+    """A checkpoint root whose iter_0000003 holds n torch.save archives rank_K.pt: (root, that folder)."""
     root = tmp_path / "ckpt"
     folder = root / "iter_0000003"
     folder.mkdir(parents=True)
-    for k in range(4):
+    for k in range(n):
         torch.save({"k": torch.tensor([k])}, folder / f"rank_{k}.pt")
+    return root, folder
+
+
+def test_the_archive_is_drawn_from_the_seed(tmp_path):
+    root, folder = _rank_archives(tmp_path, 4)
     pristine = {p: p.read_bytes() for p in folder.iterdir()}
     picked = []
     for seed in (0, 0, 1, 2, 3):
@@ -205,11 +211,7 @@ def test_the_archive_is_drawn_from_the_seed(tmp_path):
 
 
 def test_the_target_path_names_the_file(tmp_path):
-    root = tmp_path / "ckpt"
-    folder = root / "iter_0000003"
-    folder.mkdir(parents=True)
-    for k in range(3):
-        torch.save({"k": torch.tensor([k])}, folder / f"rank_{k}.pt")
+    root, folder = _rank_archives(tmp_path, 3)
     (folder / "index.json").write_text("{}")
     d = corrupt(fault_from_dict({"kind": "hostile_pickle", "target": {"path": "*/rank_2.pt"}}), root)
     assert d.rel == "iter_0000003/rank_2.pt"
