@@ -14,9 +14,10 @@ run folder with the runner's steps timed (benchmarks/casecost.py): learning the 
 rest of a job's start (gloo, state, teardown), train, save, load, crash states, checkers, report, other.
 
 Cases per minute (`--matrix-runs N`, `--fuzz-examples N`): `resilience matrix` over a few columns and
-`resilience fuzz` with a fixed seed, each run as the user runs it (a fresh process, imports included), for
-this tree and, with `--baseline PATH`, for the tree at PATH (its own PYTHONPATH), interleaved; the verdicts
-of both must agree. Target: this tree's cases per minute at least TARGET_CASES_SPEEDUP x the baseline's.
+`resilience fuzz` with a fixed seed, each run as the user runs it (a fresh process, imports included, its
+default options: this tree runs as many cases at a time as there are usable CPUs), for this tree and,
+with `--baseline PATH`, for the tree at PATH (its own PYTHONPATH), interleaved; the verdicts of both must
+agree (the same examples, for the fuzzer). Target: this tree's cases per minute at least TARGET_CASES_SPEEDUP x the baseline's.
 
 Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (rank 0, which writes the
 replica-0 pieces, killed mid-save; resume on the same world), wall and CPU seconds (this process and every
@@ -487,7 +488,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"cases per minute: `resilience matrix` ({len(combos)} combinations x "
             f"{len(MATRIX_FAULTS) + len(MATRIX_TRANSITIONS)} columns) and `resilience fuzz` "
-            f"({args.fuzz_examples} examples, seed 1), each a fresh process, {args.matrix_runs} run(s) per tree"
+            f"({args.fuzz_examples} examples, seed 1), each a fresh process with its default options "
+            f"({os.cpu_count()} cpus), {args.matrix_runs} run(s) per tree"
             + (f"; baseline {args.baseline}" if args.baseline else "")
         )
         throughput = summarize_throughput(measure_throughput(trees, args.matrix_runs, args.fuzz_examples, combos))

@@ -74,7 +74,14 @@ def check_names(names: list[str] | None) -> list[str]:
 
 
 def run_suite(
-    out_dir: str, names: list[str] | None = None, *, full: bool = False, seed: int = 0, progress=None, folder=None
+    out_dir: str,
+    names: list[str] | None = None,
+    *,
+    full: bool = False,
+    seed: int = 0,
+    progress=None,
+    folder=None,
+    workers: int = 1,
 ) -> list[SuiteResult]:
     """Run each named implementation (default: all) in its own folder under `out_dir`. Each case's row is
     appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and
@@ -102,7 +109,7 @@ def run_suite(
                     {"column": case.column, "broken": name},
                 )
             )
-    rows = judge_cases(folder, specs, after=progress)
+    rows = judge_cases(folder, specs, after=progress, workers=workers)
     return [SuiteResult(CATALOGUE[name], [r for r in rows if r["broken"] == name]) for name in names]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from .common import seed_arg
+from .common import add_workers_argument, seed_arg, workers_of
 
 
 def register(sub) -> None:
@@ -18,6 +18,7 @@ def register(sub) -> None:
     )
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
+    add_workers_argument(p)
     p.set_defaults(func=run)
 
 
@@ -35,7 +36,9 @@ def run(args) -> int:
     run_dir = folder.path
     print(f"broken: {len(names)} implementations, {total} cases; run folder {run_dir}", flush=True)
     with Progress(total, "cases") as bar:  # an interruption keeps the folder (judge_cases)
-        results = run_suite(run_dir, names, full=args.full, seed=args.seed, progress=bar.row, folder=folder)
+        results = run_suite(
+            run_dir, names, full=args.full, seed=args.seed, progress=bar.row, folder=folder, workers=workers_of(args)
+        )
     text = render(results, args.full)
     with open(os.path.join(run_dir, "broken.md"), "w") as f:
         f.write(text)

@@ -47,6 +47,27 @@ def add_io_argument(p) -> None:
     )
 
 
+MAX_DEFAULT_WORKERS = 8  # a case's ranks hold a few hundred MB each: not one case per core of a big node
+
+
+def add_workers_argument(p) -> None:
+    """--workers: how many cases run at once (launch.workers), each in a process forked from this one."""
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="cases run at once, each in a worker process forked from this one (default: the usable CPUs, "
+        f"at most {MAX_DEFAULT_WORKERS}); 1 runs them one after the other in this process",
+    )
+
+
+def workers_of(args) -> int:
+    from ..launch.workers import usable_cpus
+
+    return args.workers or min(usable_cpus(), MAX_DEFAULT_WORKERS)
+
+
 def number_arg(kind, ok, what: str):
     """An argparse type: `kind(text)` that passes `ok`, else one error saying what was expected."""
 

@@ -3,7 +3,15 @@ minimal failures. Exit status 1 when anything failed, 0 otherwise."""
 
 from __future__ import annotations
 
-from .common import add_io_argument, combination_arg, number_arg, positive_float, positive_int
+from .common import (
+    add_io_argument,
+    add_workers_argument,
+    combination_arg,
+    number_arg,
+    positive_float,
+    positive_int,
+    workers_of,
+)
 
 # decimal, or with a base prefix (0x...), as int(text, 0) reads it
 _seed = number_arg(lambda text: int(text, 0), lambda v: v >= 0, "a non-negative integer")
@@ -109,6 +117,7 @@ def register(sub) -> None:
     )
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     add_io_argument(p)
+    add_workers_argument(p)
     p.set_defaults(func=run)
 
 
@@ -135,6 +144,7 @@ def run(args) -> int:
         faults=args.faults,
         max_steps=args.max_steps,
         profile=args.profile,
+        workers=workers_of(args),
     )
     _check(opts)
     make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now

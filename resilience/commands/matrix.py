@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from ..errors import ConfigError
-from .common import add_io_argument, combination_arg, seed_arg
+from .common import add_io_argument, add_workers_argument, combination_arg, seed_arg, workers_of
 
 
 def register(sub) -> None:
@@ -47,6 +47,7 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
     add_io_argument(p)
+    add_workers_argument(p)
     p.set_defaults(func=run)
 
 
@@ -116,6 +117,7 @@ def run(args) -> int:
     print(
         f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
         f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args)}; "
+        f"{workers_of(args)} at a time; "
         f"run folder {folder.path}",
         flush=True,
     )
@@ -143,7 +145,9 @@ def run(args) -> int:
     ]
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
-        rows = judge_cases(folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row)
+        rows = judge_cases(
+            folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row, workers=workers_of(args)
+        )
     print(text_table(rows, columns))
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)

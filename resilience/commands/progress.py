@@ -42,10 +42,11 @@ class Progress:
         self.current = what
         self._postfix()
 
-    def update(self, n: int = 1, verdict: str | None = None) -> None:
-        """`n` more cases done; `verdict` (of one case) counted for the failures so far."""
+    def update(self, n: int = 1, verdict: str | None = None, what: str | None = None) -> None:
+        """`n` more cases done; `verdict` (of one case, `what`: default the one started last) counted for
+        the failures so far."""
         self.done += n
-        self.finished = f"{self.current} {verdict or ''}".strip()
+        self.finished = f"{what or self.current} {verdict or ''}".strip()
         if verdict is not None:
             self.counts[str(verdict)] += 1
         self.bar.update(n)
@@ -56,7 +57,9 @@ class Progress:
 
     def row(self, row: dict) -> None:
         """One finished case's row (report.cases.judge_cases calls it after each case)."""
-        self.update(1, row.get("verdict"))
+        name = row.get("column") or row.get("fault") or row.get("transition") or row.get("scenario")
+        # cases run side by side end in any order: the row names its own
+        self.update(1, row.get("verdict"), f"{row['combo']} {name}" if row.get("combo") and name else None)
 
     def phase(self, name: str) -> None:
         """A phase whose length is not known in advance: the bar counts its cases without a total."""

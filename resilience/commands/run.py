@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 
-from .common import add_io_argument, combination_arg, seed_arg
+from .common import add_io_argument, add_workers_argument, combination_arg, seed_arg, workers_of
 
 
 def register(sub) -> None:
@@ -18,6 +18,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed_arg, default=None, help="override every scenario's seed")
     p.add_argument("--tag", action="append", help="only scenarios carrying this tag")
     add_io_argument(p)
+    add_workers_argument(p)
     p.set_defaults(func=run)
 
 
@@ -109,7 +110,7 @@ def run(args) -> int:
             bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")
             bar.row(row)
 
-        rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after)
+        rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after, workers=workers_of(args))
     return summarize(rows, folder.finish(rows))
 
 

@@ -35,9 +35,9 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 from hypothesis.statistics import collector
 
-from ..checkers import FAIL, UNKNOWN, Verdict, is_failing
+from ..checkers import FAIL, is_failing
 from ..errors import ConfigError, Interrupted
-from ..runner.run import CaseResult, replay_command, run_case
+from ..runner.run import CaseResult, replay_command
 from ..runner.scenario import Scenario
 from ..stopping import ask, check as check_stop
 from ..vocab.combos import Combination
@@ -46,6 +46,7 @@ from . import profiles  # noqa: F401  (registers the profiles)
 from .events import events_of, faults_in, tell_hypothesis
 from .judge import BAD, failure_class, write_failure
 from .machine import lifecycle_machine
+from .speculation import Rejected, RunAhead, draw_ahead, judged
 from .strategies import scenarios
 
 MODES = ("scenarios", "machine")
@@ -70,6 +71,7 @@ class FuzzOptions:
     faults: list[str] | None = None  # fault kinds to draw (default: the deterministic ones)
     max_steps: int = 6  # actions per scenario, rules per machine run
     profile: str = "dev"  # ci: 25 examples, seed 0; dev: 50; fuzz: 500 (resilience.fuzz.profiles)
+    workers: int = 1  # scenario mode: examples run ahead this many at a time (speculation.py)
 
     def __post_init__(self):
         try:
@@ -170,6 +172,8 @@ class _Judge:
         self.n = 0
         self.events: dict[str, Counter] = {}  # mode -> the Hypothesis events its examples gave, rejected ones too
         self.hypothesis: dict[str, dict] = {}  # mode -> Hypothesis' own statistics, when it delivered them
+        self.ahead: RunAhead | None = None  # examples judged ahead of Hypothesis asking (workers > 1)
+        self.speculation: dict = {}
 
     def begin(self, mode: str) -> None:
         """Each mode gets its share of the time budget and its own shrink budget."""
@@ -270,24 +274,24 @@ class _Judge:
         case_dir = os.path.join(self.work, f"{self.n:05d}")
         faults, phase, began = faults_in(scenario), self.phase, time.monotonic()
         try:
-            # the scenario's backend: opts.backend, with drawn options under --backend-options
-            result = run_case(scenario, combo, case_dir, backend=scenario.backend, io=self.opts.io)
+            ahead = self.ahead.take(key) if self.ahead is not None else None
+            if ahead is None:
+                result = judged(scenario, combo, case_dir, self.opts.io)
+            else:  # run ahead in a worker, in its own folder
+                result = ahead
+                case_dir = ahead.case_dir if isinstance(ahead, CaseResult) else case_dir
         except Interrupted as e:
             raise _Interrupt(e) from None
-        except Exception as e:
-            if not (isinstance(e, ConfigError) or _while_damaging(e)):
-                # the runner itself broke: never a pass, kept and shrunk like any failure
-                result = _runner_failed(scenario, combo, case_dir, scenario.backend, e)
-            else:
-                # a generated corruption found nothing to damage (no file left of that rank, or a file this
-                # implementation does not write, such as our manifest.json): not an example
-                shutil.rmtree(case_dir, ignore_errors=True)
-                self.counts["rejected"] += 1
-                self._tell(mode, events_of(faults, None))
-                self.on_case(mode, None)
-                reject()
         finally:
             self.running[phase] += time.monotonic() - began
+        if isinstance(result, Rejected):
+            # a generated corruption found nothing to damage (no file left of that rank, or a file this
+            # implementation does not write, such as our manifest.json): not an example
+            shutil.rmtree(result.case_dir, ignore_errors=True)
+            self.counts["rejected"] += 1
+            self._tell(mode, events_of(faults, None))
+            self.on_case(mode, None)
+            reject()
         self.counts[result.verdict] += 1
         self.phase_cases[phase] += 1
         events = events_of(faults, result.verdict)
@@ -305,9 +309,20 @@ class _Judge:
             self.failing.add(key)
             if self.first_failure is None:
                 self.first_failure = time.monotonic()
+                self.stop_running_ahead()  # shrinking asks for examples of its own, one by one
             raise cls(scenario, result)
         shutil.rmtree(case_dir, ignore_errors=True)
         return result
+
+    def run_ahead(self, drawn: list[tuple[Scenario, Combination]]) -> None:
+        """Start judging these examples (the ones Hypothesis is about to ask for) in worker processes."""
+        self.ahead = RunAhead(drawn, self.opts.workers, self.work, self.opts.io)
+
+    def stop_running_ahead(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
+            self.speculation = self.ahead.counts()
+            self.ahead = None
 
     def nothing_to_judge(self, mode: str) -> None:
         """An example that ran no case (a state-machine run that saved nothing): counted among its events."""
@@ -318,43 +333,12 @@ class _Judge:
         tell_hypothesis(events)
 
 
-def _while_damaging(e: BaseException) -> bool:
-    """Whether the exception came out of corruption at rest (resilience/faults/corruption.py)."""
-    tb = e.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("resilience/faults/corruption.py"):
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backend: str, e: Exception) -> CaseResult:
-    import traceback
-
-    from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
-
-    detail = f"the runner raised {type(e).__name__}: {e}"
-    os.makedirs(case_dir, exist_ok=True)
-    with open(os.path.join(case_dir, FRAMEWORK_ERROR), "w", encoding="utf-8") as f:
-        f.write(traceback.format_exc())
-    return CaseResult(
-        scenario.name,
-        str(combo),
-        UNKNOWN,
-        [Verdict(FRAMEWORK, UNKNOWN, detail, [{"traceback": traceback.format_exc()}])],
-        0.0,
-        case_dir,
-        replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend),
-        detail,
-    )
-
-
-def _settings(opts: FuzzOptions, database: str) -> settings:
+def _settings(opts: FuzzOptions, database: str | None) -> settings:
     return settings(
         settings.get_profile(opts.profile),
         max_examples=opts.examples,
         deadline=None,
-        database=DirectoryBasedExampleDatabase(database),
+        database=DirectoryBasedExampleDatabase(database) if database is not None else None,
         derandomize=False,
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=opts.all_bugs,
@@ -412,6 +396,8 @@ def fuzz(
                     outcome.errors += [f"{mode}: {type(x).__name__}: {str(x)[:2000]}" for x in leftover]
                 finally:
                     outcome.timings[mode] = judge.timing()
+                    if judge.speculation:
+                        outcome.timings[mode]["run_ahead"], judge.speculation = judge.speculation, {}
         except _Interrupt as e:
             interrupted = e.error
         except KeyboardInterrupt as e:
@@ -470,7 +456,15 @@ def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
     def fuzz_scenarios(scenario):
         judge("scenarios", scenario, scenario.combinations[0])
 
-    _seeded(fuzz_scenarios, opts.seed)()
+    if opts.workers > 1:
+        # the same seed and settings draw the same examples in the same order, as long as they pass:
+        # draw them first (no case runs), judge them in workers while Hypothesis asks for them one by one
+        drawn = draw_ahead(lambda record: _seeded(_settings(opts, None)(given(strategy)(record)), opts.seed))
+        judge.run_ahead([(s, s.combinations[0]) for s in drawn])
+    try:
+        _seeded(fuzz_scenarios, opts.seed)()
+    finally:
+        judge.stop_running_ahead()
 
 
 def _fuzz_machine(opts: FuzzOptions, judge: _Judge, database: str) -> None:

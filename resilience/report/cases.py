@@ -1,6 +1,7 @@
-"""Run cases one by one into a run folder: each finished case's row is appended at once, a framework
-error in one case is that case's UNKNOWN (traceback in its folder) and the run goes on, and an
-interruption (Ctrl-C, SIGTERM) still writes the reports for the cases that finished."""
+"""Run cases into a run folder, one by one or a few at a time in worker processes: each finished case's
+row is appended at once, a framework error in one case is that case's UNKNOWN (traceback in its folder)
+and the run goes on, and an interruption (Ctrl-C, SIGTERM) still writes the reports for the cases that
+finished."""
 
 from __future__ import annotations
 
@@ -47,31 +48,48 @@ def judge_cases(
     columns: list[str] | None = None,
     after: Callable[[dict], None] | None = None,
     before: Callable[[CaseSpec], None] | None = None,
+    workers: int = 1,
 ) -> list[dict]:
-    """Judge every case in order into `folder` (judge_case), calling `before(case)` as each starts and
-    `after(row)` as each ends (a progress bar); an interruption keeps the folder for the rows so far
-    (keeping). The rows; finishing is the caller's."""
-    rows: list[dict] = []
-    with keeping(folder, columns):
-        for c in cases:
-            if before is not None:
-                before(c)
-            rows.append(
-                judge_case(
-                    folder,
-                    c.scenario,
-                    c.combo,
-                    c.case_dir,
-                    backend=c.backend,
-                    fault=c.fault,
-                    transition=c.transition,
-                    io=c.io,
-                    **c.extra,
-                )
-            )
+    """Judge every case into `folder` (judge_case), `workers` at a time (launch.workers: processes forked
+    from this one; 1: one by one, here), calling `before(case)` as each starts and `after(row)` as each
+    ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
+    the cases' order; finishing is the caller's."""
+    from ..launch.workers import run_each
+    from ..runner.learn import sharing_layouts
+
+    specs = list(cases)
+    rows: list[dict | None] = [None] * len(specs)
+    with keeping(folder, columns), sharing_layouts(workers > 1 and len(specs) > 1):
+        started = (lambda i: before(specs[i])) if before is not None else None
+        for i, out in run_each(case_row, specs, workers, started=started):
+            row = out if isinstance(out, dict) else _lost_row(specs[i], out)
+            folder.append(row)
+            rows[i] = row
             if after is not None:
-                after(rows[-1])
-    return rows
+                after(row)
+    return [r for r in rows if r is not None]
+
+
+def case_row(c: CaseSpec) -> dict:
+    """judge_case's row of one case, not yet appended to a run folder (a worker's part)."""
+    return _row(
+        c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io, **c.extra
+    )
+
+
+def _lost_row(c: CaseSpec, error: BaseException) -> dict:
+    """The UNKNOWN row of a case whose worker failed outside the case (it died, or sent back an error)."""
+    return framework_error_row(
+        c.scenario,
+        c.combo,
+        c.case_dir,
+        error,
+        backend=c.backend,
+        fault=c.fault,
+        transition=c.transition,
+        io=c.io,
+        **c.extra,
+    )
 
 
 def judge_case(
@@ -87,6 +105,22 @@ def judge_case(
     **extra,
 ) -> dict:
     """run_case, as a row appended to the run folder; extra keys (column, ...) go into the row."""
+    row = _row(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition, io=io, **extra)
+    folder.append(row)
+    return row
+
+
+def _row(
+    scenario,
+    combo,
+    case_dir: str,
+    *,
+    backend: str,
+    fault: str | None = None,
+    transition: str | None = None,
+    io: str | None = None,
+    **extra,
+) -> dict:
     from ..runner.run import run_case
 
     check_stop()
@@ -110,7 +144,6 @@ def judge_case(
             **extra,
         )
     _draw_timeline(case_dir)
-    folder.append(row)
     return row
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 
 from ..errors import RankFailure
@@ -19,6 +20,40 @@ from .adapters import make_backend, resolve
 from .ways import FUSE
 
 _CACHE: dict[tuple, Layout] = {}
+_SHARED: list[str] = []  # a folder where the worker processes of one run leave the layouts they learn
+
+
+@contextlib.contextmanager
+def sharing_layouts(on: bool = True):
+    """While in it, learned layouts are also kept in a scratch folder, one file per key under a lock, so
+    worker processes forked inside it learn each layout once between them (removed on the way out)."""
+    if not on or _SHARED:
+        yield
+        return
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="resilience-layouts-")
+    _SHARED.append(folder)
+    try:
+        yield
+    finally:
+        _SHARED.remove(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _shared(key: tuple):
+    """The path a shared layout of `key` is kept at, held under its lock (None when not sharing)."""
+    if not _SHARED:
+        yield None
+        return
+    import fcntl
+    import hashlib
+
+    path = os.path.join(_SHARED[0], hashlib.sha256(repr(key).encode()).hexdigest()[:24])
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the learner dies
+        yield path + ".json"
 
 
 @dataclass
@@ -113,67 +148,87 @@ def learn_layout(
     key = (resolve(backend or "reference"), str(combo), str(topo), repr(spec), io)
     os.makedirs(folder, exist_ok=True)
     if key not in _CACHE:
-        from ..launch import Job
-
-        make_backend(backend or "reference", combo)  # its imports happen here, once, not in every forked rank
-        root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
-        plan = ProbePlan(
-            spec,
-            topo,
-            combo,
-            backend or "reference",
-            root,
-            oplog,
-            probe_iteration(topo.world),
-            os.path.join(folder, "phases"),
-            os.path.join(folder, "reads"),
-        )
-        with (
-            _way(io, plan, folder) as ran,
-            Job(
-                _probe_rank,
-                topo.world,
-                args=(ran,),
-                timeout=timeout,
-                log_dir=os.path.join(folder, "logs"),
-                start_method=start_method,
-                pin_cpus=True,
-            ) as job,
-        ):
-            outcome = job.wait()
-        if not outcome.ok:
-            first = outcome.first_failure()
-            raise RankFailure(
-                {first.rank: first.describe()[:2000]} if first else {},
-                f"one clean save of {backend} to learn its layout failed",
-            )
-        announced: set[str] = set()
-        reads: set[str] | None = set()
-        pids: dict[int, int] = {}
-        for r in range(topo.world):
-            with open(f"{plan.phases_file}.pid.{r}") as f:
-                pids[r] = int(json.load(f))
-            with open(f"{plan.phases_file}.{r}") as f:
-                announced |= set(json.load(f))
-            with open(f"{plan.reads_file}.{r}") as f:
-                seen = json.load(f)
-            if reads is not None and seen["ok"]:
-                reads |= set(seen["paths"])
+        with _shared(key) as kept:
+            if kept is not None and os.path.exists(kept):
+                _CACHE[key] = Layout.load(kept)
             else:
-                reads = None  # a rank's load failed: what a load reads stays unknown
-        _CACHE[key] = learn(
-            plan.root,
-            plan.iteration,
-            {},
-            oplog_dir=plan.oplog_dir,
-            hints=_hints(backend),
-            announced=sorted(announced),
-            reads=reads or None,
-            rank_pids=pids,
-        )
+                _CACHE[key] = _learn(spec, topo, combo, backend, folder, timeout, start_method, io)
+                if kept is not None:
+                    _CACHE[key].save(kept + ".tmp")
+                    os.replace(kept + ".tmp", kept)
     layout = _CACHE[key]
     layout.save(os.path.join(folder, "layout.json"))
     return layout
+
+
+def _learn(
+    spec: ModelSpec,
+    topo: Topology,
+    combo: Combination,
+    backend: str,
+    folder: str,
+    timeout: float,
+    start_method: str,
+    io: str,
+) -> Layout:
+    from ..launch import Job
+
+    make_backend(backend or "reference", combo)  # its imports happen here, once, not in every forked rank
+    root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
+    plan = ProbePlan(
+        spec,
+        topo,
+        combo,
+        backend or "reference",
+        root,
+        oplog,
+        probe_iteration(topo.world),
+        os.path.join(folder, "phases"),
+        os.path.join(folder, "reads"),
+    )
+    with (
+        _way(io, plan, folder) as ran,
+        Job(
+            _probe_rank,
+            topo.world,
+            args=(ran,),
+            timeout=timeout,
+            log_dir=os.path.join(folder, "logs"),
+            start_method=start_method,
+            pin_cpus=True,
+        ) as job,
+    ):
+        outcome = job.wait()
+    if not outcome.ok:
+        first = outcome.first_failure()
+        raise RankFailure(
+            {first.rank: first.describe()[:2000]} if first else {},
+            f"one clean save of {backend} to learn its layout failed",
+        )
+    announced: set[str] = set()
+    reads: set[str] | None = set()
+    pids: dict[int, int] = {}
+    for r in range(topo.world):
+        with open(f"{plan.phases_file}.pid.{r}") as f:
+            pids[r] = int(json.load(f))
+        with open(f"{plan.phases_file}.{r}") as f:
+            announced |= set(json.load(f))
+        with open(f"{plan.reads_file}.{r}") as f:
+            seen = json.load(f)
+        if reads is not None and seen["ok"]:
+            reads |= set(seen["paths"])
+        else:
+            reads = None  # a rank's load failed: what a load reads stays unknown
+    return learn(
+        plan.root,
+        plan.iteration,
+        {},
+        oplog_dir=plan.oplog_dir,
+        hints=_hints(backend),
+        announced=sorted(announced),
+        reads=reads or None,
+        rank_pids=pids,
+    )
 
 
 @contextlib.contextmanager

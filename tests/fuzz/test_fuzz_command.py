@@ -9,7 +9,7 @@ import pytest
 
 from resilience.checkers import PASS, Verdict
 from resilience.cli import main
-from resilience.fuzz import engine
+from resilience.fuzz import engine, speculation
 from resilience.runner.run import CaseResult
 from resilience.runner.scenario import load_file
 
@@ -39,7 +39,7 @@ def _fake_runs(monkeypatch, fail_when=None):
             faults=faults,
         )
 
-    monkeypatch.setattr(engine, "run_case", run_case)
+    monkeypatch.setattr(speculation, "run_case", run_case)
     return seen
 
 
@@ -67,6 +67,41 @@ def test_a_failure_is_kept_as_a_minimal_scenario_with_its_replay(tmp_path, monke
         assert os.path.exists(os.path.join(out.run_dir, name)), name
     report = json.load(open(os.path.join(out.run_dir, "fuzz.json")))
     assert report["failures"][0]["scenario_file"] == failure.scenario_file
+
+
+def _case_files(run_dir: str) -> list[str]:
+    folder = os.path.join(run_dir, "cases")
+    return [open(os.path.join(folder, n)).read() for n in sorted(os.listdir(folder))]
+
+
+@pytest.mark.multiprocess
+def test_workers_run_the_same_examples_ahead_and_change_no_verdict(tmp_path, monkeypatch):
+    _fake_runs(monkeypatch)  # forked workers inherit the fake
+    runs = [
+        engine.fuzz(
+            engine.FuzzOptions(examples=12, seed=7, out=str(tmp_path / str(w)), modes=("scenarios",), workers=w)
+        )
+        for w in (1, 2)
+    ]
+    assert all(r.ok for r in runs) and runs[0].counts == runs[1].counts
+    assert _case_files(runs[0].run_dir) == _case_files(runs[1].run_dir)  # same examples, same order, same rows
+    ahead = runs[1].timings["scenarios"]["run_ahead"]
+    assert ahead["taken"] == runs[1].counts["PASS"] and ahead["judged_here"] == 0, ahead
+    assert "run_ahead" not in runs[0].timings["scenarios"]
+    assert not os.path.exists(os.path.join(runs[1].run_dir, "work"))  # every folder judged ahead removed
+
+
+@pytest.mark.multiprocess
+def test_with_workers_a_failure_shrinks_to_the_same_minimal_scenario(tmp_path, monkeypatch):
+    _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
+    found = []
+    for w in (1, 2):
+        out = engine.fuzz(
+            engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path / str(w)), modes=("scenarios",), workers=w)
+        )
+        (failure,) = out.failures
+        found.append(load_file(failure.scenario_file).to_yaml())  # the header names the run folder
+    assert found[0] == found[1]
 
 
 @pytest.mark.parametrize(
@@ -171,7 +206,7 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
             raise FileExistsError(17, "File exists")
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
-    monkeypatch.setattr(engine, "run_case", run_case)
+    monkeypatch.setattr(speculation, "run_case", run_case)
     out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     (failure,) = out.failures
     assert failure.verdict == "UNKNOWN" and failure.kind == "UnknownInFramework" and not out.errors
@@ -195,7 +230,7 @@ def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
         seen.append(scenario)
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
-    monkeypatch.setattr(engine, "run_case", run_case)
+    monkeypatch.setattr(speculation, "run_case", run_case)
     out = engine.fuzz(engine.FuzzOptions(examples=500, seed=1, time_budget=0.6, out=str(tmp_path)))
     assert out.ok and out.stopped == {"scenarios": "time budget", "machine": "time budget"}
     assert len(seen) < 40  # a count, not a clock: 500 examples were asked for
@@ -211,7 +246,7 @@ def test_damage_that_finds_nothing_to_damage_is_not_an_example(tmp_path, monkeyp
             corruption.metadata_damage(str(tmp_path / "nowhere"), None, None)  # raises inside corruption.py
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
-    monkeypatch.setattr(engine, "run_case", run_case)
+    monkeypatch.setattr(speculation, "run_case", run_case)
     out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     assert out.ok and out.counts["rejected"] > 0
 
@@ -413,7 +448,7 @@ def test_precision_changes_reach_both_modes_and_the_replay(tmp_path, monkeypatch
         seen.append(scenario)
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
-    monkeypatch.setattr(engine, "run_case", run_case)
+    monkeypatch.setattr(speculation, "run_case", run_case)
     opts = engine.FuzzOptions(examples=25, seed=3, max_world=1, faults=[], precision_changes=True, out=str(tmp_path))
     assert engine.fuzz(opts).ok
     changed = {s.name for s in seen for st in s.steps if st.kind == "resume" and "precision" in st.args}

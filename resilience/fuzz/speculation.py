@@ -1,0 +1,157 @@
+"""Examples judged ahead of Hypothesis asking for them, a few at a time in worker processes.
+
+Hypothesis draws the next example only once the test returns, so a fuzzing run is one case after the
+other. But with the same seed and settings it draws the same examples in the same order as long as they
+pass (an example's outcome steers nothing else): a first pass of the same test that only records what it
+is given (no case runs; milliseconds each) lists the examples of the real pass. Those are judged in
+workers (launch.workers), in that order, while the real pass asks for them one by one and takes each
+result as it is ready. What the real pass asks for beyond the list (an example after a rejected one, the
+shrinking after a failure) runs here as before, so verdicts, shrinking and replays are those of a run
+without workers; only the waiting is shorter."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..checkers import UNKNOWN, Verdict
+from ..errors import ConfigError
+from ..runner.run import CaseResult, replay_command, run_case
+from ..runner.scenario import Scenario
+from ..vocab.combos import Combination
+
+DRAW_SECONDS = 30.0  # at most this long drawing ahead; examples past it run one by one
+DRAW_MAX = 2000  # and at most this many examples
+
+
+@dataclass
+class Rejected:
+    """A generated corruption found nothing to damage: not an example (Hypothesis is told to reject it)."""
+
+    case_dir: str
+    why: str
+
+
+def judged(scenario: Scenario, combo: Combination, case_dir: str, io: str | None) -> CaseResult | Rejected:
+    """One example's result: run_case, a runner that broke as an UNKNOWN case, or Rejected."""
+    try:
+        # the scenario's backend: opts.backend, with drawn options under --backend-options
+        return run_case(scenario, combo, case_dir, backend=scenario.backend, io=io)
+    except Exception as e:
+        if isinstance(e, ConfigError) or _while_damaging(e):
+            return Rejected(case_dir, f"{type(e).__name__}: {e}")
+        # the runner itself broke: never a pass, kept and shrunk like any failure
+        return _runner_failed(scenario, combo, case_dir, scenario.backend, e)
+
+
+class _Drawn(BaseException):
+    """Ends the drawing pass early (not an Exception: Hypothesis lets it through, nothing to shrink)."""
+
+
+def draw_ahead(as_test: Callable[[Callable], Callable]) -> list:
+    """The examples the real pass will be given, in order: `as_test(fn)` is `fn` decorated as the real
+    pass's test is (strategy, seed, settings), without its example database (what the database replays
+    first is not drawn: it runs when asked for)."""
+    drawn: list = []
+    start = time.monotonic()
+
+    def record(example) -> None:
+        drawn.append(example)
+        if len(drawn) >= DRAW_MAX or time.monotonic() - start > DRAW_SECONDS:
+            raise _Drawn()
+
+    try:
+        as_test(record)()
+    except _Drawn:
+        pass
+    return drawn
+
+
+class RunAhead:
+    """The drawn examples judged in workers, in order; `take(key)` waits for one (None: not drawn, or its
+    worker failed: the caller judges it itself)."""
+
+    def __init__(self, drawn: list[tuple[Scenario, Combination]], workers: int, work: str, io: str | None):
+        from ..launch.workers import run_each
+        from ..runner.learn import sharing_layouts
+
+        self.items = [(s, c, os.path.join(work, f"ahead-{i:05d}"), io) for i, (s, c) in enumerate(drawn)]
+        self.where: dict[str, int] = {}
+        for i, (s, c) in enumerate(drawn):
+            self.where.setdefault(key_of(s, c), i)
+        self.done: dict[int, object] = {}
+        self.taken: set[int] = set()
+        self.hits = self.misses = 0
+        self._sharing = sharing_layouts()
+        self._sharing.__enter__()
+        self._results = run_each(_judge_item, self.items, workers)
+
+    def take(self, key: str) -> CaseResult | Rejected | None:
+        i = self.where.pop(key, None)
+        if i is None:
+            self.misses += 1
+            return None
+        while i not in self.done:
+            j, out = next(self._results)
+            self.done[j] = out
+        out = self.done.pop(i)
+        self.taken.add(i)
+        if not isinstance(out, (CaseResult, Rejected)):  # the worker died or could not send it back
+            shutil.rmtree(self.items[i][2], ignore_errors=True)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return out
+
+    def counts(self) -> dict:
+        return {"drawn": len(self.items), "taken": self.hits, "judged_here": self.misses}
+
+    def close(self) -> None:
+        """Workers stopped; the folders of examples judged ahead and never asked for removed."""
+        self._results.close()
+        self._sharing.__exit__(None, None, None)
+        for i in set(range(len(self.items))) - self.taken:  # a taken one's folder is the run's now
+            shutil.rmtree(self.items[i][2], ignore_errors=True)
+
+
+def key_of(scenario: Scenario, combo: Combination) -> str:
+    return f"{combo}\n{scenario.to_yaml()}"
+
+
+def _judge_item(item) -> CaseResult | Rejected:
+    scenario, combo, case_dir, io = item
+    return judged(scenario, combo, case_dir, io)
+
+
+def _while_damaging(e: BaseException) -> bool:
+    """Whether the exception came out of corruption at rest (resilience/faults/corruption.py)."""
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace(os.sep, "/").endswith("resilience/faults/corruption.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backend: str, e: Exception) -> CaseResult:
+    import traceback
+
+    from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
+
+    detail = f"the runner raised {type(e).__name__}: {e}"
+    os.makedirs(case_dir, exist_ok=True)
+    with open(os.path.join(case_dir, FRAMEWORK_ERROR), "w", encoding="utf-8") as f:
+        f.write(traceback.format_exc())
+    return CaseResult(
+        scenario.name,
+        str(combo),
+        UNKNOWN,
+        [Verdict(FRAMEWORK, UNKNOWN, detail, [{"traceback": traceback.format_exc()}])],
+        0.0,
+        case_dir,
+        replay_command(os.path.join(case_dir, "scenario.yaml"), combo, backend),
+        detail,
+    )

@@ -1,0 +1,53 @@
+"""Cases judged side by side (judge_cases with workers): the same rows in the same order as one by one,
+every row in the run folder, and a layout learned once between the workers."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from resilience.report import RunFolder
+from resilience.report.cases import CaseSpec, judge_cases
+from resilience.runner import learn
+from resilience.runner.matrix import cases
+from resilience.vocab import Combination
+
+pytestmark = pytest.mark.multiprocess
+
+COMBO = Combination.parse("GLOBAL/torch_dist/sync")
+
+
+def _judge(tmp_path, workers: int) -> tuple[list[dict], str]:
+    folder = RunFolder.create(str(tmp_path / f"w{workers}"), "matrix", {"cases": 3})
+    specs = [
+        CaseSpec(
+            c.scenario,
+            c.combo,
+            os.path.join(folder.path, "cases", f"{i:02d}"),
+            "reference",
+            c.fault,
+            None,
+            {"column": c.column},
+        )
+        for i, c in enumerate(cases([COMBO], ["truncate", "bitflip", "save/load"], {}, 0))
+    ]
+    started: list[str] = []
+    rows = judge_cases(folder, specs, before=lambda c: started.append(c.case_dir), workers=workers)
+    assert sorted(started) == sorted(s.case_dir for s in specs)
+    return rows, folder.path
+
+
+def test_workers_judge_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
+    one, _ = _judge(tmp_path, 1)
+    monkeypatch.setattr(learn, "_CACHE", {})  # nothing learned before the workers are forked
+    two, run_dir = _judge(tmp_path, 2)
+    assert [(r["column"], r["verdict"]) for r in two] == [(r["column"], r["verdict"]) for r in one]
+    assert [r["verdict"] for r in two] == ["PASS"] * 3
+    folder_rows, _ = RunFolder(run_dir, {}).rows()
+    assert sorted(r["column"] for r in folder_rows) == sorted(r["column"] for r in two)
+    # truncate (the distributed optimizer) and bitflip (Adam) learn different layouts; the cases that
+    # share one learn it once between the workers, whoever runs first
+    learned = glob.glob(os.path.join(run_dir, "cases", "*", "layout", "ckpt"))
+    assert len(learned) == len({r["column"] for r in two if r["column"] != "save/load"}) == 2
