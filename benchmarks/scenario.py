@@ -17,7 +17,8 @@ Cases per minute (`--matrix-runs N`, `--fuzz-examples N`): `resilience matrix` o
 `resilience fuzz` with a fixed seed, each run as the user runs it (a fresh process, imports included, its
 default options: this tree runs as many cases at a time as there are usable CPUs), for this tree and,
 with `--baseline PATH`, for the tree at PATH (its own PYTHONPATH), interleaved; the verdicts of both must
-agree (the same examples, for the fuzzer). Target: this tree's cases per minute at least TARGET_CASES_SPEEDUP x the baseline's.
+agree (the same examples, for the fuzzer). Target: this tree's cases per minute at least
+TARGET_CASES_SPEEDUP x the baseline's.
 
 Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (rank 0, which writes the
 replica-0 pieces, killed mid-save; resume on the same world), wall and CPU seconds (this process and every
