@@ -113,11 +113,11 @@ class _Pool:
             give(mine, proc)
         while busy:
             check_stop()
-            for conn, (i, proc) in list(busy.items()):
-                if timeout is not None and time.monotonic() - since[conn] > timeout:
+            for late, (i, proc) in list(busy.items()):
+                if timeout is not None and time.monotonic() - since[late] > timeout:
                     _signal(proc.pid, signal.SIGKILL)
                     proc.join(5.0)
-                    del busy[conn]
+                    del busy[late]
                     yield i, WorkerDied(f"it ran longer than {timeout:g} s; its worker was killed")
             for ready in wait(list(busy), timeout=0.5):
                 conn: Connection = ready  # type: ignore[assignment]  # only connections are waited on
