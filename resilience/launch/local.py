@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from ..errors import ConfigError, RankFailure, RankTimeout
 from ..stopping import check as check_stop, held
+from . import scratch
 from .base import JobOutcome, RankContext, RankOutcome, check_seconds
 from .lifetime import die_with_parent, guard_process_group
 
@@ -53,6 +54,7 @@ def _rank_main(
     log_dir: str | None,
     pin_cpus: bool = False,
     runner: int | None = None,
+    temp: str | None = None,
 ) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # not the runner's handlers (resilience.cli): die as a process does
         signal.signal(sig, signal.SIG_DFL)
@@ -63,6 +65,8 @@ def _rank_main(
     guard_process_group(f"rank{rank}-guard")  # and what the rank started ends with the rank
     status = 0
     try:
+        if temp:
+            scratch.use(temp)  # before anything here makes a temporary file: all of them go with the job
         if pin_cpus:
             _pin(rank, world)
         if log_dir:
@@ -182,6 +186,7 @@ class Job:
         self.outcome = JobOutcome([RankOutcome(r) for r in range(world)])
         self._listener: socket.socket | None = None
         self._started = 0.0
+        self._temp: str | None = None  # the ranks' temp folder (scratch.py), made at start
 
     @property
     def pids(self) -> list[int]:
@@ -204,6 +209,7 @@ class Job:
         self._started = time.monotonic()
         # a forkserver's children have the forkserver as parent (it exits with us): nothing to compare with
         runner = os.getpid() if self.start_method != "forkserver" else None
+        self._temp = scratch.make()
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
@@ -223,6 +229,7 @@ class Job:
                         self.log_dir,
                         self.pin_cpus,
                         runner,
+                        self._temp,
                     ),
                 )
                 # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
@@ -420,6 +427,9 @@ class Job:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+        if self._temp is not None:  # after every process that could still write there is gone
+            scratch.remove(self._temp)
+            self._temp = None
 
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
