@@ -154,7 +154,8 @@ class Job:
 
     Every rank dies with the process that started it, and everything a rank starts dies with the rank
     (see lifetime.py). The kernel ties that to the starting *thread*: start and wait from one thread
-    that outlives the Job (every caller here uses the main thread). Timeouts are capped at
+    that outlives the Job (every caller here uses the main thread). Their temporary files go too: they
+    are kept in a folder of the job's own, removed at teardown (see scratch.py). Timeouts are capped at
     MAX_JOB_TIMEOUT: no job runs unbounded, whatever a scenario asks for."""
 
     def __init__(

@@ -349,7 +349,9 @@ class BackendUnderTest:
 class RankLauncher:
     """`launch(fn, world, args=(), kwargs=None, timeout=120)`: fn(ctx, *args, **kwargs) on `world` forked
     rank processes (torch.distributed on gloo); their results in rank order, or RankFailure with
-    `failures: {rank: ...}`. Skips the test when world exceeds --resilience-max-world."""
+    `failures: {rank: ...}`. Skips the test when world exceeds --resilience-max-world. A rank's temp folder
+    (tempfile's, TMPDIR) is the job's own and goes with it: what must outlast the ranks goes to a folder of
+    the test's (tmp_path) or into the result."""
 
     def __init__(self, options: ResilienceOptions):
         self.options = options
