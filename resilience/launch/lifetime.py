@@ -93,14 +93,14 @@ def guard_process_group(name: str = "guard") -> int | None:
                 os.environ,
                 setsigmask=(),
                 setsigdef=(signal.SIGURG, signal.SIGTERM, signal.SIGINT, signal.SIGHUP),
-                file_actions=[(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds()],
+                file_actions=[(os.POSIX_SPAWN_CLOSE, fd) for fd in inheritable_fds()],
             )
         except OSError:
             pass  # fork one instead
     return _fork_guard(name)
 
 
-def _inheritable_fds() -> list[int]:
+def inheritable_fds() -> list[int]:
     """This process's descriptors above 2 that an exec would keep (Python's own are close-on-exec)."""
     try:
         fds = [int(fd) for fd in os.listdir("/proc/self/fd")]

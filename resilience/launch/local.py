@@ -187,7 +187,7 @@ class Job:
         self.outcome = JobOutcome([RankOutcome(r) for r in range(world)])
         self._listener: socket.socket | None = None
         self._started = 0.0
-        self._temp: str | None = None  # the ranks' temp folder (scratch.py), made at start
+        self._temp: scratch.JobFolder | None = None  # the ranks' temp folder, made at start
 
     @property
     def pids(self) -> list[int]:
@@ -210,7 +210,7 @@ class Job:
         self._started = time.monotonic()
         # a forkserver's children have the forkserver as parent (it exits with us): nothing to compare with
         runner = os.getpid() if self.start_method != "forkserver" else None
-        self._temp = scratch.make()
+        self._temp = scratch.JobFolder()
         try:
             for rank in range(self.world):
                 parent_end, child_end = ctx.Pipe(duplex=False)
@@ -230,7 +230,7 @@ class Job:
                         self.log_dir,
                         self.pin_cpus,
                         runner,
-                        self._temp,
+                        self._temp.path,
                     ),
                 )
                 # held over the fork: a Ctrl-C landing in the parent's after-fork hooks would be lost there
@@ -429,7 +429,7 @@ class Job:
             self._listener.close()
             self._listener = None
         if self._temp is not None:  # after every process that could still write there is gone
-            scratch.remove(self._temp)
+            self._temp.remove()
             self._temp = None
 
 

@@ -2,15 +2,18 @@
 
     python runner_script.py OUT START_METHOD [handle]
 
-Every rank writes OUT/pids/<name> for itself, a forked child (as megatron-core forks its writers) and a
-subprocess, then sleeps. With `handle`, SIGTERM and SIGINT end the runner as `resilience` does; it then
-writes OUT/after.json: the exception it caught and the recorded processes still alive at that point."""
+Every rank makes temporary files, writes OUT/pids/<name> for itself, a forked child (as megatron-core
+forks its writers) and a subprocess, then sleeps. With `handle`, SIGTERM and SIGINT end the runner as
+`resilience` does; it then writes OUT/after.json: the exception it caught and the recorded processes
+still alive at that point."""
 
 import json
+import multiprocessing.util
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import psutil
@@ -27,6 +30,8 @@ def record(out: str, name: str, pid: int) -> None:
 
 
 def long_save(ctx, out: str):
+    tempfile.mkstemp()  # temp files of the rank's own and of multiprocessing's, for the job's folder to hold
+    multiprocessing.util.get_temp_dir()
     child = os.fork()
     if child == 0:  # a forked writer: sleeps as long as its rank
         time.sleep(3600)

@@ -11,6 +11,8 @@ import time
 import psutil
 import pytest
 
+from tests.temp_folders import left_in, private_temp
+
 pytestmark = pytest.mark.multiprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -88,38 +90,51 @@ def _recorded(out) -> list[int] | None:
     return [int(open(os.path.join(out, "pids", n)).read()) for n in names]
 
 
-def _start_runner(out, start_method, *extra):
+def _start_runner(out, start_method, *extra, temp=None):
     return subprocess.Popen(
         [sys.executable, SCRIPT, str(out), start_method, *extra],
-        env=_env(),
+        env=dict(_env(), TMPDIR=temp) if temp else _env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
 
 
+def _assert_temp_emptied(temp):
+    """Nothing left in the runner's temp folder: the job's folder, with what its ranks made there, is gone."""
+    end = time.monotonic() + GONE
+    while left_in(temp) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert left_in(temp) == []
+
+
 @pytest.mark.parametrize("start_method", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_sigkilled_runner_leaves_no_rank_nor_any_child_of_a_rank(tmp_path, start_method):
-    runner = _start_runner(tmp_path, start_method)
-    procs = _processes(_wait_for(lambda: _recorded(tmp_path), STARTUP, "the ranks started", runner))
-    assert len(procs) == 6
-    runner.kill()
-    runner.wait(timeout=30)
-    _assert_all_end(procs)
+    with private_temp() as temp:
+        runner = _start_runner(tmp_path, start_method, temp=temp)
+        procs = _processes(_wait_for(lambda: _recorded(tmp_path), STARTUP, "the ranks started", runner))
+        assert len(procs) == 6
+        assert any(name.startswith("pymp-") for name in "/".join(left_in(temp)).split("/")), left_in(temp)
+        runner.kill()
+        runner.wait(timeout=30)
+        _assert_all_end(procs)
+        _assert_temp_emptied(temp)  # no teardown ran: the job folder's reaper removed it
 
 
 @pytest.mark.parametrize("sig, caught", [(signal.SIGTERM, "Interrupted"), (signal.SIGINT, "KeyboardInterrupt")])
 def test_sigterm_and_sigint_tear_every_rank_down_before_the_runner_exits(tmp_path, sig, caught):
-    runner = _start_runner(tmp_path, "fork", "handle")
-    procs = _processes(_wait_for(lambda: _recorded(tmp_path), STARTUP, "the ranks started", runner))
-    runner.send_signal(sig)
-    try:
-        runner.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the runner did not end on {sig.name}: {_output(runner)}")
-    assert runner.returncode == 3, _output(runner)
-    after = json.loads((tmp_path / "after.json").read_text())
-    assert after == {"caught": caught, "alive": []}  # the runner's own teardown ended them all
-    _assert_all_end(procs)
+    with private_temp() as temp:
+        runner = _start_runner(tmp_path, "fork", "handle", temp=temp)
+        procs = _processes(_wait_for(lambda: _recorded(tmp_path), STARTUP, "the ranks started", runner))
+        runner.send_signal(sig)
+        try:
+            runner.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the runner did not end on {sig.name}: {_output(runner)}")
+        assert runner.returncode == 3, _output(runner)
+        after = json.loads((tmp_path / "after.json").read_text())
+        assert after == {"caught": caught, "alive": []}  # the runner's own teardown ended them all
+        _assert_all_end(procs)
+        assert left_in(temp) == []  # and removed their temp files
 
 
 SLOW_SAVE = """
