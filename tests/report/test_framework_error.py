@@ -32,6 +32,8 @@ def test_a_case_the_framework_breaks_on_is_unknown_and_the_run_goes_on(tmp_path,
             "save/load",
             "--transitions",
             "none",
+            "--workers",
+            "1",  # the patch counts calls in this process
             "--out",
             str(tmp_path),
         ]
