@@ -48,12 +48,14 @@ def run_each(
     *,
     started: Callable[[int], None] | None = None,
     timeout: float | None = None,
+    order: Sequence[int] | None = None,
 ) -> Generator[tuple[int, Any], None, None]:
     """(index, result) of `fn(item)` for every item, as each ends; `started(index)` as each begins. An
-        Exception raised by `fn` comes back as the result (the caller decides); a stop (KeyboardInterrupt and
-        its kin) is raised here. An item still running `timeout` seconds after it started has its worker
-    SIGKILLed (its ranks with it) and comes back as WorkerDied. With one worker, or one item, everything runs
-    in this process, in order (no timeout: the item's own jobs have theirs)."""
+            Exception raised by `fn` comes back as the result (the caller decides); a stop (KeyboardInterrupt and
+            its kin) is raised here. An item still running `timeout` seconds after it started has its worker
+        SIGKILLed (its ranks with it) and comes back as WorkerDied. With one worker, or one item, everything runs
+        in this process, in order (no timeout: the item's own jobs have theirs). `order`: the indices in the
+    order workers take them (the longest first keeps the last worker from running alone at the end)."""
     if workers <= 1 or len(items) <= 1:
         for i, item in enumerate(items):
             check_stop()
@@ -67,7 +69,7 @@ def run_each(
         return
     pool = _Pool(fn, items, min(workers, len(items)))
     try:
-        yield from pool.results(started, timeout)
+        yield from pool.results(started, timeout, order)
     finally:
         pool.close()
 
@@ -96,8 +98,10 @@ class _Pool:
             self.close()
             raise
 
-    def results(self, started: Callable[[int], None] | None, timeout: float | None) -> Iterator[tuple[int, Any]]:
-        todo = list(range(len(self.items)))[::-1]
+    def results(
+        self, started: Callable[[int], None] | None, timeout: float | None, order: Sequence[int] | None
+    ) -> Iterator[tuple[int, Any]]:
+        todo = list(order if order is not None else range(len(self.items)))[::-1]
         busy: dict = {}  # conn -> (index, process)
         since: dict = {}  # conn -> when its item started
 

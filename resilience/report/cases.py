@@ -61,13 +61,24 @@ def judge_cases(
     rows: list[dict | None] = [None] * len(specs)
     with keeping(folder, columns), sharing_layouts(workers > 1 and len(specs) > 1):
         started = (lambda i: before(specs[i])) if before is not None else None
-        for i, out in run_each(case_row, specs, workers, started=started):
+        for i, out in run_each(case_row, specs, workers, started=started, order=_longest_first(specs)):
             row = out if isinstance(out, dict) else _lost_row(specs[i], out)
             folder.append(row)
             rows[i] = row
             if after is not None:
                 after(row)
     return [r for r in rows if r is not None]
+
+
+def _longest_first(specs: list[CaseSpec]) -> list[int]:
+    """The cases' indices, those likely to take longest first: a power loss (its crash states, each loaded
+    by the ranks), then by number of steps; ties keep their order."""
+
+    def cost(i: int) -> tuple:
+        steps = getattr(specs[i].scenario, "steps", [])
+        return (-any(s.kind == "lose_unsynced" for s in steps), -len(steps), i)
+
+    return sorted(range(len(specs)), key=cost)
 
 
 def case_row(c: CaseSpec) -> dict:

@@ -51,3 +51,14 @@ def test_workers_judge_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
     # share one learn it once between the workers, whoever runs first
     learned = glob.glob(os.path.join(run_dir, "cases", "*", "layout", "ckpt"))
     assert len(learned) == len({r["column"] for r in two if r["column"] != "save/load"}) == 2
+
+
+def test_workers_take_the_longest_cases_first():
+    from resilience.report.cases import _longest_first
+
+    specs = [
+        CaseSpec(c.scenario, c.combo, str(i), "reference", c.fault)
+        for i, c in enumerate(cases([COMBO], ["bitflip", "lost_unsynced", "kill", "truncate"], {}, 0))
+    ]
+    order = [specs[i].fault for i in _longest_first(specs)]
+    assert order[0] == "lost_unsynced" and order[1] == "kill" and order[2:] == ["bitflip", "truncate"]
