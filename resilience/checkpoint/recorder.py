@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import storage
-from ..storage.base import WriteStreamBase
+from ..storage.buffered import BufferedStream
 from .manifest import file_digest
 
 
@@ -19,7 +19,7 @@ class RecordingFileSystem:
     def open_write(self, path, *, sync=True):
         s = self.inner.open_write(path, sync=sync)
         self.streams.append(s)
-        return WriteAll(s)
+        return BufferedStream(s)  # torch.save's small writes coalesce; every byte is written
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -37,28 +37,6 @@ class RecordingFileSystem:
                 size, digest = s.size, s.digest
             out[rel] = {"size": size, "xxh3_128": digest}
         return out
-
-
-class WriteAll(WriteStreamBase):
-    """torch.save and DCP ignore the count write() returns; a short write would leave a committed but
-    truncated file. This stream writes the rest, and fails when the filesystem makes no progress."""
-
-    def __init__(self, inner):
-        self._inner = inner
-
-    def write(self, data) -> int:
-        return storage.write_all(self._inner, data)
-
-    @property
-    def path(self) -> str:
-        return self._inner.path
-
-    @path.setter
-    def path(self, value: str) -> None:  # DCP's rename of .metadata.tmp: the record follows the file
-        self._inner.path = value
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
 
 
 def recording():

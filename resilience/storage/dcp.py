@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.planner import LoadItemType
 from torch.futures import Future
 
 from . import base, safe_pickle, torch_load
+from .buffered import unmasked
 from .contained import check_inside
 from .held import HeldFiles, MemoryFile
 
@@ -78,7 +79,8 @@ class SeamFileSystem(FileSystemBase):
             else:
                 raise ValueError(f"{path}: unsupported stream mode {mode!r}")
             try:
-                yield stream
+                with unmasked(stream):  # a failed write's own error, not torch.save's after it
+                    yield stream
             finally:
                 stream.close()
 

@@ -10,6 +10,7 @@ from ... import storage
 from ...errors import IntegrityError
 from ...state.sharding import Record, ShardedObject, ShardedTensor
 from ...storage import torch_load
+from ...storage.buffered import unmasked
 
 
 def entry(r: ShardedTensor, data: torch.Tensor | None = None, offset=None) -> dict:
@@ -21,7 +22,7 @@ def entry(r: ShardedTensor, data: torch.Tensor | None = None, offset=None) -> di
 
 
 def save(path: str, tensors: dict[str, dict], objects: dict[str, Any]) -> None:
-    with storage.current().open_write(path) as f:
+    with storage.current().open_write(path) as f, unmasked(f):
         torch.save({"format_version": 1, "tensors": tensors, "objects": objects}, f)  # type: ignore[arg-type]  # file-like
 
 
