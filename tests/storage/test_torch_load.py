@@ -50,3 +50,79 @@ def test_weights_only_still_refuses_code(tmp_path):
     data, _ = read_hashed(path, len(open(path, "rb").read()))
     with pytest.raises(pickle.UnpicklingError):
         torch_load.load(MemoryFile(data))
+
+
+def _archive(t: torch.Tensor) -> bytearray:
+    b = io.BytesIO()
+    torch.save(t, b)
+    return bytearray(b.getvalue())
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+        and torch.equal(a, b)
+    )
+
+
+SHAPES = [
+    torch.arange(12, dtype=torch.float32).reshape(3, 4),
+    torch.arange(40, dtype=torch.float32).reshape(5, 8)[1:, 2:],  # a view: offset and strides of its storage
+    torch.arange(40, dtype=torch.int64).reshape(5, 8).t(),
+    torch.ones(7, dtype=torch.bfloat16),
+    torch.tensor(3.5),
+    torch.zeros(0, 4),
+]
+
+
+@pytest.mark.parametrize("make", range(len(SHAPES)))
+def test_an_item_of_a_known_pickle_is_built_without_unpickling(monkeypatch, make):
+    """DCP's items: each a torch.save of one tensor. The second archive with the same pickle is built from
+    the recipe the first left, equal to what unpickling gives, and a view of its own bytes."""
+    monkeypatch.setattr(torch_load, "_RECIPES", {})
+    first = SHAPES[make]
+    second = _like(first, first * 3)
+    unpickled = []
+    real = torch_load._LOAD_STEP
+    monkeypatch.setattr(torch_load, "_LOAD_STEP", lambda *a, **k: unpickled.append(1) or real(*a, **k))
+    for t in (first, second):
+        data = _archive(t)
+        loaded = torch_load.load(MemoryFile(data))
+        assert _same(loaded, torch.load(io.BytesIO(bytes(data)), weights_only=True))
+        start = torch.frombuffer(memoryview(data), dtype=torch.uint8).data_ptr()
+        assert not loaded.numel() or start <= loaded.data_ptr() < start + len(data)
+    assert len(unpickled) == 1
+
+
+def _like(first: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` laid out as `first` is (same storage size, offset and strides): the same pickle."""
+    storage = torch.zeros(first.untyped_storage().nbytes() // first.element_size(), dtype=first.dtype)
+    out = storage.as_strided(first.shape, first.stride(), first.storage_offset())
+    out.copy_(values)
+    return out
+
+
+def test_a_known_pickle_over_too_few_bytes_fails_as_torch_load_does(monkeypatch):
+    monkeypatch.setattr(torch_load, "_RECIPES", {})
+    t = torch.arange(256, dtype=torch.float32)
+    torch_load.load(MemoryFile(_archive(t)))
+    assert len(torch_load._RECIPES) == 1
+    data = _archive(t + 1)
+    at = bytes(data).index(b"data/0") + 64  # inside the storage: the archive cut there
+    cut = bytearray(data[:at])
+    with pytest.raises(Exception) as ours:
+        torch_load.load(MemoryFile(cut))
+    with pytest.raises(Exception) as theirs:
+        torch.load(io.BytesIO(bytes(cut)), weights_only=True)
+    assert type(ours.value) is type(theirs.value)
+
+
+def test_only_one_plain_tensor_is_learned(monkeypatch):
+    monkeypatch.setattr(torch_load, "_RECIPES", {})
+    for obj in ({"t": torch.ones(3)}, torch.nn.Parameter(torch.ones(3)), torch.ones(3, requires_grad=True)):
+        loaded = torch_load.load(MemoryFile(_archive(obj)))
+        assert type(loaded) is type(torch.load(io.BytesIO(bytes(_archive(obj))), weights_only=True))
+    assert torch_load._RECIPES == {}
