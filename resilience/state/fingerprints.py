@@ -10,6 +10,7 @@ loaded a damaged or stale copy shows though only replica 0 enters the values."""
 
 from __future__ import annotations
 
+import functools
 import json
 from math import prod
 from typing import Any
@@ -93,10 +94,24 @@ def replica_disagreements(pieces: list[tuple], tensors: dict[str, torch.Tensor])
 def assemble_tensors(pieces: list[tuple]) -> dict[str, torch.Tensor]:
     """The global (logical) tensor of every key, from the tensor pieces of every rank."""
     tensors: dict[str, torch.Tensor] = {}
+    whole: set[str] = set()  # keys whose tensor is still the one piece that covered it (not a copy)
     for kind, key, shape, offset, data in pieces:
-        if kind == "t":
-            full = tensors.setdefault(key, torch.zeros(shape, dtype=data.dtype))
-            full[tuple(slice(o, o + s) for o, s in zip(offset, data.shape))] = data
+        if kind != "t":
+            continue
+        full = tensors.get(key)
+        if full is None:
+            if tuple(data.shape) == tuple(shape) and not any(offset):  # the whole tensor: no copy needed
+                tensors[key] = data
+                whole.add(key)
+                continue
+            full = tensors[key] = torch.zeros(shape, dtype=data.dtype)
+        elif key in whole:  # another piece of a key one piece covered: write into a copy, never the piece
+            full = tensors[key] = full.clone()
+            whole.discard(key)
+        box = full
+        for dim, (o, n) in enumerate(zip(offset, data.shape)):
+            box = box.narrow(dim, o, n)
+        box.copy_(data)
     return tensors
 
 
@@ -132,6 +147,11 @@ def generations(pieces: list[tuple], prefix: str) -> dict[str, dict[int, dict]]:
     tensors = assemble_tensors(stamps)
     for key, full in tensors.items():
         found: dict[int, dict] = {}
+        if full.numel() and bool((full == full.view(-1)[0]).all()):  # one value, as after one whole save
+            value = full.view(-1)[0].item()
+            g = int(value) if float(value).is_integer() else -1
+            out[key[len(prefix) :]] = {g: {"elements": full.numel(), "box": [[0, n] for n in full.shape]}}
+            continue
         for value in torch.unique(full).tolist():
             mask = full == value
             g = int(value) if float(value).is_integer() else -1
@@ -192,6 +212,7 @@ def _from_bytes(blob: bytes) -> list[tuple]:
     return out
 
 
+@functools.cache
 def _dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name.removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype):
