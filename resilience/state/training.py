@@ -21,7 +21,7 @@ from .model import ModelSpec, ParamLayout
 from .precision import Precision
 from .sharding import Record, ShardedObject, ShardedTensor
 from .topology import Coords, Topology
-from .values import element_values, global_index
+from .values import element_values_of, global_index
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # ModelSpec.dtype and .optim_dtype -> torch's
@@ -80,9 +80,9 @@ class TrainingState:
         self.stamps: dict[str, torch.Tensor] = {}
         self.generation = 0
         dtype, moments = TORCH_DTYPES[spec.dtype], TORCH_DTYPES[spec.optim_dtype]
-        for piece in self.pieces:
+        for piece, values in zip(self.pieces, self._values_of(self.pieces, 0)):
             key = piece.layout.key
-            fp32 = self._initial(piece)
+            fp32 = values.clone()  # a tensor of its own: the values are views of one buffer
             self.params[key] = fp32.to(dtype)
             lo, hi = self._opt_slice(piece)
             self.exp_avg[key] = torch.zeros_like(fp32[lo:hi], dtype=moments)
@@ -135,21 +135,20 @@ class TrainingState:
         g = torch.arange(piece.offset[0] + lo, piece.offset[0] + hi)
         return (g < piece.logical_rows).view(-1, *([1] * (len(piece.local_shape) - 1)))
 
-    def _values(self, piece: Piece, salt: int, rows: tuple[int, int] | None = None) -> torch.Tensor:
-        lo, hi = rows or (0, piece.local_shape[0])
-        offset = (piece.offset[0] + lo,) + piece.offset[1:]
-        local = (hi - lo,) + piece.local_shape[1:]
-        v = element_values(
-            self.spec.seed + salt,
-            piece.layout.key,
-            global_index(piece.global_shape, offset, local),
-            self.spec.value_range == "wide",
-        )
-        mask = self._padding_mask(piece, rows)
-        return v if mask is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype))
-
-    def _initial(self, piece: Piece) -> torch.Tensor:
-        return self._values(piece, 0)
+    def _values_of(self, pieces: list[Piece], salt: int, opt_rows: bool = False) -> list[torch.Tensor]:
+        """The values of every piece (of its optimizer rows with `opt_rows`), zero on padding rows; the
+        unpadded ones are views of one buffer."""
+        parts = []
+        for piece in pieces:
+            lo, hi = piece.opt_rows if opt_rows else (0, piece.local_shape[0])
+            offset = (piece.offset[0] + lo,) + piece.offset[1:]
+            local = (hi - lo,) + piece.local_shape[1:]
+            parts.append((piece.layout.key, global_index(piece.global_shape, offset, local)))
+        out = []
+        for piece, v in zip(pieces, element_values_of(self.spec.seed + salt, parts, self.spec.value_range == "wide")):
+            mask = self._padding_mask(piece, piece.opt_rows if opt_rows else None)
+            out.append(v if mask is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype)))
+        return out
 
     # ---- training -----------------------------------------------------------------------------
     def lr(self, step: int) -> float:
@@ -185,7 +184,8 @@ class TrainingState:
         position = self.consumed_samples
         scale = 1.0 + (position % 8) * 0.125
         bc1, bc2, lr = 1.0 - BETA1**t, 1.0 - BETA2**t, self.lr(t)
-        grads = [self._grad(piece, scale, position % 3) for piece in self.pieces]
+        targets = self._values_of(self.pieces, 7919 + position % 3, opt_rows=True)
+        grads = [self._grad(piece, scale, target) for piece, target in zip(self.pieces, targets)]
         if self.spec.optimizer != "distributed" and self.groups.dp_group is not None and grads:
             # replicas computed equal gradients; MAX keeps them bit-exact while running the collective,
             # one for the whole step as a bucketed all-reduce would (one per piece costs ms each)
@@ -215,11 +215,11 @@ class TrainingState:
         if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
             self._gather_rows()
 
-    def _grad(self, piece: Piece, scale: float, batch_salt: int) -> torch.Tensor:
-        """This rank's gradient of the rows of `piece` it updates (zero on padding rows), bounded
-        (|grad| < scale) so wide values never overflow Adam's second moment."""
+    def _grad(self, piece: Piece, scale: float, target: torch.Tensor) -> torch.Tensor:
+        """This rank's gradient of the rows of `piece` it updates (zero on padding rows) towards `target`
+        (its values for this batch), bounded (|grad| < scale) so wide values never overflow Adam's second
+        moment."""
         lo, hi = self._opt_slice(piece)
-        target = self._values(piece, 7919 + batch_salt, (lo, hi))
         diff = self.params[piece.layout.key][lo:hi].float() - target
         grad = diff / (diff.abs() + 1.0) * scale
         mask = self._padding_mask(piece, (lo, hi))
