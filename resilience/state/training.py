@@ -21,7 +21,7 @@ from .model import ModelSpec, ParamLayout
 from .precision import Precision
 from .sharding import Record, ShardedObject, ShardedTensor
 from .topology import Coords, Topology
-from .values import element_values_of, global_index
+from .values import element_values_flat, element_values_of, global_index
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # ModelSpec.dtype and .optim_dtype -> torch's
@@ -135,18 +135,22 @@ class TrainingState:
         g = torch.arange(piece.offset[0] + lo, piece.offset[0] + hi)
         return (g < piece.logical_rows).view(-1, *([1] * (len(piece.local_shape) - 1)))
 
-    def _values_of(self, pieces: list[Piece], salt: int, opt_rows: bool = False) -> list[torch.Tensor]:
-        """The values of every piece (of its optimizer rows with `opt_rows`), zero on padding rows; the
-        unpadded ones are views of one buffer."""
+    def _indices(self, pieces: list[Piece], opt_rows: bool) -> list[tuple[str, torch.Tensor]]:
+        """(key, global index of every element) of each piece, or of its optimizer rows."""
         parts = []
         for piece in pieces:
             lo, hi = piece.opt_rows if opt_rows else (0, piece.local_shape[0])
             offset = (piece.offset[0] + lo,) + piece.offset[1:]
             local = (hi - lo,) + piece.local_shape[1:]
             parts.append((piece.layout.key, global_index(piece.global_shape, offset, local)))
+        return parts
+
+    def _values_of(self, pieces: list[Piece], salt: int) -> list[torch.Tensor]:
+        """The values of every piece, zero on padding rows; the unpadded ones are views of one buffer."""
+        parts = self._indices(pieces, False)
         out = []
         for piece, v in zip(pieces, element_values_of(self.spec.seed + salt, parts, self.spec.value_range == "wide")):
-            mask = self._padding_mask(piece, piece.opt_rows if opt_rows else None)
+            mask = self._padding_mask(piece)
             out.append(v if mask is None else torch.where(mask, v, torch.zeros((), dtype=v.dtype)))
         return out
 
@@ -179,53 +183,76 @@ class TrainingState:
         self.consumed_samples += batch
 
     def _update(self) -> None:
+        """One Adam step over the optimizer rows of every piece at once: each piece's rows are copied into
+        one flat tensor, the arithmetic runs on it, and the results are copied back (element by element
+        the same operations as piece by piece, so bit for bit the same state, for a fraction of the calls)."""
         self.opt_step += 1
+        if not self.pieces:
+            return
         t = self.opt_step
         position = self.consumed_samples
         scale = 1.0 + (position % 8) * 0.125
         bc1, bc2, lr = 1.0 - BETA1**t, 1.0 - BETA2**t, self.lr(t)
-        targets = self._values_of(self.pieces, 7919 + position % 3, opt_rows=True)
-        grads = [self._grad(piece, scale, target) for piece, target in zip(self.pieces, targets)]
-        if self.spec.optimizer != "distributed" and self.groups.dp_group is not None and grads:
+        keys = [piece.layout.key for piece in self.pieces]
+        rows = [self._opt_slice(piece) for piece in self.pieces]
+        mains = [self.main[k] if k in self.main else self.params[k][lo:hi] for k, (lo, hi) in zip(keys, rows)]
+        if self.write_guard is not None:
+            for k, main in zip(keys, mains):
+                self.write_guard.before_write((self.params[k], main, self.exp_avg[k], self.exp_avg_sq[k]))
+        grad = self._grads(keys, rows, scale, 7919 + position % 3)
+        if self.spec.optimizer != "distributed" and self.groups.dp_group is not None:
             # replicas computed equal gradients; MAX keeps them bit-exact while running the collective,
             # one for the whole step as a bucketed all-reduce would (one per piece costs ms each)
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            dist.all_reduce(flat, op=dist.ReduceOp.MAX, group=self.groups.dp_group)
-            grads = [part.view_as(g) for part, g in zip(flat.split([g.numel() for g in grads]), grads)]
-        for piece, grad in zip(self.pieces, grads):
-            key = piece.layout.key
-            lo, hi = self._opt_slice(piece)
-            param = self.params[key]
-            main = self.main[key] if key in self.main else param[lo:hi]
-            m, v = self.exp_avg[key], self.exp_avg_sq[key]
-            if self.write_guard is not None:
-                self.write_guard.before_write((param, main, m, v))
-            # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded here)
-            m_new = m.float() * BETA1 + grad * (1.0 - BETA1)
-            v_new = v.float() * BETA2 + (grad * grad) * (1.0 - BETA2)
-            m.copy_(m_new)
-            v.copy_(v_new)
-            update = (m_new / bc1) / ((v_new / bc2).sqrt() + EPS)
-            if self.spec.value_range == "wide":
-                main.copy_(main - (update * lr) * main.abs())  # a relative step keeps every magnitude
-            else:
-                main.copy_(main - update * lr)
-            if key in self.main:
-                param[lo:hi].copy_(main.to(param.dtype))
+            dist.all_reduce(grad, op=dist.ReduceOp.MAX, group=self.groups.dp_group)
+        # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded as copied back)
+        m_new = _flat(self.exp_avg[k].float() for k in keys) * BETA1 + grad * (1.0 - BETA1)
+        v_new = _flat(self.exp_avg_sq[k].float() for k in keys) * BETA2 + (grad * grad) * (1.0 - BETA2)
+        update = (m_new / bc1) / ((v_new / bc2).sqrt() + EPS)
+        main = _flat(mains)
+        if self.spec.value_range == "wide":
+            main_new = main - (update * lr) * main.abs()  # a relative step keeps every magnitude
+        else:
+            main_new = main - update * lr
+        sizes = [m.numel() for m in mains]
+        for k, (lo, hi), old, m, v, w in zip(
+            keys, rows, mains, m_new.split(sizes), v_new.split(sizes), main_new.split(sizes)
+        ):
+            self.exp_avg[k].copy_(m.view(old.shape))
+            self.exp_avg_sq[k].copy_(v.view(old.shape))
+            old.copy_(w.view(old.shape))
+            if k in self.main:
+                param = self.params[k]
+                param[lo:hi].copy_(old.to(param.dtype))
         if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
             self._gather_rows()
 
-    def _grad(self, piece: Piece, scale: float, target: torch.Tensor) -> torch.Tensor:
-        """This rank's gradient of the rows of `piece` it updates (zero on padding rows) towards `target`
-        (its values for this batch), bounded (|grad| < scale) so wide values never overflow Adam's second
+    def _grads(self, keys: list[str], rows: list[tuple[int, int]], scale: float, salt: int) -> torch.Tensor:
+        """This rank's gradient of the optimizer rows of every piece, flat (zero on padding rows), towards
+        their values for this batch, bounded (|grad| < scale) so wide values never overflow Adam's second
         moment."""
-        lo, hi = self._opt_slice(piece)
-        diff = self.params[piece.layout.key][lo:hi].float() - target
+        target = element_values_flat(
+            self.spec.seed + salt, self._indices(self.pieces, True), self.spec.value_range == "wide"
+        )
+        diff = _flat(self.params[k][lo:hi].float() for k, (lo, hi) in zip(keys, rows)) - target
         grad = diff / (diff.abs() + 1.0) * scale
-        mask = self._padding_mask(piece, (lo, hi))
-        if mask is not None:  # padding rows are never looked up: zero gradient
-            grad = torch.where(mask, grad, torch.zeros((), dtype=grad.dtype))
+        real = self._real_rows()
+        if real is not None:  # padding rows are never looked up: zero gradient
+            grad = torch.where(real, grad, torch.zeros((), dtype=grad.dtype))
         return grad
+
+    def _real_rows(self) -> torch.Tensor | None:
+        """True on every element of the optimizer rows that is not padding, flat as _grads orders them;
+        None when no piece has padding. Made once: the pieces never change."""
+        if not hasattr(self, "_real"):
+            masks = []
+            for piece in self.pieces:
+                lo, hi = piece.opt_rows
+                mask = self._padding_mask(piece, (lo, hi))
+                shape = (hi - lo,) + piece.local_shape[1:]
+                masks.append(torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape))
+            has_padding = any(p.logical_rows is not None for p in self.pieces)
+            self._real = _flat(masks) if has_padding else None
+        return self._real
 
     def _gather_rows(self) -> None:
         """Distributed optimizer: every dp rank updated its rows of every piece; all-gather them, all
@@ -361,3 +388,8 @@ class TrainingState:
             self.consumed_samples = int(objects["data.consumed_samples"])
         if objects.get(RNG_KEY) is not None:
             self.rng.set_state(objects[RNG_KEY])
+
+
+def _flat(tensors) -> torch.Tensor:
+    """The tensors one after another, flat (a copy)."""
+    return torch.cat([t.reshape(-1) for t in tensors])

@@ -49,11 +49,18 @@ def element_values_of(seed: int, parts: list[tuple[str, torch.Tensor]], wide: bo
     one shared buffer: clone what is kept."""
     if not parts:
         return []
+    values = element_values_flat(seed, parts, wide)
+    return [v.view(index.shape) for v, (_, index) in zip(values.split([i.numel() for _, i in parts]), parts)]
+
+
+def element_values_flat(seed: int, parts: list[tuple[str, torch.Tensor]], wide: bool = False) -> torch.Tensor:
+    """The values of element_values_of, one part after another in one flat tensor."""
+    if not parts:
+        return torch.zeros(0, dtype=torch.float32)
     sizes = [index.numel() for _, index in parts]
     flat = torch.cat([index.reshape(-1) for _, index in parts])
     hashes = torch.tensor([_key_hash(seed, key) for key, _ in parts], dtype=torch.int64)
-    values = _values(flat, hashes.repeat_interleave(torch.tensor(sizes)), wide)
-    return [v.view(index.shape) for v, (_, index) in zip(values.split(sizes), parts)]
+    return _values(flat, hashes.repeat_interleave(torch.tensor(sizes)), wide)
 
 
 def _values(index: torch.Tensor, key_hash: int | torch.Tensor, wide: bool) -> torch.Tensor:
