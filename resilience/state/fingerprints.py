@@ -127,15 +127,15 @@ def gather_pieces(records: list[Record], *, dst: int | None = None) -> list[tupl
     pieces = local_pieces(records)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return pieces
-    blob = _to_bytes(pieces)
+    me = dist.get_rank()
     gathered: list[Any] = [None] * dist.get_world_size()
     if dst is None:
-        dist.all_gather_object(gathered, blob)
-    else:
-        dist.gather_object(blob, gathered if dist.get_rank() == dst else None, dst=dst)
-        if dist.get_rank() != dst:
+        dist.all_gather_object(gathered, _to_bytes(pieces))
+    else:  # the gathering rank's own pieces never travel: it sends nothing and keeps them as they are
+        dist.gather_object(b"" if me == dst else _to_bytes(pieces), gathered if me == dst else None, dst=dst)
+        if me != dst:
             return None
-    return [p for b in gathered for p in _from_bytes(b)]
+    return [p for rank, b in enumerate(gathered) for p in (pieces if rank == me else _from_bytes(b))]
 
 
 def generations(pieces: list[tuple], prefix: str) -> dict[str, dict[int, dict]]:

@@ -1,7 +1,11 @@
 """Assembling the global tensors and reading the save generations from pieces, on hand-made pieces."""
 
+import pytest
 import torch
 
+from resilience.launch import run_ranks
+from resilience.launch.base import RankContext
+from resilience.state import ModelSpec, Topology
 from resilience.state.fingerprints import assemble_tensors, generations
 
 PREFIX = "optimizer.generation."
@@ -35,3 +39,29 @@ def test_one_generation_everywhere_and_a_mix():
     assert generations(_stamps(mixed), PREFIX) == {
         "w": {7: {"elements": 8, "box": [[0, 3], [0, 4]]}, 8: {"elements": 4, "box": [[1, 3], [2, 4]]}}
     }
+
+
+def _both_ways(ctx, spec, topo):
+    """The fingerprint gathered to rank 0 (its own pieces kept in place) and all-gathered (every rank's
+    pieces sent), after two steps and a stamp."""
+    from resilience.state import TrainingState
+    from resilience.state.fingerprints import fingerprint, gather_pieces
+
+    state = TrainingState(spec, topo, ctx.rank)
+    state.train(2)
+    state.stamp(5)
+    to_rank0 = fingerprint(state.sharded_state_dict(), dst=0)
+    everywhere = fingerprint(state.sharded_state_dict())
+    pieces = gather_pieces(state.sharded_state_dict(), dst=0)
+    found = generations(pieces, PREFIX) if pieces is not None else None
+    return (to_rank0, everywhere, found) if ctx.rank == 0 else None
+
+
+@pytest.mark.multiprocess
+def test_gathered_to_one_rank_or_to_all_the_fingerprint_is_the_same():
+    spec = ModelSpec(optimizer="distributed", vocab=37)  # vocab padding, and replicas on dp 2
+    to_rank0, everywhere, found = run_ranks(_both_ways, 4, args=(spec, Topology(2, 1, 2)), timeout=120)[0]
+    alone, _, found_alone = _both_ways(RankContext(0, 1, 0), spec, Topology(1, 1, 1))
+    assert to_rank0 == everywhere
+    assert {k: d for k, d in alone.items() if k != "rng"} == {k: d for k, d in to_rank0.items() if k != "rng"}
+    assert found == found_alone and all(list(g) == [5] for g in found.values())
