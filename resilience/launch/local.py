@@ -7,6 +7,7 @@ collide, and the parent starts no thread that a fork could catch holding a lock.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -56,6 +57,10 @@ def _rank_main(
     runner: int | None = None,
     temp: str | None = None,
 ) -> None:
+    # Everything the fork inherited is the parent's and lives as long as the rank: out of the collector's
+    # reach, a full collection no longer walks (and copies, page by page) the parent's whole heap, some
+    # 0.2 s of CPU each time one runs in a rank
+    gc.freeze()
     for sig in (signal.SIGTERM, signal.SIGHUP):  # not the runner's handlers (resilience.cli): die as a process does
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a Python process's own (the fork held a recorder)

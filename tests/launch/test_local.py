@@ -26,6 +26,19 @@ def test_eight_ranks_run_a_real_collective():
     assert len({r[2] for r in results}) == 8 and os.getpid() not in {r[2] for r in results}
 
 
+def _collectable(ctx):
+    import gc
+
+    return gc.get_freeze_count(), gc.isenabled()
+
+
+def test_what_a_rank_inherits_is_out_of_the_collectors_reach():
+    """A full collection in a rank would walk the parent's whole heap: the inherited objects are frozen,
+    the collector still runs for the rank's own."""
+    for inherited, enabled in run_ranks(_collectable, 2):
+        assert inherited > 1000 and enabled
+
+
 def _fail_on_rank_3(ctx):
     if ctx.rank == 3:
         raise ValueError("rank three is broken")
