@@ -10,6 +10,7 @@ worker still there after a grace period is SIGKILLed, and its ranks with it."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import signal
@@ -168,6 +169,7 @@ def _cpus() -> list[int]:
 
 
 def _worker(fn, items, conn, parent: int, others: list, cpu: int | None) -> None:
+    gc.freeze()  # the runner's heap, inherited: a full collection need not walk it (nor touch its pages)
     die_with_parent(parent)
     if cpu is not None:
         # a case's ranks on one core: their hand-offs in a collective stay on it, and two cases never
