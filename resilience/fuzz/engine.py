@@ -46,7 +46,7 @@ from . import profiles  # noqa: F401  (registers the profiles)
 from .events import events_of, faults_in, tell_hypothesis
 from .judge import BAD, failure_class, write_failure
 from .machine import lifecycle_machine
-from .speculation import Rejected, RunAhead, draw_ahead, judged
+from .speculation import Rejected, RunAhead, draw_ahead, judged, key_of
 from .strategies import scenarios
 
 MODES = ("scenarios", "machine")
@@ -265,7 +265,7 @@ class _Judge:
             check_stop()  # a Ctrl-C or SIGTERM that Python dropped (in a gc callback of Hypothesis') ends it here
         except Interrupted as e:
             raise _Interrupt(e) from None
-        key = f"{combo}\n{scenario.to_yaml()}"
+        key = key_of(scenario, combo)
         spent = self._may_run(key)
         if spent:
             self.stopped = spent
