@@ -28,10 +28,7 @@ GRACE_SECONDS = 30.0  # a stopped worker's time to tear its ranks down before it
 
 
 def usable_cpus() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return len(_cpus()) or max(1, os.cpu_count() or 1)
 
 
 class WorkerDied(RuntimeError):
@@ -52,11 +49,11 @@ def run_each(
     order: Sequence[int] | None = None,
 ) -> Generator[tuple[int, Any], None, None]:
     """(index, result) of `fn(item)` for every item, as each ends; `started(index)` as each begins. An
-            Exception raised by `fn` comes back as the result (the caller decides); a stop (KeyboardInterrupt and
-            its kin) is raised here. An item still running `timeout` seconds after it started has its worker
-        SIGKILLed (its ranks with it) and comes back as WorkerDied. With one worker, or one item, everything runs
-        in this process, in order (no timeout: the item's own jobs have theirs). `order`: the indices in the
-    order workers take them (the longest first keeps the last worker from running alone at the end)."""
+    Exception raised by `fn` comes back as the result (the caller decides); a stop (KeyboardInterrupt and
+    its kin) is raised here. An item still running `timeout` seconds after it started has its worker
+    SIGKILLed (its ranks with it) and comes back as WorkerDied. `order`: the indices in the order workers
+    take them (the longest first keeps the last worker from running alone at the end). With one worker,
+    or one item, everything runs in this process, in order (no timeout: the item's own jobs have theirs)."""
     if workers <= 1 or len(items) <= 1:
         for i, item in enumerate(items):
             check_stop()
