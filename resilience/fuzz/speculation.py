@@ -85,7 +85,7 @@ class RunAhead:
         self.done: dict[int, object] = {}
         self.taken: set[int] = set()
         self.hits = self.misses = 0
-        self._sharing = sharing_layouts()
+        self._sharing = sharing_layouts(under=work)
         self._sharing.__enter__()
         self._results = run_each(_judge_item, self.items, workers)
 

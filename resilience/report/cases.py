@@ -59,7 +59,7 @@ def judge_cases(
 
     specs = list(cases)
     rows: list[dict | None] = [None] * len(specs)
-    with keeping(folder, columns), sharing_layouts(workers > 1 and len(specs) > 1):
+    with keeping(folder, columns), sharing_layouts(workers > 1 and len(specs) > 1, under=folder.path):
         started = (lambda i: before(specs[i])) if before is not None else None
         for i, out in run_each(case_row, specs, workers, started=started, order=_longest_first(specs)):
             row = out if isinstance(out, dict) else _lost_row(specs[i], out)

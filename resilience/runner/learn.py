@@ -24,15 +24,18 @@ _SHARED: list[str] = []  # a folder where the worker processes of one run leave 
 
 
 @contextlib.contextmanager
-def sharing_layouts(on: bool = True):
-    """While in it, learned layouts are also kept in a scratch folder, one file per key under a lock, so
+def sharing_layouts(on: bool = True, under: str | None = None):
+    """While in it, learned layouts are also kept in a scratch folder (in `under`, the run's own folder, so
+    that not even a SIGKILLed runner leaves it in the temp folder), one file per key under a lock, so
     worker processes forked inside it learn each layout once between them (removed on the way out)."""
     if not on or _SHARED:
         yield
         return
     import tempfile
 
-    folder = tempfile.mkdtemp(prefix="resilience-layouts-")
+    if under is not None:
+        os.makedirs(under, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="resilience-layouts-", dir=under)
     _SHARED.append(folder)
     try:
         yield

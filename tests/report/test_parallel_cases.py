@@ -49,6 +49,7 @@ def test_workers_judge_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
     assert sorted(r["column"] for r in folder_rows) == sorted(r["column"] for r in two)
     # truncate (the distributed optimizer) and bitflip (Adam) learn different layouts; the cases that
     # share one learn it once between the workers, whoever runs first
+    assert not glob.glob(os.path.join(run_dir, "resilience-layouts-*"))  # the workers' shared layouts went
     learned = glob.glob(os.path.join(run_dir, "cases", "*", "layout", "ckpt"))
     assert len(learned) == len({r["column"] for r in two if r["column"] != "save/load"}) == 2
 
