@@ -28,10 +28,13 @@ def _env():
 
 
 def _start(out: str, argv: list[str] = MATRIX) -> subprocess.Popen:
+    # a temp folder of its own: killing the whole session also kills what would clean the shared one
+    temp = os.path.join(out, "tmp")
+    os.makedirs(temp, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "resilience.cli", *argv, "--out", out],
         cwd=out,
-        env=_env(),
+        env=dict(_env(), TMPDIR=temp),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
