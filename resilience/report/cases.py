@@ -25,7 +25,7 @@ INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
 
 @dataclass(frozen=True)
 class CaseSpec:
-    """One case of a run, as judge_case takes it; `extra` goes into its row (column, broken, ...)."""
+    """One case of a run, as case_row takes it; `extra` goes into its row (column, broken, ...)."""
 
     scenario: Any
     combo: Any
@@ -50,7 +50,7 @@ def judge_cases(
     before: Callable[[CaseSpec], None] | None = None,
     workers: int = 1,
 ) -> list[dict]:
-    """Judge every case into `folder` (judge_case), `workers` at a time (launch.workers: processes forked
+    """Judge every case into `folder` (case_row), `workers` at a time (launch.workers: processes forked
     from this one; 1: one by one, here), calling `before(case)` as each starts and `after(row)` as each
     ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
     the cases' order; finishing is the caller's."""
@@ -82,14 +82,28 @@ def _longest_first(specs: list[CaseSpec]) -> list[int]:
 
 
 def case_row(c: CaseSpec) -> dict:
-    """judge_case's row of one case, not yet appended to a run folder (a worker's part)."""
-    return _row(
-        c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io, **c.extra
-    )
+    """run_case's row of one case, extra keys (column, ...) in it, its timeline drawn; not yet appended to
+    a run folder (a worker's part). A framework error is the case's UNKNOWN row, never an abort of the run."""
+    from ..runner.run import run_case
+
+    check_stop()
+    start = time.monotonic()
+    try:
+        result = run_case(
+            c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io
+        )
+        row = dict(result.to_row(), **c.extra)
+    except INTERRUPTIONS:
+        raise
+    except Exception as e:  # the framework broke on this case: UNKNOWN for it
+        row = _lost_row(c, e, time.monotonic() - start)
+    _draw_timeline(c.case_dir)
+    return row
 
 
-def _lost_row(c: CaseSpec, error: BaseException) -> dict:
-    """The UNKNOWN row of a case whose worker failed outside the case (it died, or sent back an error)."""
+def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> dict:
+    """The UNKNOWN row of a case the framework could not judge (run_case raised, or its worker died or
+    sent back an error)."""
     return framework_error_row(
         c.scenario,
         c.combo,
@@ -98,64 +112,10 @@ def _lost_row(c: CaseSpec, error: BaseException) -> dict:
         backend=c.backend,
         fault=c.fault,
         transition=c.transition,
+        seconds=seconds,
         io=c.io,
         **c.extra,
     )
-
-
-def judge_case(
-    folder: RunFolder,
-    scenario,
-    combo,
-    case_dir: str,
-    *,
-    backend: str,
-    fault: str | None = None,
-    transition: str | None = None,
-    io: str | None = None,
-    **extra,
-) -> dict:
-    """run_case, as a row appended to the run folder; extra keys (column, ...) go into the row."""
-    row = _row(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition, io=io, **extra)
-    folder.append(row)
-    return row
-
-
-def _row(
-    scenario,
-    combo,
-    case_dir: str,
-    *,
-    backend: str,
-    fault: str | None = None,
-    transition: str | None = None,
-    io: str | None = None,
-    **extra,
-) -> dict:
-    from ..runner.run import run_case
-
-    check_stop()
-    start = time.monotonic()
-    try:
-        result = run_case(scenario, combo, case_dir, backend=backend, fault=fault, transition=transition, io=io)
-        row = dict(result.to_row(), **extra)
-    except INTERRUPTIONS:
-        raise
-    except Exception as e:  # the framework broke on this case: UNKNOWN for it, never an abort of the run
-        row = framework_error_row(
-            scenario,
-            combo,
-            case_dir,
-            e,
-            backend=backend,
-            fault=fault,
-            transition=transition,
-            seconds=time.monotonic() - start,
-            io=io,
-            **extra,
-        )
-    _draw_timeline(case_dir)
-    return row
 
 
 def _draw_timeline(case_dir: str) -> None:

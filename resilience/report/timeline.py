@@ -9,7 +9,7 @@ Consecutive writes or reads of one file are one bar. Fault firings (faults.jsonl
 
 The file-operation logs carry the machine's monotonic clock, the history the wall clock: they are put on
 one axis by the difference of the two clocks when the timeline is written, which is right as long as it
-is written on the machine and boot that ran the case (judge_case writes it as the case ends)."""
+is written on the machine and boot that ran the case (case_row writes it as the case ends)."""
 
 from __future__ import annotations
 
