@@ -205,10 +205,12 @@ def _stop_once(signum: int, frame) -> None:
 
 
 def _packed(e: Exception):
+    """The exception itself if it survives the trip to the runner (an exception class with its own
+    constructor arguments may pickle but not unpickle), else its text and traceback."""
     try:
         import pickle
 
-        pickle.dumps(e)
+        pickle.loads(pickle.dumps(e))
         return e
     except Exception:
         return f"{type(e).__name__}: {e}\n{traceback.format_exc()}"

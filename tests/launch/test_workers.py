@@ -32,6 +32,20 @@ def test_every_item_comes_back_once_from_the_workers():
     assert os.getpid() not in pids and 1 <= len(pids) <= 2  # forked workers ran them, not this process
 
 
+class _TwoArgs(Exception):
+    def __init__(self, what: str, where: str):
+        super().__init__(f"{what} at {where}")
+
+
+def _raise_two_args(_):
+    raise _TwoArgs("broken", "here")
+
+
+def test_an_exception_that_cannot_be_rebuilt_comes_back_as_its_text():
+    out = dict(run_each(_raise_two_args, [0, 1], 2))
+    assert all(isinstance(v, Exception) and "_TwoArgs: broken at here" in str(v) for v in out.values()), out
+
+
 def test_one_worker_runs_everything_here_in_order():
     out = list(run_each(_square_or_fail, [1, 2], 1))
     assert [i for i, _ in out] == [0, 1] and {v[1] for _, v in out} == {os.getpid()}
