@@ -28,7 +28,7 @@ from ..faults.base import faults_from
 from ..faults.firings import read_firings
 from ..faults.kinds import LostUnsyncedWrites
 from .base import FIRINGS, STDERR
-from .mounts import is_mounted, unmount
+from .mounts import abort_connection, is_mounted, unmount
 from .server import ServerConfig, serve
 
 MOUNT_TIMEOUT = 30.0  # seconds for the mount to come up (a loaded 2-core machine forks slowly)
@@ -209,6 +209,13 @@ class Mount:
                 break
         raise MountError(f"the file system of {self.mountpoint} did not take the rank map{self._said()}")
 
+    def abort(self) -> None:
+        """Fail every request waiting on this mount now (the kernel's connection is aborted); the mount
+        stays until unmount() takes it away."""
+        ok, why = abort_connection(self.mountpoint)
+        if not ok:
+            raise MountError(why)
+
     def firings(self) -> list[dict]:
         """What fired so far (faults.firings records, each with via: fuse)."""
         return read_firings(self.report)
@@ -238,6 +245,10 @@ class Mount:
             if proc.is_alive():
                 self.errors.append(f"the file system process {proc.pid} did not end once unmounted; killed")
                 proc.kill()
+                proc.join(EXIT_TIMEOUT)
+            if proc.is_alive():  # a thread of it waits on a caller that waits on it: only an abort ends both
+                ok, why = abort_connection(self.mountpoint)
+                self.errors.append("its connection aborted" if ok else why)
             proc.join(EXIT_TIMEOUT)
             if is_mounted(self.mountpoint):  # a server that died left its mount behind ("not connected")
                 unmount(self.mountpoint, lazy=True)

@@ -14,6 +14,7 @@ import subprocess
 from .base import FSNAME
 
 UNMOUNT_TIMEOUT = 10.0  # seconds for one fusermount3/umount call
+FUSECTL = "/sys/fs/fuse/connections"
 
 
 def _unescape(field: str) -> str:
@@ -69,6 +70,39 @@ def unmount(mountpoint: str | os.PathLike, *, lazy: bool = False) -> tuple[bool,
     return not is_mounted(target), "; ".join(said) or "no fusermount3 or umount to unmount with"
 
 
+def _device(mountpoint: str) -> str | None:
+    """The mount's device number (minor) as /proc/self/mountinfo gives it: stat() on a mount whose file
+    system hangs would hang too."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):  # the newest mount at that point is the one seen
+        parts = line.split()
+        if len(parts) > 4 and _unescape(parts[4]) == mountpoint:
+            return parts[2].partition(":")[2]
+    return None
+
+
+def abort_connection(mountpoint: str | os.PathLike) -> tuple[bool, str]:
+    """Abort the kernel's connection to the file system of a mount (fusectl): every request waiting on it
+    fails with ENOTCONN at once. The way out when the file system process cannot end because one of its
+    threads waits on a caller that waits on it. (done, why not)."""
+    target = os.path.abspath(str(mountpoint))
+    minor = _device(target)
+    if minor is None:
+        return False, f"{target} is not mounted"
+    if not os.path.isdir(os.path.join(FUSECTL, minor)) and os.geteuid() == 0:
+        _run(["mount", "-t", "fusectl", "fusectl", FUSECTL])  # not mounted on every machine
+    try:
+        with open(os.path.join(FUSECTL, minor, "abort"), "w") as f:
+            f.write("1")
+    except OSError as e:
+        return False, f"cannot abort the connection of {target} through {FUSECTL}: {e.strerror}"
+    return True, ""
+
+
 def _served(mountpoint: str) -> bool:
     """Whether a file system process still answers for the mount: a dead one leaves ENOTCONN behind."""
     try:
@@ -95,4 +129,4 @@ def clean_stale_mounts(prefix: str | os.PathLike) -> list[str]:
     return done
 
 
-__all__ = ["clean_stale_mounts", "fuse_mounts", "is_mounted", "unmount"]
+__all__ = ["abort_connection", "clean_stale_mounts", "fuse_mounts", "is_mounted", "unmount"]

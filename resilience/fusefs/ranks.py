@@ -1,10 +1,14 @@
 """Which rank made a request: the kernel gives the caller's thread id; the rank is the one whose process
 tree holds it, so a writer a rank forked, or a `dd` it ran, counts as that rank's.
 
-The runner gives a map rank -> root pid. A caller is walked up through its parents (/proc/<pid>/stat)
+The runner gives a map rank -> root pid. A caller is walked up through its parents (/proc/<pid>/status)
 until a root is met; a process that lost its parent (reparented when the rank died first) still counts
 by its process group, since every rank leads its own group (resilience.launch.local). Answers are cached
-per thread id together with the thread's start time, so a pid the kernel reuses is asked again.
+per thread id together with its parent and process, so a pid the kernel reuses elsewhere is asked again.
+
+Never /proc/<pid>/stat: the kernel holds it shut while the process is in the middle of an exec, and an
+exec closes the close-on-exec descriptors, files of this mount among them, whose flush waits on this
+file system: a rank that runs `os.system` with a checkpoint file open would hang both for good.
 
 Killing a rank kills its process group when the rank leads one of its own, and its process tree; a rank
 that shares the group of the runner or of the file system (a test's plain subprocess) is killed as a
@@ -21,26 +25,21 @@ from .base import Caller
 
 
 def _stat(pid: int) -> tuple[int, int, int] | None:
-    """(parent pid, process group, start time) of a process or thread; None once it is gone."""
+    """(parent pid, process group, process) of a process or thread; None once it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
+        with open(f"/proc/{pid}/status", "rb") as f:
             text = f.read()
     except OSError:
         return None
-    fields = text[text.rindex(b")") + 2 :].split()  # the command name may hold spaces and parentheses
-    return int(fields[1]), int(fields[2]), int(fields[19])
-
-
-def _tgid(pid: int) -> int | None:
-    """The process a thread belongs to (the thread id itself for a main thread)."""
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"PPid", b"NSpgid", b"Tgid"):
+            fields[key] = int(value.split()[0])  # NSpgid: the first is as this /proc sees it
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"Tgid:"):
-                    return int(line.split()[1])
-    except OSError:
+        return fields[b"PPid"], fields[b"NSpgid"], fields[b"Tgid"]
+    except KeyError:  # a kernel older than 4.1 names no NSpgid
         return None
-    return None
 
 
 def group_members(pgid: int) -> list[int]:
@@ -81,7 +80,7 @@ class RankMap:
         self._lock = threading.Lock()
         self._protected = frozenset(protected)
         self._spared = frozenset(spared)
-        self._cache: dict[int, tuple[int, Caller]] = {}  # tid -> (start time, answer)
+        self._cache: dict[int, tuple[tuple[int, int, int], Caller]] = {}  # tid -> (its _stat, answer)
         self.version = 0
         self.update(roots or {})
 
@@ -111,12 +110,12 @@ class RankMap:
             return Caller(pid, pid, None)
         with self._lock:
             hit = self._cache.get(pid)
-            if hit is not None and hit[0] == st[2]:
+            if hit is not None and hit[0] == st:
                 return hit[1]
-        tgid = _tgid(pid) or pid
+        tgid = st[2]
         answer = Caller(pid, tgid, self._rank_of(tgid, st), "main" if tgid == pid else "writer")
         with self._lock:
-            self._cache[pid] = (st[2], answer)
+            self._cache[pid] = (st, answer)
         return answer
 
     def _rank_of(self, tgid: int, st: tuple[int, int, int]) -> int | None:

@@ -73,3 +73,27 @@ def test_a_new_rank_map_is_in_force_once_set(dirs):
         (mnt / "third").write_bytes(b"3")
     ranks = {os.path.basename(r["path"]): r["rank"] for r in read_log(log) if r["op"] == "create"}
     assert ranks == {"first": 0, "second": 5, "third": None}
+
+
+def _exec_with_a_file_open(conn, mnt):
+    """os.system's child closes the rank's close-on-exec descriptors inside its exec, a file of the mount
+    among them: the file system must attribute that flush without reading what the exec holds shut
+    (/proc/<pid>/stat), or the child, the rank and the file system wait on each other for good."""
+    with open(f"{mnt}/held", "wb") as f:
+        f.write(b"h")
+        status = os.system(f"echo ran >> {mnt}/marker")
+    return status
+
+
+def test_an_exec_that_closes_a_file_of_the_mount_does_not_wait_on_the_file_system(dirs):
+    backing, mnt, log = dirs
+    with mounted(backing, mnt, log=log) as m:
+        rank = Rank(_exec_with_a_file_open, str(mnt))
+        m.set_ranks({0: rank.pid})
+        code, msg = rank.go().wait(30)
+        if code is None:  # the hang: end it by aborting the connection, so the test fails instead of hanging
+            m.abort()
+    assert code == 0 and msg == ("ok", 0), "os.system with a file of the mount open never returned"
+    assert (backing / "marker").read_text() == "ran\n"
+    flushes = [r for r in read_log(log) if r["op"] == "flush" and r["pid"] != rank.pid]
+    assert flushes and {r["rank"] for r in flushes} == {0}, "the child's flush is not logged as the rank's"
