@@ -76,8 +76,10 @@ class RunAhead:
 
     def __init__(self, drawn: list[tuple[Scenario, Combination]], workers: int, work: str, io: str | None):
         from ..launch.workers import run_each
+        from ..runner.adapters import preload
         from ..runner.learn import sharing_layouts
 
+        preload((s.backend, c) for s, c in drawn)  # imported once here, not once in every worker
         self.items = [(s, c, os.path.join(work, f"ahead-{i:05d}"), io) for i, (s, c) in enumerate(drawn)]
         self.where: dict[str, int] = {}
         for i, (s, c) in enumerate(drawn):

@@ -55,9 +55,12 @@ def judge_cases(
     ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
     the cases' order; finishing is the caller's."""
     from ..launch.workers import run_each
+    from ..runner.adapters import preload
     from ..runner.learn import sharing_layouts
 
     specs = list(cases)
+    if workers > 1 and len(specs) > 1:  # imported once here, not once in every worker
+        preload((s.backend or s.scenario.backend, s.combo) for s in specs)
     rows: list[dict | None] = [None] * len(specs)
     with keeping(folder, columns), sharing_layouts(workers > 1 and len(specs) > 1, under=folder.path):
         started = (lambda i: before(specs[i])) if before is not None else None

@@ -4,6 +4,7 @@ processes and the pytest plugin use to turn a backend name into a CheckpointBack
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..backends.options import join_spec, resolve_options, split_spec
@@ -136,6 +137,17 @@ def _is_factory(obj) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def preload(pairs: Iterable[tuple[str, Combination]]) -> None:
+    """Make each (backend, combination) once in this process, so the worker and rank processes forked
+    from it find every import done (a TORCH_DCP format pulls in torch._dynamo: over a second each time).
+    Only a warm-up: a backend that cannot be made is left to its case, which reports why."""
+    for name, combo in dict.fromkeys((n or "reference", c) for n, c in pairs):
+        try:
+            make_backend(name, combo)
+        except Exception:  # noqa: BLE001  the case meets the same error and reports it in its row
+            continue
 
 
 def make_backend(name: str, combo: Combination):
