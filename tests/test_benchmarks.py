@@ -175,3 +175,14 @@ def test_the_world_target_compares_time_per_rank_with_world_4():
     assert growth["largest"] == "16" and growth["value"] == 1.5 and growth["cpu_value"] == 1.0 and growth["met"]
     assert scenario.world_growth({"2": fig["2"], "16": fig["16"]}) is None  # no world 4: nothing to compare
     assert scenario.met(True) == "met" and scenario.met(False) == "NOT met"
+
+
+def test_a_drawn_case_is_its_scenario_without_its_name_and_its_ranks_times_steps(tmp_path):
+    one, two = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    one.write_text("name: a\ntopology: tp2pp1dp2\nsteps:\n  - train: 1\n  - save\n")
+    two.write_text("name: b\ntopology: tp2pp1dp2\nsteps:\n  - train: 1\n  - save\n")
+    a, b = scenario._drawn(str(one)), scenario._drawn(str(two))
+    assert a == b and a["rank_steps"] == 8
+    assert scenario._drawn(str(tmp_path / "missing.yaml")) == {"scenario": None, "rank_steps": 0}
+    rows = [{"combo": "LEGACY/torch/sync", "drawn": a}]
+    assert scenario._examples(rows) != scenario._examples([{"combo": "LOCAL/torch/sync", "drawn": b}])
