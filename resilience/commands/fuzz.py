@@ -49,7 +49,7 @@ def register(sub) -> None:
         nargs="+",
         type=combination_arg,
         metavar="TYPE/format/io",
-        help="combinations to draw from (default: all six valid)",
+        help="combinations to draw from (default: those the backend declares, else all six valid)",
     )
     p.add_argument(
         "--max-world", type=_max_world, default=2, metavar="W", help="largest world size (tp*pp*dp) drawn (default: 2)"
@@ -124,13 +124,13 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
     from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
-    from ..runner.adapters import make_backend
+    from ..runner.adapters import make_backend, supported_combinations
     from .progress import Progress
 
     opts = FuzzOptions(
         examples=args.examples,
         seed=args.seed,
-        combos=args.combos,
+        combos=args.combos or supported_combinations(args.backend),  # None: all six
         max_world=args.max_world,
         time_budget=args.time_budget,
         shrink_budget=args.shrink_budget,

@@ -454,3 +454,12 @@ def test_precision_changes_reach_both_modes_and_the_replay(tmp_path, monkeypatch
     changed = {s.name for s in seen for st in s.steps if st.kind == "resume" and "precision" in st.args}
     assert changed == {"fuzz-scenario", "fuzz-machine"}, changed
     assert engine.replay_fuzz(opts).endswith("--precision-changes")
+
+
+def test_without_combos_the_fuzzer_draws_only_what_the_backend_declares(tmp_path, monkeypatch, capsys):
+    """A backend that declares its combinations (here LOCAL/torch/sync only) is fuzzed on those by default,
+    not refused for the first of all six."""
+    seen = _fake_runs(monkeypatch)
+    argv = ["fuzz", "--backend", "tests.backends.inhouse:factory", "--examples", "4", "--seed", "1"]
+    main([*argv, "--mode", "scenarios", "--workers", "1", "--out", str(tmp_path)])
+    assert seen and {case.split("\n", 1)[0] for case in seen} == {"LOCAL/torch/sync"}
