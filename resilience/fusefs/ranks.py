@@ -6,9 +6,10 @@ until a root is met; a process that lost its parent (reparented when the rank di
 by its process group, since every rank leads its own group (resilience.launch.local). Answers are cached
 per thread id together with its parent and process, so a pid the kernel reuses elsewhere is asked again.
 
-Never /proc/<pid>/stat: the kernel holds it shut while the process is in the middle of an exec, and an
-exec closes the close-on-exec descriptors, files of this mount among them, whose flush waits on this
-file system: a rank that runs `os.system` with a checkpoint file open would hang both for good.
+Never /proc/<pid>/stat (resilience.launch.proctable): the kernel holds it shut while the process is in
+the middle of an exec, and an exec closes the close-on-exec descriptors, files of this mount among them,
+whose flush waits on this file system: a rank that runs `os.system` with a checkpoint file open would hang
+both for good.
 
 Killing a rank kills its process group when the rank leads one of its own, and its process tree; a rank
 that shares the group of the runner or of the file system (a test's plain subprocess) is killed as a
@@ -21,52 +22,13 @@ import signal
 import threading
 from collections.abc import Iterable, Mapping
 
+from ..launch.proctable import descendants, group_members, status as _stat
 from .base import Caller
-
-
-def _stat(pid: int) -> tuple[int, int, int] | None:
-    """(parent pid, process group, process) of a process or thread; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(b":")
-        if key in (b"PPid", b"NSpgid", b"Tgid"):
-            fields[key] = int(value.split()[0])  # NSpgid: the first is as this /proc sees it
-    try:
-        return fields[b"PPid"], fields[b"NSpgid"], fields[b"Tgid"]
-    except KeyError:  # a kernel older than 4.1 names no NSpgid
-        return None
-
-
-def group_members(pgid: int) -> list[int]:
-    """Every process whose process group is `pgid`."""
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None and st[1] == pgid:
-                out.append(int(name))
-    return out
 
 
 def tree(root: int) -> list[int]:
     """`root` and every process below it."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            st = _stat(int(name))
-            if st is not None:
-                children.setdefault(st[0], []).append(int(name))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo += children.get(pid, [])
-    return out
+    return [root, *descendants(root)]
 
 
 class RankMap:

@@ -29,6 +29,7 @@ from ..stopping import check as check_stop, held
 from . import scratch
 from .base import JobOutcome, RankContext, RankOutcome, check_seconds
 from .lifetime import die_with_parent, guard_process_group
+from .proctable import descendants, running, state
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
 BLOCKED_AFTER = 10.0  # seconds the other ranks get to end after one raised, before they count as blocked
@@ -405,10 +406,7 @@ class Job:
         for p in self.procs:
             if p.pid is None:
                 continue
-            try:
-                kids = psutil.Process(p.pid).children(recursive=True)
-            except psutil.Error:
-                kids = []
+            kids = descendants(p.pid)  # from status, never stat: a child mid-exec must not stall the teardown
             groups.append((p, kids))
             if p.is_alive():
                 _signal_group(p.pid, signal.SIGTERM)
@@ -420,8 +418,8 @@ class Job:
             _signal_group(p.pid, signal.SIGKILL)  # type: ignore[arg-type]  # groups hold started processes
             for k in kids:
                 try:
-                    k.kill()
-                except psutil.Error:
+                    os.kill(k, signal.SIGKILL)
+                except OSError:  # gone already
                     pass
             p.join(timeout=5)
             _signal_group(p.pid, signal.SIGCONT)  # type: ignore[arg-type]  # a stopped process dies once continued
@@ -438,29 +436,18 @@ class Job:
             self._temp = None
 
 
-def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+def _wait_gone(pids: list[int], timeout: float) -> None:
     """Until each process is dead or a zombie (reaping it is its new parent's business, and some
     containers' PID 1 never does it)."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        running = []
-        for p in procs:
-            try:
-                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                    running.append(p)
-            except psutil.Error:
-                pass
-        if not running:
-            return
-        procs = running
-        time.sleep(0.01)
+    while pids and time.monotonic() < end:
+        pids = [p for p in pids if running(p)]
+        if pids:
+            time.sleep(0.01)
 
 
 def _is_stopped(pid: int | None) -> bool:
-    try:
-        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-    except (psutil.Error, ValueError, TypeError):
-        return False
+    return pid is not None and state(pid) in ("T", "t")
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -1,0 +1,82 @@
+"""The process table, read without ever waiting: /proc/<pid>/status only.
+
+/proc/<pid>/stat, which ps and psutil read, is held shut by the kernel while that process is in the middle
+of an exec. An exec closes the close-on-exec descriptors, and closing a file of a file system that waits
+(a FUSE mount answering slowly, or this project's own while it attributes the flush, a hung NFS server)
+keeps it shut that long, and every reader with it: a teardown that scans the table through stat stalls
+on any such process on the machine. status carries what a process tree needs and is never held."""
+
+from __future__ import annotations
+
+import os
+
+
+def status(pid: int) -> tuple[int, int, int] | None:
+    """(parent pid, process group, process) of a process or thread; None once it is gone or a zombie
+    whose status no longer names its group."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"PPid", b"NSpgid", b"Tgid"):
+            fields[key] = int(value.split()[0])  # NSpgid: the first is as this /proc sees it
+    try:
+        return fields[b"PPid"], fields[b"NSpgid"], fields[b"Tgid"]
+    except KeyError:  # a kernel older than 4.1 names no NSpgid
+        return None
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (R, S, D, T stopped, t traced, Z zombie, ...); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"State:"):
+                    return line.split()[1].decode()
+    except (OSError, IndexError):
+        return None
+    return None
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie (its exit is done; reaping it is its parent's business)."""
+    return state(pid) not in (None, "Z", "X")
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (children first, then theirs), `root` itself left out."""
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        st = status(pid)
+        if st is not None:
+            children.setdefault(st[0], []).append(pid)
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every process whose process group is `pgid`."""
+    out = []
+    for pid in _pids():
+        st = status(pid)
+        if st is not None and st[1] == pgid:
+            out.append(pid)
+    return out
+
+
+__all__ = ["descendants", "group_members", "running", "state", "status"]
