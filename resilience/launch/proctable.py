@@ -12,8 +12,7 @@ import os
 
 
 def status(pid: int) -> tuple[int, int, int] | None:
-    """(parent pid, process group, process) of a process or thread; None once it is gone or a zombie
-    whose status no longer names its group."""
+    """(parent pid, process group, process) of a process or thread (a zombie's too); None once it is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             text = f.read()
