@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 
 import torch
 
@@ -50,8 +51,7 @@ from resilience.checkers.base import PASS, REFUSED
 from resilience.commands.common import combination_arg, nonnegative_int, positive_int
 from resilience.errors import ResilienceError
 from resilience.runner.run import run_case
-from resilience.runner.scenario import load_text
-from resilience.state import Topology
+from resilience.runner.scenario import load_file, load_text
 from resilience.vocab import Combination
 
 TARGET_FORK_SECONDS = 1.0  # warm launcher: median wall time of one scenario, under
@@ -191,20 +191,14 @@ def _verdicts(rows: list) -> list:
 
 def _drawn(path: str | None) -> dict:
     """A case's scenario as run (its name left out) and its work: rank-steps, ranks times steps."""
-    import yaml
-
     try:
-        with open(path or "") as f:
-            spec = yaml.safe_load(f) or {}
-    except (OSError, yaml.YAMLError):
-        return {"scenario": None, "rank_steps": 0}
-    spec.pop("name", None)
-    try:
-        world = Topology.parse(spec.get("topology") or "tp1pp1dp1").world
+        drawn = load_file(path or "")
     except ResilienceError:
-        world = 0
-    steps = spec.get("steps") or []
-    return {"scenario": json.dumps(spec, sort_keys=True, default=str), "rank_steps": world * len(steps)}
+        return {"scenario": None, "rank_steps": 0}
+    return {
+        "scenario": replace(drawn, name="").to_yaml(),
+        "rank_steps": drawn.topology.world * len(drawn.steps),
+    }
 
 
 def _examples(rows: list) -> list:

@@ -59,10 +59,11 @@ def judge_cases(
     from ..runner.learn import sharing_layouts
 
     specs = list(cases)
-    if workers > 1 and len(specs) > 1:  # imported once here, not once in every worker
+    forked = workers > 1 and len(specs) > 1  # run_each forks workers only then
+    if forked:  # imported once here, not once in every worker
         preload((s.backend or s.scenario.backend, s.combo) for s in specs)
     rows: list[dict | None] = [None] * len(specs)
-    with keeping(folder, columns), sharing_layouts(workers > 1 and len(specs) > 1, under=folder.path):
+    with keeping(folder, columns), sharing_layouts(forked, under=folder.path):
         started = (lambda i: before(specs[i])) if before is not None else None
         for i, out in run_each(case_row, specs, workers, started=started, order=_longest_first(specs)):
             row = out if isinstance(out, dict) else _lost_row(specs[i], out)
