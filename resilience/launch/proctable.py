@@ -53,18 +53,50 @@ def _pids() -> list[int]:
         return []
 
 
+def children(pid: int) -> list[int] | None:
+    """The processes whose parent is `pid` (any of its threads), from /proc/<pid>/task/*/children: no
+    walk over the whole table. [] once it is gone; None where the kernel keeps no such file."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended between the listing and the read
+            return None  # a kernel built without CONFIG_PROC_CHILDREN
+        except OSError:
+            continue
+    return out
+
+
 def descendants(root: int) -> list[int]:
     """Every process below `root` (children first, then theirs), `root` itself left out."""
-    children: dict[int, list[int]] = {}
-    for pid in _pids():
-        st = status(pid)
-        if st is not None:
-            children.setdefault(st[0], []).append(pid)
-    out, todo = [], list(children.get(root, []))
+    out, todo = [], children(root)
+    if todo is None:
+        return _descendants_from_table(root)
     while todo:
         pid = todo.pop(0)
         out.append(pid)
-        todo += children.get(pid, [])
+        todo += children(pid) or []
+    return out
+
+
+def _descendants_from_table(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid in _pids():
+        st = status(pid)
+        if st is not None:
+            kids.setdefault(st[0], []).append(pid)
+    out, todo = [], list(kids.get(root, []))
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo += kids.get(pid, [])
     return out
 
 
@@ -78,4 +110,4 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-__all__ = ["descendants", "group_members", "running", "state", "status"]
+__all__ = ["children", "descendants", "group_members", "running", "state", "status"]

@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ..errors import RankFailure
 from ..faults.layout import Layout, learn
@@ -57,6 +57,33 @@ def _shared(key: tuple):
     with open(path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the learner dies
         yield path + ".json"
+
+
+# What of a model only sizes its tensors or drives their values. The reference names its files by iteration
+# and rank alone, whatever the sizes (tests/runner/test_learn_layout.py checks it on every combination), so
+# one probe serves every model that differs only in these; any other backend may name a file by what it
+# holds, and learns the layout of each model.
+SIZES_AND_VALUES = frozenset(
+    {
+        "hidden",
+        "ffn_hidden",
+        "heads",
+        "vocab",
+        "make_vocab_size_divisible_by",
+        "global_batch_size",
+        "lr",
+        "seed",
+        "rampup_samples",
+        "skip_every",
+        "value_range",
+    }
+)
+
+
+def _model_key(backend: str, spec: ModelSpec) -> str:
+    if backend != "reference":
+        return repr(spec)
+    return repr({f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in SIZES_AND_VALUES})
 
 
 @dataclass
@@ -148,7 +175,8 @@ def learn_layout(
     """The layout of `backend` for `combo` on `topo`, learned in `folder` (scratch root, operation log,
     layout.json); cached for the life of the process. `io` fuse: the save goes through the
     fault-injecting file system, whose log holds every file of every writer."""
-    key = (resolve(backend or "reference"), str(combo), str(topo), repr(spec), io)
+    name = resolve(backend or "reference")
+    key = (name, str(combo), str(topo), _model_key(name, spec), io)
     os.makedirs(folder, exist_ok=True)
     if key not in _CACHE:
         with _shared(key) as kept:
