@@ -59,17 +59,20 @@ def _shared(key: tuple):
         yield path + ".json"
 
 
-# What of a model only sizes its tensors or drives their values. The reference names its files by iteration
-# and rank alone, whatever the sizes (tests/runner/test_learn_layout.py checks it on every combination), so
-# one probe serves every model that differs only in these; any other backend may name a file by what it
-# holds, and learns the layout of each model.
-SIZES_AND_VALUES = frozenset(
+# What of a model only shapes its tensors, their types and values. The reference names its files by iteration
+# and rank alone, and writes each file whatever these are (tests/runner/test_learn_layout.py learns its layout
+# twice on every combination to check it), so one probe serves every model that differs only in these; any
+# other backend may name a file by what it holds, and learns the layout of each model.
+SHAPES_AND_VALUES = frozenset(
     {
+        "num_layers",
         "hidden",
         "ffn_hidden",
         "heads",
         "vocab",
         "make_vocab_size_divisible_by",
+        "dtype",
+        "optim_dtype",
         "global_batch_size",
         "lr",
         "seed",
@@ -83,7 +86,7 @@ SIZES_AND_VALUES = frozenset(
 def _model_key(backend: str, spec: ModelSpec) -> str:
     if backend != "reference":
         return repr(spec)
-    return repr({f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in SIZES_AND_VALUES})
+    return repr({f.name: getattr(spec, f.name) for f in fields(spec) if f.name not in SHAPES_AND_VALUES})
 
 
 @dataclass
