@@ -7,9 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
-
 import threading
+import time
 
 from resilience.launch.proctable import _descendants_from_table, descendants, group_members, running, state, status
 

@@ -1,5 +1,6 @@
-"""The reference's layout does not depend on the shapes, types or values of the model it saves (so the runner learns it once for
-every such model), checked by learning it twice on real ranks; any other backend learns each model's."""
+"""The reference's layout does not depend on the shapes, types or values of the model it saves (so the
+runner learns it once for every such model), checked by learning it twice on real ranks; any other backend
+learns each model's."""
 
 from dataclasses import replace
 
