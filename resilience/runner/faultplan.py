@@ -47,6 +47,8 @@ def layout_for(
         os.path.join(case_dir, "layout"),
         start_method=start_method,
         io=io,
+        # which files a load reads aims only damage at rest
+        reads=any(s.fault is not None and s.fault.layer == "at_rest" for s in scenario.steps),
     )
 
 

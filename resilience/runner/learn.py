@@ -44,19 +44,27 @@ def sharing_layouts(on: bool = True, under: str | None = None):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def _kept(key: tuple) -> str | None:
+    """Where a shared layout of `key` is kept (written whole, by a rename: read it without the lock)."""
+    if not _SHARED:
+        return None
+    import hashlib
+
+    return os.path.join(_SHARED[0], hashlib.sha256(repr(key).encode()).hexdigest()[:24]) + ".json"
+
+
 @contextlib.contextmanager
 def _shared(key: tuple):
     """The path a shared layout of `key` is kept at, held under its lock (None when not sharing)."""
-    if not _SHARED:
+    path = _kept(key)
+    if path is None:
         yield None
         return
     import fcntl
-    import hashlib
 
-    path = os.path.join(_SHARED[0], hashlib.sha256(repr(key).encode()).hexdigest()[:24])
-    with open(path + ".lock", "a") as lock:
+    with open(path[: -len(".json")] + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if the learner dies
-        yield path + ".json"
+        yield path
 
 
 # What of a model only shapes its tensors, their types and values. The reference names its files by iteration
@@ -101,6 +109,7 @@ class ProbePlan:
     phases_file: str
     reads_file: str
     control: str = ""  # the mount point when the save goes through the fault-injecting file system
+    reads: bool = True  # also load the save back to learn which files a load reads
 
 
 def probe_iteration(world: int) -> int:
@@ -142,7 +151,7 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     with open(f"{plan.phases_file}.pid.{ctx.rank}", "w") as f:
         json.dump(os.getpid(), f)  # who created which file: this process, or one it started
     with open(f"{plan.reads_file}.{ctx.rank}", "w") as f:
-        json.dump(_reads_of_load(plan, ctx.rank), f)
+        json.dump(_reads_of_load(plan, ctx.rank) if plan.reads else {"ok": False, "why": "not asked"}, f)
     return {"iteration": state.iteration}
 
 
@@ -174,25 +183,39 @@ def learn_layout(
     timeout: float = 120.0,
     start_method: str = "fork",
     io: str = "seam",
+    reads: bool = True,
 ) -> Layout:
     """The layout of `backend` for `combo` on `topo`, learned in `folder` (scratch root, operation log,
     layout.json); cached for the life of the process. `io` fuse: the save goes through the
-    fault-injecting file system, whose log holds every file of every writer."""
+    fault-injecting file system, whose log holds every file of every writer. `reads` False: which files a
+    load reads may stay unknown (only damage at rest aims by it), and the probe skips loading its save."""
     name = resolve(backend or "reference")
     key = (name, str(combo), str(topo), _model_key(name, spec), io)
     os.makedirs(folder, exist_ok=True)
-    if key not in _CACHE:
-        with _shared(key) as kept:
-            if kept is not None and os.path.exists(kept):
-                _CACHE[key] = Layout.load(kept)
-            else:
-                _CACHE[key] = _learn(spec, topo, combo, backend, folder, timeout, start_method, io)
+    layout = _cached(key, reads)
+    if layout is None:
+        with _shared((*key, reads)) as kept:
+            layout = _cached(key, reads)  # another worker may have learned it while this one waited
+            if layout is None:
+                layout = _learn(spec, topo, combo, backend, folder, timeout, start_method, io, reads)
                 if kept is not None:
-                    _CACHE[key].save(kept + ".tmp")
+                    layout.save(kept + ".tmp")
                     os.replace(kept + ".tmp", kept)
-    layout = _CACHE[key]
+            _CACHE[(*key, reads)] = layout
     layout.save(os.path.join(folder, "layout.json"))
     return layout
+
+
+def _cached(key: tuple, reads: bool) -> Layout | None:
+    """A layout of `key` learned before, in this process or a sibling: one that learned the reads serves
+    either way."""
+    for learned_reads in (True,) if reads else (True, False):
+        full = (*key, learned_reads)
+        if full not in _CACHE and (kept := _kept(full)) is not None and os.path.exists(kept):
+            _CACHE[full] = Layout.load(kept)
+        if full in _CACHE:
+            return _CACHE[full]
+    return None
 
 
 def _learn(
@@ -204,6 +227,7 @@ def _learn(
     timeout: float,
     start_method: str,
     io: str,
+    reads: bool = True,
 ) -> Layout:
     from ..launch import Job
 
@@ -219,6 +243,7 @@ def _learn(
         probe_iteration(topo.world),
         os.path.join(folder, "phases"),
         os.path.join(folder, "reads"),
+        reads=reads,
     )
     with (
         _way(io, plan, folder) as ran,

@@ -2,6 +2,7 @@
 runner learns it once for every such model), checked by learning it twice on real ranks; any other backend
 learns each model's."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -66,3 +67,15 @@ def test_the_optimizer_stays_in_the_key_since_it_changes_the_files(tmp_path):
     )
     assert _without_sizes(adam) != _without_sizes(distributed)  # the distributed optimizer's own files
     assert any("distrib_optim" in f.template for f in distributed.files)
+
+
+def test_a_probe_not_asked_for_reads_skips_the_load_and_a_layout_with_reads_serves_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(learn, "_CACHE", {})
+    combo, topo = Combination.parse("LOCAL/torch/sync"), Topology.parse("tp1pp1dp2")
+    without = learn.learn_layout(SMALL, topo, combo, "reference", str(tmp_path / "a"), reads=False)
+    assert without.files and all(f.read is None for f in without.files)
+    assert json.loads((tmp_path / "a" / "reads.0").read_text()) == {"ok": False, "why": "not asked"}
+    with_reads = learn.learn_layout(SMALL, topo, combo, "reference", str(tmp_path / "b"), reads=True)
+    assert all(f.read is not None for f in with_reads.files)  # learned anew: the first one cannot serve
+    again = learn.learn_layout(SMALL, topo, combo, "reference", str(tmp_path / "c"), reads=False)
+    assert again == with_reads and not (tmp_path / "c" / "reads.0").exists()  # served, nothing probed
