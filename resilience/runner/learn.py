@@ -194,14 +194,14 @@ def learn_layout(
     os.makedirs(folder, exist_ok=True)
     layout = _cached(key, reads)
     if layout is None:
-        with _shared((*key, reads)) as kept:
+        with _shared(key + (reads,)) as kept:
             layout = _cached(key, reads)  # another worker may have learned it while this one waited
             if layout is None:
                 layout = _learn(spec, topo, combo, backend, folder, timeout, start_method, io, reads)
                 if kept is not None:
                     layout.save(kept + ".tmp")
                     os.replace(kept + ".tmp", kept)
-            _CACHE[(*key, reads)] = layout
+            _CACHE[key + (reads,)] = layout
     layout.save(os.path.join(folder, "layout.json"))
     return layout
 
@@ -210,7 +210,7 @@ def _cached(key: tuple, reads: bool) -> Layout | None:
     """A layout of `key` learned before, in this process or a sibling: one that learned the reads serves
     either way."""
     for learned_reads in (True,) if reads else (True, False):
-        full = (*key, learned_reads)
+        full = key + (learned_reads,)
         if full not in _CACHE and (kept := _kept(full)) is not None and os.path.exists(kept):
             _CACHE[full] = Layout.load(kept)
         if full in _CACHE:
@@ -227,7 +227,7 @@ def _learn(
     timeout: float,
     start_method: str,
     io: str,
-    reads: bool = True,
+    load_back: bool = True,
 ) -> Layout:
     from ..launch import Job
 
@@ -243,7 +243,7 @@ def _learn(
         probe_iteration(topo.world),
         os.path.join(folder, "phases"),
         os.path.join(folder, "reads"),
-        reads=reads,
+        reads=load_back,
     )
     with (
         _way(io, plan, folder) as ran,
