@@ -1,8 +1,8 @@
 """Learn a backend's layout from one clean save: a short job of real ranks that trains, saves once into
 a scratch folder with every seam operation logged, reports the phases the backend announced, and loads
 the save back to learn which files a load reads (faults.reads). The
-runner learns it once per (backend, combination, topology, model) and keeps it beside the case
-(layout.json) for faults and corruptions to aim through."""
+runner learns it once per (backend, combination, topology, model; for the reference, its optimizer stands
+for the model) and keeps it beside the case (layout.json) for faults and corruptions to aim through."""
 
 from __future__ import annotations
 
