@@ -28,7 +28,7 @@ from torch.futures import Future
 from . import base, safe_pickle, torch_load
 from .buffered import unmasked
 from .contained import check_inside
-from .held import HeldFiles, MemoryFile
+from .held import HeldFiles, MemoryFile, read_buffer
 
 
 @contextlib.contextmanager
@@ -197,9 +197,11 @@ class SeamReader(FileSystemReader):
     def _slice_file(self, file, sinfo):
         if isinstance(file, MemoryFile):  # read and verified already (storage.held): no copy
             return file.view(sinfo.offset, sinfo.length)
-        # one read per item: torch.load through DCP's file view makes a Python call for every small read
+        # one read per item (torch.load through DCP's file view makes a Python call for every small read),
+        # into a writable buffer: storage.torch_load makes the tensor a view of it, without torch.load's
+        # zip reader and unpickler for every item
         file.seek(sinfo.offset)
-        return io.BytesIO(file.read(sinfo.length))
+        return MemoryFile(read_buffer(file, sinfo.length))
 
 
 def read_metadata_safely(reader: FileSystemReader, rank=None):

@@ -101,6 +101,24 @@ def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:
     return buf, h.hexdigest()
 
 
+def read_buffer(f, size: int) -> bytearray:
+    """Up to `size` bytes from `f`'s position, read straight into a writable buffer of their own (a tensor
+    parsed from it can be a view of it: storage.torch_load)."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    at = 0
+    readinto = getattr(f, "readinto", None) or _readinto_by_read(f)
+    while at < size:
+        n = readinto(view[at:])
+        if not n:
+            break
+        at += n
+    view.release()
+    if at < size:
+        del buf[at:]
+    return buf
+
+
 def _readinto_by_read(f):
     """readinto for a file object that only has read()."""
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from resilience.storage import torch_load
-from resilience.storage.held import MemoryFile, read_hashed
+from resilience.storage.held import MemoryFile, read_buffer, read_hashed
 
 
 def _saved(tmp_path, obj, **kwargs):
@@ -126,3 +126,26 @@ def test_only_one_plain_tensor_is_learned(monkeypatch):
         loaded = torch_load.load(MemoryFile(_archive(obj)))
         assert type(loaded) is type(torch.load(io.BytesIO(bytes(_archive(obj))), weights_only=True))
     assert torch_load._RECIPES == {}
+
+
+class _ReadOnly:
+    """A stream with read() alone, as some wrappers are."""
+
+    def __init__(self, raw: bytes):
+        self.inner = io.BytesIO(raw)
+
+    def read(self, n: int = -1) -> bytes:
+        return self.inner.read(min(n, 7) if n > 0 else n)  # short reads, as a pipe or FUSE may give
+
+
+def test_an_item_read_into_a_buffer_of_its_own_loads_as_a_view_of_it(tmp_path):
+    path = _saved(tmp_path, torch.arange(50, dtype=torch.float64))
+    raw = open(path, "rb").read()
+    for stream in (io.BufferedReader(io.BytesIO(raw)), _ReadOnly(raw)):
+        buf = read_buffer(stream, len(raw))
+        assert buf == raw
+        loaded = torch_load.load(MemoryFile(buf))
+        assert torch.equal(loaded, torch.arange(50, dtype=torch.float64))
+        start = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
+        assert start <= loaded.data_ptr() < start + len(buf)  # parsed in place, not through torch.load's copy
+    assert read_buffer(io.BytesIO(raw[:10]), len(raw)) == raw[:10]  # a short file: what is there
