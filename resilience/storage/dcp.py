@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import io
 import os
 import pickle
 import threading
@@ -180,7 +179,8 @@ class SeamReader(FileSystemReader):
                 for item, info in items:
                     piece = self._slice_file(stream, info)
                     if item.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(item, io.BytesIO(piece.read()))
+                        # a buffer of the item's own: what it loads may outlive this read (no view of a held file)
+                        planner.load_bytes(item, MemoryFile(bytearray(piece.read())))
                         continue
                     tensor = narrow_tensor_by_index(torch_load.load(piece), item.storage_offsets, item.lengths)
                     target = planner.resolve_tensor(item).detach()

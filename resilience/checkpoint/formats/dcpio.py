@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadIte
 from torch.distributed.checkpoint.planner_helpers import _create_read_items, create_read_items_for_chunk_list
 
 from ...errors import RankFailure, ResilienceError
+from ...storage import torch_load
 
 
 class CheckpointContentError(ResilienceError, ValueError):
@@ -151,7 +152,7 @@ class CheckedLoadPlanner(DefaultLoadPlanner):
         return items
 
     def load_bytes(self, read_item, value) -> None:
-        obj = torch.load(value, weights_only=True)
+        obj = torch_load.load(value)  # weights only; in place when the reader gives it a buffer of its own
         if self.flatten_state_dict:
             _set_path(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
         else:
