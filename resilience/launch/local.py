@@ -146,12 +146,12 @@ def _leave(store, rank: int, world: int, timeout: float) -> None:
     that one fail, and rank 0 serves the store: wait until all joined; rank 0 also until all left."""
     deadline = time.monotonic() + timeout
     while store.add(_JOINED, 0) < world and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(0.001)
     if rank != 0:
         store.add(_LEFT, 1)
         return
     while store.add(_LEFT, 0) < world - 1 and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(0.001)  # every job ends here: a short wait, not a long poll
 
 
 class Job:

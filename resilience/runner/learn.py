@@ -10,7 +10,7 @@ import contextlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from ..errors import RankFailure
 from ..faults.layout import Layout, learn
@@ -197,7 +197,8 @@ def learn_layout(
         with _shared(key + (reads,)) as kept:
             layout = _cached(key, reads)  # another worker may have learned it while this one waited
             if layout is None:
-                layout = _learn(spec, topo, combo, backend, folder, timeout, start_method, io, reads)
+                probe = replace(spec, num_layers=topo.pp) if name == "reference" else spec  # fewer tensors
+                layout = _learn(probe, topo, combo, backend, folder, timeout, start_method, io, reads)
                 if kept is not None:
                     layout.save(kept + ".tmp")
                     os.replace(kept + ".tmp", kept)
@@ -296,8 +297,6 @@ def _way(io: str, plan: ProbePlan, folder: str):
     if io != FUSE:
         yield plan
         return
-    from dataclasses import replace
-
     from ..fusefs import mounted
 
     mountpoint = os.path.join(folder, "mnt")
