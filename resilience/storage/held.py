@@ -101,9 +101,20 @@ def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:
     return buf, h.hexdigest()
 
 
+_LARGE = 64 << 20  # an item's size past which its file is asked how much it really holds
+
+
 def read_buffer(f, size: int) -> bytearray:
     """Up to `size` bytes from `f`'s position, read straight into a writable buffer of their own (a tensor
-    parsed from it can be a view of it: storage.torch_load)."""
+    parsed from it can be a view of it: storage.torch_load). A size past the file's end (a damaged or
+    hostile index) gets no buffer of that size."""
+    if size > _LARGE:
+        try:
+            here = f.tell()
+            size = max(0, min(size, f.seek(0, os.SEEK_END) - here))
+            f.seek(here)
+        except (AttributeError, OSError, ValueError):  # not seekable: read what comes, growing the buffer
+            return bytearray(f.read(size))
     buf = bytearray(size)
     view = memoryview(buf)
     at = 0

@@ -149,3 +149,9 @@ def test_an_item_read_into_a_buffer_of_its_own_loads_as_a_view_of_it(tmp_path):
         start = torch.frombuffer(buf, dtype=torch.uint8).data_ptr()
         assert start <= loaded.data_ptr() < start + len(buf)  # parsed in place, not through torch.load's copy
     assert read_buffer(io.BytesIO(raw[:10]), len(raw)) == raw[:10]  # a short file: what is there
+
+
+def test_a_size_past_the_end_of_the_file_gets_no_buffer_of_that_size():
+    raw = b"x" * 100
+    # an index claiming a terabyte: what the file holds comes back, nothing is allocated for the rest
+    assert read_buffer(io.BufferedReader(io.BytesIO(raw)), 1 << 40) == raw
