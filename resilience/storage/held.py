@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import mmap
 import os
+from collections.abc import Iterator
 from typing import BinaryIO
 
 import xxhash
@@ -78,13 +79,8 @@ def _read_pieces(f, size_hint: int) -> tuple[bytearray, str]:
     buf = bytearray(size_hint)
     view = memoryview(buf)
     at = 0
-    readinto = getattr(f, "readinto", None) or _readinto_by_read(f)
-    while at < size_hint:
-        n = readinto(view[at : at + HASH_PIECE])
-        if not n:
-            break
-        h.update(view[at : at + n])
-        at += n
+    for start, at in _fill(f, view, HASH_PIECE):
+        h.update(view[start:at])
     if at == size_hint:  # whatever lies beyond the expected size counts too
         while True:
             more = f.read(HASH_PIECE)
@@ -117,17 +113,24 @@ def read_buffer(f, size: int) -> bytearray:
             return bytearray(f.read(size))
     buf = bytearray(size)
     view = memoryview(buf)
-    at = 0
-    readinto = getattr(f, "readinto", None) or _readinto_by_read(f)
-    while at < size:
-        n = readinto(view[at:])
-        if not n:
-            break
-        at += n
+    at = max((end for _, end in _fill(f, view, size)), default=0)
     view.release()
     if at < size:
         del buf[at:]
     return buf
+
+
+def _fill(f, view: memoryview, piece: int) -> Iterator[tuple[int, int]]:
+    """Read `f` into `view` from its start, at most `piece` bytes a call, until it is full or `f` ends;
+    (start, end) of each read."""
+    at = 0
+    readinto = getattr(f, "readinto", None) or _readinto_by_read(f)
+    while at < len(view):
+        n = readinto(view[at : at + piece])
+        if not n:
+            return
+        yield at, at + n
+        at += n
 
 
 def _readinto_by_read(f):
