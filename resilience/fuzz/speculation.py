@@ -81,9 +81,10 @@ class RunAhead:
 
         preload((s.backend, c) for s, c in drawn)  # imported once here, not once in every worker
         self.items = [(s, c, os.path.join(work, f"ahead-{i:05d}"), io) for i, (s, c) in enumerate(drawn)]
-        self.where: dict[str, int] = {}
+        # a key -> its indices, in order: two draws can build the same example, and each is asked for
+        self.where: dict[str, list[int]] = {}
         for i, (s, c) in enumerate(drawn):
-            self.where.setdefault(key_of(s, c), i)
+            self.where.setdefault(key_of(s, c), []).append(i)
         self.done: dict[int, object] = {}
         self.taken: set[int] = set()
         self.hits = self.misses = 0
@@ -92,10 +93,11 @@ class RunAhead:
         self._results = run_each(_judge_item, self.items, workers)
 
     def take(self, key: str) -> CaseResult | Rejected | None:
-        i = self.where.pop(key, None)
-        if i is None:
+        indices = self.where.get(key)
+        if not indices:
             self.misses += 1
             return None
+        i = indices.pop(0)
         while i not in self.done:
             j, out = next(self._results)
             self.done[j] = out

@@ -92,6 +92,23 @@ def test_workers_run_the_same_examples_ahead_and_change_no_verdict(tmp_path, mon
 
 
 @pytest.mark.multiprocess
+def test_an_example_drawn_twice_is_judged_ahead_both_times(tmp_path, monkeypatch):
+    # two draws can build the same scenario (Hypothesis tells choice sequences apart, not what they build)
+    seen = _fake_runs(monkeypatch)
+    scenario = load_file(os.path.join(os.path.dirname(__file__), "..", "..", "scenarios", "corrupt-bitflip.yaml"))
+    combo = scenario.combinations[0]
+    ahead = speculation.RunAhead([(scenario, combo)] * 2, 2, str(tmp_path), None)
+    key = speculation.key_of(scenario, combo)
+    try:
+        assert all(isinstance(ahead.take(key), CaseResult) for _ in range(2))
+        assert ahead.take(key) is None  # a third ask was never drawn
+    finally:
+        ahead.close()
+    assert ahead.counts() == {"drawn": 2, "taken": 2, "judged_here": 1}
+    assert seen == []  # both ran in the workers, none here
+
+
+@pytest.mark.multiprocess
 def test_with_workers_a_failure_shrinks_to_the_same_minimal_scenario(tmp_path, monkeypatch):
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
     found = []
