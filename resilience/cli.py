@@ -8,6 +8,7 @@ import sys
 
 from .commands import COMMANDS
 from .errors import Interrupted, ResilienceError
+from .launch import heap
 from .stopping import INTERRUPTED_STATUSES, ignore_stops, stop_on_signals, taken
 
 
@@ -46,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """The console command: `main`, then exit with its status. Once a stop was acted on, a late or repeated
     signal is ignored while the interpreter shuts down: the status stays the one the run printed."""
+    heap.manage()
     status = main()
+    heap.leaving()
     if status in INTERRUPTED_STATUSES:
         ignore_stops()
         # CPython notes a KeyboardInterrupt that left an exec() of source text (Hypothesis and dataclasses

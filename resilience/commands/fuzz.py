@@ -122,10 +122,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
-    from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
-    from ..runner.adapters import make_backend, supported_combinations
-    from .progress import Progress
+    from ..launch import heap
+
+    with heap.loading():  # torch and Hypothesis
+        from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
+        from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
+        from ..runner.adapters import make_backend, supported_combinations
+        from .progress import Progress
 
     opts = FuzzOptions(
         examples=args.examples,

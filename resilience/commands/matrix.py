@@ -52,15 +52,18 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..report import RunFolder
-    from ..report.cases import CaseSpec, judge_cases
-    from ..report.table import text_table
-    from ..runner.adapters import declared_options, make_backend, supported_combinations
-    from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
-    from ..runner.option_sweep import plan_sweep, refused_values
-    from ..vocab.combos import valid_combinations
-    from .progress import Progress
-    from .run import summarize
+    from ..launch import heap
+
+    with heap.loading():  # torch and the runner
+        from ..report import RunFolder
+        from ..report.cases import CaseSpec, judge_cases
+        from ..report.table import text_table
+        from ..runner.adapters import declared_options, make_backend, supported_combinations
+        from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
+        from ..runner.option_sweep import plan_sweep, refused_values
+        from ..vocab.combos import valid_combinations
+        from .progress import Progress
+        from .run import summarize
 
     faults = [f for f in args.faults or list(FAULTS) if f != "none"]
     transitions = parse_transitions(args.transitions)

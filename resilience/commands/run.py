@@ -41,10 +41,13 @@ def run(args) -> int:
 
     scenarios = [load_file(f) for f in scenario_files(args.scenarios)]  # all validated before anything runs
     # imported once the scenarios read: a refused file is refused without importing torch
-    from ..report import RunFolder
-    from ..report.cases import CaseSpec, judge_cases
-    from ..runner.adapters import make_backend
-    from .progress import Progress
+    from ..launch import heap
+
+    with heap.loading():
+        from ..report import RunFolder
+        from ..report.cases import CaseSpec, judge_cases
+        from ..runner.adapters import make_backend
+        from .progress import Progress
 
     if args.tag:
         scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]

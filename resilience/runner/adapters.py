@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.options import join_spec, resolve_options, split_spec
 from ..errors import ConfigError
+from ..launch import heap
 
 if TYPE_CHECKING:  # the combinations module loads torch; parse_backend runs while pytest reads its options
     from ..vocab.combos import Combination
@@ -143,11 +144,12 @@ def preload(pairs: Iterable[tuple[str, Combination]]) -> None:
     """Make each (backend, combination) once in this process, so the worker and rank processes forked
     from it find every import done (a TORCH_DCP format pulls in torch._dynamo: over a second each time).
     Only a warm-up: a backend that cannot be made is left to its case, which reports why."""
-    for name, combo in dict.fromkeys((n or "reference", c) for n, c in pairs):
-        try:
-            make_backend(name, combo)
-        except Exception:  # noqa: BLE001  the case meets the same error and reports it in its row
-            continue
+    with heap.loading():
+        for name, combo in dict.fromkeys((n or "reference", c) for n, c in pairs):
+            try:
+                make_backend(name, combo)
+            except Exception:  # noqa: BLE001  the case meets the same error and reports it in its row
+                continue
 
 
 def make_backend(name: str, combo: Combination):
