@@ -37,10 +37,11 @@ from hypothesis.statistics import collector
 
 from ..checkers import FAIL, is_failing
 from ..errors import ConfigError, Interrupted
+from ..runner.adapters import preload
 from ..runner.run import CaseResult, replay_command
 from ..runner.scenario import Scenario
 from ..stopping import ask, check as check_stop
-from ..vocab.combos import Combination
+from ..vocab.combos import Combination, valid_combinations
 from ..vocab.events import FAULT, NO_SAVE, REJECTED, VERDICT
 from . import profiles  # noqa: F401  (registers the profiles)
 from .events import events_of, faults_in, tell_hypothesis
@@ -459,7 +460,10 @@ def _fuzz_scenarios(opts: FuzzOptions, judge: _Judge, database: str) -> None:
     if opts.workers > 1:
         # the same seed and settings draw the same examples in the same order, as long as they pass:
         # draw them first (no case runs), judge them in workers while Hypothesis asks for them one by one
-        drawn = draw_ahead(lambda record: _seeded(_settings(opts, None)(given(strategy)(record)), opts.seed))
+        drawn = draw_ahead(
+            lambda record: _seeded(_settings(opts, None)(given(strategy)(record)), opts.seed),
+            meanwhile=lambda: preload((opts.backend, c) for c in opts.combos or valid_combinations()),
+        )
         judge.run_ahead([(s, s.combinations[0]) for s in drawn])
     try:
         _seeded(fuzz_scenarios, opts.seed)()

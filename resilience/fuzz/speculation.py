@@ -3,7 +3,8 @@
 Hypothesis draws the next example only once the test returns, so a fuzzing run is one case after the
 other. But with the same seed and settings it draws the same examples in the same order as long as they
 pass (an example's outcome steers nothing else): a first pass of the same test that only records what it
-is given (no case runs; milliseconds each) lists the examples of the real pass. Those are judged in
+is given (no case runs; milliseconds each; in a forked child while this process loads the backends)
+lists the examples of the real pass. Those are judged in
 workers (launch.workers), in that order, while the real pass asks for them one by one and takes each
 result as it is ready. What the real pass asks for beyond the list (an example after a rejected one, the
 shrinking after a failure) runs here as before, so verdicts, shrinking and replays are those of a run
@@ -11,7 +12,10 @@ without workers; only the waiting is shorter."""
 
 from __future__ import annotations
 
+import gc
+import multiprocessing as mp
 import os
+import pickle
 import shutil
 import time
 from collections.abc import Callable
@@ -19,12 +23,15 @@ from dataclasses import dataclass
 
 from ..checkers import UNKNOWN, Verdict
 from ..errors import ConfigError
+from ..launch.lifetime import die_with_parent
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
+from ..stopping import held
 from ..vocab.combos import Combination
 
 DRAW_SECONDS = 30.0  # at most this long drawing ahead; examples past it run one by one
 DRAW_MAX = 2000  # and at most this many examples
+CHILD_GRACE_SECONDS = 10.0  # a drawing child's time to send its list once DRAW_SECONDS are up
 
 
 @dataclass
@@ -51,10 +58,37 @@ class _Drawn(BaseException):
     """Ends the drawing pass early (not an Exception: Hypothesis lets it through, nothing to shrink)."""
 
 
-def draw_ahead(as_test: Callable[[Callable], Callable]) -> list:
+def draw_ahead(as_test: Callable[[Callable], Callable], meanwhile: Callable[[], object] | None = None) -> list:
     """The examples the real pass will be given, in order: `as_test(fn)` is `fn` decorated as the real
     pass's test is (strategy, seed, settings), without its example database (what the database replays
-    first is not drawn: it runs when asked for)."""
+    first is not drawn: it runs when asked for). With `meanwhile` (loading the backends the workers will
+    inherit: both take about a second), a forked child draws while this process runs it; a child that
+    fails to send its list back is replaced by drawing here."""
+    if meanwhile is None:
+        return _draw(as_test)
+    ctx = mp.get_context("fork")
+    mine, theirs = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_draw_into, args=(as_test, theirs, os.getpid()), name="fuzz-draw")
+    with held():  # a Ctrl-C landing in the after-fork hooks would be lost there
+        child.start()
+    theirs.close()
+    drawn = None
+    try:
+        meanwhile()
+        if mine.poll(DRAW_SECONDS + CHILD_GRACE_SECONDS):
+            drawn = mine.recv()
+    except (EOFError, OSError, pickle.UnpicklingError):
+        drawn = None  # the child died or sent something unreadable
+    finally:
+        mine.close()
+        child.join(CHILD_GRACE_SECONDS if drawn is not None else 0)
+        if child.is_alive():
+            child.kill()
+            child.join()
+    return drawn if isinstance(drawn, list) else _draw(as_test)
+
+
+def _draw(as_test: Callable[[Callable], Callable]) -> list:
     drawn: list = []
     start = time.monotonic()
 
@@ -68,6 +102,19 @@ def draw_ahead(as_test: Callable[[Callable], Callable]) -> list:
     except _Drawn:
         pass
     return drawn
+
+
+def _draw_into(as_test: Callable[[Callable], Callable], conn, parent: int) -> None:
+    status = 1
+    try:
+        die_with_parent(parent)
+        gc.freeze()  # the parent's heap, inherited: collections need not walk (nor copy) it
+        conn.send(_draw(as_test))
+        status = 0
+    except BaseException:  # noqa: BLE001  the parent draws itself; nothing of the child's must escape
+        pass
+    finally:
+        os._exit(status)  # never the parent's atexit handlers
 
 
 class RunAhead:
