@@ -3,12 +3,11 @@
 Hypothesis draws the next example only once the test returns, so a fuzzing run is one case after the
 other. But with the same seed and settings it draws the same examples in the same order as long as they
 pass (an example's outcome steers nothing else): a first pass of the same test that only records what it
-is given (no case runs; milliseconds each; in a forked child while this process loads the backends)
-lists the examples of the real pass. Those are judged in
-workers (launch.workers), in that order, while the real pass asks for them one by one and takes each
-result as it is ready. What the real pass asks for beyond the list (an example after a rejected one, the
-shrinking after a failure) runs here as before, so verdicts, shrinking and replays are those of a run
-without workers; only the waiting is shorter."""
+is given (no case runs; milliseconds each; in a forked child while this process loads the backends) lists
+the examples of the real pass. Those are judged in workers (launch.workers), in that order, while the
+real pass asks for them one by one and takes each result as it is ready. What the real pass asks for
+beyond the list (an example after a rejected one, the shrinking after a failure) runs here as before, so
+verdicts, shrinking and replays are those of a run without workers; only the waiting is shorter."""
 
 from __future__ import annotations
 
