@@ -22,8 +22,8 @@ import torch.distributed as dist
 from ..checkers import UNKNOWN, Verdict
 from ..dist import all_agree, all_gather, broadcast
 from ..errors import ConfigError, TopologyChangeRefused
+from ..history import EventLog
 from ..runner.adapters import make_backend
-from ..runner.history import EventLog
 from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
 from ..vocab.combos import Combination

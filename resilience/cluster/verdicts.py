@@ -24,8 +24,8 @@ from ..checkers import (
     run_checker,
     worst,
 )
+from ..history import read_events
 from ..runner.evidence import evidence_from
-from ..runner.history import read_events
 from ..runner.oracle import NeverStopped
 from ..state import Topology
 from ..status import summary_line

@@ -92,16 +92,18 @@ def case_row(c: CaseSpec) -> dict:
 
     check_stop()
     start = time.monotonic()
+    history = None  # the history run_case read: the timeline draws it without reading history.jsonl again
     try:
         result = run_case(
             c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io
         )
+        history = result.history
         row = dict(result.to_row(), **c.extra)
     except INTERRUPTIONS:
         raise
     except Exception as e:  # the framework broke on this case: UNKNOWN for it
         row = _lost_row(c, e, time.monotonic() - start)
-    _draw_timeline(c.case_dir)
+    _draw_timeline(c.case_dir, history)
     return row
 
 
@@ -122,12 +124,13 @@ def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> dict:
     )
 
 
-def _draw_timeline(case_dir: str) -> None:
-    """The case's timeline.html, drawn now: its file-operation logs are on this boot's monotonic clock."""
+def _draw_timeline(case_dir: str, history=None) -> None:
+    """The case's timeline.html, drawn now: its file-operation logs are on this boot's monotonic clock.
+    `history`: the case's events as run_case read them (None: read from the folder)."""
     from .timeline import write_timeline
 
     try:
-        write_timeline(case_dir)
+        write_timeline(case_dir, history=history)
     except OSError:
         pass  # no room to draw it: the verdict and the evidence stand without the picture
 

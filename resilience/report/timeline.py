@@ -9,7 +9,8 @@ Consecutive writes or reads of one file are one bar. Fault firings (faults.jsonl
 
 The file-operation logs carry the machine's monotonic clock, the history the wall clock: they are put on
 one axis by the difference of the two clocks when the timeline is written, which is right as long as it
-is written on the machine and boot that ran the case (case_row writes it as the case ends)."""
+is written on the machine and boot that ran the case (case_row writes it as the case ends, from the history
+run_case read: resilience.history is its one reader, and a case's history.jsonl is read once)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..history import HISTORY_FILE, Event, case_history
 from .view import TIMELINE
 
 RUNNER = "runner"
@@ -85,10 +87,13 @@ class Timeline:
         return (min(times), max(times)) if times else (0.0, 0.0)
 
 
-def write_timeline(case_dir: str, *, clock_offset: float | None = None) -> str | None:
+def write_timeline(
+    case_dir: str, *, clock_offset: float | None = None, history: list[Event] | None = None
+) -> str | None:
     """Write timeline.html into `case_dir` from its history and logs; its path, or None when the case folder
-    holds no history. `clock_offset`: wall clock minus monotonic clock (default: now)."""
-    if not os.path.isfile(os.path.join(case_dir, "history.jsonl")):
+    holds no history. `clock_offset`: wall clock minus monotonic clock (default: now); `history`: the case's
+    events already read (default: read from the folder's history.jsonl, as when a run is drawn again)."""
+    if history is None and not os.path.isfile(os.path.join(case_dir, HISTORY_FILE)):
         return None
     if clock_offset is None:
         clock_offset = time.time() - time.monotonic()
@@ -96,7 +101,7 @@ def write_timeline(case_dir: str, *, clock_offset: float | None = None) -> str |
 
     path = os.path.join(case_dir, TIMELINE)
     try:
-        tl = read_case(case_dir, clock_offset)
+        tl = read_case(case_dir, clock_offset, history)
         page = render("timeline.html.j2", title=f"timeline: {os.path.basename(case_dir)}", error="", **draw(tl))
     except Exception as e:  # a page that says why, never a broken case: the timeline only shows evidence
         page = render(
@@ -112,11 +117,12 @@ def write_timeline(case_dir: str, *, clock_offset: float | None = None) -> str |
     return path
 
 
-def read_case(case_dir: str, clock_offset: float) -> Timeline:
-    """The timeline of one case folder."""
+def read_case(case_dir: str, clock_offset: float, history: list[Event] | None = None) -> Timeline:
+    """The timeline of one case folder; `history` its events if already read (default: read them here)."""
     tl = Timeline()
     tl.lane(RUNNER)
-    history = list(_jsonl(os.path.join(case_dir, "history.jsonl")))
+    if history is None:
+        history = case_history(case_dir)
     faults = list(_jsonl(os.path.join(case_dir, "faults.jsonl")))
     _from_history(tl, history, with_faults=not faults)
     for f in faults:
@@ -126,14 +132,13 @@ def read_case(case_dir: str, clock_offset: float) -> Timeline:
     return tl
 
 
-def _from_history(tl: Timeline, events: list[dict], *, with_faults: bool) -> None:
-    open_ops: dict[tuple, list[dict]] = {}
+def _from_history(tl: Timeline, events: list[Event], *, with_faults: bool) -> None:
+    open_ops: dict[tuple, list[Event]] = {}
     last_end: dict[tuple, float] = {}  # (job, rank) -> when its previous operation ended
     job_start: dict[int, tuple[float, dict]] = {}
     job_end: dict[int, float] = {}
-    for e in sorted(events, key=lambda e: float(e.get("time", 0.0))):
-        t, f, kind, value = float(e.get("time", 0.0)), str(e.get("f")), e.get("type"), e.get("value") or {}
-        proc = e.get("process")
+    for e in sorted(events, key=lambda e: float(e.time)):
+        t, f, kind, value, proc = float(e.time), str(e.f), e.type, e.value, e.process
         if proc == RUNNER:
             if f == "job":
                 job = int(value.get("job", 0))
@@ -149,26 +154,26 @@ def _from_history(tl: Timeline, events: list[dict], *, with_faults: bool) -> Non
                 tl.marks.append(Mark(RUNNER, t, "damage", f"{f}: {_summary(value)}"))
             continue
         lane = tl.lane(f"rank {proc}")
-        job = int(e.get("job", 0))
+        job = int(e.job)
         key = (job, proc, f)
         if kind == "invoke":
             open_ops.setdefault(key, []).append(e)
             continue
         started = open_ops.get(key)
-        begin = float(started.pop(0)["time"]) if started else last_end.get((job, proc), job_start.get(job, (t,))[0])
+        begin = float(started.pop(0).time) if started else last_end.get((job, proc), job_start.get(job, (t,))[0])
         outcome = {"ok": "ok", "fail": "fail"}.get(str(kind), "unknown")
         tl.bars.append(Bar(lane, begin, t, f, _op_label(f, value), outcome, _summary(value)))
         last_end[(job, proc)] = t
     for (job, proc, f), pending in open_ops.items():  # never completed: the rank died or the job ended first
         for e in pending:
-            end = job_end.get(job, float(e["time"]))
+            end = job_end.get(job, float(e.time))
             tl.bars.append(
                 Bar(
                     f"rank {proc}",
-                    float(e["time"]),
-                    max(end, float(e["time"])),
+                    float(e.time),
+                    max(end, float(e.time)),
                     f,
-                    _op_label(f, e.get("value") or {}),
+                    _op_label(f, e.value),
                     "unknown",
                     "no completion recorded",
                 )
@@ -281,6 +286,7 @@ def _summary(value: dict, limit: int = 300) -> str:
 
 
 def _jsonl(path: str) -> Iterator[dict]:
+    """The records of a JSON-lines file other than the history (the fault firings)."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             for line in f:

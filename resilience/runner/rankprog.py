@@ -13,12 +13,12 @@ import warnings
 from dataclasses import dataclass, field
 
 from ..errors import CheckpointNotFound, IntegrityError, ResilienceError, TopologyChangeRefused
+from ..history import EventLog
 from ..launch.local import BLOCKED_AFTER
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprints import assemble, gather_pieces, generations
 from ..vocab.combos import Combination
 from .adapters import make_backend
-from .history import EventLog
 
 
 @dataclass

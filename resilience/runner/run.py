@@ -14,13 +14,25 @@ from ..errors import ResilienceError
 from ..faults import Fault, LostUnsyncedWrites, Nemesis, NothingToDamage, RankCrash, read_firings
 from ..faults.layout_damage import NotApplicable
 from ..fusefs.injector import carries_out
+from ..history import (
+    FAIL as FAILED,
+    HISTORY_FILE,
+    INFO,
+    INVOKE,
+    OK,
+    Event,
+    EventLog,
+    case_history,
+    merge_job,
+    rank_events,
+    read_events,
+)
 from ..launch import Job
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
 from . import faultplan, ways
 from .adapters import contract_of, make_backend
 from .evidence import evidence_from
-from .history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, close_open_invokes, read_events
 from .oracle import never_stopped, precision_change
 from .plan import Corruption, JobSpec, plan_jobs
 from .rankprog import RankPlan, run_plan
@@ -41,6 +53,8 @@ class CaseResult:
     transition: str | None = None
     tags: list[str] = field(default_factory=list)
     faults: list[dict] = field(default_factory=list)  # {"fault", "status": fired/never fired/not applicable, "detail"}
+    # the case's history as run_case read it, once (None: none was written); not part of the row
+    history: list[Event] | None = field(default=None, repr=False, compare=False)
 
     def to_row(self) -> dict:
         return {
@@ -94,7 +108,7 @@ def run_case(
     replay = replay_command(scenario_file, combo, backend)
     if way == ways.FUSE and (why := ways.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)
-    history = EventLog(os.path.join(case_dir, "history.jsonl"), process="runner")
+    history = EventLog(os.path.join(case_dir, HISTORY_FILE), process="runner")
     history.info(
         "case",
         scenario=scenario.name,
@@ -181,7 +195,7 @@ def run_case(
                 unexpected += found
         job_no += 1
     history.close()
-    events = read_events(os.path.join(case_dir, "history.jsonl"))
+    events = case_history(case_dir)  # read once: the evidence and the timeline (CaseResult.history) take it
     ev = evidence(events, scenario, combo, configured, contract)
     ev.lost_unsynced = lost
     faults = fault_statuses(configured, fault_log, outcomes)
@@ -201,6 +215,7 @@ def run_case(
         transition,
         scenario.tags,
         faults,
+        history=events,
     )
 
 
@@ -430,21 +445,12 @@ def _run_job(
                     nemesis.stop()
                     if outcomes is not None:
                         outcomes += [FaultOutcome(f, NOT_IN_BACKEND, why) for f, why in nemesis.not_applicable()]
-    events = sorted(
-        (e for r in range(planned.topo.world) for e in read_events(os.path.join(rank_dir, f"rank{r}.jsonl"))),
-        key=lambda e: e.time,
-    )
-    for e in events:
-        e.job = job_no
-        if crash_state and not per_event_state:  # a batch's ranks name the state of each load themselves
-            e.value["crash_state"] = crash_state
-        history.write(e)
-    for rec in read_firings(fault_log)[fired_before:]:
-        history.write(Event(INFO, "fault", "runner", rec, job_no))  # the job it fired in explains its errors
+    rank_logs = [os.path.join(rank_dir, f"rank{r}.jsonl") for r in range(planned.topo.world)]
+    # a batch's ranks name the state of each load themselves
+    events = rank_events(rank_logs, job_no, crash_state=None if per_event_state else crash_state)
     first = outcome.first_failure()
     why = f"rank {first.rank}: {first.describe().splitlines()[0]}" if first else ""
-    for e in close_open_invokes(events, why or "job ended"):
-        history.write(e)
+    merge_job(history, events, job_no, firings=read_firings(fault_log)[fired_before:], why=why or "job ended")
     statuses = {o.rank: o.status for o in outcome.outcomes}
     signals = {o.rank: o.signal for o in outcome.outcomes if o.signal}
     raised = next((o for o in outcome.outcomes if o.status == "error"), None)  # the rank the blocked waited on

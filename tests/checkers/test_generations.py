@@ -97,7 +97,7 @@ def test_not_applicable_without_generations():
 
 def _history(load_found, resave_status="ok"):
     """Two ranks save iteration 3 twice (generations 1 and 2), then a load reports what it found."""
-    from resilience.runner.history import Event
+    from resilience.history import Event
 
     events = [Event("invoke", "job", "runner", {"job": 0, "topology": str(T)}, 0)]
     for gen, status in ((1, "ok"), (2, resave_status)):

@@ -7,8 +7,8 @@ import pytest
 
 from resilience.checkers import ALL, FAIL, NA, PASS, REFUSED, UNKNOWN, PrecisionOnResume, run_checker
 from resilience.checkers.base import PrecisionTargets
+from resilience.history import Event
 from resilience.runner.evidence import evidence_from
-from resilience.runner.history import Event
 from resilience.state import Topology
 from resilience.vocab.combos import Combination
 

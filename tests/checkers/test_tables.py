@@ -9,9 +9,9 @@ from resilience.checkers import ALL, FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, 
 from resilience.checkers.case import FIRED, NEVER_FIRED, case_verdict as combine
 from resilience.checkers.integrity import INERT
 from resilience.checkers.topology import TopologyIndependence
+from resilience.history import Event
 from resilience.report.table import cell_of, text_table
 from resilience.runner.evidence import evidence_from
-from resilience.runner.history import Event
 from resilience.state import Topology
 from resilience.vocab.combos import Combination
 from resilience.vocab.contract import TopologyContract

@@ -8,7 +8,7 @@ from resilience.cluster import ClusterPlan, Layout
 from resilience.cluster.base import write_json
 from resilience.cluster.verdicts import finish, judge
 from resilience.faults import FaultReport
-from resilience.runner.history import EventLog
+from resilience.history import EventLog
 from resilience.runner.oracle import NeverStopped
 from resilience.state import ModelSpec, Topology
 

@@ -8,6 +8,7 @@ import json
 import os
 
 from resilience.faults.oplog import OpLog
+from resilience.history import case_history
 from resilience.report.timeline import read_case, write_timeline
 
 from .dom import parse
@@ -194,3 +195,17 @@ def test_a_case_without_history_has_no_timeline_and_a_broken_log_still_gives_a_p
         f.write('{"f": "save", "process": 0, "time": "soon", "type": "ok"}\n')  # a time that is not a number
     page = parse(open(write_timeline(case, clock_offset=OFFSET)).read())
     assert page.by_id("error").text.startswith("the timeline could not be drawn: ValueError")
+
+
+def test_a_history_already_read_is_drawn_without_reading_the_file_again(tmp_path, monkeypatch):
+    case = _case(tmp_path)
+    _seam_log(case)
+    history = case_history(case)
+    drawn = read_case(case, OFFSET)
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: opened.append(str(path)) or real_open(path, *a, **k))
+    given = read_case(case, OFFSET, history)
+    assert given == drawn  # the same picture as from the folder
+    assert write_timeline(case, clock_offset=OFFSET, history=history) == os.path.join(case, "timeline.html")
+    assert not [p for p in opened if p.endswith("history.jsonl")] and opened  # faults.jsonl, the logs: read

@@ -5,8 +5,8 @@ evidence keeps every rank's error of a failed load."""
 import errno
 
 from resilience.errors import IntegrityError, RankFailure
+from resilience.history import Event
 from resilience.runner.evidence import evidence_from
-from resilience.runner.history import Event
 from resilience.runner.rankprog import error_of, library_error
 from resilience.state import Topology
 from resilience.vocab.combos import Combination
