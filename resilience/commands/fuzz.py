@@ -230,7 +230,7 @@ def _first_combo():
 
 def _check(opts) -> None:
     """Bad --faults: one clear error before anything runs."""
-    from ..fuzz.strategies import scenarios
+    from ..fuzz.scenario_strategies import scenarios
 
     scenarios(
         combinations=opts.combos,
