@@ -11,24 +11,12 @@ Every strategy takes keyword-only arguments, draws only valid values and shrinks
 one; a bad argument raises InvalidStrategyArgument (a hypothesis InvalidArgument and a
 resilience ConfigError). The state machine of the checkpoint lifecycle is lifecycle_machine()."""
 
+from .fuzz.fault_strategies import fault_schedules, faults
 from .fuzz.judge import ScenarioFailed, judge, judge_all
 from .fuzz.machine import lifecycle_machine
-from .fuzz.strategies import (
-    SCENARIO_FAULTS,
-    TIMED_FAULTS,
-    InvalidStrategyArgument,
-    backend_specs,
-    combinations,
-    dtypes,
-    fault_schedules,
-    faults,
-    model_specs,
-    optimizers,
-    precisions,
-    scenarios,
-    topologies,
-    transitions,
-)
+from .fuzz.scenario_strategies import SCENARIO_FAULTS, TIMED_FAULTS, backend_specs, combinations, scenarios
+from .fuzz.state_strategies import dtypes, model_specs, optimizers, precisions, topologies, transitions
+from .fuzz.strategy_args import InvalidStrategyArgument
 
 __all__ = [
     "InvalidStrategyArgument",

@@ -1,6 +1,7 @@
 """Checkpoint implementations under test, behind one protocol (base.CheckpointBackend).
 
-- `stock_dcp`: torch.distributed.checkpoint as its users use it (--backend dcp, dcp-threads);
+- `stock_dcp`: torch.distributed.checkpoint as its users use it (--backend dcp, dcp-threads); its options in
+  `stock_dcp_options`, how the framework observes its file operations in `dcp_observation`;
 - `megatron`: megatron-core's dist_checkpointing, optional extra [megatron] (--backend megatron);
 - `nvrx`: NVIDIA Resiliency Extension's local checkpoint manager, optional extra [nvrx] (--backend nvrx).
 The reference implementation (resilience.checkpoint.reference) and the broken ones (resilience.broken)

@@ -31,29 +31,23 @@ How the framework observes it, without changing what DCP does (see docs/adapters
   so it is recorded and can fail as injected. It is installed once per process, by the first adapter.
 - DCP's errors become ours where the runner needs them (CheckpointException is a BaseException): a
   failed save raises RankFailure, a failed async write AsyncSaveFailed at finalize, a failed load
-  IntegrityError naming the folder. Nothing is retried or hidden."""
+  IntegrityError naming the folder. Nothing is retried or hidden.
+
+OPTIONS are declared in stock_dcp_options.py, the observation (ObservedFileSystem, the fsync stand-in) is
+dcp_observation.py."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import os
 import re
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import (
-    CheckpointException,
-    FileSystemReader,
-    FileSystemWriter,
-    filesystem as dcp_filesystem,
-)
-from torch.distributed.checkpoint.filesystem import FileSystemBase
+from torch.distributed.checkpoint import CheckpointException, FileSystemWriter
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from .. import storage
@@ -74,223 +68,12 @@ from ..state.sharding import ShardedTensor
 from ..state.training import RNG_KEY
 from ..storage.dcp import read_metadata_safely
 from ..vocab import CheckpointInfo, CheckpointType, Combination, LoadResult, combination
-from .options import Option
+from .dcp_observation import install_fsync_router, reader, writer
+from .stock_dcp_options import DEFAULTS, OPTIONS
 
 STEP = re.compile(r"step-(\d+)")
 METADATA = ".metadata"
 RANK_METADATA = re.compile(r"__(\d+)\.metadata")  # a rank's own metadata, written with use_collectives=False
-
-# what a DCP user can pick, with torch 2.13's defaults (FileSystemWriter, dcp.save, dcp.async_save)
-OPTIONS = (
-    Option("thread_count", 1, "FileSystemWriter: writer threads per rank", between=(1, 64), sweep=(4,)),
-    Option(
-        "sync_files", True, "FileSystemWriter: fsync every data file before the save returns", choices=(True, False)
-    ),
-    Option(
-        "single_file_per_rank",
-        True,
-        "FileSystemWriter: one data file per rank (false: one per item)",
-        choices=(True, False),
-    ),
-    Option(
-        "collectives",
-        "on",
-        "how ranks agree on a save: on (one central plan and .metadata), off "
-        "(use_collectives=False: each rank plans alone and writes its own __R.metadata), no_dist "
-        "(no_dist=True on save and load: every rank acts as a job of one)",
-        choices=("on", "off", "no_dist"),
-    ),
-    Option(
-        "async",
-        "thread",
-        "dcp.async_save's async_checkpointer_type: the upload runs in a thread of the "
-        "rank or in a checkpoint process DCP spawns (its own gloo group)",
-        choices=("thread", "process"),
-        io="async",
-    ),
-    Option(
-        "staging",
-        "writer",
-        "who copies the state before an async upload: writer (FileSystemWriter, "
-        "a BlockingAsyncStager), cached (the writer with cache_staged_state_dict=True: buffers kept "
-        "across saves), background (DefaultStager, use_async_staging: copies in a thread, async_save "
-        "returns an AsyncSaveResponse), shared (DefaultStager into shared memory), pinned",
-        choices=("writer", "cached", "background", "shared", "pinned"),
-        io="async",
-        refused={
-            "pinned": "pinned host memory needs CUDA (StagingOptions.use_pinned_memory); this machine runs on CPU",
-            "cached": "the cached copy is pinned host memory (BlockingAsyncStager allocates it with "
-            "pin_memory=True), which needs CUDA; this machine runs on CPU",
-        },
-    ),
-    Option(
-        "process_group",
-        "own",
-        "the group async_save coordinates over: own (a new gloo group, as "
-        "torchtitan makes it) or default (the default group, DCP's own default, shared with training)",
-        choices=("own", "default"),
-        io="async",
-    ),
-)
-DEFAULTS = {o.name: o.default for o in OPTIONS}
-
-
-# ---- observation: DCP's file operations through the storage seam, unchanged -------------------------
-class _RawSeamStream(io.RawIOBase):
-    """A seam WriteStream as the raw layer under a BufferedWriter."""
-
-    def __init__(self, stream):
-        super().__init__()
-        self.stream = stream
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def write(self, b) -> int:
-        n = self.stream.write(b)
-        return len(memoryview(b)) if n is None else n
-
-    def tell(self) -> int:
-        return self.stream.tell()
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if (offset, whence) == (0, io.SEEK_CUR):
-            return self.stream.tell()
-        return self.stream.seek(offset, whence)
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    def close(self) -> None:
-        if not self.closed:
-            try:
-                self.stream.close()
-            finally:
-                super().close()
-
-
-class _FsyncRouter:
-    """Stands in for `os` inside torch.distributed.checkpoint.filesystem: the real module, except that
-    fsync of a descriptor opened through ObservedFileSystem goes to that seam stream's fsync."""
-
-    def __init__(self, real):
-        self._real = real
-        self._streams: dict[int, object] = {}
-        self._lock = threading.Lock()
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def register(self, fd: int, stream) -> None:
-        with self._lock:
-            self._streams[fd] = stream
-
-    def forget(self, fd: int) -> None:
-        with self._lock:
-            self._streams.pop(fd, None)
-
-    def fsync(self, fd: int) -> None:
-        with self._lock:
-            stream = self._streams.get(fd)
-        if stream is None:
-            return self._real.fsync(fd)
-        stream.fsync()  # type: ignore[attr-defined]  # a seam WriteStream
-
-
-def install_fsync_router() -> _FsyncRouter:
-    """Idempotent, per process."""
-    if not isinstance(dcp_filesystem.os, _FsyncRouter):
-        dcp_filesystem.os = _FsyncRouter(dcp_filesystem.os)  # type: ignore[assignment]  # a stand-in for `os`
-    return dcp_filesystem.os  # type: ignore[return-value]
-
-
-class ObservedFileSystem(FileSystemBase):
-    """DCP's FileSystem semantics (pathlib open/rename/mkdir -p/exists/unlink, no fsync of its own,
-    no directory fsync) carried out through storage.current()."""
-
-    def __init__(self):
-        self.router = install_fsync_router()
-
-    # DCP's process executor pickles the writer into its checkpoint process: the router is made there again
-    def __getstate__(self) -> dict:
-        return {}
-
-    def __setstate__(self, state: dict) -> None:
-        self.router = install_fsync_router()
-
-    def create_stream(self, path, mode: str):
-        return self._stream(os.fspath(path), mode)
-
-    @staticmethod
-    def _blksize(fd: int) -> int:
-        size = os.fstat(fd).st_blksize
-        return size if size > 1 else io.DEFAULT_BUFFER_SIZE
-
-    def _stream(self, path: str, mode: str):
-        @contextlib.contextmanager
-        def opened():
-            if "w" in mode:
-                raw = storage.current().open_write(path, sync=False)
-                fd = raw.fileno()
-                stream = io.BufferedWriter(_RawSeamStream(raw), buffer_size=self._blksize(fd))
-                self.router.register(fd, raw)
-                try:
-                    yield stream
-                finally:
-                    try:
-                        stream.close()
-                    finally:
-                        self.router.forget(fd)
-            elif "r" in mode:
-                with storage.current().open_read(path) as reading:
-                    yield reading
-            else:
-                raise ValueError(f"{path}: unsupported stream mode {mode!r}")
-
-        return opened()
-
-    def concat_path(self, path, suffix: str) -> str:
-        return os.path.join(os.fspath(path), suffix)
-
-    def init_path(self, path) -> str:
-        return os.fspath(path)
-
-    def rename(self, path, new_path) -> None:
-        storage.current().rename(os.fspath(path), os.fspath(new_path))
-
-    def mkdir(self, path) -> None:
-        storage.current().mkdir(os.fspath(path))
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return "://" not in os.fspath(checkpoint_id)
-
-    def exists(self, path) -> bool:
-        return storage.current().exists(os.fspath(path))
-
-    def rm_file(self, path) -> None:
-        storage.current().unlink(os.fspath(path))
-
-    def ls(self, path) -> list[str]:
-        folder = os.fspath(path)
-        return [os.path.join(folder, n) for n in storage.current().listdir(folder)]
-
-
-def writer(folder: str, **options) -> FileSystemWriter:
-    w = FileSystemWriter(folder, **options)
-    w.fs = ObservedFileSystem()  # type: ignore[assignment]  # DCP's FileSystem, observed
-    w.path = w.fs.init_path(folder)
-    return w
-
-
-def reader(folder: str) -> FileSystemReader:
-    r = FileSystemReader(folder)
-    r.fs = ObservedFileSystem()  # type: ignore[assignment]  # as above
-    r.path = r.fs.init_path(folder)
-    return r
 
 
 def _failures(e: CheckpointException) -> dict:

@@ -44,7 +44,8 @@ def register(sub) -> None:
 
 
 def run_check(args) -> int:
-    from ..runner.adapter_check import TOPOLOGIES, check_adapter
+    from ..runner.adapter_check import check_adapter
+    from ..runner.adapter_jobs import TOPOLOGIES
 
     def keep() -> str:
         from ..report import make_run_dir

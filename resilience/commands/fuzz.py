@@ -29,6 +29,16 @@ def register(sub) -> None:
         help="run generated scenarios and the checkpoint lifecycle state machine on real "
         "ranks; keep each failure as a minimal scenario with its replay command",
     )
+    _add_search_arguments(p)
+    _add_backend_arguments(p)
+    p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
+    add_io_argument(p)
+    add_workers_argument(p)
+    p.set_defaults(func=run)
+
+
+def _add_search_arguments(p) -> None:
+    """How much to generate and how: examples, seed, combinations, sizes, budgets."""
     p.add_argument(
         "--examples",
         type=positive_int,
@@ -80,6 +90,10 @@ def register(sub) -> None:
         action="store_true",
         help="shrink each failing checker's failure separately (slower); default: one per mode",
     )
+
+
+def _add_backend_arguments(p) -> None:
+    """What is tested and what is drawn: the backend, its options, precision changes, faults, modes, profile."""
     p.add_argument(
         "--backend",
         default="reference",
@@ -115,10 +129,6 @@ def register(sub) -> None:
         default="dev",
         help="ci (25 examples, seed 0: fast and deterministic), dev (50, default) or fuzz (500)",
     )
-    p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
-    add_io_argument(p)
-    add_workers_argument(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:
@@ -130,7 +140,21 @@ def run(args) -> int:
         from ..runner.adapters import make_backend, supported_combinations
         from .progress import Progress
 
-    opts = FuzzOptions(
+    opts = _options(args, FuzzOptions, supported_combinations)
+    _check(opts)
+    _refuse_bad_backend(opts, make_backend)
+    print(
+        f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
+        f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else "")
+    )
+    print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
+    outcome = _search(opts, fuzz, Progress)
+    return _report(outcome)
+
+
+def _options(args, FuzzOptions, supported_combinations):
+    """The run's options, from the command line."""
+    return FuzzOptions(
         examples=args.examples,
         seed=args.seed,
         combos=args.combos or supported_combinations(args.backend),  # None: all six
@@ -149,7 +173,10 @@ def run(args) -> int:
         profile=args.profile,
         workers=workers_of(args),
     )
-    _check(opts)
+
+
+def _refuse_bad_backend(opts, make_backend) -> None:
+    """A backend that cannot be made, or --backend-options for one that declares none: one clear error, now."""
     make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now
     if opts.backend_options:
         from ..errors import ConfigError
@@ -161,11 +188,10 @@ def run(args) -> int:
                 f"{opts.backend} declares no options",
                 "leave --backend-options out, or give a backend such as dcp or megatron",
             )
-    print(
-        f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
-        f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else "")
-    )
-    print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
+
+
+def _search(opts, fuzz, Progress):
+    """Run the fuzzer under a progress bar: each mode searching, then shrinking what it found."""
     from ..fuzz.judge import BAD
 
     shrinking: set[str] = set()  # the modes that found a failure and shrink it
@@ -184,6 +210,11 @@ def run(args) -> int:
             bar.update(1, result.verdict if result is not None else "rejected")
 
         outcome = fuzz(opts, progress=progress)
+    return outcome
+
+
+def _report(outcome) -> int:
+    """Print what the run found; 1 when anything failed, 0 otherwise."""
     from ..status import summary_line
 
     verdicts = [v for v, n in outcome.counts.items() if v != "rejected" for _ in range(n)]
@@ -230,7 +261,7 @@ def _first_combo():
 
 def _check(opts) -> None:
     """Bad --faults: one clear error before anything runs."""
-    from ..fuzz.strategies import scenarios
+    from ..fuzz.scenario_strategies import scenarios
 
     scenarios(
         combinations=opts.combos,

@@ -69,6 +69,33 @@ def run(args) -> int:
     transitions = parse_transitions(args.transitions)
     combos = args.combos or supported_combinations(args.backend) or valid_combinations()
     sweep = plan_sweep(args.backend, args.backend_options)  # a bad option or spec: one clear error here
+    _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario, make_backend)
+    work = _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_read)
+    seen = list(dict.fromkeys(c.column for _, _, c in work))
+    columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
+        transitions
+    )
+    folder = _start_folder(RunFolder, args, columns, work, sweep, combos, faults, transitions)
+    if args.backend_options:
+        _announce_sweep(args, sweep, refused_values, declared_options)
+    specs = _case_specs(CaseSpec, folder, work, args.io)
+    start = time.monotonic()
+    with Progress(len(work), "cases") as bar:
+        rows = judge_cases(
+            folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row, workers=workers_of(args)
+        )
+    print(text_table(rows, columns))
+    print(f"({time.monotonic() - start:.1f} s)")
+    paths = folder.finish(rows, columns=columns)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return summarize(rows, paths)
+
+
+def _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario, make_backend) -> None:
+    """An unknown column, nothing to run, an unwritable --json or a backend that cannot be made: one clear
+    error before any case runs."""
     for f in faults:
         fault_scenario(f, args.seed)  # an unknown column: one clear error before anything runs
     if not faults and not transitions:
@@ -81,6 +108,11 @@ def run(args) -> int:
         raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
     for column in sweep:  # a backend that cannot be made: one clear error before any case
         make_backend(column.spec, next((c for c in combos if column.applies_to(c)), combos[0]))
+
+
+def _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_read) -> list:
+    """(backend spec, option set label, case) for every case of every option set; learning which metadata
+    files a load reads on the way, in a folder removed after."""
     learned = tempfile.mkdtemp(prefix="resilience-layout-")
     work = []  # (backend spec, option set label, case)
     try:
@@ -98,10 +130,11 @@ def run(args) -> int:
             ]
     finally:
         shutil.rmtree(learned, ignore_errors=True)
-    seen = list(dict.fromkeys(c.column for _, _, c in work))
-    columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
-        transitions
-    )
+    return work
+
+
+def _start_folder(RunFolder, args, columns, work, sweep, combos, faults, transitions):
+    """The run folder, created with what the run is, and a line saying so."""
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
     folder = RunFolder.create(
         args.out,
@@ -124,14 +157,22 @@ def run(args) -> int:
         f"run folder {folder.path}",
         flush=True,
     )
-    if args.backend_options:
-        print(
-            f"matrix: {len(sweep)} option sets (the defaults, then one option changed at a time): "
-            f"{', '.join(c.label for c in sweep)}",
-            flush=True,
-        )
-        for line in refused_values(declared_options(args.backend)):
-            print(f"matrix: not swept, cannot run here: {line}", flush=True)
+    return folder
+
+
+def _announce_sweep(args, sweep, refused_values, declared_options) -> None:
+    """The option sets swept, and the values that cannot run here."""
+    print(
+        f"matrix: {len(sweep)} option sets (the defaults, then one option changed at a time): "
+        f"{', '.join(c.label for c in sweep)}",
+        flush=True,
+    )
+    for line in refused_values(declared_options(args.backend)):
+        print(f"matrix: not swept, cannot run here: {line}", flush=True)
+
+
+def _case_specs(CaseSpec, folder, work, io: str) -> list:
+    """One CaseSpec per case, each with its own folder under the run folder's cases/."""
     cases_dir = os.path.join(folder.path, "cases")
     specs = [
         CaseSpec(
@@ -142,22 +183,11 @@ def run(args) -> int:
             c.fault,
             c.transition,
             {"column": c.column, **({"options": label} if label else {})},
-            args.io,
+            io,
         )
         for i, (spec, label, c) in enumerate(work)
     ]
-    start = time.monotonic()
-    with Progress(len(work), "cases") as bar:
-        rows = judge_cases(
-            folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row, workers=workers_of(args)
-        )
-    print(text_table(rows, columns))
-    print(f"({time.monotonic() - start:.1f} s)")
-    paths = folder.finish(rows, columns=columns)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return summarize(rows, paths)
+    return specs
 
 
 def _io(args) -> str:

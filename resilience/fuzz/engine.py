@@ -47,8 +47,8 @@ from . import profiles  # noqa: F401  (registers the profiles)
 from .events import events_of, faults_in, tell_hypothesis
 from .judge import BAD, failure_class, write_failure
 from .machine import lifecycle_machine
+from .scenario_strategies import scenarios
 from .speculation import Rejected, RunAhead, draw_ahead, judged, key_of
-from .strategies import scenarios
 
 MODES = ("scenarios", "machine")
 OURS = (FAULT, VERDICT, REJECTED, NO_SAVE)  # the events a case gives; Hypothesis adds its own (retried draws, ...)

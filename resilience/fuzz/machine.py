@@ -28,9 +28,11 @@ from ..runner.run import CaseResult
 from ..runner.scenario import Scenario, from_dict
 from ..vocab.combos import Combination
 from ..vocab.events import NO_SAVE
-from . import lifecycle as lc, strategies as rst
+from . import lifecycle as lc, scenario_strategies as rst
 from .events import tell_hypothesis
 from .judge import judge
+from .state_strategies import model_specs, topologies
+from .strategy_args import InvalidStrategyArgument
 
 Judge = Callable[[Scenario, Combination], CaseResult]
 
@@ -105,33 +107,57 @@ def lifecycle_machine(
     resilience.faults kinds, default: the deterministic ones) and backend. `judge_with(scenario, combo)`
     replaces the default judge (run on real ranks, raise ScenarioFailed on FAIL or UNKNOWN)."""
     combos = rst.combinations(among=combinations) if combinations is not None else rst.combinations()
-    topos = rst.topologies(max_world=max_world)
+    topos = topologies(max_world=max_world)
     kinds = frozenset(rst.SCENARIO_FAULTS if faults is None else faults)
     bad = [k for k in kinds if k not in rst.SCENARIO_FAULTS]
     if bad:
-        raise rst.InvalidStrategyArgument(
+        raise InvalidStrategyArgument(
             "faults", f"the state machine cannot draw {bad[0]!r}", f"use some of {', '.join(rst.SCENARIO_FAULTS)}"
         )
-    rank = st.integers(0, 7)
-    seed = st.integers(0, 1000)
-    crash_points = st.one_of(
-        st.tuples(st.just("phase"), st.sampled_from(lc.CRASH_PHASES)),
-        st.tuples(st.just("byte"), st.integers(1, 1024)),
-        st.tuples(st.just("op"), st.sampled_from(lc.CRASH_OPS), st.sampled_from(("before", "after"))),
-    )
     writes = [k for k in lc.WRITE_FAULTS if k in kinds]
     rest = [k for k in lc.CORRUPTIONS if k in kinds]
+    CheckpointLifecycle = _machine(_setups(combos, topos, moves), kinds, writes, rest, moves, precision_changes)
+    CheckpointLifecycle.backend = backend
+    if judge_with is not None:
+        CheckpointLifecycle.judge_scenario = lambda self, scenario, combo: judge_with(scenario, combo)  # type: ignore[method-assign]
+    if on_nothing_to_judge is not None:
+        CheckpointLifecycle.nothing_to_judge = lambda self: on_nothing_to_judge()  # type: ignore[method-assign]
+    return CheckpointLifecycle
+
+
+def _setups(combos: st.SearchStrategy, topos: st.SearchStrategy, moves: bool) -> Callable[[], st.SearchStrategy]:
+    """The choices made once, at the start: combination, topology, the topologies resumes move to, model."""
 
     @st.composite
     def setups(draw):
         combo = draw(combos)
         base = draw(topos)
         others = draw(st.lists(topos.filter(lambda t: t != base), max_size=2, unique=True)) if moves else []
-        model = draw(rst.model_specs(topologies=[base, *others], max_layers=2, max_heads=2, max_vocab=32))
+        model = draw(model_specs(topologies=[base, *others], max_layers=2, max_heads=2, max_vocab=32))
         return combo, base, others, model
 
-    def enabled(drawn: bool, action):
-        return precondition(lambda self: drawn and self._allows(action))
+    return setups
+
+
+def _crash_points() -> st.SearchStrategy:
+    """Where a crash during a save strikes: at a phase, after a number of bytes, or at an operation."""
+    return st.one_of(
+        st.tuples(st.just("phase"), st.sampled_from(lc.CRASH_PHASES)),
+        st.tuples(st.just("byte"), st.integers(1, 1024)),
+        st.tuples(st.just("op"), st.sampled_from(lc.CRASH_OPS), st.sampled_from(("before", "after"))),
+    )
+
+
+def enabled(drawn: bool, action):
+    """A rule's precondition: its kind is drawn in this machine, and the lifecycle allows its action now."""
+    return precondition(lambda self: drawn and self._allows(action))
+
+
+# The class's source is kept as it is: Hypothesis derives a derandomized run's seed (and its database key)
+# from it, so the same settings keep drawing the same examples.
+def _machine(setups, kinds, writes: list, rest: list, moves: bool, precision_changes: bool) -> type[LifecycleMachine]:
+    """The machine class: the rules `kinds` (`writes`, `rest`), `moves` and `precision_changes` allow."""
+    rank, seed, crash_points = st.integers(0, 7), st.integers(0, 1000), _crash_points()
 
     class CheckpointLifecycle(LifecycleMachine):
         __doc__ = LifecycleMachine.__doc__
@@ -207,11 +233,6 @@ def lifecycle_machine(
         def delete_old_checkpoints(self, which, seed):
             self._do(lc.DeleteOld(which, seed))
 
-    CheckpointLifecycle.backend = backend
-    if judge_with is not None:
-        CheckpointLifecycle.judge_scenario = lambda self, scenario, combo: judge_with(scenario, combo)  # type: ignore[method-assign]
-    if on_nothing_to_judge is not None:
-        CheckpointLifecycle.nothing_to_judge = lambda self: on_nothing_to_judge()  # type: ignore[method-assign]
     return CheckpointLifecycle
 
 

@@ -10,7 +10,7 @@ from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
 from .fault_steps import FAULT_STEPS, fault_of
-from .scenario import Scenario, Step
+from .scenario_model import Scenario, Step
 
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an
 # odd 105 rows at tp1 (110 at tp2): dp 2 and dp 3 split the distributed optimizer's rows unevenly

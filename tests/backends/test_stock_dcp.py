@@ -10,7 +10,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from resilience import storage
-from resilience.backends.stock_dcp import StockDcpBackend, find_load_step, reader, writer
+from resilience.backends.dcp_observation import reader, writer
+from resilience.backends.stock_dcp import StockDcpBackend, find_load_step
 from resilience.runner.matrix import fault_scenario, transition_scenario
 from resilience.runner.run import run_case
 from resilience.vocab import Combination

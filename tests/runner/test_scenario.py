@@ -127,7 +127,7 @@ def test_kill_accepts_the_when_mapping_its_help_names():
     first, second = (st.fault for st in s.steps if st.kind == "kill")
     assert first.trigger.after == 0.5 and first.target.rank == 1
     assert second.trigger.size == 64 and second.target.path == "*.pt"
-    assert "when" in __import__("resilience.runner.scenario", fromlist=["STEP_KINDS"]).STEP_KINDS["kill"]
+    assert "when" in __import__("resilience.runner.scenario_schema", fromlist=["STEP_KINDS"]).STEP_KINDS["kill"]
     assert load_text(s.to_yaml(), "again.yaml").to_dict() == s.to_dict()
     assert _problems("steps:\n  - kill: {rank: 0, when: after}\n") == [(2, "steps.0.kill.when")]
 

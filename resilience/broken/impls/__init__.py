@@ -1,0 +1,59 @@
+"""The broken implementations: subclasses of the reference, each changing one thing. The catalogue
+(`resilience.broken.CATALOGUE`) and `--backend broken:NAME` find each here by its name.
+
+- `save_bugs`: saves and commits that lose durability, commit too early or drop an error;
+- `load_bugs`: loads and resumes that skip a check or hand back what was not saved;
+- `writer_process`: the reference with a forked background writer (`process_writer`), and its bugs;
+- `patching`: what they share."""
+
+from __future__ import annotations
+
+from .load_bugs import (
+    ignores_topology,
+    no_checksum,
+    rng_across_tp,
+    silent_cast,
+    silent_optim_cast,
+    unsafe_unpickle,
+    wrong_dedup,
+)
+from .patching import patched
+from .save_bugs import (
+    async_no_snapshot,
+    commit_before_all_ranks,
+    in_place_overwrite,
+    manifest_not_durable,
+    mixed_resave,
+    no_dir_fsync,
+    no_fsync,
+    poisoned_after_error,
+    retention_deletes_newest,
+    swallowed_async_error,
+    tracker_before_data,
+)
+from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
+
+__all__ = [
+    "async_no_snapshot",
+    "commit_before_all_ranks",
+    "ignores_topology",
+    "in_place_overwrite",
+    "manifest_not_durable",
+    "mixed_resave",
+    "no_checksum",
+    "no_dir_fsync",
+    "no_fsync",
+    "patched",
+    "poisoned_after_error",
+    "process_writer",
+    "retention_deletes_newest",
+    "rng_across_tp",
+    "silent_cast",
+    "silent_optim_cast",
+    "swallowed_async_error",
+    "tracker_before_data",
+    "unsafe_unpickle",
+    "writer_death_hangs",
+    "writer_never_respawned",
+    "wrong_dedup",
+]
