@@ -16,9 +16,9 @@ class Integrity:
     def check(self, ev: Evidence) -> Verdict:
         if not ev.corruptions:
             return Verdict(self.name, NA, "no corruption in this scenario")
-        planted = _planted_code_ran(self.name, ev)
-        if planted is not None:
-            return planted
+        ran = _planted_code_ran(self.name, ev)
+        if ran is not None:
+            return ran
         first = min(c["index"] for c in ev.corruptions)
         after = ev.same_precision([ld for ld in ev.loads if ld.index > first])
         if not after:
