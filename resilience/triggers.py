@@ -404,6 +404,10 @@ class Carries:
         hears them)."""
         return [c.kind for c in classes if c.effect in self.effects]
 
+    def describe(self, classes: Iterable[Any]) -> str:
+        """ "fuse carries io_error, ... (none at a phase)": for an error that names what would have fired."""
+        return f"{self.name} carries {', '.join(self.kinds(classes))}" + ("" if self.phases else " (none at a phase)")
+
 
 __all__ = [
     "CRASH",

@@ -323,7 +323,7 @@ def inject(
             raise ConfigError(
                 "fault.kind",
                 f"the storage seam does not carry out {f.kind} (its effect: {f.effect})",
-                f"it carries {', '.join(FaultyFileSystem.CARRIES.kinds(KINDS.values()))}",
+                FaultyFileSystem.CARRIES.describe(KINDS.values()),
             )
     if oplog_dir is None and any(f.effect == POWER_LOSS for f in mine):
         raise ConfigError(
