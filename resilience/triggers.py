@@ -20,7 +20,7 @@ asks a `Matcher` what to do with one operation and performs the answer; the rule
   write short or torn (a crash at a byte cuts it), crash after. A failure or a crash before ends the
   decision: the operation does not happen.
 
-The Matcher does no I/O, sleeps not, kills not and reads no clock: it counts and returns a `Decision`,
+The Matcher does no I/O, no sleeping, no killing and reads no clock: it counts and returns a `Decision`,
 and the carrier sleeps, fails, writes, records the firing and kills.
 
 Why a module of its own at the bottom of the layers, and not one inside faults/: it sits below every
