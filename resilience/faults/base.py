@@ -6,14 +6,13 @@ committed checkpoint). Every record checks itself and names the bad field in a C
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import ConfigError
+from ..triggers import matches_path
 from ..vocab.phases import PHASES
 
 # Operations of the I/O seam a fault can match ("create" is open_write, "read" is open_read).
@@ -21,16 +20,6 @@ OPS = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "
 THREADS = ("main", "writer")  # writer: any thread but the main one (the async background writer)
 WHEN = ("before", "after")
 LAYERS = ("inject", "nemesis", "at_rest")
-
-
-def matches_path(pattern: str | None, path: str, rel: str | None = None) -> bool:
-    """fnmatch `pattern` against the full path, its relative form, or (no '/' in it) the file name.
-    `*` also matches '/', so '*.pt' is every .pt file at any depth."""
-    if pattern is None:
-        return True
-    if fnmatch.fnmatchcase(path, pattern) or (rel is not None and fnmatch.fnmatchcase(rel, pattern)):
-        return True
-    return "/" not in pattern and fnmatch.fnmatchcase(os.path.basename(path), pattern)
 
 
 @dataclass(frozen=True)
@@ -73,10 +62,13 @@ _BASE_KEYS = ("kind", "target", "trigger", "seed")
 @dataclass(frozen=True)
 class Fault:
     """A fault: what (kind and its parameters), where (target), when (trigger), and a seed for any
-    choice left open. Subclasses add parameters; `uses` says which target/trigger fields mean something."""
+    choice left open. Subclasses add parameters; `uses` says which target/trigger fields mean something;
+    `effect` what a carrier of in-process faults does when it fires (resilience.triggers.EFFECTS; None:
+    no carrier meets it on the I/O, the nemesis or the runner carries it out)."""
 
     kind: ClassVar[str] = ""
     layer: ClassVar[str] = "inject"
+    effect: ClassVar[str | None] = None
     uses: ClassVar[frozenset[str]] = frozenset()
     target: Target = field(default_factory=Target)
     trigger: Trigger = field(default_factory=Trigger)
@@ -174,14 +166,15 @@ class FaultLayer(Protocol):
     def firings(self) -> list[dict]: ...
 
 
-KINDS: dict[str, type[Fault]] = {}  # kind -> record class, filled as kinds.py defines them
+# kind -> record class, filled as each class is defined. The package imports faults/kinds.py (its
+# __init__), so every kind of the package is here once any module of it is imported; this module never
+# imports kinds.py itself (kinds.py builds on it).
+KINDS: dict[str, type[Fault]] = {}
 
 
 # ---- parsing ---------------------------------------------------------------------------------------
 def fault_from_dict(d: Mapping, *, world: int | None = None, where: str = "fault") -> Fault:
     """One record from a mapping (YAML/JSON); ConfigError naming the field when it is wrong."""
-    from . import kinds  # noqa: F401  (defines and registers every kind)
-
     if not isinstance(d, Mapping):
         raise ConfigError(where, f"must be a mapping with a kind, got {type(d).__name__}")
     kind = d.get("kind")

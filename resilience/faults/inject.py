@@ -1,8 +1,9 @@
 """The in-process injector: a FileSystem that wraps the current one and carries out a rank's faults.
 
-Installed per rank with `inject(...)` (storage.use under the hood, plus a phase listener). For each
-operation of the seam, in order: slow it down, fail it with an errno, crash before it, do it (a write
-maybe short, torn, or cut at a byte), log it, crash after it. Writes go through to the OS at once, so
+Installed per rank with `inject(...)` (storage.use under the hood, plus a phase listener). Which fault
+fires on which operation is resilience.triggers' decision (as for every carrier); this module carries it
+out on each operation of the seam, in order: slow it down, fail it with an errno, crash before it, do it
+(a write maybe short, torn, or cut at a byte), log it, crash after it. Writes go through to the OS at once, so
 the operation log and the file agree at any crash point. A crash is a real SIGKILL of the rank itself,
 after the firing is fsynced to the report."""
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import threading
 import time
@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Iterator
 from .. import storage
 from ..errors import ConfigError
 from ..storage.base import WriteStreamBase
+from ..triggers import EFFECTS, POWER_LOSS, Carries, Decision, Matcher, crash_action
 from ..vocab import phases
-from .base import Fault, matches_path, typed
+from .base import KINDS, Fault, typed
 from .firings import FaultReport, firing
-from .kinds import IOFailure, LostUnsyncedWrites, RankCrash, ShortWrite, SlowWrite, TornWrite
 from .oplog import OpLog
 
 # Logged before they happen: a rank killed between the call and its record would leave a file the log
@@ -41,27 +41,10 @@ def _thread() -> str:
     return "main" if threading.current_thread() is threading.main_thread() else "writer"
 
 
-def _is_crash(f: Fault) -> bool:
-    return isinstance(f, (RankCrash, LostUnsyncedWrites))
-
-
-def _op_triggered(f: Fault, op: str) -> bool:
-    """Does this fault count operations of kind `op`?"""
-    if isinstance(f, IOFailure):
-        return f.target.op in (None, op)
-    if isinstance(f, SlowWrite):
-        return (f.target.op or "write") == op
-    if isinstance(f, (ShortWrite, TornWrite)):
-        return op == "write"
-    if _is_crash(f):
-        return f.trigger.phase is None and f.trigger.at_byte is None and f.target.op == op
-    return False
-
-
 class FaultyWriteStream(WriteStreamBase):
     """A WriteStream whose writes, fsync and close go through the injector."""
 
-    def __init__(self, fs: FaultyFileSystem, inner, path: str, sync: bool, stream_id: str | None, armed: list[Fault]):
+    def __init__(self, fs: FaultyFileSystem, inner, path: str, sync: bool, stream_id: str | None, armed: list[int]):
         self._fs, self.inner, self._path, self.sync = fs, inner, path, sync
         self.stream_id, self.armed = stream_id, armed
         self.closed = False
@@ -119,8 +102,12 @@ class FaultyWriteStream(WriteStreamBase):
 
 
 class FaultyFileSystem:
-    """Wraps a FileSystem; carries out the in-process faults aimed at `rank`. `kill` (default: SIGKILL this
-    process) and `sleep` are injected so the logic can be tested in one process."""
+    """Wraps a FileSystem; carries out the in-process faults aimed at `rank`, as resilience.triggers
+    decides them. `kill` (default: SIGKILL this process) and `sleep` are injected so the logic can be
+    tested in one process."""
+
+    # every effect, at a phase too: checkpoint code announces its phases in this process
+    CARRIES = Carries("seam", frozenset(EFFECTS), phases=True)
 
     def __init__(
         self,
@@ -135,12 +122,10 @@ class FaultyFileSystem:
     ):
         self.inner = inner
         self.rank = rank
-        self.faults = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
+        self.faults = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank) and self.CARRIES.carries(f)]
         self.report, self.oplog, self._kill, self._sleep = report, oplog, kill, sleep
-        self._count = [0] * len(self.faults)
-        self._slowed = [0] * len(self.faults)
+        self.matcher = Matcher(self.faults)
         self._fired: list[dict] = []
-        self._done: set[int] = set()
         self._lock = threading.RLock()
 
     # ---- bookkeeping ------------------------------------------------------------------------------
@@ -152,66 +137,42 @@ class FaultyFileSystem:
         rec = firing(self.faults[i], action, rank=self.rank, thread=_thread(), **detail)
         with self._lock:
             self._fired.append(rec)
-            self._done.add(i)
+        self.matcher.fired(i, self.rank)
         if self.report is not None:
             self.report.append(rec)
         return rec
 
     def _die(self, i: int, **detail) -> None:
-        action = "power_loss" if isinstance(self.faults[i], LostUnsyncedWrites) else "sigkill"
-        self._fire(i, action, **detail)
+        self._fire(i, crash_action(self.faults[i]), **detail)
         self._kill()
-
-    def _applies(self, f: Fault, path: str) -> bool:
-        thread = f.target.thread
-        return matches_path(f.target.path, path) and (thread is None or thread == _thread())
-
-    def _hits(self, op: str, paths: tuple[str, ...]) -> list[tuple[int, int]]:
-        """(fault index, how many matching operations it has now seen) for faults counting this op."""
-        hits = []
-        with self._lock:
-            for i, f in enumerate(self.faults):
-                if not _op_triggered(f, op) or not any(self._applies(f, p) for p in paths):
-                    continue
-                if i in self._done and not isinstance(f, SlowWrite):
-                    continue
-                self._count[i] += 1
-                hits.append((i, self._count[i]))
-        return hits
 
     @staticmethod
     def _where(op: str, paths: tuple[str, ...]) -> dict:
         return {"op": op, "path": paths[0], **({"dst": paths[1]} if len(paths) > 1 else {})}
 
-    def _before(self, op: str, paths: tuple[str, ...]) -> list[tuple[int, int]]:
-        hits = self._hits(op, paths)
+    def _before(self, op: str, paths: tuple[str, ...], length: int = 0) -> Decision:
+        """Slow, fail with an errno, crash before: what the records decided for this operation."""
+        d = self.matcher.operation(op, paths, rank=self.rank, thread=_thread(), length=length)
         where = self._where(op, paths)
-        for i, n in hits:
-            f = self.faults[i]
-            if isinstance(f, SlowWrite) and n >= f.trigger.nth and (f.times is None or self._slowed[i] < f.times):
-                self._slowed[i] += 1
-                if self._slowed[i] == 1:
-                    self._fire(i, "slow", delay=f.delay, **where)
-                self._sleep(f.delay)
-        for i, n in hits:
-            f = self.faults[i]
-            if isinstance(f, IOFailure) and n == f.trigger.nth:
-                self._fire(i, f"raise {f.errno}", errno=f.errno, **where)
-                raise OSError(f.code, f"{os.strerror(f.code)} (injected: {f})", paths[0])
-        for i, n in hits:
-            f = self.faults[i]
-            if _is_crash(f) and f.trigger.when == "before" and n == f.trigger.nth:
-                self._die(i, when="before", **where)
-        return hits
+        for slow in d.slow:
+            if slow.first:
+                self._fire(slow.index, "slow", delay=slow.delay, **where)
+            self._sleep(slow.delay)
+        if d.error is not None:
+            e = d.error
+            self._fire(e.index, f"raise {e.errno}", errno=e.errno, **where)
+            raise OSError(e.code, f"{os.strerror(e.code)} (injected: {self.faults[e.index]})", paths[0])
+        if d.crash is not None:
+            self._die(d.crash, when="before", **where)
+        return d
 
-    def _after(self, op: str, paths: tuple[str, ...], hits: list[tuple[int, int]]) -> None:
-        for i, n in hits:
-            f = self.faults[i]
-            if _is_crash(f) and f.trigger.when == "after" and n == f.trigger.nth:
-                self._die(i, when="after", **self._where(op, paths))
+    def _after(self, op: str, paths: tuple[str, ...], d: Decision) -> None:
+        i = self.matcher.after(d)
+        if i is not None:
+            self._die(i, when="after", **self._where(op, paths))
 
     def _run(self, op: str, paths: tuple[str, ...], do: Callable, **log):
-        hits = self._before(op, paths)
+        d = self._before(op, paths)
         if self.oplog is not None and op in AHEAD:
             with self.oplog.ahead(op, **log):
                 result = do()
@@ -219,22 +180,13 @@ class FaultyFileSystem:
             result = do()
             if self.oplog is not None:
                 self.oplog.record(op, **log)
-        self._after(op, paths, hits)
+        self._after(op, paths, d)
         return result
 
     # ---- phases ----------------------------------------------------------------------------------
     def on_phase(self, phase: str, info: dict) -> None:
         """vocab.phases listener: crash as the nth matching phase begins."""
-        due = None
-        with self._lock:
-            for i, f in enumerate(self.faults):
-                if not _is_crash(f) or f.trigger.phase != phase or i in self._done:
-                    continue
-                if f.target.thread is not None and f.target.thread != _thread():
-                    continue
-                self._count[i] += 1
-                if self._count[i] == f.trigger.nth and due is None:
-                    due = i
+        due = self.matcher.phase(phase, rank=self.rank, thread=_thread())
         if due is not None:
             self._die(due, phase=phase, **{k: v for k, v in info.items() if isinstance(v, (int, str))})
 
@@ -242,46 +194,36 @@ class FaultyFileSystem:
     def _write(self, s: FaultyWriteStream, data: memoryview) -> int:
         n = len(data)
         offset = s.inner.tell()
-        hits = self._before("write", (s.path,))
-        keep, torn = n, None
-        for i, c in hits:
-            f = self.faults[i]
-            if isinstance(f, (ShortWrite, TornWrite)) and c == f.trigger.nth:
-                k = min(n, n // 2 if f.keep is None else f.keep)
-                if isinstance(f, ShortWrite):
-                    keep = min(keep, k)
-                    self._fire(i, "short", path=s.path, offset=offset, length=n, kept=k)
-                else:
-                    torn = (i, k)
-        cut = None
-        for f in s.armed:  # crash once the file holds at_byte bytes
-            if offset < f.trigger.at_byte <= offset + keep:
-                keep, cut = f.trigger.at_byte - offset, f
-                break
+        d = self._before("write", (s.path,), length=n)
+        for p in d.partial:
+            if not p.torn:
+                self._fire(p.index, "short", path=s.path, offset=offset, length=n, kept=p.kept)
+        keep, tear = d.kept(n), d.tear
+        cut = self.matcher.cut(s.armed, offset, keep)  # crash once the file holds at_byte bytes
+        if cut is not None:
+            keep = cut[1]
         on_disk: bytes | memoryview = data[:keep]
-        if torn is not None:
-            i, k = torn
-            f = self.faults[i]
+        if tear is not None:
             s.inner.write(data)  # the stream hashes what the writer meant to write
-            fill = bytes(n - k) if f.fill == "zeros" else random.Random(f.seed).randbytes(n - k)  # type: ignore[attr-defined]
+            fill = tear.fill_bytes(n - tear.kept)
             s.inner.flush()
-            os.pwrite(s.inner.fileno(), fill, offset + k)
-            on_disk = bytes(data[:k]) + fill
-            self._fire(i, "torn", path=s.path, offset=offset, length=n, kept=k, fill=f.fill)  # type: ignore[attr-defined]
+            os.pwrite(s.inner.fileno(), fill, offset + tear.kept)
+            on_disk = bytes(data[: tear.kept]) + fill
+            self._fire(tear.index, "torn", path=s.path, offset=offset, length=n, kept=tear.kept, fill=tear.fill)
         else:
             s.inner.write(on_disk)
         s.inner.flush()  # write through, so the log and the file agree at any crash point
         if self.oplog is not None:
             self.oplog.record("write", s.path, data=on_disk, stream=s.stream_id, offset=offset)
         if cut is not None:
-            self._die(self.faults.index(cut), op="write", path=s.path, offset=offset, bytes=offset + keep)
-        self._after("write", (s.path,), hits)
-        return n if torn is not None else keep
+            self._die(cut[0], op="write", path=s.path, offset=offset, bytes=offset + keep)
+        self._after("write", (s.path,), d)
+        return n if tear is not None else keep
 
     # ---- the FileSystem protocol ---------------------------------------------------------------------
     def open_write(self, path: str, *, sync: bool = True) -> FaultyWriteStream:
         path = str(path)
-        hits = self._before("create", (path,))
+        d = self._before("create", (path,))
         sid = None
         if self.oplog is None:
             inner = self.inner.open_write(path, sync=False)  # the wrapper fsyncs at close, through the faults
@@ -289,18 +231,12 @@ class FaultyFileSystem:
             sid = self.oplog.new_stream()
             with self.oplog.ahead("create", path, stream=sid):
                 inner = self.inner.open_write(path, sync=False)
-        armed = []
-        with self._lock:
-            for i, f in enumerate(self.faults):
-                if _is_crash(f) and f.trigger.at_byte is not None and i not in self._done and self._applies(f, path):
-                    self._count[i] += 1
-                    if self._count[i] == f.trigger.nth:
-                        armed.append(f)
+        armed = self.matcher.open_write(path, rank=self.rank, thread=_thread())
         stream = FaultyWriteStream(self, inner, path, sync, sid, armed)
-        for f in armed:
-            if f.trigger.at_byte == 0:
-                self._die(self.faults.index(f), op="create", path=path, bytes=0)
-        self._after("create", (path,), hits)
+        at_once = self.matcher.at_open(armed)
+        if at_once is not None:
+            self._die(at_once, op="create", path=path, bytes=0)
+        self._after("create", (path,), d)
         return stream
 
     def open_read(self, path: str):
@@ -315,7 +251,7 @@ class FaultyFileSystem:
 
     def mkdir(self, path: str) -> None:
         path = os.path.abspath(str(path))
-        hits = self._before("mkdir", (path,))
+        d = self._before("mkdir", (path,))
         missing, p = [], path
         while p and not os.path.isdir(p):
             missing.append(p)
@@ -327,18 +263,18 @@ class FaultyFileSystem:
         if self.oplog is not None:
             for p in reversed(missing):
                 self.oplog.record("mkdir", p)
-        self._after("mkdir", (path,), hits)
+        self._after("mkdir", (path,), d)
 
     def unlink(self, path: str) -> None:
         self._run("unlink", (str(path),), lambda: self.inner.unlink(path), path=path)
 
     def rmtree(self, path: str) -> None:
         existed = self.inner.exists(path)
-        hits = self._before("rmtree", (str(path),))
+        d = self._before("rmtree", (str(path),))
         self.inner.rmtree(path)
         if self.oplog is not None and existed:
             self.oplog.record("rmtree", path)
-        self._after("rmtree", (str(path),), hits)
+        self._after("rmtree", (str(path),), d)
 
     def fsync_dir(self, path: str) -> None:
         self._run("fsync_dir", (str(path),), lambda: self.inner.fsync_dir(path), path=path)
@@ -362,15 +298,8 @@ class FaultyFileSystem:
     def close(self) -> None:
         """A lost_unsynced_writes fault with no crash point fires here: power is lost after the last
         recorded operation (the process goes on; the runner builds the crash states)."""
-        for i, f in enumerate(self.faults):
-            if (
-                isinstance(f, LostUnsyncedWrites)
-                and i not in self._done
-                and f.trigger.phase is None
-                and f.trigger.at_byte is None
-                and f.target.op is None
-            ):
-                self._fire(i, "power_loss", when="after the last operation")
+        for i, _ in self.matcher.at_close([self.rank]):
+            self._fire(i, "power_loss", when="after the last operation")
         if self.oplog is not None:
             self.oplog.close()
 
@@ -389,7 +318,14 @@ def inject(
     duration. Firings are appended to `report` (JSON lines, fsynced); operations to `oplog_dir`."""
     faults = typed(faults, world=world)
     mine = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
-    if oplog_dir is None and any(isinstance(f, LostUnsyncedWrites) for f in mine):
+    for f in mine:
+        if not FaultyFileSystem.CARRIES.carries(f):
+            raise ConfigError(
+                "fault.kind",
+                f"the storage seam does not carry out {f.kind} (its effect: {f.effect})",
+                FaultyFileSystem.CARRIES.describe(KINDS.values()),
+            )
+    if oplog_dir is None and any(f.effect == POWER_LOSS for f in mine):
         raise ConfigError(
             "oplog_dir",
             "lost_unsynced_writes needs the operation log",

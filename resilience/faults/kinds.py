@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ConfigError
+from ..triggers import CRASH, FAIL, POWER_LOSS, SHORT, SLOW, TORN
 from .base import Fault, _choice, _int, _number
 
-# ---- in-process faults (the injector) ----------------------------------------------------------------
+# ---- in-process faults (the carriers: the seam's injector, the FUSE file system) ---------------------
+# Each says its `effect`; when it fires, on which operation, is resilience.triggers' rule for that effect.
 _OP_USES = frozenset({"rank", "path", "op", "thread", "nth"})
 _WRITE_USES = frozenset({"rank", "path", "thread", "nth", "op"})
 _CRASH_USES = frozenset({"rank", "path", "op", "thread", "nth", "when", "at_byte", "phase"})
@@ -22,6 +24,7 @@ class IOFailure(Fault):
     """The nth matching operation raises OSError with a real errno (ENOSPC, EIO, EDQUOT, EROFS, ...)."""
 
     kind: ClassVar[str] = "io_error"
+    effect: ClassVar[str | None] = FAIL
     uses: ClassVar[frozenset[str]] = _OP_USES
     errno: str = "EIO"
 
@@ -51,6 +54,7 @@ class ShortWrite(Fault):
     caller writes the rest."""
 
     kind: ClassVar[str] = "short_write"
+    effect: ClassVar[str | None] = SHORT
     uses: ClassVar[frozenset[str]] = _WRITE_USES
     keep: int | None = None
 
@@ -65,6 +69,7 @@ class TornWrite(Fault):
     file; the rest of its range holds zeros ('zeros') or seeded noise ('garbage'), as a torn sector."""
 
     kind: ClassVar[str] = "torn_write"
+    effect: ClassVar[str | None] = TORN
     uses: ClassVar[frozenset[str]] = _WRITE_USES
     keep: int | None = None
     fill: str = "zeros"
@@ -81,6 +86,7 @@ class SlowWrite(Fault):
     first; `times` of them (None: all)."""
 
     kind: ClassVar[str] = "slow_write"
+    effect: ClassVar[str | None] = SLOW
     uses: ClassVar[frozenset[str]] = _OP_USES
     delay: float = 0.1
     times: int | None = None
@@ -127,6 +133,7 @@ class RankCrash(Fault):
     after the nth matching operation, or as the nth matching named phase begins."""
 
     kind: ClassVar[str] = "rank_crash"
+    effect: ClassVar[str | None] = CRASH
     uses: ClassVar[frozenset[str]] = _CRASH_USES
 
     def _check(self, where):
@@ -140,6 +147,7 @@ class LostUnsyncedWrites(Fault):
     operations; crash_states builds up to `max_states` possible disks from them."""
 
     kind: ClassVar[str] = "lost_unsynced_writes"
+    effect: ClassVar[str | None] = POWER_LOSS
     uses: ClassVar[frozenset[str]] = _CRASH_USES
     max_states: int = 32
     torn: bool = True

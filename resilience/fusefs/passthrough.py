@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import mfusepy
 
 from ..faults.base import Fault
-from ..faults.kinds import LostUnsyncedWrites
+from ..triggers import POWER_LOSS, Decision, crash_action
 from .base import Caller, is_writable, parse_control, seam_op
-from .injector import FuseInjector, Plan, crash_action, torn_fill
+from .injector import FuseInjector
 from .journal import Journal
 from .ranks import RankMap
 
@@ -72,7 +72,7 @@ class Handle:
 @dataclass
 class _Doing:
     caller: Caller
-    plan: Plan
+    plan: Decision
     paths: tuple[str, ...]
     seam: str | None
     crashed: bool = False
@@ -161,7 +161,7 @@ class Passthrough(mfusepy.Operations):
 
     def _crash(self, caller: Caller, fault: Fault, rel: str) -> None:
         """Kill the calling rank (a power loss: every rank, and the disk stops); its firing is already written."""
-        power = isinstance(fault, LostUnsyncedWrites)
+        power = fault.effect == POWER_LOSS
         self.journal.entry("power_loss" if power else "sigkill", caller, rel, fault=str(fault))
         if power:
             self.down = True
@@ -189,10 +189,11 @@ class Passthrough(mfusepy.Operations):
         with self._lock:
             self._refuse(caller)  # killed while it slept
             if plan.error is not None:
-                self.journal.entry(op, caller, rel, dst=dst, error=plan.error.code, fault=str(plan.error), **asked)
-                raise OSError(plan.error.code, f"{os.strerror(plan.error.code)} (injected: {plan.error})")
+                code, fault = plan.error.code, self.injector.faults[plan.error.index]
+                self.journal.entry(op, caller, rel, dst=dst, error=code, fault=str(fault), **asked)
+                raise OSError(code, f"{os.strerror(code)} (injected: {fault})")
             if plan.crash is not None:
-                self._crash(caller, plan.crash, rel)
+                self._crash(caller, self.injector.faults[plan.crash], rel)
                 raise OSError(errno.EIO, "killed before the operation (injected)")
             doing = _Doing(caller, plan, paths, seam)
             try:
@@ -326,13 +327,12 @@ class Passthrough(mfusepy.Operations):
             self.journal.seam("create", d.caller, path, stream=h.stream)
         if is_writable(flags):
             h.armed = self.injector.arm(d.caller, d.paths[0])
-            for i in h.armed:
+            i = self.injector.at_open(h.armed)
+            if i is not None:  # a crash at byte 0: the file exists, empty
                 f = self.injector.faults[i]
-                if f.trigger.at_byte == 0:  # a crash at byte 0: the file exists, empty
-                    self.injector.fire(i, d.caller, crash_action(f), op=op, path=d.paths[0], bytes=0)
-                    self._crash(d.caller, f, path)
-                    d.crashed = True
-                    break
+                self.injector.fire(i, d.caller, crash_action(f), op=op, path=d.paths[0], bytes=0)
+                self._crash(d.caller, f, path)
+                d.crashed = True
         return fd
 
     def create(self, path, mode, flags):
@@ -361,11 +361,10 @@ class Passthrough(mfusepy.Operations):
         path = path or h.rel
         n = len(data)
         with self._op("write", path, length=n, offset=offset) as d:
-            keep = n if d.plan.keep is None else d.plan.keep
+            keep, tear = d.plan.kept(n), d.plan.tear
             on_disk = data if keep >= n else data[:keep]  # a copy only when cut: requests are up to 1 MiB
-            if d.plan.torn is not None:
-                f, k = d.plan.torn
-                on_disk = bytes(data[:k]) + torn_fill(f, n - k)
+            if tear is not None:
+                on_disk = bytes(data[: tear.kept]) + tear.fill_bytes(n - tear.kept)
             cut = self.injector.cut(h.armed, offset, len(on_disk))
             if cut is not None:
                 on_disk = on_disk[: cut[1]]
@@ -398,7 +397,7 @@ class Passthrough(mfusepy.Operations):
                 self._crash(d.caller, crash, path)
                 d.crashed = True
                 return len(on_disk)
-            return n if d.plan.torn is not None else len(on_disk)  # a torn write says it wrote everything
+            return n if tear is not None else len(on_disk)  # a torn write says it wrote everything
 
     def truncate(self, path, length, fh=None):
         h = self._handles.get(fh) if fh is not None else None

@@ -221,8 +221,10 @@ def run_case(
 
 def case_way(scenario: Scenario, backend: str, io: str | None) -> str:
     """seam or fuse for this case: fuse only when asked (or auto for a backend outside the seam) and some
-    fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount."""
+    fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount. ConfigError when an
+    in-process fault has no carrier on that way (it would never fire)."""
     way = ways.resolve(io, backend)
+    ways.refuse_uncarried(way, [s.fault for s in scenario.steps if s.fault is not None])
     if way == ways.FUSE and not any(s.fault is not None and carries_out(s.fault) for s in scenario.steps):
         return ways.SEAM
     return way

@@ -10,23 +10,52 @@
 
 A case whose faults are all outside the ranks (kills from the nemesis, damage at rest) needs no mount
 and runs the seam's way whatever was asked; a fuse case on a machine that cannot mount is UNPROBED, with
-the reason."""
+the reason. Each way has its carriers (`CARRIERS`, each stating what it carries); an in-process fault no
+carrier of the case's way carries is refused before the case runs (`refuse_uncarried`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..fusefs.injector import carries_out
+from ..faults import KINDS, Fault
+from ..faults.inject import FaultyFileSystem
+from ..fusefs.injector import FuseInjector, carries_out
+from ..triggers import Carries
 from .plan import ArmedFault
 
 SEAM, FUSE, AUTO = "seam", "fuse", "auto"
 CHOICES = (SEAM, FUSE, AUTO)
 MOUNT = "mnt"  # the mount point, in the case folder: the root every rank of a fuse case sees
 FUSE_LOGS = "fuse"  # the file system's logs, one folder per job, in the case folder
+
+
+# The carriers of each way, in the order they take a record: under fuse the file system takes what it
+# carries, the seam in the ranks what only code in process can hear (a phase).
+CARRIERS: dict[str, tuple[Carries, ...]] = {
+    SEAM: (FaultyFileSystem.CARRIES,),
+    FUSE: (FuseInjector.CARRIES, FaultyFileSystem.CARRIES),
+}
+
+
+def carrier_of(way: str, fault: Fault) -> Carries | None:
+    """The carrier of `way` (seam or fuse) that takes an in-process fault; None when none carries it."""
+    return next((c for c in CARRIERS[way] if c.carries(fault)), None)
+
+
+def refuse_uncarried(way: str, faults: Iterable[Fault]) -> None:
+    """ConfigError naming the first in-process fault no carrier of `way` carries out: it would never fire."""
+    for f in faults:
+        if f.layer == "inject" and carrier_of(way, f) is None:
+            raise ConfigError(
+                "fault.kind",
+                f"no carrier of --io {way} carries out {f.kind} (its effect: {f.effect}), so it would never fire",
+                "; ".join(c.describe(KINDS.values()) for c in CARRIERS[way])
+                + "; see docs/architecture.md, Adding a carrier",
+            )
 
 
 def check(io: str | None) -> str:
@@ -121,9 +150,12 @@ __all__ = [
     "FUSE_LOGS",
     "JobWay",
     "MOUNT",
+    "CARRIERS",
     "SEAM",
+    "carrier_of",
     "check",
     "job_way",
+    "refuse_uncarried",
     "resolve",
     "through_seam",
     "unavailable",

@@ -171,3 +171,25 @@ def test_a_writer_kill_needs_no_trigger_and_reads_as_a_kill_step():
     f = fault_of("kill", {"kind": "writer_kill", "rank": 1, "file": "@data"}, world=2)
     assert isinstance(f, WriterKill) and f.layer == "nemesis" and f.scope == "tree"
     assert f.target == Target(rank=1, path="@data") and f.trigger == Trigger()
+
+
+def test_the_records_module_never_imports_the_kinds_built_on_it():
+    """kinds.py derives from base.py; base.py importing kinds back (even inside a function) was a circle.
+    Every kind is registered all the same: the package imports kinds.py."""
+    import ast
+    import subprocess
+    import sys
+
+    import resilience.faults.base as base
+
+    tree = ast.parse(open(base.__file__).read())
+    imported = {
+        (n.module or "") + ":" + ",".join(a.name for a in n.names)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom)
+    }
+    assert not [i for i in imported if "kinds" in i], imported
+    # a fresh process that imports only the records module still reads every kind
+    code = "from resilience.faults.base import fault_from_dict; print(fault_from_dict({'kind': 'torn_write'}).kind)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "torn_write", out.stderr
