@@ -146,7 +146,7 @@ def breakdown(cases, backend: str = "reference") -> dict:
     """Judge `cases` (resilience.runner.matrix.Case) into a fresh run folder with clocks on; the seconds
     per bucket, the wall time, and the verdict of each case."""
     from resilience.report import RunFolder
-    from resilience.report.cases import CaseSpec, judge_cases
+    from resilience.runner.case_loop import CaseSpec, judge_cases
 
     clocks = Clocks()
     tmp = tempfile.mkdtemp(prefix="bench-cases-")

@@ -87,7 +87,7 @@ def run_suite(
     appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and
     `progress(row)` called; a framework error is that case's UNKNOWN."""
     from ..report import RunFolder
-    from ..report.cases import CaseSpec, judge_cases
+    from ..runner.case_loop import CaseSpec, judge_cases
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
 
     names = check_names(names)

@@ -55,10 +55,9 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
-        from ..report import RunFolder
-        from ..report.cases import CaseSpec, judge_cases
         from ..report.table import text_table
         from ..runner.adapters import declared_options, make_backend, supported_combinations
+        from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
         from ..vocab.combos import valid_combinations
@@ -103,7 +102,7 @@ def run(args) -> int:
         transitions
     )
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
-    folder = RunFolder.create(
+    folder = create_run_folder(
         args.out,
         "matrix",
         {

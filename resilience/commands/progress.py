@@ -56,7 +56,7 @@ class Progress:
             self.line()
 
     def row(self, row: dict) -> None:
-        """One finished case's row (report.cases.judge_cases calls it after each case)."""
+        """One finished case's row (runner.case_loop.judge_cases calls it after each case)."""
         name = row.get("column") or row.get("fault") or row.get("transition") or row.get("scenario")
         # cases run side by side end in any order: the row names its own
         self.update(1, row.get("verdict"), f"{row['combo']} {name}" if row.get("combo") and name else None)

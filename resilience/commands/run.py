@@ -44,9 +44,8 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():
-        from ..report import RunFolder
-        from ..report.cases import CaseSpec, judge_cases
         from ..runner.adapters import make_backend
+        from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from .progress import Progress
 
     if args.tag:
@@ -83,7 +82,7 @@ def run(args) -> int:
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
     seeds = sorted({s.seed for s, _ in work})
-    folder = RunFolder.create(
+    folder = create_run_folder(
         args.out,
         name,
         {

@@ -362,9 +362,10 @@ def fuzz(
     Ctrl-C (KeyboardInterrupt) or SIGTERM (errors.Interrupted) stops it: the run folder is written for
     the cases that finished, marked interrupted, and the interruption is raised again."""
     from ..report import RunFolder
+    from ..runner.case_loop import create_run_folder
 
     meta = {"title": "resilience fuzz", "seed": opts.seed, "backend": opts.backend, "command": replay_fuzz(opts)}
-    folder = RunFolder(run_dir, dict(meta, status="running")) if run_dir else RunFolder.create(opts.out, "fuzz", meta)
+    folder = RunFolder(run_dir, dict(meta, status="running")) if run_dir else create_run_folder(opts.out, "fuzz", meta)
     run_dir = folder.path
     started = time.monotonic()
     judge = _Judge(opts, folder, progress or (lambda mode, result: None))
@@ -545,8 +546,8 @@ def _write(
 ) -> None:
     """results.json: a row per case (as appended), then one per minimal failure (appended to results.jsonl
     too, so `resilience report` rebuilds the same reports); and the reports."""
-    from ..report.cases import signal_name
     from ..report.folder import COMPLETE, INTERRUPTED
+    from ..runner.case_loop import signal_name
 
     # interrupted: results.jsonl holds exactly the rows that were written, whenever the signal came
     rows = folder.rows()[0] if interrupted is not None else list(case_rows)

@@ -47,6 +47,7 @@ class SessionFolder:
         """This process' RunFolder: the session folder itself without xdist, a subfolder per worker with it."""
         if self._folder is None:
             from ..report import RunFolder
+            from ..runner.case_loop import create_run_folder
 
             meta = {
                 "command": command_of(self.config),
@@ -58,7 +59,7 @@ class SessionFolder:
                 self._folder = RunFolder(self.base(), dict(meta, started=_now()))
                 _start(self._folder)
             else:
-                self._folder = RunFolder.create(self.base(), self.worker, meta)
+                self._folder = create_run_folder(self.base(), self.worker, meta)
         return self._folder
 
     @property

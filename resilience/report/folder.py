@@ -14,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 
 from ..errors import ConfigError
@@ -140,12 +139,8 @@ class RunFolder:
 
     @classmethod
     def create(cls, base: str, name: str, meta: dict) -> RunFolder:
-        """A new run folder with run.json (status running) and an empty results.jsonl. Mounts of the
-        fault-injecting file system that a killed run left (their server gone) are cleared first."""
-        if sys.platform.startswith("linux"):
-            from ..fusefs.mounts import clean_stale_mounts
-
-            clean_stale_mounts("/")
+        """A new run folder with run.json (status running) and an empty results.jsonl (the runner's
+        runner.case_loop.create_run_folder also clears the mounts a killed run left)."""
         meta = dict(meta, status=RUNNING, started=_now(), versions=versions())
         path = make_run_dir(base, name, {"run.json": json.dumps(meta, indent=1, default=str), "results.jsonl": ""})
         return cls(path, meta)

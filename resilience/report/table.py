@@ -22,7 +22,7 @@ FRAMEWORK_ERROR = "framework-error.txt"  # the traceback, in the case folder
 
 
 def is_framework_error(row: dict) -> bool:
-    """Whether the row is UNKNOWN because the framework broke on the case (report.cases.framework_error_row)."""
+    """Whether the row is UNKNOWN because the framework broke on the case (runner.case_loop.framework_error_row)."""
     return row.get("verdict") == UNKNOWN and any(v.get("checker") == FRAMEWORK for v in row.get("checkers") or [])
 
 

@@ -16,11 +16,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Interrupted
+from ..report.folder import INTERRUPTED, RunFolder
+from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
 from ..stopping import check as check_stop, deferred
-from .folder import INTERRUPTED, RunFolder
-from .table import FRAMEWORK, FRAMEWORK_ERROR
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
+
+
+def create_run_folder(base: str, name: str, meta: dict) -> RunFolder:
+    """A new run folder (RunFolder.create), the mounts of the fault-injecting file system that a killed
+    run left (their server gone) cleared first."""
+    if sys.platform.startswith("linux"):
+        from ..fusefs.mounts import clean_stale_mounts
+
+        clean_stale_mounts("/")
+    return RunFolder.create(base, name, meta)
 
 
 @dataclass(frozen=True)
@@ -55,8 +65,8 @@ def judge_cases(
     ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
     the cases' order; finishing is the caller's."""
     from ..launch.workers import run_each
-    from ..runner.adapters import preload
-    from ..runner.learn import sharing_layouts
+    from .adapters import preload
+    from .learn import sharing_layouts
 
     specs = list(cases)
     forked = workers > 1 and len(specs) > 1  # run_each forks workers only then
@@ -85,10 +95,20 @@ def _longest_first(specs: list[CaseSpec]) -> list[int]:
     return sorted(range(len(specs)), key=cost)
 
 
-def case_row(c: CaseSpec) -> dict:
-    """run_case's row of one case, extra keys (column, ...) in it, its timeline drawn; not yet appended to
-    a run folder (a worker's part). A framework error is the case's UNKNOWN row, never an abort of the run."""
-    from ..runner.run import run_case
+@dataclass(frozen=True)
+class Judged:
+    """One case judged: its row, and run_case's result (None, with the error, when the framework broke)."""
+
+    row: dict
+    result: Any = None  # runner.run.CaseResult
+    error: Exception | None = None
+
+
+def judge_case(c: CaseSpec) -> Judged:
+    """run_case on one case, its row with the extra keys (column, ...) in it; not yet appended to a run
+    folder. A framework error is the case's UNKNOWN row, never an abort of the run (the pytest plugin
+    raises it as its own failure)."""
+    from .run import run_case
 
     check_stop()
     start = time.monotonic()
@@ -96,11 +116,16 @@ def case_row(c: CaseSpec) -> dict:
         result = run_case(
             c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io
         )
-        row = dict(result.to_row(), **c.extra)
     except INTERRUPTIONS:
         raise
     except Exception as e:  # the framework broke on this case: UNKNOWN for it
-        row = _lost_row(c, e, time.monotonic() - start)
+        return Judged(_lost_row(c, e, time.monotonic() - start), None, e)
+    return Judged(dict(result.to_row(), **c.extra), result)
+
+
+def case_row(c: CaseSpec) -> dict:
+    """judge_case's row of one case, its timeline drawn (a worker's part)."""
+    row = judge_case(c).row
     _draw_timeline(c.case_dir)
     return row
 
@@ -124,7 +149,7 @@ def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> dict:
 
 def _draw_timeline(case_dir: str) -> None:
     """The case's timeline.html, drawn now: its file-operation logs are on this boot's monotonic clock."""
-    from .timeline import write_timeline
+    from ..report.timeline import write_timeline
 
     try:
         write_timeline(case_dir)
@@ -147,7 +172,7 @@ def framework_error_row(
 ) -> dict:
     """The UNKNOWN row of a case the framework could not judge; the traceback goes to the case folder."""
     from ..checkers import UNKNOWN
-    from ..runner.run import replay_command
+    from .run import replay_command
 
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from resilience.report import RunFolder
-from resilience.report.cases import CaseSpec, judge_cases
 from resilience.runner import learn
+from resilience.runner.case_loop import CaseSpec, judge_cases
 from resilience.runner.matrix import cases
 from resilience.vocab import Combination
 
@@ -55,7 +55,7 @@ def test_workers_judge_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
 
 
 def test_workers_take_the_longest_cases_first():
-    from resilience.report.cases import _longest_first
+    from resilience.runner.case_loop import _longest_first
 
     specs = [
         CaseSpec(c.scenario, c.combo, str(i), "reference", c.fault)
