@@ -55,6 +55,7 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
+        from ..report.result_row import rows_to_json
         from ..report.table import text_table
         from ..runner.adapters import declared_options, make_backend, supported_combinations
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
@@ -155,7 +156,7 @@ def run(args) -> int:
     paths = folder.finish(rows, columns=columns)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(rows_to_json(rows), f, indent=1)
     return summarize(rows, paths)
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from .common import add_io_argument, add_workers_argument, combination_arg, seed_arg, workers_of
+
+if TYPE_CHECKING:
+    from ..report.result_row import ResultRow
 
 
 def register(sub) -> None:
@@ -108,8 +112,8 @@ def run(args) -> int:
     ]
     with Progress(len(work), "cases") as bar:
 
-        def after(row: dict) -> None:
-            bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")
+        def after(row: ResultRow) -> None:
+            bar.note(f"{row.scenario:<32} {row.combo:<26} {row.verdict}")
             bar.row(row)
 
         rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after, workers=workers_of(args))
@@ -123,17 +127,17 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:80] or "scenario"
 
 
-def summarize(rows: list[dict], paths: dict) -> int:
+def summarize(rows: list[ResultRow], paths: dict) -> int:
     from ..report.table import is_framework_error
     from ..status import is_failing, summary_line
 
-    bad = [r for r in rows if is_failing(r["verdict"])]
+    bad = [r for r in rows if is_failing(r.verdict)]
     broke = sum(is_framework_error(r) for r in bad)
     for r in bad:
-        what = f"{r['verdict']} (framework error)" if is_framework_error(r) else r["verdict"]
-        print(f"{what}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
+        what = f"{r.verdict} (framework error)" if is_framework_error(r) else r.verdict
+        print(f"{what}: {r.scenario} {r.combo}: {r.detail[:300]}\n  replay: {r.replay}")
     # a framework error says nothing of the implementation: counted apart, as the report does
     note = f"; {broke} of the UNKNOWN are framework errors (the framework broke, not the implementation)"
-    print(summary_line(r["verdict"] for r in rows) + (note if broke else ""))
+    print(summary_line(r.verdict for r in rows) + (note if broke else ""))
     print(f"report: {paths['report.md']}  ({paths['report.html']}, {paths['results.json']}, {paths['junit.xml']})")
     return 1 if bad else 0

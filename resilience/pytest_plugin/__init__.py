@@ -327,7 +327,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
         folder, rows = done
         terminalreporter.write_line(
-            f"resilience: {len(rows)} cases, {summary_line(r['verdict'] for r in rows)}; "
+            f"resilience: {len(rows)} cases, {summary_line(r.verdict for r in rows)}; "
             f"report {os.path.join(folder, 'report.html')}"
         )
 
@@ -451,7 +451,7 @@ def _run_case(
     judged = judge_case(CaseSpec(scenario, combo, case_dir, backend, extra=extra, io=options.io))
     options.session.append(judged.row)
     if judged.error is not None:  # the framework broke: one paragraph, the traceback in the case folder
-        trace = judged.row["detail"].rsplit("(traceback: ", 1)[-1].rstrip(")")
+        trace = judged.row.detail.rsplit("(traceback: ", 1)[-1].rstrip(")")
         raise FrameworkBroke(framework_paragraph(judged.error, where, case_dir, trace)) from None
     return judged.result
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import Interrupted
 from ..report.folder import INTERRUPTED, RunFolder
+from ..report.result_row import ResultRow
 from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
 from ..stopping import check as check_stop, deferred
 
@@ -56,10 +57,10 @@ def judge_cases(
     cases: Iterable[CaseSpec],
     *,
     columns: list[str] | None = None,
-    after: Callable[[dict], None] | None = None,
+    after: Callable[[ResultRow], None] | None = None,
     before: Callable[[CaseSpec], None] | None = None,
     workers: int = 1,
-) -> list[dict]:
+) -> list[ResultRow]:
     """Judge every case into `folder` (case_row), `workers` at a time (launch.workers: processes forked
     from this one; 1: one by one, here), calling `before(case)` as each starts and `after(row)` as each
     ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
@@ -72,11 +73,11 @@ def judge_cases(
     forked = workers > 1 and len(specs) > 1  # run_each forks workers only then
     if forked:  # imported once here, not once in every worker
         preload((s.backend or s.scenario.backend, s.combo) for s in specs)
-    rows: list[dict | None] = [None] * len(specs)
+    rows: list[ResultRow | None] = [None] * len(specs)
     with keeping(folder, columns), sharing_layouts(forked, under=folder.path):
         started = (lambda i: before(specs[i])) if before is not None else None
         for i, out in run_each(case_row, specs, workers, started=started, order=_longest_first(specs)):
-            row = out if isinstance(out, dict) else _lost_row(specs[i], out)
+            row = out if isinstance(out, ResultRow) else _lost_row(specs[i], out)
             folder.append(row)
             rows[i] = row
             if after is not None:
@@ -99,7 +100,7 @@ def _longest_first(specs: list[CaseSpec]) -> list[int]:
 class Judged:
     """One case judged: its row, and run_case's result (None, with the error, when the framework broke)."""
 
-    row: dict
+    row: ResultRow
     result: Any = None  # runner.run.CaseResult
     error: Exception | None = None
 
@@ -120,17 +121,17 @@ def judge_case(c: CaseSpec) -> Judged:
         raise
     except Exception as e:  # the framework broke on this case: UNKNOWN for it
         return Judged(_lost_row(c, e, time.monotonic() - start), None, e)
-    return Judged(dict(result.to_row(), **c.extra), result)
+    return Judged(result.to_row().with_extra(**c.extra), result)
 
 
-def case_row(c: CaseSpec) -> dict:
+def case_row(c: CaseSpec) -> ResultRow:
     """judge_case's row of one case, its timeline drawn (a worker's part)."""
     row = judge_case(c).row
     _draw_timeline(c.case_dir)
     return row
 
 
-def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> dict:
+def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> ResultRow:
     """The UNKNOWN row of a case the framework could not judge (run_case raised, or its worker died or
     sent back an error)."""
     return framework_error_row(
@@ -169,9 +170,9 @@ def framework_error_row(
     seconds: float = 0.0,
     io: str | None = None,
     **extra,
-) -> dict:
+) -> ResultRow:
     """The UNKNOWN row of a case the framework could not judge; the traceback goes to the case folder."""
-    from ..checkers import UNKNOWN
+    from ..checkers import UNKNOWN, Verdict
     from .run import replay_command
 
     os.makedirs(case_dir, exist_ok=True)
@@ -188,21 +189,18 @@ def framework_error_row(
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
     evidence = [{"where": where, "traceback": _tail(text, TRACEBACK_LINES)}]
-    return dict(
-        {
-            "scenario": scenario.name,
-            "combo": str(combo),
-            "fault": fault,
-            "transition": transition,
-            "verdict": UNKNOWN,
-            "detail": detail,
-            "seconds": round(seconds, 3),
-            "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": evidence}],
-            "case_dir": case_dir,
-            "replay": replay_command(scenario_file, combo, backend),
-        },
-        **extra,
-    )
+    return ResultRow(
+        scenario.name,
+        str(combo),
+        UNKNOWN,
+        detail,
+        seconds,
+        (Verdict(FRAMEWORK, UNKNOWN, detail, evidence),),
+        fault=fault,
+        transition=transition,
+        case_dir=case_dir,
+        replay=replay_command(scenario_file, combo, backend),
+    ).with_extra(**extra)
 
 
 TRACEBACK_LINES = 24  # of a framework error's traceback, written out in its row (the whole one is in its file)
