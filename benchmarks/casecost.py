@@ -119,8 +119,8 @@ def job_costs(history: str, forks: dict[int, float] | None = None) -> dict[str, 
 @contextlib.contextmanager
 def timed_runner(clocks: Clocks) -> Iterator[None]:
     """The runner's steps wrapped with clocks for the duration."""
-    from resilience.report import cases as report_cases, folder as report_folder
-    from resilience.runner import faultplan, run as run_module
+    from resilience.report import folder as report_folder
+    from resilience.runner import case_loop as case_loop_module, faultplan, run as run_module
 
     with contextlib.ExitStack() as stack:
         clocks.wrap(faultplan, "layout_for", "learn layout", stack)
@@ -128,7 +128,7 @@ def timed_runner(clocks: Clocks) -> Iterator[None]:
         clocks.wrap(run_module, "evidence", "checkers", stack)
         clocks.wrap(run_module, "run_checker", "checkers", stack)
         clocks.wrap(run_module, "judge_expect", "checkers", stack)
-        clocks.wrap(report_cases, "_draw_timeline", "report", stack)
+        clocks.wrap(case_loop_module, "_draw_timeline", "report", stack)
         clocks.wrap(report_folder.RunFolder, "append", "report", stack)
         clocks.wrap(report_folder.RunFolder, "finish", "report", stack)
         clocks.wrap_fork(stack)
@@ -146,7 +146,7 @@ def breakdown(cases, backend: str = "reference") -> dict:
     """Judge `cases` (resilience.runner.matrix.Case) into a fresh run folder with clocks on; the seconds
     per bucket, the wall time, and the verdict of each case."""
     from resilience.report import RunFolder
-    from resilience.report.cases import CaseSpec, judge_cases
+    from resilience.runner.case_loop import CaseSpec, judge_cases
 
     clocks = Clocks()
     tmp = tempfile.mkdtemp(prefix="bench-cases-")

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
     except (KeyboardInterrupt, Interrupted) as e:
         taken()
-        from .report.cases import exit_status, signal_name
+        from .runner.case_loop import exit_status, signal_name
 
         print(f"resilience {args.command}: interrupted by {signal_name(e)}", file=sys.stderr)
         return exit_status(e)

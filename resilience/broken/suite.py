@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
+from ..report.result_row import ResultRow
 from ..status import FAIL
 from ..vocab.combos import Combination, valid_combinations
 from . import CATALOGUE, BrokenImpl
@@ -20,20 +21,20 @@ from . import CATALOGUE, BrokenImpl
 @dataclass
 class SuiteResult:
     impl: BrokenImpl
-    rows: list[dict] = field(default_factory=list)
+    rows: list[ResultRow] = field(default_factory=list)
 
     @property
     def caught(self) -> bool:
-        return any(r["verdict"] == FAIL for r in self.rows)
+        return any(r.verdict == FAIL for r in self.rows)
 
     @property
     def caught_by(self) -> list[str]:
         """Checkers that gave FAIL in any case, in checker order."""
         seen: list[str] = []
         for r in self.rows:
-            for c in r["checkers"]:
-                if c["status"] == FAIL and c["checker"] not in seen:
-                    seen.append(c["checker"])
+            for c in r.checkers:
+                if c.status == FAIL and c.checker not in seen:
+                    seen.append(c.checker)
         return seen
 
     @property
@@ -87,7 +88,7 @@ def run_suite(
     appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and
     `progress(row)` called; a framework error is that case's UNKNOWN."""
     from ..report import RunFolder
-    from ..report.cases import CaseSpec, judge_cases
+    from ..runner.case_loop import CaseSpec, judge_cases
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
 
     names = check_names(names)
@@ -110,7 +111,7 @@ def run_suite(
                 )
             )
     rows = judge_cases(folder, specs, after=progress, workers=workers)
-    return [SuiteResult(CATALOGUE[name], [r for r in rows if r["broken"] == name]) for name in names]
+    return [SuiteResult(CATALOGUE[name], [r for r in rows if r.broken == name]) for name in names]
 
 
 def render(results: list[SuiteResult], full: bool) -> str:
@@ -125,10 +126,10 @@ def render(results: list[SuiteResult], full: bool) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        fails = sum(row["verdict"] == FAIL for row in r.rows)
+        fails = sum(row.verdict == FAIL for row in r.rows)
         lines.append(
             f"| `{r.impl.name}` | {r.impl.bug} | {r.impl.column} | "
-            f"{', '.join(row['combo'] for row in r.rows)} | {fails}/{len(r.rows)} | "
+            f"{', '.join(row.combo for row in r.rows)} | {fails}/{len(r.rows)} | "
             f"{', '.join(r.caught_by) or '**not caught**'} | {r.impl.caught_by}"
             f"{'' if r.expected_caught else ' (missed)'} |"
         )
@@ -136,6 +137,6 @@ def render(results: list[SuiteResult], full: bool) -> str:
     for r in results:
         lines.append(f"- `{r.impl.name}`: `{r.matrix_command(full)}`")
         for row in r.rows:
-            lines.append(f"  - {row['combo']} {row['column']}: {row['verdict']}: {row['detail'][:200]}")
-            lines.append(f"    replay: `{row['replay']}`")
+            lines.append(f"  - {row.combo} {row.column}: {row.verdict}: {row.detail[:200]}")
+            lines.append(f"    replay: `{row.replay}`")
     return "\n".join(lines) + "\n"

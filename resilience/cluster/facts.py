@@ -9,6 +9,7 @@ import os
 
 from ..faults import read_firings
 from ..report.causes import row_cause
+from ..report.result_row import ResultRow
 from .base import ClusterPlan, Layout, read_json, slug
 
 
@@ -33,7 +34,7 @@ def where_killed(firing: dict) -> str:
     return f"phase {firing.get('phase') or firing.get('op')}"
 
 
-def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[dict]) -> dict:
+def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[ResultRow]) -> dict:
     """JSON-ready facts of the run for report.view (meta["cluster"])."""
     recorded = read_json(layout.plan, {})
     attempts = read_json(layout.path("attempts.json"), [])
@@ -61,7 +62,7 @@ def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[dict]) -> dict:
         )
     first = out_attempts[0]["nodes"] if out_attempts else []
     kills, combos = [], []
-    by_combo = {r["combo"]: r for r in rows}
+    by_combo = {r.combo: r for r in rows}
     for combo in plan.combos:
         st = read_json(layout.state(combo), {})
         for f in firings_of(layout, combo):
@@ -80,7 +81,7 @@ def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[dict]) -> dict:
                     "where": where_killed(f),
                 }
             )
-        row = by_combo.get(combo, {})
+        row = by_combo.get(combo)
         cause, why = row_cause(row)
         combos.append(
             {
@@ -92,9 +93,9 @@ def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[dict]) -> dict:
                 else "armed, never fired"
                 if st.get("kill_armed")
                 else "none",
-                "verdict": row.get("verdict", "?"),
+                "verdict": row.verdict.value if row is not None else "?",
                 "cause": cause,
-                "why": why or row.get("detail", ""),
+                "why": why or (row.detail if row is not None else ""),
             }
         )
     return {

@@ -163,7 +163,7 @@ def _interrupted(plan: ClusterPlan, layout: Layout, combo: str, st: dict, attemp
         f"than the planned kill (see the node logs); a phase never runs twice"
     )
     v = Verdict("run", UNKNOWN, why)
-    write_json(layout.result(combo), row_of(plan, layout, combo, UNKNOWN, why, [v], 0.0, command))
+    write_json(layout.result(combo), row_of(plan, layout, combo, UNKNOWN, why, [v], 0.0, command).to_dict())
 
 
 def _mark(layout: Layout, combo: str, **fields) -> None:
@@ -322,6 +322,6 @@ def _resume_phase(
             after = newest_valid(backend, root, combo)
     if lead:
         row = judge(plan, layout, combo_text, topo, attempt, newest, after, time.monotonic() - started)
-        write_json(layout.result(combo_text), row)
-        print(f"[attempt {attempt}] {combo_text}: {row['verdict']}: {row['detail'][:300]}", flush=True)
+        write_json(layout.result(combo_text), row.to_dict())
+        print(f"[attempt {attempt}] {combo_text}: {row.verdict}: {row.detail[:300]}", flush=True)
     dist.barrier()

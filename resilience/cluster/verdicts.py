@@ -25,6 +25,7 @@ from ..checkers import (
     worst,
 )
 from ..history import read_events
+from ..report.result_row import ResultRow
 from ..runner.evidence import evidence_from
 from ..runner.oracle import NeverStopped
 from ..state import Topology
@@ -81,7 +82,7 @@ def judge(
     after: int | None,
     seconds: float,
     command: str = "",
-) -> dict:
+) -> ResultRow:
     """The result row of one combination, after its resume phase (rank 0)."""
     st = read_json(layout.state(combo), {})
     firings = firings_of(layout, combo)
@@ -213,21 +214,20 @@ def row_of(
     verdicts: list[Verdict],
     seconds: float,
     command: str = "",
-) -> dict:
-    """A results.json row (the schema of `resilience run` / `matrix`)."""
-    return {
-        "scenario": "cluster-kill-resume",
-        "combo": combo,
-        "column": f"kill@{plan.kill_phase}",
-        "fault": f"rank_crash phase={plan.kill_phase}",
-        "transition": None,
-        "verdict": Status(status).value,
-        "detail": detail,
-        "seconds": round(seconds, 3),
-        "checkers": [v.to_dict() for v in verdicts],
-        "case_dir": layout.ckpt(combo),
-        "replay": command or read_json(layout.plan, {}).get("command", ""),
-    }
+) -> ResultRow:
+    """The result row of one combination, as `resilience run` and `matrix` write theirs."""
+    return ResultRow(
+        "cluster-kill-resume",
+        combo,
+        Status(status),
+        detail,
+        seconds,
+        tuple(verdicts),
+        fault=f"rank_crash phase={plan.kill_phase}",
+        case_dir=layout.ckpt(combo),
+        replay=command or read_json(layout.plan, {}).get("command", ""),
+        column=f"kill@{plan.kill_phase}",
+    )
 
 
 def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -> int:
@@ -238,7 +238,7 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
     if missing:
         print(f"[attempt {attempt}] no result yet for {', '.join(missing)}", flush=True)
         return 1
-    rows = [read_json(layout.result(c)) for c in plan.combos]
+    rows = [ResultRow.from_dict(read_json(layout.result(c))) for c in plan.combos]
     recorded = read_json(layout.plan, {})
     facts = cluster_facts(plan, layout, rows)
     meta = {
@@ -251,7 +251,7 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
     }
     paths = write_run_files(layout.report, rows, meta)
     # a combination where nothing could be judged did not validate either
-    bad = [r for r in rows if is_failing(r["verdict"]) or r["verdict"] == NA]
+    bad = [r for r in rows if is_failing(r.verdict) or r.verdict == NA]
     summary = {
         "format": SUMMARY_FORMAT,
         "version": SUMMARY_VERSION,
@@ -268,7 +268,7 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
         "restarts": facts["restarts"],
         "kills": facts["kills"],
         "results": [
-            dict({k: r[k] for k in ("combo", "verdict", "detail")}, cause=c["cause"])
+            {"combo": r.combo, "verdict": r.verdict.value, "detail": r.detail, "cause": c["cause"]}
             for r, c in zip(rows, facts["combos"])
         ],
         "report": {k: os.path.relpath(v, layout.root) for k, v in paths.items()},

@@ -25,12 +25,12 @@ def register(sub) -> None:
 def run(args) -> int:
     from ..broken import CATALOGUE
     from ..broken.suite import check_names, combos_of, render, run_suite
-    from ..report import RunFolder
+    from ..runner.case_loop import create_run_folder
     from .progress import Progress
 
     names = check_names(args.names)
     total = sum(len(combos_of(CATALOGUE[n], args.full)) for n in names)
-    folder = RunFolder.create(
+    folder = create_run_folder(
         args.out, "broken", {"title": "resilience broken", "seed": args.seed, "full": args.full, "cases": total}
     )
     run_dir = folder.path

@@ -55,10 +55,10 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
-        from ..report import RunFolder
-        from ..report.cases import CaseSpec, judge_cases
+        from ..report.result_row import rows_to_json
         from ..report.table import text_table
         from ..runner.adapters import declared_options, make_backend, supported_combinations
+        from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
         from ..vocab.combos import valid_combinations
@@ -75,7 +75,7 @@ def run(args) -> int:
     columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
         transitions
     )
-    folder = _start_folder(RunFolder, args, columns, work, sweep, combos, faults, transitions)
+    folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions)
     if args.backend_options:
         _announce_sweep(args, sweep, refused_values, declared_options)
     specs = _case_specs(CaseSpec, folder, work, args.io)
@@ -89,7 +89,7 @@ def run(args) -> int:
     paths = folder.finish(rows, columns=columns)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump(rows_to_json(rows), f, indent=1)
     return summarize(rows, paths)
 
 
@@ -133,10 +133,10 @@ def _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_r
     return work
 
 
-def _start_folder(RunFolder, args, columns, work, sweep, combos, faults, transitions):
+def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions):
     """The run folder, created with what the run is, and a line saying so."""
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
-    folder = RunFolder.create(
+    folder = create_run_folder(
         args.out,
         "matrix",
         {

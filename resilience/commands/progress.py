@@ -9,8 +9,12 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from ..report.result_row import ResultRow
 
 EVERY_SECONDS = 10.0
 
@@ -55,11 +59,11 @@ class Progress:
         if self.plain and (self.since_line >= self.every or self.clock() - self.last_line >= self.every_seconds):
             self.line()
 
-    def row(self, row: dict) -> None:
-        """One finished case's row (report.cases.judge_cases calls it after each case)."""
-        name = row.get("column") or row.get("fault") or row.get("transition") or row.get("scenario")
+    def row(self, row: ResultRow) -> None:
+        """One finished case's row (runner.case_loop.judge_cases calls it after each case)."""
+        name = row.column or row.fault or row.transition or row.scenario
         # cases run side by side end in any order: the row names its own
-        self.update(1, row.get("verdict"), f"{row['combo']} {name}" if row.get("combo") and name else None)
+        self.update(1, row.verdict, f"{row.combo} {name}" if row.combo and name else None)
 
     def phase(self, name: str) -> None:
         """A phase whose length is not known in advance: the bar counts its cases without a total."""

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from .common import add_io_argument, add_workers_argument, combination_arg, seed_arg, workers_of
+
+if TYPE_CHECKING:
+    from ..report.result_row import ResultRow
 
 
 def register(sub) -> None:
@@ -44,9 +48,8 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():
-        from ..report import RunFolder
-        from ..report.cases import CaseSpec, judge_cases
         from ..runner.adapters import make_backend
+        from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from .progress import Progress
 
     if args.tag:
@@ -83,7 +86,7 @@ def run(args) -> int:
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
     seeds = sorted({s.seed for s, _ in work})
-    folder = RunFolder.create(
+    folder = create_run_folder(
         args.out,
         name,
         {
@@ -109,8 +112,8 @@ def run(args) -> int:
     ]
     with Progress(len(work), "cases") as bar:
 
-        def after(row: dict) -> None:
-            bar.note(f"{row['scenario']:<32} {row['combo']:<26} {row['verdict']}")
+        def after(row: ResultRow) -> None:
+            bar.note(f"{row.scenario:<32} {row.combo:<26} {row.verdict}")
             bar.row(row)
 
         rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after, workers=workers_of(args))
@@ -124,17 +127,17 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:80] or "scenario"
 
 
-def summarize(rows: list[dict], paths: dict) -> int:
+def summarize(rows: list[ResultRow], paths: dict) -> int:
     from ..report.table import is_framework_error
     from ..status import is_failing, summary_line
 
-    bad = [r for r in rows if is_failing(r["verdict"])]
+    bad = [r for r in rows if is_failing(r.verdict)]
     broke = sum(is_framework_error(r) for r in bad)
     for r in bad:
-        what = f"{r['verdict']} (framework error)" if is_framework_error(r) else r["verdict"]
-        print(f"{what}: {r['scenario']} {r['combo']}: {r['detail'][:300]}\n  replay: {r['replay']}")
+        what = f"{r.verdict} (framework error)" if is_framework_error(r) else r.verdict
+        print(f"{what}: {r.scenario} {r.combo}: {r.detail[:300]}\n  replay: {r.replay}")
     # a framework error says nothing of the implementation: counted apart, as the report does
     note = f"; {broke} of the UNKNOWN are framework errors (the framework broke, not the implementation)"
-    print(summary_line(r["verdict"] for r in rows) + (note if broke else ""))
+    print(summary_line(r.verdict for r in rows) + (note if broke else ""))
     print(f"report: {paths['report.md']}  ({paths['report.html']}, {paths['results.json']}, {paths['junit.xml']})")
     return 1 if bad else 0

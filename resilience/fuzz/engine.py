@@ -37,9 +37,11 @@ from hypothesis.statistics import collector
 
 from ..checkers import FAIL, is_failing
 from ..errors import ConfigError, Interrupted
+from ..report.result_row import FaultResult, ResultRow, verdict_from_dict
 from ..runner.adapters import preload
 from ..runner.run import CaseResult, replay_command
 from ..runner.scenario import Scenario
+from ..status import Status
 from ..stopping import ask, check as check_stop
 from ..vocab.combos import Combination, valid_combinations
 from ..vocab.events import FAULT, NO_SAVE, REJECTED, VERDICT
@@ -162,7 +164,7 @@ class _Judge:
     def __init__(self, opts: FuzzOptions, folder, on_case: Callable[[str, CaseResult | None], None]):
         self.opts, self.folder, self.run_dir, self.on_case = opts, folder, folder.path, on_case
         run_dir = folder.path
-        self.rows: list[dict] = []
+        self.rows: list[ResultRow] = []
         self.work = os.path.join(run_dir, "work")
         self.start = time.monotonic()
         self.counts: Counter = Counter()
@@ -243,13 +245,12 @@ class _Judge:
         with open(path, "w", encoding="utf-8") as f:
             f.write(f"# {result.verdict}: {result.detail[:300]}\n")
             f.write(scenario.as_run(combo, scenario.backend).to_yaml())
-        row = dict(
-            result.to_row(),
+        row = result.to_row().with_extra(
             column=mode,
             case_dir=None,
             scenario_file=path,
             replay=replay_command(path, combo, scenario.backend, self.opts.io),
-            events=events,  # as Hypothesis was told: the fault kinds drawn and the verdict
+            events=tuple(events),  # as Hypothesis was told: the fault kinds drawn and the verdict
             phase=self.phase,
         )
         self.rows.append(row)
@@ -362,9 +363,10 @@ def fuzz(
     Ctrl-C (KeyboardInterrupt) or SIGTERM (errors.Interrupted) stops it: the run folder is written for
     the cases that finished, marked interrupted, and the interruption is raised again."""
     from ..report import RunFolder
+    from ..runner.case_loop import create_run_folder
 
     meta = {"title": "resilience fuzz", "seed": opts.seed, "backend": opts.backend, "command": replay_fuzz(opts)}
-    folder = RunFolder(run_dir, dict(meta, status="running")) if run_dir else RunFolder.create(opts.out, "fuzz", meta)
+    folder = RunFolder(run_dir, dict(meta, status="running")) if run_dir else create_run_folder(opts.out, "fuzz", meta)
     run_dir = folder.path
     started = time.monotonic()
     judge = _Judge(opts, folder, progress or (lambda mode, result: None))
@@ -541,49 +543,45 @@ def _options(opts: FuzzOptions) -> dict:
 
 
 def _write(
-    outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[dict], interrupted: BaseException | None
+    outcome: FuzzOutcome, opts: FuzzOptions, folder, case_rows: list[ResultRow], interrupted: BaseException | None
 ) -> None:
     """results.json: a row per case (as appended), then one per minimal failure (appended to results.jsonl
     too, so `resilience report` rebuilds the same reports); and the reports."""
-    from ..report.cases import signal_name
     from ..report.folder import COMPLETE, INTERRUPTED
+    from ..runner.case_loop import signal_name
 
     # interrupted: results.jsonl holds exactly the rows that were written, whenever the signal came
     rows = folder.rows()[0] if interrupted is not None else list(case_rows)
     extra = [
-        {
-            "scenario": os.path.basename(f.scenario_file),
-            "combo": f.combo,
-            "fault": f.mode,
-            "transition": None,
-            "verdict": f.verdict,
-            "detail": f.detail,
-            "seconds": 0.0,
-            "checkers": f.checkers,
-            "faults": f.faults,
-            "case_dir": f.case_dir,
-            "replay": f.replay,
-            "column": f"{f.mode}: minimal failure",
-            "scenario_file": f.scenario_file,
-            "minimal": True,
-        }
+        ResultRow(
+            os.path.basename(f.scenario_file),
+            f.combo,
+            Status(f.verdict),
+            f.detail,
+            0.0,
+            tuple(verdict_from_dict(c) for c in f.checkers),
+            tuple(FaultResult.from_dict(x) for x in f.faults),
+            fault=f.mode,
+            case_dir=f.case_dir,
+            replay=f.replay,
+            column=f"{f.mode}: minimal failure",
+            scenario_file=f.scenario_file,
+            minimal=True,
+        )
         for f in outcome.failures
     ]
     if outcome.errors:
         extra.append(
-            {
-                "scenario": "fuzz",
-                "combo": ", ".join(map(str, opts.combos or [])) or "all",
-                "fault": None,
-                "transition": None,
-                "verdict": FAIL,
-                "detail": outcome.errors[0][:300],
-                "seconds": round(outcome.seconds, 3),
-                "checkers": [],
-                "case_dir": outcome.run_dir,
-                "replay": replay_fuzz(opts),
-                "column": "fuzz",
-            }
+            ResultRow(
+                "fuzz",
+                ", ".join(map(str, opts.combos or [])) or "all",
+                FAIL,
+                outcome.errors[0][:300],
+                outcome.seconds,
+                case_dir=outcome.run_dir,
+                replay=replay_fuzz(opts),
+                column="fuzz",
+            )
         )
     for row in extra:
         folder.append(row)

@@ -327,7 +327,7 @@ def pytest_terminal_summary(terminalreporter, config):
 
         folder, rows = done
         terminalreporter.write_line(
-            f"resilience: {len(rows)} cases, {summary_line(r['verdict'] for r in rows)}; "
+            f"resilience: {len(rows)} cases, {summary_line(r.verdict for r in rows)}; "
             f"report {os.path.join(folder, 'report.html')}"
         )
 
@@ -439,26 +439,21 @@ def _run_case(
     test: str = "",
     expected_failure: str = "",
 ):
-    """run_case with its row in the session's run folder; a framework error raises FrameworkBroke."""
+    """The case judged as every command judges one (runner.case_loop.judge_case), its row in the
+    session's run folder; a framework error raises FrameworkBroke."""
     __tracebackhide__ = True
-    from ..report.cases import INTERRUPTIONS, framework_error_row
-    from ..runner.run import run_case
+    from ..runner.case_loop import CaseSpec, judge_case
 
     current = options.current
     if current is not None:  # a test function's case: named by its test, and xfail when the test is
         test, expected_failure = test or current.test, expected_failure or current.expected_failure
     extra = {"test": test, **({"expected_failure": expected_failure} if expected_failure else {})}
-    try:
-        result = run_case(scenario, combo, case_dir, backend=backend, io=options.io)
-    except INTERRUPTIONS:
-        raise
-    except Exception as e:  # the framework broke: one paragraph, the traceback in the case folder
-        row = dict(framework_error_row(scenario, combo, case_dir, e, backend=backend, io=options.io), **extra)
-        options.session.append(row)
-        trace = row["detail"].rsplit("(traceback: ", 1)[-1].rstrip(")")
-        raise FrameworkBroke(framework_paragraph(e, where, case_dir, trace)) from None
-    options.session.append(dict(result.to_row(), case_dir=case_dir, **extra))
-    return result
+    judged = judge_case(CaseSpec(scenario, combo, case_dir, backend, extra=extra, io=options.io))
+    options.session.append(judged.row)
+    if judged.error is not None:  # the framework broke: one paragraph, the traceback in the case folder
+        trace = judged.row.detail.rsplit("(traceback: ", 1)[-1].rstrip(")")
+        raise FrameworkBroke(framework_paragraph(judged.error, where, case_dir, trace)) from None
+    return judged.result
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..report.result_row import ResultRow
 
 WORKER_INPUT = "resilience_run_dir"  # the session folder, handed from the xdist controller to its workers
 
@@ -47,6 +51,7 @@ class SessionFolder:
         """This process' RunFolder: the session folder itself without xdist, a subfolder per worker with it."""
         if self._folder is None:
             from ..report import RunFolder
+            from ..runner.case_loop import create_run_folder
 
             meta = {
                 "command": command_of(self.config),
@@ -58,7 +63,7 @@ class SessionFolder:
                 self._folder = RunFolder(self.base(), dict(meta, started=_now()))
                 _start(self._folder)
             else:
-                self._folder = RunFolder.create(self.base(), self.worker, meta)
+                self._folder = create_run_folder(self.base(), self.worker, meta)
         return self._folder
 
     @property
@@ -72,7 +77,7 @@ class SessionFolder:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:120] or "case"
         return os.path.join(self.path, "cases", f"{self.rows:04d}-{safe}")
 
-    def append(self, row: dict) -> None:
+    def append(self, row: ResultRow) -> None:
         self.folder().append(row)
 
 
@@ -94,7 +99,7 @@ def _start(folder) -> None:
     open(folder.jsonl, "a").close()
 
 
-def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[dict]] | None:
+def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[ResultRow]] | None:
     """Write the reports: of this process' folder, and on the controller one combined report over every
     worker's rows in the session folder. (report folder, rows), or None when no case ran."""
     from ..report import RunFolder, write_run_files

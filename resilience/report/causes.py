@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from .result_row import ResultRow
+
 # (cause, pattern), first match wins: what an error or a verdict says, most specific first
 _CAUSES = (
     ("checksum", re.compile(r"checksum|xxh3|digest mismatch|crc", re.I)),
@@ -37,19 +39,19 @@ def cause_of(text: str) -> str:
     return "error"
 
 
-def row_cause(row: dict) -> tuple[str, str]:
+def row_cause(row: ResultRow | None) -> tuple[str, str]:
     """(cause, the sentence it comes from) of a results row that did not pass: its first failing checker's
-    verdict ("", "") when nothing failed."""
-    for v in row.get("checkers") or []:
-        if v.get("status") in ("FAIL", "UNKNOWN"):
-            detail = str(v.get("detail", ""))
+    verdict ("", "") when nothing failed (or there is no row)."""
+    if row is None:
+        return "", ""
+    for v in row.checkers:
+        if v.status in ("FAIL", "UNKNOWN"):
+            detail = str(v.detail)
             # the verdict's sentence, else what its evidence says ("problem", "error")
-            said = [
-                str(e.get(k, "")) for e in v.get("evidence") or [] if isinstance(e, dict) for k in ("problem", "error")
-            ]
+            said = [str(e.get(k, "")) for e in v.evidence or [] if isinstance(e, dict) for k in ("problem", "error")]
             cause = next((c for c in map(cause_of, [detail, *said]) if c != "error"), "error")
             why = detail if not said or cause_of(detail) != "error" else f"{detail} ({said[0][:200]})"
-            return cause, f"{v.get('checker')}: {why}"
-    if row.get("verdict") in ("FAIL", "UNKNOWN"):
-        return cause_of(str(row.get("detail", ""))), str(row.get("detail", ""))
+            return cause, f"{v.checker}: {why}"
+    if row.verdict in ("FAIL", "UNKNOWN"):
+        return cause_of(row.detail), row.detail
     return "", ""

@@ -2,7 +2,8 @@
 
 run.json        written first (seed, command, versions, status "running"), rewritten at the end with
                 status "complete" or "interrupted"; "running" left behind means the run was killed
-results.jsonl   one row per finished case, appended and fsynced as each case ends
+results.jsonl   one row per finished case (report.result_row, docs/results.md), appended and fsynced as
+                each case ends
 results.json    the rows as one list, report.md, report.html, junit.xml: written when the run ends
                 (also on Ctrl-C or SIGTERM), or later from results.jsonl by `resilience report DIR`
 """
@@ -14,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 
 from ..errors import ConfigError
@@ -22,6 +22,7 @@ from ..vocab.versions import versions
 from .html import render_html
 from .junit import render_junit
 from .markdown import render_markdown
+from .result_row import ResultRow, rows_to_json
 
 RUNNING, COMPLETE, INTERRUPTED, INCOMPLETE = "running", "complete", "interrupted", "incomplete"
 REPORTS = ("results.json", "run.json", "report.md", "report.html", "junit.xml")
@@ -140,12 +141,8 @@ class RunFolder:
 
     @classmethod
     def create(cls, base: str, name: str, meta: dict) -> RunFolder:
-        """A new run folder with run.json (status running) and an empty results.jsonl. Mounts of the
-        fault-injecting file system that a killed run left (their server gone) are cleared first."""
-        if sys.platform.startswith("linux"):
-            from ..fusefs.mounts import clean_stale_mounts
-
-            clean_stale_mounts("/")
+        """A new run folder with run.json (status running) and an empty results.jsonl (the runner's
+        runner.case_loop.create_run_folder also clears the mounts a killed run left)."""
         meta = dict(meta, status=RUNNING, started=_now(), versions=versions())
         path = make_run_dir(base, name, {"run.json": json.dumps(meta, indent=1, default=str), "results.jsonl": ""})
         return cls(path, meta)
@@ -175,15 +172,16 @@ class RunFolder:
     def jsonl(self) -> str:
         return os.path.join(self.path, "results.jsonl")
 
-    def append(self, row: dict) -> None:
+    def append(self, row: ResultRow) -> None:
         """Add one finished case's row to results.jsonl, durably: a killed run keeps it."""
         with open(self.jsonl, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=str) + "\n")
+            f.write(json.dumps(row.to_dict(), default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
 
-    def rows(self) -> tuple[list[dict], int]:
-        """The rows in results.jsonl, and how many lines could not be read (a line torn by a kill)."""
+    def rows(self) -> tuple[list[ResultRow], int]:
+        """The rows in results.jsonl, and how many lines could not be read (a line torn by a kill); a
+        row of a newer schema than this version reads is a ConfigError."""
         rows, torn = [], 0
         try:
             with open(self.jsonl, encoding="utf-8", errors="replace") as f:
@@ -196,7 +194,7 @@ class RunFolder:
                         torn += 1
                         continue
                     if isinstance(row, dict) and "verdict" in row and "combo" in row:
-                        rows.append(row)
+                        rows.append(_row_of(row, self.jsonl))
                     else:
                         torn += 1
         except FileNotFoundError:
@@ -204,7 +202,12 @@ class RunFolder:
         return rows, torn
 
     def finish(
-        self, rows: list[dict] | None = None, *, status: str = COMPLETE, columns: list[str] | None = None, why: str = ""
+        self,
+        rows: list[ResultRow] | None = None,
+        *,
+        status: str = COMPLETE,
+        columns: list[str] | None = None,
+        why: str = "",
     ) -> dict[str, str]:
         """Write results.json, the reports and junit.xml, and run.json with `status`; the paths."""
         if rows is None:
@@ -215,6 +218,14 @@ class RunFolder:
         if columns is not None:
             self.meta["columns"] = columns
         return write_run_files(self.path, rows, self.meta, self.meta.get("columns"))
+
+
+def _row_of(d: dict, path: str) -> ResultRow:
+    """One row of `path`; a row this version cannot read (a newer schema) refused with the file named."""
+    try:
+        return ResultRow.from_dict(d)
+    except ConfigError as e:
+        raise ConfigError("report", f"{path}: {e.problem}", e.fix) from None
 
 
 def status_line(meta: dict, cases: int) -> str:
@@ -231,7 +242,9 @@ def status_line(meta: dict, cases: int) -> str:
     return f"{status.upper()}: {cases}{of} cases finished"
 
 
-def write_run_files(run_dir: str, rows: list[dict], meta: dict, columns: list[str] | None = None) -> dict[str, str]:
+def write_run_files(
+    run_dir: str, rows: list[ResultRow], meta: dict, columns: list[str] | None = None
+) -> dict[str, str]:
     """results.json (a list of rows), run.json (seed, command, versions, status), report.md, report.html,
     junit.xml."""
     meta = dict(meta)
@@ -243,7 +256,7 @@ def write_run_files(run_dir: str, rows: list[dict], meta: dict, columns: list[st
     meta["note"] = note
     paths = {name: os.path.join(run_dir, name) for name in REPORTS}
     _draw_missing_timelines(run_dir, rows)
-    _write(paths["results.json"], json.dumps(rows, indent=1, default=str))
+    _write(paths["results.json"], json.dumps(rows_to_json(rows), indent=1, default=str))
     _write(paths["run.json"], json.dumps({k: v for k, v in meta.items() if k != "note"}, indent=1, default=str))
     _write(paths["report.md"], render_markdown(rows, meta, columns, run_dir))
     _write(paths["report.html"], render_html(rows, meta, columns, run_dir))
@@ -251,14 +264,14 @@ def write_run_files(run_dir: str, rows: list[dict], meta: dict, columns: list[st
     return paths
 
 
-def _draw_missing_timelines(run_dir: str, rows: list[dict]) -> None:
+def _draw_missing_timelines(run_dir: str, rows: list[ResultRow]) -> None:
     """A timeline for each case folder that has none yet (the fuzzer's kept failures; cases of a run that was
     killed before it drew them)."""
     from .timeline import write_timeline
     from .view import TIMELINE, local_path
 
     for r in rows:
-        case = local_path(run_dir, r.get("case_dir"))
+        case = local_path(run_dir, r.case_dir)
         if case is not None and not os.path.exists(os.path.join(run_dir, case, TIMELINE)):
             try:
                 write_timeline(os.path.join(run_dir, case))

@@ -8,6 +8,7 @@ from functools import lru_cache
 
 import jinja2
 
+from .result_row import ResultRow
 from .view import WARNED_BLURB, build, count_label
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -30,6 +31,6 @@ def render(template: str, **context) -> str:
     return environment().get_template(template).render(count_label=count_label, **context)
 
 
-def render_html(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
+def render_html(rows: list[ResultRow], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
     """The page of a run: counts, the matrix, each case that did not pass with its evidence, every case's files."""
     return render("report.html.j2", v=build(rows, meta, columns, run_dir), warned_blurb=WARNED_BLURB)

@@ -5,29 +5,30 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..status import FAIL, NA, is_failing
+from .result_row import ResultRow
 from .table import column_of, is_framework_error, row_of
 
 
-def render_junit(rows: list[dict], meta: dict) -> str:
+def render_junit(rows: list[ResultRow], meta: dict) -> str:
     suite = ET.Element(
         "testsuite",
         name=meta.get("title", "resilience"),
         tests=str(len(rows)),
-        failures=str(sum(r["verdict"] == FAIL for r in rows)),
-        errors=str(sum(is_failing(r["verdict"]) and r["verdict"] != FAIL for r in rows)),
+        failures=str(sum(r.verdict == FAIL for r in rows)),
+        errors=str(sum(is_failing(r.verdict) and r.verdict != FAIL for r in rows)),
     )
     props = ET.SubElement(suite, "properties")
     ET.SubElement(props, "property", name="status", value=str(meta.get("status", "complete")))
     if meta.get("note"):
         ET.SubElement(props, "property", name="note", value=meta["note"])
     for r in rows:
-        case = ET.SubElement(suite, "testcase", classname=row_of(r), name=column_of(r), time=str(r.get("seconds", 0)))
-        text = f"{r.get('detail', '')}\nreplay: {r.get('replay', '')}"
-        if r["verdict"] == FAIL:
-            ET.SubElement(case, "failure", message=r.get("detail", "")[:200]).text = text
-        elif is_failing(r["verdict"]):
-            kind = "framework error" if is_framework_error(r) else str(r["verdict"])
-            ET.SubElement(case, "error", type=kind, message=f"{r['verdict']}: {r.get('detail', '')[:200]}").text = text
-        elif r["verdict"] == NA:
+        case = ET.SubElement(suite, "testcase", classname=row_of(r), name=column_of(r), time=str(r.seconds))
+        text = f"{r.detail}\nreplay: {r.replay}"
+        if r.verdict == FAIL:
+            ET.SubElement(case, "failure", message=r.detail[:200]).text = text
+        elif is_failing(r.verdict):
+            kind = "framework error" if is_framework_error(r) else str(r.verdict)
+            ET.SubElement(case, "error", type=kind, message=f"{r.verdict}: {r.detail[:200]}").text = text
+        elif r.verdict == NA:
             ET.SubElement(case, "skipped", message="not applicable")
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)

@@ -3,10 +3,13 @@ with its evidence, its files and its replay command."""
 
 from __future__ import annotations
 
+from .result_row import ResultRow
 from .view import NO_FAULT, WARNED_BLURB, CaseView, RunView, build
 
 
-def render_markdown(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> str:
+def render_markdown(
+    rows: list[ResultRow], meta: dict, columns: list[str] | None = None, run_dir: str | None = None
+) -> str:
     v = build(rows, meta, columns, run_dir)
     facts = " · ".join(f"{k} `{val}`" for k, val in v.facts)
     out = [f"# {v.title}", "", facts, ""]
@@ -131,9 +134,9 @@ def _case(c: CaseView) -> list[str]:
                 out += _value(k, t)
         if f.more:
             out.append(f"  - and {f.more} more in results.json")
-    unfired = [x for x in c.faults if x.get("status") != "fired"]
+    unfired = [x for x in c.faults if x.status != "fired"]
     if unfired:
-        out.append("- faults that never fired: " + "; ".join(f"`{x.get('fault', '?')}`" for x in unfired))
+        out.append("- faults that never fired: " + "; ".join(f"`{x.fault or '?'}`" for x in unfired))
     if c.links:
         out += ["", "files: " + " · ".join(f"[{link.label}]({link.href})" for link in c.links)]
     if c.scenario_text:

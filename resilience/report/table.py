@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
+from .result_row import ResultRow
 
 SHORT: dict[str, str] = {
     PASS: "PASS",
@@ -21,18 +22,18 @@ FRAMEWORK_CELL = UNKNOWN.value + "+ERROR"
 FRAMEWORK_ERROR = "framework-error.txt"  # the traceback, in the case folder
 
 
-def is_framework_error(row: dict) -> bool:
-    """Whether the row is UNKNOWN because the framework broke on the case (report.cases.framework_error_row)."""
-    return row.get("verdict") == UNKNOWN and any(v.get("checker") == FRAMEWORK for v in row.get("checkers") or [])
+def is_framework_error(row: ResultRow) -> bool:
+    """Whether the row is UNKNOWN because the framework broke on the case (runner.case_loop.framework_error_row)."""
+    return row.verdict == UNKNOWN and any(v.checker == FRAMEWORK for v in row.checkers)
 
 
-def cell_of(row: dict) -> str:
+def cell_of(row: ResultRow) -> str:
     """A row's verdict as a cell shows it: marked when one of its faults never fired, so nothing hides, and
     when the framework, not the implementation, broke on it."""
-    verdict = Status(row["verdict"])
+    verdict = row.verdict
     if is_framework_error(row):
         return FRAMEWORK_CELL
-    if verdict in (FAIL, UNKNOWN) and any(f.get("status") != "fired" for f in row.get("faults") or []):
+    if verdict in (FAIL, UNKNOWN) and any(f.status != "fired" for f in row.faults):
         return verdict.value + ALSO_UNPROBED
     return verdict.value
 
@@ -50,18 +51,18 @@ def short(cell: str) -> str:
     return SHORT.get(base, base) + plus + rest
 
 
-def column_of(row: dict) -> str:
-    if row.get("transition"):
-        return row.get("column") or row["transition"]
-    return row.get("column") or row.get("fault") or row.get("scenario", "?")
+def column_of(row: ResultRow) -> str:
+    if row.transition:
+        return row.column or row.transition
+    return row.column or row.fault or row.scenario or "?"
 
 
-def row_of(row: dict) -> str:
+def row_of(row: ResultRow) -> str:
     """The table row a result goes into: its combination, and in an option sweep its option set."""
-    return f"{row['combo']} [{row['options']}]" if row.get("options") else row["combo"]
+    return f"{row.combo} [{row.options}]" if row.options else row.combo
 
 
-def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str], list[str], dict]:
+def matrix(rows: list[ResultRow], columns: list[str] | None = None) -> tuple[list[str], list[str], dict]:
     """(rows in order, columns in order, {(row, column): cell}), a cell being cell_of() the worst row; a
     table row is a combination, or a (combination, option set) in an option sweep (row_of)."""
     combos: list[str] = []
@@ -83,7 +84,7 @@ def matrix(rows: list[dict], columns: list[str] | None = None) -> tuple[list[str
     return combos, cols, cells
 
 
-def text_table(rows: list[dict], columns: list[str] | None = None) -> str:
+def text_table(rows: list[ResultRow], columns: list[str] | None = None) -> str:
     combos, cols, cells = matrix(rows, columns)
     width = max([len(c) for c in combos] + [11])
     widths = [max(len(c), 8) for c in cols]

@@ -12,9 +12,11 @@ import os
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
+from ..checkers import Verdict
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, is_failing, summary_line
 from ..vocab.events import FAULT, NO_SAVE, REJECTED, kinds_of
 from .cluster_view import ClusterView, cluster_of
+from .result_row import FaultResult, ResultRow
 from .table import FRAMEWORK_ERROR, column_of, is_framework_error, matrix, row_of, short, status_of
 
 TIMELINE = "timeline.html"  # written into each case folder by report.timeline
@@ -110,7 +112,7 @@ class CaseView:
     seconds: float
     replay: str
     findings: list[Finding]
-    faults: list[dict]
+    faults: list[FaultResult]
     links: list[Link]
     scenario_text: str = ""  # a fuzzing run's minimal failing scenario, written out
     listed: bool = False  # written out in a section of the report (its anchor exists)
@@ -252,26 +254,26 @@ def _n(n: int, word: str) -> str:
     return f"{n} {word}{'s' if n != 1 else ''}"
 
 
-def category_of(row: dict) -> Category | None:
+def category_of(row: ResultRow) -> Category | None:
     """The section a row goes in; None for a row that passed, was refused as expected or had nothing to judge."""
     if is_framework_error(row):
         return FRAMEWORK_ERRORS
-    if row["verdict"] == UNPROBED:
+    if row.verdict == UNPROBED:
         return NOT_PROBED
-    return FAILED if is_failing(row["verdict"]) else None
+    return FAILED if is_failing(row.verdict) else None
 
 
-def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> RunView:
+def build(rows: list[ResultRow], meta: dict, columns: list[str] | None = None, run_dir: str | None = None) -> RunView:
     """The view of a run folder's rows; `run_dir` (the folder the report is written into) for the links."""
     cases = [_case(i, r, run_dir) for i, r in enumerate(rows)]
     # a fuzzing run's minimal failures are rows of their own: counted apart from the cases it ran, and they
     # stand for the failing cases met while searching and shrinking, which only the table of cases lists
-    runs = [r for r in rows if not r.get("minimal")]
+    runs = [r for r in rows if not r.minimal]
     minimal = len(rows) - len(runs)
     listed = {
         c.number
         for r, c in zip(rows, cases)
-        if c.category is not None and (r.get("minimal") or not minimal or c.category is NOT_PROBED)
+        if c.category is not None and (r.minimal or not minimal or c.category is NOT_PROBED)
     }
     cases = [replace(c, listed=c.number in listed) for c in cases]
     shown = [c for c in cases if c.listed]
@@ -283,14 +285,14 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
         (combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
         for combo in combos
     ]
-    transitions = {column_of(r): r["transition"] for r in rows if r.get("transition")}
+    transitions = {column_of(r): r.transition for r in rows if r.transition}
     counts = _counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
     return RunView(
         title=str(meta.get("title", "Resilience run")),
         note=str(meta.get("note") or ""),
         facts=_facts(meta, runs),
         total=len(runs),
-        summary=summary_line(r["verdict"] for r in runs),
+        summary=summary_line(r.verdict for r in runs),
         counts=counts,
         columns=[(c, transitions.get(c, "")) for c in cols],
         grid=grid,
@@ -305,7 +307,7 @@ def build(rows: list[dict], meta: dict, columns: list[str] | None = None, run_di
     )
 
 
-def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
+def _fuzz_modes(meta: dict, runs: list[ResultRow]) -> list[FuzzMode]:
     if meta.get("kind") != "fuzz":
         return []
     info = meta.get("fuzz") or {}
@@ -327,8 +329,8 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
                 float(t.get("shrinking", 0.0)),
                 str(stopped.get(m, "")),
                 _faults_drawn(rows, mode_events),
-                searching_cases=sum(r.get("phase") == "searching" for r in rows),
-                shrinking_cases=sum(r.get("phase") == "shrinking" for r in rows),
+                searching_cases=sum(r.phase == "searching" for r in rows),
+                shrinking_cases=sum(r.phase == "shrinking" for r in rows),
                 running=float(sum(running.values())),
                 running_shrinking=float(running.get("shrinking", 0.0)),
                 rejected=int(mode_events.get(REJECTED, 0)),
@@ -339,22 +341,22 @@ def _fuzz_modes(meta: dict, runs: list[dict]) -> list[FuzzMode]:
     return out
 
 
-def _kinds(row: dict) -> tuple[list[str], dict[str, bool]]:
+def _kinds(row: ResultRow) -> tuple[list[str], dict[str, bool]]:
     """The fault kinds a case drew, from its Hypothesis events (a row of an older run: from its faults, whose
     text starts with the kind), and whether each fired."""
     fired: dict[str, bool] = {}
-    for f in row.get("faults") or []:
-        if isinstance(f, dict) and f.get("fault"):
-            kind = str(f["fault"]).split()[0]
-            fired[kind] = fired.get(kind, False) or f.get("status") == "fired"
-    kinds = kinds_of(row["events"]) if isinstance(row.get("events"), list) else list(fired)
+    for f in row.faults:
+        if f.fault:
+            kind = f.fault.split()[0]
+            fired[kind] = fired.get(kind, False) or f.status == "fired"
+    kinds = kinds_of(list(row.events)) if row.events is not None else list(fired)
     return kinds, fired
 
 
-def _faults_drawn(rows: list[dict], events: dict) -> list[FaultDrawn]:
+def _faults_drawn(rows: list[ResultRow], events: dict) -> list[FaultDrawn]:
     """Each fault kind the cases drew, most drawn first, then "no fault" for the cases that drew none: in how
     many cases, in how many of those it fired, their verdicts; and the rejected examples that drew it."""
-    drawn: dict[str, list[dict]] = {}
+    drawn: dict[str, list[ResultRow]] = {}
     fired: dict[str, int] = {}
     for r in rows:
         kinds, fired_here = _kinds(r)
@@ -393,15 +395,15 @@ def _hypothesis_line(stats: dict | None) -> str:
     return "; ".join(parts) + (f"; stopped because {why}" if why else "")
 
 
-def _counts(rows: list[dict]) -> list[tuple[str, int, str]]:
+def _counts(rows: list[ResultRow]) -> list[tuple[str, int, str]]:
     n = {label: 0 for label, _ in COUNTED}
     for r in rows:
-        label = "framework error" if is_framework_error(r) else COUNT_LABEL.get(r["verdict"], str(r["verdict"]))
+        label = "framework error" if is_framework_error(r) else COUNT_LABEL.get(r.verdict, str(r.verdict))
         n[label] = n.get(label, 0) + 1
     return [(label, n[label], css) for label, css in COUNTED if n[label]]
 
 
-def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
+def _facts(meta: dict, rows: list[ResultRow]) -> list[tuple[str, str]]:
     facts = [("seed", str(meta["seed"]))] if meta.get("seed") is not None else []
     facts.append(("backend", str(meta.get("backend", "reference"))))
     if meta.get("io"):
@@ -412,7 +414,7 @@ def _facts(meta: dict, rows: list[dict]) -> list[tuple[str, str]]:
         info = meta.get("fuzz") or {}
         facts.append(("examples", f"{info.get('examples', '?')} per mode"))
         facts.append(("rejected", f"{info.get('rejected', 0)} (generated, but nothing to damage: not run)"))
-    facts.append(("time in cases", f"{sum(float(r.get('seconds') or 0) for r in rows):.1f} s"))
+    facts.append(("time in cases", f"{sum(r.seconds for r in rows):.1f} s"))
     if meta.get("started"):
         facts.append(("started", str(meta["started"])))
     facts.append(("command", str(meta.get("command", ""))))
@@ -431,46 +433,44 @@ def _cell(cell: str, cases: list[CaseView]) -> Cell:
     return Cell(short(cell), css, href, len(cases))
 
 
-def _case(i: int, row: dict, run_dir: str | None) -> CaseView:
+def _case(i: int, row: ResultRow, run_dir: str | None) -> CaseView:
     from .table import cell_of
 
-    verdict = str(row["verdict"])
+    verdict = str(row.verdict)
     category = category_of(row)
     findings = (
-        [_finding(v) for v in row.get("checkers") or [] if v.get("status") not in (PASS, NA, REFUSED)]
-        if category is not None
-        else []
+        [_finding(v) for v in row.checkers if v.status not in (PASS, NA, REFUSED)] if category is not None else []
     )
     return CaseView(
         number=i + 1,
         anchor=f"case-{i + 1}",
         combo=row_of(row),
         column=column_of(row),
-        scenario=str(row.get("scenario", "")),
+        scenario=row.scenario,
         verdict=verdict,
         label=short(cell_of(row)),
         css="error" if is_framework_error(row) else CSS.get(Status(verdict), "na"),
         category=category,
-        detail=str(row.get("detail", "")),
-        seconds=float(row.get("seconds") or 0.0),
-        replay=str(row.get("replay", "")),
+        detail=row.detail,
+        seconds=row.seconds,
+        replay=row.replay,
         findings=findings,
-        faults=[f for f in row.get("faults") or [] if isinstance(f, dict)],
+        faults=list(row.faults),
         links=case_links(run_dir, row) if run_dir else [],
-        scenario_text=_scenario_text(run_dir, row) if row.get("minimal") and run_dir else "",
-        phase=str(row.get("phase") or ""),
+        scenario_text=_scenario_text(run_dir, row) if row.minimal and run_dir else "",
+        phase=row.phase or "",
         drawn=tuple(_kinds(row)[0]),
-        test=str(row.get("test") or ""),
-        expected_failure=str(row.get("expected_failure") or ""),
+        test=row.test or "",
+        expected_failure=row.expected_failure or "",
     )
 
 
-def _finding(v: dict) -> Finding:
-    items = v.get("evidence") or []
+def _finding(v: Verdict) -> Finding:
+    items = v.evidence or []
     return Finding(
-        str(v.get("checker", "?")),
-        str(v.get("status", "?")),
-        str(v.get("detail", "")),
+        v.checker or "?",
+        str(v.status),
+        v.detail,
         [_pairs(e) for e in items[:MAX_EVIDENCE]],
         max(0, len(items) - MAX_EVIDENCE),
     )
@@ -497,23 +497,23 @@ def _text(value) -> str:
     return text if len(text) <= MAX_VALUE else text[:MAX_VALUE] + f" ... ({len(text) - MAX_VALUE} more characters)"
 
 
-def case_links(run_dir: str, row: dict) -> list[Link]:
+def case_links(run_dir: str, row: ResultRow) -> list[Link]:
     """Links to the case's folder and files that exist, relative to `run_dir`."""
     links = []
-    case = local_path(run_dir, row.get("case_dir"))
+    case = local_path(run_dir, row.case_dir)
     if case is not None:
         for label, name in CASE_FILES:
             rel = f"{case}/{name}" if name else case
             if os.path.exists(os.path.join(run_dir, rel)):
                 links.append(Link(label, _href(rel) + ("/" if os.path.isdir(os.path.join(run_dir, rel)) else "")))
-    scenario = local_path(run_dir, row.get("scenario_file"))
+    scenario = local_path(run_dir, row.scenario_file)
     if scenario is not None and not any(link.label == "scenario" for link in links):
         links.insert(0, Link("scenario", _href(scenario)))
     return links
 
 
-def _scenario_text(run_dir: str, row: dict, limit: int = 20_000) -> str:
-    rel = local_path(run_dir, row.get("scenario_file"))
+def _scenario_text(run_dir: str, row: ResultRow, limit: int = 20_000) -> str:
+    rel = local_path(run_dir, row.scenario_file)
     if rel is None:
         return ""
     with open(os.path.join(run_dir, rel), encoding="utf-8", errors="replace") as f:

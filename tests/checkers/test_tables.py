@@ -10,6 +10,7 @@ from resilience.checkers.case import FIRED, NEVER_FIRED, case_verdict as combine
 from resilience.checkers.integrity import INERT
 from resilience.checkers.topology import TopologyIndependence
 from resilience.history import Event
+from resilience.report.result_row import ResultRow
 from resilience.report.table import cell_of, text_table
 from resilience.runner.evidence import evidence_from
 from resilience.state import Topology
@@ -455,9 +456,10 @@ def test_an_unfired_fault_beside_a_fail_shows_both():
     assert [(v.checker, v.status) for v in extra] == [("faults", UNPROBED)]
     assert "durability:" in detail and "also UNPROBED" in detail and "rank_crash" in detail
     row = {"combo": "GLOBAL/torch_dist/sync", "column": "kill", "verdict": overall.value, "faults": faults}
-    assert cell_of(row) == "FAIL+UNPROBED" and "FAIL+UNPROBED" in text_table([row])
+    typed = ResultRow.from_dict(row)
+    assert cell_of(typed) == "FAIL+UNPROBED" and "FAIL+UNPROBED" in text_table([typed])
     # nothing unfired: the cell is the verdict alone
-    assert cell_of(dict(row, faults=faults[1:])) == "FAIL"
+    assert cell_of(ResultRow.from_dict(dict(row, faults=faults[1:]))) == "FAIL"
 
 
 def test_an_unfired_fault_alone_is_unprobed_never_a_pass():

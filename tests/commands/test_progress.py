@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 
 from resilience.commands.progress import Progress
+from resilience.report.result_row import ResultRow
 
 
 class Clock:
@@ -27,7 +28,7 @@ def test_a_line_every_tenth_of_the_cases_with_the_counts_so_far():
         for i, verdict in enumerate(["PASS", "FAIL", "PASS", "UNPROBED"]):
             bar.start(f"GLOBAL/torch_dist/sync kill-{i}")
             clock.now += 1.0
-            bar.row({"verdict": verdict})
+            bar.row(ResultRow("", "", verdict))  # a row that names no case
     assert _lines(stream) == [
         "progress: 2/20 cases · 1 failed (FAIL 1, PASS 1) · 2 s · last: GLOBAL/torch_dist/sync kill-1 FAIL",
         "progress: 4/20 cases · 2 failed (FAIL 1, PASS 2, UNPROBED 1) · 4 s · last: GLOBAL/torch_dist/sync kill-3 "

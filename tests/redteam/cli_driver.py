@@ -35,7 +35,7 @@ def _preload() -> None:
         "resilience.broken.suite",
         "resilience.state.demo",
         "resilience.checkpoint.inspect",
-        "resilience.report.cases",
+        "resilience.runner.case_loop",
     ):
         importlib.import_module(module)
 

@@ -16,12 +16,18 @@ from resilience.report import RunFolder
 from resilience.report.folder import INTERRUPTED
 from resilience.report.html import render_html
 from resilience.report.markdown import render_markdown
+from resilience.report.result_row import ResultRow
 
 from .dom import parse
 
 COMBO = "GLOBAL/torch_dist/sync"
 OTHER = "LEGACY/torch/sync"
 HOSTILE = '<script>document.body.dataset.pwned = 1</script> & "quoted" <img src=x onerror=alert(1)>'
+
+
+def _typed(rows: list[dict]) -> list[ResultRow]:
+    """Rows as results.jsonl holds them, read back."""
+    return [ResultRow.from_dict(r) for r in rows]
 
 
 def _row(column: str, verdict: str, detail: str = "", combo: str = COMBO, **extra) -> dict:
@@ -132,7 +138,7 @@ def make_run(base, rows=ROWS, meta=META) -> str:
             with open(path, "w") as f:
                 f.write("x\n")
     for row in rows:
-        folder.append(row)
+        folder.append(ResultRow.from_dict(row))
     folder.finish(columns=None)
     return folder.path
 
@@ -333,7 +339,7 @@ def test_junit_counts_failures_and_errors_and_keeps_each_replay(run_dir):
 def test_an_interrupted_run_says_so_in_every_report(tmp_path):
     folder = RunFolder.create(str(tmp_path), "stopped", dict(META))
     for row in ROWS[:2]:
-        folder.append(row)
+        folder.append(ResultRow.from_dict(row))
     folder.finish(status=INTERRUPTED, why="SIGTERM")
     note = "INTERRUPTED (SIGTERM): 2 of 10 cases finished"
     md = (tmp_path / folder.path / "report.md").read_text()
@@ -374,7 +380,7 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
     verdicts = ["FAIL", "UNPROBED", "PASS", "PASS"]
     rows = [_row("scenarios", v, faults=[{"fault": f, "status": s} for f, s in fs]) for fs, v in zip(faults, verdicts)]
     meta = {"kind": "fuzz", "fuzz": {"modes": ["scenarios"], "timings": {"scenarios": {"seconds": 9, "shrinking": 0}}}}
-    (mode,) = build(rows, meta).fuzz
+    (mode,) = build(_typed(rows), meta).fuzz
     assert (mode.mode, mode.cases, mode.seconds) == ("scenarios", 4, 9.0)
     # rows of a run that kept no events: the kinds read from their faults
     assert [(f.kind, f.cases, f.fired) for f in mode.faults] == [
@@ -395,7 +401,7 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
         }
     }
     meta["fuzz"]["timings"]["scenarios"].update(running={"searching": 7.5, "shrinking": 0.0})
-    (mode,) = build(rows, meta).fuzz
+    (mode,) = build(_typed(rows), meta).fuzz
     assert mode.faults == [
         FaultDrawn("bit_flip", 2, 1, [("PASS", 1, "pass"), ("FAIL", 1, "fail")]),
         FaultDrawn("rank_crash", 2, 1, [("FAIL", 1, "fail"), ("UNPROBED", 1, "unprobed")]),
@@ -409,14 +415,14 @@ def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
         7.5,
         1.5,
     )
-    page = parse(render_html(rows, meta))
+    page = parse(render_html(_typed(rows), meta))
     assert page.by_id("accounting").text.startswith(
         "scenarios: 4 cases run (4 searching + 0 shrinking), 2 examples rejected (generated, nothing to damage: "
         "not run), 1 example that saved nothing (no case to judge). Every case run is a row of All cases below"
     )
     truncate = page.by_id("faults-drawn").find("tr", **{"data-fault": "truncate"})
     assert [td.text for td in truncate.find_all("td")] == ["scenarios", "truncate", "0", "0", "", "2"]
-    md = render_markdown(rows, meta)
+    md = render_markdown(_typed(rows), meta)
     assert "| scenarios | rank_crash | 2 | 1 | FAIL 1, UNPROBED 1 |  |" in md
     assert "| scenarios | 4 | 4 | 0 | PASS 2, FAIL 1, UNPROBED 1 | 9.0 | 7.5 | 1.5 | 0.0 |  |" in md
 
@@ -430,20 +436,20 @@ def test_a_detail_that_only_repeats_its_findings_is_not_shown_and_errors_by_rank
         {"checker": "faults", "status": "UNPROBED", "detail": "short_write never fired", "evidence": []},
     ]
     row = _row("short", "UNPROBED", "saves: none acknowledged; faults: short_write never fired", checkers=checkers)
-    (case,) = build([row], {}).cases
+    (case,) = build(_typed([row]), {}).cases
     assert case.detail_repeats  # both findings are written out under it
     assert case.findings[0].evidence == [[("errors", "0: " + errors["0"] + "\n1: " + errors["1"])]]
-    page = parse(render_html([row], {}))
+    page = parse(render_html(_typed([row]), {}))
     assert not page.by_id("case-1").find_all(cls="detail")
     assert "--- rank 0: OSError" in page.by_id("case-1").find("dl", cls="evidence").find("pre").text
-    assert not build([dict(row, detail=row["detail"] + "; expect: iteration 2")], {}).cases[0].detail_repeats
+    assert not build(_typed([dict(row, detail=row["detail"] + "; expect: iteration 2")]), {}).cases[0].detail_repeats
 
 
 def test_counts_say_framework_errors_in_the_plural_and_long_column_names_wrap_after_their_colon():
     rows = [_row(f"metadata:{name}", "UNKNOWN", "framework error: KeyError") for name in ("manifest.json", ".metadata")]
     for r in rows:
         r["checkers"] = [{"checker": "framework", "status": "UNKNOWN", "detail": r["detail"], "evidence": []}]
-    page = parse(render_html(rows, {}))
+    page = parse(render_html(_typed(rows), {}))
     assert page.by_id("headline").text == "0 passed, 2 not passed (2 UNKNOWN); 2 of the 2 UNKNOWN are framework errors"
     (chip,) = page.by_id("counts").find_all("li", **{"data-verdict": "framework error"})
     assert chip.text == "2 framework errors"
@@ -465,11 +471,11 @@ def test_in_print_links_show_their_target_and_may_wrap(run_dir):
 def test_a_warning_is_counted_as_passed_and_listed_apart_in_every_report():
     detail = "exceptions: the load in job 1 failed on damaged iter_0000003/rank_1.pt without naming it"
     rows = [_row("truncate", "WARN", detail), _row("bitflip", "PASS")]
-    page = parse(render_html(rows, {}))
+    page = parse(render_html(_typed(rows), {}))
     assert page.by_id("headline").text == "2 passed (1 WARN), 0 not passed"
     (chip,) = page.by_id("counts").find_all("li", **{"data-verdict": "WARN"})
     assert chip.text == "1 WARN"
     assert detail in page.by_id("warned").text
-    md = render_markdown(rows, {})
+    md = render_markdown(_typed(rows), {})
     assert "## Passed with a warning (1)" in md and f"- {COMBO} · truncate: {detail}" in md
     assert f"| {COMBO} | WARN | PASS |" in md.splitlines()

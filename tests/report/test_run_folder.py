@@ -16,6 +16,8 @@ from resilience.cli import main
 from resilience.errors import ConfigError
 from resilience.report import RunFolder, make_run_dir
 from resilience.report.folder import make_folder
+from resilience.report.result_row import ResultRow
+from resilience.status import PASS
 
 
 def _make_many(base: str, n: int) -> list[str]:
@@ -130,12 +132,12 @@ def test_every_command_refuses_a_read_only_or_full_out_before_any_case(small_tmp
 
 def test_rows_survive_in_results_jsonl_and_a_torn_line_is_skipped(tmp_path):
     folder = RunFolder.create(str(tmp_path), "r", {"title": "t", "cases": 3})
-    folder.append({"scenario": "a", "combo": "GLOBAL/torch_dist/sync", "verdict": "PASS", "column": "a"})
+    folder.append(ResultRow("a", "GLOBAL/torch_dist/sync", PASS, column="a"))
     with open(folder.jsonl, "a") as f:
         f.write('{"scenario": "b", "com')  # what a kill in the middle of a write leaves
     again = RunFolder.open(folder.path)
     rows, torn = again.rows()
-    assert [r["scenario"] for r in rows] == ["a"] and torn == 1
+    assert [r.scenario for r in rows] == ["a"] and torn == 1
     assert again.meta["status"] == "running"
     assert main(["report", folder.path]) == 1  # incomplete: never 0
     meta = json.loads(open(os.path.join(folder.path, "run.json")).read())

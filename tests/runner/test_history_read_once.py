@@ -7,7 +7,7 @@ import os
 import pytest
 
 from resilience.history import HISTORY_FILE, case_history
-from resilience.report.cases import CaseSpec, case_row
+from resilience.runner.case_loop import CaseSpec, case_row
 from resilience.runner.scenario import load_text
 from resilience.vocab.combos import Combination
 

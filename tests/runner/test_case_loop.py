@@ -9,8 +9,9 @@ import os
 import pytest
 
 from resilience.report import RunFolder
-from resilience.report.cases import CaseSpec, judge_cases
+from resilience.report.result_row import ResultRow
 from resilience.runner import learn
+from resilience.runner.case_loop import CaseSpec, judge_cases
 from resilience.runner.matrix import cases
 from resilience.vocab import Combination
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.multiprocess
 COMBO = Combination.parse("GLOBAL/torch_dist/sync")
 
 
-def _judge(tmp_path, workers: int) -> tuple[list[dict], str]:
+def _judge(tmp_path, workers: int) -> tuple[list[ResultRow], str]:
     folder = RunFolder.create(str(tmp_path / f"w{workers}"), "matrix", {"cases": 3})
     specs = [
         CaseSpec(
@@ -43,19 +44,19 @@ def test_workers_judge_the_same_rows_in_the_same_order(tmp_path, monkeypatch):
     one, _ = _judge(tmp_path, 1)
     monkeypatch.setattr(learn, "_CACHE", {})  # nothing learned before the workers are forked
     two, run_dir = _judge(tmp_path, 2)
-    assert [(r["column"], r["verdict"]) for r in two] == [(r["column"], r["verdict"]) for r in one]
-    assert [r["verdict"] for r in two] == ["PASS"] * 3
+    assert [(r.column, r.verdict) for r in two] == [(r.column, r.verdict) for r in one]
+    assert [r.verdict for r in two] == ["PASS"] * 3
     folder_rows, _ = RunFolder(run_dir, {}).rows()
-    assert sorted(r["column"] for r in folder_rows) == sorted(r["column"] for r in two)
+    assert sorted(r.column for r in folder_rows) == sorted(r.column for r in two)
     # truncate (the distributed optimizer) and bitflip (Adam) learn different layouts; the cases that
     # share one learn it once between the workers, whoever runs first
     assert not glob.glob(os.path.join(run_dir, "resilience-layouts-*"))  # the workers' shared layouts went
     learned = glob.glob(os.path.join(run_dir, "cases", "*", "layout", "ckpt"))
-    assert len(learned) == len({r["column"] for r in two if r["column"] != "save/load"}) == 2
+    assert len(learned) == len({r.column for r in two if r.column != "save/load"}) == 2
 
 
 def test_workers_take_the_longest_cases_first():
-    from resilience.report.cases import _longest_first
+    from resilience.runner.case_loop import _longest_first
 
     specs = [
         CaseSpec(c.scenario, c.combo, str(i), "reference", c.fault)

@@ -16,11 +16,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Interrupted
+from ..report.folder import INTERRUPTED, RunFolder
+from ..report.result_row import ResultRow
+from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
 from ..stopping import check as check_stop, deferred
-from .folder import INTERRUPTED, RunFolder
-from .table import FRAMEWORK, FRAMEWORK_ERROR
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
+
+
+def create_run_folder(base: str, name: str, meta: dict) -> RunFolder:
+    """A new run folder (RunFolder.create), the mounts of the fault-injecting file system that a killed
+    run left (their server gone) cleared first."""
+    if sys.platform.startswith("linux"):
+        from ..fusefs.mounts import clean_stale_mounts
+
+        clean_stale_mounts("/")
+    return RunFolder.create(base, name, meta)
 
 
 @dataclass(frozen=True)
@@ -46,27 +57,27 @@ def judge_cases(
     cases: Iterable[CaseSpec],
     *,
     columns: list[str] | None = None,
-    after: Callable[[dict], None] | None = None,
+    after: Callable[[ResultRow], None] | None = None,
     before: Callable[[CaseSpec], None] | None = None,
     workers: int = 1,
-) -> list[dict]:
+) -> list[ResultRow]:
     """Judge every case into `folder` (case_row), `workers` at a time (launch.workers: processes forked
     from this one; 1: one by one, here), calling `before(case)` as each starts and `after(row)` as each
     ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
     the cases' order; finishing is the caller's."""
     from ..launch.workers import run_each
-    from ..runner.adapters import preload
-    from ..runner.learn import sharing_layouts
+    from .adapters import preload
+    from .learn import sharing_layouts
 
     specs = list(cases)
     forked = workers > 1 and len(specs) > 1  # run_each forks workers only then
     if forked:  # imported once here, not once in every worker
         preload((s.backend or s.scenario.backend, s.combo) for s in specs)
-    rows: list[dict | None] = [None] * len(specs)
+    rows: list[ResultRow | None] = [None] * len(specs)
     with keeping(folder, columns), sharing_layouts(forked, under=folder.path):
         started = (lambda i: before(specs[i])) if before is not None else None
         for i, out in run_each(case_row, specs, workers, started=started, order=_longest_first(specs)):
-            row = out if isinstance(out, dict) else _lost_row(specs[i], out)
+            row = out if isinstance(out, ResultRow) else _lost_row(specs[i], out)
             folder.append(row)
             rows[i] = row
             if after is not None:
@@ -85,29 +96,43 @@ def _longest_first(specs: list[CaseSpec]) -> list[int]:
     return sorted(range(len(specs)), key=cost)
 
 
-def case_row(c: CaseSpec) -> dict:
-    """run_case's row of one case, extra keys (column, ...) in it, its timeline drawn; not yet appended to
-    a run folder (a worker's part). A framework error is the case's UNKNOWN row, never an abort of the run."""
-    from ..runner.run import run_case
+@dataclass(frozen=True)
+class Judged:
+    """One case judged: its row, and run_case's result (None, with the error, when the framework broke)."""
+
+    row: ResultRow
+    result: Any = None  # runner.run.CaseResult
+    error: Exception | None = None
+
+
+def judge_case(c: CaseSpec) -> Judged:
+    """run_case on one case, its row with the extra keys (column, ...) in it; not yet appended to a run
+    folder. A framework error is the case's UNKNOWN row, never an abort of the run (the pytest plugin
+    raises it as its own failure)."""
+    from .run import run_case
 
     check_stop()
     start = time.monotonic()
-    history = None  # the history run_case read: the timeline draws it without reading history.jsonl again
     try:
         result = run_case(
             c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io
         )
-        history = result.history
-        row = dict(result.to_row(), **c.extra)
     except INTERRUPTIONS:
         raise
     except Exception as e:  # the framework broke on this case: UNKNOWN for it
-        row = _lost_row(c, e, time.monotonic() - start)
-    _draw_timeline(c.case_dir, history)
-    return row
+        return Judged(_lost_row(c, e, time.monotonic() - start), None, e)
+    return Judged(result.to_row().with_extra(**c.extra), result)
 
 
-def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> dict:
+def case_row(c: CaseSpec) -> ResultRow:
+    """judge_case's row of one case, its timeline drawn (a worker's part) from the events run_case read."""
+    judged = judge_case(c)
+    # the history run_case read: the timeline draws it without reading history.jsonl again
+    _draw_timeline(c.case_dir, judged.result.history if judged.result is not None else None)
+    return judged.row
+
+
+def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> ResultRow:
     """The UNKNOWN row of a case the framework could not judge (run_case raised, or its worker died or
     sent back an error)."""
     return framework_error_row(
@@ -127,7 +152,7 @@ def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> dict:
 def _draw_timeline(case_dir: str, history=None) -> None:
     """The case's timeline.html, drawn now: its file-operation logs are on this boot's monotonic clock.
     `history`: the case's events as run_case read them (None: read from the folder)."""
-    from .timeline import write_timeline
+    from ..report.timeline import write_timeline
 
     try:
         write_timeline(case_dir, history=history)
@@ -147,10 +172,10 @@ def framework_error_row(
     seconds: float = 0.0,
     io: str | None = None,
     **extra,
-) -> dict:
+) -> ResultRow:
     """The UNKNOWN row of a case the framework could not judge; the traceback goes to the case folder."""
-    from ..checkers import UNKNOWN
-    from ..runner.run import replay_command
+    from ..checkers import UNKNOWN, Verdict
+    from .run import replay_command
 
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
@@ -166,21 +191,18 @@ def framework_error_row(
     frames = traceback.extract_tb(error.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else "?"
     evidence = [{"where": where, "traceback": _tail(text, TRACEBACK_LINES)}]
-    return dict(
-        {
-            "scenario": scenario.name,
-            "combo": str(combo),
-            "fault": fault,
-            "transition": transition,
-            "verdict": UNKNOWN,
-            "detail": detail,
-            "seconds": round(seconds, 3),
-            "checkers": [{"checker": FRAMEWORK, "status": UNKNOWN, "detail": detail, "evidence": evidence}],
-            "case_dir": case_dir,
-            "replay": replay_command(scenario_file, combo, backend),
-        },
-        **extra,
-    )
+    return ResultRow(
+        scenario.name,
+        str(combo),
+        UNKNOWN,
+        detail,
+        seconds,
+        (Verdict(FRAMEWORK, UNKNOWN, detail, evidence),),
+        fault=fault,
+        transition=transition,
+        case_dir=case_dir,
+        replay=replay_command(scenario_file, combo, backend),
+    ).with_extra(**extra)
 
 
 TRACEBACK_LINES = 24  # of a framework error's traceback, written out in its row (the whole one is in its file)
