@@ -36,7 +36,7 @@ def test_a_case_reads_its_history_once_for_the_evidence_and_the_timeline(tmp_pat
     spec = CaseSpec(load_text(SCENARIO, "s.yaml"), Combination.parse("GLOBAL/torch_dist/sync"), case_dir, "reference")
     row = case_row(spec)
     monkeypatch.setattr(builtins, "open", real_open)
-    assert row["verdict"] == "PASS", row
+    assert row.verdict == "PASS", row
     assert [p for p in opened if os.path.basename(p) == HISTORY_FILE] == [os.path.join(case_dir, HISTORY_FILE)]
     page = open(os.path.join(case_dir, "timeline.html")).read()
     assert 'data-lane="rank 1"' in page and "the timeline could not be drawn" not in page
