@@ -93,7 +93,7 @@ def _history(case):
 
 def test_in_process_faults_on_code_outside_the_seam_are_unprobed_with_one_reason(tmp_path):
     """Asked to go through the seam, the faults cannot reach a library that writes with plain open()."""
-    from resilience.runner.faultplan import OUTSIDE_SEAM
+    from resilience.runner.aiming import OUTSIDE_SEAM
 
     result = run_case(
         fault_scenario("io_error", 0),
