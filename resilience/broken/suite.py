@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..status import FAIL
 from ..vocab.combos import Combination, valid_combinations
-from . import CATALOGUE, BrokenImpl
+from .catalogue import CATALOGUE, BrokenImpl
 
 
 @dataclass
