@@ -88,3 +88,44 @@ def test_a_fault_reaching_for_the_reference_breaks_the_contract(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.faults is not allowed to import resilience.checkpoint" in run.stdout
     assert "resilience.faults.corruption -> resilience.checkpoint.commit" in run.stdout
+
+
+def _package_exceptions() -> list[type]:
+    """Every exception class the package defines (any module, a class made inside a function included
+    once made), after importing every module of it."""
+    import importlib
+    import pkgutil
+
+    import resilience
+
+    for info in pkgutil.walk_packages(resilience.__path__, "resilience."):
+        importlib.import_module(info.name)
+    found, todo = set(), [BaseException]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return sorted(
+        (c for c in found if c.__module__ == "resilience" or c.__module__.startswith("resilience.")),
+        key=lambda c: f"{c.__module__}.{c.__qualname__}",
+    )
+
+
+def test_every_error_of_the_package_is_a_resilience_error():
+    """One root (as Hypothesis has): `except ResilienceError` catches whatever the package raises as an
+    error. BaseExceptions that are no Exception (a stop, a spent budget) are control flow, and a warning
+    is not raised as an error."""
+    from resilience.errors import ResilienceError
+
+    errors = [c for c in _package_exceptions() if issubclass(c, Exception) and not issubclass(c, Warning)]
+    assert len(errors) >= 15  # the walk found the package's errors, not nothing
+    outside = [f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, ResilienceError)]
+    assert outside == [], f"derive these from resilience.errors.ResilienceError: {outside}"
+
+
+def test_a_failed_scenario_is_an_error_of_the_package_and_a_failed_assertion():
+    from resilience.errors import ResilienceError
+    from resilience.fuzz.judge import ScenarioFailed
+
+    assert issubclass(ScenarioFailed, ResilienceError) and issubclass(ScenarioFailed, AssertionError)
