@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from .errors import ResilienceError
+
 MAX_BYTES = 1 << 20  # 1 MiB: a scenario is a page of text
 MAX_DEPTH = 50  # nested lists/mappings
 MAX_ALIASES = 100  # *alias uses in one file
@@ -41,8 +43,8 @@ class Problem:
     fix: str = ""
 
 
-class Refused(Exception):
-    """Raised with every problem found so far when reading cannot go on."""
+class Refused(ResilienceError, ValueError):
+    """Raised with every problem found so far when reading cannot go on (a file a user gave: bad input)."""
 
     def __init__(self, problems: list[Problem]):
         super().__init__("; ".join(p.problem for p in problems))

@@ -88,3 +88,108 @@ def test_a_fault_reaching_for_the_reference_breaks_the_contract(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "resilience.faults is not allowed to import resilience.checkpoint" in run.stdout
     assert "resilience.faults.corruption -> resilience.checkpoint.commit" in run.stdout
+
+
+def _import_circles() -> list[list[str]]:
+    """Every circle of modules inside the package that import each other (directly or round a loop),
+    imports inside functions and under TYPE_CHECKING included: the strongly connected components
+    of the import graph, each sorted (Tarjan's algorithm, without recursion)."""
+    import grimp
+
+    graph = grimp.build_graph("resilience", cache_dir=None)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, 0)]
+        while work:
+            node, i = work.pop()
+            if i == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            if i < len(edges[node]):
+                work.append((node, i + 1))
+                nxt = edges[node][i]
+                if nxt not in index:
+                    work.append((nxt, 0))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            if work:  # back in the caller: carry the lowest index reached up to it
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    circles.append(sorted(component))
+    return sorted(circles)
+
+
+def test_no_module_of_the_package_imports_itself_round_a_circle():
+    """Import circles make the order of imports matter and hide which module sits below which (a lazy
+    import inside a function is one too): each module of a folder sits above or below each other."""
+    assert _import_circles() == []
+
+
+def test_the_circle_finder_finds_a_circle_through_an_import_inside_a_function(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "resilience", tmp_path / "resilience", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "resilience" / "errors.py", "a") as f:
+        f.write("\n\ndef _upward():\n    from .vocab import combos  # the bottom layer reaching up\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "resilience" or m.startswith("resilience.")]:
+        monkeypatch.delitem(sys.modules, name)
+    found = _import_circles()
+    assert any({"resilience.errors", "resilience.vocab.combos"} <= set(c) for c in found), found
+
+
+def _package_exceptions() -> list[type]:
+    """Every exception class the package defines (any module, a class made inside a function included
+    once made), after importing every module of it."""
+    import importlib
+    import pkgutil
+
+    import resilience
+
+    for info in pkgutil.walk_packages(resilience.__path__, "resilience."):
+        importlib.import_module(info.name)
+    found, todo = set(), [BaseException]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return sorted(
+        (c for c in found if c.__module__ == "resilience" or c.__module__.startswith("resilience.")),
+        key=lambda c: f"{c.__module__}.{c.__qualname__}",
+    )
+
+
+def test_every_error_of_the_package_is_a_resilience_error():
+    """One root (as Hypothesis has): `except ResilienceError` catches whatever the package raises as an
+    error. BaseExceptions that are no Exception (a stop, a spent budget) are control flow, and a warning
+    is not raised as an error."""
+    from resilience.errors import ResilienceError
+
+    errors = [c for c in _package_exceptions() if issubclass(c, Exception) and not issubclass(c, Warning)]
+    assert len(errors) >= 15  # the walk found the package's errors, not nothing
+    outside = [f"{c.__module__}.{c.__qualname__}" for c in errors if not issubclass(c, ResilienceError)]
+    assert outside == [], f"derive these from resilience.errors.ResilienceError: {outside}"
+
+
+def test_a_failed_scenario_is_an_error_of_the_package_and_a_failed_assertion():
+    from resilience.errors import ResilienceError
+    from resilience.fuzz.judge import ScenarioFailed
+
+    assert issubclass(ScenarioFailed, ResilienceError) and issubclass(ScenarioFailed, AssertionError)

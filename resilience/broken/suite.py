@@ -15,7 +15,7 @@ from ..errors import ConfigError
 from ..report.result_row import ResultRow
 from ..status import FAIL
 from ..vocab.combos import Combination, valid_combinations
-from . import CATALOGUE, BrokenImpl
+from .catalogue import CATALOGUE, BrokenImpl
 
 
 @dataclass

@@ -24,8 +24,9 @@ from .base import (
     typed,
     with_layer,
 )
-from .corruption import Damage, NothingToDamage, checkpoint_folders, corrupt, corrupt_all, files_of_rank, iteration_in
+from .corruption import checkpoint_folders, corrupt, corrupt_all, files_of_rank, iteration_in
 from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
+from .damage_records import Damage, NothingToDamage
 from .firings import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
 from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
 from .kinds import (

@@ -7,7 +7,8 @@ random.Random(fault.seed), so the same record always does the same damage.
 
 Where to look comes from a learned layout (faults.layout, carried out by layout_damage) or, without one,
 from the folder and file names of the vocabulary (vocab.folders: iter_N folders, the tracker, staging
-folders, LOCAL rank folders, the manifest), which torchtitan's step-N folders extend."""
+folders, LOCAL rank folders, the manifest), which torchtitan's step-N folders extend. Either way the file
+chosen is damaged alike (faults.file_damage) and the record is a faults.damage_records.Damage."""
 
 from __future__ import annotations
 
@@ -17,16 +18,14 @@ import random
 import re
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
-
-import xxhash
 
 from ..errors import ConfigError
 from ..state import Topology
 from ..vocab.folders import ITER_FOLDER, LOCAL_FOLDER, MANIFEST, RANK_FOLDER, TRACKER, staging_name
-from ..vocab.manifest_format import manifest_text
 from .base import Fault, matches_path, typed
-from .hostile_pickle import DCP_METADATA, Planted, plant_among, plant_metadata
+from .damage_records import Damage, NothingToDamage, flip_record, planted_record, record
+from .file_damage import damage_metadata_file, damage_pointer_file, flip_byte, forge_escaping_path
+from .hostile_pickle import DCP_METADATA, plant_among, plant_metadata
 from .kinds import (
     METADATA_FILES,
     BitFlip,
@@ -39,43 +38,11 @@ from .kinds import (
     TrackerDamage,
     Truncate,
 )
+from .layout_damage import ACTIONS as LAYOUT_ACTIONS
 
-_NUMBER = re.compile(r"\d+")
 # ours and Megatron's, and torchtitan's DCP step folders
 CHECKPOINT_FOLDER = re.compile(rf"{ITER_FOLDER.pattern}|step-(\d+)")
 _DCP_RANK = re.compile(r"__(\d+)_\d+\.distcp")
-
-
-class NothingToDamage(ConfigError):
-    """The corruption found nothing to damage (no checkpoint yet, no tracker to delete, an empty file):
-    the fault is not applied, and a run reports it unprobed rather than stopping."""
-
-
-@dataclass(frozen=True)
-class Damage:
-    """What one corruption did. Paths are absolute; `rel` is relative to the checkpoint root."""
-
-    kind: str
-    action: str
-    file: str
-    rel: str
-    offset: int | None = None
-    bits: tuple[int, ...] | None = None
-    old_size: int | None = None
-    new_size: int | None = None
-    old: str | None = None  # the byte (hex) or text before
-    new: str | None = None  # and after
-    detail: str = ""
-    marker: str | None = None  # a file that exists only if code planted in the checkpoint ran
-
-    def to_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in (None, "")}
-
-    def __str__(self) -> str:
-        d = self.to_dict()
-        return " ".join(
-            [self.action, self.rel] + [f"{k}={v}" for k, v in d.items() if k not in ("kind", "action", "file", "rel")]
-        )
 
 
 # ---- where: checkpoints, ranks, files -------------------------------------------------------------
@@ -187,38 +154,6 @@ def _tracker_root(root: str, fault: Fault, rng: random.Random) -> str:
 
 
 # ---- what -------------------------------------------------------------------------------------------
-def _record(fault: Fault, action: str, root: str, path: str, **kw) -> Damage:
-    return Damage(fault.kind, action, path, os.path.relpath(path, root), **kw)
-
-
-def flip_byte(path: str, offset: int, mask: int) -> int:
-    """XOR the byte at `offset` with `mask` in place; the byte it held."""
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        old = f.read(1)[0]
-        f.seek(offset)
-        f.write(bytes([old ^ mask]))
-    return old
-
-
-def flip_record(fault: Fault, root: str, path: str, offset: int, bits, old: int, mask: int, **kw) -> Damage:
-    """What a bit flip did: the byte before and after, the file's size unchanged."""
-    size = os.path.getsize(path)
-    return _record(
-        fault,
-        "flip",
-        root,
-        path,
-        offset=offset,
-        bits=tuple(bits),
-        old_size=size,
-        new_size=size,
-        old=f"{old:02x}",
-        new=f"{old ^ mask:02x}",
-        **kw,
-    )
-
-
 def truncate(root: str, fault: Truncate, rng: random.Random) -> Damage:
     path = _pick_shard(root, fault, rng)
     old = os.path.getsize(path)
@@ -226,7 +161,7 @@ def truncate(root: str, fault: Truncate, rng: random.Random) -> Damage:
     if new > old:
         raise ConfigError("length", f"{new} is longer than {path} ({old} bytes)", "truncate cuts; use a smaller length")
     os.truncate(path, new)
-    return _record(fault, "truncate", root, path, old_size=old, new_size=new)
+    return record(fault, "truncate", root, path, old_size=old, new_size=new)
 
 
 def bit_flip(root: str, fault: BitFlip, rng: random.Random) -> Damage:
@@ -249,7 +184,7 @@ def delete_file(root: str, fault: DeleteFile, rng: random.Random) -> Damage:
     path = _pick_shard(root, fault, rng)
     old = os.path.getsize(path)
     os.unlink(path)
-    return _record(fault, "delete", root, path, old_size=old)
+    return record(fault, "delete", root, path, old_size=old)
 
 
 def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Damage:
@@ -263,58 +198,10 @@ def metadata_damage(root: str, fault: MetadataDamage, rng: random.Random) -> Dam
     return damage_metadata_file(root, path, fault, rng)
 
 
-def damage_metadata_file(root: str, path: str, fault: MetadataDamage, rng: random.Random) -> Damage:
-    """Delete, garble (the middle third replaced by seeded noise), truncate to half or empty one metadata file."""
-    old = os.path.getsize(path)
-    if fault.how == "delete":
-        os.unlink(path)
-        return _record(fault, "delete", root, path, old_size=old)
-    if fault.how == "garble":
-        lo, hi = old // 3, max(old // 3 + 1, 2 * old // 3)
-        noise = rng.randbytes(hi - lo)
-        with open(path, "r+b") as f:
-            f.seek(lo)
-            f.write(noise)
-        return _record(
-            fault,
-            "garble",
-            root,
-            path,
-            offset=lo,
-            old_size=old,
-            new_size=max(old, hi),
-            detail=f"bytes {lo}..{hi} replaced by seeded noise",
-        )
-    new = old // 2 if fault.how == "truncate" else 0
-    os.truncate(path, new)
-    return _record(fault, fault.how, root, path, old_size=old, new_size=new)
-
-
-def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random, folder: str | None = None) -> Damage:
+def escaping_path(root: str, fault: EscapingManifestPath, rng: random.Random) -> Damage:
     """A manifest whose file list names a path outside the folder, rewritten so its digest still matches."""
-    if folder is None:
-        folder, _ = _pick_folder(root, fault, rng)
-    path = os.path.join(folder, MANIFEST)
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        body = json.loads(raw)["body"]
-    except (ValueError, KeyError) as e:
-        raise ConfigError("target", f"{path} is not a manifest to rewrite: {e}") from None
-    files = dict(body["files"])
-    files[fault.escape] = {"size": 0, "xxh3_128": xxhash.xxh3_128_hexdigest(b"")}
-    data = manifest_text(dict(body, files=dict(sorted(files.items())))).encode()
-    with open(path, "wb") as f:
-        f.write(data)
-    return _record(
-        fault,
-        "rewrite manifest",
-        root,
-        path,
-        old_size=len(raw),
-        new_size=len(data),
-        detail=f"file list now names {fault.escape!r}; digest recomputed",
-    )
+    folder, _ = _pick_folder(root, fault, rng)
+    return forge_escaping_path(root, fault, folder)
 
 
 def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damage:
@@ -324,42 +211,6 @@ def tracker_damage(root: str, fault: TrackerDamage, rng: random.Random) -> Damag
         int(m.group(1)) for n in (os.listdir(base) if os.path.isdir(base) else []) if (m := ITER_FOLDER.fullmatch(n))
     )
     return damage_pointer_file(root, path, fault, iterations)
-
-
-def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: list[int]) -> Damage:
-    """Delete, empty, garble or renumber (stale: the iteration before the newest; future: one never saved) the
-    file that points at the newest checkpoint; a number in it keeps its width (`iter_0000003` -> `iter_0000002`)."""
-    old = None
-    if os.path.exists(path):
-        with open(path, "rb") as f:
-            old = f.read().decode("utf-8", "replace")
-    newest = iterations[-1] if iterations else 0
-    if fault.how == "delete":
-        if old is None:
-            raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
-        os.unlink(path)
-        return _record(fault, "delete", root, path, old=old)
-    if fault.how in ("empty", "non_numeric"):
-        text = "" if fault.how == "empty" else "not-a-number"
-    else:
-        value = (
-            (iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)) if fault.how == "stale" else newest + 1000
-        )
-        text = _renumber(old or str(newest), newest, value)
-    with open(path, "w") as f:
-        f.write(text)
-    return _record(fault, fault.how, root, path, old=old, new=text)
-
-
-def _renumber(text: str, old: int, new: int) -> str:
-    """`text` with the number naming `old` replaced by `new` in the same width."""
-
-    def sub(m):
-        tok = m.group(0)
-        return (str(new).zfill(len(tok)) if tok.startswith("0") else str(new)) if int(tok) == old else tok
-
-    out = _NUMBER.sub(sub, text)
-    return out if out != text else str(new)
 
 
 def leftover_staging(root: str, fault: LeftoverStaging, rng: random.Random) -> Damage:
@@ -385,7 +236,7 @@ def leftover_staging(root: str, fault: LeftoverStaging, rng: random.Random) -> D
             copied.append(dst)
         if copied:
             os.truncate(copied[-1], os.path.getsize(copied[-1]) // 2)
-    return _record(fault, "create staging", root, staging, detail=f"{len(copied)} files, last one cut in half")
+    return record(fault, "create staging", root, staging, detail=f"{len(copied)} files, last one cut in half")
 
 
 def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
@@ -395,7 +246,7 @@ def extra_file(root: str, fault: ExtraFile, rng: random.Random) -> Damage:
         raise ConfigError("name", f"{path} already exists", "choose another name")
     with open(path, "wb") as f:
         f.write(rng.randbytes(fault.length))
-    return _record(fault, "create", root, path, new_size=fault.length)
+    return record(fault, "create", root, path, new_size=fault.length)
 
 
 def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damage:
@@ -413,26 +264,6 @@ def hostile_pickle(root: str, fault: HostilePickle, rng: random.Random) -> Damag
     if metadata in files:
         return planted_record(root, fault, plant_metadata(root, metadata))
     return planted_record(root, fault, plant_among(root, files, rng, folder))
-
-
-def planted_record(root: str, fault: HostilePickle, planted: Planted) -> Damage:
-    """What a hostile pickle's planting did."""
-    run = "os.system('echo ran >> " + os.path.relpath(planted.marker, root) + "')"
-    what = (
-        f"pickle runs {run}, then yields the original metadata"
-        if planted.record is None
-        else f"{planted.record} runs {run}, then unpickles the original object (every other record byte-identical)"
-    )
-    return _record(
-        fault,
-        "replace" if planted.record is None else "rewrite",
-        root,
-        planted.path,
-        old_size=planted.old_size,
-        new_size=planted.new_size,
-        marker=planted.marker,
-        detail=what + (f"; {planted.manifest}" if planted.manifest else ""),
-    )
 
 
 _ACTIONS: dict[type, Callable[..., Damage]] = {
@@ -459,11 +290,8 @@ def corrupt(fault: Fault, root: str | os.PathLike, layout=None) -> Damage:
             f"use one of {', '.join(c.kind for c in _ACTIONS)}",  # type: ignore[attr-defined]
         )
     root = os.path.abspath(str(root))
-    if layout is not None:
-        from .layout_damage import ACTIONS
-
-        if type(fault) in ACTIONS:
-            return ACTIONS[type(fault)](root, fault, layout, random.Random(fault.seed))  # type: ignore[operator]
+    if layout is not None and type(fault) in LAYOUT_ACTIONS:
+        return LAYOUT_ACTIONS[type(fault)](root, fault, layout, random.Random(fault.seed))  # type: ignore[operator]
     return _ACTIONS[type(fault)](root, fault, random.Random(fault.seed))
 
 

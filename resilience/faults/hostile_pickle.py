@@ -24,7 +24,6 @@ import random
 import shlex
 import stat
 import tempfile
-from dataclasses import dataclass
 
 import xxhash
 
@@ -33,6 +32,7 @@ from ..storage.contained import is_inside
 from ..vocab.folders import MANIFEST
 from ..vocab.manifest_format import manifest_text
 from . import torch_archive
+from .damage_records import NotApplicable, Planted
 
 DCP_METADATA = ".metadata"
 PICKLE_NAME = torch_archive.PICKLE
@@ -124,16 +124,6 @@ def archive_problem(raw: bytes) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class Planted:
-    path: str
-    marker: str
-    old_size: int
-    new_size: int
-    record: str | None  # the archive's data.pkl; None for DCP's .metadata
-    manifest: str  # what became of a manifest listing the file ("" when there is none)
-
-
 def plant_metadata(root: str, path: str) -> Planted:
     """Replace DCP's `.metadata` at `path`."""
     original = _read_safely(root, path)
@@ -148,8 +138,6 @@ def plant_metadata(root: str, path: str) -> Planted:
 def plant_among(root: str, files: list[str], rng: random.Random, where: str) -> Planted:
     """Rewrite one torch.save archive among `files` (drawn from `rng`), so its data.pkl runs the command.
     NotApplicable (the case is N/A with the reason) when none of them is one."""
-    from .layout_damage import NotApplicable
-
     safe = [p for p in sorted(files) if _unsafe(root, p) is None]
     archives, zips = [], []  # zips: (file, why it is not an archive torch.save writes)
     for p in safe:
@@ -206,8 +194,6 @@ def _unsafe(root: str, path: str) -> str | None:
 def _read_safely(root: str, path: str, size: int = -1) -> bytes:
     """The bytes of `path` (the first `size`), opened only as the regular file inside the root it is:
     no symlink followed, no FIFO waited on."""
-    from .layout_damage import NotApplicable
-
     why = _unsafe(root, path)
     if why is not None:
         raise NotApplicable("target", f"{why}: the pickle it holds is not replaced")

@@ -10,16 +10,10 @@ import random
 import shutil
 import struct
 
+from ..errors import ConfigError
 from .base import Fault, matches_path
-from .corruption import (
-    Damage,
-    NothingToDamage,
-    _record,
-    damage_metadata_file,
-    damage_pointer_file,
-    flip_byte as _flip,
-    flip_record,
-)
+from .damage_records import Damage, NotApplicable, NothingToDamage, flip_record, planted_record, record
+from .file_damage import damage_metadata_file, damage_pointer_file, flip_byte as _flip, forge_escaping_path
 from .hostile_pickle import DCP_METADATA, plant_among, plant_metadata
 from .kinds import (
     BitFlip,
@@ -36,11 +30,6 @@ from .layout import Layout, LayoutFile
 
 _LOCAL_HEADER, _CENTRAL, _END = b"PK\x03\x04", b"PK\x01\x02", b"PK\x05\x06"
 _END64, _END64_LOCATOR = b"PK\x06\x06", b"PK\x06\x07"
-
-
-class NotApplicable(NothingToDamage):
-    """This backend has nothing the fault is about (no tracker, no manifest with a file list): the case
-    is N/A with this reason, never a PASS."""
 
 
 # ---- where --------------------------------------------------------------------------------------------
@@ -209,8 +198,6 @@ def bit_flip(root: str, fault: BitFlip, layout: Layout, rng: random.Random) -> D
         mask |= 1 << b
     if fault.target.offset is not None:
         if fault.target.offset >= size:
-            from ..errors import ConfigError
-
             raise ConfigError("target.offset", f"{fault.target.offset} is past the end of {path} ({size} bytes)")
         old = _flip(path, fault.target.offset, mask)
         return flip_record(fault, root, path, fault.target.offset, bits, old, mask, detail="at the offset asked")
@@ -282,8 +269,6 @@ def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> 
         raise NothingToDamage("target", f"{path} is empty: nothing to cut")
     if fault.length is not None:
         if fault.length > old:
-            from ..errors import ConfigError
-
             raise ConfigError(
                 "length", f"{fault.length} is longer than {path} ({old} bytes)", "truncate cuts; use a smaller length"
             )
@@ -293,14 +278,14 @@ def truncate(root: str, fault: Truncate, layout: Layout, rng: random.Random) -> 
         # cut inside tensor payload when there is some: the stored tensors lose bytes, not just a trailer
         new = rng.randrange(*ranges[rng.randrange(len(ranges))]) if ranges else rng.randrange(old)
     os.truncate(path, new)
-    return _record(fault, "truncate", root, path, old_size=old, new_size=new)
+    return record(fault, "truncate", root, path, old_size=old, new_size=new)
 
 
 def delete_file(root: str, fault: DeleteFile, layout: Layout, rng: random.Random) -> Damage:
     it, path = _pick(root, fault, layout, "data", rng)
     old = os.path.getsize(path)
     os.unlink(path)
-    return _record(fault, "delete", root, path, old_size=old)
+    return record(fault, "delete", root, path, old_size=old)
 
 
 # ---- metadata and pointers ----------------------------------------------------------------------------
@@ -342,10 +327,8 @@ def escaping_path(root: str, fault: EscapingManifestPath, layout: Layout, rng: r
             "kind",
             f"this backend's metadata names no file list to forge a path into (its metadata files: {', '.join(names)})",
         )
-    from .corruption import escaping_path as forge
-
     it, chosen = _newest(found, fault, "manifest with a file list", root)
-    return forge(root, fault, rng, folder=os.path.dirname(chosen[0][1]))
+    return forge_escaping_path(root, fault, os.path.dirname(chosen[0][1]))
 
 
 def _lists_files(path: str) -> bool:
@@ -384,7 +367,7 @@ def leftover_staging(root: str, fault: LeftoverStaging, layout: Layout, rng: ran
         raise NothingToDamage("target", f"the partial save of iteration {nxt} would overwrite existing files")
     os.truncate(copied[-1], os.path.getsize(copied[-1]) // 2)
     folder = os.path.commonpath([os.path.dirname(p) for p in copied])
-    return _record(
+    return record(
         fault,
         "create partial save",
         root,
@@ -403,20 +386,16 @@ def extra_file(root: str, fault: ExtraFile, layout: Layout, rng: random.Random) 
         raise NotApplicable("kind", "this backend's saves have no folder of their own to put a file into")
     path = os.path.join(root, folder, fault.name)
     if os.path.exists(path):
-        from ..errors import ConfigError
-
         raise ConfigError("name", f"{path} already exists", "choose another name")
     with open(path, "wb") as f:
         f.write(rng.randbytes(fault.length))
-    return _record(fault, "create", root, path, new_size=fault.length)
+    return record(fault, "create", root, path, new_size=fault.length)
 
 
 def hostile_pickle(root: str, fault: HostilePickle, layout: Layout, rng: random.Random) -> Damage:
     """The pickled metadata (DCP's .metadata) of the newest checkpoint, found through the layout; with
     none, one torch.save archive among the files a load of it reads (of the target rank, matching the
     target path)."""
-    from .corruption import planted_record
-
     glob = fault.target.path
     found = [
         x
@@ -465,4 +444,5 @@ def iteration_of(layout: Layout, root: str, path: str) -> int | None:
     return None
 
 
+# NotApplicable: where the runner has always found it (faults.damage_records holds it)
 __all__ = ["ACTIONS", "LayoutFile", "NotApplicable", "iteration_of", "payload_ranges"]

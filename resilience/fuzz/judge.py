@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import Iterable
 
 from ..checkers import FAIL, FAILING, UNKNOWN
+from ..errors import ResilienceError
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from ..vocab.combos import Combination
@@ -23,8 +24,9 @@ from ..vocab.combos import Combination
 BAD = (FAIL, UNKNOWN)
 
 
-class ScenarioFailed(AssertionError):
-    """A scenario got a verdict it must not get. `result` is the CaseResult, `scenario` the Scenario."""
+class ScenarioFailed(ResilienceError, AssertionError):
+    """A scenario got a verdict it must not get. `result` is the CaseResult, `scenario` the Scenario. An
+    AssertionError too: pytest and Hypothesis report it as the failed assertion of a test."""
 
     def __init__(self, scenario: Scenario, result: CaseResult, replay: str | None = None):
         self.scenario, self.result = scenario, result

@@ -21,6 +21,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from ..errors import ResilienceError
 from ..stopping import STOPPING, ask, check as check_stop, held
 from .lifetime import die_with_parent
 
@@ -31,11 +32,11 @@ def usable_cpus() -> int:
     return len(_cpus()) or max(1, os.cpu_count() or 1)
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(ResilienceError, RuntimeError):
     """A worker ended while it ran an item (killed from outside, or a crash of the interpreter)."""
 
 
-class ItemFailed(RuntimeError):
+class ItemFailed(ResilienceError, RuntimeError):
     """An item's function raised in a worker, with an exception that could not be sent back whole."""
 
 

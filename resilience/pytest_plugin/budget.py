@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass, field
 
 
+# not an Exception: Hypothesis would take it for a failing example and shrink it, instead of stopping
 class BudgetSpent(BaseException):
     """The test's time budget (or, once something failed, its shrink budget) is spent."""
 
 
+# not an Exception: Hypothesis would shrink it as a bug of the implementation; it ends the test at once
 class FrameworkBroke(BaseException):
     """The framework, not the implementation under test, failed on a case: never shrunk as a bug of the
     implementation; the test fails with one short paragraph naming the case folder."""

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..backends.options import join_spec, resolve_options, split_spec
+from ..broken.catalogue import CATALOGUE, make as make_broken
 from ..errors import ConfigError
 from ..launch import heap
 
@@ -41,7 +42,7 @@ def resolve(name: str) -> str:
 
 def parse_backend(name: str) -> str:
     """`name` once it reads as a backend, checked without importing anything it names: 'reference',
-    'broken:NAME' (resilience.broken.CATALOGUE), an alias from ALIASES or 'package.module:factory', each
+    'broken:NAME' (resilience.broken.catalogue.CATALOGUE), an alias from ALIASES or 'package.module:factory', each
     but the first two optionally with options (`dcp:thread_count=4,async=process`,
     `pkg.mod:factory[thread_count=4]`; their names and values are checked when the factory is imported).
     Returned with its options written one way. Raises ConfigError with the fix."""
@@ -52,8 +53,6 @@ def parse_backend(name: str) -> str:
     if name == "reference":
         return name
     if name.startswith("broken:"):
-        from ..broken import CATALOGUE
-
         impl = name.split(":", 1)[1]
         if impl not in CATALOGUE:
             raise ConfigError("backend", f"no broken implementation {impl!r}", f"choose from {', '.join(CATALOGUE)}")
@@ -154,7 +153,7 @@ def preload(pairs: Iterable[tuple[str, Combination]]) -> None:
 
 def make_backend(name: str, combo: Combination):
     """The backend `name` for `combo`, as a full CheckpointBackend (resilience.backends.base):
-    'reference', 'broken:NAME' (resilience.broken), an alias from ALIASES, or 'package.module:factory'
+    'reference', 'broken:NAME' (resilience.broken.catalogue), an alias from ALIASES, or 'package.module:factory'
     (factory(combo) -> backend), the last two with options: factory(combo, **options), each option
     checked against the factory's declared `options`."""
     from ..backends.base import with_defaults
@@ -164,9 +163,7 @@ def make_backend(name: str, combo: Combination):
 
         return ReferenceBackend(combo)
     if name.startswith("broken:"):
-        from ..broken import make
-
-        return make(name.split(":", 1)[1], combo)
+        return make_broken(name.split(":", 1)[1], combo)
     factory, options = _factory_and_options(name)
     try:
         backend = factory(combo, **options) if options else factory(combo)
@@ -189,8 +186,6 @@ def supported_combinations(name: str) -> list[Combination] | None:
 
     if name in ("", "reference") or name.startswith("broken:"):
         if name.startswith("broken:"):
-            from ..broken import CATALOGUE
-
             impl = CATALOGUE.get(name.split(":", 1)[1])
             if impl is not None and impl.combos:
                 return [Combination.parse(c) for c in impl.combos]

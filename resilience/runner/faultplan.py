@@ -1,32 +1,27 @@
-"""How the runner carries out a scenario's faults (read into `Fault` records by runner.fault_steps): aimed
-through the backend's learned layout, damage at rest, the disks a power loss can leave, and which of them
-never fired. Where a fault goes depends on its layer (`Fault.layer`): in-process faults are installed on
-the ranks from the next rank operation on, nemesis faults run beside the job, at-rest faults damage the
-checkpoint folder after the job (runner.plan)."""
+"""How the runner carries out a scenario's faults (read into `Fault` records by runner.fault_steps): the
+layout learned for them to be aimed through (the aiming itself is runner.aiming's, pure), damage at rest,
+the disks a power loss can leave, and which of them never fired. Where a fault goes depends on its layer
+(`Fault.layer`): in-process faults are installed on the ranks from the next rank operation on, nemesis
+faults run beside the job, at-rest faults damage the checkpoint folder after the job (runner.plan)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from ..faults import (
     Fault,
     LostUnsyncedWrites,
     Snapshot,
-    WriterKill,
     corrupt as corrupt_at_rest,
     iteration_in,
     power_loss_states,
     read_firings,
     unprobed,
 )
-from ..faults.layout import Layout, _template
-
-# ---- aiming through the learned layout ------------------------------------------------------------------
-OUTSIDE_SEAM = (
-    "the backend writes these files outside the storage seam (one clean save logged none of them), "
-    "so in-process faults cannot reach them: needs the FUSE layer"
-)
+from ..faults.layout import Layout
+from ..faults.layout_damage import iteration_of
+from .aiming import OUTSIDE_SEAM
+from .learn import learn_layout
 
 
 def layout_for(
@@ -37,8 +32,6 @@ def layout_for(
     every file, whoever writes it)."""
     if not any(s.fault is not None for s in scenario.steps):
         return None
-    from .learn import learn_layout
-
     return learn_layout(
         scenario.model,
         scenario.topology,
@@ -52,76 +45,12 @@ def layout_for(
     )
 
 
-def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fault | None, str | None]:
-    """`fault` with a layout target (`path: "@data"`, "@metadata", "@pointer"; "#2": the second save
-    after the fault is armed, as the caller resolved `iteration`) made a real glob, and a phase the backend
-    does not announce made the operation the layout saw start it. (None, why) if it cannot apply."""
-    if isinstance(fault, WriterKill) and layout is not None and layout.data_writer == "rank":
-        return None, IN_RANK
-    target, trigger = fault.target, fault.trigger
-    # a writer kill finds its rank's writer by process ancestry, not by file name: any file of the role
-    rank = target.rank if isinstance(target.rank, int) and not isinstance(fault, WriterKill) else None
-    path = target.path
-    if path is not None and path.startswith("@"):
-        role = path[1:].split("#")[0]
-        if (
-            fault.layer == "inject"  # the nemesis looks at the folder from outside: it sees every file
-            and layout is not None
-            and not layout.seam
-            and layout.has(role)
-            and not layout.reaches(role, rank)
-        ):
-            return None, OUTSIDE_SEAM  # some files go through the seam, not these
-        glob = layout.write_glob(role, iteration, rank) if layout is not None else None
-        if glob is None:
-            return None, (f"rank {rank} writes no {role} file" if rank is not None else f"no {role} file") + (
-                f" in this backend's saves ({layout.describe()})" if layout is not None else ""
-            )
-        target = replace(target, path=glob)
-    phase = trigger.phase
-    if phase and layout is not None and layout.logged and phase not in layout.announced:
-        seen = layout.phases.get(phase)
-        if seen is None and not layout.seam:
-            return None, OUTSIDE_SEAM  # it may reach the phase in files the seam does not see
-        if seen is None:
-            return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
-        glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or "*/" + _template(
-            seen["path"], layout.iteration, staging=True
-        ).format(iteration=iteration if iteration is not None else "*")
-        # the phase begins as the operation that starts it runs: a crash just before it
-        target = replace(target, op="write" if phase == "write" else seen["op"], path=glob)
-        trigger = replace(trigger, phase=None, when="before")
-    if (target, trigger) == (fault.target, fault.trigger):
-        return fault, None
-    return replace(fault, target=target, trigger=trigger).check(), None
-
-
-IN_RANK = (
-    "one clean save showed each rank creating its data files in its own process: the writer is a thread of the "
-    "rank; nothing to kill alone"
-)
-NO_WRITER = "writer_kill strikes the background writer of an async save, and this combination saves synchronously"
-
-
-def path_wants_save(fault: Fault) -> int:
-    """Which save after the arming point a layout target means (1: the next one)."""
-    path = fault.target.path or ""
-    if path.startswith("@") and "#" in path:
-        try:
-            return max(1, int(path.split("#", 1)[1]))
-        except ValueError:
-            return 1
-    return 1
-
-
 def corrupt(root: str, fault: Fault, layout: Layout | None = None) -> dict:
     """Damage the checkpoint under `root` (aimed through `layout` when learned); what was done, with the
     iteration it hit (or None). Raises NothingToDamage, or its NotApplicable when this backend has
     nothing the fault is about."""
     damage = corrupt_at_rest(fault, root, layout).to_dict()
     if layout is not None:
-        from ..faults.layout_damage import iteration_of
-
         damage["iteration"] = iteration_of(layout, os.path.abspath(root), damage["file"])
     else:
         damage["iteration"] = iteration_in(damage.get("rel") or "")
@@ -179,3 +108,13 @@ def unobserved_files(snapshot: Snapshot, oplog_dir: str) -> list[str]:
 def unfired(configured: list[Fault], report: str) -> list[Fault]:
     """The faults of the ranks and the nemesis that never fired (at-rest faults are done by the runner)."""
     return unprobed([f for f in configured if f.layer in ("inject", "nemesis")], read_firings(report))
+
+
+__all__ = [
+    "OUTSIDE_SEAM",  # aimed in runner.aiming; the runner reads it here too, beside the faults' outcomes
+    "corrupt",
+    "layout_for",
+    "power_loss",
+    "unfired",
+    "unobserved_files",
+]

@@ -8,7 +8,7 @@ from ..faults import Fault, LostUnsyncedWrites, WriterKill
 from ..faults.layout import Layout
 from ..state import Topology
 from ..vocab.combos import Combination
-from .faultplan import NO_WRITER, OUTSIDE_SEAM, aim, path_wants_save
+from .aiming import NO_WRITER, OUTSIDE_SEAM, aim, path_wants_save
 from .scenario import Scenario
 
 
@@ -66,7 +66,7 @@ class JobSpec:
 
 def plan_jobs(scenario: Scenario, combo: Combination, layout: Layout | None = None) -> list[JobSpec]:
     """The jobs of `scenario`; with the backend's learned `layout` every fault is aimed through it
-    (faultplan.aim), and one that cannot apply is kept aside in `unreachable` with the reason."""
+    (aiming.aim), and one that cannot apply is kept aside in `unreachable` with the reason."""
     jobs = _plan_jobs(scenario, combo)
     for job in jobs:
         if not combo.is_async:

@@ -1,11 +1,9 @@
-"""The filesystem interface of the I/O seam. A fault injector wraps it; stock behaviour is LocalFileSystem."""
+"""The filesystem interface of the I/O seam. A fault injector wraps it; stock behaviour is LocalFileSystem
+(storage.local); which one checkpoint code uses now is storage.seam's."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import threading
-from collections.abc import Iterator
 from typing import BinaryIO, Protocol, runtime_checkable
 
 
@@ -63,44 +61,6 @@ class WriteStreamBase:
 
     def __exit__(self, *exc):
         self.close()  # type: ignore[attr-defined]  # each stream has one, or forwards it (__getattr__)
-
-
-_current: FileSystem | None = None
-_thread = threading.local()  # per-thread overrides, e.g. the async writer's recorder
-
-
-def current() -> FileSystem:
-    """The filesystem the calling thread's checkpoint code uses now."""
-    global _current
-    mine = getattr(_thread, "fs", None)
-    if mine is not None:
-        return mine
-    if _current is None:
-        from .local import LocalFileSystem
-
-        _current = LocalFileSystem()
-    return _current
-
-
-@contextlib.contextmanager
-def use(fs: FileSystem, *, this_thread: bool = False) -> Iterator[FileSystem]:
-    """Route checkpoint I/O through `fs` for the duration: the whole process's (an injector), or only
-    the calling thread's, so a background writer's wrapper never swaps the training thread's."""
-    global _current
-    if this_thread:
-        before = getattr(_thread, "fs", None)
-        _thread.fs = fs
-        try:
-            yield fs
-        finally:
-            _thread.fs = before
-        return
-    before = _current if _current is not None else current()
-    _current = fs
-    try:
-        yield fs
-    finally:
-        _current = before
 
 
 def write_all(stream: WriteStream, data) -> int:

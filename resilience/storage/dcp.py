@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemRe
 from torch.distributed.checkpoint.planner import LoadItemType
 from torch.futures import Future
 
-from . import base, safe_pickle, torch_load
+from . import base, safe_pickle, seam, torch_load
 from .buffered import unmasked
 from .contained import check_inside
 from .held import HeldFiles, MemoryFile, read_buffer
@@ -68,13 +68,13 @@ class SeamFileSystem(FileSystemBase):
         stream: base.WriteStream | BinaryIO
         with _shippable():
             if "w" in mode or "a" in mode:
-                stream = base.current().open_write(path)
+                stream = seam.current().open_write(path)
                 with self._lock:
                     self._written[path] = stream
             elif "r" in mode:
                 if self.root is not None:
                     check_inside(path, self.root)
-                stream = base.current().open_read(path)
+                stream = seam.current().open_read(path)
             else:
                 raise ValueError(f"{path}: unsupported stream mode {mode!r}")
             try:
@@ -92,7 +92,7 @@ class SeamFileSystem(FileSystemBase):
     @_shipped
     def rename(self, path, new_path) -> None:
         src, dst = os.fspath(path), os.fspath(new_path)
-        base.current().rename(src, dst)
+        seam.current().rename(src, dst)
         with self._lock:
             stream = self._written.pop(src, None)
         if stream is not None:
@@ -103,7 +103,7 @@ class SeamFileSystem(FileSystemBase):
 
     @_shipped
     def mkdir(self, path) -> None:
-        base.current().mkdir(os.fspath(path))
+        seam.current().mkdir(os.fspath(path))
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
@@ -111,16 +111,16 @@ class SeamFileSystem(FileSystemBase):
 
     @_shipped
     def exists(self, path) -> bool:
-        return base.current().exists(os.fspath(path))
+        return seam.current().exists(os.fspath(path))
 
     @_shipped
     def rm_file(self, path) -> None:
-        base.current().unlink(os.fspath(path))
+        seam.current().unlink(os.fspath(path))
 
     @_shipped
     def ls(self, path) -> list[str]:
         folder = os.fspath(path)
-        return [os.path.join(folder, name) for name in base.current().listdir(folder)]
+        return [os.path.join(folder, name) for name in seam.current().listdir(folder)]
 
 
 class SeamWriter(FileSystemWriter):
@@ -159,7 +159,7 @@ class SeamReader(FileSystemReader):
         """The last of DCP's plan step on this rank: the seam's held files check theirs now (a verified
         load, checkpoint.verified), so a failed check reaches every rank through the plan's collective,
         before any rank reads."""
-        fs = base.current()
+        fs = seam.current()
         if isinstance(fs, HeldFiles):
             fs.before_reading()
         return super().prepare_local_plan(plan)

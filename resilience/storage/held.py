@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 import xxhash
 
-from . import base
+from . import base, seam
 from .local import HASH_PIECE
 
 MAP_PIECE = 8 << 20  # hashing a mapping copies nothing: pieces only bound each call
@@ -31,7 +31,7 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
     tensors loaded as views of it (storage.torch_load) are ordinary writable tensors. Anything else (a
     file object with no descriptor, an empty file) is read in cache-sized pieces, each hashed right after
     it is read."""
-    with base.current().open_read(path) as f:
+    with seam.current().open_read(path) as f:
         mapped = _mapped(f, path)
         if mapped is not None:
             h = xxhash.xxh3_128()

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from resilience.faults import corrupt, fault_from_dict
+from resilience.faults.damage_records import NotApplicable
 from resilience.faults.layout import Layout, LayoutFile, learn, scan
-from resilience.faults.layout_damage import NotApplicable, iteration_of, payload_ranges
+from resilience.faults.layout_damage import iteration_of, payload_ranges
 
 
 def _inhouse_save(root, iteration, world=2, pointer=True):

@@ -2,7 +2,7 @@
 
 from resilience.faults import Fault
 from resilience.faults.layout import Layout, LayoutFile
-from resilience.runner.faultplan import OUTSIDE_SEAM, aim
+from resilience.runner.aiming import OUTSIDE_SEAM, aim
 from resilience.runner.matrix import fault_scenario
 from resilience.runner.plan import PowerLoss, plan_jobs
 from resilience.vocab.combos import Combination

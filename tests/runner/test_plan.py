@@ -4,7 +4,7 @@ actions once it ended, faults set aside with why). Pure logic: scenarios from te
 import pytest
 
 from resilience.faults import LostUnsyncedWrites, RankKill, Target, Trigger
-from resilience.runner.faultplan import OUTSIDE_SEAM
+from resilience.runner.aiming import OUTSIDE_SEAM
 from resilience.runner.plan import ArmedFault, Corruption, PowerLoss, plan_jobs
 from resilience.runner.scenario import load_text
 from resilience.vocab.combos import Combination

@@ -65,13 +65,14 @@ def test_a_scenario_says_its_way_and_a_bad_one_is_named():
 def test_a_writer_that_is_not_python_is_killed_at_the_byte(tmp_path, fuse):
     result = run_case(load_text(CRASH_IN_COPY), COMBO, str(tmp_path / "case"), backend=SHELL_COPY)
     assert [f["status"] for f in result.faults] == ["fired"], result.detail
-    assert result.verdict in ("PASS", "FAIL"), result.detail
+    # killed inside cp of the second save, before the pointer moved: the first save loads whole
+    assert result.verdict == "PASS", result.detail
     fired = [json.loads(line) for line in open(tmp_path / "case" / "faults.jsonl")]
     assert [(f["via"], f["action"], f["rank"]) for f in fired] == [("fuse", "sigkill", 1)]
     # cp wrote through the mount; the file holds exactly the bytes before the crash point
     assert os.path.getsize(tmp_path / "case" / "ckpt" / "iter_2" / "rank_1.pt") == 1000
     scenario = open(tmp_path / "case" / "scenario.yaml").read()
-    assert "io: auto" in scenario or "io:" not in scenario  # auto: written only when not the default
+    assert "io:" not in scenario  # auto, the default: not written, so the replay takes whatever auto means then
 
 
 @pytest.mark.multiprocess

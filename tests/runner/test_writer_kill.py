@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from resilience.runner.faultplan import NO_WRITER
+from resilience.runner.aiming import NO_WRITER
 from resilience.runner.plan import plan_jobs
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_file

@@ -1,0 +1,197 @@
+"""The catalogue of the broken implementations: each by its name, what it breaks, which checker should
+catch it and in which matrix column, and `make(name, combo)`, what `--backend broken:NAME` makes (the
+implementations themselves are resilience.broken.impls). It sits below the runner, which makes them, and
+above the implementations it names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class BrokenImpl:
+    """One broken implementation: `make(name, combo)` makes it (resilience.broken.impls.<name>)."""
+
+    name: str
+    bug: str
+    caught_by: str  # the checker expected to catch it
+    column: str  # the matrix column (fault or transition) that reveals it
+    combos: tuple[str, ...] = ()  # combinations it applies to (empty: every combination)
+    witness: str = ""  # one of them where the column is known to reveal it (the fast test runs that one)
+
+
+CATALOGUE = {
+    b.name: b
+    for b in [
+        BrokenImpl(
+            "tracker_before_data",
+            "writes the tracker before the data and trusts it blindly on load",
+            "durability",
+            "kill",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "no_fsync", "never fsyncs files or folders", "durability", "lost_unsynced", witness="LEGACY/torch/sync"
+        ),
+        BrokenImpl(
+            "no_dir_fsync",
+            "fsyncs files but never the folders holding them",
+            "durability",
+            "lost_unsynced",
+            witness="LOCAL/torch/sync",
+        ),
+        # a random flipped byte may land in a zip header's padding, which no loader reads: the DCP
+        # combinations are the ones whose seed-0 flip lands in tensor data
+        BrokenImpl(
+            "no_checksum",
+            "does not verify checksums on load",
+            "integrity",
+            "bitflip",
+            witness="TORCH_DCP/torch_dcp/sync",
+        ),
+        # the hostile pickle of a torch.save file: the combinations that keep their tensors in one
+        BrokenImpl(
+            "unsafe_unpickle",
+            "loads its torch.save files with weights_only=False: a pickle in a checkpoint runs code",
+            "integrity",
+            "pickle",
+            ("LEGACY/torch/sync", "LOCAL/torch/sync"),
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
+            "in_place_overwrite",
+            "writes straight into the final folder, no staging",
+            "durability",
+            "kill",
+            witness="GLOBAL/torch_dist/async",
+        ),
+        BrokenImpl(
+            "commit_before_all_ranks",
+            "the coordinator commits without waiting for the other ranks",
+            "durability",
+            "kill",
+            witness="LEGACY/torch/sync",
+        ),
+        # a crash never reaches finalize: a write *error* is what finalize could swallow
+        BrokenImpl(
+            "swallowed_async_error",
+            "finalize swallows a failed background write and reports success",
+            "durability",
+            "io_error",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="GLOBAL/torch_dist/async",
+        ),
+        BrokenImpl(
+            "ignores_topology",
+            "the legacy loader ignores a tp/pp change and loads what overlaps",
+            "topology_independence",
+            "tp",
+            ("LEGACY/torch/sync",),
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
+            "wrong_dedup",
+            "treats distributed-optimizer state as replicated over dp and keeps dp rank 0's",
+            "durability",
+            "dp",
+            ("LEGACY/torch/sync",),
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
+            "rng_across_tp",
+            "claims the RNG restored after a tp or pp change",
+            "resume_equivalence",
+            "tp",
+            (
+                "GLOBAL/torch_dist/sync",
+                "GLOBAL/torch_dist/async",
+                "TORCH_DCP/torch_dcp/sync",
+                "TORCH_DCP/torch_dcp/async",
+            ),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "mixed_resave",
+            "a re-save of an existing iteration keeps every other data file of the old save",
+            "generations",
+            "resave",
+            ("GLOBAL/torch_dist/sync", "LEGACY/torch/sync", "TORCH_DCP/torch_dcp/sync"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "retention_deletes_newest",
+            "keep-last-1 retention that keeps the oldest instead",
+            "durability",
+            "save/load",
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
+            "manifest_not_durable",
+            "writes the manifest without fsync",
+            "durability",
+            "lost_unsynced",
+            witness="LOCAL/torch/sync",
+        ),
+        # the stale write shows once a load picks the checkpoint written late: after the next save failed
+        BrokenImpl(
+            "async_no_snapshot",
+            "async save reads the live tensors when the writer runs, no snapshot",
+            "atomic_commit",
+            "kill",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="TORCH_DCP/torch_dcp/async",
+        ),
+        # a restart starts a clean process: only the same job saving again after the failed save shows it
+        BrokenImpl(
+            "poisoned_after_error",
+            "a failed save leaves its 'save in progress' flag set: every later save in the process refuses",
+            "recovery",
+            "io_error",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        # a background writer process killed mid-write (the rank lives on): process_writer in broken/impls.py
+        # is the same implementation done right, and passes the column
+        BrokenImpl(
+            "writer_death_hangs",
+            "keeps its copy of the writer process's pipe end, so a killed writer leaves finalize waiting forever",
+            "hang",
+            "writer_kill",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="GLOBAL/torch_dist/async",
+        ),
+        BrokenImpl(
+            "writer_never_respawned",
+            "one writer process for the life of the backend, never replaced once it died: every later save fails",
+            "recovery",
+            "writer_kill",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="GLOBAL/torch_dist/async",
+        ),
+        BrokenImpl(
+            "silent_cast",
+            "a resume in another precision casts the saved parameters to the new dtype, ignores "
+            "the fp32 main parameters and says nothing",
+            "precision",
+            "to-fp32",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "silent_optim_cast",
+            "a resume into bf16 optimizer moments rounds the saved fp32 moments and says nothing of the loss",
+            "precision",
+            "optim-to-bf16",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+    ]
+}
+
+
+def make(name: str, combo):
+    """The broken backend `name` for `combo`."""
+    from . import impls  # torch and the reference: only once a broken backend is made
+
+    if name not in CATALOGUE:
+        raise ConfigError("backend", f"no broken implementation {name!r}", f"choose from {', '.join(CATALOGUE)}")
+    return getattr(impls, name)(combo)
