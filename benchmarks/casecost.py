@@ -188,5 +188,5 @@ def breakdown(cases, backend: str = "reference") -> dict:
         "cases": len(cases),
         "wall_s": wall,
         "seconds": seconds,
-        "verdicts": [(r["combo"], r.get("column"), r["verdict"]) for r in rows],
+        "verdicts": [(r.combo, r.column, r.verdict.value) for r in rows],
     }
