@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..history import HISTORY_FILE, Event, case_history
-from .view import TIMELINE
+from .links import TIMELINE
 
 RUNNER = "runner"
 IO_OPS = (
