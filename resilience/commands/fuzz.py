@@ -136,7 +136,8 @@ def run(args) -> int:
 
     with heap.loading():  # torch and Hypothesis
         from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
-        from ..fuzz.engine import FuzzOptions, fuzz, replay_fuzz
+        from ..fuzz.engine import fuzz
+        from ..fuzz.options import FuzzOptions, replay_fuzz
         from ..runner.adapters import make_backend, supported_combinations
         from .progress import Progress
 

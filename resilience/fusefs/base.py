@@ -26,9 +26,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..faults.fuse_log import FUSE_LOG  # every operation, one JSON line each, in the log folder
+
 FSNAME = "resilience-fusefs"  # the source column of /proc/mounts: how our mounts are told from others
 SUBTYPE = "resilience"  # the type column reads fuse.resilience
-FUSE_LOG = "fuse.jsonl"  # every operation, one JSON line each, in the log folder
 FIRINGS = "firings.jsonl"  # what fired (faults.firings format), in the log folder unless given
 STDERR = "fuse.stderr"  # libfuse's and mfusepy's own messages, in the log folder
 # The seam-format operation log (faults.oplog: ops.rank<R>.jsonl / .bin) needs an integer rank: callers

@@ -4,7 +4,7 @@
   calling process (`pid`), its `rank` (null: outside every rank) and, where they overlap, the fields of
   the seam's operation log (op, rank, seq, t, path, dst, thread, stream, offset, length). Extra fields:
   errno (a failure, injected or real), fault (the record that caused it), flags (of an open), modelled
-  (false: crash states cannot replay it, see below).
+  (false: crash states cannot replay it, see below). Read back by faults.fuse_log.read_log.
 - `ops.rank<R>.jsonl` / `.bin`: the seam's operation log itself (faults.oplog.OpLog, bytes of every write
   included), written per rank, so faults.crash_states builds the disks a power loss can leave from a
   FUSE run exactly as from an in-process one. Callers outside every rank are written as rank NO_RANK.
@@ -24,9 +24,9 @@ import os
 import threading
 import time
 
-from ..faults.firings import read_firings
+from ..faults.fuse_log import FUSE_LOG
 from ..faults.oplog import OpLog
-from .base import FUSE_LOG, NO_RANK, Caller
+from .base import NO_RANK, Caller
 
 
 class Journal:
@@ -102,9 +102,4 @@ class Journal:
                 self._fd = None
 
 
-def read_log(folder: str | os.PathLike) -> list[dict]:
-    """Every line of a mount's fuse.jsonl, in order (a torn last line is skipped)."""
-    return sorted(read_firings(os.path.join(str(folder), FUSE_LOG)), key=lambda r: r.get("seq", 0))
-
-
-__all__ = ["Journal", "read_log"]
+__all__ = ["Journal"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 
 from ..faults.crash_states import CrashStates, Snapshot, power_loss_states as _power_loss_states
+from ..faults.fuse_log import read_log
 from ..faults.kinds import LostUnsyncedWrites
-from .journal import read_log
 
 
 def unmodelled(log: str | os.PathLike, root: str | os.PathLike | None = None) -> list[dict]:

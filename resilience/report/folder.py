@@ -267,8 +267,8 @@ def write_run_files(
 def _draw_missing_timelines(run_dir: str, rows: list[ResultRow]) -> None:
     """A timeline for each case folder that has none yet (the fuzzer's kept failures; cases of a run that was
     killed before it drew them)."""
+    from .links import TIMELINE, local_path
     from .timeline import write_timeline
-    from .view import TIMELINE, local_path
 
     for r in rows:
         case = local_path(run_dir, r.case_dir)

@@ -9,7 +9,8 @@ from functools import lru_cache
 import jinja2
 
 from .result_row import ResultRow
-from .view import WARNED_BLURB, build, count_label
+from .tally import WARNED_BLURB, count_label
+from .view import build
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 

@@ -3,8 +3,11 @@ with its evidence, its files and its replay command."""
 
 from __future__ import annotations
 
+from .case_view import CaseView
+from .fuzz_view import NO_FAULT
 from .result_row import ResultRow
-from .view import NO_FAULT, WARNED_BLURB, CaseView, RunView, build
+from .tally import WARNED_BLURB
+from .view import RunView, build
 
 
 def render_markdown(

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..history import HISTORY_FILE, Event, case_history
-from .view import TIMELINE
+from .links import TIMELINE
 
 RUNNER = "runner"
 IO_OPS = (
@@ -242,8 +242,8 @@ def _from_io_logs(tl: Timeline, case_dir: str, offset: float) -> None:
 def _io_records(case_dir: str) -> Iterator[tuple[dict, bool]]:
     """(record, whether to name its process) of every logged file operation: the file system's log of each
     job that ran under it, and the seam's operation log of each job that kept one (cancelled ops dropped)."""
+    from ..faults.fuse_log import read_log
     from ..faults.oplog import read_ops
-    from ..fusefs.journal import read_log
 
     for kind in ("fuse", "oplog"):
         root = os.path.join(case_dir, kind)

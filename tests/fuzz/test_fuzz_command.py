@@ -10,6 +10,7 @@ import pytest
 from resilience.checkers import PASS, Verdict
 from resilience.cli import main
 from resilience.fuzz import engine, speculation
+from resilience.fuzz.options import FuzzOptions, replay_fuzz
 from resilience.runner.run import CaseResult
 from resilience.runner.scenario import load_file
 
@@ -48,7 +49,7 @@ def test_the_same_seed_runs_the_same_examples(tmp_path, monkeypatch):
     runs = []
     for seed in (7, 7, 8):
         seen.clear()
-        out = engine.fuzz(engine.FuzzOptions(examples=15, seed=seed, max_world=4, out=str(tmp_path)))
+        out = engine.fuzz(FuzzOptions(examples=15, seed=seed, max_world=4, out=str(tmp_path)))
         assert out.ok and out.seed == seed
         runs.append(list(seen))
     assert runs[0] == runs[1] and len(runs[0]) > 15
@@ -57,7 +58,7 @@ def test_the_same_seed_runs_the_same_examples(tmp_path, monkeypatch):
 
 def test_a_failure_is_kept_as_a_minimal_scenario_with_its_replay(tmp_path, monkeypatch):
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
-    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     (failure,) = out.failures
     assert failure.kind == "FailInDurability" and failure.replay.startswith("resilience run ")
     scenario = load_file(failure.scenario_file)  # the kept YAML replays as it is
@@ -78,9 +79,7 @@ def _case_files(run_dir: str) -> list[str]:
 def test_workers_run_the_same_examples_ahead_and_change_no_verdict(tmp_path, monkeypatch):
     _fake_runs(monkeypatch)  # forked workers inherit the fake
     runs = [
-        engine.fuzz(
-            engine.FuzzOptions(examples=12, seed=7, out=str(tmp_path / str(w)), modes=("scenarios",), workers=w)
-        )
+        engine.fuzz(FuzzOptions(examples=12, seed=7, out=str(tmp_path / str(w)), modes=("scenarios",), workers=w))
         for w in (1, 2)
     ]
     assert all(r.ok for r in runs) and runs[0].counts == runs[1].counts
@@ -113,9 +112,7 @@ def test_with_workers_a_failure_shrinks_to_the_same_minimal_scenario(tmp_path, m
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
     found = []
     for w in (1, 2):
-        out = engine.fuzz(
-            engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path / str(w)), modes=("scenarios",), workers=w)
-        )
+        out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path / str(w)), modes=("scenarios",), workers=w))
         (failure,) = out.failures
         found.append(load_file(failure.scenario_file).to_yaml())  # the header names the run folder
     assert found[0] == found[1]
@@ -224,7 +221,7 @@ def test_a_runner_that_raises_is_unknown_never_a_pass(tmp_path, monkeypatch):
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
     monkeypatch.setattr(speculation, "run_case", run_case)
-    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     (failure,) = out.failures
     assert failure.verdict == "UNKNOWN" and failure.kind == "UnknownInFramework" and not out.errors
     assert "the runner raised FileExistsError" in failure.detail
@@ -248,10 +245,10 @@ def test_no_new_example_starts_after_the_time_budget(tmp_path, monkeypatch):
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
     monkeypatch.setattr(speculation, "run_case", run_case)
-    out = engine.fuzz(engine.FuzzOptions(examples=500, seed=1, time_budget=0.6, out=str(tmp_path)))
+    out = engine.fuzz(FuzzOptions(examples=500, seed=1, time_budget=0.6, out=str(tmp_path)))
     assert out.ok and out.stopped == {"scenarios": "time budget", "machine": "time budget"}
     assert len(seen) < 40  # a count, not a clock: 500 examples were asked for
-    assert "--time-budget 0.6" in engine.replay_fuzz(engine.FuzzOptions(examples=5, seed=1, time_budget=0.6))
+    assert "--time-budget 0.6" in replay_fuzz(FuzzOptions(examples=5, seed=1, time_budget=0.6))
 
 
 def test_damage_that_finds_nothing_to_damage_is_not_an_example(tmp_path, monkeypatch):
@@ -264,13 +261,13 @@ def test_damage_that_finds_nothing_to_damage_is_not_an_example(tmp_path, monkeyp
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
     monkeypatch.setattr(speculation, "run_case", run_case)
-    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     assert out.ok and out.counts["rejected"] > 0
 
 
 def test_results_hold_a_row_per_case_each_with_its_replay(tmp_path, monkeypatch):
     seen = _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
-    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     rows = json.load(open(os.path.join(out.run_dir, "results.json")))
     cases = [r for r in rows if r["column"] == "scenarios"]
     assert len(cases) == len(seen) > 1  # shrinking included: every case run is a row
@@ -370,7 +367,7 @@ def test_the_fuzz_report_accounts_for_every_case_and_writes_out_the_minimal_fail
     from tests.report.dom import parse
 
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
-    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     check_fuzz_page(parse(open(os.path.join(out.run_dir, "report.html")).read()), out.run_dir)
     before = open(os.path.join(out.run_dir, "report.md")).read()
     assert main(["report", out.run_dir]) == 1  # rebuilt from results.jsonl: the same report
@@ -466,11 +463,11 @@ def test_precision_changes_reach_both_modes_and_the_replay(tmp_path, monkeypatch
         return CaseResult(scenario.name, str(combo), PASS, [], 0.0, case_dir, "replay")
 
     monkeypatch.setattr(speculation, "run_case", run_case)
-    opts = engine.FuzzOptions(examples=25, seed=3, max_world=1, faults=[], precision_changes=True, out=str(tmp_path))
+    opts = FuzzOptions(examples=25, seed=3, max_world=1, faults=[], precision_changes=True, out=str(tmp_path))
     assert engine.fuzz(opts).ok
     changed = {s.name for s in seen for st in s.steps if st.kind == "resume" and "precision" in st.args}
     assert changed == {"fuzz-scenario", "fuzz-machine"}, changed
-    assert engine.replay_fuzz(opts).endswith("--precision-changes")
+    assert replay_fuzz(opts).endswith("--precision-changes")
 
 
 def test_without_combos_the_fuzzer_draws_only_what_the_backend_declares(tmp_path, monkeypatch, capsys):

@@ -123,10 +123,11 @@ def test_a_failing_matrix_report_says_what_failed_why_where_and_how_to_replay(tm
 
 def test_fuzz_report_in_a_browser_accounts_for_every_case(tmp_path, monkeypatch, browser):
     from resilience.fuzz import engine
+    from resilience.fuzz.options import FuzzOptions
     from tests.fuzz.test_fuzz_command import _fake_runs, check_fuzz_page
 
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
-    out = engine.fuzz(engine.FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     dom = _render(os.path.join(out.run_dir, "report.html"), "report.png")
     check_fuzz_page(dom, out.run_dir)
     assert len(dom.find_all("button", cls="copy")) == 1  # the minimal failure's replay

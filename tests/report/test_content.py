@@ -369,7 +369,8 @@ def test_report_rebuilds_the_same_reports_and_exits_1_on_a_failing_row(run_dir, 
 
 
 def test_a_fuzzing_run_counts_the_fault_kinds_drawn_and_where_they_fired():
-    from resilience.report.view import FaultDrawn, build
+    from resilience.report.fuzz_view import FaultDrawn
+    from resilience.report.view import build
 
     faults = [
         [("rank_crash rank=1", "fired"), ("bit_flip seed=3", "never fired")],
