@@ -127,7 +127,12 @@ def test_a_framework_error_is_one_short_paragraph(pytester, monkeypatch):
 
 
 def test_a_property_test_stops_at_its_time_budget_and_passes(pytester, monkeypatch):
+    import hypothesis.core
+
     monkeypatch.setenv("FAKE_SECONDS", "0.05")
+    # --hypothesis-seed sets Hypothesis's global seed in this process and nothing unsets it: a later fuzz run
+    # in the same worker would then keep no example database
+    monkeypatch.setattr(hypothesis.core, "global_force_seed", hypothesis.core.global_force_seed)
     pytester.makeconftest(FAKE_RUN_CASE)
     pytester.makepyfile(test_prop=PROPERTY_TEST)
     junit = pytester.path / "junit.xml"
