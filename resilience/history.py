@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
+# the types of an event, as Jepsen names them (FAILED, not FAIL: a verdict is FAIL, resilience.status)
+INVOKE, OK, FAILED, INFO = "invoke", "ok", "fail", "info"
 HISTORY_FILE = "history.jsonl"  # a case folder's merged history
 
 
@@ -72,7 +73,7 @@ class EventLog:
         return self.append(OK, f, **value)
 
     def fail(self, f: str, **value) -> Event:
-        return self.append(FAIL, f, **value)
+        return self.append(FAILED, f, **value)
 
     def info(self, f: str, **value) -> Event:
         return self.append(INFO, f, **value)
@@ -136,7 +137,7 @@ def close_open_invokes(events: list[Event], why: str) -> list[Event]:
         key = (e.job, e.process, e.f, e.value.get("save_id"))
         if e.type == INVOKE:
             open_[key] = e
-        elif e.type in (OK, FAIL, INFO):
+        elif e.type in (OK, FAILED, INFO):
             open_.pop(key, None)
     return [Event(INFO, e.f, e.process, dict(e.value, outcome="unknown", why=why), e.job) for e in open_.values()]
 
@@ -152,7 +153,7 @@ def _jsonable(v):
 
 
 __all__ = [
-    "FAIL",
+    "FAILED",
     "HISTORY_FILE",
     "INFO",
     "INVOKE",

@@ -55,8 +55,8 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
+        from ..report.matrix_table import text_table
         from ..report.result_row import rows_to_json
-        from ..report.table import text_table
         from ..runner.adapters import declared_options, make_backend, supported_combinations
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions

@@ -128,7 +128,7 @@ def _safe(name: str) -> str:
 
 
 def summarize(rows: list[ResultRow], paths: dict) -> int:
-    from ..report.table import is_framework_error
+    from ..report.matrix_table import is_framework_error
     from ..status import is_failing, summary_line
 
     bad = [r for r in rows if is_failing(r.verdict)]

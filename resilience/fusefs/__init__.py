@@ -14,10 +14,10 @@ operation log, so one scenario step works either way in.
   removes mounts a killed run left."""
 
 from ..faults.fuse_log import read_log
-from .base import FIRINGS, FSNAME, FUSE_LOG, NO_RANK, Caller, seam_op, tell
 from .mount import Mount, MountError, fuse_available, mounted
 from .mounts import clean_stale_mounts, fuse_mounts, is_mounted, unmount
 from .power import power_loss_states, unmodelled
+from .words import FIRINGS, FSNAME, FUSE_LOG, NO_RANK, Caller, seam_op, tell
 
 __all__ = [
     "Caller",

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from ..faults.base import Fault, faults_from
 from ..faults.firings import FaultReport, firing
 from ..triggers import EFFECTS, POWER_LOSS, Carries, Decision, Matcher, crash_action
-from .base import Caller
+from .words import Caller
 
 VIA = "fuse"  # every firing says which way in carried it
 

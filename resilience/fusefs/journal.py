@@ -26,7 +26,7 @@ import time
 
 from ..faults.fuse_log import FUSE_LOG
 from ..faults.oplog import OpLog
-from .base import NO_RANK, Caller
+from .words import NO_RANK, Caller
 
 
 class Journal:

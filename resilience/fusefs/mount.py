@@ -27,9 +27,9 @@ from ..errors import ConfigError, ResilienceError
 from ..faults.base import faults_from
 from ..faults.firings import read_firings
 from ..faults.kinds import LostUnsyncedWrites
-from .base import FIRINGS, STDERR
 from .mounts import abort_connection, is_mounted, unmount
 from .server import ServerConfig, serve
+from .words import FIRINGS, STDERR
 
 MOUNT_TIMEOUT = 30.0  # seconds for the mount to come up (a loaded 2-core machine forks slowly)
 REPLY_TIMEOUT = 10.0  # seconds for the server to acknowledge a command

@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 
-from .base import FSNAME
+from .words import FSNAME
 
 UNMOUNT_TIMEOUT = 10.0  # seconds for one fusermount3/umount call
 FUSECTL = "/sys/fs/fuse/connections"

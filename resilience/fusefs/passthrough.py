@@ -30,10 +30,10 @@ import mfusepy
 
 from ..faults.base import Fault
 from ..triggers import POWER_LOSS, Decision, crash_action
-from .base import Caller, is_writable, parse_control, seam_op
 from .injector import FuseInjector
 from .journal import Journal
 from .ranks import RankMap
+from .words import Caller, is_writable, parse_control, seam_op
 
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 # Not passed to the backing file: the kernel sends every write at its offset (O_APPEND resolved), and a

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterable, Mapping
 
 from ..launch.proctable import descendants, group_members, status as _stat
-from .base import Caller
+from .words import Caller
 
 
 def tree(root: int) -> list[int]:

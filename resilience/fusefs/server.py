@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 
 from ..faults.firings import FaultReport
-from .base import FSNAME, SUBTYPE
 from .injector import FuseInjector
 from .journal import Journal
 from .mounts import unmount
 from .ranks import RankMap
+from .words import FSNAME, SUBTYPE
 
 ORPHAN_GRACE = 5.0  # seconds a lazily unmounted file system waits for its last users before it exits
 _ORPHANED = threading.Event()  # set once the runner died without unmounting

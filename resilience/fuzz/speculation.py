@@ -189,7 +189,7 @@ def _while_damaging(e: BaseException) -> bool:
 def _runner_failed(scenario: Scenario, combo: Combination, case_dir: str, backend: str, e: Exception) -> CaseResult:
     import traceback
 
-    from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
+    from ..report.matrix_table import FRAMEWORK, FRAMEWORK_ERROR
 
     detail = f"the runner raised {type(e).__name__}: {e}"
     os.makedirs(case_dir, exist_ok=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .base import MAX_JOB_TIMEOUT, JobOutcome, RankContext, RankOutcome, check_seconds
+from .outcomes import MAX_JOB_TIMEOUT, JobOutcome, RankContext, RankOutcome, check_seconds
 
 if TYPE_CHECKING:
     from .local import Job, run_ranks

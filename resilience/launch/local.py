@@ -27,8 +27,8 @@ import torch.distributed as dist
 from ..errors import ConfigError, RankFailure, RankTimeout
 from ..stopping import check as check_stop, held
 from . import scratch
-from .base import JobOutcome, RankContext, RankOutcome, check_seconds
 from .lifetime import die_with_parent, guard_process_group
+from .outcomes import JobOutcome, RankContext, RankOutcome, check_seconds
 from .proctable import descendants, running, state
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)

@@ -10,8 +10,8 @@ from ..checkers import Verdict
 from ..status import NA, PASS, REFUSED, Status
 from .fuzz_view import kinds_drawn
 from .links import Link, case_links, scenario_file_text
+from .matrix_table import cell_of, column_of, is_framework_error, row_of, short
 from .result_row import FaultResult, ResultRow
-from .table import cell_of, column_of, is_framework_error, row_of, short
 from .tally import CSS, Category, category_of
 
 MAX_EVIDENCE = 5  # evidence items written out per checker; the rest are counted, and are in results.json

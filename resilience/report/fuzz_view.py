@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..vocab.events import FAULT, NO_SAVE, REJECTED, kinds_of
+from .matrix_table import column_of
 from .result_row import ResultRow
-from .table import column_of
 from .tally import counts
 
 NO_FAULT = "no fault"  # the row of the fuzz report's faults table for cases that drew none

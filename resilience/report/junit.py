@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ..status import FAIL, NA, is_failing
+from .matrix_table import column_of, is_framework_error, row_of
 from .result_row import ResultRow
-from .table import column_of, is_framework_error, row_of
 
 
 def render_junit(rows: list[ResultRow], meta: dict) -> str:

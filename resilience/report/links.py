@@ -8,8 +8,8 @@ import os
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from .matrix_table import FRAMEWORK_ERROR
 from .result_row import ResultRow
-from .table import FRAMEWORK_ERROR
 
 TIMELINE = "timeline.html"  # written into each case folder by report.timeline
 # (label, name inside the case folder; "" is the folder itself), linked when present

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, is_failing
+from .matrix_table import is_framework_error
 from .result_row import ResultRow
-from .table import is_framework_error
 
 
 @dataclass(frozen=True)

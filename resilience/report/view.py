@@ -13,8 +13,8 @@ from ..status import NA, REFUSED, WARN, summary_line
 from .case_view import CaseView, case_view
 from .cluster_view import ClusterView, cluster_of
 from .fuzz_view import FuzzMode, fuzz_modes
+from .matrix_table import column_of, matrix, row_of, short, status_of
 from .result_row import ResultRow
-from .table import column_of, matrix, row_of, short, status_of
 from .tally import CSS, NOT_PROBED, SECTIONS, Category, counts
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ..checkers.case import NOT_IN_BACKEND
 from ..faults import LostUnsyncedWrites, Nemesis, RankCrash, read_firings
 from ..fusefs.injector import carries_out
-from ..history import FAIL as FAILED, INFO, INVOKE, OK, Event, EventLog, merge_job, rank_events, read_events
+from ..history import FAILED, INFO, INVOKE, OK, Event, EventLog, merge_job, rank_events, read_events
 from ..launch import Job
 from ..vocab.combos import Combination
 from . import ways

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..errors import Interrupted
 from ..report.folder import INTERRUPTED, RunFolder
+from ..report.matrix_table import FRAMEWORK, FRAMEWORK_ERROR
 from ..report.result_row import ResultRow
-from ..report.table import FRAMEWORK, FRAMEWORK_ERROR
 from ..stopping import check as check_stop, deferred
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)

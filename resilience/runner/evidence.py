@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..checkers import Evidence, LoadRecord, SaveRecord
-from ..history import FAIL, INFO, INVOKE, OK, Event
+from ..history import FAILED, INFO, INVOKE, OK, Event
 from ..state import Topology
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
@@ -103,7 +103,7 @@ class _Reading:
         and each load as every rank saw it."""
         for rec in self.saves.values():
             if rec.status != OK and rec.errors and not rec.ok_ranks:
-                rec.status = FAIL  # raised on every rank that answered: definitely not done
+                rec.status = FAILED  # raised on every rank that answered: definitely not done
         for r in self.recoveries.values():  # what each recovery came after: the saves and finalizes that raised
             r["survived"] = [
                 err
@@ -157,18 +157,18 @@ class _Reading:
             rec.returned_at[e.process] = e.time
             if len(rec.ok_ranks) >= rec.world and rec.status != OK:
                 rec.status, rec.index = OK, i
-        elif e.type == FAIL:
+        elif e.type == FAILED:
             rec.errors[e.process] = v.get("error", "")
             self.errors.append(_error(e, i, "finalize" if v.get("via") == "finalize" else "save", sid))
 
     def _finalize(self, i: int, e: Event) -> None:
         v = e.value
-        if e.type == FAIL and v.get("save_id") is None and v.get("iteration") is None:
+        if e.type == FAILED and v.get("save_id") is None and v.get("iteration") is None:
             self.errors.append(_error(e, i, "finalize", None))  # nothing was in flight: no save carries it
 
     def _load(self, i: int, e: Event) -> None:
         """A load's end on one rank: its outcome, and rank 0's record of it."""
-        if e.type not in (OK, FAIL):
+        if e.type not in (OK, FAILED):
             return
         n = self.load_seen[(e.job, e.process)] = self.load_seen.get((e.job, e.process), 0) + 1
         self.load_outcomes.setdefault((e.job, n), {})[e.process] = {"status": e.type, **e.value}
@@ -279,7 +279,7 @@ def _every_rank(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, Loa
     rank), with the first error; the splits are returned."""
     splits = []
     for key, by_rank in sorted(outcomes.items()):
-        failed = {r: o for r, o in sorted(by_rank.items()) if o["status"] == FAIL}
+        failed = {r: o for r, o in sorted(by_rank.items()) if o["status"] == FAILED}
         ok = sorted(r for r, o in by_rank.items() if o["status"] == OK)
         if failed and ok:
             splits.append({"job": key[0], "ok": ok, "errors": {r: str(o.get("error", "")) for r, o in failed.items()}})
@@ -293,7 +293,7 @@ def _every_rank(outcomes: dict[tuple, dict[int, dict]], records: dict[tuple, Loa
                     rec.captured.append(f"rank {rank}: {text}")
         if failed and ok and rec.status == OK:
             rank, first = next(iter(failed.items()))
-            rec.status, rec.fingerprint, rec.rng = FAIL, None, None
+            rec.status, rec.fingerprint, rec.rng = FAILED, None, None
             rec.error, rec.refused = f"rank {rank}: {first.get('error', '')}", bool(first.get("refused"))
     return splits
 

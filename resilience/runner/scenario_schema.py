@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ConfigError
-from ..launch.base import MAX_JOB_TIMEOUT
+from ..launch.outcomes import MAX_JOB_TIMEOUT
 
 STEP_KINDS = {
     "train": "train N steps (1 <= N <= 10000)",

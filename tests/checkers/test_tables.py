@@ -10,8 +10,8 @@ from resilience.checkers.case import FIRED, NEVER_FIRED, case_verdict as combine
 from resilience.checkers.integrity import INERT
 from resilience.checkers.topology import TopologyIndependence
 from resilience.history import Event
+from resilience.report.matrix_table import cell_of, text_table
 from resilience.report.result_row import ResultRow
-from resilience.report.table import cell_of, text_table
 from resilience.runner.evidence import evidence_from
 from resilience.state import Topology
 from resilience.vocab.combos import Combination

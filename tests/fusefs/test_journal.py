@@ -4,8 +4,8 @@ uses, below the report layer): no mount needed."""
 from __future__ import annotations
 
 from resilience.faults.fuse_log import FUSE_LOG, read_log
-from resilience.fusefs.base import Caller
 from resilience.fusefs.journal import Journal
+from resilience.fusefs.words import Caller
 
 
 def test_what_the_journal_writes_the_reader_reads_back_in_order(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from resilience.launch import run_ranks
-from resilience.launch.base import RankContext
+from resilience.launch.outcomes import RankContext
 from resilience.state import ModelSpec, Topology
 from resilience.state.fingerprints import assemble_tensors, generations
 

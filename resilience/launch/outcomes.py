@@ -1,4 +1,5 @@
-"""What a rank function receives and what comes back from each rank."""
+"""What a rank function receives, what comes back from each rank and from a job, and the bounds of a
+job's timeout."""
 
 from __future__ import annotations
 
