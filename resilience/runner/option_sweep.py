@@ -11,16 +11,20 @@ from dataclasses import dataclass
 
 from ..backends.options import Option, OptionSet, join_spec, show, sweep
 from ..errors import ConfigError
-from .adapters import ALIASES, declared_options, parse_backend, split
+from .adapters import ALIASES, BackendName, BackendRef, resolve_backend, split
 
 
 @dataclass(frozen=True)
 class SweepColumn:
-    """One option set of a sweep: its backend spec (what every case of it runs and its replay names)
-    and the options changed from the defaults."""
+    """One option set of a sweep: its backend (what every case of it runs; its spec is what the replay
+    names), and the options changed from the defaults."""
 
-    spec: str
+    backend: BackendRef
     options: OptionSet
+
+    @property
+    def spec(self) -> str:
+        return self.backend.spec
 
     @property
     def label(self) -> str:
@@ -30,13 +34,14 @@ class SweepColumn:
         return self.options.io is None or (self.options.io == "async") == combo.is_async
 
 
-def plan_sweep(backend: str, which: list[str] | None) -> list[SweepColumn]:
-    """The option sets of `backend` to run: `which` is None (only the spec as given), ['all'] (every
-    declared option) or option names. The spec's own options stay fixed under every set."""
-    spec = parse_backend(backend)
+def plan_sweep(backend: BackendName, which: list[str] | None) -> list[SweepColumn]:
+    """The option sets of `backend` to run, each resolved once: `which` is None (only the spec as given),
+    ['all'] (every declared option) or option names. The spec's own options stay fixed under every set."""
+    ref = resolve_backend(backend)
+    spec = ref.spec
     if not which:
-        return [SweepColumn(spec, OptionSet({}))]
-    declared = declared_options(spec)
+        return [SweepColumn(ref, OptionSet({}))]
+    declared = ref.declared_options
     if not declared:
         raise ConfigError(
             "--backend-options",
@@ -56,10 +61,13 @@ def plan_sweep(backend: str, which: list[str] | None) -> list[SweepColumn]:
                 f"drop {name}= from --backend, or leave {name} out of --backend-options",
             )
     sets = [s for s in sweep(declared, only) if not fixed & set(s.options)]
-    return [
-        SweepColumn(join_spec(base, {**given, **{k: show(v) for k, v in s.options.items()}}, alias=base in ALIASES), s)
-        for s in sets
-    ]
+    return [SweepColumn(_with(base, given, s) if s.options else ref, s) for s in sets]
+
+
+def _with(base: str, given: dict[str, str], changed: OptionSet) -> BackendRef:
+    """The backend `base` with the options `given` and those of `changed`, resolved."""
+    options = {**given, **{k: show(v) for k, v in changed.options.items()}}
+    return resolve_backend(join_spec(base, options, alias=base in ALIASES))
 
 
 def refused_values(declared: tuple[Option, ...]) -> list[str]:
