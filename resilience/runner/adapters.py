@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends.base import CheckpointBackend, FactoryTraits, traits_of, with_defaults
-from ..backends.options import Option, join_spec, resolve_options, split_spec
+from ..backends.options import Option, join_spec, resolve_options, show, split_spec
 from ..broken.catalogue import CATALOGUE, make as make_broken
 from ..errors import ConfigError
 from ..launch import heap
@@ -114,6 +114,24 @@ class BackendRef:
 
     def __reduce__(self):
         return (resolve_backend, (self.spec,))
+
+    @property
+    def given(self) -> dict[str, str]:
+        """The options its spec gives, as written (an alias's own presets are not among them)."""
+        return split(self.spec)[1]
+
+    def with_options(self, changed: Mapping[str, Any]) -> BackendRef:
+        """This backend with the options `changed` set too (over the spec's own), resolved."""
+        base, given = split(self.spec)
+        return resolve_backend(
+            join_spec(base, {**given, **{k: show(v) for k, v in changed.items()}}, alias=base in ALIASES)
+        )
+
+    @property
+    def module(self) -> str | None:
+        """The module its factory is named in ('resilience.backends.stock_dcp'); None for the reference
+        and the broken implementations."""
+        return split(self.full)[0].split(":", 1)[0] if self.kind == FACTORY else None
 
     @property
     def through_seam(self) -> bool:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
+from .adapters import BackendName
 from .fault_steps import FAULT_STEPS, fault_of
 from .scenario_model import Scenario, Step
 
@@ -167,7 +168,7 @@ def transition_scenario(label: str, text: str, seed: int) -> Scenario:
     return Scenario(f"matrix-{label}", steps, model, t.save, seed=seed, tags=["matrix"])
 
 
-def metadata_files_read(combo: Combination, backend: str, folder: str) -> list[str] | None:
+def metadata_files_read(combo: Combination, backend: BackendName, folder: str) -> list[str] | None:
     """The names of the metadata files a load of `combo` reads, from the backend's learned layout on the
     matrix's base topology (cached: the cases reuse it); None when it cannot be learned."""
     from .learn import learn_layout

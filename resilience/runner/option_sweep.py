@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..backends.options import Option, OptionSet, join_spec, show, sweep
+from ..backends.options import Option, OptionSet, show, sweep
 from ..errors import ConfigError
-from .adapters import ALIASES, BackendName, BackendRef, resolve_backend, split
+from .adapters import BackendName, BackendRef, resolve_backend
 
 
 @dataclass(frozen=True)
@@ -45,11 +45,10 @@ def plan_sweep(backend: BackendName, which: list[str] | None) -> list[SweepColum
     if not declared:
         raise ConfigError(
             "--backend-options",
-            f"{split(spec)[0]} declares no options",
+            f"{ref.label} declares no options",
             "leave --backend-options out, or give a backend whose factory declares `options`",
         )
-    base, given = split(spec)
-    fixed = set(given)
+    fixed = set(ref.given)
     only = None if which == ["all"] else list(which)
     if only and "all" in only:
         raise ConfigError("--backend-options", "'all' cannot be mixed with option names", "give 'all' alone")
@@ -61,13 +60,7 @@ def plan_sweep(backend: BackendName, which: list[str] | None) -> list[SweepColum
                 f"drop {name}= from --backend, or leave {name} out of --backend-options",
             )
     sets = [s for s in sweep(declared, only) if not fixed & set(s.options)]
-    return [SweepColumn(_with(base, given, s) if s.options else ref, s) for s in sets]
-
-
-def _with(base: str, given: dict[str, str], changed: OptionSet) -> BackendRef:
-    """The backend `base` with the options `given` and those of `changed`, resolved."""
-    options = {**given, **{k: show(v) for k, v in changed.options.items()}}
-    return resolve_backend(join_spec(base, options, alias=base in ALIASES))
+    return [SweepColumn(ref.with_options(s.options) if s.options else ref, s) for s in sets]
 
 
 def refused_values(declared: tuple[Option, ...]) -> list[str]:

@@ -20,6 +20,7 @@ from resilience.cluster.worker import (
 from resilience.errors import ConfigError, InvalidCombination
 from resilience.faults import fault_from_dict
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 
 
 def _parse(argv):
@@ -30,7 +31,8 @@ def _parse(argv):
 
 def test_default_plan_covers_every_combination_with_one_kill_each():
     plan = _parse([])
-    assert len(plan.combos) == 6 and plan.killed() == list(plan.combos) and plan.restarts_needed() == 6
+    assert len(plan.combos) == 6 and plan.killed() == list(plan.combinations) and plan.restarts_needed() == 6
+    assert [str(c) for c in plan.combinations] == list(plan.combos)  # read once from the plan's text
     assert plan.topology(4) == Topology(2, 1, 2) and plan.topology(3) == Topology(1, 1, 3)
     killed = {"kind": "rank_crash", "target": {"rank": 3}, "trigger": {"phase": "write"}}
     assert plan.kill_record(4) == fault_from_dict(killed)
@@ -38,7 +40,7 @@ def test_default_plan_covers_every_combination_with_one_kill_each():
 
 def test_kill_last_needs_one_restart():
     plan = _parse(["--combos", "LEGACY/torch/sync", "LOCAL/torch/sync", "--kill", "last"])
-    assert plan.killed() == ["LOCAL/torch/sync"] and plan.restarts_needed() == 1
+    assert plan.killed() == [Combination.parse("LOCAL/torch/sync")] and plan.restarts_needed() == 1
 
 
 def test_plan_round_trips_through_the_worker_options():
