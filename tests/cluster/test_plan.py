@@ -209,3 +209,11 @@ def test_the_report_of_a_local_validation_replays_with_the_command_a_person_ran(
 
     monkeypatch.setattr("sys.argv", argv)
     assert _replay() == replay
+
+
+def test_a_plan_reads_its_combinations_once_and_writes_them_one_way():
+    plan = ClusterPlan(combos=("local/torch/sync", Combination.parse("GLOBAL/torch_dist/async")))  # type: ignore[arg-type]
+    assert plan.combos == ("LOCAL/torch/sync", "GLOBAL/torch_dist/async")  # as the plan file holds them
+    assert plan.combinations == (Combination.parse("LOCAL/torch/sync"), Combination.parse("GLOBAL/torch_dist/async"))
+    assert plan.combinations is plan.combinations  # read once
+    assert ClusterPlan.from_dict(plan.to_dict()) == plan and plan.fuse_arm(plan.combinations[1]) == 2
