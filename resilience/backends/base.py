@@ -2,8 +2,9 @@
 
 A backend is made for one combination by a factory, `factory(combo) -> backend`, named on the command
 line as `--backend package.module:factory` (`resilience run`, `resilience matrix`, the pytest plugin:
-all of them go through `resilience.runner.adapters.make_backend`). The reference implementation is one
-such backend; so are the adapters in this package and the deliberately broken ones.
+all of them go through `resilience.runner.adapters`, which resolves the name once per run). The
+reference implementation is one such backend; so are the adapters in this package and the deliberately
+broken ones.
 
 Call order, as the runner drives it on every rank of a job (each method is collective: every rank
 calls it, in the same order; rank-local work inside is the backend's business):

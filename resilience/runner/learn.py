@@ -225,7 +225,7 @@ def _learn(
     spec: ModelSpec,
     topo: Topology,
     combo: Combination,
-    backend: BackendRef,
+    backend: BackendName,
     folder: str,
     timeout: float,
     start_method: str,
@@ -234,6 +234,7 @@ def _learn(
 ) -> Layout:
     from ..launch import Job
 
+    backend = resolve_backend(backend)  # resolved by learn_layout: the same value
     backend.make(combo)  # its imports happen here, once, not in every forked rank
     root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
     plan = ProbePlan(
