@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
-from .adapters import BackendName
 from .fault_steps import FAULT_STEPS, fault_of
 from .scenario_model import Scenario, Step
+
+if TYPE_CHECKING:
+    from .adapters import BackendName
 
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an
 # odd 105 rows at tp1 (110 at tp2): dp 2 and dp 3 split the distributed optimizer's rows unevenly
