@@ -2,8 +2,9 @@
 
 A backend is made for one combination by a factory, `factory(combo) -> backend`, named on the command
 line as `--backend package.module:factory` (`resilience run`, `resilience matrix`, the pytest plugin:
-all of them go through `resilience.runner.adapters.make_backend`). The reference implementation is one
-such backend; so are the adapters in this package and the deliberately broken ones.
+all of them go through `resilience.runner.adapters`, which resolves the name once per run). The
+reference implementation is one such backend; so are the adapters in this package and the deliberately
+broken ones.
 
 Call order, as the runner drives it on every rank of a job (each method is collective: every rank
 calls it, in the same order; rank-local work inside is the backend's business):
@@ -30,16 +31,24 @@ What the runner needs from the answers, so the checkers can judge them:
 
 Optional members: a backend that only saves synchronously may leave out `finalize` and
 `in_flight_iteration`; `with_defaults` (applied by make_backend) adds `finalize() -> True` and
-`in_flight_iteration = None`. A factory may carry `combinations`, the combination strings it supports
-(`resilience matrix` runs those when --combos is not given); it raises ConfigError for any other."""
+`in_flight_iteration = None`.
+
+What a factory may say about itself, as attributes on it (`factory.combinations = (...)`): the six of
+`FactoryTraits`, read once, by `traits_of`, and nowhere else. `resilience.runner.adapters` holds them, with
+the factory and its options, in the value a run resolves its backend to once (`BackendRef`)."""
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError
 from ..state import TrainingState
 from ..vocab import CheckpointInfo, LoadResult
+from ..vocab.combos import Combination
+from ..vocab.contract import TopologyContract
+from .options import Option
 
 REQUIRED = ("save", "load", "list_checkpoints")
 OPTIONAL = ("finalize", "in_flight_iteration")
@@ -112,6 +121,142 @@ def with_defaults(backend, where: str = "backend") -> CheckpointBackend:
     if isinstance(backend, CheckpointBackend):
         return backend
     return _SyncOnly(backend)
+
+
+TRAITS = ("combinations", "contract", "keep_last", "layout_hints", "io_through_seam", "options")
+
+# a stated contract: a mapping {change: promise}, or a function of the combination returning one
+StatedContract = Mapping[str, str] | TopologyContract | Callable[[Combination], Any]
+
+
+@dataclass(frozen=True)
+class FactoryTraits:
+    """What a factory says about itself beside making backends, all optional: each field is the factory
+    attribute of the same name (`factory.keep_last = 1`), read and checked by `traits_of`. The reference
+    and the broken implementations have their own (`resilience.runner.adapters`)."""
+
+    combinations: tuple[Combination, ...] | None = None
+    """The combinations it implements, written as strings (`('LOCAL/torch/sync',)`): what `resilience
+    matrix`, the pytest plugin and `adapter check` run when none is named. None: all six (the factory
+    raises ConfigError for those it lacks)."""
+
+    contract: StatedContract | None = None
+    """What a load on another topology must do: a mapping {change: "load" | "refuse"} (tp, pp, dp,
+    precision), or a function of the combination returning one. None: the preset of the combination
+    (resilience.vocab.contract)."""
+
+    keep_last: int | None = None
+    """How many newest checkpoints the backend keeps on its own (NVRx's local manager removes every older
+    one after a save: 1), so a listing without the older ones is no fault. None: it removes none."""
+
+    layout_hints: Mapping[str, tuple[str, ...]] | None = None
+    """{role: (glob, ...)}: the role ("metadata", "data", "pointer") of the files whose names the layout
+    learner would misread (resilience.faults.layout). None: every role guessed from the names."""
+
+    io_through_seam: bool = False
+    """True when every byte the backend writes or reads goes through resilience.storage: `--io auto` then
+    carries its in-process faults in the ranks, without mounting the fault-injecting file system."""
+
+    options: tuple[Option, ...] = ()
+    """The options its library's users pick (resilience.backends.options.Option), given in a backend
+    spec after its name: `dcp:thread_count=4`."""
+
+    def contract_for(self, combo: Combination, where: str, source: str) -> TopologyContract:
+        """The contract for `combo`: the stated one (`where` names it in an error; `source` says who
+        stated it), else the preset of `combo`."""
+        stated = self.contract
+        if stated is None:
+            return TopologyContract.preset(combo)
+        if callable(stated):
+            stated = stated(combo)
+        return TopologyContract.parse(stated, where=where, source=source)
+
+
+def traits_of(factory: object, where: str = "backend") -> FactoryTraits:
+    """The traits `factory` carries as attributes (FactoryTraits), each checked: a ConfigError whose field
+    is `where` and the attribute's name says which is wrong and how to write it. The only reader of
+    those attributes."""
+    return FactoryTraits(
+        combinations=_combinations(getattr(factory, "combinations", None), f"{where}: combinations"),
+        contract=_contract(getattr(factory, "contract", None), f"{where}: contract"),
+        keep_last=_keep_last(getattr(factory, "keep_last", None), f"{where}: keep_last"),
+        layout_hints=_layout_hints(getattr(factory, "layout_hints", None), f"{where}: layout_hints"),
+        io_through_seam=_io_through_seam(getattr(factory, "io_through_seam", False), f"{where}: io_through_seam"),
+        options=_options(getattr(factory, "options", ()), f"{where}: options"),
+    )
+
+
+def _combinations(stated: object, where: str) -> tuple[Combination, ...] | None:
+    if stated is None or (isinstance(stated, (tuple, list)) and not stated):
+        return None  # none declared: all six
+    if not isinstance(stated, (tuple, list)):
+        raise ConfigError(
+            where,
+            f"must be a tuple of combination strings, got {stated!r}",
+            "write it as factory.combinations = ('LOCAL/torch/sync',)",
+        )
+    out = []
+    for c in stated:
+        try:
+            out.append(c if isinstance(c, Combination) else Combination.parse(c))
+        except ConfigError as e:
+            raise ConfigError(where, f"{c!r}: {e.problem}", e.fix) from None
+    return tuple(out)
+
+
+def _contract(stated: object, where: str) -> StatedContract | None:
+    if stated is None or callable(stated):
+        return stated  # a function of the combination: checked when asked for one
+    TopologyContract.parse(stated, where=where)  # a mapping that does not read: one clear error, now
+    return stated  # type: ignore[return-value]  # a Mapping: parse refused anything else
+
+
+def _keep_last(stated: object, where: str) -> int | None:
+    if stated is not None and (not isinstance(stated, int) or isinstance(stated, bool) or stated < 1):
+        raise ConfigError(
+            where,
+            f"must be a positive integer, got {stated!r}",
+            "give the number of newest checkpoints the backend keeps, or leave keep_last out",
+        )
+    return stated
+
+
+def _layout_hints(stated: object, where: str) -> Mapping[str, tuple[str, ...]] | None:
+    if stated is None:
+        return None
+    fix = 'write it as factory.layout_hints = {"metadata": ["*.metadata"]}'
+    if not isinstance(stated, Mapping):
+        raise ConfigError(where, f"must be a mapping of role to file globs, got {type(stated).__name__}", fix)
+    out = {}
+    for role, globs in stated.items():
+        if (
+            not isinstance(role, str)
+            or not isinstance(globs, (tuple, list))
+            or not all(isinstance(g, str) for g in globs)
+        ):
+            raise ConfigError(where, f"entry {role!r}: {globs!r} is not a role with a list of globs", fix)
+        out[role] = tuple(globs)
+    return out
+
+
+def _io_through_seam(stated: object, where: str) -> bool:
+    if not isinstance(stated, bool):
+        raise ConfigError(
+            where,
+            f"must be True or False, got {stated!r}",
+            "set it True only when every file goes through resilience.storage, or leave it out",
+        )
+    return stated
+
+
+def _options(stated: object, where: str) -> tuple[Option, ...]:
+    if not isinstance(stated, (tuple, list)) or not all(isinstance(o, Option) for o in stated):
+        raise ConfigError(
+            where,
+            f"must be a tuple of Option, got {stated!r}",
+            "declare options as resilience.backends.options.Option records",
+        )
+    return tuple(stated)
 
 
 def installed(module: str) -> bool:

@@ -1,8 +1,9 @@
 """The options a user of a checkpoint library can pick, declared by its adapter as data.
 
-An adapter's factory carries `options`, a tuple of `Option`: each option's name, the values it allows,
-its default (as the library has it), a one-line meaning, the saves it matters for (every save, or async
-saves only) and the values that cannot work here, each with the reason. A backend spec names the
+An adapter's factory carries `options`, a tuple of `Option` (read with its other traits by
+resilience.backends.base.traits_of): each option's name, the values it allows, its default (as the library
+has it), a one-line meaning, the saves it matters for (every save, or async saves only) and the values
+that cannot work here, each with the reason. A backend spec names the
 options after the backend (`dcp:thread_count=4,async=process`, `pkg.mod:factory[thread_count=4]`);
 `runner.adapters` reads it, this module checks it against the declaration and hands the factory typed
 keyword arguments. The matrix sweeps the declaration (`sweep`), the fuzzer draws from it.
@@ -140,18 +141,6 @@ def resolve_options(declared: Sequence[Option], given: Mapping[str, str], backen
                 f"its options are {known} (`resilience options {backend}` lists them)",
             )
     return {o.name: o.parse(given[o.name]) for o in declared if o.name in given}
-
-
-def declared_of(factory) -> tuple[Option, ...]:
-    """The options a factory declares (its `options` attribute), checked to be Options."""
-    declared = getattr(factory, "options", ())
-    if not isinstance(declared, (tuple, list)) or not all(isinstance(o, Option) for o in declared):
-        raise ConfigError(
-            "backend",
-            f"{factory!r} has an `options` attribute that is not a tuple of Option",
-            "declare options as resilience.backends.options.Option records",
-        )
-    return tuple(declared)
 
 
 @dataclass(frozen=True)

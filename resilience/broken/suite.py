@@ -88,6 +88,7 @@ def run_suite(
     appended to `folder` (a report.RunFolder; default: results.jsonl in `out_dir`) as the case ends, and
     `progress(row)` called; a framework error is that case's UNKNOWN."""
     from ..report import RunFolder
+    from ..runner.adapters import resolve_backend
     from ..runner.case_loop import CaseSpec, judge_cases
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
 
@@ -96,6 +97,7 @@ def run_suite(
     specs = []
     for name in names:
         impl = CATALOGUE[name]
+        backend = resolve_backend(f"broken:{name}")  # once for all its cases
         faults = [impl.column] if impl.column in FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
         for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed)):
@@ -104,7 +106,7 @@ def run_suite(
                     case.scenario,
                     case.combo,
                     os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}"),
-                    f"broken:{name}",
+                    backend,
                     case.fault,
                     case.transition,
                     {"column": case.column, "broken": name},

@@ -7,6 +7,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 from ..errors import ConfigError
 from ..faults.base import Fault, fault_from_dict
@@ -37,6 +38,7 @@ class ClusterPlan:
     kill: "each" cuts the final save of every combination (one torchrun restart per combination);
     "last" only that of the last one (one restart)."""
 
+    # as the plan file writes them; read once, into `combinations`, as the plan is made
     combos: tuple[str, ...] = tuple(str(c) for c in valid_combinations())
     kill: str = "each"
     kill_phase: str = "write"
@@ -51,8 +53,8 @@ class ClusterPlan:
     def __post_init__(self):
         if not self.combos:
             raise ConfigError("combos", "no combination given", "leave it out for all six")
-        for c in self.combos:
-            Combination.parse(c)  # InvalidCombination names the layer
+        # each written one way (InvalidCombination names the layer of a bad one)
+        object.__setattr__(self, "combos", tuple(str(c) for c in self.combinations))
         if len(set(self.combos)) != len(self.combos):
             raise ConfigError("combos", "a combination is given twice")
         if self.kill not in KILL_POLICIES:
@@ -70,17 +72,18 @@ class ClusterPlan:
             raise ConfigError("pp", f"must be a positive integer, got {self.pp!r}")
         ModelSpec.from_dict(self.model)
 
-    @property
-    def combinations(self) -> list[Combination]:
-        return [Combination.parse(c) for c in self.combos]
+    @cached_property
+    def combinations(self) -> tuple[Combination, ...]:
+        """The plan's combinations, read once from their text (a Combination given is taken as it is)."""
+        return tuple(c if isinstance(c, Combination) else Combination.parse(c) for c in self.combos)
 
     @property
     def spec(self) -> ModelSpec:
         return ModelSpec.from_dict(self.model)
 
-    def killed(self) -> list[str]:
+    def killed(self) -> list[Combination]:
         """Combinations whose final save is cut by a kill, in order."""
-        return list(self.combos) if self.kill == "each" else [self.combos[-1]]
+        return list(self.combinations) if self.kill == "each" else [self.combinations[-1]]
 
     def restarts_needed(self) -> int:
         return len(self.killed())
@@ -125,9 +128,9 @@ class ClusterPlan:
             arms.append(self.fuse_arm(combo))
         return records, arms
 
-    def fuse_arm(self, combo: str) -> int:
+    def fuse_arm(self, combo: Combination) -> int:
         """The number a rank arms the file system's kill of `combo` with (base.tell "arm")."""
-        return self.combos.index(combo) + 1
+        return self.combinations.index(combo) + 1
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -202,22 +205,22 @@ class Layout:
     def plan(self) -> str:
         return self.path("plan.json")
 
-    def ckpt(self, combo: str) -> str:
+    def ckpt(self, combo: Combination | str) -> str:
         return self.path("ckpt", slug(combo))
 
-    def state(self, combo: str) -> str:
+    def state(self, combo: Combination | str) -> str:
         return self.path("state", f"{slug(combo)}.json")
 
-    def result(self, combo: str) -> str:
+    def result(self, combo: Combination | str) -> str:
         return self.path("results", f"{slug(combo)}.json")
 
     def history(self, rank: int) -> str:
         return self.path("history", f"rank{rank}.jsonl")
 
-    def faults(self, combo: str, rank: int) -> str:
+    def faults(self, combo: Combination | str, rank: int) -> str:
         return self.path("faults", f"{slug(combo)}.rank{rank}.jsonl")
 
-    def fault_files(self, combo: str) -> list[str]:
+    def fault_files(self, combo: Combination | str) -> list[str]:
         folder = self.path("faults")
         if not os.path.isdir(folder):
             return []

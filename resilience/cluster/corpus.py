@@ -15,6 +15,7 @@ import importlib.metadata
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 from ..checkers import promised as promise_of
 from ..errors import CheckpointNotFound, ConfigError, IntegrityError, RankFailure, TopologyChangeRefused
@@ -34,6 +35,9 @@ from ..vocab.combos import Combination, valid_combinations
 from ..vocab.contract import REFUSE
 from ..vocab.versions import versions
 from .base import DEFAULT_STEPS, DEFAULT_TOPOLOGIES, read_json, slug, write_json
+
+if TYPE_CHECKING:
+    from ..runner.adapters import BackendName
 
 CORPUS_FILE = "corpus.json"
 CORPUS_KIND = "resilience-corpus"
@@ -119,14 +123,14 @@ class Corpus:
             raise IntegrityError(path, "corpus fields", f"{type(e).__name__}: {e}") from None
 
 
-def backend_versions(name: str) -> dict:
+def backend_versions(backend: BackendName) -> dict:
     """The backend's name and version: an adapter's `version`, else its distribution's, else ours."""
-    from ..runner.adapters import resolve
+    from ..runner.adapters import resolve_backend
 
-    full = resolve(name or "reference")
-    module = full.split(":", 1)[0] if ":" in full else "resilience"
+    ref = resolve_backend(backend)
+    module = ref.module
     version = None
-    if ":" in full and not module.startswith("resilience."):
+    if module is not None and not module.startswith("resilience."):
         try:
             mod = importlib.import_module(module)
             version = getattr(mod, "__version__", None)
@@ -138,10 +142,10 @@ def backend_versions(name: str) -> dict:
         from .. import __version__
 
         version = __version__
-    return {"backend": full, "backend_version": str(version)}
+    return {"backend": ref.full, "backend_version": str(version)}
 
 
-def current_versions(backend: str) -> dict:
+def current_versions(backend: BackendName) -> dict:
     return dict(versions(), **backend_versions(backend))
 
 
@@ -161,25 +165,26 @@ def version_pair(a: dict, b: dict) -> str:
 
 # ---- rank functions (run_ranks) ---------------------------------------------------------------------------
 def _write_ranks(
-    ctx, spec: ModelSpec, topo: Topology, combos: list[str], steps: int, folder: str, backend: str
+    ctx, spec: ModelSpec, topo: Topology, combos: list[Combination], steps: int, folder: str, backend: str
 ) -> list[dict] | None:
-    from ..runner.adapters import make_backend
+    from ..runner.adapters import resolve_backend
 
+    ref = resolve_backend(backend)  # the spec, resolved once in this rank process
     groups = ParallelGroups(topo, ctx.rank)
     state = TrainingState(spec, topo, ctx.rank, groups)
     state.train(steps)
     digests = fingerprint(state.sharded_state_dict())
     out = []
-    for text in combos:
-        b = make_backend(backend, Combination.parse(text))
-        rel = os.path.join(str(topo), slug(text))
+    for combo in combos:
+        b = ref.make(combo)
+        rel = os.path.join(str(topo), slug(combo))
         b.save(state, os.path.join(folder, rel))
         b.finalize()
         out.append(
             asdict(
                 Entry(
-                    f"{topo}/{slug(text)}",
-                    text,
+                    f"{topo}/{slug(combo)}",
+                    str(combo),
                     str(topo),
                     rel,
                     state.iteration,
@@ -193,15 +198,16 @@ def _write_ranks(
 
 
 def _load_ranks(
-    ctx, spec: ModelSpec, topo: Topology, entries: list[dict], folder: str, backend: str
+    ctx, spec: ModelSpec, topo: Topology, entries: list[tuple[dict, Combination]], folder: str, backend: str
 ) -> list[dict] | None:
-    """Load each entry into a fresh state on `topo`; what happened, per entry (rank 0)."""
-    from ..runner.adapters import make_backend
+    """Load each (entry, its combination) into a fresh state on `topo`; what happened, per entry (rank 0)."""
+    from ..runner.adapters import resolve_backend
 
+    ref = resolve_backend(backend)  # the spec, resolved once in this rank process
     groups = ParallelGroups(topo, ctx.rank)
     out: list[dict] = []
-    for e in entries:
-        b = make_backend(backend, Combination.parse(e["combo"]))
+    for e, combo in entries:
+        b = ref.make(combo)
         state = TrainingState(spec, topo, ctx.rank, groups)  # fresh: a load that does nothing cannot pass
         try:
             result = b.load(state, os.path.join(folder, e["path"]))
@@ -230,25 +236,26 @@ def _load_ranks(
 def write_corpus(
     folder: str,
     *,
-    combos: list[str] | None = None,
+    combos: list[Combination] | list[str] | None = None,
     topologies: list[str] | None = None,
     steps: int = DEFAULT_STEPS,
     spec: ModelSpec | None = None,
-    backend: str = "reference",
+    backend: BackendName = "reference",
     timeout: float = 300.0,
     progress=None,
 ) -> VerifyReport:
     """Write the corpus into `folder` (empty or new); returns the baseline loads as a report."""
     from ..launch import run_ranks
     from ..report.folder import make_folder
-    from ..runner.adapters import make_backend
+    from ..runner.adapters import resolve_backend
 
     folder = os.path.abspath(folder)
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise ConfigError("corpus", f"{folder} is a file, not a folder", "write a corpus into a new or empty folder")
     if os.path.isdir(folder) and os.listdir(folder):
         raise ConfigError("corpus", f"{folder} is not empty", "write a corpus into a new or empty folder")
-    combos = [str(Combination.parse(c)) for c in combos] if combos else [str(c) for c in valid_combinations()]
+    # read once, here, where the text comes in
+    combinations = [c if isinstance(c, Combination) else Combination.parse(c) for c in combos or valid_combinations()]
     topos = _topologies(topologies or list(DEFAULT_TOPOLOGIES))
     spec = spec or ModelSpec(optimizer="distributed")
     for t in topos:
@@ -257,17 +264,20 @@ def write_corpus(
         raise ConfigError("steps", f"must be a positive integer, got {steps!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
         raise ConfigError("timeout", f"must be a positive number of seconds, got {timeout!r}")
-    for c in combos:  # a backend that cannot be made, or lacks a combination: one clear error, before any rank
-        make_backend(backend, Combination.parse(c))
+    ref = resolve_backend(backend)  # once; the ranks get its spec
+    for c in combinations:  # a backend that cannot be made, or lacks a combination: one clear error, before any rank
+        ref.make(c)
     make_folder(folder, "corpus", empty=True)
     entries = []
     for t in topos:
-        rows = run_ranks(_write_ranks, t.world, args=(spec, t, combos, steps, folder, backend), timeout=timeout)[0]
+        rows = run_ranks(_write_ranks, t.world, args=(spec, t, combinations, steps, folder, ref.spec), timeout=timeout)[
+            0
+        ]
         entries += [Entry(**r) for r in rows]
         if progress:
             progress(f"wrote {len(rows)} checkpoints on {t}")
-    corpus = Corpus(current_versions(backend), spec.to_dict(), steps, [str(t) for t in topos], backend, entries)
-    report = _verify(corpus, folder, topos, backend, timeout, progress)
+    corpus = Corpus(current_versions(ref), spec.to_dict(), steps, [str(t) for t in topos], ref.spec, entries)
+    report = _verify(corpus, folder, topos, ref, timeout, progress)
     corpus.baseline = {c.entry: {} for c in report.checks}
     for check in report.checks:
         corpus.baseline[check.entry][check.load_on] = {"outcome": check.outcome, "rng_restored": check.rng_restored}
@@ -343,7 +353,7 @@ def verify_corpus(
     folder: str,
     *,
     topologies: list[str] | None = None,
-    backend: str | None = None,
+    backend: BackendName = None,
     timeout: float = 300.0,
     progress=None,
 ) -> VerifyReport:
@@ -358,37 +368,42 @@ def verify_corpus(
     return _verify(corpus, folder, topos, backend or corpus.backend, timeout, progress)
 
 
-def _verify(corpus: Corpus, folder: str, topos: list[Topology], backend: str, timeout: float, progress) -> VerifyReport:
+def _verify(
+    corpus: Corpus, folder: str, topos: list[Topology], backend: BackendName, timeout: float, progress
+) -> VerifyReport:
     from ..launch import run_ranks
+    from ..runner.adapters import resolve_backend
 
     start = time.monotonic()
     spec = ModelSpec.from_dict(corpus.model)
-    entries = [asdict(e) for e in corpus.entries]
+    ref = resolve_backend(backend)  # once; the ranks get its spec
+    # each entry's combination read once, here, where the corpus file's text comes in
+    entries = [(asdict(e), Combination.parse(e.combo)) for e in corpus.entries]
     checks = []
     for target in topos:
         try:
             results = run_ranks(
-                _load_ranks, target.world, args=(spec, target, entries, folder, backend), timeout=timeout
+                _load_ranks, target.world, args=(spec, target, entries, folder, ref.spec), timeout=timeout
             )[0]
         except RankFailure:  # a crash on one checkpoint: load each on its own so the others still count
             results = []
             for e in entries:
                 try:
                     results += run_ranks(
-                        _load_ranks, target.world, args=(spec, target, [e], folder, backend), timeout=timeout
+                        _load_ranks, target.world, args=(spec, target, [e], folder, ref.spec), timeout=timeout
                     )[0]
                 except RankFailure as x:
                     first = next(iter(x.failures.values()), str(x)).strip().splitlines()
                     results.append({"status": "crash", "error": f"a rank failed: {first[0] if first else x}"})
-        checks += [_classify(corpus, Entry(**e), target, r) for e, r in zip(entries, results)]
+        checks += [_classify(corpus, Entry(**e), combo, target, r) for (e, combo), r in zip(entries, results)]
         if progress:
             progress(f"loaded {len(entries)} checkpoints on {target}")
-    return VerifyReport(folder, corpus.written_by, current_versions(backend), checks, time.monotonic() - start)
+    return VerifyReport(folder, corpus.written_by, current_versions(ref), checks, time.monotonic() - start)
 
 
-def _classify(corpus: Corpus, e: Entry, target: Topology, r: dict) -> Check:
+def _classify(corpus: Corpus, e: Entry, combo: Combination, target: Topology, r: dict) -> Check:
     saved = Topology.parse(e.topology)
-    promised = promise_of(Combination.parse(e.combo), Transition(saved, target)) != REFUSE
+    promised = promise_of(combo, Transition(saved, target)) != REFUSE
     base = corpus.baseline.get(e.id, {}).get(str(target))
     check = Check(
         e.id,

@@ -10,10 +10,11 @@ import os
 from ..faults import read_firings
 from ..report.causes import row_cause
 from ..report.result_row import ResultRow
+from ..vocab.combos import Combination
 from .base import ClusterPlan, Layout, read_json, slug
 
 
-def firings_of(layout: Layout, combo: str) -> list[dict]:
+def firings_of(layout: Layout, combo: Combination | str) -> list[dict]:
     """The kills that fired in `combo`: in process (per rank), or by a node's file system (limited to the
     combination's folder)."""
     out = [f for path in layout.fault_files(combo) for f in read_firings(path)]

@@ -23,7 +23,7 @@ from ..checkers import UNKNOWN, Verdict
 from ..dist import all_agree, all_gather, broadcast
 from ..errors import ConfigError, TopologyChangeRefused
 from ..history import EventLog
-from ..runner.adapters import make_backend
+from ..runner.adapters import BackendRef, resolve_backend
 from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
 from ..vocab.combos import Combination
@@ -63,12 +63,13 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
 
         tell(fuse_mount(), "rank", env.rank)
     try:
+        backend = resolve_backend(plan.backend)  # once in this rank process, for every phase of the attempt
         for combo in decision["save"]:
-            _save_phase(env, plan, layout, topo, groups, log, attempt, combo, combo in decision["kill"])
+            _save_phase(env, plan, layout, topo, groups, log, attempt, backend, combo, combo in decision["kill"])
         # every combination saved and not yet resumed: those of earlier attempts, and any whose kill never fired
         resume = broadcast(_resumable(plan, layout) if lead else None)
         for combo in resume:
-            _resume_phase(env, plan, layout, topo, groups, log, attempt, combo)
+            _resume_phase(env, plan, layout, topo, groups, log, attempt, backend, combo)
     finally:
         log.close()
     status = None
@@ -108,8 +109,8 @@ def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, e
             f"world {recorded.get('world')}); give each run an empty shared folder"
         }
     _append_attempt(layout, attempt, everyone)
-    save = []
-    for combo in plan.combos:
+    save: list[Combination] = []
+    for combo in plan.combinations:
         if os.path.exists(layout.result(combo)):
             continue
         st = read_json(layout.state(combo), {})
@@ -126,16 +127,16 @@ def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, e
             f"--max-restarts {attempt + len(kills)} or more"
         }
     print(
-        f"[attempt {attempt}] world {env.world} as {topo}; to save: {', '.join(save) or 'nothing'}; "
-        f"kill armed in: {', '.join(kills) or 'none'}",
+        f"[attempt {attempt}] world {env.world} as {topo}; to save: {', '.join(map(str, save)) or 'nothing'}; "
+        f"kill armed in: {', '.join(map(str, kills)) or 'none'}",
         flush=True,
     )
     return {"topology": topo.to_dict(), "save": save, "kill": kills}
 
 
-def _resumable(plan: ClusterPlan, layout: Layout) -> list[str]:
+def _resumable(plan: ClusterPlan, layout: Layout) -> list[Combination]:
     out = []
-    for combo in plan.combos:
+    for combo in plan.combinations:
         st = read_json(layout.state(combo), {})
         if "save_started" in st and "resume_started" not in st and not os.path.exists(layout.result(combo)):
             out.append(combo)
@@ -157,7 +158,7 @@ def _append_attempt(layout: Layout, attempt: int, everyone: list) -> None:
     write_json(path, attempts)
 
 
-def _interrupted(plan: ClusterPlan, layout: Layout, combo: str, st: dict, attempt: int, command: str) -> None:
+def _interrupted(plan: ClusterPlan, layout: Layout, combo: Combination, st: dict, attempt: int, command: str) -> None:
     why = (
         f"the resume phase started on attempt {st['resume_started']} was cut short by a failure other "
         f"than the planned kill (see the node logs); a phase never runs twice"
@@ -166,14 +167,14 @@ def _interrupted(plan: ClusterPlan, layout: Layout, combo: str, st: dict, attemp
     write_json(layout.result(combo), row_of(plan, layout, combo, UNKNOWN, why, [v], 0.0, command).to_dict())
 
 
-def _mark(layout: Layout, combo: str, **fields) -> None:
+def _mark(layout: Layout, combo: Combination, **fields) -> None:
     st = read_json(layout.state(combo), {})
     st.update(fields)
     write_json(layout.state(combo), st)
 
 
 # ---- the phases (every rank) ---------------------------------------------------------------------------
-def checkpoint_root(plan: ClusterPlan, layout: Layout, env: TorchrunEnv, combo: str) -> str:
+def checkpoint_root(plan: ClusterPlan, layout: Layout, env: TorchrunEnv, combo: Combination) -> str:
     """Where this rank saves and loads `combo`: the shared folder, or under io fuse the same folder seen
     through the file system this node mounted over it."""
     if plan.io == "fuse":
@@ -203,36 +204,36 @@ def _save_phase(
     groups,
     log: EventLog,
     attempt: int,
-    combo_text: str,
+    ref: BackendRef,
+    combo: Combination,
     armed: bool,
 ) -> None:
     from ..faults import inject
 
     lead = env.rank == 0
-    combo = Combination.parse(combo_text)
-    root = checkpoint_root(plan, layout, env, combo_text)
+    root = checkpoint_root(plan, layout, env, combo)
     if lead:
-        _mark(layout, combo_text, save_started=attempt, kill_armed=armed, topology=str(topo), host=platform.node())
+        _mark(layout, combo, save_started=attempt, kill_armed=armed, topology=str(topo), host=platform.node())
     dist.barrier()
-    backend = make_backend(plan.backend, combo)
+    backend = ref.make(combo)
     state = TrainingState(plan.spec, topo, env.rank, groups)
     for i, steps in enumerate(TRAIN_BEFORE):
         state.train(steps)
         fp, rng = digests_of(state)
         log.invoke(
-            "save", combo=combo_text, iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {})
+            "save", combo=str(combo), iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {})
         )
         last = i == len(TRAIN_BEFORE) - 1
         if last and armed and plan.io == "fuse":  # the node's file system kills at a byte of this save
             from ..fusefs import tell
 
-            tell(fuse_mount(), "arm", plan.fuse_arm(combo_text))
+            tell(fuse_mount(), "arm", plan.fuse_arm(combo))
         faults = (
             inject(
                 [plan.kill_record(env.world)],
                 rank=env.rank,
                 world=env.world,
-                report=layout.faults(combo_text, env.rank),
+                report=layout.faults(combo, env.rank),
             )
             if last and armed and plan.io == "seam"
             else contextlib.nullcontext()
@@ -240,13 +241,13 @@ def _save_phase(
         with faults:
             backend.save(state, root)
             if combo.is_async:
-                log.ok("stage", combo=combo_text, iteration=state.iteration)
+                log.ok("stage", combo=str(combo), iteration=state.iteration)
                 backend.finalize()
-        log.ok("save", combo=combo_text, iteration=state.iteration)
+        log.ok("save", combo=str(combo), iteration=state.iteration)
     if lead:
-        _mark(layout, combo_text, save_done=attempt)
+        _mark(layout, combo, save_done=attempt)
         print(
-            f"[attempt {attempt}] {combo_text}: saved iterations "
+            f"[attempt {attempt}] {combo}: saved iterations "
             f"{[sum(TRAIN_BEFORE[: k + 1]) for k in range(len(TRAIN_BEFORE))]}"
             + ("; the planned kill never fired" if armed else ""),
             flush=True,
@@ -262,26 +263,26 @@ def _resume_phase(
     groups,
     log: EventLog,
     attempt: int,
-    combo_text: str,
+    ref: BackendRef,
+    combo: Combination,
 ) -> None:
     lead = env.rank == 0
-    combo = Combination.parse(combo_text)
-    root = checkpoint_root(plan, layout, env, combo_text)
+    root = checkpoint_root(plan, layout, env, combo)
     started = time.monotonic()
-    backend = make_backend(plan.backend, combo)
+    backend = ref.make(combo)
     newest = None
     if lead:
-        _mark(layout, combo_text, resume_started=attempt)
+        _mark(layout, combo, resume_started=attempt)
         newest = newest_valid(backend, root, combo)
     newest = broadcast(newest)
     state = TrainingState(plan.spec, topo, env.rank, groups)
-    log.invoke("load", combo=combo_text, topology=str(topo), newest_valid=newest)
+    log.invoke("load", combo=str(combo), topology=str(topo), newest_valid=newest)
     try:
         result = backend.load(state, root)
     except Exception as e:  # any failure is a failed load to judge; the ranks agree below whether to go on
         log.fail(
             "load",
-            combo=combo_text,
+            combo=str(combo),
             topology=str(topo),
             refused=isinstance(e, TopologyChangeRefused),
             error=f"{type(e).__name__}: {e}",
@@ -294,7 +295,7 @@ def _resume_phase(
         fp, rng = digests_of(state)
         log.ok(
             "load",
-            combo=combo_text,
+            combo=str(combo),
             topology=str(topo),
             iteration=result.iteration,
             path=os.path.relpath(result.path, root),
@@ -306,22 +307,22 @@ def _resume_phase(
         fp, rng = digests_of(state)
         log.ok(
             "continue",
-            combo=combo_text,
+            combo=str(combo),
             steps=CONTINUE_STEPS,
             iteration=state.iteration,
             **({"fingerprint": fp} if lead else {}),
         )
         log.invoke(
-            "save", combo=combo_text, iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {})
+            "save", combo=str(combo), iteration=state.iteration, **({"fingerprint": fp, "rng": rng} if lead else {})
         )
         backend.save(state, root)
         backend.finalize()
-        log.ok("save", combo=combo_text, iteration=state.iteration)
+        log.ok("save", combo=str(combo), iteration=state.iteration)
         dist.barrier()
         if lead:
             after = newest_valid(backend, root, combo)
     if lead:
-        row = judge(plan, layout, combo_text, topo, attempt, newest, after, time.monotonic() - started)
-        write_json(layout.result(combo_text), row.to_dict())
-        print(f"[attempt {attempt}] {combo_text}: {row.verdict}: {row.detail[:300]}", flush=True)
+        row = judge(plan, layout, combo, topo, attempt, newest, after, time.monotonic() - started)
+        write_json(layout.result(combo), row.to_dict())
+        print(f"[attempt {attempt}] {combo}: {row.verdict}: {row.detail[:300]}", flush=True)
     dist.barrier()

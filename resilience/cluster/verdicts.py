@@ -54,15 +54,17 @@ def newest_valid(backend, root: str, combo: Combination) -> int | None:
     return max((c.iteration for c in found), default=None)
 
 
-def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, firings: list[dict]) -> Evidence:
-    # every rank's history: a save is acknowledged only once it returned on every rank
+def _evidence(plan: ClusterPlan, layout: Layout, combo: Combination, topo: Topology, firings: list[dict]) -> Evidence:
+    # every rank's history (its events name their combination): a save is acknowledged only once it
+    # returned on every rank
+    label = str(combo)
     events = sorted(
-        (e for r in range(topo.world) for e in read_events(layout.history(r)) if e.value.get("combo") == combo),
+        (e for r in range(topo.world) for e in read_events(layout.history(r)) if e.value.get("combo") == label),
         key=lambda e: (e.job, e.time),
     )
     ev = evidence_from(
         events,
-        combo=Combination.parse(combo),
+        combo=combo,
         save_topology=topo,
         never_stopped=NeverStopped(plan.spec),
         topology=str(topo),
@@ -75,7 +77,7 @@ def _evidence(plan: ClusterPlan, layout: Layout, combo: str, topo: Topology, fir
 def judge(
     plan: ClusterPlan,
     layout: Layout,
-    combo: str,
+    combo: Combination,
     topo: Topology,
     attempt: int,
     newest: int | None,
@@ -100,7 +102,9 @@ def judge(
     )
 
 
-def _restart_verdict(plan: ClusterPlan, combo: str, st: dict, firings: list[dict], attempt: int, world: int) -> Verdict:
+def _restart_verdict(
+    plan: ClusterPlan, combo: Combination, st: dict, firings: list[dict], attempt: int, world: int
+) -> Verdict:
     name = "kill_and_restart"
     saved_on = st.get("save_started")
     if firings:
@@ -208,7 +212,7 @@ def _detail(
 def row_of(
     plan: ClusterPlan,
     layout: Layout,
-    combo: str,
+    combo: Combination,
     status: Status,
     detail: str,
     verdicts: list[Verdict],
@@ -218,7 +222,7 @@ def row_of(
     """The result row of one combination, as `resilience run` and `matrix` write theirs."""
     return ResultRow(
         "cluster-kill-resume",
-        combo,
+        str(combo),
         Status(status),
         detail,
         seconds,

@@ -74,18 +74,19 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
-    from ..runner.adapters import supported_combinations
-    from ..vocab.combos import Combination, valid_combinations
-
-    if args.combos:
-        combos = [str(Combination.parse(c)) for c in args.combos]
-    else:  # a backend that declares its combinations is validated on those
-        combos = [str(c) for c in supported_combinations(args.backend) or valid_combinations()]
-    spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden, optimizer=args.optimizer)
+    from ..runner.adapters import resolve_backend
     from ..runner.ways import resolve
+    from ..vocab.combos import valid_combinations
 
+    backend = resolve_backend(args.backend)  # once: its combinations and its I/O route
+    # the plan holds them as its file writes them, and reads them once (ClusterPlan.combinations)
+    if args.combos:
+        combos = tuple(args.combos)
+    else:  # a backend that declares its combinations is validated on those
+        combos = tuple(str(c) for c in backend.combinations() or valid_combinations())
+    spec = ModelSpec(num_layers=args.layers, hidden=args.hidden, ffn_hidden=2 * args.hidden, optimizer=args.optimizer)
     return ClusterPlan(
-        tuple(combos),
+        combos,
         args.kill,
         args.kill_phase,
         args.kill_rank,
@@ -93,7 +94,7 @@ def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
         args.pp,
         spec.to_dict(),
         args.backend,
-        io=resolve(args.io, args.backend),
+        io=resolve(args.io, backend),
     )
 
 

@@ -73,7 +73,7 @@ def run_write(args) -> int:
 
     report = write_corpus(
         args.dir,
-        combos=[str(c) for c in args.combos] if args.combos else None,
+        combos=args.combos,  # read as combinations by the command line (combination_arg)
         topologies=[str(t) for t in args.topologies] if args.topologies else None,
         steps=args.steps,
         backend=args.backend,

@@ -138,12 +138,13 @@ def run(args) -> int:
         from ..fuzz import profiles  # noqa: F401  (registers ci, dev, fuzz)
         from ..fuzz.engine import fuzz
         from ..fuzz.options import FuzzOptions, replay_fuzz
-        from ..runner.adapters import make_backend, supported_combinations
+        from ..runner.adapters import resolve_backend
         from .progress import Progress
 
-    opts = _options(args, FuzzOptions, supported_combinations)
+    backend = resolve_backend(args.backend)  # a bad backend: one clear error, now
+    opts = _options(args, FuzzOptions, backend)
     _check(opts)
-    _refuse_bad_backend(opts, make_backend)
+    _refuse_bad_backend(opts, backend)
     print(
         f"fuzz: seed {opts.seed}; {opts.examples} examples x {', '.join(opts.modes)}; max world {opts.max_world}; "
         f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else "")
@@ -153,12 +154,12 @@ def run(args) -> int:
     return _report(outcome)
 
 
-def _options(args, FuzzOptions, supported_combinations):
-    """The run's options, from the command line."""
+def _options(args, FuzzOptions, backend):
+    """The run's options, from the command line (`backend`: --backend resolved)."""
     return FuzzOptions(
         examples=args.examples,
         seed=args.seed,
-        combos=args.combos or supported_combinations(args.backend),  # None: all six
+        combos=args.combos or backend.combinations(),  # None: all six
         max_world=args.max_world,
         time_budget=args.time_budget,
         shrink_budget=args.shrink_budget,
@@ -176,14 +177,13 @@ def _options(args, FuzzOptions, supported_combinations):
     )
 
 
-def _refuse_bad_backend(opts, make_backend) -> None:
+def _refuse_bad_backend(opts, backend) -> None:
     """A backend that cannot be made, or --backend-options for one that declares none: one clear error, now."""
-    make_backend(opts.backend, (opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now
+    backend.make((opts.combos or [_first_combo()])[0])  # a bad backend: one clear error, now
     if opts.backend_options:
         from ..errors import ConfigError
-        from ..runner.adapters import declared_options
 
-        if not declared_options(opts.backend):
+        if not backend.declared_options:
             raise ConfigError(
                 "--backend-options",
                 f"{opts.backend} declares no options",

@@ -57,7 +57,6 @@ def run(args) -> int:
     with heap.loading():  # torch and the runner
         from ..report.matrix_table import text_table
         from ..report.result_row import rows_to_json
-        from ..runner.adapters import declared_options, make_backend, supported_combinations
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
@@ -67,9 +66,11 @@ def run(args) -> int:
 
     faults = [f for f in args.faults or list(FAULTS) if f != "none"]
     transitions = parse_transitions(args.transitions)
-    combos = args.combos or supported_combinations(args.backend) or valid_combinations()
-    sweep = plan_sweep(args.backend, args.backend_options)  # a bad option or spec: one clear error here
-    _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario, make_backend)
+    # the backend resolved once for the run, and once per option set swept: a bad spec is one clear error here
+    sweep = plan_sweep(args.backend, args.backend_options)
+    backend = sweep[0].backend  # the spec as given (a sweep's first set is its defaults)
+    combos = args.combos or backend.combinations() or valid_combinations()
+    _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario)
     work = _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_read)
     seen = list(dict.fromkeys(c.column for _, _, c in work))
     columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
@@ -77,7 +78,7 @@ def run(args) -> int:
     )
     folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions)
     if args.backend_options:
-        _announce_sweep(args, sweep, refused_values, declared_options)
+        _announce_sweep(sweep, refused_values)
     specs = _case_specs(CaseSpec, folder, work, args.io)
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
@@ -93,7 +94,7 @@ def run(args) -> int:
     return summarize(rows, paths)
 
 
-def _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario, make_backend) -> None:
+def _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario) -> None:
     """An unknown column, nothing to run, an unwritable --json or a backend that cannot be made: one clear
     error before any case runs."""
     for f in faults:
@@ -107,25 +108,25 @@ def _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenar
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
     for column in sweep:  # a backend that cannot be made: one clear error before any case
-        make_backend(column.spec, next((c for c in combos if column.applies_to(c)), combos[0]))
+        column.backend.make(next((c for c in combos if column.applies_to(c)), combos[0]))
 
 
 def _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_read) -> list:
-    """(backend spec, option set label, case) for every case of every option set; learning which metadata
+    """(backend, option set label, case) for every case of every option set; learning which metadata
     files a load reads on the way, in a folder removed after."""
     learned = tempfile.mkdtemp(prefix="resilience-layout-")
-    work = []  # (backend spec, option set label, case)
+    work = []  # (backend, option set label, case)
     try:
         for n, column in enumerate(sweep):
             if "metadata" in faults:
                 print(f"matrix: learning which metadata files a load of {column.spec} reads ...", flush=True)
             mine = [c for c in combos if column.applies_to(c)]
 
-            def read(combo, spec: str = column.spec, n: int = n):
-                return metadata_files_read(combo, spec, os.path.join(learned, f"{n}-{_label(combo)}"))
+            def read(combo, backend=column.backend, n: int = n):
+                return metadata_files_read(combo, backend, os.path.join(learned, f"{n}-{_label(combo)}"))
 
             work += [
-                (column.spec, column.label if args.backend_options else None, case)
+                (column.backend, column.label if args.backend_options else None, case)
                 for case in cases(mine, faults, transitions, args.seed, read)
             ]
     finally:
@@ -152,7 +153,7 @@ def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults,
     )
     print(
         f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
-        f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args)}; "
+        f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args, sweep[0].backend)}; "
         f"{workers_of(args)} at a time; "
         f"run folder {folder.path}",
         flush=True,
@@ -160,14 +161,14 @@ def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults,
     return folder
 
 
-def _announce_sweep(args, sweep, refused_values, declared_options) -> None:
+def _announce_sweep(sweep, refused_values) -> None:
     """The option sets swept, and the values that cannot run here."""
     print(
         f"matrix: {len(sweep)} option sets (the defaults, then one option changed at a time): "
         f"{', '.join(c.label for c in sweep)}",
         flush=True,
     )
-    for line in refused_values(declared_options(args.backend)):
+    for line in refused_values(sweep[0].backend.declared_options):
         print(f"matrix: not swept, cannot run here: {line}", flush=True)
 
 
@@ -179,21 +180,21 @@ def _case_specs(CaseSpec, folder, work, io: str) -> list:
             c.scenario,
             c.combo,
             os.path.join(cases_dir, f"{i:03d}-{_label(c.combo, c.column)}"),
-            spec,
+            backend,
             c.fault,
             c.transition,
             {"column": c.column, **({"options": label} if label else {})},
             io,
         )
-        for i, (spec, label, c) in enumerate(work)
+        for i, (backend, label, c) in enumerate(work)
     ]
     return specs
 
 
-def _io(args) -> str:
+def _io(args, backend) -> str:
     from ..runner.ways import FUSE, resolve
 
-    way = resolve(args.io, args.backend)
+    way = resolve(args.io, backend)
     return "the fault-injecting file system" if way == FUSE else "the storage seam"
 
 

@@ -22,12 +22,12 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..backends.options import describe, show
-    from ..runner.adapters import declared_options, make_backend, parse_backend, split, supported_combinations
+    from ..runner.adapters import resolve_backend
     from ..vocab.combos import valid_combinations
 
-    spec = parse_backend(args.backend)
-    declared = declared_options(spec)
-    make_backend(spec, (supported_combinations(spec) or valid_combinations())[0])  # checks the spec's options
+    backend = resolve_backend(args.backend)  # checks the spec's options
+    declared = backend.declared_options
+    backend.make((backend.combinations() or valid_combinations())[0])
     if args.json:
         print(
             json.dumps(
@@ -46,7 +46,7 @@ def run(args) -> int:
             )
         )
         return 0
-    base = split(spec)[0]
+    base = backend.label
     if not declared:
         print(f"{base} declares no options")
         return 0

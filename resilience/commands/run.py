@@ -48,19 +48,22 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():
-        from ..runner.adapters import make_backend
+        from ..runner.adapters import resolve_backend
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from .progress import Progress
 
     if args.tag:
         scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]
-    from ..runner.adapters import supported_combinations
-
+    refs = {}  # each backend named, resolved once for the run
+    for s in scenarios:
+        name = args.backend or s.backend
+        if name not in refs:
+            refs[name] = resolve_backend(name)
     work, undeclared = [], []
     for s in scenarios:
         if args.seed is not None:
             s.seed = args.seed
-        declared = supported_combinations(args.backend or s.backend)
+        declared = refs[args.backend or s.backend].combinations()
         for combo in s.combinations:
             if args.combos and combo not in args.combos:
                 continue
@@ -82,7 +85,7 @@ def run(args) -> int:
         )
         return 2
     for s, combo in work:  # every backend made once: a bad one is one clear error before any case runs
-        make_backend(args.backend or s.backend, combo)
+        refs[args.backend or s.backend].make(combo)
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
     seeds = sorted({s.seed for s, _ in work})
@@ -104,7 +107,7 @@ def run(args) -> int:
             s,
             combo,
             os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
-            args.backend or s.backend,
+            refs[args.backend or s.backend],
             extra={"column": s.name},
             io=args.io,
         )

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from ..vocab import Combination, valid_combinations
 from .adapter_combo import ComboCheck, check_combo
-from .adapters import make_backend, resolve, supported_combinations
+from .adapters import FACTORY, BackendName, resolve_backend
 
 
 @dataclass
@@ -46,7 +46,7 @@ class AdapterCheck:
 
 
 def check_adapter(
-    backend: str,
+    backend: BackendName,
     combos: list[Combination] | None = None,
     *,
     timeout: float = 120.0,
@@ -57,14 +57,15 @@ def check_adapter(
     ones its factory declares, else every valid one it accepts). A backend that cannot be made at all is one
     ConfigError, before any rank starts; the rest is in the AdapterCheck (its `work` folder is made by `keep`
     and kept, else a temporary one is removed)."""
-    declared = supported_combinations(backend)
+    ref = resolve_backend(backend)  # a bad name or factory: one clear error, before any rank runs
+    declared = ref.combinations()
     wanted = combos or declared or valid_combinations()
     usable: list[Combination] = []
     refused: list[str] = []
     made, why = None, ""
     for combo in wanted:
         try:
-            one = make_backend(backend, combo)
+            one = ref.make(combo)
         except ConfigError as e:
             if str(e.field).startswith("backend"):
                 raise  # a bad name, an import error, a missing method: one clear error, before any rank runs
@@ -73,18 +74,17 @@ def check_adapter(
             continue
         made = made or one
         usable.append(combo)
-    factory = ":" in resolve(backend) and not backend.startswith("broken:")
-    undeclared = factory and declared is None and not combos
+    undeclared = ref.kind == FACTORY and declared is None and not combos
     if not usable:
         raise ConfigError(
             "backend",
-            f"{backend} refuses every combination asked for ({', '.join(refused)}): {why}",
+            f"{ref} refuses every combination asked for ({', '.join(refused)}): {why}",
             "declare the ones it implements: factory.combinations = ('LOCAL/torch/sync',)"
             if undeclared
             else "ask for one it implements (--combos)",
         )
     report = AdapterCheck(
-        backend,
+        ref.spec,
         str(getattr(made, "name", type(made).__name__)),
         [str(c) for c in declared] if declared is not None else None,
     )
@@ -105,7 +105,7 @@ def check_adapter(
         for combo in usable:
             if progress:
                 progress(f"checking {combo} ...")
-            report.combos.append(check_combo(backend, combo, work, timeout))
+            report.combos.append(check_combo(ref, combo, work, timeout))
     finally:
         if keep is None:
             import shutil

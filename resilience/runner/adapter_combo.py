@@ -13,7 +13,7 @@ from ..state import Transition
 from ..vocab import Combination
 from ..vocab.contract import LOAD, REFUSE
 from .adapter_jobs import FIRST, SECOND, TOPOLOGIES, CheckPlan, run_job
-from .adapters import contract_of, keep_last_of
+from .adapters import BackendRef
 from .matrix import MODEL
 
 
@@ -119,7 +119,7 @@ def _judge_moved(
             )
 
 
-def check_combo(backend: str, combo: Combination, work: str, timeout: float) -> ComboCheck:
+def check_combo(backend: BackendRef, combo: Combination, work: str, timeout: float) -> ComboCheck:
     """Check `backend` on `combo`: a save and load on the first topology, a load of that save and a round
     trip on the second, a change of dp alone on the third, then one clean save to learn the layout."""
     from .learn import learn_layout
@@ -133,7 +133,7 @@ def check_combo(backend: str, combo: Combination, work: str, timeout: float) -> 
         MODEL,
         a,
         combo,
-        backend,
+        backend.spec,
         os.path.join(base, "ckpt"),
         os.path.join(base, "empty"),
         os.path.join(base, "own"),
@@ -149,10 +149,10 @@ def check_combo(backend: str, combo: Combination, work: str, timeout: float) -> 
     _judge_listing(check, _first(lead, "listing"), backend, failed)
     _judge_same_load(check, _first(lead, "load_same"), saved, a, failed)
 
-    plan_b = CheckPlan(MODEL, b, combo, backend, plan.root, plan.empty, plan.own_root, plan.facts, "second")
+    plan_b = CheckPlan(MODEL, b, combo, backend.spec, plan.root, plan.empty, plan.own_root, plan.facts, "second")
     ranks_b, failed_b = run_job(plan_b, timeout, os.path.join(base, "logs", "second"))
     lead_b = ranks_b[0]
-    contract = contract_of(backend, combo)
+    contract = backend.contract(combo)
     other = _first(lead_b, "load_other")
     _judge_moved(check, combo, Transition(a, b), other, failed_b, saved.get("fingerprint"), contract)
     check.found.append(("contract", str(contract)))
@@ -163,7 +163,7 @@ def check_combo(backend: str, combo: Combination, work: str, timeout: float) -> 
     if own_saved.get("fingerprint") is None:
         check.notes.append(f"no change of dp alone was tried ({b}->{c}): the save on {b} did not finish")
     else:
-        plan_c = CheckPlan(MODEL, c, combo, backend, plan.root, plan.empty, plan.own_root, plan.facts, "dp")
+        plan_c = CheckPlan(MODEL, c, combo, backend.spec, plan.root, plan.empty, plan.own_root, plan.facts, "dp")
         ranks_c, failed_c = run_job(plan_c, timeout, os.path.join(base, "logs", "dp"))
         moved = _first(ranks_c[0], "load_dp")
         _judge_moved(check, combo, Transition(b, c), moved, failed_c, own_saved["fingerprint"], contract)
@@ -221,7 +221,7 @@ def _judge_saves(check: ComboCheck, combo: Combination, ranks: list, a, failed: 
     return True
 
 
-def _judge_listing(check: ComboCheck, listing: dict | None, backend: str, failed: str) -> None:
+def _judge_listing(check: ComboCheck, listing: dict | None, backend: BackendRef, failed: str) -> None:
     """list_checkpoints after both saves: both listed (unless it keeps the newest only), both complete."""
     if listing is None:
         check.problems.append(f"list_checkpoints did not return: {failed}")
@@ -232,7 +232,7 @@ def _judge_listing(check: ComboCheck, listing: dict | None, backend: str, failed
         items = listing["items"]
         seen = {c["iteration"] for c in items}
         if None not in seen:  # else the items themselves are wrong, said above
-            keep_last = keep_last_of(backend)
+            keep_last = backend.keep_last
             expected = {SECOND} if keep_last == 1 else {FIRST, SECOND}  # keep_last: it removes older ones
             if not expected <= seen:
                 check.problems.append(
@@ -291,7 +291,7 @@ def _judge_round_trip(check: ComboCheck, ranks_b: list, own_saved: dict, b, fail
         check.found.append((label, f"iteration {SECOND} saved and loaded bit-exact"))
 
 
-def _describe_layout(check: ComboCheck, layout, backend: str) -> None:
+def _describe_layout(check: ComboCheck, layout, backend: BackendRef) -> None:
     per_save = [f for f in layout.files if f.per_iteration]
     check.found.append(
         (
@@ -335,11 +335,11 @@ def _describe_layout(check: ComboCheck, layout, backend: str) -> None:
 IN_PROCESS = "in-process faults (a crash at a byte, io_error, torn and short writes, power loss)"
 
 
-def _describe_io(check: ComboCheck, layout, per_save: list, backend: str) -> None:
+def _describe_io(check: ComboCheck, layout, per_save: list, backend: BackendRef) -> None:
     """Whether its writes go through resilience.storage, and so which way `--io auto` takes its faults."""
     from . import ways
 
-    declared = ways.through_seam(backend)
+    declared = backend.through_seam
     outside = [f.template for f in per_save if f.written_as is None]
     if layout.seam:
         check.found.append(("I/O", "through the storage seam (resilience.storage)"))

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ..errors import CheckpointNotFound, IntegrityError, TopologyChangeRefused
 from ..state import ModelSpec, Topology
 from ..vocab import Combination
-from .adapters import make_backend
+from .adapters import resolve_backend
 from .listing import listing_problems
 
 # saved on the first, loaded there and on the second (tp and dp change); the second's own save is loaded on
@@ -25,7 +25,7 @@ class CheckPlan:
     spec: ModelSpec
     topo: Topology
     combo: Combination
-    backend: str
+    backend: str  # the spec (runner.adapters): each rank process resolves it once
     root: str  # the checkpoints of the first topology
     empty: str  # an empty folder
     own_root: str  # the second topology's own save
@@ -101,7 +101,7 @@ def _check_rank(ctx, plan: CheckPlan) -> dict:
     from .rankprog import digests_of
 
     facts = _Facts(plan, ctx.rank)
-    backend = make_backend(plan.backend, plan.combo)
+    backend = resolve_backend(plan.backend).make(plan.combo)  # the spec, resolved once in this rank process
     if plan.job == "first":
         _load(facts, "empty_load", backend, plan, ctx.rank, plan.empty, fingerprint=False)
         state = TrainingState(plan.spec, plan.topo, ctx.rank)

@@ -1,20 +1,27 @@
 """Which checkpoint implementation a run tests: the single entry point every command, the runner's rank
-processes and the pytest plugin use to turn a backend name into a CheckpointBackend."""
+processes and the pytest plugin use to turn a backend name into a CheckpointBackend.
+
+A run resolves its backend name once (`resolve_backend`) into a `BackendRef`: the name as written and
+spelled out, the factory (or the reference, or a broken implementation), its typed options and what the
+factory says about itself (resilience.backends.base.FactoryTraits). The ref is passed down to every case,
+layout probe, check and listing; only a rank process, a process of its own, resolves the name its plan
+carries again, once. The functions taking a name (`make_backend`, `supported_combinations`,
+`contract_of`, ...) resolve it and ask the ref, for callers that hold a name alone."""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..backends.options import join_spec, resolve_options, split_spec
+from ..backends.base import CheckpointBackend, FactoryTraits, traits_of, with_defaults
+from ..backends.options import Option, join_spec, resolve_options, show, split_spec
 from ..broken.catalogue import CATALOGUE, make as make_broken
 from ..errors import ConfigError
 from ..launch import heap
-
-if TYPE_CHECKING:  # the combinations module loads torch; parse_backend runs while pytest reads its options
-    from ..vocab.combos import Combination
-    from ..vocab.contract import TopologyContract
+from ..vocab.combos import Combination
+from ..vocab.contract import TopologyContract
 
 # short names for the adapters this project ships (an alias may carry options: see split)
 ALIASES = {
@@ -69,16 +76,147 @@ def parse_backend(name: str) -> str:
     return join_spec(base, given, alias=base in ALIASES)
 
 
-def _factory(name: str):
-    return _factory_and_options(name)[0]
+REFERENCE, BROKEN, FACTORY = "reference", "broken", "factory"  # the kinds of backend a name resolves to
+# the reference and its broken variants write through resilience.storage, and state nothing else
+_IN_SEAM = FactoryTraits(io_through_seam=True)
 
 
-def _factory_and_options(name: str) -> tuple[Any, dict[str, Any]]:
-    """The factory `name` names and the typed options it is given (an alias's own, then the spec's)."""
-    from ..backends.options import declared_of
+@dataclass(frozen=True, eq=False)
+class BackendRef:
+    """A backend name resolved once: what every part of a run asks about its backend. Equal (and hashed)
+    by the name spelled out; pickled as its spec, resolved again where it lands."""
 
-    label = split(parse_backend(name))[0]
-    name, given = split(resolve(name))
+    spec: str
+    """The name as written, its options written one way (parse_backend): what a replay, a scenario file
+    and a case's history name."""
+    full: str
+    """The name with its alias spelled out ('resilience.backends.stock_dcp:make[thread_count=4]')."""
+    label: str
+    """The name without its options ('dcp', 'pkg.mod:factory', 'broken:NAME'): what errors name."""
+    kind: str
+    """REFERENCE, BROKEN or FACTORY."""
+    factory: Any = None
+    """The factory (kind FACTORY), else None: the reference or the broken catalogue makes it."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The spec's options, typed and checked against the factory's declaration (an alias's own first)."""
+    traits: FactoryTraits = _IN_SEAM
+    """What the factory says about itself (its combinations, contract, keep_last, layout hints, I/O route,
+    declared options)."""
+
+    def __str__(self) -> str:
+        return self.spec
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BackendRef) and (self.kind, self.full) == (other.kind, other.full)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.full))
+
+    def __reduce__(self):
+        return (resolve_backend, (self.spec,))
+
+    @property
+    def given(self) -> dict[str, str]:
+        """The options its spec gives, as written (an alias's own presets are not among them)."""
+        return split(self.spec)[1]
+
+    def with_options(self, changed: Mapping[str, Any]) -> BackendRef:
+        """This backend with the options `changed` set too (over the spec's own), resolved."""
+        base, given = split(self.spec)
+        return resolve_backend(
+            join_spec(base, {**given, **{k: show(v) for k, v in changed.items()}}, alias=base in ALIASES)
+        )
+
+    @property
+    def module(self) -> str | None:
+        """The module its factory is named in ('resilience.backends.stock_dcp'); None for the reference
+        and the broken implementations."""
+        return split(self.full)[0].split(":", 1)[0] if self.kind == FACTORY else None
+
+    @property
+    def through_seam(self) -> bool:
+        """Whether every byte it writes or reads goes through resilience.storage (runner.ways: --io auto)."""
+        return self.traits.io_through_seam
+
+    @property
+    def keep_last(self) -> int | None:
+        """How many newest checkpoints it keeps on its own; None when it removes none."""
+        return self.traits.keep_last
+
+    @property
+    def layout_hints(self) -> dict | None:
+        """The roles of files its layout learner would misread ({role: (glob, ...)}), or None."""
+        return dict(self.traits.layout_hints) if self.traits.layout_hints is not None else None
+
+    @property
+    def declared_options(self) -> tuple[Option, ...]:
+        """The options it declares (resilience.backends.options.Option); () for the reference and broken."""
+        return self.traits.options
+
+    def combinations(self) -> list[Combination] | None:
+        """The combinations it declares, or None: all."""
+        declared = self.traits.combinations
+        return list(declared) if declared else None
+
+    def contract(self, combo: Combination) -> TopologyContract:
+        """What it promises across topologies for `combo`: its factory's `contract`, else the preset of
+        `combo`. ConfigError naming the bad entry."""
+        if self.kind != FACTORY:
+            return TopologyContract.preset(combo)
+        return self.traits.contract_for(combo, where=f"backend {self.full}: contract", source=f"stated by {self.spec}")
+
+    def make(self, combo: Combination) -> CheckpointBackend:
+        """The backend for `combo`, as a full CheckpointBackend (resilience.backends.base): the reference,
+        a broken implementation, or factory(combo, **options). ConfigError when the factory raises or
+        makes something outside the protocol, or its contract does not read."""
+        if self.kind == REFERENCE:
+            from ..checkpoint.reference import ReferenceBackend
+
+            return ReferenceBackend(combo)
+        if self.kind == BROKEN:
+            return make_broken(self.label.split(":", 1)[1], combo)
+        try:
+            backend = self.factory(combo, **self.options) if self.options else self.factory(combo)
+        except ConfigError:
+            raise
+        except Exception as e:
+            raise ConfigError(
+                "backend",
+                f"{self.spec}({combo}) raised {type(e).__name__}: {e}",
+                "the factory must return a CheckpointBackend for the combination",
+            ) from None
+        made = with_defaults(backend, f"backend {self.spec}")
+        self.contract(combo)  # a contract that does not read is one clear error before anything runs
+        return made
+
+
+BackendName = str | BackendRef | None  # what the functions below take: a name, or one resolved
+
+
+def resolve_backend(name: BackendName) -> BackendRef:
+    """`name` resolved: 'reference' (or nothing), 'broken:NAME' (resilience.broken.catalogue), an alias
+    from ALIASES or 'package.module:factory', the last two with options (parse_backend). The factory is
+    imported, its options typed and its traits read here, once; ConfigError with the fix. A BackendRef is
+    returned as it is."""
+    if isinstance(name, BackendRef):
+        return name
+    if not name or name == REFERENCE:
+        return BackendRef(REFERENCE, REFERENCE, REFERENCE, REFERENCE)
+    spec = parse_backend(name)
+    if spec.startswith("broken:"):
+        impl = CATALOGUE[spec.split(":", 1)[1]]
+        combos = tuple(Combination.parse(c) for c in impl.combos) or None
+        return BackendRef(spec, spec, spec, BROKEN, traits=FactoryTraits(combinations=combos, io_through_seam=True))
+    label = split(spec)[0]
+    full = resolve(spec)
+    path, given = split(full)
+    factory = _import_factory(path)
+    traits = traits_of(factory, where=f"backend {full}")
+    return BackendRef(spec, full, label, FACTORY, factory, resolve_options(traits.options, given, label), traits)
+
+
+def _import_factory(name: str) -> Any:
+    """The factory 'package.module:factory' names, imported; ConfigError saying how to make it importable."""
     module, attr = name.split(":", 1)
     try:
         found = importlib.import_module(module)
@@ -106,18 +244,16 @@ def _factory_and_options(name: str) -> tuple[Any, dict[str, Any]]:
             "give a Python function or class taking a combination and returning a CheckpointBackend "
             "(see resilience.backends.base)",
         )
-    return found, resolve_options(declared_of(found), given, label)
+    return found
 
 
-def declared_options(name: str):
+def declared_options(name: BackendName) -> tuple[Option, ...]:
     """The options the backend `name` declares (resilience.backends.options.Option), () for the reference
-    and the broken implementations."""
-    from ..backends.options import declared_of
-
-    base, _ = split(name)
-    if base in ("", "reference") or base.startswith("broken:"):
-        return ()
-    return declared_of(_factory(base))
+    and the broken implementations. The options a spec gives are not checked here."""
+    if isinstance(name, BackendRef):
+        return name.declared_options
+    base, _ = split(name or REFERENCE)
+    return resolve_backend(base).declared_options
 
 
 def _is_factory(obj) -> bool:
@@ -139,87 +275,38 @@ def _is_factory(obj) -> bool:
     return True
 
 
-def preload(pairs: Iterable[tuple[str, Combination]]) -> None:
+def preload(pairs: Iterable[tuple[BackendName, Combination]]) -> None:
     """Make each (backend, combination) once in this process, so the worker and rank processes forked
     from it find every import done (a TORCH_DCP format pulls in torch._dynamo: over a second each time).
     Only a warm-up: a backend that cannot be made is left to its case, which reports why."""
     with heap.loading():
-        for name, combo in dict.fromkeys((n or "reference", c) for n, c in pairs):
+        for name, combo in dict.fromkeys((n or REFERENCE, c) for n, c in pairs):
             try:
-                make_backend(name, combo)
+                resolve_backend(name).make(combo)
             except Exception:  # noqa: BLE001  the case meets the same error and reports it in its row
                 continue
 
 
-def make_backend(name: str, combo: Combination):
-    """The backend `name` for `combo`, as a full CheckpointBackend (resilience.backends.base):
-    'reference', 'broken:NAME' (resilience.broken.catalogue), an alias from ALIASES, or 'package.module:factory'
-    (factory(combo) -> backend), the last two with options: factory(combo, **options), each option
-    checked against the factory's declared `options`."""
-    from ..backends.base import with_defaults
-
-    if name in ("", "reference"):
-        from ..checkpoint.reference import ReferenceBackend
-
-        return ReferenceBackend(combo)
-    if name.startswith("broken:"):
-        return make_broken(name.split(":", 1)[1], combo)
-    factory, options = _factory_and_options(name)
-    try:
-        backend = factory(combo, **options) if options else factory(combo)
-    except ConfigError:
-        raise
-    except Exception as e:
-        raise ConfigError(
-            "backend",
-            f"{name}({combo}) raised {type(e).__name__}: {e}",
-            "the factory must return a CheckpointBackend for the combination",
-        ) from None
-    made = with_defaults(backend, f"backend {name}")
-    contract_of(name, combo)  # a contract that does not read is one clear error before anything runs
-    return made
+def make_backend(name: BackendName, combo: Combination) -> CheckpointBackend:
+    """The backend `name` for `combo` (resolve_backend, then BackendRef.make): 'reference', 'broken:NAME',
+    an alias from ALIASES, or 'package.module:factory' (factory(combo) -> backend), the last two with
+    options: factory(combo, **options), each option checked against the factory's declared `options`."""
+    return resolve_backend(name).make(combo)
 
 
-def supported_combinations(name: str) -> list[Combination] | None:
+def supported_combinations(name: BackendName) -> list[Combination] | None:
     """The combinations a backend's factory declares (its `combinations` attribute), or None: all."""
-    from ..vocab.combos import Combination
-
-    if name in ("", "reference") or name.startswith("broken:"):
-        if name.startswith("broken:"):
-            impl = CATALOGUE.get(name.split(":", 1)[1])
-            if impl is not None and impl.combos:
-                return [Combination.parse(c) for c in impl.combos]
-        return None
-    declared = getattr(_factory(name), "combinations", None)
-    return [Combination.parse(c) for c in declared] if declared else None
+    return resolve_backend(name).combinations()
 
 
-def keep_last_of(name: str | None) -> int | None:
+def keep_last_of(name: BackendName) -> int | None:
     """How many newest checkpoints the backend keeps on its own (its factory's `keep_last`; NVRx's local
     manager removes every older one after a save), None when it removes none. ConfigError if not a count."""
-    if not name or name == "reference" or name.startswith("broken:"):
-        return None
-    stated = getattr(_factory(name), "keep_last", None)
-    if stated is not None and (not isinstance(stated, int) or isinstance(stated, bool) or stated < 1):
-        raise ConfigError(
-            f"backend {resolve(name)}: keep_last",
-            f"must be a positive integer, got {stated!r}",
-            "give the number of newest checkpoints the backend keeps, or leave keep_last out",
-        )
-    return stated
+    return resolve_backend(name).keep_last
 
 
-def contract_of(name: str | None, combo: Combination) -> TopologyContract:
+def contract_of(name: BackendName, combo: Combination) -> TopologyContract:
     """What the backend promises across topologies for `combo`: its factory's `contract` (a mapping
     {change: "load" | "refuse"}, or a function of the combination returning one), else the preset of
     `combo`. ConfigError naming the bad entry."""
-    from ..vocab.contract import TopologyContract
-
-    if not name or name == "reference" or name.startswith("broken:"):
-        return TopologyContract.preset(combo)
-    stated = getattr(_factory(name), "contract", None)
-    if stated is None:
-        return TopologyContract.preset(combo)
-    if callable(stated):
-        stated = stated(combo)
-    return TopologyContract.parse(stated, where=f"backend {resolve(name)}: contract", source=f"stated by {name}")
+    return resolve_backend(name).contract(combo)

@@ -14,6 +14,7 @@ from ..history import FAILED, INFO, INVOKE, OK, Event, EventLog, merge_job, rank
 from ..launch import Job
 from ..vocab.combos import Combination
 from . import ways
+from .adapters import BackendRef
 from .fault_outcomes import FaultOutcome
 from .plan import JobSpec
 from .rankprog import RankPlan, run_plan
@@ -28,7 +29,7 @@ class CaseJobs:
     combo: Combination
     case_dir: str
     history: EventLog
-    backend: str
+    backend: BackendRef  # resolved once for the run (runner.adapters); its ranks get its spec
     start_method: str = "fork"
 
     @property
@@ -93,7 +94,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             case.job_dir("ranks", job_no),
             planned.ops,
             job_no,
-            case.backend,
+            case.backend.spec,
             [f.to_dict() for f in w.in_process],
             case.fault_log,
             case.job_dir("oplog", job_no),

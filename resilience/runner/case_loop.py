@@ -13,13 +13,16 @@ import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Interrupted
 from ..report.folder import INTERRUPTED, RunFolder
 from ..report.matrix_table import FRAMEWORK, FRAMEWORK_ERROR
 from ..report.result_row import ResultRow
 from ..stopping import check as check_stop, deferred
+
+if TYPE_CHECKING:
+    from .adapters import BackendName
 
 INTERRUPTIONS = (KeyboardInterrupt, Interrupted)
 
@@ -41,7 +44,7 @@ class CaseSpec:
     scenario: Any
     combo: Any
     case_dir: str
-    backend: str
+    backend: BackendName  # the run's, resolved once (runner.adapters.BackendRef), or a name run_case resolves
     fault: str | None = None
     transition: str | None = None
     extra: dict = field(default_factory=dict)
@@ -50,6 +53,11 @@ class CaseSpec:
     def __str__(self) -> str:
         """What a progress line calls the case: its combination and column (or scenario)."""
         return f"{self.combo} {self.extra.get('column') or self.fault or self.transition or self.scenario.name}"
+
+    @property
+    def backend_spec(self) -> str:
+        """The backend as a scenario file and a replay name it."""
+        return str(self.backend or self.scenario.backend)
 
 
 def judge_cases(
@@ -140,7 +148,7 @@ def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> Result
         c.combo,
         c.case_dir,
         error,
-        backend=c.backend,
+        backend=c.backend_spec,
         fault=c.fault,
         transition=c.transition,
         seconds=seconds,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checkers.case import FIRED, NEVER_FIRED, NOT_IN_BACKEND
-from ..faults import Fault, read_firings
+from ..faults import Fault, fired, read_firings
 from . import faultplan
 
 
@@ -41,6 +41,6 @@ def fault_statuses(configured: list[Fault], fault_log: str, outcomes: list[Fault
 
 
 def power_loss_fired(fault_log: str, fault: Fault) -> bool:
-    """Whether a power-loss fault fired (the file system fires one only once a rank armed it)."""
-    text = str(fault)
-    return any(f.get("action") == "power_loss" and f.get("text") == text for f in read_firings(fault_log))
+    """Whether a power-loss fault fired (the file system fires one only once a rank armed it): a firing
+    of that very record (read back and compared as a Fault, faults.firings.fired) whose action is one."""
+    return any(f.get("action") == "power_loss" for f in fired(fault, read_firings(fault_log)))

@@ -20,12 +20,13 @@ from ..faults import (
 )
 from ..faults.layout import Layout
 from ..faults.layout_damage import iteration_of
+from .adapters import BackendName
 from .aiming import OUTSIDE_SEAM
 from .learn import learn_layout
 
 
 def layout_for(
-    scenario, combo, backend: str, case_dir: str, start_method: str = "fork", io: str = "seam"
+    scenario, combo, backend: BackendName, case_dir: str, start_method: str = "fork", io: str = "seam"
 ) -> Layout | None:
     """The backend's layout, learned once from a clean save (runner.learn), when the scenario has faults
     (every fault is aimed through it); through the fault-injecting file system when `io` is fuse (it sees

@@ -16,7 +16,7 @@ from ..errors import RankFailure
 from ..faults.layout import Layout, learn
 from ..state import ModelSpec, Topology
 from ..vocab.combos import Combination
-from .adapters import make_backend, resolve
+from .adapters import BackendName, BackendRef, resolve_backend
 from .ways import FUSE
 
 _CACHE: dict[tuple, Layout] = {}
@@ -102,7 +102,7 @@ class ProbePlan:
     spec: ModelSpec
     topo: Topology
     combo: Combination
-    backend: str
+    backend: str  # the spec: a rank process resolves it itself, once
     root: str
     oplog_dir: str
     iteration: int
@@ -131,7 +131,8 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     state = TrainingState(plan.spec, plan.topo, ctx.rank)
     state.train(1)  # real optimizer state in every file; the files' names need the iteration, not its steps
     state.iteration = plan.iteration
-    backend = make_backend(plan.backend, plan.combo)
+    ref = resolve_backend(plan.backend)  # once in this rank process
+    backend = ref.make(plan.combo)
     announced: list[str] = []
     stop = phases.listen(lambda phase, info: announced.append(phase))
     try:
@@ -151,18 +152,18 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     with open(f"{plan.phases_file}.pid.{ctx.rank}", "w") as f:
         json.dump(os.getpid(), f)  # who created which file: this process, or one it started
     with open(f"{plan.reads_file}.{ctx.rank}", "w") as f:
-        json.dump(_reads_of_load(plan, ctx.rank) if plan.reads else {"ok": False, "why": "not asked"}, f)
+        json.dump(_reads_of_load(plan, ref, ctx.rank) if plan.reads else {"ok": False, "why": "not asked"}, f)
     return {"iteration": state.iteration}
 
 
-def _reads_of_load(plan: ProbePlan, rank: int) -> dict:
+def _reads_of_load(plan: ProbePlan, ref: BackendRef, rank: int) -> dict:
     """The files of the root that a load of the save just made opens for reading on this rank."""
     from ..faults.reads import ReadRecorder
     from ..state import TrainingState
 
     recorder = ReadRecorder(plan.root)
     state = TrainingState(plan.spec, plan.topo, rank)
-    backend = make_backend(plan.backend, plan.combo)
+    backend = ref.make(plan.combo)
     recorder.recording = True
     try:
         backend.load(state, plan.root)
@@ -177,7 +178,7 @@ def learn_layout(
     spec: ModelSpec,
     topo: Topology,
     combo: Combination,
-    backend: str,
+    backend: BackendName,
     folder: str,
     *,
     timeout: float = 120.0,
@@ -189,7 +190,8 @@ def learn_layout(
     layout.json); cached for the life of the process. `io` fuse: the save goes through the
     fault-injecting file system, whose log holds every file of every writer. `reads` False: which files a
     load reads may stay unknown (only damage at rest aims by it), and the probe skips loading its save."""
-    name = resolve(backend or "reference")
+    ref = resolve_backend(backend)
+    name = ref.full
     key = (name, str(combo), str(topo), _model_key(name, spec), io)
     os.makedirs(folder, exist_ok=True)
     layout = _cached(key, reads)
@@ -198,7 +200,7 @@ def learn_layout(
             layout = _cached(key, reads)  # another worker may have learned it while this one waited
             if layout is None:
                 probe = replace(spec, num_layers=topo.pp) if name == "reference" else spec  # fewer tensors
-                layout = _learn(probe, topo, combo, backend, folder, timeout, start_method, io, reads)
+                layout = _learn(probe, topo, combo, ref, folder, timeout, start_method, io, reads)
                 if kept is not None:
                     layout.save(kept + ".tmp")
                     os.replace(kept + ".tmp", kept)
@@ -223,7 +225,7 @@ def _learn(
     spec: ModelSpec,
     topo: Topology,
     combo: Combination,
-    backend: str,
+    backend: BackendName,
     folder: str,
     timeout: float,
     start_method: str,
@@ -232,13 +234,14 @@ def _learn(
 ) -> Layout:
     from ..launch import Job
 
-    make_backend(backend or "reference", combo)  # its imports happen here, once, not in every forked rank
+    backend = resolve_backend(backend)  # resolved by learn_layout: the same value
+    backend.make(combo)  # its imports happen here, once, not in every forked rank
     root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
     plan = ProbePlan(
         spec,
         topo,
         combo,
-        backend or "reference",
+        backend.spec,
         root,
         oplog,
         probe_iteration(topo.world),
@@ -284,7 +287,7 @@ def _learn(
         plan.iteration,
         {},
         oplog_dir=plan.oplog_dir,
-        hints=_hints(backend),
+        hints=backend.layout_hints,
         announced=sorted(announced),
         reads=reads or None,
         rank_pids=pids,
@@ -304,15 +307,6 @@ def _way(io: str, plan: ProbePlan, folder: str):
     os.makedirs(mountpoint, exist_ok=True)
     with mounted(plan.root, mountpoint, log=plan.oplog_dir, paths_as=plan.root):
         yield replace(plan, root=mountpoint, control=mountpoint)
-
-
-def _hints(backend: str) -> dict | None:
-    """The adapter's optional `layout_hints` ({role: [glob, ...]}) on its factory."""
-    if backend in ("", "reference") or backend.startswith("broken:"):
-        return None
-    from .adapters import _factory
-
-    return getattr(_factory(backend), "layout_hints", None)
 
 
 __all__ = ["learn_layout", "probe_iteration"]

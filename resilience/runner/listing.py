@@ -7,14 +7,14 @@ import os
 
 from ..errors import CheckpointNotFound, ConfigError, ResilienceError
 from ..vocab import Combination, valid_combinations
-from .adapters import make_backend, supported_combinations
+from .adapters import BackendName, resolve_backend
 
 FIX = "fix the adapter; `resilience adapter check` runs each of its methods once and says what it found"
 
 
-def default_combination(backend: str) -> Combination:
+def default_combination(backend: BackendName) -> Combination:
     """The combination a backend is made for when none is named: the first its factory declares."""
-    return (supported_combinations(backend) or valid_combinations())[0]
+    return (resolve_backend(backend).combinations() or valid_combinations())[0]
 
 
 def listing_problems(listed) -> list[str]:
@@ -44,7 +44,7 @@ def listing_problems(listed) -> list[str]:
     return out
 
 
-def listed_checkpoints(backend: str, root: str, combo: Combination | None = None) -> tuple[Combination, list]:
+def listed_checkpoints(backend: BackendName, root: str, combo: Combination | None = None) -> tuple[Combination, list]:
     """(the combination used, what `backend` lists under `root`, newest first). CheckpointNotFound when
     `root` is no folder; one ConfigError naming the adapter when it raises or answers outside the protocol."""
     fs_root = os.path.abspath(root)
@@ -52,8 +52,9 @@ def listed_checkpoints(backend: str, root: str, combo: Combination | None = None
         raise CheckpointNotFound(f"{root}: no such folder")
     if not os.path.isdir(fs_root):
         raise CheckpointNotFound(f"{root}: not a folder")
+    backend = resolve_backend(backend)
     combo = combo or default_combination(backend)
-    made = make_backend(backend, combo)
+    made = backend.make(combo)
     try:
         listed = made.list_checkpoints(fs_root)
     except ResilienceError:

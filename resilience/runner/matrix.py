@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
 from .fault_steps import FAULT_STEPS, fault_of
 from .scenario_model import Scenario, Step
+
+if TYPE_CHECKING:
+    from .adapters import BackendName
 
 # The adversarial state model (ramp-up, skipped iterations, wide values) with a vocabulary padded to an
 # odd 105 rows at tp1 (110 at tp2): dp 2 and dp 3 split the distributed optimizer's rows unevenly
@@ -167,7 +171,7 @@ def transition_scenario(label: str, text: str, seed: int) -> Scenario:
     return Scenario(f"matrix-{label}", steps, model, t.save, seed=seed, tags=["matrix"])
 
 
-def metadata_files_read(combo: Combination, backend: str, folder: str) -> list[str] | None:
+def metadata_files_read(combo: Combination, backend: BackendName, folder: str) -> list[str] | None:
     """The names of the metadata files a load of `combo` reads, from the backend's learned layout on the
     matrix's base topology (cached: the cases reuse it); None when it cannot be learned."""
     from .learn import learn_layout

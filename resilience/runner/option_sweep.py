@@ -9,18 +9,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..backends.options import Option, OptionSet, join_spec, show, sweep
+from ..backends.options import Option, OptionSet, show, sweep
 from ..errors import ConfigError
-from .adapters import ALIASES, declared_options, parse_backend, split
+from .adapters import BackendName, BackendRef, resolve_backend
 
 
 @dataclass(frozen=True)
 class SweepColumn:
-    """One option set of a sweep: its backend spec (what every case of it runs and its replay names)
-    and the options changed from the defaults."""
+    """One option set of a sweep: its backend (what every case of it runs; its spec is what the replay
+    names), and the options changed from the defaults."""
 
-    spec: str
+    backend: BackendRef
     options: OptionSet
+
+    @property
+    def spec(self) -> str:
+        return self.backend.spec
 
     @property
     def label(self) -> str:
@@ -30,21 +34,21 @@ class SweepColumn:
         return self.options.io is None or (self.options.io == "async") == combo.is_async
 
 
-def plan_sweep(backend: str, which: list[str] | None) -> list[SweepColumn]:
-    """The option sets of `backend` to run: `which` is None (only the spec as given), ['all'] (every
-    declared option) or option names. The spec's own options stay fixed under every set."""
-    spec = parse_backend(backend)
+def plan_sweep(backend: BackendName, which: list[str] | None) -> list[SweepColumn]:
+    """The option sets of `backend` to run, each resolved once: `which` is None (only the spec as given),
+    ['all'] (every declared option) or option names. The spec's own options stay fixed under every set."""
+    ref = resolve_backend(backend)
+    spec = ref.spec
     if not which:
-        return [SweepColumn(spec, OptionSet({}))]
-    declared = declared_options(spec)
+        return [SweepColumn(ref, OptionSet({}))]
+    declared = ref.declared_options
     if not declared:
         raise ConfigError(
             "--backend-options",
-            f"{split(spec)[0]} declares no options",
+            f"{ref.label} declares no options",
             "leave --backend-options out, or give a backend whose factory declares `options`",
         )
-    base, given = split(spec)
-    fixed = set(given)
+    fixed = set(ref.given)
     only = None if which == ["all"] else list(which)
     if only and "all" in only:
         raise ConfigError("--backend-options", "'all' cannot be mixed with option names", "give 'all' alone")
@@ -56,10 +60,7 @@ def plan_sweep(backend: str, which: list[str] | None) -> list[SweepColumn]:
                 f"drop {name}= from --backend, or leave {name} out of --backend-options",
             )
     sets = [s for s in sweep(declared, only) if not fixed & set(s.options)]
-    return [
-        SweepColumn(join_spec(base, {**given, **{k: show(v) for k, v in s.options.items()}}, alias=base in ALIASES), s)
-        for s in sets
-    ]
+    return [SweepColumn(ref.with_options(s.options) if s.options else ref, s) for s in sets]
 
 
 def refused_values(declared: tuple[Option, ...]) -> list[str]:

@@ -18,7 +18,7 @@ from ..launch.local import BLOCKED_AFTER
 from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprints import assemble, gather_pieces, generations
 from ..vocab.combos import Combination
-from .adapters import make_backend
+from .adapters import resolve_backend
 
 
 @dataclass
@@ -32,7 +32,7 @@ class RankPlan:
     history_dir: str  # rank{r}.jsonl go here
     ops: list[dict]  # {"op": "load"|"train"|"save"|"finalize", ...}
     job: int = 0
-    backend: str = "reference"
+    backend: str = "reference"  # the spec (runner.adapters): each rank process resolves it once
     faults: list[dict] = field(default_factory=list)  # in-process faults as JSON (plan.ArmedFault.to_dict)
     fault_log: str = ""  # where fired faults are reported
     oplog_dir: str = ""  # where each rank logs its file operations (power-loss states)
@@ -184,7 +184,7 @@ def run_plan(ctx, plan: RankPlan) -> dict:
                     log,
                     ops.lead,
                     fresh,
-                    make_backend(plan.backend, plan.combo),
+                    ops.ref.make(plan.combo),
                     plan,
                     op["root"],
                     {"crash_state": op["crash_state"]},
@@ -210,7 +210,8 @@ class _Ops:
         self.log, self.plan, self.rank = log, plan, rank
         self.lead = rank == 0
         self.state = TrainingState(plan.spec, plan.topo, rank)
-        self.backend = make_backend(plan.backend, plan.combo)
+        self.ref = resolve_backend(plan.backend)  # the plan's spec, resolved once in this rank process
+        self.backend = self.ref.make(plan.combo)
         self.saves = 0
         self.in_flight: tuple[str, int] | None = None  # (save id, iteration) of the async save not yet finalized
 

@@ -19,7 +19,7 @@ from ..report.result_row import FaultResult, ResultRow
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
 from . import faultplan, ways
-from .adapters import contract_of, make_backend
+from .adapters import BackendName, resolve_backend
 from .case_jobs import CaseJobs, load_crash_states, run_job
 from .evidence import evidence_from
 from .fault_outcomes import FaultOutcome, fault_statuses, power_loss_fired
@@ -76,20 +76,22 @@ def run_case(
     combo: Combination,
     case_dir: str,
     *,
-    backend: str | None = None,
+    backend: BackendName = None,
     fault: str | None = None,
     transition: str | None = None,
     start_method: str = "fork",
     io: str | None = None,
 ) -> CaseResult:
     """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`; `io` is the way
-    in-process faults reach the implementation (runner.ways: seam, fuse, auto)."""
-    backend = backend or scenario.backend
+    in-process faults reach the implementation (runner.ways: seam, fuse, auto). `backend`: the one the
+    run resolved (runner.adapters.BackendRef), or a name resolved here; None: the scenario's."""
+    ref = resolve_backend(backend or scenario.backend)
+    backend = ref.spec  # what the scenario file, the replay and the history name
     io = ways.check(io or scenario.io)
     start = time.monotonic()
-    make_backend(backend, combo)  # imports the implementation here, once, not in every forked rank
-    contract = contract_of(backend, combo)
-    way = case_way(scenario, backend, io)
+    ref.make(combo)  # imports the implementation here, once, not in every forked rank
+    contract = ref.contract(combo)
+    way = case_way(scenario, ref, io)
     os.makedirs(case_dir, exist_ok=True)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     with open(scenario_file, "w") as f:
@@ -108,7 +110,7 @@ def run_case(
         io=way,
         contract=str(contract),
     )
-    case = CaseJobs(scenario, combo, case_dir, history, backend, start_method)
+    case = CaseJobs(scenario, combo, case_dir, history, ref, start_method)
     found = _run_jobs(case, way, _learned_layout(case, way))
     history.close()
     events = case_history(case_dir)  # read once: the evidence and the timeline (CaseResult.history) take it
@@ -240,7 +242,7 @@ def _judged(case: CaseJobs, events: list[Event], contract: TopologyContract | No
     return overall, verdicts + extra, detail, faults
 
 
-def case_way(scenario: Scenario, backend: str, io: str | None) -> str:
+def case_way(scenario: Scenario, backend: BackendName, io: str | None) -> str:
     """seam or fuse for this case: fuse only when asked (or auto for a backend outside the seam) and some
     fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount. ConfigError when an
     in-process fault has no carrier on that way (it would never fire)."""

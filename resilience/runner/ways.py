@@ -25,6 +25,7 @@ from ..faults import KINDS, Fault
 from ..faults.inject import FaultyFileSystem
 from ..fusefs.injector import FuseInjector, carries_out
 from ..triggers import Carries
+from .adapters import BackendName, resolve_backend
 from .plan import ArmedFault
 
 SEAM, FUSE, AUTO = "seam", "fuse", "auto"
@@ -70,17 +71,13 @@ def check(io: str | None) -> str:
     return io
 
 
-def through_seam(backend: str) -> bool:
+def through_seam(backend: BackendName) -> bool:
     """Whether the backend declares that every byte it writes or reads goes through resilience.storage."""
-    if backend in ("", "reference") or backend.startswith("broken:"):
-        return True
-    from .adapters import _factory
-
-    return bool(getattr(_factory(backend), "io_through_seam", False))
+    return resolve_backend(backend).through_seam
 
 
-def resolve(io: str | None, backend: str) -> str:
-    """seam or fuse: auto made concrete for this backend."""
+def resolve(io: str | None, backend: BackendName) -> str:
+    """seam or fuse: auto made concrete for this backend (a name, or one resolved: runner.adapters)."""
     io = check(io)
     if io != AUTO:
         return io

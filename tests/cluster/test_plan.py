@@ -20,6 +20,7 @@ from resilience.cluster.worker import (
 from resilience.errors import ConfigError, InvalidCombination
 from resilience.faults import fault_from_dict
 from resilience.state import Topology
+from resilience.vocab.combos import Combination
 
 
 def _parse(argv):
@@ -30,7 +31,8 @@ def _parse(argv):
 
 def test_default_plan_covers_every_combination_with_one_kill_each():
     plan = _parse([])
-    assert len(plan.combos) == 6 and plan.killed() == list(plan.combos) and plan.restarts_needed() == 6
+    assert len(plan.combos) == 6 and plan.killed() == list(plan.combinations) and plan.restarts_needed() == 6
+    assert [str(c) for c in plan.combinations] == list(plan.combos)  # read once from the plan's text
     assert plan.topology(4) == Topology(2, 1, 2) and plan.topology(3) == Topology(1, 1, 3)
     killed = {"kind": "rank_crash", "target": {"rank": 3}, "trigger": {"phase": "write"}}
     assert plan.kill_record(4) == fault_from_dict(killed)
@@ -38,7 +40,7 @@ def test_default_plan_covers_every_combination_with_one_kill_each():
 
 def test_kill_last_needs_one_restart():
     plan = _parse(["--combos", "LEGACY/torch/sync", "LOCAL/torch/sync", "--kill", "last"])
-    assert plan.killed() == ["LOCAL/torch/sync"] and plan.restarts_needed() == 1
+    assert plan.killed() == [Combination.parse("LOCAL/torch/sync")] and plan.restarts_needed() == 1
 
 
 def test_plan_round_trips_through_the_worker_options():
@@ -207,3 +209,11 @@ def test_the_report_of_a_local_validation_replays_with_the_command_a_person_ran(
 
     monkeypatch.setattr("sys.argv", argv)
     assert _replay() == replay
+
+
+def test_a_plan_reads_its_combinations_once_and_writes_them_one_way():
+    plan = ClusterPlan(combos=("local/torch/sync", Combination.parse("GLOBAL/torch_dist/async")))  # type: ignore[arg-type]
+    assert plan.combos == ("LOCAL/torch/sync", "GLOBAL/torch_dist/async")  # as the plan file holds them
+    assert plan.combinations == (Combination.parse("LOCAL/torch/sync"), Combination.parse("GLOBAL/torch_dist/async"))
+    assert plan.combinations is plan.combinations  # read once
+    assert ClusterPlan.from_dict(plan.to_dict()) == plan and plan.fuse_arm(plan.combinations[1]) == 2
