@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# the types of an event, as Jepsen names them (FAILED, not FAIL: a verdict is FAIL, resilience.status)
+# the types of an event, as Jepsen names them (FAILED, not FAIL: a verdict is FAIL, resilience.verdicts)
 INVOKE, OK, FAILED, INFO = "invoke", "ok", "fail", "info"
 HISTORY_FILE = "history.jsonl"  # a case folder's merged history
 

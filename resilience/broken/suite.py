@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from ..report.result_row import ResultRow
-from ..status import FAIL
+from ..verdicts import FAIL
 from ..vocab.combos import Combination, valid_combinations
 from .catalogue import CATALOGUE, BrokenImpl
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..state import Topology
-from ..status import FAIL, FAILING, NA, PASS, REFUSED, SEVERITY, UNKNOWN, UNPROBED, WARN, Status, is_failing, worst
+from ..verdicts import FAIL, FAILING, NA, PASS, REFUSED, SEVERITY, UNKNOWN, UNPROBED, WARN, Status, is_failing, worst
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
 

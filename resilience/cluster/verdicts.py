@@ -29,7 +29,7 @@ from ..report.result_row import ResultRow
 from ..runner.evidence import evidence_from
 from ..runner.oracle import NeverStopped
 from ..state import Topology
-from ..status import summary_line
+from ..verdicts import summary_line
 from ..vocab import CheckpointType, Combination, on_every_rank, versions
 from ..vocab.folders import LOCAL_FOLDER
 from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json

@@ -216,7 +216,7 @@ def _search(opts, fuzz, Progress):
 
 def _report(outcome) -> int:
     """Print what the run found; 1 when anything failed, 0 otherwise."""
-    from ..status import summary_line
+    from ..verdicts import summary_line
 
     verdicts = [v for v, n in outcome.counts.items() if v != "rejected" for _ in range(n)]
     rejected = outcome.counts.get("rejected", 0)

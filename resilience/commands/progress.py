@@ -93,7 +93,7 @@ class Progress:
     @property
     def failed(self) -> int:
         """Cases so far whose verdict counts as not passed (status.FAILING)."""
-        from ..status import is_failing
+        from ..verdicts import is_failing
 
         return sum(n for verdict, n in self.counts.items() if is_failing(verdict))
 

@@ -132,7 +132,7 @@ def _safe(name: str) -> str:
 
 def summarize(rows: list[ResultRow], paths: dict) -> int:
     from ..report.matrix_table import is_framework_error
-    from ..status import is_failing, summary_line
+    from ..verdicts import is_failing, summary_line
 
     bad = [r for r in rows if is_failing(r.verdict)]
     broke = sum(is_framework_error(r) for r in bad)

@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Iterable
 
-from ..status import UNPROBED  # noqa: F401  (re-exported: the verdict a fault that never fired leaves)
+from ..verdicts import UNPROBED  # noqa: F401  (re-exported: the verdict a fault that never fired leaves)
 from .base import Fault, fault_from_dict
 
 

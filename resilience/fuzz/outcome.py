@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..checkers import FAIL, is_failing
 from ..report.result_row import FaultResult, ResultRow, verdict_from_dict
-from ..status import Status
+from ..verdicts import Status
 from .examples import ExampleJudge
 from .judge import BAD, write_failure
 from .options import FuzzOptions, replay_fuzz

@@ -104,7 +104,7 @@ def pytest_sessionfinish(session):
 def pytest_terminal_summary(terminalreporter, config):
     done = config.stash.get(_FINISHED, None)
     if done is not None:
-        from ..status import summary_line
+        from ..verdicts import summary_line
 
         folder, rows = done
         terminalreporter.write_line(

@@ -72,7 +72,7 @@ class TestRun:
         failing case (else the last)."""
         if not self.cases:
             return []
-        from ..status import summary_line
+        from ..verdicts import summary_line
 
         props = [("resilience_cases", str(self.cases)), ("resilience_summary", summary_line(self.statuses))]
         props += [(k, v) for k, v in self.last.items() if v]

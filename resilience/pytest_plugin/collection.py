@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..status import FAILING, NA, WARN  # what fails a scenario item, as every command counts it
+from ..verdicts import FAILING, NA, WARN  # what fails a scenario item, as every command counts it
 from .budget import FrameworkBroke
 from .case_run import run_case, xfail_reason
 from .options import options_of

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from ..fuzz.events import events_of, faults_in, tell_hypothesis
-from ..status import FAILING
+from ..verdicts import FAILING
 from .budget import BudgetSpent, in_property_test
 from .case_run import run_case
 from .options import ResilienceOptions, options_of

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 
 from ..checkers import Verdict
-from ..status import NA, PASS, REFUSED, Status
+from ..verdicts import NA, PASS, REFUSED, Status
 from .fuzz_view import kinds_drawn
 from .links import Link, case_links, scenario_file_text
 from .matrix_table import cell_of, column_of, is_framework_error, row_of, short

@@ -10,7 +10,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
-from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status
+from ..verdicts import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status
 from .causes import cause_of
 
 CSS = {PASS: "pass", WARN: "warn", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPROBED: "unprobed", NA: "na"}

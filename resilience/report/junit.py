@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..status import FAIL, NA, is_failing
+from ..verdicts import FAIL, NA, is_failing
 from .matrix_table import column_of, is_framework_error, row_of
 from .result_row import ResultRow
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
+from ..verdicts import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
 from .result_row import ResultRow
 
 SHORT: dict[str, str] = {

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..checkers import Verdict
 from ..errors import ConfigError
-from ..status import Status
+from ..verdicts import Status
 
 # 2: rows carry "schema"; a row without it was written before (version 1, the same fields otherwise)
 ROW_SCHEMA = 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..status import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, is_failing
+from ..verdicts import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, is_failing
 from .matrix_table import is_framework_error
 from .result_row import ResultRow
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..status import NA, REFUSED, WARN, summary_line
+from ..verdicts import NA, REFUSED, WARN, summary_line
 from .case_view import CaseView, case_view
 from .cluster_view import ClusterView, cluster_of
 from .fuzz_view import FuzzMode, fuzz_modes

@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 FAKE_RUN_CASE = textwrap.dedent("""
     import os, time
     from resilience.checkers import Verdict
-    from resilience.status import FAIL, PASS, WARN
+    from resilience.verdicts import FAIL, PASS, WARN
     import resilience.runner.run as run
 
 

@@ -12,7 +12,7 @@ from resilience.cli import main
 from resilience.errors import ConfigError
 from resilience.report import RunFolder
 from resilience.report.result_row import ROW_SCHEMA, FaultResult, ResultRow, rows_from_json
-from resilience.status import FAIL, PASS, UNPROBED
+from resilience.verdicts import FAIL, PASS, UNPROBED
 
 COMBO = "GLOBAL/torch_dist/sync"
 

@@ -17,7 +17,7 @@ from resilience.errors import ConfigError
 from resilience.report import RunFolder, make_run_dir
 from resilience.report.folder import make_folder
 from resilience.report.result_row import ResultRow
-from resilience.status import PASS
+from resilience.verdicts import PASS
 
 
 def _make_many(base: str, n: int) -> list[str]:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from resilience.status import FAILING, Status, is_failing, summary_line, worst
+from resilience.verdicts import FAILING, Status, is_failing, summary_line, worst
 
 
 @pytest.mark.parametrize(
