@@ -2,6 +2,6 @@
 shared storage given as a path), kills self-inflicted at an injection point and recovered by torchrun's own
 restarts; the command lines for each node; a golden corpus of checkpoints for upgrades."""
 
-from .base import ClusterPlan, Layout, TorchrunEnv
+from .spec import ClusterPlan, SharedFolder, TorchrunEnv
 
-__all__ = ["ClusterPlan", "Layout", "TorchrunEnv"]
+__all__ = ["ClusterPlan", "SharedFolder", "TorchrunEnv"]

@@ -34,7 +34,7 @@ from ..state import (
 from ..vocab.combos import Combination, valid_combinations
 from ..vocab.contract import REFUSE
 from ..vocab.versions import versions
-from .base import DEFAULT_STEPS, DEFAULT_TOPOLOGIES, read_json, slug, write_json
+from .spec import DEFAULT_STEPS, DEFAULT_TOPOLOGIES, read_json, slug, write_json
 
 if TYPE_CHECKING:
     from ..runner.adapters import BackendName

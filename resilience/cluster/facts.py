@@ -11,16 +11,16 @@ from ..faults import read_firings
 from ..report.causes import row_cause
 from ..report.result_row import ResultRow
 from ..vocab.combos import Combination
-from .base import ClusterPlan, Layout, read_json, slug
+from .spec import ClusterPlan, SharedFolder, read_json, slug
 
 
-def firings_of(layout: Layout, combo: Combination | str) -> list[dict]:
+def firings_of(shared_folder: SharedFolder, combo: Combination | str) -> list[dict]:
     """The kills that fired in `combo`: in process (per rank), or by a node's file system (limited to the
     combination's folder)."""
-    out = [f for path in layout.fault_files(combo) for f in read_firings(path)]
+    out = [f for path in shared_folder.fault_files(combo) for f in read_firings(path)]
     out += [
         f
-        for path in layout.fuse_firing_files()
+        for path in shared_folder.fuse_firing_files()
         for f in read_firings(path)
         if f"/{slug(combo)}/" in str(f.get("path", ""))
     ]
@@ -35,10 +35,10 @@ def where_killed(firing: dict) -> str:
     return f"phase {firing.get('phase') or firing.get('op')}"
 
 
-def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[ResultRow]) -> dict:
+def cluster_facts(plan: ClusterPlan, shared_folder: SharedFolder, rows: list[ResultRow]) -> dict:
     """JSON-ready facts of the run for report.view (meta["cluster"])."""
-    recorded = read_json(layout.plan, {})
-    attempts = read_json(layout.path("attempts.json"), [])
+    recorded = read_json(shared_folder.plan, {})
+    attempts = read_json(shared_folder.path("attempts.json"), [])
     start = recorded.get("started") or (attempts[0]["time"] if attempts else 0.0)
     where: dict[tuple, dict] = {}  # (attempt, rank) -> its node, host and pid
     out_attempts = []
@@ -65,8 +65,8 @@ def cluster_facts(plan: ClusterPlan, layout: Layout, rows: list[ResultRow]) -> d
     kills, combos = [], []
     by_combo = {r.combo: r for r in rows}
     for combo in plan.combos:
-        st = read_json(layout.state(combo), {})
-        for f in firings_of(layout, combo):
+        st = read_json(shared_folder.state(combo), {})
+        for f in firings_of(shared_folder, combo):
             attempt = st.get("save_started")
             rank = f.get("rank")
             seat = where.get((attempt, rank), {})

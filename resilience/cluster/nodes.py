@@ -21,7 +21,7 @@ import psutil
 
 from ..errors import ConfigError
 from ..launch.lifetime import argv_dying_with_parent
-from .base import ClusterPlan, Layout
+from .spec import ClusterPlan, SharedFolder
 from .worker import DEFAULT_TIMEOUT, STORE_FIX, plan_argv
 
 STOP_GRACE = 15.0  # seconds between SIGTERM to an agent (which stops its workers) and SIGKILL of what is left
@@ -109,17 +109,17 @@ def torchrun_commands(
         argv += plan_argv(plan)
         env = {STORE_FIX: "1"}
         if plan.io == "fuse" and (node == 0 or not one_machine):
-            argv = fuse_wrapped(argv, plan, Layout(shared), node, nnodes * nproc_per_node, torchrun)
+            argv = fuse_wrapped(argv, plan, SharedFolder(shared), node, nnodes * nproc_per_node, torchrun)
         elif plan.io == "fuse":
             from ..fusefs.node import MOUNT_ENV
 
-            env[MOUNT_ENV] = Layout(shared).mount()
+            env[MOUNT_ENV] = SharedFolder(shared).mount()
         out.append(NodeCommand(node, argv, env))
     return out
 
 
 def fuse_wrapped(
-    argv: list[str], plan: ClusterPlan, layout: Layout, node: int, world: int, torchrun: list[str] | None
+    argv: list[str], plan: ClusterPlan, shared_folder: SharedFolder, node: int, world: int, torchrun: list[str] | None
 ) -> list[str]:
     """The node's torchrun line run under resilience.fusefs.node: the fault-injecting file system mounted
     over the shared checkpoint folder at this node's mount point for as long as torchrun runs."""
@@ -131,13 +131,13 @@ def fuse_wrapped(
             "-m",
             "resilience.fusefs.node",
             "--backing",
-            layout.path("ckpt"),
+            shared_folder.path("ckpt"),
             "--mountpoint",
-            layout.mount(),
+            shared_folder.mount(),
             "--log",
-            layout.fuse_log(node),
+            shared_folder.fuse_log(node),
             "--report",
-            layout.fuse_firings(node),
+            shared_folder.fuse_firings(node),
             "--faults",
             json.dumps(records),
             "--arm-at",

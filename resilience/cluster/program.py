@@ -27,7 +27,7 @@ from ..runner.adapters import BackendRef, resolve_backend
 from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
 from ..vocab.combos import Combination
-from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, TorchrunEnv, read_json, slug, write_json
+from .spec import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, SharedFolder, TorchrunEnv, read_json, slug, write_json
 from .verdicts import finish, judge, newest_valid, row_of
 
 
@@ -40,7 +40,7 @@ def group_attempt(env: TorchrunEnv) -> int:
     return int(t.item())
 
 
-def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command: str = "") -> int:
+def run_attempt(env: TorchrunEnv, plan: ClusterPlan, shared_folder: SharedFolder, *, command: str = "") -> int:
     """One attempt on this rank; returns the process exit status (the same on every rank)."""
     attempt = group_attempt(env)
     who = (env.rank, env.restart_count, env.group_rank, socket.gethostname(), os.getpid())
@@ -48,16 +48,16 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
     lead = env.rank == 0
     decision = None
     if lead:
-        decision = _decide(env, plan, layout, attempt, everyone, command)
+        decision = _decide(env, plan, shared_folder, attempt, everyone, command)
     decision = broadcast(decision)
     if decision.get("error"):
         if lead:
             print(f"resilience validate: error: {decision['error']}", flush=True)
         return 2
     topo = Topology.from_dict(decision["topology"])
-    layout.make()  # rank 0 made the folders; on a network filesystem another node may not see them yet
+    shared_folder.create()  # rank 0 made the folders; on a network filesystem another node may not see them yet
     groups = ParallelGroups(topo, env.rank)  # every rank creates every group, once per attempt
-    log = EventLog(layout.history(env.rank), attempt, env.rank)
+    log = EventLog(shared_folder.history(env.rank), attempt, env.rank)
     if plan.io == "fuse":  # this process and its writers are this rank's, for the file system of this node
         from ..fusefs import tell
 
@@ -65,31 +65,33 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, *, command:
     try:
         backend = resolve_backend(plan.backend)  # once in this rank process, for every phase of the attempt
         for combo in decision["save"]:
-            _save_phase(env, plan, layout, topo, groups, log, attempt, backend, combo, combo in decision["kill"])
+            _save_phase(env, plan, shared_folder, topo, groups, log, attempt, backend, combo, combo in decision["kill"])
         # every combination saved and not yet resumed: those of earlier attempts, and any whose kill never fired
-        resume = broadcast(_resumable(plan, layout) if lead else None)
+        resume = broadcast(_resumable(plan, shared_folder) if lead else None)
         for combo in resume:
-            _resume_phase(env, plan, layout, topo, groups, log, attempt, backend, combo)
+            _resume_phase(env, plan, shared_folder, topo, groups, log, attempt, backend, combo)
     finally:
         log.close()
     status = None
     if lead:
-        status = finish(plan, layout, attempt, command)
+        status = finish(plan, shared_folder, attempt, command)
     return int(broadcast(status))
 
 
 # ---- coordinator: what this attempt does --------------------------------------------------------------
-def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, everyone: list, command: str) -> dict:
+def _decide(
+    env: TorchrunEnv, plan: ClusterPlan, shared_folder: SharedFolder, attempt: int, everyone: list, command: str
+) -> dict:
     try:
         topo = plan.topology(env.world)
         plan.kill_record(env.world)
     except Exception as e:
         return {"error": str(e)}
-    layout.make()
-    recorded = read_json(layout.plan)
+    shared_folder.create()
+    recorded = read_json(shared_folder.plan)
     if recorded is None:
         write_json(
-            layout.plan,
+            shared_folder.plan,
             {
                 "plan": plan.to_dict(),
                 "run_id": env.run_id,
@@ -105,17 +107,17 @@ def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, e
         or recorded.get("run_id") != env.run_id
     ):
         return {
-            "error": f"{layout.root} holds another validation run (run id {recorded.get('run_id')!r}, "
+            "error": f"{shared_folder.root} holds another validation run (run id {recorded.get('run_id')!r}, "
             f"world {recorded.get('world')}); give each run an empty shared folder"
         }
-    _append_attempt(layout, attempt, everyone)
+    _append_attempt(shared_folder, attempt, everyone)
     save: list[Combination] = []
     for combo in plan.combinations:
-        if os.path.exists(layout.result(combo)):
+        if os.path.exists(shared_folder.result(combo)):
             continue
-        st = read_json(layout.state(combo), {})
+        st = read_json(shared_folder.state(combo), {})
         if "resume_started" in st:
-            _interrupted(plan, layout, combo, st, attempt, command)
+            _interrupted(plan, shared_folder, combo, st, attempt, command)
         elif "save_started" not in st:
             save.append(combo)
     kills = [c for c in save if c in plan.killed()]
@@ -134,17 +136,17 @@ def _decide(env: TorchrunEnv, plan: ClusterPlan, layout: Layout, attempt: int, e
     return {"topology": topo.to_dict(), "save": save, "kill": kills}
 
 
-def _resumable(plan: ClusterPlan, layout: Layout) -> list[Combination]:
+def _resumable(plan: ClusterPlan, shared_folder: SharedFolder) -> list[Combination]:
     out = []
     for combo in plan.combinations:
-        st = read_json(layout.state(combo), {})
-        if "save_started" in st and "resume_started" not in st and not os.path.exists(layout.result(combo)):
+        st = read_json(shared_folder.state(combo), {})
+        if "save_started" in st and "resume_started" not in st and not os.path.exists(shared_folder.result(combo)):
             out.append(combo)
     return out
 
 
-def _append_attempt(layout: Layout, attempt: int, everyone: list) -> None:
-    path = layout.path("attempts.json")
+def _append_attempt(shared_folder: SharedFolder, attempt: int, everyone: list) -> None:
+    path = shared_folder.path("attempts.json")
     attempts = read_json(path, [])
     attempts.append(
         {
@@ -158,28 +160,32 @@ def _append_attempt(layout: Layout, attempt: int, everyone: list) -> None:
     write_json(path, attempts)
 
 
-def _interrupted(plan: ClusterPlan, layout: Layout, combo: Combination, st: dict, attempt: int, command: str) -> None:
+def _interrupted(
+    plan: ClusterPlan, shared_folder: SharedFolder, combo: Combination, st: dict, attempt: int, command: str
+) -> None:
     why = (
         f"the resume phase started on attempt {st['resume_started']} was cut short by a failure other "
         f"than the planned kill (see the node logs); a phase never runs twice"
     )
     v = Verdict("run", UNKNOWN, why)
-    write_json(layout.result(combo), row_of(plan, layout, combo, UNKNOWN, why, [v], 0.0, command).to_dict())
+    write_json(
+        shared_folder.result(combo), row_of(plan, shared_folder, combo, UNKNOWN, why, [v], 0.0, command).to_dict()
+    )
 
 
-def _mark(layout: Layout, combo: Combination, **fields) -> None:
-    st = read_json(layout.state(combo), {})
+def _mark(shared_folder: SharedFolder, combo: Combination, **fields) -> None:
+    st = read_json(shared_folder.state(combo), {})
     st.update(fields)
-    write_json(layout.state(combo), st)
+    write_json(shared_folder.state(combo), st)
 
 
 # ---- the phases (every rank) ---------------------------------------------------------------------------
-def checkpoint_root(plan: ClusterPlan, layout: Layout, env: TorchrunEnv, combo: Combination) -> str:
+def checkpoint_root(plan: ClusterPlan, shared_folder: SharedFolder, env: TorchrunEnv, combo: Combination) -> str:
     """Where this rank saves and loads `combo`: the shared folder, or under io fuse the same folder seen
     through the file system this node mounted over it."""
     if plan.io == "fuse":
         return os.path.join(fuse_mount(), slug(combo))
-    return layout.ckpt(combo)
+    return shared_folder.ckpt(combo)
 
 
 def fuse_mount() -> str:
@@ -199,7 +205,7 @@ def fuse_mount() -> str:
 def _save_phase(
     env: TorchrunEnv,
     plan: ClusterPlan,
-    layout: Layout,
+    shared_folder: SharedFolder,
     topo: Topology,
     groups,
     log: EventLog,
@@ -211,9 +217,9 @@ def _save_phase(
     from ..faults import inject
 
     lead = env.rank == 0
-    root = checkpoint_root(plan, layout, env, combo)
+    root = checkpoint_root(plan, shared_folder, env, combo)
     if lead:
-        _mark(layout, combo, save_started=attempt, kill_armed=armed, topology=str(topo), host=platform.node())
+        _mark(shared_folder, combo, save_started=attempt, kill_armed=armed, topology=str(topo), host=platform.node())
     dist.barrier()
     backend = ref.make(combo)
     state = TrainingState(plan.spec, topo, env.rank, groups)
@@ -233,7 +239,7 @@ def _save_phase(
                 [plan.kill_record(env.world)],
                 rank=env.rank,
                 world=env.world,
-                report=layout.faults(combo, env.rank),
+                report=shared_folder.faults(combo, env.rank),
             )
             if last and armed and plan.io == "seam"
             else contextlib.nullcontext()
@@ -245,7 +251,7 @@ def _save_phase(
                 backend.finalize()
         log.ok("save", combo=str(combo), iteration=state.iteration)
     if lead:
-        _mark(layout, combo, save_done=attempt)
+        _mark(shared_folder, combo, save_done=attempt)
         print(
             f"[attempt {attempt}] {combo}: saved iterations "
             f"{[sum(TRAIN_BEFORE[: k + 1]) for k in range(len(TRAIN_BEFORE))]}"
@@ -258,7 +264,7 @@ def _save_phase(
 def _resume_phase(
     env: TorchrunEnv,
     plan: ClusterPlan,
-    layout: Layout,
+    shared_folder: SharedFolder,
     topo: Topology,
     groups,
     log: EventLog,
@@ -267,12 +273,12 @@ def _resume_phase(
     combo: Combination,
 ) -> None:
     lead = env.rank == 0
-    root = checkpoint_root(plan, layout, env, combo)
+    root = checkpoint_root(plan, shared_folder, env, combo)
     started = time.monotonic()
     backend = ref.make(combo)
     newest = None
     if lead:
-        _mark(layout, combo, resume_started=attempt)
+        _mark(shared_folder, combo, resume_started=attempt)
         newest = newest_valid(backend, root, combo)
     newest = broadcast(newest)
     state = TrainingState(plan.spec, topo, env.rank, groups)
@@ -322,7 +328,7 @@ def _resume_phase(
         if lead:
             after = newest_valid(backend, root, combo)
     if lead:
-        row = judge(plan, layout, combo, topo, attempt, newest, after, time.monotonic() - started)
-        write_json(layout.result(combo), row.to_dict())
+        row = judge(plan, shared_folder, combo, topo, attempt, newest, after, time.monotonic() - started)
+        write_json(shared_folder.result(combo), row.to_dict())
         print(f"[attempt {attempt}] {combo}: {row.verdict}: {row.detail[:300]}", flush=True)
     dist.barrier()

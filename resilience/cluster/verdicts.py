@@ -32,8 +32,8 @@ from ..state import Topology
 from ..verdicts import summary_line
 from ..vocab import CheckpointType, Combination, on_every_rank, versions
 from ..vocab.folders import LOCAL_FOLDER
-from .base import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, Layout, read_json, write_json
 from .facts import cluster_facts, firings_of
+from .spec import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, SharedFolder, read_json, write_json
 
 SUMMARY_FORMAT = "resilience-cluster-validation"
 SUMMARY_VERSION = 1
@@ -54,12 +54,14 @@ def newest_valid(backend, root: str, combo: Combination) -> int | None:
     return max((c.iteration for c in found), default=None)
 
 
-def _evidence(plan: ClusterPlan, layout: Layout, combo: Combination, topo: Topology, firings: list[dict]) -> Evidence:
+def _evidence(
+    plan: ClusterPlan, shared_folder: SharedFolder, combo: Combination, topo: Topology, firings: list[dict]
+) -> Evidence:
     # every rank's history (its events name their combination): a save is acknowledged only once it
     # returned on every rank
     label = str(combo)
     events = sorted(
-        (e for r in range(topo.world) for e in read_events(layout.history(r)) if e.value.get("combo") == label),
+        (e for r in range(topo.world) for e in read_events(shared_folder.history(r)) if e.value.get("combo") == label),
         key=lambda e: (e.job, e.time),
     )
     ev = evidence_from(
@@ -76,7 +78,7 @@ def _evidence(plan: ClusterPlan, layout: Layout, combo: Combination, topo: Topol
 
 def judge(
     plan: ClusterPlan,
-    layout: Layout,
+    shared_folder: SharedFolder,
     combo: Combination,
     topo: Topology,
     attempt: int,
@@ -86,11 +88,11 @@ def judge(
     command: str = "",
 ) -> ResultRow:
     """The result row of one combination, after its resume phase (rank 0)."""
-    st = read_json(layout.state(combo), {})
-    firings = firings_of(layout, combo)
+    st = read_json(shared_folder.state(combo), {})
+    firings = firings_of(shared_folder, combo)
     for f in firings:
         f["attempt"] = st.get("save_started")
-    ev = _evidence(plan, layout, combo, topo, firings)
+    ev = _evidence(plan, shared_folder, combo, topo, firings)
     verdicts = [run_checker(c, ev) for c in (AtomicCommit(), Durability(), ResumeEquivalence())]
     verdicts.append(_restart_verdict(plan, combo, st, firings, attempt, topo.world))
     load = ev.loads[-1] if ev.loads else None
@@ -98,7 +100,14 @@ def judge(
     verdicts.append(run_checker(SaveOutcomes(), ev))  # last: rows keep the order readers index them by
     status = worst(v.status for v in verdicts)
     return row_of(
-        plan, layout, combo, status, _detail(status, verdicts, load, newest, st, firings), verdicts, seconds, command
+        plan,
+        shared_folder,
+        combo,
+        status,
+        _detail(status, verdicts, load, newest, st, firings),
+        verdicts,
+        seconds,
+        command,
     )
 
 
@@ -211,7 +220,7 @@ def _detail(
 
 def row_of(
     plan: ClusterPlan,
-    layout: Layout,
+    shared_folder: SharedFolder,
     combo: Combination,
     status: Status,
     detail: str,
@@ -228,23 +237,23 @@ def row_of(
         seconds,
         tuple(verdicts),
         fault=f"rank_crash phase={plan.kill_phase}",
-        case_dir=layout.ckpt(combo),
-        replay=command or read_json(layout.plan, {}).get("command", ""),
+        case_dir=shared_folder.ckpt(combo),
+        replay=command or read_json(shared_folder.plan, {}).get("command", ""),
         column=f"kill@{plan.kill_phase}",
     )
 
 
-def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -> int:
+def finish(plan: ClusterPlan, shared_folder: SharedFolder, attempt: int, command: str = "") -> int:
     """Rank 0: once every combination has a result, write the report and the summary; the exit status."""
     from ..report import write_run_files
 
-    missing = [c for c in plan.combos if not os.path.exists(layout.result(c))]
+    missing = [c for c in plan.combos if not os.path.exists(shared_folder.result(c))]
     if missing:
         print(f"[attempt {attempt}] no result yet for {', '.join(missing)}", flush=True)
         return 1
-    rows = [ResultRow.from_dict(read_json(layout.result(c))) for c in plan.combos]
-    recorded = read_json(layout.plan, {})
-    facts = cluster_facts(plan, layout, rows)
+    rows = [ResultRow.from_dict(read_json(shared_folder.result(c))) for c in plan.combos]
+    recorded = read_json(shared_folder.plan, {})
+    facts = cluster_facts(plan, shared_folder, rows)
     meta = {
         "title": "resilience validate: cluster kill and resume",
         "seed": plan.spec.seed,
@@ -253,7 +262,7 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
         "kind": "validate",
         "cluster": facts,
     }
-    paths = write_run_files(layout.report, rows, meta)
+    paths = write_run_files(shared_folder.report, rows, meta)
     # a combination where nothing could be judged did not validate either
     bad = [r for r in rows if is_failing(r.verdict) or r.verdict == NA]
     summary = {
@@ -275,10 +284,10 @@ def finish(plan: ClusterPlan, layout: Layout, attempt: int, command: str = "") -
             {"combo": r.combo, "verdict": r.verdict.value, "detail": r.detail, "cause": c["cause"]}
             for r, c in zip(rows, facts["combos"])
         ],
-        "report": {k: os.path.relpath(v, layout.root) for k, v in paths.items()},
+        "report": {k: os.path.relpath(v, shared_folder.root) for k, v in paths.items()},
     }
-    write_json(layout.summary, summary)
-    print(render_summary(summary, layout.root), flush=True)
+    write_json(shared_folder.summary, summary)
+    print(render_summary(summary, shared_folder.root), flush=True)
     return summary["exit_status"]
 
 
@@ -319,8 +328,8 @@ def _ranks(ranks: list[int]) -> str:
     )
 
 
-def read_summary(layout: Layout) -> dict | None:
-    doc = read_json(layout.summary)
+def read_summary(shared_folder: SharedFolder) -> dict | None:
+    doc = read_json(shared_folder.summary)
     if doc is not None and (doc.get("format") != SUMMARY_FORMAT or doc.get("version", 0) > SUMMARY_VERSION):
         return None
     return doc

@@ -19,7 +19,7 @@ from ..errors import ConfigError, ResilienceError
 from ..launch.lifetime import die_with_parent
 from ..state import ModelSpec
 from ..vocab.phases import PHASES
-from .base import KILL_POLICIES, ClusterPlan, Layout, TorchrunEnv
+from .spec import KILL_POLICIES, ClusterPlan, SharedFolder, TorchrunEnv
 
 DEFAULT_TIMEOUT = 300.0
 STORE_FIX = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
     try:
-        return run_attempt(env, plan, Layout(args.shared), command=command)
+        return run_attempt(env, plan, SharedFolder(args.shared), command=command)
     finally:
         dist.destroy_process_group()
 

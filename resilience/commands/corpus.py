@@ -13,7 +13,7 @@ from .common import combination_arg, positive_int, seconds, topology_arg
 
 
 def register(sub) -> None:
-    from ..cluster.base import DEFAULT_STEPS, DEFAULT_TOPOLOGIES
+    from ..cluster.spec import DEFAULT_STEPS, DEFAULT_TOPOLOGIES
 
     p = sub.add_parser(
         "corpus",

@@ -59,20 +59,20 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..cluster import Layout
+    from ..cluster import SharedFolder
     from ..cluster.verdicts import read_summary, render_summary
     from ..cluster.worker import plan_from_args
     from ..errors import ConfigError
 
     if args.show:
-        summary = read_summary(Layout(args.show))
+        summary = read_summary(SharedFolder(args.show))
         if summary is None:
             raise ConfigError(
                 "show",
                 f"{args.show} holds no finished validation (no summary.json)",
                 "wait for the last attempt to end, or read its node logs",
             )
-        print(render_summary(summary, Layout(args.show).root))
+        print(render_summary(summary, SharedFolder(args.show).root))
         return summary["exit_status"]
     plan = plan_from_args(args)
     if args.shared and args.out:
@@ -176,7 +176,7 @@ def _replay() -> str:
 
 
 def _run_local(args, plan) -> int:
-    from ..cluster import Layout
+    from ..cluster import SharedFolder
     from ..cluster.nodes import free_port, new_run_id, run_local, this_python_torchrun
     from ..cluster.verdicts import read_summary, render_summary
     from ..cluster.worker import REPLAY_ENV
@@ -211,7 +211,7 @@ def _run_local(args, plan) -> int:
     outcome = run_local(
         cmds, timeout=args.run_timeout, log_dir=os.path.join(shared, "logs"), tmp_dir=os.path.join(shared, "tmp")
     )
-    summary = read_summary(Layout(shared))
+    summary = read_summary(SharedFolder(shared))
     print(
         f"agents exited with {outcome.exit_codes} after {outcome.seconds:.1f} s"
         + (f"; stopped at the --run-timeout of {args.run_timeout:g} s" if outcome.timed_out else "")

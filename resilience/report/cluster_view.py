@@ -39,7 +39,7 @@ class ClusterView:
     files: list[tuple[str, str]] = field(default_factory=list)  # (label, href from the report) of the evidence
 
 
-# the evidence a validation keeps in its shared folder, beside report/ (cluster.base.Layout)
+# the evidence a validation keeps in its shared folder, beside report/ (cluster.base.SharedFolder)
 SHARED_FILES = (
     ("histories", "history"),
     ("kills fired", "faults"),

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from resilience.cli import main
-from resilience.cluster import ClusterPlan, Layout
+from resilience.cluster import ClusterPlan, SharedFolder
 from resilience.cluster.nodes import free_port, run_local, this_python_torchrun, torchrun_commands
 from resilience.cluster.verdicts import read_summary
 from resilience.faults import read_firings
@@ -62,20 +62,20 @@ def test_kill_restart_and_resume_from_the_newest_valid_checkpoint(tmp_path, caps
     plan = ClusterPlan(combos=("LEGACY/torch/sync", "GLOBAL/torch_dist/async"), kill="last")
     shared, outcome = _run(tmp_path, plan)
     assert outcome.ok, f"exit codes {outcome.exit_codes} after {outcome.seconds:.0f} s\n{_tail(outcome.logs)}"
-    layout = Layout(str(shared))
-    summary = read_summary(layout)
+    shared_folder = SharedFolder(str(shared))
+    summary = read_summary(shared_folder)
     assert summary["ok"] and summary["exit_status"] == 0 and summary["attempts"] == 2, summary
     assert summary["world"] == 4 and summary["topology"] == {"tp": 2, "pp": 1, "dp": 2}
 
     # the kill: rank 3 (second node) SIGKILLed itself as its write of iteration 4 began, on attempt 0
-    firings = read_firings(layout.faults("GLOBAL/torch_dist/async", 3))
+    firings = read_firings(shared_folder.faults("GLOBAL/torch_dist/async", 3))
     assert [(f["rank"], f["phase"], f["action"]) for f in firings] == [(3, "write", "sigkill")]
-    attempts = json.loads(open(layout.path("attempts.json")).read())
+    attempts = json.loads(open(shared_folder.path("attempts.json")).read())
     assert [a["attempt"] for a in attempts] == [0, 1]
     assert len({r["pid"] for a in attempts for r in a["ranks"]}) == 8  # torchrun started new processes
     assert max(r["restart_count"] for r in attempts[1]["ranks"]) == 1
 
-    results = {r["combo"]: r for r in json.loads(open(layout.path("report", "results.json")).read())}
+    results = {r["combo"]: r for r in json.loads(open(shared_folder.path("report", "results.json")).read())}
     for combo, loaded in (("GLOBAL/torch_dist/async", 3), ("LEGACY/torch/sync", 4)):
         row = results[combo]
         assert row["verdict"] == "PASS", row
@@ -99,7 +99,7 @@ def test_validate_local_all_six_combinations_one_kill_each(tmp_path, capsys):
     code = main(["validate", "--local", "--shared", str(shared), "--timeout", "90", "--run-timeout", "900"])
     out = capsys.readouterr().out
     assert code == 0, out + _tail(sorted(str(p) for p in (shared / "logs").glob("node*.log")))
-    summary = read_summary(Layout(str(shared)))
+    summary = read_summary(SharedFolder(str(shared)))
     assert summary["attempts"] == 7 and [r["verdict"] for r in summary["results"]] == ["PASS"] * 6
     assert "6 passed, 0 not passed; report: " in out
     assert _ours(str(shared)) == []
@@ -111,7 +111,7 @@ def test_a_broken_implementation_fails_the_validation(tmp_path):
     plan = ClusterPlan(combos=("GLOBAL/torch_dist/sync",), backend="broken:tracker_before_data")
     shared, outcome = _run(tmp_path, plan)
     assert outcome.exit_codes != [0, 0] and not outcome.timed_out, _tail(outcome.logs)
-    summary = read_summary(Layout(str(shared)))
+    summary = read_summary(SharedFolder(str(shared)))
     assert summary is not None and summary["exit_status"] == 1, _tail(outcome.logs)
     assert summary["results"][0]["verdict"] == "FAIL"
     assert "durability" in summary["results"][0]["detail"] and "newest_valid" in summary["results"][0]["detail"]
@@ -126,12 +126,12 @@ def test_through_the_file_system_each_node_mounts_the_kill_strikes_at_a_byte(tmp
     plan = ClusterPlan(combos=("GLOBAL/torch_dist/sync",), kill="last", io="fuse")
     shared, outcome = _run(tmp_path, plan)
     assert outcome.ok, f"exit codes {outcome.exit_codes} after {outcome.seconds:.0f} s\n{_tail(outcome.logs)}"
-    layout = Layout(str(shared))
-    summary = read_summary(layout)
+    shared_folder = SharedFolder(str(shared))
+    summary = read_summary(shared_folder)
     assert summary["ok"] and summary["attempts"] == 2, summary
-    firings = [f for p in layout.fuse_firing_files() for f in read_firings(p)]
+    firings = [f for p in shared_folder.fuse_firing_files() for f in read_firings(p)]
     assert [(f["rank"], f["action"], f["via"]) for f in firings] == [(3, "sigkill", "fuse")]
-    row = json.loads(open(layout.path("report", "results.json")).read())[0]
+    row = json.loads(open(shared_folder.path("report", "results.json")).read())[0]
     restart = {v["checker"]: v for v in row["checkers"]}["kill_and_restart"]
     assert restart["status"] == "PASS" and "SIGKILLed at byte 256 of" in restart["detail"], restart
-    assert not os.path.ismount(layout.mount()) and _ours(str(shared)) == []
+    assert not os.path.ismount(shared_folder.mount()) and _ours(str(shared)) == []

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from resilience.cluster.base import ClusterPlan, Layout, write_json
+from resilience.cluster.spec import ClusterPlan, SharedFolder, write_json
 from resilience.cluster.verdicts import finish, render_summary
 from resilience.report.browser import dump_dom
 from resilience.report.causes import cause_of
@@ -39,14 +39,14 @@ def _row(combo: str, verdict: str, detail: str, checkers: list[dict]) -> dict:
     }
 
 
-def make_validation(tmp_path) -> Layout:
+def make_validation(tmp_path) -> SharedFolder:
     """The shared folder of a finished two-node validation: GLOBAL killed at phase write on attempt 0 and
     resumed on attempt 1 (PASS); LEGACY resumed to a state that differs from its save (FAIL)."""
     plan = ClusterPlan(combos=(KILLED, WRONG))
-    layout = Layout(str(tmp_path / "shared"))
-    layout.make()
+    shared_folder = SharedFolder(str(tmp_path / "shared"))
+    shared_folder.create()
     write_json(
-        layout.plan,
+        shared_folder.plan,
         {
             "plan": plan.to_dict(),
             "run_id": "run-7",
@@ -58,7 +58,7 @@ def make_validation(tmp_path) -> Layout:
     )
     seats = [(0, "alpha", 0), (1, "alpha", 0), (2, "beta", 1), (3, "beta", 1)]
     write_json(
-        layout.path("attempts.json"),
+        shared_folder.path("attempts.json"),
         [
             {
                 "attempt": a,
@@ -71,18 +71,18 @@ def make_validation(tmp_path) -> Layout:
             for a in (0, 1)
         ],
     )
-    write_json(layout.state(KILLED), {"save_started": 0, "kill_armed": True, "resume_started": 1})
-    write_json(layout.state(WRONG), {"save_started": 0, "kill_armed": True, "save_done": 0, "resume_started": 1})
-    with open(layout.faults(KILLED, 3), "w") as f:
+    write_json(shared_folder.state(KILLED), {"save_started": 0, "kill_armed": True, "resume_started": 1})
+    write_json(shared_folder.state(WRONG), {"save_started": 0, "kill_armed": True, "save_done": 0, "resume_started": 1})
+    with open(shared_folder.faults(KILLED, 3), "w") as f:
         f.write(
             json.dumps(
                 {"kind": "rank_crash", "rank": 3, "pid": 1003, "time": T0 + 12.5, "phase": "write", "action": "sigkill"}
             )
             + "\n"
         )
-    write_json(layout.result(KILLED), _row(KILLED, "PASS", "the save of iteration 4 was cut by the kill", []))
+    write_json(shared_folder.result(KILLED), _row(KILLED, "PASS", "the save of iteration 4 was cut by the kill", []))
     write_json(
-        layout.result(WRONG),
+        shared_folder.result(WRONG),
         _row(
             WRONG,
             "FAIL",
@@ -98,8 +98,8 @@ def make_validation(tmp_path) -> Layout:
             ],
         ),
     )
-    assert finish(plan, layout, 1) == 1
-    return layout
+    assert finish(plan, shared_folder, 1) == 1
+    return shared_folder
 
 
 def check_validate_page(dom) -> None:
@@ -131,8 +131,8 @@ def check_validate_page(dom) -> None:
 
 
 def test_validate_report_shows_nodes_attempts_restarts_kills_and_why_a_load_was_wrong(tmp_path, capsys):
-    layout = make_validation(tmp_path)
-    page = parse(open(os.path.join(layout.report, "report.html")).read())
+    shared_folder = make_validation(tmp_path)
+    page = parse(open(os.path.join(shared_folder.report, "report.html")).read())
     check_validate_page(page)
     # where the evidence lies: the shared folder beside the report, linked from it
     files = {a.text: a.attrs["href"] for a in page.by_id("cluster-files").find_all("a")}
@@ -142,17 +142,17 @@ def test_validate_report_shows_nodes_attempts_restarts_kills_and_why_a_load_was_
         "attempts": "../attempts.json",
         "checkpoints": "../ckpt/",
     }
-    assert all(os.path.exists(os.path.join(layout.report, href)) for href in files.values())
-    md = open(os.path.join(layout.report, "report.md")).read()
+    assert all(os.path.exists(os.path.join(shared_folder.report, href)) for href in files.values())
+    md = open(os.path.join(shared_folder.report, "report.md")).read()
     assert "evidence in the shared folder: [histories](../history/) · [kills fired](../faults/) · [attempts]" in md
     assert f"| {WRONG} | attempt 0 | armed, never fired | attempt 1 | FAIL **value**: resume_equivalence:" in md
     assert (
         "- killed: rank 3 (node 1, beta, pid 1003) at phase write of GLOBAL/torch_dist/sync on attempt 0, "
         "12.5 s into the run" in md
     )
-    summary = json.load(open(layout.summary))
+    summary = json.load(open(shared_folder.summary))
     assert summary["restarts"] == 1 and [n["host"] for n in summary["nodes"]] == ["alpha", "beta"]
-    text = render_summary(summary, layout.root)
+    text = render_summary(summary, shared_folder.root)
     assert "  nodes: node 0 on alpha (ranks 0, 1); node 1 on beta (ranks 2, 3)" in text
     assert "  killed: rank 3 (node 1, beta, pid 1003) at phase write of GLOBAL/torch_dist/sync on attempt 0" in text
     (line,) = [ln for ln in text.splitlines() if ln.strip().startswith(WRONG)]
@@ -284,7 +284,7 @@ def test_a_cause_is_one_word(text, cause):
 
 
 def test_validate_and_corpus_reports_in_a_browser(tmp_path, browser):
-    layout = make_validation(tmp_path)
-    check_validate_page(parse(dump_dom(os.path.join(layout.report, "report.html"))))
+    shared_folder = make_validation(tmp_path)
+    check_validate_page(parse(dump_dom(os.path.join(shared_folder.report, "report.html"))))
     paths = write_corpus_report(str(tmp_path), VERIFICATION)
     check_corpus_page(parse(dump_dom(paths["report.html"])))

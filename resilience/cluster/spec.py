@@ -1,4 +1,4 @@
-"""What a cluster validation run is: its plan, the torchrun environment of a rank, and the layout of the
+"""What a cluster validation run is: its plan, the torchrun environment of a rank, and the
 shared folder every node writes its evidence to."""
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ class TorchrunEnv:
         )
 
 
-class Layout:
+class SharedFolder:
     """The shared folder of one validation run (every node sees the same path)."""
 
     def __init__(self, shared: str):
@@ -251,7 +251,7 @@ class Layout:
     def report(self) -> str:
         return self.path("report")
 
-    def make(self) -> None:
+    def create(self) -> None:
         for sub in ("ckpt", "state", "results", "history", "faults", "report"):
             os.makedirs(self.path(sub), exist_ok=True)
 
