@@ -5,6 +5,6 @@ checker should catch it; the suite (resilience.broken.suite) runs the matrix ove
 
 from __future__ import annotations
 
-from .catalogue import CATALOGUE, BrokenImpl, make
+from .catalogue import CATALOGUE, BrokenImpl, make_broken
 
-__all__ = ["CATALOGUE", "BrokenImpl", "make"]
+__all__ = ["CATALOGUE", "BrokenImpl", "make_broken"]

@@ -1,5 +1,5 @@
 """The catalogue of the broken implementations: each by its name, what it breaks, which checker should
-catch it and in which matrix column, and `make(name, combo)`, what `--backend broken:NAME` makes (the
+catch it and in which matrix column, and `make_broken(name, combo)`, what `--backend broken:NAME` makes (the
 implementations themselves are resilience.broken.impls). It sits below the runner, which makes them, and
 above the implementations it names."""
 
@@ -12,7 +12,7 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class BrokenImpl:
-    """One broken implementation: `make(name, combo)` makes it (resilience.broken.impls.<name>)."""
+    """One broken implementation: `make_broken(name, combo)` makes it (resilience.broken.impls.<name>)."""
 
     name: str
     bug: str
@@ -188,7 +188,7 @@ CATALOGUE = {
 }
 
 
-def make(name: str, combo):
+def make_broken(name: str, combo):
     """The broken backend `name` for `combo`."""
     from . import impls  # torch and the reference: only once a broken backend is made
 

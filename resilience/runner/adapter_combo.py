@@ -12,7 +12,7 @@ from ..errors import ResilienceError
 from ..state import Transition
 from ..vocab import Combination
 from ..vocab.contract import LOAD, REFUSE
-from .adapter_jobs import FIRST, SECOND, TOPOLOGIES, CheckPlan, run_job
+from .adapter_jobs import FIRST, SECOND, TOPOLOGIES, CheckJob, run_job
 from .adapters import BackendRef
 from .matrix import MODEL
 
@@ -129,7 +129,7 @@ def check_combo(backend: BackendRef, combo: Combination, work: str, timeout: flo
     base = os.path.join(work, str(combo).replace("/", "-"))
     for sub in ("facts", "empty", "logs"):
         os.makedirs(os.path.join(base, sub), exist_ok=True)
-    plan = CheckPlan(
+    plan = CheckJob(
         MODEL,
         a,
         combo,
@@ -149,7 +149,7 @@ def check_combo(backend: BackendRef, combo: Combination, work: str, timeout: flo
     _judge_listing(check, _first(lead, "listing"), backend, failed)
     _judge_same_load(check, _first(lead, "load_same"), saved, a, failed)
 
-    plan_b = CheckPlan(MODEL, b, combo, backend.spec, plan.root, plan.empty, plan.own_root, plan.facts, "second")
+    plan_b = CheckJob(MODEL, b, combo, backend.spec, plan.root, plan.empty, plan.own_root, plan.facts, "second")
     ranks_b, failed_b = run_job(plan_b, timeout, os.path.join(base, "logs", "second"))
     lead_b = ranks_b[0]
     contract = backend.contract(combo)
@@ -163,7 +163,7 @@ def check_combo(backend: BackendRef, combo: Combination, work: str, timeout: flo
     if own_saved.get("fingerprint") is None:
         check.notes.append(f"no change of dp alone was tried ({b}->{c}): the save on {b} did not finish")
     else:
-        plan_c = CheckPlan(MODEL, c, combo, backend.spec, plan.root, plan.empty, plan.own_root, plan.facts, "dp")
+        plan_c = CheckJob(MODEL, c, combo, backend.spec, plan.root, plan.empty, plan.own_root, plan.facts, "dp")
         ranks_c, failed_c = run_job(plan_c, timeout, os.path.join(base, "logs", "dp"))
         moved = _first(ranks_c[0], "load_dp")
         _judge_moved(check, combo, Transition(b, c), moved, failed_c, own_saved["fingerprint"], contract)

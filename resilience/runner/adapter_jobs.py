@@ -21,7 +21,7 @@ FIRST, SECOND = 2, 3  # the iterations saved on the first topology
 
 
 @dataclass
-class CheckPlan:
+class CheckJob:
     spec: ModelSpec
     topo: Topology
     combo: Combination
@@ -35,7 +35,7 @@ class CheckPlan:
 
 # ---- in each rank process -----------------------------------------------------------------------------
 class _Facts:
-    def __init__(self, plan: CheckPlan, rank: int):
+    def __init__(self, plan: CheckJob, rank: int):
         self.path = os.path.join(plan.facts, f"{plan.job}.rank{rank}.jsonl")
 
     def put(self, step: str, **facts) -> None:
@@ -66,7 +66,7 @@ def _result(value) -> dict:
     }
 
 
-def _load(facts: _Facts, step: str, backend, plan: CheckPlan, rank: int, root: str, *, fingerprint: bool):
+def _load(facts: _Facts, step: str, backend, plan: CheckJob, rank: int, root: str, *, fingerprint: bool):
     from ..state import TrainingState
     from .rankprog import digests_of
 
@@ -94,7 +94,7 @@ def _save(facts: _Facts, step: str, backend, state, root: str) -> None:
     facts.put(step, iteration=state.iteration, in_flight=in_flight, finalized=done)
 
 
-def _check_rank(ctx, plan: CheckPlan) -> dict:
+def _check_rank(ctx, plan: CheckJob) -> dict:
     import torch.distributed as dist
 
     from ..state import TrainingState
@@ -139,7 +139,7 @@ def _check_rank(ctx, plan: CheckPlan) -> dict:
     return {}
 
 
-def _read(plan: CheckPlan, world: int) -> list[dict[str, list[dict]]]:
+def _read(plan: CheckJob, world: int) -> list[dict[str, list[dict]]]:
     """Per rank: step -> the facts it wrote for that step, in order."""
     out = []
     for r in range(world):
@@ -154,7 +154,7 @@ def _read(plan: CheckPlan, world: int) -> list[dict[str, list[dict]]]:
     return out
 
 
-def run_job(plan: CheckPlan, timeout: float, log_dir: str) -> tuple[list[dict[str, list[dict]]], str]:
+def run_job(plan: CheckJob, timeout: float, log_dir: str) -> tuple[list[dict[str, list[dict]]], str]:
     """One job of the check on real ranks: per rank, the facts it wrote (step -> facts); and how the job
     failed, "" when it did not."""
     from ..launch import Job

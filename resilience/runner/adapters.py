@@ -17,7 +17,7 @@ from typing import Any
 
 from ..backends.base import CheckpointBackend, FactoryTraits, traits_of, with_defaults
 from ..backends.options import Option, join_spec, resolve_options, show, split_spec
-from ..broken.catalogue import CATALOGUE, make as make_broken
+from ..broken.catalogue import CATALOGUE, make_broken
 from ..errors import ConfigError
 from ..launch import heap
 from ..vocab.combos import Combination

@@ -17,7 +17,7 @@ from . import ways
 from .adapters import BackendRef
 from .fault_outcomes import FaultOutcome
 from .plan import JobSpec
-from .rankprog import RankPlan, run_plan
+from .rankprog import RankJob, run_plan
 from .scenario import Scenario
 
 
@@ -86,7 +86,7 @@ def run_job(
 def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way: str, timeout, outcomes):
     """The job's ranks, run to their end under its faults (the nemesis's beside them); the job's outcome."""
     with ways.job_way(way, root, case.case_dir, job_no, planned.faults, case.fault_log) as w:
-        plan = RankPlan(
+        plan = RankJob(
             spec,
             planned.topo,
             case.combo,

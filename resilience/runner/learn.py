@@ -98,7 +98,7 @@ def _model_key(backend: str, spec: ModelSpec) -> str:
 
 
 @dataclass
-class ProbePlan:
+class ProbeJob:
     spec: ModelSpec
     topo: Topology
     combo: Combination
@@ -117,7 +117,7 @@ def probe_iteration(world: int) -> int:
     return max(13, world + 2)
 
 
-def _probe_rank(ctx, plan: ProbePlan) -> dict:
+def _probe_rank(ctx, plan: ProbeJob) -> dict:
     import torch.distributed as dist
 
     from ..faults import inject
@@ -156,7 +156,7 @@ def _probe_rank(ctx, plan: ProbePlan) -> dict:
     return {"iteration": state.iteration}
 
 
-def _reads_of_load(plan: ProbePlan, ref: BackendRef, rank: int) -> dict:
+def _reads_of_load(plan: ProbeJob, ref: BackendRef, rank: int) -> dict:
     """The files of the root that a load of the save just made opens for reading on this rank."""
     from ..faults.reads import ReadRecorder
     from ..state import TrainingState
@@ -237,7 +237,7 @@ def _learn(
     backend = resolve_backend(backend)  # resolved by learn_layout: the same value
     backend.make(combo)  # its imports happen here, once, not in every forked rank
     root, oplog = os.path.join(folder, "ckpt"), os.path.join(folder, "oplog")
-    plan = ProbePlan(
+    plan = ProbeJob(
         spec,
         topo,
         combo,
@@ -295,7 +295,7 @@ def _learn(
 
 
 @contextlib.contextmanager
-def _way(io: str, plan: ProbePlan, folder: str):
+def _way(io: str, plan: ProbeJob, folder: str):
     """The probe plan as the ranks run it: through the file system mounted over its root when io is fuse."""
     if io != FUSE:
         yield plan

@@ -21,7 +21,7 @@ class ArmedFault:
     arm_at: int
 
     def to_dict(self) -> dict:
-        """JSON-ready, as it crosses to the rank processes (RankPlan)."""
+        """JSON-ready, as it crosses to the rank processes (RankJob)."""
         return {"fault": self.fault.to_dict(), "arm_at": self.arm_at}
 
 

@@ -22,7 +22,7 @@ from .adapters import resolve_backend
 
 
 @dataclass
-class RankPlan:
+class RankJob:
     """One job: the same plan on every rank."""
 
     spec: ModelSpec
@@ -144,7 +144,7 @@ def library_error(e: BaseException) -> BaseException | None:
     return cur if cur is not None and cur is not e else None
 
 
-def run_plan(ctx, plan: RankPlan) -> dict:
+def run_plan(ctx, plan: RankJob) -> dict:
     log = EventLog(os.path.join(plan.history_dir, f"rank{ctx.rank}.jsonl"), plan.job, ctx.rank)
     if plan.control:  # before any I/O: the file system attributes this process and its children to this rank
         from ..fusefs import tell
@@ -206,7 +206,7 @@ def run_plan(ctx, plan: RankPlan) -> dict:
 class _Ops:
     """One rank's training state and backend, and its saves and finalizes as the history records them."""
 
-    def __init__(self, log: EventLog, plan: RankPlan, rank: int):
+    def __init__(self, log: EventLog, plan: RankJob, rank: int):
         self.log, self.plan, self.rank = log, plan, rank
         self.lead = rank == 0
         self.state = TrainingState(plan.spec, plan.topo, rank)
@@ -349,7 +349,7 @@ def _load(
     lead: bool,
     state: TrainingState,
     backend,
-    plan: RankPlan,
+    plan: RankJob,
     root: str | None = None,
     tags: dict | None = None,
     catch_all: bool = False,
@@ -434,7 +434,7 @@ def captured_warnings():
             heard.append(f"warning {w.category.__name__}: {w.message}"[:MAX_CAPTURED_CHARS])
 
 
-def _arm(stack: contextlib.ExitStack, plan: RankPlan, rank: int, index: int) -> None:
+def _arm(stack: contextlib.ExitStack, plan: RankJob, rank: int, index: int) -> None:
     """Install the in-process faults armed at this op: from here on they watch this rank's I/O. The file
     system's records armed here are told so."""
     if plan.control and index in plan.fs_arms:

@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 import resilience.checkpoint.formats.torch_dcp  # noqa: F401  imported before forking: ranks skip the imports
 import resilience.checkpoint.formats.torch_dist  # noqa: F401
 from resilience import storage
-from resilience.broken import make as make_broken
+from resilience.broken import make_broken
 from resilience.checkpoint import ReferenceBackend
 from resilience.checkpoint.formats.torch_dist import BACKEND, METADATA_JSON
 from resilience.checkpoint.manifest import Manifest
