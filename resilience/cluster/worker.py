@@ -75,7 +75,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
     from ..runner.adapters import resolve_backend
-    from ..runner.ways import resolve
+    from ..runner.io_route import resolve
     from ..vocab.combos import valid_combinations
 
     backend = resolve_backend(args.backend)  # once: its combinations and its I/O route

@@ -35,7 +35,7 @@ def transition_arg(text: str):
 
 
 def add_io_argument(p) -> None:
-    """--io: the way in-process faults reach the implementation under test (resilience.runner.ways)."""
+    """--io: the way in-process faults reach the implementation under test (resilience.runner.io_route)."""
     p.add_argument(
         "--io",
         choices=("seam", "fuse", "auto"),

@@ -192,7 +192,7 @@ def _case_specs(CaseSpec, folder, work, io: str) -> list:
 
 
 def _io(args, backend) -> str:
-    from ..runner.ways import FUSE, resolve
+    from ..runner.io_route import FUSE, resolve
 
     way = resolve(args.io, backend)
     return "the fault-injecting file system" if way == FUSE else "the storage seam"

@@ -28,7 +28,7 @@ class FuzzOptions:
     backend: str = "reference"
     backend_options: bool = False  # scenario mode draws the backend's declared options too
     precision_changes: bool = False  # a resume after the last save may change the precision
-    io: str | None = None  # how faults reach the backend (runner.ways); None: auto
+    io: str | None = None  # how faults reach the backend (runner.io_route); None: auto
     out: str = "runs"
     modes: tuple[str, ...] = MODES
     faults: list[str] | None = None  # fault kinds to draw (default: the deterministic ones)

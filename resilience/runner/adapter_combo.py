@@ -337,7 +337,7 @@ IN_PROCESS = "in-process faults (a crash at a byte, io_error, torn and short wri
 
 def _describe_io(check: ComboCheck, layout, per_save: list, backend: BackendRef) -> None:
     """Whether its writes go through resilience.storage, and so which way `--io auto` takes its faults."""
-    from . import ways
+    from . import io_route
 
     declared = backend.through_seam
     outside = [f.template for f in per_save if f.written_as is None]
@@ -365,7 +365,7 @@ def _describe_io(check: ComboCheck, layout, per_save: list, backend: BackendRef)
             "seam",
         )
         return
-    why = ways.unavailable()
+    why = io_route.unavailable()
     if why is None:
         check.notes.append(
             f"its {IN_PROCESS} go through the fault-injecting file system (--io auto, the default; docs/io.md)"

@@ -135,7 +135,7 @@ class BackendRef:
 
     @property
     def through_seam(self) -> bool:
-        """Whether every byte it writes or reads goes through resilience.storage (runner.ways: --io auto)."""
+        """Whether every byte it writes or reads goes through resilience.storage (runner.io_route: --io auto)."""
         return self.traits.io_through_seam
 
     @property

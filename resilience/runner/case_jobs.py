@@ -13,7 +13,7 @@ from ..fusefs.injector import carries_out
 from ..history import FAILED, INFO, INVOKE, OK, Event, EventLog, merge_job, rank_events, read_events
 from ..launch import Job
 from ..vocab.combos import Combination
-from . import ways
+from . import io_route
 from .adapters import BackendRef
 from .fault_outcomes import FaultOutcome
 from .plan import JobSpec
@@ -48,7 +48,7 @@ def run_job(
     root: str,
     *,
     crash_state: str | None = None,
-    way: str = ways.SEAM,
+    way: str = io_route.SEAM,
     per_event_state: bool = False,
     timeout: float | None = None,
     outcomes: list[FaultOutcome] | None = None,
@@ -70,8 +70,8 @@ def run_job(
         dtype=str(spec.precision),
     )
     if crash_state:
-        way = ways.SEAM  # a crash state is only loaded, with no fault: nothing to mount
-    if way == ways.FUSE and any(
+        way = io_route.SEAM  # a crash state is only loaded, with no fault: nothing to mount
+    if way == io_route.FUSE and any(
         carries_out(f.fault) and isinstance(f.fault, LostUnsyncedWrites) for f in planned.faults
     ):
         from ..faults import Snapshot
@@ -85,7 +85,7 @@ def run_job(
 
 def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way: str, timeout, outcomes):
     """The job's ranks, run to their end under its faults (the nemesis's beside them); the job's outcome."""
-    with ways.job_way(way, root, case.case_dir, job_no, planned.faults, case.fault_log) as w:
+    with io_route.job_way(way, root, case.case_dir, job_no, planned.faults, case.fault_log) as w:
         plan = RankJob(
             spec,
             planned.topo,

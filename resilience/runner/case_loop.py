@@ -48,7 +48,7 @@ class CaseSpec:
     fault: str | None = None
     transition: str | None = None
     extra: dict = field(default_factory=dict)
-    io: str | None = None  # the way in-process faults reach the backend (runner.ways); None: auto
+    io: str | None = None  # the way in-process faults reach the backend (runner.io_route); None: auto
 
     def __str__(self) -> str:
         """What a progress line calls the case: its combination and column (or scenario)."""

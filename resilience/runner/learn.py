@@ -17,7 +17,7 @@ from ..faults.layout import Layout, learn
 from ..state import ModelSpec, Topology
 from ..vocab.combos import Combination
 from .adapters import BackendName, BackendRef, resolve_backend
-from .ways import FUSE
+from .io_route import FUSE
 
 _CACHE: dict[tuple, Layout] = {}
 _SHARED: list[str] = []  # a folder where the worker processes of one run leave the layouts they learn

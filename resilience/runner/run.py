@@ -18,7 +18,7 @@ from ..history import HISTORY_FILE, Event, EventLog, case_history
 from ..report.result_row import FaultResult, ResultRow
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
-from . import faultplan, ways
+from . import faultplan, io_route
 from .adapters import BackendName, resolve_backend
 from .case_jobs import CaseJobs, load_crash_states, run_job
 from .evidence import evidence_from
@@ -66,7 +66,7 @@ def replay_command(scenario_file: str, combo: Combination, backend: str = "refer
     cmd = ["resilience", "run", scenario_file, "--combos", str(combo)]
     if backend != "reference":
         cmd += ["--backend", backend]
-    if io is not None and io != ways.AUTO:  # a file that does not say how its faults reached the backend
+    if io is not None and io != io_route.AUTO:  # a file that does not say how its faults reached the backend
         cmd += ["--io", io]
     return " ".join(shlex.quote(c) for c in cmd)
 
@@ -83,11 +83,11 @@ def run_case(
     io: str | None = None,
 ) -> CaseResult:
     """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`; `io` is the way
-    in-process faults reach the implementation (runner.ways: seam, fuse, auto). `backend`: the one the
+    in-process faults reach the implementation (runner.io_route: seam, fuse, auto). `backend`: the one the
     run resolved (runner.adapters.BackendRef), or a name resolved here; None: the scenario's."""
     ref = resolve_backend(backend or scenario.backend)
     backend = ref.spec  # what the scenario file, the replay and the history name
-    io = ways.check(io or scenario.io)
+    io = io_route.check(io or scenario.io)
     start = time.monotonic()
     ref.make(combo)  # imports the implementation here, once, not in every forked rank
     contract = ref.contract(combo)
@@ -98,7 +98,7 @@ def run_case(
         # the way it ran (its io, backend and one combination), so the file replays alone
         f.write(replace(scenario.as_run(combo, backend), io=io).to_yaml())
     replay = replay_command(scenario_file, combo, backend)
-    if way == ways.FUSE and (why := ways.unavailable()) is not None:
+    if way == io_route.FUSE and (why := io_route.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)
     history = EventLog(os.path.join(case_dir, HISTORY_FILE), process="runner")
     history.info(
@@ -202,7 +202,7 @@ def _lose_unsynced(
     found: _Findings,
 ) -> int:
     """The disks a power loss after job `this_job` can leave, each loaded; the last job number used."""
-    by_fs = way == ways.FUSE and carries_out(acted_on)  # the file system logged the job, not the seam
+    by_fs = way == io_route.FUSE and carries_out(acted_on)  # the file system logged the job, not the seam
     if not os.path.isdir(case.job_dir("snapshots", this_job)) or (
         by_fs and not power_loss_fired(case.fault_log, acted_on)
     ):
@@ -213,7 +213,7 @@ def _lose_unsynced(
     states = faultplan.power_loss(
         acted_on,
         _snapshot(root, case.case_dir, this_job),
-        case.job_dir(ways.FUSE_LOGS if by_fs else "oplog", this_job),
+        case.job_dir(io_route.FUSE_LOGS if by_fs else "oplog", this_job),
         case.job_dir("states", this_job),
     )
     case.history.ok(
@@ -246,10 +246,10 @@ def case_way(scenario: Scenario, backend: BackendName, io: str | None) -> str:
     """seam or fuse for this case: fuse only when asked (or auto for a backend outside the seam) and some
     fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount. ConfigError when an
     in-process fault has no carrier on that way (it would never fire)."""
-    way = ways.resolve(io, backend)
-    ways.refuse_uncarried(way, [s.fault for s in scenario.steps if s.fault is not None])
-    if way == ways.FUSE and not any(s.fault is not None and carries_out(s.fault) for s in scenario.steps):
-        return ways.SEAM
+    way = io_route.resolve(io, backend)
+    io_route.refuse_uncarried(way, [s.fault for s in scenario.steps if s.fault is not None])
+    if way == io_route.FUSE and not any(s.fault is not None and carries_out(s.fault) for s in scenario.steps):
+        return io_route.SEAM
     return way
 
 

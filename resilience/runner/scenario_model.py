@@ -42,7 +42,7 @@ class Scenario:
     backend: str = "reference"
     tags: list[str] = field(default_factory=list)
     source: str = "<scenario>"
-    io: str = "auto"  # how in-process faults reach the backend: seam, fuse or auto (runner.ways)
+    io: str = "auto"  # how in-process faults reach the backend: seam, fuse or auto (runner.io_route)
 
     def to_dict(self) -> dict:
         return {

@@ -86,7 +86,7 @@ def test_the_examples_matrix_and_its_case_folders(tmp_path):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_the_examples_ci_job(tmp_path):
-    from resilience.runner.ways import unavailable
+    from resilience.runner.io_route import unavailable
 
     if (why := unavailable()) is not None:  # its kill column and two known gaps need the file system
         pytest.skip(f"the fault-injecting file system cannot mount here: {why}")

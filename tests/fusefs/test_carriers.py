@@ -14,7 +14,7 @@ from resilience.errors import ConfigError
 from resilience.faults import KINDS, Fault, FaultyFileSystem, faults_from, inject
 from resilience.fusefs import mounted
 from resilience.fusefs.injector import FuseInjector
-from resilience.runner import ways
+from resilience.runner import io_route
 from resilience.runner.run import case_way
 from resilience.runner.scenario import load_text
 from resilience.storage import LocalFileSystem
@@ -123,7 +123,7 @@ def test_a_kind_no_carrier_of_the_way_carries_is_refused_before_the_case_runs(to
 
 def test_a_phase_is_the_seams_alone_and_under_fuse_stays_in_the_ranks():
     phase, op = faults_from([{"kind": "rank_crash", "phase": "write"}, {"kind": "rank_crash", "op": "fsync"}])
-    assert ways.carrier_of("fuse", phase) is FaultyFileSystem.CARRIES
-    assert ways.carrier_of("fuse", op) is FuseInjector.CARRIES
-    assert ways.carrier_of("seam", op) is FaultyFileSystem.CARRIES
-    ways.refuse_uncarried("fuse", [phase, op])  # both carried: nothing to refuse
+    assert io_route.carrier_of("fuse", phase) is FaultyFileSystem.CARRIES
+    assert io_route.carrier_of("fuse", op) is FuseInjector.CARRIES
+    assert io_route.carrier_of("seam", op) is FaultyFileSystem.CARRIES
+    io_route.refuse_uncarried("fuse", [phase, op])  # both carried: nothing to refuse

@@ -9,7 +9,7 @@ import pytest
 from resilience.errors import ConfigError
 from resilience.faults import Fault
 from resilience.fusefs.injector import carries_out
-from resilience.runner import ways
+from resilience.runner import io_route
 from resilience.runner.run import case_way, run_case
 from resilience.runner.scenario import load_text
 from resilience.vocab.combos import Combination
@@ -26,11 +26,11 @@ steps: [{train: 1}, save, {train: 1}, {crash: {rank: 1, after_bytes: 1000, file:
 
 
 def test_auto_is_the_seam_for_the_reference_and_the_file_system_for_others():
-    assert ways.resolve(None, "reference") == ways.resolve("auto", "broken:no_fsync") == "seam"
-    assert ways.resolve("auto", SHELL_COPY) == "fuse"
-    assert ways.resolve("seam", SHELL_COPY) == "seam" and ways.resolve("fuse", "reference") == "fuse"
+    assert io_route.resolve(None, "reference") == io_route.resolve("auto", "broken:no_fsync") == "seam"
+    assert io_route.resolve("auto", SHELL_COPY) == "fuse"
+    assert io_route.resolve("seam", SHELL_COPY) == "seam" and io_route.resolve("fuse", "reference") == "fuse"
     with pytest.raises(ConfigError, match="use seam .* fuse .* or auto"):
-        ways.check("nfs")
+        io_route.check("nfs")
 
 
 def test_the_file_system_takes_the_records_its_injector_carries_out():
@@ -82,7 +82,7 @@ def test_through_the_seam_the_same_fault_never_reaches_cp(tmp_path):
 
 
 def test_where_fuse_cannot_mount_a_fuse_case_is_unprobed_with_the_reason(tmp_path, monkeypatch):
-    monkeypatch.setattr(ways, "unavailable", lambda: "/dev/fuse does not exist (stubbed)")
+    monkeypatch.setattr(io_route, "unavailable", lambda: "/dev/fuse does not exist (stubbed)")
     result = run_case(load_text(CRASH_IN_COPY), COMBO, str(tmp_path / "case"), backend=SHELL_COPY)
     assert result.verdict == "UNPROBED" and "/dev/fuse does not exist (stubbed)" in result.detail
     assert "--io" not in result.replay and os.path.exists(tmp_path / "case" / "scenario.yaml")
