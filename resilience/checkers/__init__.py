@@ -10,9 +10,6 @@ from .base import (
     UNKNOWN,
     UNPROBED,
     WARN,
-    Evidence,
-    LoadRecord,
-    SaveRecord,
     Status,
     Verdict,
     is_failing,
@@ -20,6 +17,7 @@ from .base import (
     worst,
 )
 from .durability import Durability
+from .evidence import Evidence, LoadRecord, SaveRecord
 from .exceptions import ExceptionContract
 from .generations import Generations
 from .integrity import Integrity

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .base import FAIL, NA, PASS, Evidence, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence
 
 
 class AtomicCommit:

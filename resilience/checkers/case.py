@@ -3,7 +3,8 @@ fault, and the scenario's own expectations, folded into one status with a detail
 
 from __future__ import annotations
 
-from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Status, Verdict, worst
+from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Status, Verdict, worst
+from .evidence import Evidence
 from .integrity import INERT
 
 # what became of each configured fault (row["faults"]): anything but FIRED leaves the case UNPROBED

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..vocab.combos import CheckpointType
-from .base import FAIL, NA, PASS, Evidence, SaveRecord, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence, SaveRecord
 
 
 class Durability:

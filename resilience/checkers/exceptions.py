@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 
-from .base import FAIL, NA, PASS, WARN, Evidence, LoadRecord, Verdict
+from .base import FAIL, NA, PASS, WARN, Verdict
+from .evidence import Evidence, LoadRecord
 from .saves import describe
 
 

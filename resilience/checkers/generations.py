@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..state import Topology
-from .base import FAIL, NA, PASS, Evidence, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence
 
 
 class Generations:

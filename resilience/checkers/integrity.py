@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from .base import FAIL, NA, PASS, Evidence, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence
 from .generations import foreign_generations
 
 INERT = "the damage changed no value the load returns"

@@ -10,7 +10,8 @@ fired, or a rank of that job was killed or stopped (its peers' waits are expecte
 
 from __future__ import annotations
 
-from .base import FAIL, NA, PASS, Evidence, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence
 from .symmetry import waiting_in
 
 _NOT_SURVIVED = frozenset({"rank_kill", "rank_crash", "rank_hang"})  # faults that end or freeze a rank

@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 
 from ..vocab.contract import LOAD, REFUSE
-from .base import FAIL, NA, PASS, REFUSED, UNKNOWN, Evidence, LoadRecord, Status, Verdict, worst
+from .base import FAIL, NA, PASS, REFUSED, UNKNOWN, Status, Verdict, worst
+from .evidence import Evidence, LoadRecord
 
 LOADED_EXACT, LOADED_CAST, REFUSED_CLEARLY = "LOADED-EXACT", "LOADED-CAST", "REFUSED-CLEARLY"
 CAST_SILENTLY, WRONG = "CAST-SILENTLY", "WRONG"

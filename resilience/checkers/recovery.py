@@ -13,7 +13,8 @@ when no fault was survived in process: no recover step, nothing raised before it
 
 from __future__ import annotations
 
-from .base import FAIL, NA, PASS, Evidence, LoadRecord, SaveRecord, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence, LoadRecord, SaveRecord
 from .saves import describe
 
 

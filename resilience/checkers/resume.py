@@ -4,7 +4,8 @@ after the resume ends bit-identical to training that never stopped."""
 from __future__ import annotations
 
 from ..state import Topology
-from .base import FAIL, NA, PASS, Evidence, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence
 
 
 class ResumeEquivalence:

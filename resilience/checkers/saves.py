@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Evidence, Verdict
+from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Verdict
+from .evidence import Evidence
 
 # the environment, not the code under test, refused the write: the case could not be judged
 ENVIRONMENT_ERRNOS = frozenset({"ENOSPC", "EDQUOT", "EROFS", "EIO"})

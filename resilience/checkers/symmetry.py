@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from ..vocab import CheckpointType
-from .base import FAIL, NA, PASS, Evidence, Verdict
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from ..state import Topology, Transition
 from ..vocab.combos import Combination
 from ..vocab.contract import LOAD, REFUSE, TopologyContract
-from .base import FAIL, NA, PASS, REFUSED, Evidence, Verdict
+from .base import FAIL, NA, PASS, REFUSED, Verdict
+from .evidence import Evidence
 
 LOADED_EXACT, REFUSED_CLEARLY, WRONG = "LOADED-EXACT", "REFUSED-CLEARLY", "WRONG"
 

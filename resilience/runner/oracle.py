@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ..checkers.base import PrecisionTargets
+from ..checkers.evidence import PrecisionTargets
 from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
 from ..state.fingerprints import assemble, local_pieces
 from ..state.precision import Precision

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from resilience.checkers import ALL, FAIL, NA, PASS, REFUSED, UNKNOWN, PrecisionOnResume, run_checker
-from resilience.checkers.base import PrecisionTargets
+from resilience.checkers.evidence import PrecisionTargets
 from resilience.history import Event
 from resilience.runner.evidence import evidence_from
 from resilience.state import Topology
