@@ -45,14 +45,14 @@ class CaseSpec:
     combo: Any
     case_dir: str
     backend: BackendName  # the run's, resolved once (runner.adapters.BackendRef), or a name run_case resolves
-    fault: str | None = None
+    fault_column: str | None = None
     transition: str | None = None
     extra: dict = field(default_factory=dict)
     io: str | None = None  # the way in-process faults reach the backend (runner.io_route); None: auto
 
     def __str__(self) -> str:
         """What a progress line calls the case: its combination and column (or scenario)."""
-        return f"{self.combo} {self.extra.get('column') or self.fault or self.transition or self.scenario.name}"
+        return f"{self.combo} {self.extra.get('column') or self.fault_column or self.transition or self.scenario.name}"
 
     @property
     def backend_spec(self) -> str:
@@ -123,7 +123,13 @@ def judge_case(c: CaseSpec) -> Judged:
     start = time.monotonic()
     try:
         result = run_case(
-            c.scenario, c.combo, c.case_dir, backend=c.backend, fault=c.fault, transition=c.transition, io=c.io
+            c.scenario,
+            c.combo,
+            c.case_dir,
+            backend=c.backend,
+            fault_column=c.fault_column,
+            transition=c.transition,
+            io=c.io,
         )
     except INTERRUPTIONS:
         raise
@@ -149,7 +155,7 @@ def _lost_row(c: CaseSpec, error: BaseException, seconds: float = 0.0) -> Result
         c.case_dir,
         error,
         backend=c.backend_spec,
-        fault=c.fault,
+        fault_column=c.fault_column,
         transition=c.transition,
         seconds=seconds,
         io=c.io,
@@ -175,7 +181,7 @@ def framework_error_row(
     error: BaseException,
     *,
     backend: str,
-    fault: str | None = None,
+    fault_column: str | None = None,
     transition: str | None = None,
     seconds: float = 0.0,
     io: str | None = None,
@@ -206,7 +212,7 @@ def framework_error_row(
         detail,
         seconds,
         (Verdict(FRAMEWORK, UNKNOWN, detail, evidence),),
-        fault=fault,
+        fault=fault_column,
         transition=transition,
         case_dir=case_dir,
         replay=replay_command(scenario_file, combo, backend),

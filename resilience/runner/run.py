@@ -38,7 +38,7 @@ class CaseResult:
     case_dir: str
     replay: str
     detail: str = ""
-    fault: str | None = None
+    fault_column: str | None = None  # the matrix column's fault (a label; the records are the steps' faults)
     transition: str | None = None
     tags: list[str] = field(default_factory=list)
     faults: list[dict] = field(default_factory=list)  # {"fault", "status": fired/never fired/not applicable, "detail"}
@@ -55,7 +55,7 @@ class CaseResult:
             self.seconds,
             tuple(self.verdicts),
             tuple(FaultResult.from_dict(f) for f in self.faults),
-            self.fault,
+            self.fault_column,
             self.transition,
             self.case_dir,
             self.replay,
@@ -77,7 +77,7 @@ def run_case(
     case_dir: str,
     *,
     backend: BackendName = None,
-    fault: str | None = None,
+    fault_column: str | None = None,
     transition: str | None = None,
     start_method: str = "fork",
     io: str | None = None,
@@ -99,7 +99,7 @@ def run_case(
         f.write(replace(scenario.as_run(combo, backend), io=io).to_yaml())
     replay = replay_command(scenario_file, combo, backend)
     if way == io_route.FUSE and (why := io_route.unavailable()) is not None:
-        return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault, transition)
+        return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault_column, transition)
     history = EventLog(os.path.join(case_dir, HISTORY_FILE), process="runner")
     history.info(
         "case",
@@ -124,7 +124,7 @@ def run_case(
         case_dir,
         replay,
         detail,
-        fault,
+        fault_column,
         transition,
         scenario.tags,
         faults,
@@ -177,7 +177,7 @@ def _run_jobs(case: CaseJobs, way: str, layout) -> _Findings:
 
 
 def _corrupt(case: CaseJobs, root: str, acted_on: Fault, layout, found: _Findings) -> None:
-    """Damage the checkpoint at rest (`acted_on`: the record; `fault` is the matrix column's name)."""
+    """Damage the checkpoint at rest (`acted_on`: the record)."""
     history = case.history
     try:
         done = faultplan.corrupt(root, acted_on, layout)
@@ -260,7 +260,7 @@ def _cannot_mount(
     replay: str,
     why: str,
     start: float,
-    fault: str | None,
+    fault_column: str | None,
     transition: str | None,
 ) -> CaseResult:
     """The case's faults needed the file system and this machine cannot mount it: nothing was probed."""
@@ -275,7 +275,7 @@ def _cannot_mount(
         case_dir,
         replay,
         detail,
-        fault,
+        fault_column,
         transition,
         scenario.tags,
         [{"fault": "every fault of the case", "status": NEVER_FIRED, "detail": detail}],

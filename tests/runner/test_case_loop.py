@@ -62,5 +62,5 @@ def test_workers_take_the_longest_cases_first():
         CaseSpec(c.scenario, c.combo, str(i), "reference", c.fault)
         for i, c in enumerate(cases([COMBO], ["bitflip", "lost_unsynced", "kill", "truncate"], {}, 0))
     ]
-    order = [specs[i].fault for i in _longest_first(specs)]
+    order = [specs[i].fault_column for i in _longest_first(specs)]
     assert order[0] == "lost_unsynced" and order[1] == "kill" and order[2:] == ["bitflip", "truncate"]
