@@ -28,7 +28,7 @@ from ..runner.rankprog import digests_of
 from ..state import ParallelGroups, Topology, TrainingState
 from ..vocab.combos import Combination
 from .spec import CONTINUE_STEPS, TRAIN_BEFORE, ClusterPlan, SharedFolder, TorchrunEnv, read_json, slug, write_json
-from .verdicts import finish, judge, newest_valid, row_of
+from .verdicts import combination_row, finish, newest_valid, row_of
 
 
 def group_attempt(env: TorchrunEnv) -> int:
@@ -328,7 +328,7 @@ def _resume_phase(
         if lead:
             after = newest_valid(backend, root, combo)
     if lead:
-        row = judge(plan, shared_folder, combo, topo, attempt, newest, after, time.monotonic() - started)
+        row = combination_row(plan, shared_folder, combo, topo, attempt, newest, after, time.monotonic() - started)
         write_json(shared_folder.result(combo), row.to_dict())
         print(f"[attempt {attempt}] {combo}: {row.verdict}: {row.detail[:300]}", flush=True)
     dist.barrier()

@@ -76,7 +76,7 @@ def _evidence(
     return ev
 
 
-def judge(
+def combination_row(
     plan: ClusterPlan,
     shared_folder: SharedFolder,
     combo: Combination,
@@ -335,4 +335,4 @@ def read_summary(shared_folder: SharedFolder) -> dict | None:
     return doc
 
 
-__all__ = ["finish", "judge", "newest_valid", "read_summary", "render_summary", "row_of"]
+__all__ = ["combination_row", "finish", "newest_valid", "read_summary", "render_summary", "row_of"]

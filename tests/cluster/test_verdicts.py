@@ -6,7 +6,7 @@ import pytest
 
 from resilience.cluster import ClusterPlan, SharedFolder
 from resilience.cluster.spec import write_json
-from resilience.cluster.verdicts import finish, judge
+from resilience.cluster.verdicts import combination_row, finish
 from resilience.faults import FaultReport
 from resilience.history import EventLog
 from resilience.runner.oracle import NeverStopped
@@ -70,7 +70,7 @@ def _statuses(row):
 
 def test_a_correct_resume_passes_every_check(tmp_path):
     plan, shared_folder = _run(tmp_path)
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=3, after=5, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=3, after=5, seconds=1.0)
     assert row.verdict == "PASS", row
     assert set(_statuses(row).values()) == {"PASS"}
     assert "cut by the kill at write" in row.detail and "resumed iteration 3" in row.detail
@@ -88,26 +88,28 @@ def test_a_correct_resume_passes_every_check(tmp_path):
 def test_each_wrong_resume_fails(tmp_path, change, checker):
     plan, shared_folder = _run(tmp_path, **change)
     newest = change.get("loaded", 3)
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=newest, after=newest + 2, seconds=1.0)
+    row = combination_row(
+        plan, shared_folder, plan.combinations[0], TOPO, 1, newest=newest, after=newest + 2, seconds=1.0
+    )
     assert row.verdict == "FAIL" and _statuses(row)[checker] == "FAIL", row
 
 
 def test_not_the_newest_valid_checkpoint_fails(tmp_path):
     plan, shared_folder = _run(tmp_path)
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=4, after=5, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=4, after=5, seconds=1.0)
     assert _statuses(row)["newest_valid"] == "FAIL"
     assert "newest valid checkpoint on disk is iteration 4" in row.detail
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=3, after=3, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=3, after=3, seconds=1.0)
     assert _statuses(row)["newest_valid"] == "FAIL"
 
 
 def test_a_kill_that_never_fired_is_unprobed_and_a_resume_in_the_same_attempt_fails(tmp_path):
     plan, shared_folder = _run(tmp_path)
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 0, newest=3, after=5, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 0, newest=3, after=5, seconds=1.0)
     assert _statuses(row)["kill_and_restart"] == "FAIL"
     plan, shared_folder = _run(tmp_path / "b", kill=False, loaded=4)
     write_json(shared_folder.state(plan.combinations[0]), {"save_started": 0, "save_done": 0, "kill_armed": True})
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=4, after=6, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=4, after=6, seconds=1.0)
     assert row.verdict == "UNPROBED" and "never fired" in row.detail
 
 
@@ -115,11 +117,11 @@ def test_a_kill_that_never_fired_is_unprobed_and_a_resume_in_the_same_attempt_fa
 def test_a_save_counts_only_once_every_rank_returned(tmp_path, combo):
     # rank 3 never returned from any save: none is acknowledged, so loading 2 loses nothing
     plan, shared_folder = _run(tmp_path, combo, loaded=2, acked_by=[0, 1, 2])
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=2, after=4, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=2, after=4, seconds=1.0)
     assert _statuses(row)["durability"] == "N/A" and _statuses(row)["saves"] == "UNPROBED", row
     # every rank returned: iteration 3 is owed
     plan, shared_folder = _run(tmp_path / "all", combo, loaded=2)
-    row = judge(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=2, after=4, seconds=1.0)
+    row = combination_row(plan, shared_folder, plan.combinations[0], TOPO, 1, newest=2, after=4, seconds=1.0)
     assert _statuses(row)["durability"] == "FAIL", row
 
 
@@ -127,7 +129,7 @@ def test_summary_and_exit_status(tmp_path, capsys):
     plan, shared_folder = _run(tmp_path)
     assert finish(plan, shared_folder, 1) == 1  # no result yet
     combo = plan.combinations[0]
-    write_json(shared_folder.result(combo), judge(plan, shared_folder, combo, TOPO, 1, 3, 5, 1.0).to_dict())
+    write_json(shared_folder.result(combo), combination_row(plan, shared_folder, combo, TOPO, 1, 3, 5, 1.0).to_dict())
     assert finish(plan, shared_folder, 1) == 0
     summary = json.loads(open(shared_folder.summary).read())
     assert summary["ok"] and summary["attempts"] == 2 and summary["results"][0]["verdict"] == "PASS"
