@@ -17,7 +17,7 @@ from . import io_route
 from .adapters import BackendRef
 from .fault_outcomes import FaultOutcome
 from .plan import JobSpec
-from .rankprog import RankJob, run_plan
+from .rankprog import RankJob, run_rank_job
 from .scenario import Scenario
 
 
@@ -103,7 +103,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             fs_arms=w.arms,
         )
         job = Job(
-            run_plan,
+            run_rank_job,
             planned.topo.world,
             args=(plan,),
             timeout=timeout or case.scenario.timeout,

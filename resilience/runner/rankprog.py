@@ -144,7 +144,7 @@ def library_error(e: BaseException) -> BaseException | None:
     return cur if cur is not None and cur is not e else None
 
 
-def run_plan(ctx, plan: RankJob) -> dict:
+def run_rank_job(ctx, plan: RankJob) -> dict:
     log = EventLog(os.path.join(plan.history_dir, f"rank{ctx.rank}.jsonl"), plan.job, ctx.rank)
     if plan.control:  # before any I/O: the file system attributes this process and its children to this rank
         from ..fusefs import tell
