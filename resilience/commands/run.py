@@ -40,6 +40,17 @@ def scenario_files(paths: list[str]) -> list[str]:
     return out
 
 
+def _refuse_uncarried(scenario, backend, io: str | None) -> None:
+    """ConfigError naming the scenario when a fault of it has no carrier on the way its cases take."""
+    from ..errors import ConfigError
+    from ..runner.run import case_way
+
+    try:
+        case_way(scenario, backend, io or scenario.io)
+    except ConfigError as e:
+        raise ConfigError(f"{scenario.name}: {e.field}", e.problem, e.fix) from None
+
+
 def run(args) -> int:
     from ..runner.scenario import load_file
 
@@ -86,6 +97,8 @@ def run(args) -> int:
         return 2
     for s, combo in work:  # every backend made once: a bad one is one clear error before any case runs
         refs[args.backend or s.backend].make(combo)
+    for s in {id(s): s for s, _ in work}.values():  # a fault no carrier of its way carries: refused, never unfired
+        _refuse_uncarried(s, refs[args.backend or s.backend], args.io)
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
     seeds = sorted({s.seed for s, _ in work})

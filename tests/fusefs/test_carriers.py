@@ -127,3 +127,15 @@ def test_a_phase_is_the_seams_alone_and_under_fuse_stays_in_the_ranks():
     assert io_route.carrier_of("fuse", op) is FuseInjector.CARRIES
     assert io_route.carrier_of("seam", op) is FaultyFileSystem.CARRIES
     io_route.refuse_uncarried("fuse", [phase, op])  # both carried: nothing to refuse
+
+
+def test_resilience_run_refuses_a_scenario_whose_fault_no_carrier_carries_before_any_case(tmp_path, toy_kinds, capsys):
+    from resilience.cli import main
+
+    path = tmp_path / "reorder.yaml"
+    path.write_text(SCENARIO.replace("FAULT", "{kind: toy_reorder, path: '*.pt'}"))
+    out = tmp_path / "runs"
+    code = main(["run", str(path), "--combos", "LOCAL/torch/sync", "--io", "seam", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "no carrier of --io seam carries out toy_reorder" in err, err
+    assert "Traceback" not in err and not out.exists()  # refused before a run folder or a case
