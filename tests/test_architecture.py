@@ -193,3 +193,39 @@ def test_a_failed_scenario_is_an_error_of_the_package_and_a_failed_assertion():
     from resilience.fuzz.judge import ScenarioFailed
 
     assert issubclass(ScenarioFailed, ResilienceError) and issubclass(ScenarioFailed, AssertionError)
+
+
+MAX_MODULE_LINES = 500  # a module past it does several jobs: split it by job
+MAX_FUNCTION_LINES = 80
+
+
+def _too_long(root: Path) -> list[str]:
+    import ast
+
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_text()
+        where = path.relative_to(root.parent)
+        if len(source.splitlines()) >= MAX_MODULE_LINES:
+            found.append(f"{where}: {len(source.splitlines())} lines")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines >= MAX_FUNCTION_LINES:
+                    found.append(f"{where}:{node.lineno}: {node.name} is {lines} lines")
+    return found
+
+
+def test_every_module_and_function_of_the_package_stays_short():
+    assert _too_long(ROOT / "resilience") == []
+
+
+def test_the_length_check_finds_a_long_module_and_a_long_function(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "long.py").write_text("x = 1\n" * MAX_MODULE_LINES)
+    (package / "fn.py").write_text("def f():\n" + "    pass\n" * MAX_FUNCTION_LINES)
+    assert _too_long(package) == [
+        f"pkg/fn.py:1: f is {MAX_FUNCTION_LINES + 1} lines",
+        f"pkg/long.py: {MAX_MODULE_LINES} lines",
+    ]

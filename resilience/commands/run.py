@@ -51,6 +51,23 @@ def _refuse_uncarried(scenario, backend, io: str | None) -> None:
         raise ConfigError(f"{scenario.name}: {e.field}", e.problem, e.fix) from None
 
 
+def _work(args, scenarios, refs) -> tuple[list, list[str]]:
+    """The (scenario, combination) cases to run, and those left out as the backend does not declare them."""
+    work, undeclared = [], []
+    for s in scenarios:
+        if args.seed is not None:
+            s.seed = args.seed
+        declared = refs[args.backend or s.backend].combinations()
+        for combo in s.combinations:
+            if args.combos and combo not in args.combos:
+                continue
+            if declared is not None and combo not in declared:  # the backend does not implement it: not a case
+                undeclared.append(f"{s.name} {combo}")
+                continue
+            work.append((s, combo))
+    return work, undeclared
+
+
 def run(args) -> int:
     from ..runner.scenario import load_file
 
@@ -70,18 +87,7 @@ def run(args) -> int:
         name = args.backend or s.backend
         if name not in refs:
             refs[name] = resolve_backend(name)
-    work, undeclared = [], []
-    for s in scenarios:
-        if args.seed is not None:
-            s.seed = args.seed
-        declared = refs[args.backend or s.backend].combinations()
-        for combo in s.combinations:
-            if args.combos and combo not in args.combos:
-                continue
-            if declared is not None and combo not in declared:  # the backend does not implement it: not a case
-                undeclared.append(f"{s.name} {combo}")
-                continue
-            work.append((s, combo))
+    work, undeclared = _work(args, scenarios, refs)
     if undeclared:
         print(
             f"resilience run: left out {len(undeclared)} scenario x combination(s) the backend does not declare "

@@ -180,6 +180,26 @@ def backend_specs(backend: str, *, options: Iterable[str] | None = None) -> st.S
     return draw_spec()
 
 
+def _fault_kinds(faults: Iterable[str] | None) -> frozenset[str]:
+    """The fault kinds a generated scenario may draw: `faults` checked (default: SCENARIO_FAULTS)."""
+    allowed = SCENARIO_FAULTS
+    if faults is not None:
+        faults = list(faults)
+        bad = [k for k in faults if k in TIMED_FAULTS]
+        if bad:
+            raise fail(
+                "faults",
+                f"{bad[0]} strikes at a time or file size seen from outside: a generated "
+                "failure would not replay exactly",
+                f"use some of {', '.join(allowed)}",
+            )
+    return (
+        frozenset(check_names(faults, "faults", allowed) if faults else ())
+        if faults is not None
+        else frozenset(SCENARIO_FAULTS)
+    )
+
+
 def scenarios(
     *,
     combinations: Iterable[Combination | str] | None = None,
@@ -214,22 +234,7 @@ def scenarios(
     check_int("max_layers", max_layers, 1)
     if min_steps > max_steps:
         raise fail("min_steps", f"{min_steps} is larger than max_steps={max_steps}")
-    allowed = SCENARIO_FAULTS
-    if faults is not None:
-        faults = list(faults)
-        bad = [k for k in faults if k in TIMED_FAULTS]
-        if bad:
-            raise fail(
-                "faults",
-                f"{bad[0]} strikes at a time or file size seen from outside: a generated "
-                "failure would not replay exactly",
-                f"use some of {', '.join(allowed)}",
-            )
-    kinds = (
-        frozenset(check_names(faults, "faults", allowed) if faults else ())
-        if faults is not None
-        else frozenset(SCENARIO_FAULTS)
-    )
+    kinds = _fault_kinds(faults)
     if not isinstance(backend, str) or not backend:
         raise fail(
             "backend", f"must be a backend name, got {backend!r}", "'reference', 'broken:NAME' or module:factory"

@@ -81,21 +81,7 @@ def _rank_main(
             os.dup2(fd, 2)
             os.close(fd)
         torch.set_num_threads(1)  # the parent's OpenMP pool does not survive fork; ranks share 2 cores anyway
-        port = listener.getsockname()[1]
-        if rank == 0:  # rank 0 serves the store on the socket the parent bound: no port race
-            store = dist.TCPStore(
-                "127.0.0.1",
-                port,
-                world,
-                is_master=True,
-                timeout=timedelta(seconds=init_timeout),
-                wait_for_workers=False,
-                master_listen_fd=listener.fileno(),
-                use_libuv=False,
-            )
-        else:
-            listener.close()
-            store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=init_timeout))
+        store = _store(rank, world, listener, init_timeout)
         # every rank is on this host: without this gloo looks up the host name, which a slow DNS stalls
         os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())
         dist.init_process_group(
@@ -124,6 +110,24 @@ def _rank_main(
             conn.close()
         finally:
             os._exit(status)  # never run the parent's atexit handlers (pytest's, the store's) in a child
+
+
+def _store(rank: int, world: int, listener: socket.socket, init_timeout: float):
+    """The job's TCPStore: rank 0 serves it on the socket the parent bound (no port race), the others join."""
+    port = listener.getsockname()[1]
+    if rank != 0:
+        listener.close()
+        return dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=init_timeout))
+    return dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world,
+        is_master=True,
+        timeout=timedelta(seconds=init_timeout),
+        wait_for_workers=False,
+        master_listen_fd=listener.fileno(),
+        use_libuv=False,
+    )
 
 
 def _pin(rank: int, world: int) -> None:
