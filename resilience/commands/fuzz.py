@@ -165,6 +165,7 @@ def _options(args, FuzzOptions, backend):
         shrink_budget=args.shrink_budget,
         all_bugs=args.all_bugs,
         backend=args.backend,
+        resolved=backend,
         backend_options=args.backend_options,
         precision_changes=args.precision_changes,
         io=args.io,

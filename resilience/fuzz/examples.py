@@ -56,6 +56,8 @@ class ExampleJudge:
         self.failing: set[str] = set()
         self.first_failure: float | None = None
         self.n = 0
+        # the run's backends, each resolved once (speculation.judged): the command's own to begin with
+        self.backends: dict = {opts.backend: opts.resolved} if opts.resolved is not None else {}
         self.events: dict[str, Counter] = {}  # mode -> the Hypothesis events its examples gave, rejected ones too
         self.hypothesis: dict[str, dict] = {}  # mode -> Hypothesis' own statistics, when it delivered them
         self.ahead: RunAhead | None = None  # examples judged ahead of Hypothesis asking (workers > 1)
@@ -161,7 +163,7 @@ class ExampleJudge:
         try:
             ahead = self.ahead.take(key) if self.ahead is not None else None
             if ahead is None:
-                result = judged(scenario, combo, case_dir, self.opts.io)
+                result = judged(scenario, combo, case_dir, self.opts.io, self.backends)
             else:  # run ahead in a worker, in its own folder
                 result = ahead
                 case_dir = ahead.case_dir if isinstance(ahead, CaseResult) else case_dir

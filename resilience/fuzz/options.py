@@ -4,7 +4,8 @@ the same run again, example for example."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from hypothesis import settings
 from hypothesis.errors import InvalidArgument
@@ -35,6 +36,7 @@ class FuzzOptions:
     max_steps: int = 6  # actions per scenario, rules per machine run
     profile: str = "dev"  # ci: 25 examples, seed 0; dev: 50; fuzz: 500 (resilience.fuzz.profiles)
     workers: int = 1  # scenario mode: examples run ahead this many at a time (speculation.py)
+    resolved: Any = field(default=None, repr=False, compare=False)  # `backend` as the command resolved it
 
     def __post_init__(self):
         try:
@@ -52,7 +54,8 @@ class FuzzOptions:
 
 def options_dict(opts: FuzzOptions) -> dict:
     """The options as fuzz.json and the outcome keep them (combinations as text)."""
-    d = asdict(opts)
+    d = asdict(replace(opts, resolved=None))
+    del d["resolved"]  # the run's own value, named by `backend`
     d["combos"] = [str(c) for c in opts.combos] if opts.combos else None
     d["modes"] = list(opts.modes)
     return d

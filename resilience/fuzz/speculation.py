@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from ..checkers import UNKNOWN, Verdict
 from ..errors import ConfigError
 from ..launch.lifetime import die_with_parent
+from ..runner.adapters import BackendRef, resolve_backend
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from ..stopping import held
@@ -41,11 +42,16 @@ class Rejected:
     why: str
 
 
-def judged(scenario: Scenario, combo: Combination, case_dir: str, io: str | None) -> CaseResult | Rejected:
-    """One example's result: run_case, a runner that broke as an UNKNOWN case, or Rejected."""
+def judged(
+    scenario: Scenario, combo: Combination, case_dir: str, io: str | None, backends: dict[str, BackendRef]
+) -> CaseResult | Rejected:
+    """One example's result: run_case, a runner that broke as an UNKNOWN case, or Rejected. `backends`: the
+    run's backends resolved so far, by name (each resolved once, in this process)."""
     try:
         # the scenario's backend: opts.backend, with drawn options under --backend-options
-        return run_case(scenario, combo, case_dir, backend=scenario.backend, io=io)
+        if scenario.backend not in backends:
+            backends[scenario.backend] = resolve_backend(scenario.backend)
+        return run_case(scenario, combo, case_dir, backend=backends[scenario.backend], io=io)
     except Exception as e:
         if isinstance(e, ConfigError) or _while_damaging(e):
             return Rejected(case_dir, f"{type(e).__name__}: {e}")
@@ -171,9 +177,12 @@ def key_of(scenario: Scenario, combo: Combination) -> str:
     return f"{combo}\n{scenario.to_yaml()}"
 
 
+_WORKER_BACKENDS: dict[str, BackendRef] = {}  # a worker's own, for the one run it lives for
+
+
 def _judge_item(item) -> CaseResult | Rejected:
     scenario, combo, case_dir, io = item
-    return judged(scenario, combo, case_dir, io)
+    return judged(scenario, combo, case_dir, io, _WORKER_BACKENDS)
 
 
 def _while_damaging(e: BaseException) -> bool:

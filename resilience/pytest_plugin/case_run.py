@@ -3,6 +3,7 @@ row appended to the session's run folder, named by the test that ran it (xfail w
 
 from __future__ import annotations
 
+from ..errors import ConfigError
 from .budget import FrameworkBroke, framework_paragraph
 from .options import ResilienceOptions
 
@@ -27,7 +28,11 @@ def run_case(
     if current is not None:  # a test function's case: named by its test, and xfail when the test is
         test, expected_failure = test or current.test, expected_failure or current.expected_failure
     extra = {"test": test, **({"expected_failure": expected_failure} if expected_failure else {})}
-    judged = judge_case(CaseSpec(scenario, combo, case_dir, backend, extra=extra, io=options.io))
+    try:
+        resolved = options.resolved(backend)
+    except ConfigError:  # judged as a case, as any command judges a backend it cannot make
+        resolved = backend
+    judged = judge_case(CaseSpec(scenario, combo, case_dir, resolved, extra=extra, io=options.io))
     options.session.append(judged.row)
     if judged.error is not None:  # the framework broke: one paragraph, the traceback in the case folder
         trace = judged.row.detail.rsplit("(traceback: ", 1)[-1].rstrip(")")

@@ -162,7 +162,7 @@ class ResilienceOptions:
     shrink_budget: float | None = 120.0
     session: SessionFolder = field(default_factory=lambda: SessionFolder(None))
     current: TestRun | None = field(repr=False, default=None)  # the test item running scenarios now
-    _declared: dict = field(repr=False, default_factory=dict)
+    _resolved: dict = field(repr=False, default_factory=dict)
 
     def run_dir(self) -> str:
         return self.session.path
@@ -176,11 +176,15 @@ class ResilienceOptions:
         return [c for c in combos if (self.combos is None or c in self.combos) and (declared is None or c in declared)]
 
     def declared(self, backend: str) -> list | None:
-        if backend not in self._declared:
-            from ..runner.adapters import supported_combinations
+        return self.resolved(backend).combinations()
 
-            self._declared[backend] = supported_combinations(backend)
-        return self._declared[backend]
+    def resolved(self, backend: str):
+        """`backend` resolved once for the session (runner.adapters.BackendRef), for every case it runs."""
+        if backend not in self._resolved:
+            from ..runner.adapters import resolve_backend
+
+            self._resolved[backend] = resolve_backend(backend)
+        return self._resolved[backend]
 
 
 OPTIONS = pytest.StashKey[ResilienceOptions]()  # where the config keeps them

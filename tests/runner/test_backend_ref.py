@@ -111,3 +111,29 @@ def test_a_value_is_equal_by_its_spelled_out_name_and_pickles_as_its_spec():
 def test_a_name_that_does_not_resolve_is_one_clear_error(name, says):
     with pytest.raises(ConfigError, match=says):
         resolve_backend(name)
+
+
+@pytest.mark.multiprocess
+def test_a_fuzz_run_resolves_its_backend_once_for_every_example(tmp_path, monkeypatch, capsys):
+    from resilience.fuzz import speculation
+
+    imported: list[str] = []
+    received: list = []
+    real_import, real_run = adapters._import_factory, speculation.run_case
+
+    def counting_import(name):
+        imported.append(name)
+        return real_import(name)
+
+    def recording_run(*args, **kwargs):
+        received.append(kwargs["backend"])
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(adapters, "_import_factory", counting_import)
+    monkeypatch.setattr(speculation, "run_case", recording_run)
+    argv = ["fuzz", "--backend", NAME, "--examples", "3", "--seed", "1", "--mode", "scenarios", "--workers", "1"]
+    assert main([*argv, "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr()
+    # the command resolves it once; every example takes that value, never the name again
+    assert len(received) >= 3 and all(r is received[0] for r in received)
+    assert isinstance(received[0], BackendRef) and received[0].spec == NAME
+    assert imported == [NAME]
