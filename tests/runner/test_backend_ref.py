@@ -32,11 +32,11 @@ wrapped_reference.contract = {"tp": "refuse", "pp": "refuse", "dp": "load"}  # t
 NAME = f"{__name__}:wrapped_reference"
 
 
-@pytest.mark.multiprocess
-def test_a_matrix_resolves_its_backend_once_and_hands_every_case_the_same_value(tmp_path, monkeypatch, capsys):
+def _counted(monkeypatch, caller) -> tuple[list[str], list]:
+    """The factories imported, and the backend each run_case of `caller` (a module calling it) was given."""
     imported: list[str] = []
     received: list = []
-    real_import, real_run = adapters._import_factory, run.run_case
+    real_import, real_run = adapters._import_factory, caller.run_case
 
     def counting_import(name):
         imported.append(name)
@@ -47,7 +47,13 @@ def test_a_matrix_resolves_its_backend_once_and_hands_every_case_the_same_value(
         return real_run(*args, **kwargs)
 
     monkeypatch.setattr(adapters, "_import_factory", counting_import)
-    monkeypatch.setattr(run, "run_case", recording_run)
+    monkeypatch.setattr(caller, "run_case", recording_run)
+    return imported, received
+
+
+@pytest.mark.multiprocess
+def test_a_matrix_resolves_its_backend_once_and_hands_every_case_the_same_value(tmp_path, monkeypatch, capsys):
+    imported, received = _counted(monkeypatch, run)
     out = tmp_path / "m.json"
     argv = ["matrix", "--backend", NAME, "--faults", "truncate", "save/load", "--transitions", "dp", "--workers", "1"]
     assert main([*argv, "--json", str(out), "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr()
@@ -117,20 +123,7 @@ def test_a_name_that_does_not_resolve_is_one_clear_error(name, says):
 def test_a_fuzz_run_resolves_its_backend_once_for_every_example(tmp_path, monkeypatch, capsys):
     from resilience.fuzz import speculation
 
-    imported: list[str] = []
-    received: list = []
-    real_import, real_run = adapters._import_factory, speculation.run_case
-
-    def counting_import(name):
-        imported.append(name)
-        return real_import(name)
-
-    def recording_run(*args, **kwargs):
-        received.append(kwargs["backend"])
-        return real_run(*args, **kwargs)
-
-    monkeypatch.setattr(adapters, "_import_factory", counting_import)
-    monkeypatch.setattr(speculation, "run_case", recording_run)
+    imported, received = _counted(monkeypatch, speculation)
     argv = ["fuzz", "--backend", NAME, "--examples", "3", "--seed", "1", "--mode", "scenarios", "--workers", "1"]
     assert main([*argv, "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr()
     # the command resolves it once; every example takes that value, never the name again
