@@ -17,7 +17,7 @@ from .base import (
     worst,
 )
 from .durability import Durability
-from .evidence import Evidence, LoadRecord, SaveRecord
+from .evidence import Evidence, FileOp, LoadRecord, SaveRecord
 from .exceptions import ExceptionContract
 from .generations import Generations
 from .integrity import Integrity
@@ -25,6 +25,7 @@ from .liveness import Liveness
 from .precision import PrecisionOnResume
 from .recovery import Recovery
 from .resume import ResumeEquivalence
+from .retention import Retention
 from .saves import SaveOutcomes
 from .symmetry import FailureSymmetry
 from .topology import TopologyIndependence, promised
@@ -42,6 +43,7 @@ ALL = (
     PrecisionOnResume(),
     Recovery(),
     Liveness(),
+    Retention(),
 )
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "FAIL",
     "FAILING",
     "FailureSymmetry",
+    "FileOp",
     "Generations",
     "Integrity",
     "Liveness",
@@ -63,6 +66,7 @@ __all__ = [
     "REFUSED",
     "Recovery",
     "ResumeEquivalence",
+    "Retention",
     "SaveOutcomes",
     "SaveRecord",
     "Status",

@@ -61,6 +61,26 @@ class LoadRecord:
     rank_errors: dict[int, str] = field(default_factory=dict)  # a failed load: each rank's error (and raw's)
 
 
+@dataclass(frozen=True)
+class FileOp:
+    """One operation on the checkpoint folder that can destroy or move a file, as a rank's I/O log or the
+    file system's log recorded it."""
+
+    op: str  # create (opened for writing: truncates a file there), rename, exchange, unlink, rmtree
+    path: str  # relative to the checkpoint root
+    rank: int | None  # None: outside every rank
+    pid: int
+    thread: str  # "main", "writer" (a thread of the rank) or the file system's name for it
+    time: float  # seconds since the epoch, the history's clock
+    job: int
+    dst: str = ""  # rename, exchange: the other path, relative to the root
+
+    def __str__(self) -> str:
+        where = f"{self.path} -> {self.dst}" if self.dst else self.path
+        who = "outside every rank" if self.rank is None else f"rank {self.rank}"
+        return f"{self.op} {where} by {who} (pid {self.pid}, {self.thread} thread) in job {self.job}"
+
+
 @dataclass
 class Evidence:
     """Everything checkers look at for one scenario x combination."""
@@ -91,6 +111,8 @@ class Evidence:
     # ranks still running when their job's timeout ended it: {"job", "rank", "ops": [{"op", "iteration"}],
     # "seconds", "stacks"}
     hangs: list[dict] = field(default_factory=list)
+    # the creates, renames and deletions in the checkpoint folder, in time order (None: no log was kept)
+    file_ops: list[FileOp] | None = None
 
     def saved(self, iteration: int | None) -> list[SaveRecord]:
         return [s for s in self.saves if s.iteration == iteration]

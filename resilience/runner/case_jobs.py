@@ -16,6 +16,7 @@ from ..vocab.combos import Combination
 from . import io_route
 from .adapters import BackendRef
 from .fault_outcomes import FaultOutcome
+from .file_ops import FILE_OPS
 from .plan import JobSpec
 from .rankprog import RankJob, run_rank_job
 from .scenario import Scenario
@@ -101,6 +102,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             case.job_dir("snapshots", job_no),
             control=w.control,
             fs_arms=w.arms,
+            file_ops_dir=case.job_dir(FILE_OPS, job_no),
         )
         job = Job(
             run_rank_job,

@@ -39,6 +39,7 @@ class RankJob:
     snapshot_dir: str = ""  # where rank 0 copies the folder as it was before those operations
     control: str = ""  # the mount point of the fault-injecting file system, when the job runs under it
     fs_arms: list[int] = field(default_factory=list)  # ops at which its records arm (each rank tells it)
+    file_ops_dir: str = ""  # where each rank logs its creates, renames and deletions (runner/file_ops.py)
 
 
 GENERATIONS_PER_JOB = 1000  # a save's generation: job * this + its number in the job, unique in a run
@@ -154,6 +155,7 @@ def run_rank_job(ctx, plan: RankJob) -> dict:
     survived: BaseException | None = None  # the error a rank went on after, into the job's recovery
     skip_to: int | None = None  # the recover op a rank jumps to once a save or finalize raised
     with contextlib.ExitStack() as armed:
+        _record_file_ops(armed, plan, ctx.rank)
         for index, op in enumerate(plan.ops + [{"op": "end"}]):
             _arm(armed, plan, ctx.rank, index)
             if skip_to is not None and index < skip_to:
@@ -432,6 +434,19 @@ def captured_warnings():
         root.removeHandler(handler)
         for w in caught[: max(0, MAX_CAPTURED - len(heard))]:
             heard.append(f"warning {w.category.__name__}: {w.message}"[:MAX_CAPTURED_CHARS])
+
+
+def _record_file_ops(stack: contextlib.ExitStack, plan: RankJob, rank: int) -> None:
+    """Log this rank's creates, renames and deletions for the whole job, beneath any fault armed later (an
+    operation a fault stopped is not logged). Under the file system its own log has them."""
+    if not plan.file_ops_dir or plan.control:
+        return
+    from .. import storage
+    from .file_ops import FileOpRecorder
+
+    recorder = FileOpRecorder(storage.current(), plan.file_ops_dir, rank, plan.job)
+    stack.callback(recorder.close)
+    stack.enter_context(storage.use(recorder))
 
 
 def _arm(stack: contextlib.ExitStack, plan: RankJob, rank: int, index: int) -> None:

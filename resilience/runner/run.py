@@ -23,6 +23,7 @@ from .adapters import BackendName, resolve_backend
 from .case_jobs import CaseJobs, load_crash_states, run_job
 from .evidence import evidence_from
 from .fault_outcomes import FaultOutcome, fault_statuses, power_loss_fired
+from .file_ops import read_file_ops
 from .oracle import never_stopped, precision_change
 from .plan import Corruption, JobSpec, plan_jobs
 from .scenario import Scenario
@@ -235,6 +236,7 @@ def _judged(case: CaseJobs, events: list[Event], contract: TopologyContract | No
     scenario = case.scenario
     ev = evidence(events, scenario, case.combo, found.configured, contract)
     ev.lost_unsynced = found.lost
+    ev.file_ops = read_file_ops(case.case_dir, os.path.join(case.case_dir, "ckpt"))
     faults = fault_statuses(found.configured, case.fault_log, found.outcomes)
     verdicts = [run_checker(c, ev) for c in ALL]
     verdicts += judge_expect(scenario.expect, ev)

@@ -55,6 +55,7 @@ def test_all_pass_on_a_clean_resume():
         "precision": NA,
         "recovery": NA,
         "hang": NA,
+        "retention": NA,  # no file operation log
     }
 
 

@@ -1,0 +1,150 @@
+"""Retention: no file of the newest acknowledged checkpoint is deleted, truncated or replaced before a
+later save is committed or acknowledged.
+
+Read from the file operations the case logged (`Evidence.file_ops`). A file belongs to the save that was
+open on the creating rank (invoked there, not yet returned) when it was created; a rename or an exchange
+carries it to its new path. A later save counts as committed once a rename or exchange carried one of its
+files (the publishing step of a temp-and-rename library), as acknowledged once it returned on every rank,
+and, for the rank that did the operation, once it returned there and was acknowledged in the end (a rank
+prunes after its own save returned; the others return on the same collective)."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from .base import FAIL, NA, PASS, Verdict
+from .evidence import Evidence, FileOp, SaveRecord
+
+DESTROYS = ("create", "rename", "unlink", "rmtree")  # what can take a file away (create: truncating one there)
+
+
+class Retention:
+    name = "retention"
+
+    def check(self, ev: Evidence) -> Verdict:
+        if ev.file_ops is None:
+            return Verdict(self.name, NA, "no file operation log was kept for this case")
+        acked = [s for s in ev.saves if s.acknowledged]
+        if not acked:
+            return Verdict(self.name, NA, "no save was acknowledged")
+        judge = _Judge(ev.saves)
+        for op in ev.file_ops:
+            judge.take(op)
+        if not any(s.acknowledged for s in judge.seen):
+            return Verdict(self.name, NA, "the log saw no file an acknowledged save wrote (its I/O went another way)")
+        if judge.bad:
+            first = judge.bad[0]
+            return Verdict(
+                self.name,
+                FAIL,
+                f"{len(judge.bad)} operation(s) destroyed a file of the newest acknowledged checkpoint; first: "
+                f"{first['culprit']}",
+                judge.bad,
+            )
+        if not judge.judged:
+            return Verdict(self.name, NA, "no file of an acknowledged checkpoint was deleted, truncated or replaced")
+        return Verdict(
+            self.name,
+            PASS,
+            f"{judge.judged} deletion(s), truncation(s) or replacement(s) of acknowledged checkpoints' files, "
+            "each after a later save was committed",
+        )
+
+
+class _Judge:
+    """The file operations in time order: who owns each path, and which destroyed the newest checkpoint."""
+
+    def __init__(self, saves: list[SaveRecord]):
+        self.saves = saves
+        self.owner: dict[str, SaveRecord] = {}
+        self.committed: dict[str, float] = {}  # save id -> when a rename first carried one of its files
+        self.judged = 0
+        self.seen: list[SaveRecord] = []  # the saves whose files the log saw created
+        self.bad: list[dict] = []
+
+    def take(self, op: FileOp) -> None:
+        if op.op in DESTROYS:
+            hit = op.dst if op.op == "rename" else op.path
+            for path in self._under(hit):
+                self._destroyed(op, path, self.owner.pop(path))
+        if op.op == "create":
+            save = self._open_save(op)
+            if save is not None:
+                self.owner[op.path] = save
+                self.seen.append(save)
+        elif op.op in ("rename", "exchange"):
+            self._move(op)
+
+    def _move(self, op: FileOp) -> None:
+        there = {p: self.owner.pop(p) for p in self._under(op.path)}
+        back = {p: self.owner.pop(p) for p in self._under(op.dst)} if op.op == "exchange" else {}
+        for moved, src, dst in ((there, op.path, op.dst), (back, op.dst, op.path)):
+            for p, save in moved.items():
+                self.owner[dst + p[len(src) :]] = save
+                self.committed.setdefault(save.save_id, op.time)
+
+    def _under(self, path: str) -> list[str]:
+        return [p for p in self.owner if p == path or p.startswith(path + "/")]
+
+    def _open_save(self, op: FileOp) -> SaveRecord | None:
+        """The save open on the creating rank when the file was created (the latest invoked of them)."""
+        open_ = [
+            s
+            for s in self.saves
+            if s.job == op.job
+            and op.rank in s.invoked_at
+            and s.invoked_at[op.rank] <= op.time <= s.returned_at.get(op.rank, math.inf)
+        ]
+        return max(open_, key=lambda s: s.invoked_at[op.rank], default=None)  # type: ignore[index]
+
+    def _destroyed(self, op: FileOp, path: str, save: SaveRecord) -> None:
+        acked_at = _acknowledged_at(save)
+        if acked_at is None or acked_at > op.time:
+            return  # not acknowledged yet: nothing a caller was promised
+        self.judged += 1
+        if any(self._supersedes(later, save, op) for later in self.saves):
+            return
+        self.bad.append(
+            {
+                "op": op.op,
+                "path": path,
+                "via": op.path if op.op != "rename" else f"{op.path} -> {op.dst}",
+                "rank": op.rank,
+                "pid": op.pid,
+                "thread": op.thread,
+                "time": _clock(op.time),
+                "job": op.job,
+                "save_id": save.save_id,
+                "iteration": save.iteration,
+                "culprit": f"{op} at {_clock(op.time)} destroyed {path} of iteration {save.iteration} "
+                f"(save {save.save_id}), acknowledged {op.time - acked_at:.3f} s before and still the newest "
+                "acknowledged checkpoint",
+            }
+        )
+
+    def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp) -> bool:
+        """Whether `later`, a save invoked after `save`, was committed or acknowledged when `op` ran."""
+        if later is save or _first_invoke(later) <= _first_invoke(save):
+            return False
+        acked_at = _acknowledged_at(later)
+        if acked_at is not None and acked_at <= op.time:
+            return True
+        if later.acknowledged and later.returned_at.get(op.rank, math.inf) <= op.time:  # type: ignore[arg-type]
+            return True
+        return self.committed.get(later.save_id, math.inf) <= op.time
+
+
+def _acknowledged_at(save: SaveRecord) -> float | None:
+    """When the save had returned on every rank (None: it never did)."""
+    if not save.acknowledged or not save.returned_at:
+        return None
+    return max(save.returned_at.values())
+
+
+def _first_invoke(save: SaveRecord) -> float:
+    return min(save.invoked_at.values(), default=math.inf)
+
+
+def _clock(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]

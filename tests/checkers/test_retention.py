@@ -1,0 +1,98 @@
+"""The retention checker on hand-written histories and file operation logs: who destroyed the newest
+acknowledged checkpoint, and when a deletion is fine. Pure logic: no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from resilience.checkers import FAIL, NA, PASS, FileOp, Retention
+from resilience.history import Event
+from resilience.runner.evidence import evidence_from
+from resilience.state import Topology
+from resilience.vocab.combos import Combination
+
+T = "tp2pp1dp1"
+
+
+def saves(*spans):
+    """Events of saves, each (save id, iteration, invoked at, returned at or None): both ranks alike."""
+    events = [Event("invoke", "job", "runner", {"job": 0, "topology": T}, 0, 0.0)]
+    for sid, it, start, end in spans:
+        events += [Event("invoke", "save", r, {"save_id": sid, "iteration": it}, 0, start) for r in (0, 1)]
+        if end is not None:
+            events += [Event("ok", "save", r, {"save_id": sid, "iteration": it}, 0, end) for r in (0, 1)]
+    return events
+
+
+def op(kind, path, t, dst="", rank=0):
+    return FileOp(kind, path, rank, 100 + rank, "main", t, 0, dst)
+
+
+def judge(events, ops):
+    ev = evidence_from(
+        events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
+        never_stopped=lambda i: "",
+    )  # fmt: skip
+    ev.file_ops = ops
+    return Retention().check(ev)
+
+
+TWO = saves(("a", 1, 1.0, 2.0), ("b", 2, 3.0, 5.0))
+WROTE_1 = [op("create", "staging1/model.pt", 1.5), op("rename", "staging1", 1.8, dst="iter_0000001")]
+WROTE_2 = [op("create", "staging2/model.pt", 3.5)]
+PUBLISH_2 = [op("rename", "staging2", 4.0, dst="iter_0000002")]
+
+CASES = [
+    # (why, ops, status)
+    (
+        "pruned after the next save was published",
+        WROTE_1 + WROTE_2 + PUBLISH_2 + [op("rmtree", "iter_0000001", 4.5)],
+        PASS,
+    ),
+    ("pruned after the next save was acknowledged", WROTE_1 + WROTE_2 + [op("rmtree", "iter_0000001", 6.0)], PASS),
+    (
+        "pruned before the next save was committed",
+        WROTE_1 + WROTE_2 + [op("rmtree", "iter_0000001", 3.6)] + PUBLISH_2,
+        FAIL,
+    ),
+    ("one file unlinked while newest", WROTE_1 + [op("unlink", "iter_0000001/model.pt", 2.5, rank=1)], FAIL),
+    ("truncated in place by a re-save", WROTE_1 + [op("create", "iter_0000001/model.pt", 3.2)], FAIL),
+    ("renamed over while newest", WROTE_1 + [op("rename", "junk", 2.5, dst="iter_0000001")], FAIL),
+    ("deleted before its own acknowledgement", WROTE_1[:1] + [op("unlink", "staging1/model.pt", 1.9)], NA),
+    ("nothing deleted", WROTE_1 + WROTE_2 + PUBLISH_2, NA),
+]
+
+
+@pytest.mark.parametrize("why,ops,status", CASES, ids=[c[0] for c in CASES])
+def test_retention_table(why, ops, status):
+    assert judge(TWO, ops).status == status, why
+
+
+def test_a_fail_names_the_operation_its_rank_process_thread_file_and_time():
+    v = judge(TWO, WROTE_1 + [op("unlink", "iter_0000001/model.pt", 2.5, rank=1)])
+    bad = v.evidence[0]
+    assert (bad["op"], bad["path"], bad["rank"], bad["pid"], bad["thread"]) == (
+        "unlink", "iter_0000001/model.pt", 1, 101, "main"
+    )  # fmt: skip
+    assert bad["time"] and "unlink iter_0000001/model.pt by rank 1 (pid 101, main thread)" in v.detail
+    assert "iteration 1" in v.detail
+
+
+def test_no_log_is_not_applicable_with_the_reason():
+    v = judge(TWO, None)
+    assert v.status == NA and "no file operation log" in v.detail
+
+
+def test_a_log_that_saw_no_acknowledged_file_is_not_applicable():
+    v = judge(TWO, [op("rmtree", "iter_0000001", 2.5)])
+    assert v.status == NA and "saw no file" in v.detail
+
+
+def test_an_exchange_that_publishes_a_resave_lets_the_old_copy_go():
+    resave = saves(("a", 1, 1.0, 2.0), ("b", 1, 3.0, 5.0))
+    ops = WROTE_1 + [
+        op("create", "staging1b/model.pt", 3.5),
+        op("exchange", "staging1b", 4.0, dst="iter_0000001"),
+        op("rmtree", "staging1b", 4.1),
+    ]
+    assert judge(resave, ops).status == PASS
