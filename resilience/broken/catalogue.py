@@ -128,6 +128,14 @@ CATALOGUE = {
             witness="LEGACY/torch/sync",
         ),
         BrokenImpl(
+            "prunes_before_commit",
+            "keep-last-1 retention that removes the previous checkpoint as a save begins",
+            "retention",
+            "save/load",
+            combos=("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/sync"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
             "manifest_not_durable",
             "writes the manifest without fsync",
             "durability",

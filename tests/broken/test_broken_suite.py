@@ -31,6 +31,7 @@ def test_catalogue_is_complete():
         "precision",
         "recovery",
         "hang",
+        "retention",
     }
     for impl in CATALOGUE.values():
         assert impl.column in FAULTS or impl.column in TRANSITIONS, impl

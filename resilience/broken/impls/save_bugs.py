@@ -114,6 +114,20 @@ class retention_deletes_newest(ReferenceBackend):
             return super().save(state, root)
 
 
+class prunes_before_commit(ReferenceBackend):
+    """Keep-last-1 retention run as a save begins, not after it commits: for the length of the save the
+    acknowledged checkpoint is gone and the new one is not there yet."""
+
+    def __init__(self, combo):
+        super().__init__(combo, keep_last=1)
+
+    def save(self, state, root):
+        if this_rank() == 0:  # the bug: the previous checkpoint is removed before the new one is committed
+            for _, path in commit.list_iterations(root):
+                storage.current().rmtree(path)
+        return super().save(state, root)
+
+
 class manifest_not_durable(ReferenceBackend):
     def save(self, state, root):
         def write(self_, folder):
