@@ -30,7 +30,7 @@ import xxhash
 from ..errors import ConfigError
 from ..storage.contained import is_inside
 from ..vocab.folders import MANIFEST
-from ..vocab.manifest_format import manifest_text
+from ..vocab.manifest_format import FORMAT_VERSION, KIND, manifest_text
 from . import torch_archive
 from .damage_records import NotApplicable, Planted
 
@@ -220,6 +220,21 @@ def _replace(path: str, data: bytes) -> None:
         raise
 
 
+def reference_manifest_body(path: str) -> dict | None:
+    """The body of the manifest at `path` when it is the reference's format (vocab.manifest_format: its
+    kind, format version and a body with a file list); None for any other file of that name (another
+    library's manifest.json), which a forging step must leave alone."""
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") != KIND or doc.get("format_version") != FORMAT_VERSION:
+        return None
+    body = doc.get("body")
+    return body if isinstance(body, dict) and isinstance(body.get("files"), dict) else None
+
+
 def _rewrite_manifest(root: str, path: str, data: bytes) -> str:
     """Give the file its new size and checksum in the manifest of the nearest folder above it that
     has one, digest recomputed (a checksum is not authentication). What was done, "" when no folder
@@ -235,12 +250,10 @@ def _rewrite_manifest(root: str, path: str, data: bytes) -> str:
     why = _unsafe(root, manifest)
     if why is not None:
         return f"manifest left as it is: {why}"
-    try:
-        with open(manifest, "rb") as f:
-            body = json.loads(f.read())["body"]
-        files = dict(body["files"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError("target", f"{manifest} is not a manifest to rewrite: {e}") from None
+    body = reference_manifest_body(manifest)
+    if body is None:  # another library's file of that name: never parsed as ours
+        return f"{os.path.relpath(manifest, root)} is not a {KIND} (another format): left as it is"
+    files = dict(body["files"])
     rel = os.path.relpath(path, folder).replace(os.sep, "/")
     if rel not in files:
         return f"{os.path.relpath(manifest, root)} does not list {rel}: left as it is"

@@ -20,13 +20,20 @@ import fnmatch
 import json
 import os
 import re
+import socket
 from dataclasses import asdict, dataclass, field
 
+from .fuse_log import FUSE_LOG, read_log
+from .stable_names import stable_name
+
 ROLES = ("data", "metadata", "pointer", "other")
+# how a save's data files are written, most separate first: by a process the rank started, by a thread of
+# the rank's process, in the rank's main thread (the first seen of these names the layout's data_writer)
+WRITER_KINDS = ("process", "thread", "inline")
+IN_RANK_WRITERS = frozenset({"thread", "inline", "rank"})  # "rank": either, in layouts written before
 KNOWN_METADATA = ("manifest.json", ".metadata", "metadata.json", "common.pt", "index.json", "metadata.yaml")
 TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".txt", ".toml", ".ini", ".md")
 _NUMBER = re.compile(r"\d+")
-_RANDOM = re.compile(r"[0-9a-f]{8,}")  # the random part of a staging name (.staging-iter_0000003-1f2e3d4c)
 _FIELD = re.compile(r"\{iteration(?::0(\d+)d)?\}")
 
 
@@ -71,8 +78,9 @@ class Layout:
     source: str  # "oplog" or "scan"
     phases: dict = field(default_factory=dict)  # named phase -> the operation that starts it (op, role, rank)
     announced: tuple[str, ...] = ()  # phases the backend itself announced (vocab.phases)
-    # who created the data files: "rank" (the rank's own process, a thread of it), "process" (a process the
-    # rank started), None (not seen: no data file went through the seam, or the ranks' pids were not known)
+    # who created the data files (WRITER_KINDS): "process" (a process the rank started), "thread" (a thread of
+    # the rank's process), "inline" (its main thread); None: not seen (no data file went through the seam or
+    # the file system, or the ranks' pids were not known) nor declared by the adapter (runner.learn)
     data_writer: str | None = None
 
     # ---- questions --------------------------------------------------------------------------------
@@ -135,6 +143,10 @@ class Layout:
     def describe(self) -> str:
         roles = {r: [f.template for f in self.files if f.role == r] for r in ROLES}
         parts = [f"{r}: {', '.join(sorted(set(v)))}" for r, v in roles.items() if v]
+        # where the bytes are written, when the name differs between runs (a pid, a random suffix: '*')
+        moved = sorted({f"{f.written_as} -> {f.template}" for f in self.files if "*" in (f.written_as or "")})
+        if moved:
+            parts.append(f"written as: {', '.join(moved)}")
         unread = sorted({f.template for f in self.files if f.read is False})
         if unread:
             parts.append(f"never read by a load: {', '.join(unread)}")
@@ -215,6 +227,9 @@ def learn(
         ops = [o for o in read_ops(oplog_dir) if _inside(root, o.path)]
     created = _follow(root, ops)  # final rel -> (rank, written-at rel)
     seam = bool(written) and all(rel in created for rel in written)
+    writers = _stream_writers(ops, oplog_dir)
+    # what differs between runs: the probe's processes and threads, and this machine's name
+    pids, host = _probe_pids(writers, oplog_dir, rank_pids), socket.gethostname()
     files = []
     for rel in sorted(written):
         rank, at = created.get(rel, (None, None))  # a file written outside the seam: neither is known
@@ -225,7 +240,7 @@ def learn(
                 template,
                 role,
                 rank,
-                _template(at, iteration, staging=True) if at else None,
+                _template(at, iteration, staging=True, pids=pids, hostname=host) if at else None,
                 after[rel][0],
                 None if reads is None else rel in reads,
             )
@@ -238,29 +253,61 @@ def learn(
             layout.files,
             seam,
             source,
-            _phases(root, ops, layout),
+            _stable_phases(_phases(root, ops, layout), iteration, pids, host),
             tuple(announced),
-            _data_writer(root, ops, layout, rank_pids or {}),
+            _data_writer(root, ops, layout, rank_pids or {}, writers),
         )
     return layout
 
 
-def _data_writer(root: str, ops, layout: Layout, rank_pids: dict[int, int]) -> str | None:
-    """Whether the data files the log saw were created by their rank's own process ("rank") or by another
-    (a process the rank started: "process"); None when it saw none or a rank's pid is not known."""
+def _stream_writers(ops, oplog_dir: str | None) -> dict[str, int]:
+    """stream -> the pid of the process that opened it: the seam names it in the stream (rank:pid:n), the
+    file system's log beside its operation log names the calling process of each stream (fuse:n)."""
+    out = {}
+    for o in ops:
+        if o.stream and not o.stream.startswith("fuse:") and o.stream.count(":") == 2:
+            out[o.stream] = int(o.stream.split(":")[1])  # OpLog.new_stream: rank:pid:n
+    if oplog_dir is not None and os.path.isfile(os.path.join(oplog_dir, FUSE_LOG)):
+        for rec in read_log(oplog_dir):
+            if rec.get("stream") and isinstance(rec.get("pid"), int):
+                out.setdefault(rec["stream"], rec["pid"])
+    return out
+
+
+def _probe_pids(writers: dict[str, int], oplog_dir: str | None, rank_pids: dict[int, int] | None) -> frozenset[int]:
+    """Every process and thread id the probe save ran as: the ranks', the writers' of its streams, and the
+    threads the file system's log names."""
+    pids = set(writers.values()) | set((rank_pids or {}).values())
+    if oplog_dir is not None and os.path.isfile(os.path.join(oplog_dir, FUSE_LOG)):
+        pids |= {rec[k] for rec in read_log(oplog_dir) for k in ("pid", "tid") if isinstance(rec.get(k), int)}
+    return frozenset(pids)
+
+
+def _stable_phases(phases: dict, iteration: int, pids: frozenset[int], hostname: str) -> dict:
+    """Each phase's path with what differs between runs made '*' (stable_names), as the write globs are."""
+    return {k: dict(v, path=stable_name(v["path"], iteration, pids, hostname)) for k, v in phases.items()}
+
+
+def _data_writer(root: str, ops, layout: Layout, rank_pids: dict[int, int], writers: dict[str, int]) -> str | None:
+    """How the data files the log saw were created: by another process than their rank's ("process": one the
+    rank started), else by a thread of the rank's process ("thread"), else by its main thread ("inline");
+    None when it saw none or a rank's pid is not known. `writers`: stream -> the pid that opened it."""
     roles = {f.path(layout.iteration): f.role for f in layout.files}
     data_at = {at for rel, (_, at) in _follow(root, ops).items() if roles.get(rel) == "data"}
     seen = set()
     for o in ops:
-        if o.op != "create" or os.path.relpath(o.path, root) not in data_at or not o.stream:
+        if o.op != "create" or os.path.relpath(o.path, root) not in data_at or o.stream not in writers:
             continue
-        pid = int(o.stream.split(":")[1])  # OpLog.new_stream: rank:pid:n
         if o.rank not in rank_pids:
             return None
-        seen.add("rank" if pid == rank_pids[o.rank] else "process")
-    if not seen:
-        return None
-    return "process" if "process" in seen else "rank"
+        if writers[o.stream] != rank_pids[o.rank]:
+            seen.add("process")
+        else:
+            seen.add("thread" if o.thread != "main" else "inline")
+    for kind in WRITER_KINDS:
+        if kind in seen:
+            return kind
+    return None
 
 
 def _follow(root: str, ops) -> dict[str, tuple[int, str]]:
@@ -283,16 +330,16 @@ def _follow(root: str, ops) -> dict[str, tuple[int, str]]:
     return {os.path.relpath(p, root): v for p, v in live.items()}
 
 
-def _template(rel: str, iteration: int, staging: bool = False) -> str:
+def _template(
+    rel: str, iteration: int, staging: bool = False, pids: frozenset[int] = frozenset(), hostname: str | None = None
+) -> str:
     """`rel` with each number equal to `iteration` replaced by an {iteration} field (keeping zero padding);
-    staging: random hex parts become '*'."""
+    staging: what differs between runs (random parts, `pids`, `hostname`: stable_names) becomes '*'."""
     parts = []
     for comp in rel.split(os.sep):
         comp = comp.replace("{", "{{").replace("}", "}}")
         if staging:
-            comp = _RANDOM.sub(
-                lambda m: m.group(0) if m.group(0).isdigit() and int(m.group(0)) == iteration else "*", comp
-            )
+            comp = stable_name(comp, iteration, pids, hostname)
 
         def field_of(m):
             tok = m.group(0)

@@ -4,7 +4,6 @@ refused as not applicable with the reason. Nothing here knows an implementation'
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -14,7 +13,7 @@ from ..errors import ConfigError
 from .base import Fault, matches_path
 from .damage_records import Damage, NotApplicable, NothingToDamage, flip_record, planted_record, record
 from .file_damage import damage_metadata_file, damage_pointer_file, flip_byte as _flip, forge_escaping_path
-from .hostile_pickle import DCP_METADATA, plant_among, plant_metadata
+from .hostile_pickle import DCP_METADATA, plant_among, plant_metadata, reference_manifest_body
 from .kinds import (
     BitFlip,
     DeleteFile,
@@ -325,19 +324,16 @@ def escaping_path(root: str, fault: EscapingManifestPath, layout: Layout, rng: r
         names = sorted({os.path.basename(f.template) for f in layout.of("metadata")}) or ["none"]
         raise NotApplicable(
             "kind",
-            f"this backend's metadata names no file list to forge a path into (its metadata files: {', '.join(names)})",
+            "this backend's metadata names no file list of the reference's manifest format to forge a path into"
+            f" (its metadata files: {', '.join(names)})",
         )
     it, chosen = _newest(found, fault, "manifest with a file list", root)
     return forge_escaping_path(root, fault, os.path.dirname(chosen[0][1]))
 
 
 def _lists_files(path: str) -> bool:
-    try:
-        with open(path) as f:
-            body = json.load(f).get("body", {})
-        return isinstance(body.get("files"), dict)
-    except (OSError, ValueError, AttributeError):
-        return False
+    """A manifest of the reference's format (another library's file of that name is never forged)."""
+    return reference_manifest_body(path) is not None
 
 
 def leftover_staging(root: str, fault: LeftoverStaging, layout: Layout, rng: random.Random) -> Damage:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..faults import Fault, WriterKill
-from ..faults.layout import Layout, _template
+from ..faults.layout import IN_RANK_WRITERS, Layout, _template
 
 OUTSIDE_SEAM = (
     "the backend writes these files outside the storage seam (one clean save logged none of them), "
@@ -19,6 +19,10 @@ IN_RANK = (
     "one clean save showed each rank creating its data files in its own process: the writer is a thread of the "
     "rank; nothing to kill alone"
 )
+IN_LINE = (
+    "one clean save showed each rank writing its data files in line, in its main thread: no writer process "
+    "or thread to kill alone"
+)
 NO_WRITER = "writer_kill strikes the background writer of an async save, and this combination saves synchronously"
 
 
@@ -26,8 +30,8 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     """`fault` with a layout target (`path: "@data"`, "@metadata", "@pointer"; "#2": the second save
     after the fault is armed, as the caller resolved `iteration`) made a real glob, and a phase the backend
     does not announce made the operation the layout saw start it. (None, why) if it cannot apply."""
-    if isinstance(fault, WriterKill) and layout is not None and layout.data_writer == "rank":
-        return None, IN_RANK
+    if isinstance(fault, WriterKill) and layout is not None and layout.data_writer in IN_RANK_WRITERS:
+        return None, IN_LINE if layout.data_writer == "inline" else IN_RANK
     target, trigger = fault.target, fault.trigger
     # a writer kill finds its rank's writer by process ancestry, not by file name: any file of the role
     rank = target.rank if isinstance(target.rank, int) and not isinstance(fault, WriterKill) else None

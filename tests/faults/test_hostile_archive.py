@@ -2,6 +2,7 @@
 torch.load(weights_only=False) and gives back exactly the original object, weights_only=True refuses it,
 every other record stays byte-identical and aligned, and planting runs nothing and follows no symlink."""
 
+import json
 import os
 import pickle
 import pickletools
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from resilience.faults import NothingToDamage, corrupt, fault_from_dict
+from resilience.faults.damage_records import NotApplicable
 from resilience.faults.hostile_pickle import MARKER, command_opcodes, hostile_archive, plant_among
 from resilience.faults.torch_archive import read as read_archive
 
@@ -217,3 +219,39 @@ def test_the_target_path_names_the_file(tmp_path):
     assert d.rel == "iter_0000003/rank_2.pt"
     with pytest.raises(NothingToDamage, match=r"holds no pickle.*\(iter_0000003/index.json\)"):
         corrupt(fault_from_dict({"kind": "hostile_pickle", "target": {"path": "*.json"}}), root)
+
+
+FOREIGN_MANIFESTS = {
+    "a list, no body": {"version": 3, "files": [{"name": "rank_0.pt", "size": 1, "sha256": "00"}]},
+    "a body of another shape": {"body": {"files": {"rank_0.pt": {"size": 1}}}, "digest": "x"},
+    "not an object": ["rank_0.pt"],
+}
+
+
+@pytest.mark.parametrize("manifest", FOREIGN_MANIFESTS.values(), ids=list(FOREIGN_MANIFESTS))
+def test_another_librarys_manifest_is_never_forged_as_the_references(tmp_path, manifest):
+    """A manifest.json of another format beside the archive: the pickle is planted, the manifest is left as
+    it is and said so (was a ConfigError: 'manifest.json is not a manifest to rewrite: 'body'')."""
+    folder = tmp_path / "step-3"
+    folder.mkdir()
+    torch.save(_object(), folder / "rank_0.pt")
+    text = json.dumps(manifest)
+    (folder / "manifest.json").write_text(text)
+    planted = plant_among(str(tmp_path), [str(folder / "rank_0.pt")], random.Random(0), "step 3")
+    assert "not a resilience-checkpoint-manifest (another format): left as it is" in planted.manifest
+    assert (folder / "manifest.json").read_text() == text
+
+
+def test_a_path_is_forged_only_into_the_references_manifest(tmp_path):
+    from resilience.faults.kinds import EscapingManifestPath
+    from resilience.faults.layout import Layout, LayoutFile
+    from resilience.faults.layout_damage import escaping_path
+
+    folder = tmp_path / "step-3"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(FOREIGN_MANIFESTS["a body of another shape"]))
+    layout = Layout(3, (LayoutFile("step-{iteration}/manifest.json", "metadata"),), False, "scan")
+    fault = fault_from_dict({"kind": "escaping_path"})
+    assert isinstance(fault, EscapingManifestPath)
+    with pytest.raises(NotApplicable, match="no file list of the reference's manifest format"):
+        escaping_path(str(tmp_path), fault, layout, random.Random(0))

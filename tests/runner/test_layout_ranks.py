@@ -165,3 +165,20 @@ def test_the_backend_is_imported_once_before_the_ranks_fork(tmp_path, monkeypatc
     monkeypatch.delitem(sys.modules, "late_adapter", raising=False)
     learn_layout(MODEL, TOPO, Combination.parse("LOCAL/torch/sync"), "late_adapter:factory", str(tmp_path / "l"))
     assert log.read_text().split() == [str(os.getpid())]
+
+
+TEMP_NAMES = "tests.runner.temp_name_backend:factory"
+
+
+@pytest.mark.parametrize("column", ["kill", "io_error"])
+def test_a_fault_at_a_temp_name_with_a_pid_and_a_random_part_fires_in_a_later_run(tmp_path, column):
+    """The probe save's temp names carry its pids and random parts; the layout keeps them as '*', so the
+    fault aimed at the data file's temp name fires in the case's own run (never UNPROBED)."""
+    layout = learn_layout(MODEL, TOPO, Combination.parse("LOCAL/torch/sync"), TEMP_NAMES, str(tmp_path / "probe"))
+    glob = layout.write_glob("data", 3, 1)
+    assert glob == "*/iter_3/rank_1.pt.tmp-*-*", layout.describe()
+    assert "iter_{iteration}/rank_1.pt.tmp-*-* -> iter_{iteration}/rank_1.pt" in layout.describe()
+    case = tmp_path / "case"
+    result = run_case(fault_scenario(column, 0), Combination.parse("LOCAL/torch/sync"), str(case), backend=TEMP_NAMES)
+    assert result.verdict not in ("UNPROBED", "UNKNOWN", "ERROR"), result.detail
+    assert result.faults and all(f["status"] == "fired" for f in result.faults), result.faults
