@@ -123,18 +123,7 @@ def run(args) -> int:
     )
     runs = f" x {args.repeat} runs each" if args.repeat > 1 else ""
     print(f"run folder {folder.path}; {len(work)} cases{runs}; seeds {seeds}", flush=True)
-    cases_dir = os.path.join(folder.path, "cases")
-    specs = [
-        CaseSpec(
-            s,
-            combo,
-            os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
-            refs[args.backend or s.backend],
-            extra={"column": s.name},
-            io=args.io,
-        )
-        for i, (s, combo) in enumerate(work)
-    ]
+    specs = _case_specs(CaseSpec, args, work, refs, os.path.join(folder.path, "cases"))
     with Progress(len(work), "cases") as bar:
 
         def after(row: ResultRow) -> None:
@@ -150,6 +139,21 @@ def run(args) -> int:
             repeat=args.repeat,
         )
     return summarize(rows, folder.finish(rows))
+
+
+def _case_specs(CaseSpec, args, work, refs, cases_dir: str) -> list:
+    """One CaseSpec per (scenario, combination), each with its own folder under the run folder's cases/."""
+    return [
+        CaseSpec(
+            s,
+            combo,
+            os.path.join(cases_dir, f"{i:03d}-{_safe(s.name)}-{str(combo).replace('/', '-')}"),
+            refs[args.backend or s.backend],
+            extra={"column": s.name},
+            io=args.io,
+        )
+        for i, (s, combo) in enumerate(work)
+    ]
 
 
 def _safe(name: str) -> str:

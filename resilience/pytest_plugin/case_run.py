@@ -47,13 +47,17 @@ def run_case(
 
 
 def _as_result(result, row):
-    """The run's CaseResult standing for all the runs of a repeated case: the row's verdict, why, its
-    replay and its evidence; a case run once, its own."""
+    """The run's CaseResult standing for all the runs of a repeated case: the row's verdict, why (with a
+    line for each run and its folder, so a failing test names the evidence of every run), its replay and
+    its evidence; a case run once, its own."""
     if not row.repeats:
         return result
     from dataclasses import replace
 
-    return replace(result, verdict=row.verdict, detail=row.detail, replay=row.replay, seconds=row.seconds)
+    from ..report.result_row import runs_text
+
+    detail = "\n".join([row.detail, *(f"  {line}" for line in runs_text(row))])
+    return replace(result, verdict=row.verdict, detail=detail, replay=row.replay, seconds=row.seconds)
 
 
 def xfail_reason(item) -> str:
