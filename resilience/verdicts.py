@@ -16,6 +16,7 @@ class Status(str, Enum):
     REFUSED = "REFUSED-AS-EXPECTED"
     NA = "N/A"  # nothing to judge, and nothing was supposed to be probed
     UNPROBED = "UNPROBED"  # a configured fault never fired or applied: nothing was tested
+    FLAKY = "FLAKY"  # runs of the case with the same seed gave different verdicts: timing-dependent behaviour
 
     __str__ = str.__str__
     __format__ = str.__format__  # type: ignore[assignment]  # format as the plain string, like __str__
@@ -25,7 +26,7 @@ class Status(str, Enum):
         return self in FAILING
 
 
-PASS, WARN, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (
+PASS, WARN, FAIL, UNKNOWN, REFUSED, NA, UNPROBED, FLAKY = (
     Status.PASS,
     Status.WARN,
     Status.FAIL,
@@ -33,10 +34,13 @@ PASS, WARN, FAIL, UNKNOWN, REFUSED, NA, UNPROBED = (
     Status.REFUSED,
     Status.NA,
     Status.UNPROBED,
+    Status.FLAKY,
 )
 # What no command may count as passed: every summary, exit status and report uses this one set.
-FAILING = frozenset({FAIL, UNKNOWN, UNPROBED})
-SEVERITY = {FAIL: 5, UNKNOWN: 4, UNPROBED: 3, WARN: 2, REFUSED: 1, PASS: 1, NA: 0}
+FAILING = frozenset({FAIL, UNKNOWN, UNPROBED, FLAKY})
+# FLAKY just under FAIL: some run of it failed, so it is a finding about the implementation (above UNKNOWN,
+# which judged nothing), but a case that fails every time is the surer one to show where both meet
+SEVERITY = {FAIL: 6, FLAKY: 5, UNKNOWN: 4, UNPROBED: 3, WARN: 2, REFUSED: 1, PASS: 1, NA: 0}
 
 
 def is_failing(status) -> bool:

@@ -62,6 +62,21 @@ def add_workers_argument(p) -> None:
     )
 
 
+def add_repeat_argument(p) -> None:
+    """--repeat: runs of each case with the same seed (runner.repeats); verdicts that differ are FLAKY."""
+    from ..runner.repeats import MAX_REPEAT
+
+    p.add_argument(
+        "--repeat",
+        type=number_arg(int, lambda v: 1 <= v <= MAX_REPEAT, f"a whole number of runs from 1 to {MAX_REPEAT}"),
+        default=1,
+        metavar="N",
+        help="run each case N times with the same seed, each run in its own folder (CASE/repeat-K); a case "
+        "whose runs give different verdicts is FLAKY, a failure: its behaviour depends on timing "
+        "(default: 1)",
+    )
+
+
 def workers_of(args) -> int:
     from ..launch.workers import usable_cpus
 

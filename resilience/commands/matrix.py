@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from ..errors import ConfigError
-from .common import add_io_argument, add_workers_argument, combination_arg, seed_arg, workers_of
+from .common import add_io_argument, add_repeat_argument, add_workers_argument, combination_arg, seed_arg, workers_of
 
 
 def register(sub) -> None:
@@ -48,6 +48,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
     add_io_argument(p)
     add_workers_argument(p)
+    add_repeat_argument(p)
     p.set_defaults(func=run)
 
 
@@ -83,7 +84,13 @@ def run(args) -> int:
     start = time.monotonic()
     with Progress(len(work), "cases") as bar:
         rows = judge_cases(
-            folder, specs, columns=columns, before=lambda c: bar.start(str(c)), after=bar.row, workers=workers_of(args)
+            folder,
+            specs,
+            columns=columns,
+            before=lambda c: bar.start(str(c)),
+            after=bar.row,
+            workers=workers_of(args),
+            repeat=args.repeat,
         )
     print(text_table(rows, columns))
     print(f"({time.monotonic() - start:.1f} s)")
@@ -148,12 +155,15 @@ def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults,
             "columns": columns,
             "cases": len(work),
             "io": args.io,
+            "repeat": args.repeat,
             "option_sets": [c.spec for c in sweep] if args.backend_options else None,
         },
     )
+    runs = f" x {args.repeat} runs each" if args.repeat > 1 else ""
     print(
         f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
-        f"{len(work)} cases; seed {args.seed}; backend {args.backend}; faults through {_io(args, sweep[0].backend)}; "
+        f"{len(work)} cases{runs}; seed {args.seed}; backend {args.backend}; "
+        f"faults through {_io(args, sweep[0].backend)}; "
         f"{workers_of(args)} at a time; "
         f"run folder {folder.path}",
         flush=True,

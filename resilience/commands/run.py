@@ -7,7 +7,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from .common import add_io_argument, add_workers_argument, combination_arg, seed_arg, workers_of
+from .common import add_io_argument, add_repeat_argument, add_workers_argument, combination_arg, seed_arg, workers_of
 
 if TYPE_CHECKING:
     from ..report.result_row import ResultRow
@@ -23,6 +23,7 @@ def register(sub) -> None:
     p.add_argument("--tag", action="append", help="only scenarios carrying this tag")
     add_io_argument(p)
     add_workers_argument(p)
+    add_repeat_argument(p)
     p.set_defaults(func=run)
 
 
@@ -117,11 +118,32 @@ def run(args) -> int:
             "backend": args.backend or "reference",
             "command": command,
             "cases": len(work),
+            "repeat": args.repeat,
         },
     )
-    print(f"run folder {folder.path}; {len(work)} cases; seeds {seeds}", flush=True)
-    cases_dir = os.path.join(folder.path, "cases")
-    specs = [
+    runs = f" x {args.repeat} runs each" if args.repeat > 1 else ""
+    print(f"run folder {folder.path}; {len(work)} cases{runs}; seeds {seeds}", flush=True)
+    specs = _case_specs(CaseSpec, args, work, refs, os.path.join(folder.path, "cases"))
+    with Progress(len(work), "cases") as bar:
+
+        def after(row: ResultRow) -> None:
+            bar.note(f"{row.scenario:<32} {row.combo:<26} {row.verdict}")
+            bar.row(row)
+
+        rows = judge_cases(
+            folder,
+            specs,
+            before=lambda c: bar.start(str(c)),
+            after=after,
+            workers=workers_of(args),
+            repeat=args.repeat,
+        )
+    return summarize(rows, folder.finish(rows))
+
+
+def _case_specs(CaseSpec, args, work, refs, cases_dir: str) -> list:
+    """One CaseSpec per (scenario, combination), each with its own folder under the run folder's cases/."""
+    return [
         CaseSpec(
             s,
             combo,
@@ -132,14 +154,6 @@ def run(args) -> int:
         )
         for i, (s, combo) in enumerate(work)
     ]
-    with Progress(len(work), "cases") as bar:
-
-        def after(row: ResultRow) -> None:
-            bar.note(f"{row.scenario:<32} {row.combo:<26} {row.verdict}")
-            bar.row(row)
-
-        rows = judge_cases(folder, specs, before=lambda c: bar.start(str(c)), after=after, workers=workers_of(args))
-    return summarize(rows, folder.finish(rows))
 
 
 def _safe(name: str) -> str:
@@ -151,13 +165,17 @@ def _safe(name: str) -> str:
 
 def summarize(rows: list[ResultRow], paths: dict) -> int:
     from ..report.matrix_table import is_framework_error
-    from ..verdicts import is_failing, summary_line
+    from ..report.result_row import runs_text
+    from ..verdicts import FLAKY, is_failing, summary_line
 
     bad = [r for r in rows if is_failing(r.verdict)]
     broke = sum(is_framework_error(r) for r in bad)
     for r in bad:
         what = f"{r.verdict} (framework error)" if is_framework_error(r) else r.verdict
-        print(f"{what}: {r.scenario} {r.combo}: {r.detail[:300]}\n  replay: {r.replay}")
+        print(f"{what}: {r.scenario} {r.combo}: {r.detail[:300]}")
+        for line in runs_text(r) if r.verdict == FLAKY else ():  # every run's outcome, and its evidence
+            print(f"  {line}")
+        print(f"  replay: {r.replay}")
     # a framework error says nothing of the implementation: counted apart, as the report does
     note = f"; {broke} of the UNKNOWN are framework errors (the framework broke, not the implementation)"
     print(summary_line(r.verdict for r in rows) + (note if broke else ""))

@@ -55,6 +55,19 @@ def parse_backend(text: str) -> str:
         raise pytest.UsageError(f"--resilience-backend: {e.problem}; {e.fix}") from None
 
 
+def parse_repeat(text: str) -> int:
+    """A whole number of runs of each case, 1..runner.repeats.MAX_REPEAT."""
+    from ..runner.repeats import MAX_REPEAT
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise pytest.UsageError(f"--resilience-repeat: must be a whole number of runs, got {text!r}") from None
+    if not 1 <= value <= MAX_REPEAT:
+        raise pytest.UsageError(f"--resilience-repeat: must be between 1 and {MAX_REPEAT}, got {value}")
+    return value
+
+
 def parse_seconds(text: str) -> float:
     """A positive number of seconds."""
     try:
@@ -118,6 +131,14 @@ def add_options(parser) -> None:
         "for backends that declare io_through_seam, the file system otherwise)",
     )
     group.addoption(
+        "--resilience-repeat",
+        type=parse_repeat,
+        default=1,
+        metavar="N",
+        help="run each case N times with the same seed, each run in its own folder; a case whose runs "
+        "give different verdicts is FLAKY, which fails its test (default: 1)",
+    )
+    group.addoption(
         "--resilience-profile",
         type=parse_profile,
         default=None,
@@ -163,6 +184,7 @@ class ResilienceOptions:
     session: SessionFolder = field(default_factory=lambda: SessionFolder(None))
     current: TestRun | None = field(repr=False, default=None)  # the test item running scenarios now
     _resolved: dict = field(repr=False, default_factory=dict)
+    repeat: int = 1  # runs of each case with the same seed (runner.repeats)
 
     def run_dir(self) -> str:
         return self.session.path
@@ -219,6 +241,7 @@ def read_options(config) -> ResilienceOptions:
         config.getoption("resilience_time_budget"),
         config.getoption("resilience_shrink_budget"),
         session,
+        repeat=config.getoption("resilience_repeat"),
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..checkers import Verdict
 from ..verdicts import NA, PASS, REFUSED, Status
 from .fuzz_view import kinds_drawn
-from .links import Link, case_links, scenario_file_text
+from .links import Link, case_links, local_path, scenario_file_text
 from .matrix_table import cell_of, column_of, is_framework_error, row_of, short
 from .result_row import FaultResult, ResultRow
 from .tally import CSS, Category, category_of
@@ -27,6 +27,17 @@ class Finding:
     detail: str
     evidence: list[list[tuple[str, str]]]
     more: int  # items not written out
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """One run of a case run several times with the same seed: its verdict, why, and its folder."""
+
+    run: int
+    verdict: str
+    css: str
+    detail: str
+    href: str | None  # its folder, relative to the run folder
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,8 @@ class CaseView:
     drawn: tuple[str, ...] = ()  # a fuzzing run's case: the fault kinds it drew
     test: str = ""  # a pytest session's case: the test that ran it
     expected_failure: str = ""  # ... and why that test is expected to fail (xfail), when it is
+    runs: tuple[RunOutcome, ...] = ()  # a case run several times (--repeat): each run's outcome
+    outcomes: str = ""  # ... their verdicts with counts: '2 PASS, 1 FAIL'
 
     @property
     def detail_repeats(self) -> bool:
@@ -103,6 +116,19 @@ def case_view(i: int, row: ResultRow, run_dir: str | None) -> CaseView:
         drawn=tuple(kinds_drawn(row)[0]),
         test=row.test or "",
         expected_failure=row.expected_failure or "",
+        runs=_runs(row, run_dir),
+        outcomes=row.outcomes,
+    )
+
+
+def _runs(row: ResultRow, run_dir: str | None) -> tuple[RunOutcome, ...]:
+    def href(case_dir) -> str | None:
+        rel = local_path(run_dir, case_dir) if run_dir else None
+        return rel + "/" if rel else None
+
+    return tuple(
+        RunOutcome(r.run, str(r.verdict), CSS.get(r.verdict, "na"), r.detail, href(r.case_dir))
+        for r in row.repeats or ()
     )
 
 

@@ -137,6 +137,11 @@ def _case(c: CaseView) -> list[str]:
                 out += _value(k, t)
         if f.more:
             out.append(f"  - and {f.more} more in results.json")
+    if c.runs:  # a case run several times with the same seed: every run's outcome and its evidence
+        out += ["", f"runs with the same seed: {c.outcomes}", ""]
+        out += [
+            f"- run {r.run}: **{r.verdict}** in [{r.href or '?'}]({r.href or ''}): {r.detail[:300]}" for r in c.runs
+        ]
     unfired = [x for x in c.faults if x.status != "fired"]
     if unfired:
         out.append("- faults that never fired: " + "; ".join(f"`{x.fault or '?'}`" for x in unfired))

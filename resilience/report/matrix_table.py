@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..verdicts import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
+from ..verdicts import FAIL, FLAKY, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
 from .result_row import ResultRow
 
 SHORT: dict[str, str] = {
@@ -13,6 +13,7 @@ SHORT: dict[str, str] = {
     REFUSED: "REFUSED",
     NA: "-",
     UNPROBED: "UNPROBED",
+    FLAKY: "FLAKY",
 }
 ALSO_UNPROBED = "+" + UNPROBED.value  # a FAIL or UNKNOWN beside a configured fault that never fired: both shown
 # The checker name of a row the framework could not judge (the runner raised, not the implementation):

@@ -9,11 +9,12 @@ from typing import Any
 
 from ..checkers import Verdict
 from ..errors import ConfigError
-from ..verdicts import Status
+from ..verdicts import SEVERITY, Status
 
 # 2: rows carry "schema"; a row without it was written before (version 1, the same fields otherwise)
-ROW_SCHEMA = 2
-READABLE_SCHEMAS = (1, 2)
+# 3: a case run more than once (--repeat) carries "repeats", each run's outcome; versions 1 and 2 never do
+ROW_SCHEMA = 3
+READABLE_SCHEMAS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,67 @@ class FaultResult:
         return cls(str(d.get("fault", "")), str(d.get("status", "")), str(d.get("detail", "")))
 
 
+@dataclass(frozen=True)
+class Repetition:
+    """One run of a case run several times with the same seed (--repeat): its verdict, why, and the
+    folder of its evidence."""
+
+    run: int  # 1-based
+    verdict: Status
+    detail: str = ""
+    case_dir: str | None = None
+    seconds: float = 0.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "verdict", Status(self.verdict))
+        object.__setattr__(self, "seconds", round(float(self.seconds), 3))
+
+    def to_dict(self) -> dict:
+        return {
+            "run": self.run,
+            "verdict": self.verdict.value,
+            "detail": self.detail,
+            "case_dir": self.case_dir,
+            "seconds": self.seconds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Repetition:
+        return cls(
+            int(d.get("run") or 0),
+            d.get("verdict", "N/A"),
+            str(d.get("detail") or ""),
+            d.get("case_dir") if isinstance(d.get("case_dir"), str) else None,
+            float(d.get("seconds") or 0.0),
+        )
+
+
+def outcomes(repeats) -> str:
+    """The distinct verdicts of a case's runs with their counts, the most severe first: '2 PASS, 1 FAIL'."""
+    counts: dict[Status, int] = {}
+    for r in repeats:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    return ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda vn: -SEVERITY[vn[0]]))
+
+
+def runs_text(row) -> list[str]:
+    """One line per run of a repeated case ('run 2: FAIL in cases/003/repeat-2: durability: ...'), for the
+    summaries and JUnit; none for a case run once."""
+    return [f"run {r.run}: {r.verdict} in {r.case_dir}: {r.detail[:200]}" for r in row.repeats or ()]
+
+
 # written only when set: the keys a row of one kind of run has and the others do not
-_OPTIONAL = ("column", "options", "broken", "test", "expected_failure", "scenario_file", "minimal", "events", "phase")
+_OPTIONAL = (
+    "column",
+    "options",
+    "broken",
+    "test",
+    "expected_failure",
+    "scenario_file",
+    "minimal",
+    "events",
+    "phase",
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +121,7 @@ class ResultRow:
     minimal: bool = False  # a fuzzer's minimal failure, not a case it ran
     events: tuple[str, ...] | None = None  # what the fuzzer told Hypothesis (fault kinds drawn, verdict)
     phase: str | None = None  # the fuzzer's phase: searching or shrinking
+    repeats: tuple[Repetition, ...] | None = None  # each run of a case run more than once (--repeat N)
 
     def __post_init__(self):
         object.__setattr__(self, "verdict", Status(self.verdict))
@@ -69,6 +130,11 @@ class ResultRow:
     def with_extra(self, **extra: Any) -> ResultRow:
         """The row with the fields a run adds (column, broken, test, ...)."""
         return replace(self, **extra)
+
+    @property
+    def outcomes(self) -> str:
+        """Its runs' verdicts with their counts ('2 PASS, 1 FAIL'); "" for a case run once."""
+        return outcomes(self.repeats) if self.repeats else ""
 
     def to_dict(self) -> dict:
         """The row as results.jsonl and results.json hold it."""
@@ -90,6 +156,8 @@ class ResultRow:
             value = getattr(self, name)
             if value not in (None, False):
                 d[name] = list(value) if name == "events" else value
+        if self.repeats:  # written only when set, as the keys above
+            d["repeats"] = [r.to_dict() for r in self.repeats]
         return d
 
     @classmethod
@@ -111,6 +179,10 @@ class ResultRow:
             kept["events"] = tuple(str(e) for e in d["events"])
         else:
             kept.pop("events", None)
+        if isinstance(d.get("repeats"), list):
+            kept["repeats"] = tuple(Repetition.from_dict(r) for r in d["repeats"] if isinstance(r, dict)) or None
+        else:
+            kept.pop("repeats", None)
         kept["scenario"] = str(d.get("scenario", ""))
         kept["seconds"] = float(d.get("seconds") or 0.0)
         kept["detail"] = str(d.get("detail") or "")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..verdicts import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, is_failing
+from ..verdicts import FAIL, FLAKY, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, is_failing
 from .matrix_table import is_framework_error
 from .result_row import ResultRow
 
@@ -21,8 +21,9 @@ class Category:
 FAILED = Category(
     "failed",
     "Failures of the implementation",
-    "FAIL: a checker found a broken guarantee. UNKNOWN: the case could not be judged (a rank failed "
-    "unexpectedly, a checker crashed).",
+    "FAIL: a checker found a broken guarantee. FLAKY: runs of the case with the same seed gave different "
+    "verdicts, so its behaviour depends on timing (each run's verdict and folder are listed). UNKNOWN: the "
+    "case could not be judged (a rank failed unexpectedly, a checker crashed).",
 )
 NOT_PROBED = Category(
     "unprobed",
@@ -47,13 +48,23 @@ COUNTED = (
     ("WARN", "warn"),
     ("REFUSED", "refused"),
     ("FAIL", "fail"),
+    ("FLAKY", "flaky"),
     ("UNKNOWN", "unknown"),
     ("framework error", "error"),
     ("UNPROBED", "unprobed"),
     ("N/A", "na"),
 )
 COUNT_LABEL = {REFUSED: "REFUSED"}
-CSS = {PASS: "pass", WARN: "warn", REFUSED: "refused", FAIL: "fail", UNKNOWN: "unknown", UNPROBED: "unprobed", NA: "na"}
+CSS = {
+    PASS: "pass",
+    WARN: "warn",
+    REFUSED: "refused",
+    FAIL: "fail",
+    FLAKY: "flaky",
+    UNKNOWN: "unknown",
+    UNPROBED: "unprobed",
+    NA: "na",
+}
 
 
 def count_label(label: str, n: int) -> str:

@@ -120,6 +120,8 @@ def _facts(meta: dict, rows: list[ResultRow]) -> list[tuple[str, str]]:
         info = meta.get("fuzz") or {}
         facts.append(("examples", f"{info.get('examples', '?')} per mode"))
         facts.append(("rejected", f"{info.get('rejected', 0)} (generated, but nothing to damage: not run)"))
+    if (meta.get("repeat") or 1) > 1:
+        facts.append(("runs per case", f"{meta['repeat']}, with the same seed"))
     facts.append(("time in cases", f"{sum(r.seconds for r in rows):.1f} s"))
     if meta.get("started"):
         facts.append(("started", str(meta["started"])))

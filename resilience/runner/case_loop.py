@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Interrupted
@@ -68,24 +68,40 @@ def judge_cases(
     after: Callable[[ResultRow], None] | None = None,
     before: Callable[[CaseSpec], None] | None = None,
     workers: int = 1,
+    repeat: int = 1,
 ) -> list[ResultRow]:
     """Judge every case into `folder` (case_row), `workers` at a time (launch.workers: processes forked
-    from this one; 1: one by one, here), calling `before(case)` as each starts and `after(row)` as each
-    ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). The rows, in
-    the cases' order; finishing is the caller's."""
+    from this one; 1: one by one, here), calling `before(case)` as each run starts and `after(row)` as each
+    case ends (a progress bar); an interruption keeps the folder for the rows so far (keeping). `repeat`:
+    runs of each case with the same seed, each in its own folder (runner.repeats), side by side with
+    workers, and one row for them all once the last ends. The rows, in the cases' order; finishing is the
+    caller's."""
     from ..launch.workers import run_each
     from .adapters import preload
     from .learn import sharing_layouts
+    from .repeats import repeated_row, repetition_dir
 
     specs = list(cases)
-    forked = workers > 1 and len(specs) > 1  # run_each forks workers only then
+    # each run of a case: (index of its case, its spec); a case run once keeps its own folder
+    runs = [
+        (i, s if repeat == 1 else replace(s, case_dir=repetition_dir(s.case_dir, k + 1)))
+        for i, s in enumerate(specs)
+        for k in range(repeat)
+    ]
+    forked = workers > 1 and len(runs) > 1  # run_each forks workers only then
     if forked:  # imported once here, not once in every worker
         preload((s.backend or s.scenario.backend, s.combo) for s in specs)
     rows: list[ResultRow | None] = [None] * len(specs)
+    ended: dict[int, dict[int, ResultRow]] = {}  # the runs of each case that ended, by their place in `runs`
     with keeping(folder, columns), sharing_layouts(forked, under=folder.path):
-        started = (lambda i: before(specs[i])) if before is not None else None
-        for i, out in run_each(case_row, specs, workers, started=started, order=_longest_first(specs)):
-            row = out if isinstance(out, ResultRow) else _lost_row(specs[i], out)
+        started = (lambda j: before(runs[j][1])) if before is not None else None
+        run_specs = [r for _, r in runs]
+        for j, out in run_each(case_row, run_specs, workers, started=started, order=_longest_first(run_specs)):
+            i = runs[j][0]
+            ended.setdefault(i, {})[j] = out if isinstance(out, ResultRow) else _lost_row(runs[j][1], out)
+            if len(ended[i]) < repeat:
+                continue
+            _, row = repeated_row([r for _, r in sorted(ended.pop(i).items())])
             folder.append(row)
             rows[i] = row
             if after is not None:

@@ -61,3 +61,13 @@ def test_shrinking_is_a_phase_of_its_own_not_a_count_past_the_total():
     ]
     assert lines[-1] == "progress: scenarios: shrinking · 5 cases · 4 failed (FAIL 4, PASS 1) · 0 s · last: FAIL"
     assert not any("/2 cases" in line for line in lines[2:])
+
+
+def test_a_flaky_case_is_counted_among_the_failed():
+    stream, clock = io.StringIO(), Clock()
+    with Progress(2, "cases", stream=stream, clock=clock, every=2) as bar:
+        for verdict in ("FLAKY", "PASS"):
+            bar.row(ResultRow("save", "LEGACY/torch/sync", verdict, column="save"))
+    assert _lines(stream) == [
+        "progress: 2/2 cases · 1 failed (FLAKY 1, PASS 1) · 0 s · last: LEGACY/torch/sync save PASS",
+    ]

@@ -64,3 +64,29 @@ def test_workers_take_the_longest_cases_first():
     ]
     order = [specs[i].fault_column for i in _longest_first(specs)]
     assert order[0] == "lost_unsynced" and order[1] == "kill" and order[2:] == ["bitflip", "truncate"]
+
+
+def test_repeated_cases_run_side_by_side_and_leave_one_row_each(tmp_path, monkeypatch):
+    monkeypatch.setattr(learn, "_CACHE", {})
+    folder = RunFolder.create(str(tmp_path), "matrix", {"cases": 2})
+    specs = [
+        CaseSpec(
+            c.scenario,
+            c.combo,
+            os.path.join(folder.path, "cases", f"{i:02d}"),
+            "reference",
+            c.fault,
+            None,
+            {"column": c.column},
+        )
+        for i, c in enumerate(cases([COMBO], ["truncate", "save/load"], {}, 0))
+    ]
+    started: list[str] = []
+    rows = judge_cases(folder, specs, before=lambda c: started.append(c.case_dir), workers=2, repeat=2)
+    assert sorted(started) == sorted(os.path.join(s.case_dir, f"repeat-{k}") for s in specs for k in (1, 2))
+    assert [r.column for r in rows] == ["truncate", "save/load"] and [r.verdict for r in rows] == ["PASS"] * 2
+    for spec, row in zip(specs, rows):
+        assert [r.case_dir for r in row.repeats] == [os.path.join(spec.case_dir, f"repeat-{k}") for k in (1, 2)]
+        assert row.case_dir == row.repeats[0].case_dir and "(2 runs with the same seed agreed)" in row.detail
+    folder_rows, _ = RunFolder(folder.path, {}).rows()
+    assert len(folder_rows) == 2  # one row a case in results.jsonl, not one a run
