@@ -440,6 +440,7 @@ def test_unprobed_cases_are_not_passed(tmp_path, capsys):
     assert code == 1, out
     assert "no failure found" not in out
     assert " not passed (" in out and " UNPROBED)" in out and " UNPROBED: a generated fault never fired" in out
+    assert "gaps in the search (UNPROBED, not shrunk): io_error: never fired x" in out  # each gap with its reason
 
 
 def test_progress_shows_each_modes_own_phase(tmp_path, monkeypatch, capsys):
