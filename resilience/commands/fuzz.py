@@ -88,7 +88,7 @@ def _add_search_arguments(p) -> None:
     p.add_argument(
         "--all-bugs",
         action="store_true",
-        help="shrink each failing checker's failure separately (slower); default: one per mode",
+        help="shrink each failure class (checker and kind of evidence) separately (slower); default: one per mode",
     )
 
 
@@ -232,6 +232,9 @@ def _report(outcome) -> int:
         print(f"{f.verdict} ({f.mode}, {f.kind}): {f.combo}: {f.detail[:300]}")
         print(f"  minimal scenario ({f.steps} step{'s' if f.steps != 1 else ''}): {f.scenario_file}")
         print(f"  replay: {f.replay}")
+    for mode, classes in outcome.passed_over.items():
+        told = ", ".join(f"{name} x{k}" for name, k in sorted(classes.items()))
+        print(f"{mode}: also failed in other ways, not shrunk ({told}); --all-bugs shrinks each")
     for e in outcome.errors:
         print(f"error: {e[:1000]}")
     print(f"run folder: {outcome.run_dir}")
@@ -252,6 +255,9 @@ def _report(outcome) -> int:
             "(not passed; their scenarios are in the run folder's cases/)"
         )
     print("; ".join(parts))
+    if outcome.unprobed:
+        reasons = ", ".join(f"{why} x{k}" for why, k in outcome.gap_summary()["reasons"].items())
+        print(f"gaps in the search (UNPROBED, not shrunk): {reasons}")
     return 1
 
 

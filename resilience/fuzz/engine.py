@@ -88,6 +88,8 @@ def fuzz(
     outcome.counts = dict(judge.counts)
     outcome.events = {mode: dict(sorted(c.items())) for mode, c in judge.events.items()}
     outcome.hypothesis = dict(judge.hypothesis)
+    outcome.gaps = dict(judge.gaps)
+    outcome.passed_over = {mode: dict(c) for mode, c in judge.passed_over.items()}
     outcome.seconds = time.monotonic() - started
     shutil.rmtree(judge.work, ignore_errors=True)
     write_outcome(outcome, opts, folder, judge.rows, interrupted)

@@ -20,6 +20,7 @@ from ..stopping import check as check_stop
 from ..vocab.combos import Combination
 from ..vocab.events import FAULT, NO_SAVE, REJECTED, VERDICT
 from .events import events_of, faults_in, tell_hypothesis
+from .failure_kinds import gap_reasons
 from .judge import BAD, failure_class
 from .options import FuzzOptions
 from .speculation import Rejected, RunAhead, judged, key_of
@@ -54,6 +55,8 @@ class ExampleJudge:
         self.latest: dict[tuple[str, str], tuple[Scenario, CaseResult]] = {}  # (mode, class) -> last failure
         self.last: dict[str, tuple[str, str]] = {}  # mode -> the (mode, class) failing last
         self.failing: set[str] = set()
+        self.gaps: Counter = Counter()  # why UNPROBED examples tested nothing: gaps in the search, not failures
+        self.passed_over: dict[str, Counter] = {}  # mode -> failures of another class than the one it shrinks
         self.first_failure: float | None = None
         self.n = 0
         # the run's backends, each resolved once (speculation.judged): the command's own to begin with
@@ -185,8 +188,11 @@ class ExampleJudge:
         self._tell(mode, events)
         self._record(mode, scenario, combo, result, events)
         self.on_case(mode, result)
-        if result.verdict in BAD:
-            cls = failure_class(result)
+        self.gaps.update(gap_reasons(result))
+        cls = failure_class(result) if result.verdict in BAD else None
+        if cls is not None and self._passes_over(mode, cls.__name__):
+            cls = None
+        if cls is not None:
             previous = self.latest.get((mode, cls.__name__))
             if previous is not None and previous[1].case_dir != case_dir:
                 shutil.rmtree(previous[1].case_dir, ignore_errors=True)
@@ -200,6 +206,16 @@ class ExampleJudge:
             raise cls(scenario, result)
         shutil.rmtree(case_dir, ignore_errors=True)
         return result
+
+    def _passes_over(self, mode: str, name: str) -> bool:
+        """Whether a failure of class `name` is not shown to Hypothesis: without --all-bugs a mode shrinks the
+        first class it found and no other (Hypothesis would slip to any failure smaller than it, a durability
+        FAIL into an UNKNOWN); the other classes met on the way are counted (--all-bugs shrinks each)."""
+        target = self.last.get(mode)
+        if self.opts.all_bugs or target is None or target[1] == name:
+            return False
+        self.passed_over.setdefault(mode, Counter())[name] += 1
+        return True
 
     def run_ahead(self, drawn: list[tuple[Scenario, Combination]]) -> None:
         """Start judging these examples (the ones Hypothesis is about to ask for) in worker processes."""

@@ -2,8 +2,8 @@
 
 A ScenarioFailed message holds the verdict, what each failing checker saw, the scenario as YAML and
 the one-line `resilience run` command that replays it, so a failure printed by pytest or Hypothesis
-is enough to reproduce it. Each failing checker gets its own subclass, so Hypothesis shrinks
-different bugs separately instead of folding them into one."""
+is enough to reproduce it. Each verdict, failing checker and kind of evidence (failure_kinds) gets its
+own subclass, so Hypothesis shrinks different bugs separately instead of folding them into one."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..errors import ResilienceError
 from ..runner.run import CaseResult, replay_command, run_case
 from ..runner.scenario import Scenario
 from ..vocab.combos import Combination
+from .failure_kinds import camel, evidence_kind, failing_verdict
 
 # what fails a property and is shrunk; an UNPROBED case (a generated fault found nothing to hit) is not a bug
 # to shrink, but it is not a pass either: the fuzz summary counts it among FAILING, as every command does
@@ -28,10 +29,17 @@ class ScenarioFailed(ResilienceError, AssertionError):
     """A scenario got a verdict it must not get. `result` is the CaseResult, `scenario` the Scenario. An
     AssertionError too: pytest and Hypothesis report it as the failed assertion of a test."""
 
-    def __init__(self, scenario: Scenario, result: CaseResult, replay: str | None = None):
+    checker: str = ""  # the checker giving the verdict ("run", "framework", ...)
+    evidence_kind: str = ""  # failure_kinds.EVIDENCE_KINDS for a FAIL, else ""
+
+    def __init__(
+        self, scenario: Scenario, result: CaseResult, replay: str | None = None, *, also: Iterable[ScenarioFailed] = ()
+    ):
         self.scenario, self.result = scenario, result
         self.replay = replay or result.replay
-        super().__init__(describe_failure(scenario, result, self.replay))
+        # every failure one call found, this one first (resilience_run runs every combination, then raises)
+        self.failures: list[ScenarioFailed] = [self, *also]
+        super().__init__(describe_failure(scenario, result, self.replay) + _also_failing(self.failures[1:]))
 
     def __reduce__(self):  # crossing a process boundary, the message is what matters
         return AssertionError, (str(self),)
@@ -41,12 +49,28 @@ _CLASSES: dict[str, type] = {}
 
 
 def failure_class(result: CaseResult) -> type[ScenarioFailed]:
-    """ScenarioFailed subclass named after the verdict and the first checker giving it."""
-    checker = next((v.checker for v in result.verdicts if v.status == result.verdict), "run")
-    name = f"{result.verdict.title().replace('-', '')}In{''.join(p.title() for p in checker.split('_'))}"
+    """ScenarioFailed subclass named after the verdict, the first checker giving it and, for a FAIL, the
+    kind of its evidence (failure_kinds): FailInDurabilityPowerLoss, FailInIntegrityDamage,
+    UnknownInFramework. One class per name, so Hypothesis tells the failures apart by it."""
+    verdict = failing_verdict(result)
+    checker = verdict.checker if verdict is not None else "run"
+    kind = evidence_kind(result)
+    name = f"{camel(str(result.verdict).lower())}In{camel(checker)}{camel(kind)}"
     if name not in _CLASSES:
-        _CLASSES[name] = type(name, (ScenarioFailed,), {"__module__": __name__, "checker": checker})
+        attrs = {"__module__": __name__, "checker": checker, "evidence_kind": kind}
+        _CLASSES[name] = type(name, (ScenarioFailed,), attrs)
     return _CLASSES[name]
+
+
+def _also_failing(others: list[ScenarioFailed]) -> str:
+    """The other failures of the same call, one paragraph each: verdict, combination, detail, replay."""
+    if not others:
+        return ""
+    lines = ["", "", f"{len(others)} more combination{'s' if len(others) != 1 else ''} failed:"]
+    for f in others:
+        lines += [f"  {f.result.verdict} with {f.result.combo} ({type(f).__name__}): {f.result.detail[:300]}"]
+        lines += [f"    evidence: {f.result.case_dir}", f"    replay: {f.replay}"]
+    return "\n".join(lines)
 
 
 def describe_failure(scenario: Scenario, result: CaseResult, replay: str, *, limit: int = 1500) -> str:

@@ -25,7 +25,7 @@ class FuzzOptions:
     max_world: int = 2
     time_budget: float | None = None  # seconds for the whole run, shared by the modes
     shrink_budget: float = 120.0  # seconds a found failure may spend shrinking
-    all_bugs: bool = False  # shrink each failing checker separately (slower), not one failure per mode
+    all_bugs: bool = False  # shrink each failure class separately (slower), not one failure per mode
     backend: str = "reference"
     backend_options: bool = False  # scenario mode draws the backend's declared options too
     precision_changes: bool = False  # a resume after the last save may change the precision

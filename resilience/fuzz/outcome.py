@@ -44,11 +44,20 @@ class FuzzOutcome:
     timings: dict = field(default_factory=dict)  # mode -> {"seconds": all of it, "shrinking": from the first failure}
     events: dict = field(default_factory=dict)  # mode -> {Hypothesis event: examples that gave it}
     hypothesis: dict = field(default_factory=dict)  # mode -> Hypothesis' own statistics, when it delivered them
+    # why UNPROBED cases tested nothing ('rank_kill: never fired' -> cases): gaps in the search, never shrunk
+    gaps: dict = field(default_factory=dict)
+    # mode -> {failure class: cases}: failing in another way than the one the mode shrank (without --all-bugs)
+    passed_over: dict = field(default_factory=dict)
 
     @property
     def unprobed(self) -> int:
-        """Cases neither failed nor passed (FAILING verdicts that are not shrunk: a fault that never fired)."""
+        """Cases neither failed nor passed (FAILING verdicts that are not shrunk: a fault that never fired):
+        gaps in the search, their reasons counted in `gaps`. Not passed, as in every command."""
         return sum(n for k, n in self.counts.items() if is_failing(k) and k not in BAD)
+
+    def gap_summary(self) -> dict:
+        """The gaps in the search as the fuzz report gives them: how many cases, and why (reason -> cases)."""
+        return {"unprobed": self.unprobed, "reasons": dict(sorted(self.gaps.items(), key=lambda kv: (-kv[1], kv[0])))}
 
     @property
     def ok(self) -> bool:
@@ -67,6 +76,8 @@ class FuzzOutcome:
             "timings": self.timings,
             "events": self.events,
             "hypothesis": self.hypothesis,
+            "gaps": self.gap_summary(),
+            "passed_over": self.passed_over,
         }
 
 
@@ -159,6 +170,8 @@ def write_outcome(
             "errors": outcome.errors,
             "events": outcome.events,
             "hypothesis": outcome.hypothesis,
+            "gaps": outcome.gap_summary(),
+            "passed_over": outcome.passed_over,
         },
     )
     folder.finish(

@@ -4,7 +4,9 @@
   them: `pytest scenarios/` (any folder with `scenarios` in its path, or a .yaml file named on the
   command line). A failing item shows the verdict, each checker's evidence and the replay command.
 - Fixtures (session-scoped, so @given tests can use them): `resilience_run` runs a scenario on real
-  ranks and raises with the evidence on FAIL or UNKNOWN; `resilience_launcher` starts rank processes;
+  ranks, every selected combination, and then raises once with the evidence of each failing one (FAIL,
+  UNKNOWN or UNPROBED; inside @given FAIL or UNKNOWN, an UNPROBED example being a gap in the search);
+  `resilience_launcher` starts rank processes;
   `resilience_backend` is the implementation under test; `resilience_run_dir` the run folder;
   `resilience_combo` parametrizes a test over the selected combinations.
 - Markers: `multiprocess` (added to every test that starts ranks through the plugin) and `slow`.
@@ -21,7 +23,8 @@
 
 One run folder per session, also under pytest-xdist (each worker appends to a subfolder; the controller
 writes one report over all of them: report.html, results.json, junit.xml). With --junitxml, verdict, replay
-command and evidence folder are properties of each scenario item and of each test using resilience_run.
+command and evidence folder are properties of each scenario item and of each test using resilience_run
+(with one `resilience_case[COMBO]` property per combination it ran).
 This module imports nothing heavy: torch loads only when a scenario or a rank actually runs.
 
 The hooks are here; the rest by job: the options (options.py), scenario files as items (collection.py), the

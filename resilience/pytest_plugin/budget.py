@@ -43,6 +43,8 @@ class TestRun:
     test: str = ""  # the test item's node id
     expected_failure: str = ""  # why it is marked xfail, when it is: its cases' rows say so
     faults: dict = field(default_factory=dict)  # fault drawn -> how many cases had it
+    combos: dict = field(default_factory=dict)  # combination -> its case to show in JUnit (a failing one first)
+    gaps: int = 0  # UNPROBED cases that did not fail the test (a property test's examples that tested nothing)
 
     def may_run(self, key: str) -> str:
         """'' when the example may run, else the budget it would exceed."""
@@ -61,6 +63,12 @@ class TestRun:
         self.statuses.append(result.verdict)
         if failed is not None or not self.last or self.last.get("verdict") not in ("FAIL", "UNKNOWN"):
             self.last = {"verdict": str(result.verdict), "replay": replay, "evidence": result.case_dir}
+        shown = self.combos.get(str(result.combo))
+        if failed is not None or shown is None or not shown[1]:
+            line = f"{result.verdict}: {str(result.detail)[:200]}; replay: {replay}; evidence: {result.case_dir}"
+            self.combos[str(result.combo)] = (line, failed is not None)
+        if failed is None and result.verdict == "UNPROBED":
+            self.gaps += 1
         if failed is not None:
             self.failing.add(key)
             self.last_failure = failed
@@ -68,14 +76,18 @@ class TestRun:
                 self.first_failure = time.monotonic()
 
     def properties(self) -> list[tuple[str, str]]:
-        """JUnit properties: how many cases, their summary, and the verdict, replay and evidence of the
-        failing case (else the last)."""
+        """JUnit properties: how many cases, their summary, the verdict, replay and evidence of the failing
+        case (else the last), and one entry per combination run (`resilience_case[COMBO]`: its failing
+        case, else its last: verdict, detail, replay, evidence)."""
         if not self.cases:
             return []
         from ..verdicts import summary_line
 
         props = [("resilience_cases", str(self.cases)), ("resilience_summary", summary_line(self.statuses))]
         props += [(k, v) for k, v in self.last.items() if v]
+        props += [(f"resilience_case[{combo}]", line) for combo, (line, _) in self.combos.items()]
+        if self.gaps:
+            props.append(("resilience_gaps", f"{self.gaps} UNPROBED cases tested nothing (not shrunk)"))
         if self.faults:
             props.append(("resilience_faults", ", ".join(f"{k} x{n}" for k, n in sorted(self.faults.items()))))
         if self.stopped:

@@ -57,15 +57,25 @@ class RankLauncher:
 
 
 class ScenarioRunner:
-    """`run(scenario, combos=None, fail_on=FAILING)`: run a Scenario (or a YAML file) for each of its
-    combinations selected by --resilience-combos (and `combos`) that the backend under test declares; the
-    CaseResults, or ScenarioFailed with the evidence and the replay command. Inside a property test the
-    time and shrink budgets apply and Hypothesis events name the faults drawn."""
+    """`run(scenario, combos=None, fail_on=None)`: run a Scenario (or a YAML file) for each of its
+    combinations selected by --resilience-combos (and `combos`) that the backend under test declares.
+
+    Every selected combination runs, a failing one included; then the CaseResults are returned, or one
+    ScenarioFailed raised with all the failures: it is of the first failing combination's class (verdict,
+    checker and evidence kind, as fuzz.judge.failure_class names it: `pytest.raises(ScenarioFailed)` and
+    xfail keep working), its `result` and `replay` are that combination's, its `failures` lists every
+    failing combination's ScenarioFailed (the first one first) and its message lists each with its replay.
+
+    `fail_on`: the verdicts that fail (None: as every command counts them, status.FAILING, in a plain test;
+    inside a property test fuzz.judge.BAD, FAIL and UNKNOWN, as `resilience fuzz` shrinks them: an UNPROBED
+    or N/A example is a gap in the search, counted in the test's JUnit properties, never the example a
+    FAIL shrinks to). Inside a property test the time and shrink budgets apply and Hypothesis events name
+    the faults drawn; a budget spent after a combination failed raises the failures found so far."""
 
     def __init__(self, options: ResilienceOptions):
         self.options = options
 
-    def __call__(self, scenario, combos=None, *, fail_on=FAILING) -> list:
+    def __call__(self, scenario, combos=None, *, fail_on=None) -> list:
         __tracebackhide__ = True
         from ..runner.scenario import Scenario, load_file
 
@@ -78,9 +88,38 @@ class ScenarioRunner:
 
             wanted = [c if isinstance(c, Combination) else Combination.parse(c) for c in combos]
             chosen = [c for c in chosen if c in wanted]
-        return [self._one(scenario, combo, backend, tuple(fail_on)) for combo in chosen]
+        if fail_on is None:
+            from ..fuzz.judge import BAD
+
+            fail_on = BAD if in_property_test() else FAILING
+        results: list = []
+        failures: list = []
+        for combo in chosen:
+            try:
+                result, failed = self._one(scenario, combo, backend, tuple(fail_on))
+            except BudgetSpent:
+                if not failures:
+                    raise
+                break  # the failures found so far are the example's
+            results.append(result)
+            if failed is not None:
+                failures.append(failed)
+        if failures:
+            raise self._all_of(failures)
+        return results
+
+    def _all_of(self, failures: list):
+        """One exception for every failing combination: the first one's class, listing them all."""
+        first = failures[0]
+        if len(failures) == 1:
+            return first
+        combined = type(first)(first.scenario, first.result, first.replay, also=failures[1:])
+        if self.options.current is not None:
+            self.options.current.last_failure = combined
+        return combined
 
     def _one(self, scenario, combo, backend: str, fail_on: tuple):
+        """One combination's case: (its CaseResult, its ScenarioFailed or None)."""
         __tracebackhide__ = True
         from dataclasses import replace
 
@@ -106,9 +145,7 @@ class ScenarioRunner:
             test.record(key, result, replay, failed, faults)
         if prop:
             tell_hypothesis(events_of(faults, result.verdict))
-        if failed is not None:
-            raise failed
-        return result
+        return result, failed
 
 
 @pytest.fixture(scope="session")
@@ -142,7 +179,8 @@ def resilience_launcher(resilience_options) -> RankLauncher:
 
 @pytest.fixture(scope="session")
 def resilience_run(resilience_options) -> ScenarioRunner:
-    """Run a scenario on real ranks and raise ScenarioFailed (evidence + replay) on FAIL, UNKNOWN or UNPROBED."""
+    """Run a scenario on real ranks, every selected combination, and raise one ScenarioFailed (evidence and
+    replay of each failing combination) on FAIL, UNKNOWN or UNPROBED (FAIL or UNKNOWN in a property test)."""
     return ScenarioRunner(resilience_options)
 
 

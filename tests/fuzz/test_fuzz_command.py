@@ -60,7 +60,7 @@ def test_a_failure_is_kept_as_a_minimal_scenario_with_its_replay(tmp_path, monke
     _fake_runs(monkeypatch, fail_when=lambda s: any(step.kind == "crash" for step in s.steps))
     out = engine.fuzz(FuzzOptions(examples=30, seed=3, out=str(tmp_path), modes=("scenarios",)))
     (failure,) = out.failures
-    assert failure.kind == "FailInDurability" and failure.replay.startswith("resilience run ")
+    assert failure.kind == "FailInDurabilityCrash" and failure.replay.startswith("resilience run ")
     scenario = load_file(failure.scenario_file)  # the kept YAML replays as it is
     assert [s.kind for s in scenario.steps] == ["train", "save", "crash", "save"]
     assert open(failure.scenario_file).readline().startswith("# FAIL")
@@ -440,6 +440,7 @@ def test_unprobed_cases_are_not_passed(tmp_path, capsys):
     assert code == 1, out
     assert "no failure found" not in out
     assert " not passed (" in out and " UNPROBED)" in out and " UNPROBED: a generated fault never fired" in out
+    assert "gaps in the search (UNPROBED, not shrunk): io_error: never fired x" in out  # each gap with its reason
 
 
 def test_progress_shows_each_modes_own_phase(tmp_path, monkeypatch, capsys):
