@@ -28,7 +28,7 @@ class Retention:
         acked = [s for s in ev.saves if s.acknowledged]
         if not acked:
             return Verdict(self.name, NA, "no save was acknowledged")
-        judge = _Judge(ev.saves)
+        judge = _Judge(ev.saves, ev.file_ops)
         for op in ev.file_ops:
             judge.take(op)
         if not any(s.acknowledged for s in judge.seen):
@@ -55,8 +55,14 @@ class Retention:
 class _Judge:
     """The file operations in time order: who owns each path, and which destroyed the newest checkpoint."""
 
-    def __init__(self, saves: list[SaveRecord]):
+    def __init__(self, saves: list[SaveRecord], ops: list[FileOp]):
         self.saves = saves
+        # each save's last create or rename on each rank: a pointer is rewritten last, as the save's commit
+        self.last: dict[tuple[str, int | None], float] = {}
+        for o in ops:
+            s = self._open_save(o) if o.op in ("create", "rename", "exchange") else None
+            if s is not None:
+                self.last[(s.save_id, o.rank)] = max(o.time, self.last.get((s.save_id, o.rank), -math.inf))
         self.owner: dict[str, SaveRecord] = {}
         self.committed: dict[str, float] = {}  # save id -> when a rename first carried one of its files
         self.judged = 0
@@ -66,8 +72,12 @@ class _Judge:
     def take(self, op: FileOp) -> None:
         if op.op in DESTROYS:
             hit = op.dst if op.op == "rename" else op.path
+            by = self._replacing(op)
             for path in self._under(hit):
-                self._destroyed(op, path, self.owner.pop(path))
+                owner = self.owner.pop(path)
+                if by is not None and self._is_pointer_update(op, path, hit, owner, by):
+                    continue
+                self._destroyed(op, path, owner)
         if op.op == "create":
             save = self._open_save(op)
             if save is not None:
@@ -75,6 +85,22 @@ class _Judge:
                 self.seen.append(save)
         elif op.op in ("rename", "exchange"):
             self._move(op)
+
+    def _replacing(self, op: FileOp) -> SaveRecord | None:
+        """The save whose file takes the path's place: the creating save, or the renamed file's owner."""
+        if op.op == "create":
+            return self._open_save(op)
+        return self.owner.get(op.path) if op.op == "rename" else None
+
+    def _is_pointer_update(self, op: FileOp, path: str, hit: str, owner: SaveRecord, by: SaveRecord) -> bool:
+        """A file at the checkpoint root that every save rewrites (a tracker such as latest.txt), replaced by a
+        save of another iteration as that save's last step on the rank: the later save's commit, not a loss."""
+        return (
+            path == hit
+            and "/" not in path
+            and by.iteration != owner.iteration
+            and self.last.get((by.save_id, op.rank)) == op.time
+        )
 
     def _move(self, op: FileOp) -> None:
         there = {p: self.owner.pop(p) for p in self._under(op.path)}

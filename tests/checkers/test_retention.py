@@ -58,6 +58,17 @@ CASES = [
     ("one file unlinked while newest", WROTE_1 + [op("unlink", "iter_0000001/model.pt", 2.5, rank=1)], FAIL),
     ("truncated in place by a re-save", WROTE_1 + [op("create", "iter_0000001/model.pt", 3.2)], FAIL),
     ("renamed over while newest", WROTE_1 + [op("rename", "junk", 2.5, dst="iter_0000001")], FAIL),
+    (
+        "a tracker at the root rewritten in place as the next save's last step",
+        [op("create", "iter_0000001/model.pt", 1.5), op("create", "latest.txt", 1.9)]
+        + [op("create", "iter_0000002/model.pt", 3.5), op("create", "latest.txt", 4.0)],
+        NA,
+    ),
+    (
+        "a file at the root rewritten in place before the next save's other files",
+        [op("create", "model.pt", 1.5), op("create", "model.pt", 3.2), op("create", "optim.pt", 3.5)],
+        FAIL,
+    ),
     ("deleted before its own acknowledgement", WROTE_1[:1] + [op("unlink", "staging1/model.pt", 1.9)], NA),
     ("nothing deleted", WROTE_1 + WROTE_2 + PUBLISH_2, NA),
 ]
