@@ -230,6 +230,8 @@ def _report(outcome) -> int:
         print(f"{mode}: stopped when its {why} was spent")
     for f in outcome.failures:
         print(f"{f.verdict} ({f.mode}, {f.kind}): {f.combo}: {f.detail[:300]}")
+        flaky = " (timing-dependent: FLAKY)" if f.reproduced < f.replays else ""
+        print(f"  reproduced {f.reproduced} of {f.replays} replays with the same seed{flaky}")
         print(f"  minimal scenario ({f.steps} step{'s' if f.steps != 1 else ''}): {f.scenario_file}")
         print(f"  replay: {f.replay}")
     for mode, classes in outcome.passed_over.items():

@@ -29,6 +29,8 @@ class FuzzFailure:
     steps: int
     checkers: list = field(default_factory=list)  # each checker's verdict and evidence, as a row holds them
     faults: list = field(default_factory=list)
+    reproduced: int = 0  # of REPLAYS replays of the minimal scenario, how many failed the same way again
+    replays: int = 0
 
 
 @dataclass
@@ -81,6 +83,26 @@ class FuzzOutcome:
         }
 
 
+REPLAYS = 3  # each minimal failure is run again this many times before it is reported
+
+
+def replayed(scenario, result, kind: str, evidence: str, io: str | None) -> int:
+    """How many of REPLAYS runs of the minimal scenario, same seed, failed the same way (same failure
+    class) again: fewer than all is a timing-dependent failure, itself a finding."""
+    from ..runner.run import run_case
+    from ..vocab.combos import Combination
+    from .judge import failure_class
+
+    again = 0
+    for k in range(1, REPLAYS + 1):
+        try:
+            r = run_case(scenario, Combination.parse(result.combo), os.path.join(evidence, f"replay-{k}"), io=io)
+        except Exception:  # noqa: BLE001  the framework broke on a replay: not a reproduction
+            continue
+        again += r.verdict in BAD and failure_class(r).__name__ == kind
+    return again
+
+
 def keep_failures(judge: ExampleJudge, run_dir: str) -> list[FuzzFailure]:
     """Each failure to report, moved under failures/ (its scenario and its evidence); the others removed."""
     out = []
@@ -96,6 +118,7 @@ def keep_failures(judge: ExampleJudge, run_dir: str) -> list[FuzzFailure]:
         evidence = os.path.join(folder, stem)
         if os.path.isdir(result.case_dir):
             shutil.move(result.case_dir, evidence)
+        again = replayed(scenario, result, kind, evidence, judge.opts.io)
         out.append(
             FuzzFailure(
                 mode,
@@ -109,6 +132,8 @@ def keep_failures(judge: ExampleJudge, run_dir: str) -> list[FuzzFailure]:
                 len(scenario.steps),
                 [v.to_dict() for v in result.verdicts],
                 result.faults,
+                again,
+                REPLAYS,
             )
         )
     return out

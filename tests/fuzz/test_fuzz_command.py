@@ -12,7 +12,7 @@ from resilience.cli import main
 from resilience.fuzz import engine, speculation
 from resilience.fuzz.options import FuzzOptions, replay_fuzz
 from resilience.runner.run import CaseResult
-from resilience.runner.scenario import load_file
+from resilience.runner.scenario import load_file, load_text
 
 
 def _fake_runs(monkeypatch, fail_when=None):
@@ -201,8 +201,11 @@ def test_a_broken_implementation_is_found_and_shrunk(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 1, out
     assert "FAIL (scenarios" in out and "replay: resilience run " in out
+    # a deterministic bug: the minimal scenario fails the same way on each of its replays, each kept
+    assert "reproduced 3 of 3 replays with the same seed\n" in out, out
     (run_dir,) = tmp_path.iterdir()
     (path,) = (run_dir / "failures").glob("*.yaml")
+    assert len(list((run_dir / "failures").glob("*/replay-*"))) == 3
     scenario = load_file(path)
     assert scenario.backend == "broken:ignores_topology"
     assert len(scenario.steps) <= 5 and scenario.topology.world <= 2, scenario.to_yaml()
@@ -478,3 +481,19 @@ def test_without_combos_the_fuzzer_draws_only_what_the_backend_declares(tmp_path
     argv = ["fuzz", "--backend", "tests.backends.inhouse:factory", "--examples", "4", "--seed", "1"]
     main([*argv, "--mode", "scenarios", "--workers", "1", "--out", str(tmp_path)])
     assert seen and {case.split("\n", 1)[0] for case in seen} == {"LOCAL/torch/sync"}
+
+
+def test_a_minimal_failure_that_does_not_always_come_back_counts_its_reproductions(tmp_path, monkeypatch):
+    from resilience.checkers import FAIL
+    from resilience.fuzz import outcome
+    from resilience.fuzz.judge import failure_class
+    from resilience.runner import run as run_module
+
+    def result(verdict):
+        return CaseResult("s", "LEGACY/torch/sync", verdict, [Verdict("durability", verdict, "x")], 0.0, "", "")
+
+    first = result(FAIL)
+    outcomes = iter([FAIL, PASS, FAIL])  # the replays: the failure came back twice of three times
+    monkeypatch.setattr(run_module, "run_case", lambda *a, **k: result(next(outcomes)))
+    scenario = load_text("name: s\ncombinations: [LEGACY/torch/sync]\nsteps: [save]\n")
+    assert outcome.replayed(scenario, first, failure_class(first).__name__, str(tmp_path), None) == 2
