@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..vocab.combos import CheckpointType
 from .base import FAIL, NA, PASS, Verdict
 from .evidence import Evidence, SaveRecord
+from .retention import culprits
 
 
 class Durability:
@@ -15,7 +18,8 @@ class Durability:
         if early:
             more = f"; {len(early) - 1} more" if len(early) > 1 else ""
             return Verdict(self.name, FAIL, early[0]["problem"] + more, early)
-        bad, judged = [], 0
+        bad: list[dict[str, Any]] = []
+        judged = 0
         for ld in ev.loads:
             if ld.refused or (ld.status != "ok" and ev.precision_change(ld)):
                 continue  # a refusal (of a topology, of a precision change) is judged by its own checker
@@ -53,6 +57,8 @@ class Durability:
         if not judged:
             return Verdict(self.name, NA, "no load followed an acknowledged save")
         if bad:
+            for b in bad:  # who destroyed what the load missed, from the file operations the case logged
+                b["culprits"] = culprits(ev, b["acknowledged"], until_job=b["load_job"])[:5]
             return Verdict(self.name, FAIL, f"{len(bad)} of {judged} loads lost an acknowledged save", bad)
         states = sum(1 for ld in ev.loads if ld.crash_state)
         extra = f" ({states} power-loss states)" if states else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import math
+from typing import Any
 
 from .base import FAIL, NA, PASS, Verdict
 from .evidence import Evidence, FileOp, SaveRecord
@@ -52,6 +53,17 @@ class Retention:
         )
 
 
+def culprits(ev: Evidence, iteration: int, *, until_job: int | None = None) -> list[dict]:
+    """The logged operations that deleted, truncated or replaced a file of an acknowledged save of
+    `iteration` (in jobs up to `until_job`), in time order: who destroyed what a load then missed."""
+    if ev.file_ops is None:
+        return []
+    judge = _Judge(ev.saves, ev.file_ops)
+    for op in ev.file_ops:
+        judge.take(op)
+    return [d for d in judge.destroyed if d["iteration"] == iteration and (until_job is None or d["job"] <= until_job)]
+
+
 class _Judge:
     """The file operations in time order: who owns each path, and which destroyed the newest checkpoint."""
 
@@ -68,6 +80,7 @@ class _Judge:
         self.judged = 0
         self.seen: list[SaveRecord] = []  # the saves whose files the log saw created
         self.bad: list[dict] = []
+        self.destroyed: list[dict] = []  # every file of an acknowledged save taken away, superseded or not
 
     def take(self, op: FileOp) -> None:
         if op.op in DESTROYS:
@@ -129,25 +142,27 @@ class _Judge:
         if acked_at is None or acked_at > op.time:
             return  # not acknowledged yet: nothing a caller was promised
         self.judged += 1
+        culprit = (
+            f"{op} at {_clock(op.time)} destroyed {path} of iteration {save.iteration} "
+            f"(save {save.save_id}), acknowledged {op.time - acked_at:.3f} s before"
+        )
+        entry: dict[str, Any] = {
+            "op": op.op,
+            "path": path,
+            "via": op.path if op.op != "rename" else f"{op.path} -> {op.dst}",
+            "rank": op.rank,
+            "pid": op.pid,
+            "thread": op.thread,
+            "time": _clock(op.time),
+            "job": op.job,
+            "save_id": save.save_id,
+            "iteration": save.iteration,
+            "culprit": culprit,
+        }
+        self.destroyed.append(entry)
         if any(self._supersedes(later, save, op) for later in self.saves):
             return
-        self.bad.append(
-            {
-                "op": op.op,
-                "path": path,
-                "via": op.path if op.op != "rename" else f"{op.path} -> {op.dst}",
-                "rank": op.rank,
-                "pid": op.pid,
-                "thread": op.thread,
-                "time": _clock(op.time),
-                "job": op.job,
-                "save_id": save.save_id,
-                "iteration": save.iteration,
-                "culprit": f"{op} at {_clock(op.time)} destroyed {path} of iteration {save.iteration} "
-                f"(save {save.save_id}), acknowledged {op.time - acked_at:.3f} s before and still the newest "
-                "acknowledged checkpoint",
-            }
-        )
+        self.bad.append(dict(entry, culprit=culprit + " and still the newest acknowledged checkpoint"))
 
     def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp) -> bool:
         """Whether `later`, a save invoked after `save`, was committed or acknowledged when `op` ran."""

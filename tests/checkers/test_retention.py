@@ -107,3 +107,22 @@ def test_an_exchange_that_publishes_a_resave_lets_the_old_copy_go():
         op("rmtree", "staging1b", 4.1),
     ]
     assert judge(resave, ops).status == PASS
+
+
+def test_a_durability_fail_names_the_operation_that_destroyed_the_lost_save():
+    from resilience.checkers import Durability
+
+    ops = WROTE_1 + WROTE_2 + PUBLISH_2 + [op("rmtree", "iter_0000002", 6.0, rank=1)]
+    events = TWO + [Event("ok", "load", 0, {"iteration": 1, "topology": T}, 0, 7.0)]
+    ev = evidence_from(
+        events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
+        never_stopped=lambda i: "",
+    )  # fmt: skip
+    ev.file_ops = ops
+    v = Durability().check(ev)
+    [lost] = v.evidence
+    assert v.status == FAIL and lost["culprits"][0]["culprit"].startswith("rmtree iter_0000002 by rank 1"), lost
+    assert [(c["op"], c["path"], c["rank"]) for c in lost["culprits"]] == [("rmtree", "iter_0000002/model.pt", 1)]
+    ev.file_ops = None  # no log kept: the verdict stands, without culprits
+    v = Durability().check(ev)
+    assert v.status == FAIL and v.evidence[0]["culprits"] == []
