@@ -40,3 +40,17 @@ class _EverySecondRunFails(ReferenceBackend):
 
 def every_second_run_fails(combo):
     return _EverySecondRunFails(combo)
+
+
+FLAKY_BACKEND = "tests.commands.flaky_backends:every_second_run_fails"
+# a case the backend above judges: it saves once, and every second run of it fails
+SCENARIO = """
+name: save-resume
+topology: tp1pp1dp1
+model: {num_layers: 1, hidden: 2, ffn_hidden: 2, heads: 1, vocab: 4}
+combinations: [LEGACY/torch/sync]
+steps:
+  - train: 1
+  - save
+  - resume: {continue: 1}
+"""

@@ -11,19 +11,9 @@ import pytest
 
 from resilience.cli import main
 
-pytestmark = pytest.mark.multiprocess
+from .flaky_backends import FLAKY_BACKEND, SCENARIO
 
-FLAKY_BACKEND = "tests.commands.flaky_backends:every_second_run_fails"
-SCENARIO = """
-name: save-resume
-topology: tp1pp1dp1
-model: {num_layers: 1, hidden: 2, ffn_hidden: 2, heads: 1, vocab: 4}
-combinations: [LEGACY/torch/sync]
-steps:
-  - train: 1
-  - save
-  - resume: {continue: 1}
-"""
+pytestmark = pytest.mark.multiprocess
 
 
 @pytest.fixture

@@ -9,20 +9,10 @@ import os
 import pytest
 
 import resilience.runner.scenario  # noqa: F401  (torch once, out here: in-process runs must not import it afresh)
+from tests.commands.flaky_backends import FLAKY_BACKEND as BACKEND, SCENARIO
 
 pytest_plugins = ["pytester"]
 
-BACKEND = "tests.commands.flaky_backends:every_second_run_fails"
-SCENARIO = """
-name: save-resume
-topology: tp1pp1dp1
-model: {num_layers: 1, hidden: 2, ffn_hidden: 2, heads: 1, vocab: 4}
-combinations: [LEGACY/torch/sync]
-steps:
-  - train: 1
-  - save
-  - resume: {continue: 1}
-"""
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
