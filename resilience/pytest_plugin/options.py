@@ -33,15 +33,20 @@ def parse_combos(text: str) -> list:
     return out
 
 
-def parse_max_world(text: str) -> int:
-    """A whole number of ranks, 1..64."""
+def _whole_number(option: str, text: str, what: str, most: int) -> int:
+    """`text` as a whole number of `what`, 1..`most`; pytest.UsageError naming `option` otherwise."""
     try:
         value = int(text)
     except ValueError:
-        raise pytest.UsageError(f"--resilience-max-world: must be a whole number of ranks, got {text!r}") from None
-    if not 1 <= value <= 64:
-        raise pytest.UsageError(f"--resilience-max-world: must be between 1 and 64, got {value}")
+        raise pytest.UsageError(f"{option}: must be a whole number of {what}, got {text!r}") from None
+    if not 1 <= value <= most:
+        raise pytest.UsageError(f"{option}: must be between 1 and {most}, got {value}")
     return value
+
+
+def parse_max_world(text: str) -> int:
+    """A whole number of ranks, 1..64."""
+    return _whole_number("--resilience-max-world", text, "ranks", 64)
 
 
 def parse_backend(text: str) -> str:
@@ -59,13 +64,7 @@ def parse_repeat(text: str) -> int:
     """A whole number of runs of each case, 1..runner.repeats.MAX_REPEAT."""
     from ..runner.repeats import MAX_REPEAT
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise pytest.UsageError(f"--resilience-repeat: must be a whole number of runs, got {text!r}") from None
-    if not 1 <= value <= MAX_REPEAT:
-        raise pytest.UsageError(f"--resilience-repeat: must be between 1 and {MAX_REPEAT}, got {value}")
-    return value
+    return _whole_number("--resilience-repeat", text, "runs", MAX_REPEAT)
 
 
 def parse_seconds(text: str) -> float:

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.multiprocess
 COMBO = Combination.parse("GLOBAL/torch_dist/sync")
 
 
-def _judge(tmp_path, workers: int) -> tuple[list[ResultRow], str]:
-    folder = RunFolder.create(str(tmp_path / f"w{workers}"), "matrix", {"cases": 3})
-    specs = [
+def _specs(folder: RunFolder, columns: list[str]) -> list[CaseSpec]:
+    """The matrix's cases of `columns` on COMBO, each in a folder of its own under `folder`."""
+    return [
         CaseSpec(
             c.scenario,
             c.combo,
@@ -32,8 +32,13 @@ def _judge(tmp_path, workers: int) -> tuple[list[ResultRow], str]:
             None,
             {"column": c.column},
         )
-        for i, c in enumerate(cases([COMBO], ["truncate", "bitflip", "save/load"], {}, 0))
+        for i, c in enumerate(cases([COMBO], columns, {}, 0))
     ]
+
+
+def _judge(tmp_path, workers: int) -> tuple[list[ResultRow], str]:
+    folder = RunFolder.create(str(tmp_path / f"w{workers}"), "matrix", {"cases": 3})
+    specs = _specs(folder, ["truncate", "bitflip", "save/load"])
     started: list[str] = []
     rows = judge_cases(folder, specs, before=lambda c: started.append(c.case_dir), workers=workers)
     assert sorted(started) == sorted(s.case_dir for s in specs)
@@ -69,18 +74,7 @@ def test_workers_take_the_longest_cases_first():
 def test_repeated_cases_run_side_by_side_and_leave_one_row_each(tmp_path, monkeypatch):
     monkeypatch.setattr(learn, "_CACHE", {})
     folder = RunFolder.create(str(tmp_path), "matrix", {"cases": 2})
-    specs = [
-        CaseSpec(
-            c.scenario,
-            c.combo,
-            os.path.join(folder.path, "cases", f"{i:02d}"),
-            "reference",
-            c.fault,
-            None,
-            {"column": c.column},
-        )
-        for i, c in enumerate(cases([COMBO], ["truncate", "save/load"], {}, 0))
-    ]
+    specs = _specs(folder, ["truncate", "save/load"])
     started: list[str] = []
     rows = judge_cases(folder, specs, before=lambda c: started.append(c.case_dir), workers=2, repeat=2)
     assert sorted(started) == sorted(os.path.join(s.case_dir, f"repeat-{k}") for s in specs for k in (1, 2))
