@@ -59,7 +59,9 @@ class Mount:
         report: str | os.PathLike | None = None,
         arm_at: Iterable[int | None] | None = None,
         paths_as: str | os.PathLike | None = None,
+        rank_env: str | None = None,
     ):
+        self.rank_env = rank_env  # callers' ranks also read from this environment variable (RankMap)
         self.backing = os.path.abspath(str(backing))
         self.mountpoint = os.path.abspath(str(mountpoint))
         self.log = None if log is None else os.path.abspath(str(log))
@@ -132,6 +134,7 @@ class Mount:
             arm_at=self.arm_at,
             paths_as=self.paths_as,
             ranks=self.ranks,
+            rank_env=self.rank_env,
             log=self.log,
             report=self.report,
             stderr=self._stderr,
@@ -273,13 +276,26 @@ def mounted(
     report: str | os.PathLike | None = None,
     arm_at: Iterable[int | None] | None = None,
     paths_as: str | os.PathLike | None = None,
+    rank_env: str | None = None,
     timeout: float = MOUNT_TIMEOUT,
 ) -> Iterator[Mount]:
     """Mount `backing` at `mountpoint` through the faulty file system for the block: `faults` (records or
     dicts, as a scenario gives them) carried out on callers attributed by `ranks` (rank -> root pid; also
     settable later with Mount.set_ranks, or told by each rank with base.tell), every operation logged to `log`
-    (a folder outside the mount). `arm_at` and `paths_as`: see FuseInjector and Mount."""
-    m = Mount(backing, mountpoint, ranks=ranks, faults=faults, log=log, report=report, arm_at=arm_at, paths_as=paths_as)
+    (a folder outside the mount). `arm_at` and `paths_as`: see FuseInjector and Mount. `rank_env` (e.g.
+    "RANK", as torchrun sets it): callers outside every root are also ranked by their environment
+    (ranks.RankMap), so an unmodified torchrun job needs no rank map at all."""
+    m = Mount(
+        backing,
+        mountpoint,
+        ranks=ranks,
+        faults=faults,
+        log=log,
+        report=report,
+        arm_at=arm_at,
+        paths_as=paths_as,
+        rank_env=rank_env,
+    )
     m.start(timeout)
     try:
         yield m

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import mfusepy
 
 from ..faults.base import Fault
+from ..launch.proctable import running
 from ..triggers import POWER_LOSS, Decision, crash_action
 from .injector import FuseInjector
 from .journal import Journal
@@ -156,7 +157,9 @@ class Passthrough(mfusepy.Operations):
     def _refuse(self, caller: Caller) -> None:
         if self.down:
             raise OSError(errno.EIO, "power lost (injected)")
-        if caller.tgid in self._killed or caller.rank in self._dead:
+        if caller.tgid in self._killed or (
+            caller.rank in self._dead and self.ranks.roots.get(caller.rank) in self._killed
+        ):  # a rank whose root was killed, until a new process of it is its root (told, or seen in its environment)
             raise OSError(errno.EIO, "the calling rank was killed (injected)")
 
     def _crash(self, caller: Caller, fault: Fault, rel: str) -> None:
@@ -186,6 +189,9 @@ class Passthrough(mfusepy.Operations):
         plan = self.injector.before(caller, seam, paths, length=length, offset=offset)
         if plan.delay:
             time.sleep(plan.delay)  # outside the lock: a straggler stalls only itself
+            if not running(caller.tgid):  # killed from outside while held: its request dies with it
+                self.journal.entry(op, caller, rel, dst=dst, error=errno.EINTR, died="while held", **asked)
+                raise OSError(errno.EINTR, "the caller died while its request was held (injected slow)")
         with self._lock:
             self._refuse(caller)  # killed while it slept
             if plan.error is not None:

@@ -13,7 +13,15 @@ both for good.
 
 Killing a rank kills its process group when the rank leads one of its own, and its process tree; a rank
 that shares the group of the runner or of the file system (a test's plain subprocess) is killed as a
-process tree only, never by group: that group holds the runner itself."""
+process tree only, never by group: that group holds the runner itself.
+
+A map may also read ranks from the callers' environment (`rank_env`, e.g. "RANK": what torchrun sets for
+its workers), for a job the runner did not start rank by rank. A caller outside every root is then the
+rank of its nearest ancestor that has one (a rank's threads, forked writers and `dd`s inherit it, and a
+child caught in the middle of its exec is never read), else the value its own /proc/<pid>/environ holds;
+a process with a rank of its own whose parent has none (a torchrun worker) becomes that rank's root, the
+one a crash kills. /proc/<pid>/environ is held shut while that process execs, like stat: it is read in a
+thread of its own, and a caller not read within ENV_WAIT counts as no rank's for that request."""
 
 from __future__ import annotations
 
@@ -24,6 +32,35 @@ from collections.abc import Iterable, Mapping
 
 from ..launch.proctable import descendants, group_members, status as _stat
 from .words import Caller
+
+ENV_WAIT = 1.0  # seconds to wait for a caller's /proc/<pid>/environ (held shut during its exec)
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of `name` in a process's environment as it started; None when unset or unreadable."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    key = name.encode() + b"="
+    for entry in raw.split(b"\0"):
+        if entry.startswith(key):
+            return entry[len(key) :].decode(errors="replace")
+    return None
+
+
+def _env_rank(pid: int, name: str, wait: float = ENV_WAIT) -> tuple[bool, int | None]:
+    """(read, rank) of a process from its environment: read is False when it did not answer within `wait`
+    (in the middle of an exec); rank None when it has none, or one that is not a whole number >= 0."""
+    out: list[str | None] = []
+    reader = threading.Thread(target=lambda: out.append(environ_value(pid, name)), name="fusefs-environ", daemon=True)
+    reader.start()
+    reader.join(wait)
+    if not out:
+        return False, None
+    value = (out[0] or "").strip()
+    return True, int(value) if value.isdigit() else None
 
 
 def tree(root: int) -> list[int]:
@@ -37,12 +74,20 @@ class RankMap:
     system: a rank map that names the runner itself as a rank must not kill it)."""
 
     def __init__(
-        self, roots: Mapping[int, int] | None = None, *, protected: Iterable[int] = (), spared: Iterable[int] = ()
+        self,
+        roots: Mapping[int, int] | None = None,
+        *,
+        protected: Iterable[int] = (),
+        spared: Iterable[int] = (),
+        rank_env: str | None = None,
     ):
         self._lock = threading.Lock()
         self._protected = frozenset(protected)
         self._spared = frozenset(spared)
         self._cache: dict[int, tuple[tuple[int, int, int], Caller]] = {}  # tid -> (its _stat, answer)
+        self.rank_env = rank_env
+        self._by_env: dict[int, tuple[tuple[int, int, int], int | None]] = {}  # process -> (its _stat, rank)
+        self._asked = threading.local()
         self.version = 0
         self.update(roots or {})
 
@@ -58,6 +103,7 @@ class RankMap:
                 if st is not None and st[1] == p:
                     self._groups[p] = r
             self._cache.clear()
+            self._by_env.clear()
             self.version += 1
             return self.version
 
@@ -75,9 +121,11 @@ class RankMap:
             if hit is not None and hit[0] == st:
                 return hit[1]
         tgid = st[2]
+        self._asked.unread = False
         answer = Caller(pid, tgid, self._rank_of(tgid, st), "main" if tgid == pid else "writer")
-        with self._lock:
-            self._cache[pid] = (st, answer)
+        if not self._asked.unread:  # an environment not read yet is asked again at the next request
+            with self._lock:
+                self._cache[pid] = (st, answer)
         return answer
 
     def _rank_of(self, tgid: int, st: tuple[int, int, int]) -> int | None:
@@ -89,7 +137,52 @@ class RankMap:
             if parent is None:
                 break
             pid, seen = parent[0], seen + 1
-        return self._groups.get(st[1])
+        found = self._groups.get(st[1])
+        if found is None and self.rank_env is not None:
+            return self._rank_from_env(tgid, st)
+        return found
+
+    def _rank_from_env(self, tgid: int, st: tuple[int, int, int]) -> int | None:
+        """The rank of the nearest ancestor that has one, else the process's own environment's; a process
+        with its own rank under a parent without one becomes that rank's root."""
+        chain: list[tuple[int, tuple[int, int, int]]] = []
+        pid, st_of = tgid, st
+        while pid > 1 and len(chain) < 512:
+            with self._lock:
+                hit = self._by_env.get(pid)
+            if hit is not None and hit[0] == st_of:
+                if hit[1] is not None and chain:  # inherited by every process between it and the caller
+                    self._remember(chain, hit[1])
+                    return hit[1]
+                if not chain:
+                    return hit[1]
+                break
+            chain.append((pid, st_of))
+            parent = _stat(st_of[0]) if st_of[0] > 1 else None
+            if parent is None:
+                break
+            pid, st_of = st_of[0], parent
+        read, rank = _env_rank(tgid, self.rank_env or "")
+        if not read:
+            self._asked.unread = True  # per request thread: libfuse serves several at once
+            return None
+        with self._lock:
+            self._by_env[tgid] = (st, rank)
+            if rank is not None and self.roots.get(rank) != tgid:
+                old = self.roots.get(rank)
+                if old is not None:  # a rank started again (torchrun's own restart): the new process is its root
+                    self._by_pid.pop(old, None)
+                    self._groups.pop(old, None)
+                self.roots = {**self.roots, rank: tgid}
+                self._by_pid[tgid] = rank
+                if st[1] == tgid:
+                    self._groups[tgid] = rank
+        return rank
+
+    def _remember(self, chain: list[tuple[int, tuple[int, int, int]]], rank: int) -> None:
+        with self._lock:
+            for pid, st in chain:
+                self._by_env[pid] = (st, rank)
 
     def kill(self, rank: int) -> list[int]:
         """SIGKILL a rank: its whole process group when it leads one that is not protected, and its process

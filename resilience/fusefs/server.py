@@ -40,6 +40,7 @@ class ServerConfig:
     arm_at: list | None = None  # per record: the rank operation it counts from (injector)
     paths_as: str | None = None  # the folder logs and fault paths name (default: the mount)
     ranks: dict = field(default_factory=dict)  # rank -> root pid
+    rank_env: str | None = None  # also read callers' ranks from this environment variable (ranks.RankMap)
     log: str | None = None  # folder of both logs
     report: str | None = None  # firings (faults.firings format)
     stderr: str | None = None  # where libfuse's own messages go
@@ -77,7 +78,12 @@ def serve(cfg: ServerConfig, commands, events) -> None:
             sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
         from .passthrough import FaultyFUSE, Passthrough  # mfusepy loads libfuse on import
 
-        ranks = RankMap(cfg.ranks, protected={cfg.runner_pgid, os.getpgid(0)}, spared={cfg.runner_pid, os.getpid()})
+        ranks = RankMap(
+            cfg.ranks,
+            protected={cfg.runner_pgid, os.getpgid(0)},
+            spared={cfg.runner_pid, os.getpid()},
+            rank_env=cfg.rank_env,
+        )
         injector = FuseInjector(cfg.faults, report=FaultReport(cfg.report) if cfg.report else None, arm_at=cfg.arm_at)
         journal = Journal(cfg.log, cfg.paths_as or cfg.mountpoint)
         ops = Passthrough(
