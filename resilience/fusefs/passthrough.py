@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import mfusepy
 
 from ..faults.base import Fault
-from ..launch.proctable import running
+from ..launch.proctable import doomed
 from ..triggers import POWER_LOSS, Decision, crash_action
 from .injector import FuseInjector
 from .journal import Journal
@@ -98,6 +98,17 @@ def _renameat2(src: str, dst: str, flags: int) -> None:
     if libc.renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), flags) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), src)
+
+
+HOLD_SLICE = 0.05  # seconds between two looks at a held caller
+
+
+def _hold(delay: float, pid: int) -> None:
+    """Sleep `delay` seconds, or less once the caller is SIGKILLed (it dies the moment it is answered, and
+    an unmount waits for this thread)."""
+    end = time.monotonic() + delay
+    while (left := end - time.monotonic()) > 0 and not doomed(pid):
+        time.sleep(min(HOLD_SLICE, left))
 
 
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
@@ -188,8 +199,8 @@ class Passthrough(mfusepy.Operations):
         paths = (self.journal.where(rel),) + ((self.journal.where(dst),) if dst is not None else ())
         plan = self.injector.before(caller, seam, paths, length=length, offset=offset)
         if plan.delay:
-            time.sleep(plan.delay)  # outside the lock: a straggler stalls only itself
-            if not running(caller.tgid):  # killed from outside while held: its request dies with it
+            _hold(plan.delay, caller.tgid)  # outside the lock: a straggler stalls only itself
+            if doomed(caller.tgid):  # killed from outside while held: its request dies with it, undone
                 self.journal.entry(op, caller, rel, dst=dst, error=errno.EINTR, died="while held", **asked)
                 raise OSError(errno.EINTR, "the caller died while its request was held (injected slow)")
         with self._lock:

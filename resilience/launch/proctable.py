@@ -46,6 +46,26 @@ def running(pid: int) -> bool:
     return state(pid) not in (None, "Z", "X")
 
 
+_SIGKILL_BIT = 1 << (9 - 1)
+
+
+def doomed(pid: int) -> bool:
+    """Whether `pid` is gone, a zombie, or has a SIGKILL pending: a process in the middle of a request to a
+    FUSE file system waits for its answer even once SIGKILLed, and dies the moment it gets one."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read()
+    except OSError:
+        return True
+    for line in text.splitlines():
+        key, _, value = line.partition(b":")
+        if key == b"State" and value.split()[:1] in ([b"Z"], [b"X"]):
+            return True
+        if key in (b"SigPnd", b"ShdPnd") and int(value.strip() or b"0", 16) & _SIGKILL_BIT:
+            return True
+    return False
+
+
 def _pids() -> list[int]:
     try:
         return [int(name) for name in os.listdir("/proc") if name.isdigit()]
@@ -110,4 +130,4 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
-__all__ = ["children", "descendants", "group_members", "running", "state", "status"]
+__all__ = ["children", "descendants", "doomed", "group_members", "running", "state", "status"]
