@@ -11,6 +11,7 @@ COMMANDS = [
     "validate",
     "corpus",
     "broken",
+    "job",
     "report",
     "options",
 ]

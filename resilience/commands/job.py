@@ -1,0 +1,127 @@
+"""`resilience job [options] -- COMMAND...`: a team's unmodified training command, run as a black box
+under faults, restarted as a scheduler would, and judged against a golden run that never stopped.
+
+Without --matrix or --column it makes the golden run only (the command twice, through the mount) and
+says what the columns would aim at: a dry run that checks the command, its output patterns and its
+checkpoint folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import ConfigError
+from .common import nonnegative_int, number_arg, seconds
+
+
+def register(sub) -> None:
+    from ..job.columns import COLUMNS
+    from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS
+
+    p = sub.add_parser(
+        "job",
+        help="run an unmodified training command under faults, restarting it, against a golden run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--matrix", action="store_true", help="run every fault column and print the table")
+    p.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help=f"run this column (repeatable): {', '.join(COLUMNS)}",
+    )
+    p.add_argument(
+        "--ckpt-dir",
+        metavar="PATH",
+        help="the folder the job hard-codes for its checkpoints: the mount is made there (default: a folder of "
+        "each case, given to the job as {ckpt} in the command and as RESILIENCE_CKPT_DIR)",
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        metavar="REGEX",
+        help="a metric line, with named groups step and loss "
+        "(default: 'step N loss X', torchtitan's and Megatron-LM's)",
+    )
+    p.add_argument(
+        "--ack", action="append", metavar="REGEX", help="a line acknowledging a save, with a named group step"
+    )
+    p.add_argument(
+        "--resumed",
+        action="append",
+        metavar="REGEX",
+        help="the line saying where the job resumed, with a named group step (default: 'resumed from step N', "
+        "Megatron-LM's and torchtitan's; else the step before the first one a restarted run reports)",
+    )
+    p.add_argument(
+        "--rtol",
+        type=number_arg(float, lambda v: 0 <= v < 1, "a relative tolerance from 0 to 1"),
+        default=0.0,
+        help="how far a loss may be from the golden one (default 0: exact; needed for a job that is not deterministic)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=nonnegative_int,
+        default=MAX_RESTARTS,
+        help=f"restarts after the fault, as a scheduler allows (default {MAX_RESTARTS})",
+    )
+    p.add_argument(
+        "--timeout", type=seconds, help="seconds one run of a case may take (default: 3x the golden run, at least 30)"
+    )
+    p.add_argument(
+        "--golden-timeout",
+        type=seconds,
+        default=GOLDEN_TIMEOUT,
+        help=f"seconds one golden run may take (default {GOLDEN_TIMEOUT:g})",
+    )
+    p.add_argument("--golden", metavar="DIR", help="reuse the golden run of an earlier run (its golden/ folder)")
+    p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command, with {ckpt}")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..job.command import JobCommand
+    from ..job.options import JobOptions
+    from ..report.matrix_table import text_table
+    from .run import summarize
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise ConfigError("command", "no training command", "put it after --: resilience job -- torchrun train.py ...")
+    options = JobOptions(
+        JobCommand.parse(command, ckpt_dir=args.ckpt_dir, out=args.out),
+        tuple(args.metric or ()),
+        tuple(args.ack or ()),
+        tuple(args.resumed or ()),
+        args.rtol,
+        args.max_restarts,
+        args.timeout,
+        args.golden_timeout,
+        args.out,
+        tuple(args.column),
+        args.matrix,
+        args.golden,
+    )
+    from ..job.matrix import run_job
+
+    done = run_job(options)
+    golden = done.reference.golden
+    print(
+        f"golden: {len(golden.curve)} steps to step {golden.last_step}, saves acknowledged at {list(golden.acks)}, "
+        f"{' and '.join(f'{s:.1f}' for s in golden.seconds)} s"
+    )
+    if not done.rows:
+        print(f"layout: {done.reference.layout.describe()}")
+        print(f"no column run (give --matrix or --column NAME); golden run kept in {done.reference.folder}")
+        return 0
+    print(text_table(done.rows, done.columns))
+    case = [r.seconds for r in done.rows if r.seconds]
+    mean = sum(case) / len(case) if case else 0.0
+    print(f"({done.seconds:.1f} s: golden {done.golden_seconds:.1f} s, a case {mean:.1f} s on average)")
+    sys.stdout.flush()
+    return summarize(done.rows, done.paths)

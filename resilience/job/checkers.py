@@ -1,0 +1,267 @@
+"""The judges of a job case. Each reads the case's evidence (base.CaseEvidence: the golden curve, every
+run's exit, output and what it said, what became of the fault), never the job, and PASSes only when the
+case's fault fired: a fault that never fired leaves every checker UNPROBED (a hang is still a FAIL).
+
+- resumed_newest: the restarted job resumed from the newest acknowledged checkpoint (or a newer one); an
+  older one is a FAIL unless its output said why (then WARN); without ack lines, WARN (not judged);
+- curve_equal: every step every run reported equals the golden curve (exactly, or within --rtol);
+- no_silent_damage: after damage at rest the job trains as the golden run did, or refuses loudly
+  (REFUSED); a curve that diverges is a FAIL, said or not;
+- reached_end: the last run reported the last step and exited 0;
+- no_hang: every run ended before its timeout; a hang's evidence is its process tree, and the Python
+  stacks of the processes that asked for them (faulthandler on SIGUSR1);
+- checkpoint_left: a restart after an acknowledged save loaded a checkpoint (resumed past step 0): the
+  folder left keeps one that loads, judged by the job's own load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..checkers.base import FAIL, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Verdict
+from .base import CaseEvidence, Point, RunOutcome
+from .process import OUTPUT
+
+# words a job uses when it says why it did not take its newest checkpoint
+EXPLAINED = re.compile(
+    r"(?i)(fall(?:ing)?\s*back|corrupt|damaged|invalid|mismatch|checksum|cannot load|failed to load|unreadable|"
+    r"skipping|not valid|incomplete)"
+)
+
+
+def _mismatch(ev: CaseEvidence, runs: list[RunOutcome]) -> tuple[RunOutcome, Point] | None:
+    for run in runs:
+        for p in run.observed.points:
+            if not ev.golden.same(p.loss, p.step):
+                return run, p
+    return None
+
+
+def _evidence(ev: CaseEvidence, run: RunOutcome, p: Point) -> dict:
+    return {
+        "run": run.index,
+        "step": p.step,
+        "loss": _show(p.loss),
+        "golden": _show(ev.golden.curve[p.step]) if p.step in ev.golden.curve else None,
+        "line": p.line,
+        "output": os.path.join(run.folder, OUTPUT),
+    }
+
+
+def _show(v: float) -> str:
+    return repr(v)
+
+
+def explained(run: RunOutcome) -> str | None:
+    """The first line of a run's output saying why it did not take a checkpoint, if any."""
+    try:
+        with open(os.path.join(run.folder, OUTPUT), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if EXPLAINED.search(line):
+                    return line.strip()[:300]
+    except OSError:
+        return None
+    return None
+
+
+def _refused_all(ev: CaseEvidence) -> RunOutcome | None:
+    """The last restart, when every restart ended badly without training a step: a loud refusal."""
+    if ev.restarts and all(not r.observed.points and r.exit_code not in (0, None) for r in ev.restarts):
+        return ev.restarts[-1]
+    return None
+
+
+def _resumed(ev: CaseEvidence) -> tuple[RunOutcome, int, bool] | None:
+    """The first restart that says where it resumed (or reports a step): (run, step, said)."""
+    for r in ev.restarts:
+        step, said = r.observed.resume_step()
+        if step is not None:
+            return r, step, said
+    return None
+
+
+def _acked(runs: list[RunOutcome], damaged: int | None) -> list[int]:
+    return sorted({a.step for r in runs for a in r.observed.acks} - {damaged})
+
+
+class ResumedNewest:
+    name = "resumed_newest"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        if not ev.restarts:
+            return Verdict(self.name, NA, f"the job never restarted: its first run ended with {ev.runs[0].ended()}")
+        found = _resumed(ev)
+        if found is None:
+            return Verdict(self.name, NA, "no restarted run said where it resumed or reported a step")
+        run, step, said = found
+        how = "said" if said else "inferred from the first step it reported"
+        acked = [a for a in ev.acked_before_restart() if a != ev.fault.damaged_step]
+        if not ev.golden.acks:
+            return Verdict(
+                self.name,
+                WARN,
+                f"resumed from step {step} ({how}); the job acknowledges no save (no ack line in the golden run: give "
+                "--ack), so which checkpoint it should have resumed from is not judged",
+            )
+        newest = max(acked, default=0)
+        facts = [{"run": run.index, "resumed": step, "how": how, "acknowledged": acked, "expected": newest}]
+        if step >= newest:
+            more = "" if step == newest else f" (newer than the newest acknowledgement, step {newest})"
+            if step == ev.fault.damaged_step:
+                more += ", the damaged one (judged by no_silent_damage)"
+            return Verdict(self.name, PASS, f"resumed from step {step} ({how}){more}", facts)
+        what = "started from scratch" if step == 0 else f"resumed from step {step} ({how})"
+        why = explained(run)
+        if why is not None:
+            return Verdict(
+                self.name, WARN, f"{what}, older than the newest acknowledged step {newest}, and said why: {why}", facts
+            )
+        return Verdict(
+            self.name,
+            FAIL,
+            f"{what}, older than the newest acknowledged checkpoint (step {newest}), without a word",
+            facts,
+        )
+
+
+class CurveEqual:
+    name = "curve_equal"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        bad = _mismatch(ev, ev.runs)
+        if bad is not None:
+            run, p = bad
+            want = ev.golden.curve.get(p.step)
+            golden = "no such step" if want is None else f"loss {want!r}"
+            return Verdict(
+                self.name,
+                FAIL,
+                f"run {run.index} step {p.step}: loss {p.loss!r}, the golden run {golden}",
+                [_evidence(ev, run, p)],
+            )
+        after = sum(len(r.observed.points) for r in ev.restarts) if ev.restarts else len(ev.runs[0].observed.points)
+        if not after:
+            return Verdict(self.name, NA, "the job reported no step after the fault")
+        how = "exactly" if not ev.golden.rtol else f"within --rtol {ev.golden.rtol:g}"
+        return Verdict(self.name, PASS, f"every step reported ({after} after the fault) equals the golden curve {how}")
+
+
+class NoSilentDamage:
+    name = "no_silent_damage"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        if not ev.damage:
+            return Verdict(self.name, NA, "no checkpoint was damaged in this column")
+        why = next((w for w in (explained(r) for r in ev.restarts) if w), None)
+        said = f"; it said: {why}" if why else "; it said nothing about it"
+        bad = _mismatch(ev, ev.restarts)
+        if bad is not None:
+            run, p = bad
+            return Verdict(
+                self.name,
+                FAIL,
+                f"trained on the damaged checkpoint of step {ev.fault.damaged_step}: run {run.index} step {p.step} "
+                f"loss {p.loss!r}, the golden run {ev.golden.curve.get(p.step)!r}{said}",
+                [_evidence(ev, run, p)],
+            )
+        if any(r.observed.points for r in ev.restarts):
+            found = _resumed(ev)
+            where = f"resumed from step {found[1]}" if found else "resumed"
+            return Verdict(self.name, PASS, f"{where} and trained as the golden run did{said}")
+        refused = _refused_all(ev)
+        if refused is not None:
+            last = refused.observed.tail[-1] if refused.observed.tail else ""
+            return Verdict(
+                self.name, REFUSED, f"refused the damaged checkpoint loudly ({refused.ended()}): {last[:300]}"
+            )
+        return Verdict(self.name, NA, "the job trained no step after the damage")
+
+
+class ReachedEnd:
+    name = "reached_end"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        last, end = ev.runs[-1], ev.golden.last_step
+        restarts = len(ev.restarts)
+        resumed_at_end = last.observed.resume_step()[0] == end and not last.observed.points
+        if last.exit_code == 0 and (last.observed.last_step == end or resumed_at_end):
+            return Verdict(self.name, PASS, f"reached step {end} and exited 0 after {restarts} restart(s)")
+        if ev.damage and _refused_all(ev) is not None:
+            return Verdict(self.name, REFUSED, f"refused to go on from the damaged folder on {restarts} restart(s)")
+        reached = max((r.observed.last_step or 0 for r in ev.runs), default=0)
+        return Verdict(
+            self.name,
+            FAIL,
+            f"the last run ({last.ended()}) stopped at step {last.observed.last_step or 0} of {end} after {restarts} "
+            f"restart(s); the furthest any run got: step {reached}",
+            [{"run": r.index, "ended": r.ended(), "last_step": r.observed.last_step} for r in ev.runs],
+        )
+
+
+class NoHang:
+    name = "no_hang"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        hung = [r for r in ev.runs if r.timed_out]
+        if hung:
+            r = hung[0]
+            return Verdict(
+                self.name,
+                FAIL,
+                f"run {r.index} did not end within {ev.timeout:g} s; {(r.hang or {}).get('stacks', '')}",
+                [{"run": r.index, **(r.hang or {}), "last_lines": r.observed.tail[-10:]}],
+            )
+        return Verdict(self.name, PASS, f"every run ended within {ev.timeout:g} s")
+
+
+class CheckpointLeft:
+    name = "checkpoint_left"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        if not ev.restarts:
+            return Verdict(self.name, NA, "the job never restarted: no load shows what the folder keeps")
+        # each restart against the saves acknowledged before it
+        owed = [(r, _acked(ev.runs[: r.index], ev.fault.damaged_step)) for r in ev.restarts]
+        owed = [(r, a) for r, a in owed if a]
+        if not owed:
+            return Verdict(self.name, NA, "no save was acknowledged before a restart: none is owed")
+        acked = owed[-1][1]
+        loaded = [(r.index, r.observed.resume_step()[0]) for r, _ in owed]
+        good = [(i, s) for i, s in loaded if s is not None and s > 0]
+        if good:
+            i, s = good[-1]
+            return Verdict(self.name, PASS, f"run {i} loaded the checkpoint of step {s} (acknowledged: {acked})")
+        if ev.damage and _refused_all(ev) is not None:
+            return Verdict(self.name, REFUSED, "every restart refused the damaged folder: no checkpoint was loaded")
+        steps = ", ".join("none" if s is None else "scratch" if s == 0 else str(s) for _, s in loaded)
+        return Verdict(
+            self.name,
+            FAIL,
+            f"no acknowledged checkpoint loads: steps {acked} were acknowledged, "
+            f"the restarted runs resumed from {steps}",
+            [{"run": i, "resumed": s} for i, s in loaded],
+        )
+
+
+ALL = (ResumedNewest(), CurveEqual(), NoSilentDamage(), ReachedEnd(), NoHang(), CheckpointLeft())
+
+
+def judge(ev: CaseEvidence, checkers=ALL) -> list[Verdict]:
+    """Every checker's verdict; a crash is UNKNOWN; with a fault that never fired, UNPROBED (a FAIL of
+    no_hang stays: a hang is a hang)."""
+    out = []
+    for c in checkers:
+        try:
+            v = c.check(ev)
+        except Exception as e:  # a checker that crashed judged nothing
+            v = Verdict(c.name, UNKNOWN, f"checker crashed: {type(e).__name__}: {e}")
+        if not ev.fault.fired and not (v.status == FAIL and c.name == NoHang.name):
+            v = Verdict(
+                c.name, UNPROBED, f"its fault never fired: {ev.fault.detail} (would be: {v.status}: {v.detail})"
+            )
+        out.append(v)
+    return out
+
+
+__all__ = ["ALL", "CheckpointLeft", "CurveEqual", "NoHang", "NoSilentDamage", "ReachedEnd", "ResumedNewest", "judge"]

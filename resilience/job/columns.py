@@ -1,0 +1,223 @@
+"""The fault columns of `resilience job`: each one a plan for a case, aimed through the golden run's
+layout at one save and one rank.
+
+The save aimed at is the second one (the first when there is one only, or when the second is at the last
+step and leaves nothing to resume after it): an acknowledged save comes before it, so a resume has
+something to go back to. Faults on a rank's I/O strike rank 1 (rank 0 when the job has one rank) at its
+data file of that save; damage at rest strikes rank 0's, the rank whose state the others take on a
+resume (DDP broadcasts rank 0's parameters), after the whole job was killed between that save and the
+next.
+
+| column               | the fault                                                                        |
+|----------------------|----------------------------------------------------------------------------------|
+| kill-rank-write      | rank 1 SIGKILLed once its data file of the save holds 4096 bytes (or half of it)  |
+| kill-job-mid-save    | rank 1's first write of that file held; the whole job (agent, workers) SIGKILLed  |
+| kill-job-between     | the whole job SIGKILLed as it reports the step midway to the next save            |
+| enospc, eio          | rank 1's first write of that file fails with ENOSPC / EIO                         |
+| truncate             | killed between saves; rank 0's data file of the save cut to half, then restarted  |
+| bit-flip             | killed between saves; one exponent bit of a value in that file flipped            |
+| delete               | killed between saves; that file deleted                                           |
+| tracker-empty        | killed between saves; the tracker (pointer) file emptied                          |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..faults.base import Fault, Target, Trigger
+from ..faults.kinds import BitFlip, DeleteFile, IOFailure, RankCrash, SlowWrite, TrackerDamage, Truncate
+from .golden import Reference
+from .layout import Save
+from .process import WholeJobKill
+
+KILL_AT_BYTE = 4096
+HOLD = 30.0  # seconds a held write waits: the runner kills the job within a few ms of its firing
+MID_SAVE, BETWEEN_SAVES = "mid-save", "between saves"
+
+
+@dataclass(frozen=True)
+class CasePlan:
+    """What one column does to one case: the mount's records and the runner's kill for the first run, and
+    the damage done at rest before the restart. `na`: why the column does not apply to this job."""
+
+    column: str
+    what: str = ""
+    records: tuple[Fault, ...] = ()
+    kill: WholeJobKill | None = None
+    damage: Fault | None = None
+    damage_path: str | None = None  # relative to the checkpoint folder
+    save: Save | None = None
+    next_step: int | None = None  # the step of the save after the one aimed at (or the last step)
+    na: str | None = None
+
+
+def _target_save(ref: Reference, between: bool) -> tuple[Save | None, str]:
+    saves, last = ref.layout.saves, ref.golden.last_step
+    if not saves:
+        return None, f"the golden run made no checkpoint the layout could place by step ({ref.layout.describe()})"
+    usable = [s for s in saves[:2] if not between or s.step < last]
+    if not usable:
+        return None, f"its only save is at its last step ({saves[0].step}): nothing to resume after it"
+    return usable[-1], ""
+
+
+def _next_step(ref: Reference, save: Save) -> int:
+    later = [s.step for s in ref.layout.saves if s.step > save.step]
+    return min(later) if later else ref.golden.last_step
+
+
+def _io_rank(ref: Reference) -> int:
+    return 1 if 1 in ref.layout.ranks else (ref.layout.ranks[0] if ref.layout.ranks else 0)
+
+
+def _between_kill(ref: Reference, save: Save) -> tuple[WholeJobKill | None, int, str]:
+    nxt = _next_step(ref, save)
+    if nxt - save.step < 2:
+        return None, nxt, f"steps {save.step} and {nxt} follow each other: no step between them to kill at"
+    return WholeJobKill(BETWEEN_SAVES, at_step=(save.step + nxt) // 2), nxt, ""
+
+
+def _aimed(ref: Reference, column: str, between: bool, rank: int) -> tuple[Save | None, str | None, str]:
+    """The save, the glob of the rank's data file in it, or why not."""
+    save, why = _target_save(ref, between)
+    if save is None:
+        return None, None, why
+    glob = ref.layout.write_glob(save.step, rank)
+    if glob is None:
+        return save, None, f"rank {rank} writes no data file of its own in a save ({ref.layout.layout.describe()})"
+    return save, glob, ""
+
+
+def _rank_fault(ref: Reference, column: str, make: Callable[[int, Save, str], tuple[Fault, str]]) -> CasePlan:
+    rank = _io_rank(ref)
+    save, glob, why = _aimed(ref, column, False, rank)
+    if save is None or glob is None:
+        return CasePlan(column, na=why)
+    record, what = make(rank, save, glob)
+    return CasePlan(column, what, (record,), save=save, next_step=_next_step(ref, save))
+
+
+def kill_rank_write(ref: Reference) -> CasePlan:
+    def make(rank: int, save: Save, glob: str) -> tuple[Fault, str]:
+        f = ref.layout.data_file(rank)
+        at = min(KILL_AT_BYTE, (f.size if f else 0) // 2)
+        record = RankCrash(target=Target(rank=rank, path=glob), trigger=Trigger(at_byte=at))
+        return record, f"rank {rank} SIGKILLed at byte {at} of {glob[2:]} (save {save.number}, step {save.step})"
+
+    return _rank_fault(ref, "kill-rank-write", make)
+
+
+def kill_job_mid_save(ref: Reference) -> CasePlan:
+    def make(rank: int, save: Save, glob: str) -> tuple[Fault, str]:
+        record = SlowWrite(target=Target(rank=rank, path=glob, op="write"), delay=HOLD, times=1)
+        return record, (
+            f"the whole job SIGKILLed while rank {rank}'s first write of {glob[2:]} is held "
+            f"(save {save.number}, step {save.step})"
+        )
+
+    plan = _rank_fault(ref, "kill-job-mid-save", make)
+    return plan if plan.na else CasePlan(**{**plan.__dict__, "kill": WholeJobKill(MID_SAVE, on_firing=True)})
+
+
+def kill_job_between(ref: Reference) -> CasePlan:
+    save, why = _target_save(ref, True)
+    if save is None:
+        return CasePlan("kill-job-between", na=why)
+    kill, nxt, why = _between_kill(ref, save)
+    if kill is None:
+        return CasePlan("kill-job-between", na=why)
+    what = f"the whole job SIGKILLed at step {kill.at_step}, after the save of step {save.step}, before step {nxt}'s"
+    return CasePlan("kill-job-between", what, kill=kill, save=save, next_step=nxt)
+
+
+def io_error(errno: str) -> Callable[[Reference], CasePlan]:
+    def column(ref: Reference) -> CasePlan:
+        def make(rank: int, save: Save, glob: str) -> tuple[Fault, str]:
+            record = IOFailure(target=Target(rank=rank, path=glob, op="write"), errno=errno)
+            return (
+                record,
+                f"rank {rank}'s first write of {glob[2:]} fails with {errno} (save {save.number}, step {save.step})",
+            )
+
+        return _rank_fault(ref, errno.lower(), make)
+
+    return column
+
+
+def _damage(column: str, ref: Reference, make: Callable[[Save, int], tuple[Fault, str | None, str]]) -> CasePlan:
+    save, why = _target_save(ref, True)
+    if save is None:
+        return CasePlan(column, na=why)
+    kill, nxt, why = _between_kill(ref, save)
+    if kill is None:
+        return CasePlan(column, na=why)
+    record, path, what = make(save, 0)
+    if path is None:
+        return CasePlan(column, na=what)
+    return CasePlan(
+        column,
+        f"killed at step {kill.at_step}, then {what}, before the restart",
+        kill=kill,
+        damage=record,
+        damage_path=path,
+        save=save,
+        next_step=nxt,
+    )
+
+
+def _data_damage(column: str, kind: Callable[[Save, int], Fault], verb: str) -> Callable[[Reference], CasePlan]:
+    def plan(ref: Reference) -> CasePlan:
+        def make(save: Save, rank: int) -> tuple[Fault, str | None, str]:
+            path = ref.layout.final_path(save.step, rank)
+            if path is None:
+                return kind(save, rank), None, f"rank {rank} writes no data file of its own in a save"
+            return kind(save, rank), path, f"{path} (rank {rank}, step {save.step}) {verb}"
+
+        return _damage(column, ref, make)
+
+    return plan
+
+
+def tracker_empty(ref: Reference) -> CasePlan:
+    def make(save: Save, rank: int) -> tuple[Fault, str | None, str]:
+        path = ref.layout.pointer()
+        record = TrackerDamage(how="empty")
+        if path is None:
+            return record, None, f"the job keeps no tracker or pointer file ({ref.layout.layout.describe()})"
+        return record, path, f"its tracker {path} emptied"
+
+    return _damage("tracker-empty", ref, make)
+
+
+COLUMNS: dict[str, Callable[[Reference], CasePlan]] = {
+    "kill-rank-write": kill_rank_write,
+    "kill-job-mid-save": kill_job_mid_save,
+    "kill-job-between": kill_job_between,
+    "enospc": io_error("ENOSPC"),
+    "eio": io_error("EIO"),
+    "truncate": _data_damage(
+        "truncate", lambda s, r: Truncate(target=Target(rank=r, iteration=s.step)), "cut to half its size"
+    ),
+    "bit-flip": _data_damage(
+        "bit-flip",
+        lambda s, r: BitFlip(target=Target(rank=r, iteration=s.step), bits=(6,)),
+        "with the highest exponent bit of a stored value flipped",
+    ),
+    "delete": _data_damage("delete", lambda s, r: DeleteFile(target=Target(rank=r, iteration=s.step)), "deleted"),
+    "tracker-empty": tracker_empty,
+}
+# what item 1 of the plan still lacks, said where a user asks for it
+NOT_YET = {
+    "power-loss": "power loss (a restart on each crash state of the folder) is not a column of resilience job yet",
+    "slow-async": "a slow disk during an async save is not a column of resilience job yet",
+    "chained": "a second and third kill after the first resume are not columns of resilience job yet",
+    "node-kill": "one of two torchrun agents and its workers killed is not a column of resilience job yet",
+}
+
+
+def plan_for(column: str, ref: Reference) -> CasePlan:
+    return COLUMNS[column](ref)
+
+
+__all__ = ["COLUMNS", "NOT_YET", "CasePlan", "plan_for"]

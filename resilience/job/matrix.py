@@ -1,0 +1,117 @@
+"""A whole `resilience job` run: the run folder, the golden run (or one kept by an earlier run), then
+each column's case into the folder, as every command writes its rows (results.jsonl as each case ends;
+results.json, report.md, report.html and junit.xml at the end, also when interrupted).
+
+Bad input stops the run before any case with one error; a golden run that shows the job cannot be
+tested here (it fails on its own, no metric line, no write to its checkpoint folder, not deterministic)
+removes the run folder it started: nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..report.result_row import ResultRow
+from .base import RunOutcome
+from .case import run_case
+from .columns import COLUMNS, NOT_YET
+from .golden import GOLDEN, Reference, golden_run
+from .options import JobOptions
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """What a run made: its folder, the reference, the rows, the report files, and wall times."""
+
+    folder: str
+    reference: Reference
+    rows: list[ResultRow]
+    paths: dict[str, str]
+    columns: list[str]
+    golden_seconds: float
+    seconds: float
+
+
+def chosen_columns(options: JobOptions) -> list[str]:
+    if options.matrix:
+        return list(COLUMNS)
+    for c in options.columns:
+        if c in NOT_YET:
+            raise ConfigError("--column", NOT_YET[c], f"the columns so far: {', '.join(COLUMNS)}")
+        if c not in COLUMNS:
+            raise ConfigError("--column", f"unknown column {c!r}", f"use one of {', '.join(COLUMNS)}")
+    return list(dict.fromkeys(options.columns))
+
+
+def _say(text: str) -> None:
+    print(f"job: {text}", file=sys.stderr, flush=True)
+
+
+def _said_run(what: str):
+    def say(run: RunOutcome) -> None:
+        obs = run.observed
+        acks = [a.step for a in obs.acks]
+        first = obs.points[0].step if obs.points else "-"
+        _say(
+            f"{what} run {run.index}: {run.ended()} in {run.seconds:.1f} s; steps {first}..{obs.last_step or '-'}; "
+            f"acknowledged {acks or 'none'}"
+        )
+
+    return say
+
+
+def run_job(options: JobOptions) -> JobRun:
+    from ..runner.case_loop import create_run_folder, keeping
+
+    columns = chosen_columns(options)
+    patterns = options.patterns()  # a bad pattern: one error before anything runs
+    start = time.monotonic()
+    folder = create_run_folder(
+        options.out,
+        f"job-{options.command.name}",
+        {
+            "title": f"resilience job {options.command.name}",
+            "command": options.command.shell(),
+            "columns": columns,
+            "cases": len(columns),
+            "patterns": patterns.to_dict(),
+            "rtol": options.rtol,
+        },
+    )
+    try:
+        if options.golden:
+            ref = Reference.load(options.golden)
+            _say(f"golden run reused from {ref.folder}")
+        else:
+            _say(f"golden run of {options.command.shell()} (twice, in {folder.path}) ...")
+            ref = golden_run(
+                options.command,
+                patterns,
+                os.path.join(folder.path, GOLDEN),
+                timeout=options.golden_timeout,
+                rtol=options.rtol,
+                on_run=_said_run("golden"),
+            )
+    except BaseException:
+        shutil.rmtree(folder.path, ignore_errors=True)  # the error says what the job printed
+        raise
+    golden_seconds = time.monotonic() - start
+    _say(f"layout: {ref.layout.describe()}")
+    rows: list[ResultRow] = []
+    with keeping(folder, columns):
+        for n, column in enumerate(columns):
+            _say(f"case {n + 1}/{len(columns)}: {column} ...")
+            case_dir = os.path.join(folder.path, "cases", f"{n:02d}-{column}")
+            row = run_case(options, ref, column, case_dir, on_run=_said_run(column))
+            folder.append(row)
+            rows.append(row)
+            _say(f"{column}: {row.verdict} ({row.seconds:.1f} s): {row.detail[:300]}")
+    paths = folder.finish(rows, columns=columns)
+    return JobRun(folder.path, ref, rows, paths, columns, golden_seconds, time.monotonic() - start)
+
+
+__all__ = ["JobRun", "chosen_columns", "run_job"]

@@ -1,0 +1,61 @@
+"""The options of one `resilience job` run, read once from the command line, and the replay command of
+one of its cases."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from .base import Golden
+from .command import JobCommand
+from .patterns import Patterns
+
+MAX_RESTARTS = 3  # restarts a scheduler allows by default
+GOLDEN_TIMEOUT = 900.0  # seconds for one golden run by default
+TIMEOUT_FACTOR = 3.0  # a case's run may take this many times the slower golden run ...
+MIN_TIMEOUT = 30.0  # ... and at least this many seconds, before it counts as a hang
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    command: JobCommand
+    metric: tuple[str, ...] = ()
+    ack: tuple[str, ...] = ()
+    resumed: tuple[str, ...] = ()
+    rtol: float = 0.0
+    max_restarts: int = MAX_RESTARTS
+    timeout: float | None = None  # one run of a case; None: from the golden run's wall time
+    golden_timeout: float = GOLDEN_TIMEOUT
+    out: str = "runs"
+    columns: tuple[str, ...] = ()  # the columns to run; empty: none (the golden run only) unless matrix
+    matrix: bool = False
+    golden: str | None = None  # a golden run kept by an earlier run, reused
+
+    def patterns(self) -> Patterns:
+        return Patterns.from_options(self.metric or None, self.ack or None, self.resumed or None)
+
+    def run_timeout(self, golden: Golden) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        return max(MIN_TIMEOUT, TIMEOUT_FACTOR * max(golden.seconds, default=MIN_TIMEOUT))
+
+    def replay(self, column: str, golden_dir: str) -> str:
+        """The command that runs one case again, against this run's golden run."""
+        parts = ["resilience", "job", "--column", column, "--golden", golden_dir]
+        for flag, values in (("--metric", self.metric), ("--ack", self.ack), ("--resumed", self.resumed)):
+            for v in values:
+                parts += [flag, v]
+        if self.rtol:
+            parts += ["--rtol", f"{self.rtol:g}"]
+        if self.max_restarts != MAX_RESTARTS:
+            parts += ["--max-restarts", str(self.max_restarts)]
+        if self.timeout is not None:
+            parts += ["--timeout", f"{self.timeout:g}"]
+        if self.command.ckpt_dir:
+            parts += ["--ckpt-dir", self.command.ckpt_dir]
+        if self.out != "runs":
+            parts += ["--out", self.out]
+        return " ".join(shlex.quote(p) for p in parts) + " -- " + self.command.shell()
+
+
+__all__ = ["GOLDEN_TIMEOUT", "MAX_RESTARTS", "JobOptions"]

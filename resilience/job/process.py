@@ -1,0 +1,173 @@
+"""One run of the job: the fault-injecting file system mounted at the checkpoint folder, the command
+started in a session of its own (dying with the runner), its output read line by line as it comes, and
+every process of it killed on the way out, however the run ends.
+
+The mount passes through to the case's folder (`backing`) and its logs name that folder (paths_as), so a
+fault aimed at a file of the golden run's layout names the same path in every case. Callers are ranked by
+their environment (`RANK`, as torchrun sets it; fusefs.ranks): the agent and anything without RANK is no
+rank's. The runner itself may kill the whole job (agent and every worker) at a point of the run: once the
+mount reports a firing (a write held by a slow fault: the job is in the middle of a save), or once the job
+reports a given step (between two saves)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from ..faults.base import Fault
+from ..fusefs.mount import mounted
+from ..launch.lifetime import argv_dying_with_parent
+from . import tree
+from .base import RunOutcome
+from .command import JobCommand
+from .patterns import Patterns, Reader
+
+OUTPUT = "output.log"  # the job's stdout and stderr, as it printed them
+FS_LOG = "fs"  # the mount's logs (fuse.jsonl, ops.rank<R>.*, firings.jsonl)
+READER_WAIT = 10.0  # seconds for the output to end once every process of the run is gone
+POLL = 0.01
+
+
+@dataclass(frozen=True)
+class WholeJobKill:
+    """When the runner kills the whole job: once the mount fires (`on_firing`), or once the job reports
+    step `at_step` or a later one. `reason` names it in the run's record."""
+
+    reason: str
+    on_firing: bool = False
+    at_step: int | None = None
+
+
+class _Output:
+    """The job's output, read in a thread: written to its file as it comes, read for what it says, and the
+    whole-job kill made from this thread the moment its line comes."""
+
+    def __init__(self, stream, path: str, patterns: Patterns, on_line):
+        self.reader = Reader(patterns)
+        self._stream, self._path, self._on_line = stream, path, on_line
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="job-output", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with open(self._path, "wb") as out:
+            for raw in iter(self._stream.readline, b""):
+                out.write(raw)
+                out.flush()
+                with self.lock:
+                    found = self.reader.feed(raw.decode(errors="replace"))
+                for kind, step in found:
+                    self._on_line(kind, step)
+
+    def lines(self) -> int:
+        with self.lock:
+            return self.reader.observed.lines
+
+
+class _Run:
+    """The job's processes while one run lasts."""
+
+    def __init__(self, command: JobCommand, ckpt: str, folder: str, patterns: Patterns, kill: WholeJobKill | None):
+        self.token = uuid.uuid4().hex
+        self.kill_plan = kill
+        self.killed: str | None = None
+        self.killed_at: int | None = None
+        self._lock = threading.Lock()
+        try:
+            self.proc = subprocess.Popen(
+                argv_dying_with_parent(command.resolved(ckpt)),
+                env=command.env(ckpt, self.token),
+                cwd=command.cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise ConfigError("command", f"cannot start {command.argv[0]!r}: {e.strerror or e}", "") from None
+        assert self.proc.stdout is not None
+        self.output = _Output(self.proc.stdout, os.path.join(folder, OUTPUT), patterns, self._heard)
+
+    def _heard(self, kind: str, step: int) -> None:
+        plan = self.kill_plan
+        if plan is not None and plan.at_step is not None and kind == "metric" and step >= plan.at_step:
+            self.kill_whole_job(plan.reason)
+
+    def kill_whole_job(self, reason: str) -> None:
+        with self._lock:
+            if self.killed is not None:
+                return
+            self.killed, self.killed_at = reason, time.monotonic_ns()
+        tree.kill_all(self.proc.pid, self.token)
+
+    def stop(self) -> None:
+        """Every process of the run killed and reaped, the output read to its end."""
+        tree.kill_all(self.proc.pid, self.token)
+        try:
+            self.proc.wait(timeout=READER_WAIT)
+        except subprocess.TimeoutExpired:
+            pass
+        self.output.thread.join(READER_WAIT)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def run_once(
+    command: JobCommand,
+    *,
+    index: int,
+    folder: str,
+    backing: str,
+    mountpoint: str,
+    patterns: Patterns,
+    timeout: float,
+    faults: Iterable[Fault] = (),
+    kill: WholeJobKill | None = None,
+) -> RunOutcome:
+    """Run the command once with the file system mounted at `mountpoint` over `backing`, `faults` carried
+    out by the mount; within `timeout` seconds (a run still going then is a hang: its process tree and,
+    where the job asked for them, its Python stacks are kept). Nothing of it is left running afterwards."""
+    os.makedirs(folder, exist_ok=True)
+    os.makedirs(backing, exist_ok=True)
+    os.makedirs(mountpoint, exist_ok=True)
+    start = time.monotonic()
+    hang = None
+    timed_out = False
+    with mounted(
+        backing, mountpoint, faults=list(faults), log=os.path.join(folder, FS_LOG), paths_as=backing, rank_env="RANK"
+    ) as mount:
+        run = _Run(command, mountpoint, folder, patterns, kill)
+        try:
+            deadline = start + timeout
+            while run.proc.poll() is None:
+                if kill is not None and kill.on_firing and mount.firings():
+                    run.kill_whole_job(kill.reason)
+                if time.monotonic() > deadline:
+                    hang = tree.hang_report(run.proc.pid, run.token, run.output.lines)
+                    timed_out = True
+                    break
+                time.sleep(POLL)
+        finally:
+            run.stop()
+        firings = tuple(mount.firings())
+    return RunOutcome(
+        index,
+        folder,
+        None if timed_out else run.proc.returncode,
+        time.monotonic() - start,
+        run.output.reader.observed,
+        timed_out=timed_out,
+        killed="timeout" if timed_out else run.killed,
+        killed_at=run.killed_at,
+        hang=hang,
+        firings=firings,
+    )
+
+
+__all__ = ["FS_LOG", "OUTPUT", "WholeJobKill", "run_once"]
