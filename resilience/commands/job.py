@@ -78,7 +78,9 @@ def register(sub) -> None:
     )
     p.add_argument("--golden", metavar="DIR", help="reuse the golden run of an earlier run (its golden/ folder)")
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the training command, with {ckpt}")
+    p.add_argument(
+        "job_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- then the training command, with {ckpt}"
+    )
     p.set_defaults(func=run)
 
 
@@ -88,7 +90,7 @@ def run(args) -> int:
     from ..report.matrix_table import text_table
     from .run import summarize
 
-    command = list(args.command)
+    command = list(args.job_command)
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:

@@ -1,0 +1,7 @@
+"""`resilience job`: a team's unmodified training command, run as a black box under faults.
+
+The command runs with the fault-injecting file system mounted at its checkpoint folder (ranks read from
+torchrun's RANK), is observed through its output lines (metric curve, acknowledged saves, resume point),
+killed and restarted as a scheduler would, and judged against a golden run that never stopped. One module
+per concern: command, patterns, process and tree (one run), golden, layout, columns, damage, schedule,
+checkers, case, matrix (the run); docs/job.md says what each column and checker does."""

@@ -75,10 +75,12 @@ class JobCommand:
         """The argv with `{ckpt}` replaced by the checkpoint folder `ckpt`."""
         return [a.replace(PLACEHOLDER, ckpt) for a in self.argv]
 
-    def env(self, ckpt: str, token: str) -> dict[str, str]:
+    def env(self, ckpt: str, token: str, temp: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env[CKPT_ENV] = ckpt
         env[RUN_ENV] = token
+        if temp is not None:  # torchrun's own folder (torchelastic_*) too, which a killed agent leaves
+            env["TMPDIR"] = temp
         env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the runner as they are printed
         return env
 

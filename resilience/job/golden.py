@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from .base import Golden, Observed, RunOutcome
 from .command import JobCommand
 from .layout import JobLayout, learn_job_layout
-from .patterns import Patterns
+from .patterns import BUILT_IN, Patterns
 from .process import FS_LOG, run_once
 
 GOLDEN = "golden"
@@ -108,11 +108,14 @@ def _refuse_unusable(run: RunOutcome, command: JobCommand, patterns: Patterns, m
             "run it by hand first: it must train to its last step and exit 0",
         )
     if not obs.points:
-        kind = "--metric" if "metric" in patterns.given else "the built-in metric patterns"
+        kind = (
+            f"--metric {'; '.join(p.pattern for p in patterns.metric)}"
+            if "metric" in patterns.given
+            else f"any built-in metric pattern ({BUILT_IN})"
+        )
         raise ConfigError(
             "--metric",
-            f"no line of the golden run matches {kind} ({'; '.join(p.pattern for p in patterns.metric)}); "
-            f"its first lines:\n{_lines(obs.head)}",
+            f"no line of the golden run matches {kind}; its first lines:\n{_lines(obs.head)}",
             "give --metric REGEX with named groups step and loss, e.g. " + r"'it (?P<step>\d+) .* (?P<loss>[\d.]+)'",
         )
     from ..faults.fuse_log import read_log

@@ -8,6 +8,7 @@ removes the run folder it started: nothing is left behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -70,6 +71,7 @@ def run_job(options: JobOptions) -> JobRun:
     columns = chosen_columns(options)
     patterns = options.patterns()  # a bad pattern: one error before anything runs
     start = time.monotonic()
+    made_out = not os.path.isdir(options.out)
     folder = create_run_folder(
         options.out,
         f"job-{options.command.name}",
@@ -98,6 +100,9 @@ def run_job(options: JobOptions) -> JobRun:
             )
     except BaseException:
         shutil.rmtree(folder.path, ignore_errors=True)  # the error says what the job printed
+        if made_out:
+            with contextlib.suppress(OSError):
+                os.rmdir(options.out)
         raise
     golden_seconds = time.monotonic() - start
     _say(f"layout: {ref.layout.describe()}")

@@ -42,6 +42,7 @@ RESUMED = (
     r"\bsuccessfully loaded checkpoint from .*? at iteration\s+(?P<step>\d+)",
     r"\bLoading the checkpoint (?:at|from) step\s+(?P<step>\d+)",
 )
+BUILT_IN = "'step N loss X'; torchtitan's 'step: N  loss: X'; Megatron-LM's 'iteration N/ M | ... | lm loss: X'"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HEAD_LINES = 20  # lines kept from the start of a run's output, for errors that show them
 TAIL_LINES = 40  # and from its end, for the evidence of a failure
@@ -156,4 +157,4 @@ def read_lines(patterns: Patterns, lines: Iterable[str]) -> Observed:
     return reader.observed
 
 
-__all__ = ["ACKS", "METRICS", "RESUMED", "Patterns", "Reader", "read_lines"]
+__all__ = ["ACKS", "BUILT_IN", "METRICS", "RESUMED", "Patterns", "Reader", "read_lines"]

@@ -12,6 +12,7 @@ reports a given step (between two saves)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -29,6 +30,7 @@ from .command import JobCommand
 from .patterns import Patterns, Reader
 
 OUTPUT = "output.log"  # the job's stdout and stderr, as it printed them
+TEMP = "tmp"  # the job's temporary folder (TMPDIR) during a run, removed after it
 FS_LOG = "fs"  # the mount's logs (fuse.jsonl, ops.rank<R>.*, firings.jsonl)
 READER_WAIT = 10.0  # seconds for the output to end once every process of the run is gone
 POLL = 0.01
@@ -79,10 +81,12 @@ class _Run:
         self.killed: str | None = None
         self.killed_at: int | None = None
         self._lock = threading.Lock()
+        self.temp = os.path.join(folder, TEMP)
+        os.makedirs(self.temp, exist_ok=True)
         try:
             self.proc = subprocess.Popen(
                 argv_dying_with_parent(command.resolved(ckpt)),
-                env=command.env(ckpt, self.token),
+                env=command.env(ckpt, self.token, os.path.abspath(self.temp)),
                 cwd=command.cwd,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -90,6 +94,7 @@ class _Run:
                 start_new_session=True,
             )
         except OSError as e:
+            shutil.rmtree(self.temp, ignore_errors=True)
             raise ConfigError("command", f"cannot start {command.argv[0]!r}: {e.strerror or e}", "") from None
         assert self.proc.stdout is not None
         self.output = _Output(self.proc.stdout, os.path.join(folder, OUTPUT), patterns, self._heard)
@@ -116,6 +121,7 @@ class _Run:
         self.output.thread.join(READER_WAIT)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def run_once(

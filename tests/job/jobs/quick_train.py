@@ -12,15 +12,17 @@ rank 0 replaces the tracker (latest_checkpointed_iteration.txt) the same way and
 falls back to the newest older folder that checks, saying so; an unreadable tracker is said and the
 folders are scanned.
 
-Variants, each a deliberate mistake for one checker to catch: scratch (never resumes), unchecked (loads
-without the CRC, no fallback), skip_data (after a resume the data stream is one step ahead),
-hang_on_resume, stop_early (after a resume exits 0 two steps before the end), ack_early (acknowledges
-before writing and prunes every older checkpoint first), noisy (a loss that differs between runs),
+Variants, each a deliberate mistake for one checker to catch (or a bad input): scratch (never resumes),
+unchecked (loads without the CRC, no fallback), skip_data (after a resume the data stream is one step
+ahead), hang_on_resume (and hang_on_resume_with_stacks, having registered faulthandler on SIGUSR1),
+stop_early (after a resume exits 0 two steps before the end), ack_early (acknowledges before writing and
+prunes every older checkpoint first), noisy (a loss that differs between runs),
 no_ckpt (never saves), silent (prints no metric lines)."""
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import random
 import select
@@ -33,7 +35,7 @@ import time
 import zlib
 
 WIDTH = 1024  # weights: 8 KiB of doubles per rank file
-MAGIC = b"QCKP"
+MAGIC = b"QCKP\0\0\0\0"  # 8 bytes: the values that follow are 8-aligned, as most formats keep them
 TRACKER = "latest_checkpointed_iteration.txt"
 LR = 0.05
 
@@ -135,10 +137,10 @@ def encode(step: int, w: list[float]) -> bytes:
 
 def decode(raw: bytes, checked: bool) -> tuple[int, list[float]]:
     size = 8 + 8 * WIDTH
-    if raw[:4] != MAGIC or len(raw) < 4 + size:
+    if raw[:8] != MAGIC or len(raw) < 8 + size:
         raise ValueError(f"not a whole checkpoint file ({len(raw)} bytes)")
-    body = raw[4 : 4 + size]
-    if checked and (len(raw) != 8 + size or struct.unpack("<I", raw[4 + size :])[0] != zlib.crc32(body)):
+    body = raw[8 : 8 + size]
+    if checked and (len(raw) != 12 + size or struct.unpack("<I", raw[8 + size :])[0] != zlib.crc32(body)):
         raise ValueError("CRC mismatch")
     values = struct.unpack(f"<q{WIDTH}d", body)
     return values[0], list(values[1:])
@@ -146,13 +148,16 @@ def decode(raw: bytes, checked: bool) -> tuple[int, list[float]]:
 
 def save(args, rank: int, step: int, w: list[float]) -> None:
     path = folder(args.ckpt_dir, step)
-    if args.variant == "ack_early" and rank == 0:
-        for name in os.listdir(args.ckpt_dir):  # keep-latest-1 retention run before the save, not after it
-            if name.startswith("iter_"):
-                for f in os.listdir(os.path.join(args.ckpt_dir, name)):
-                    os.unlink(os.path.join(args.ckpt_dir, name, f))
-                os.rmdir(os.path.join(args.ckpt_dir, name))
-        print(f"saved checkpoint step {step}", flush=True)
+    if args.variant == "ack_early":
+        barrier()
+        if rank == 0:  # keep-latest-1 retention run before the save, not after it, and an ack before the bytes
+            for name in os.listdir(args.ckpt_dir):
+                if name.startswith("iter_"):
+                    for f in os.listdir(os.path.join(args.ckpt_dir, name)):
+                        os.unlink(os.path.join(args.ckpt_dir, name, f))
+                    os.rmdir(os.path.join(args.ckpt_dir, name))
+            print(f"saved checkpoint step {step}", flush=True)
+        barrier()
     os.makedirs(path, exist_ok=True)
     write_durably(os.path.join(path, f"rank_{rank}.bin"), encode(step, w))
     barrier()  # every rank's file is durable
@@ -214,7 +219,9 @@ def train(args) -> int:
         start, w = loaded
         if rank == 0:
             print(f"resumed from step {start}", flush=True)
-        if args.variant == "hang_on_resume":
+        if args.variant.startswith("hang_on_resume"):
+            if args.variant == "hang_on_resume_with_stacks":
+                faulthandler.register(signal.SIGUSR1)  # a job that asks for its stacks on SIGUSR1
             time.sleep(3600)
     barrier()  # every rank has loaded before any trains (and saves)
     shift = 1 if args.variant == "skip_data" and loaded is not None else 0
@@ -223,7 +230,7 @@ def train(args) -> int:
         if args.variant == "stop_early" and loaded is not None and step == args.steps - 1:
             return 0
         x = data(args.seed, step + shift)
-        loss = sum((a - b) ** 2 for a, b in zip(w, x)) / WIDTH + noise
+        loss = sum((a - b) * (a - b) for a, b in zip(w, x)) / WIDTH + noise  # inf, not an error, on a huge weight
         w = [a - LR * 2 * (a - b) for a, b in zip(w, x)]
         if rank == 0 and args.variant != "silent":
             print(f"step {step} loss {loss:.6f}", flush=True)

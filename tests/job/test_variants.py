@@ -1,0 +1,98 @@
+"""`resilience job` on a real job (the quick test job: a launcher and two worker processes, as torchrun
+starts them, through the mount): the correct job passes every column, and each deliberately broken
+variant is caught by the checker named, with the evidence it gives."""
+
+import json
+import os
+
+import pytest
+
+from resilience.job.columns import COLUMNS
+from resilience.job.matrix import run_job
+from resilience.verdicts import FAIL, PASS
+
+from .conftest import options, quick
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_a_correct_job_passes_every_column(tmp_path, quick_golden):
+    done = run_job(options(tmp_path, quick(), matrix=True, golden=quick_golden))
+    assert [r.column for r in done.rows] == list(COLUMNS)
+    assert {r.column: r.verdict for r in done.rows} == dict.fromkeys(COLUMNS, PASS)
+    for r in done.rows:
+        assert [f.status for f in r.faults] == ["fired"], r.faults
+        assert r.replay.startswith("resilience job --column ") and "--golden" in r.replay
+    with open(os.path.join(done.folder, "results.json")) as f:
+        assert len(json.load(f)) == len(COLUMNS)
+    assert os.path.exists(os.path.join(done.folder, "junit.xml"))
+
+
+def test_the_golden_run_keeps_its_curve_and_layout(quick_golden):
+    with open(os.path.join(quick_golden, "curve.json")) as f:
+        curve = json.load(f)
+    with open(os.path.join(quick_golden, "layout.json")) as f:
+        layout = json.load(f)
+    assert curve["last_step"] == 12 and curve["acks"] == [4, 8, 12] and len(curve["curve"]) == 12
+    assert [s["step"] for s in layout["saves"]] == [4, 8, 12] and layout["ranks"] == [0, 1]
+    assert layout["saves"][1]["files"] == {"0": ["iter_0000008/rank_0.bin.tmp"], "1": ["iter_0000008/rank_1.bin.tmp"]}
+
+
+BROKEN = [
+    ("scratch", "kill-job-between", "resumed_newest", "started from scratch, older than the newest acknowledged"),
+    ("skip_data", "kill-job-between", "curve_equal", "run 1 step 9: loss"),
+    ("unchecked", "bit-flip", "no_silent_damage", "trained on the damaged checkpoint of step 8"),
+    ("stop_early", "kill-job-between", "reached_end", "stopped at step 10 of 12"),
+    ("hang_on_resume", "kill-job-between", "no_hang", "run 1 did not end within 4 s"),
+    ("ack_early", "kill-job-mid-save", "checkpoint_left", "no acknowledged checkpoint loads"),
+]
+
+
+@pytest.mark.parametrize("variant, column, checker, says", BROKEN, ids=[b[0] for b in BROKEN])
+def test_each_broken_variant_is_caught_by_its_checker(tmp_path, quick_golden, variant, column, checker, says):
+    done = run_job(options(tmp_path, quick("--variant", variant), columns=(column,), golden=quick_golden, timeout=4.0))
+    [row] = done.rows
+    verdicts = {v.checker: v for v in row.checkers}
+    assert row.verdict == FAIL and verdicts[checker].status == FAIL, row.detail
+    assert says in verdicts[checker].detail
+    assert row.faults[0].status == "fired"
+
+
+def test_a_hang_shows_the_process_tree_or_the_stacks_the_job_asked_for(tmp_path, quick_golden):
+    plain = run_job(
+        options(
+            tmp_path / "a",
+            quick("--variant", "hang_on_resume"),
+            columns=("kill-job-between",),
+            golden=quick_golden,
+            timeout=4.0,
+        )
+    )
+    [hang] = [v for v in plain.rows[0].checkers if v.checker == "no_hang"]
+    tree = hang.evidence[0]["processes"]
+    assert {p["rank"] for p in tree} >= {"0", "1", None} and all("quick_train.py" in p["cmdline"] for p in tree)
+    assert "its process tree only" in hang.detail
+    asked = run_job(
+        options(
+            tmp_path / "b",
+            quick("--variant", "hang_on_resume_with_stacks"),
+            columns=("kill-job-between",),
+            golden=quick_golden,
+            timeout=4.0,
+        )
+    )
+    [hang] = [v for v in asked.rows[0].checkers if v.checker == "no_hang"]
+    assert "faulthandler stacks in the output from line" in hang.detail
+    with open(os.path.join(asked.rows[0].case_dir, "run-1", "output.log")) as f:
+        text = f.read()
+    assert "most recent call first" in text and "in train" in text
+
+
+def test_a_job_that_hard_codes_its_folder_is_mounted_there(tmp_path, quick_golden):
+    fixed = tmp_path / "fixed"
+    fixed.mkdir()
+    (fixed / "old-run.txt").write_text("left by an earlier run")
+    argv = quick()[:-1] + [str(fixed)]  # --ckpt-dir <the folder itself>, no {ckpt}
+    done = run_job(options(tmp_path / "out", argv, ckpt_dir=str(fixed), columns=("kill-rank-write",)))
+    assert done.rows[0].verdict == PASS, done.rows[0].detail
+    assert sorted(os.listdir(fixed)) == ["old-run.txt"]  # every run wrote through the mount, to its case folder
