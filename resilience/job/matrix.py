@@ -77,6 +77,8 @@ def run_job(options: JobOptions) -> JobRun:
         f"job-{options.command.name}",
         {
             "title": f"resilience job {options.command.name}",
+            "backend": None,
+            "io": "the fault-injecting file system at the checkpoint folder (ranks from RANK)",
             "command": options.command.shell(),
             "columns": columns,
             "cases": len(columns),

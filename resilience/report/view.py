@@ -111,7 +111,8 @@ def build(rows: list[ResultRow], meta: dict, columns: list[str] | None = None, r
 
 def _facts(meta: dict, rows: list[ResultRow]) -> list[tuple[str, str]]:
     facts = [("seed", str(meta["seed"]))] if meta.get("seed") is not None else []
-    facts.append(("backend", str(meta.get("backend", "reference"))))
+    if meta.get("backend", "reference") is not None:  # a job run (resilience job) names its command instead
+        facts.append(("backend", str(meta.get("backend", "reference"))))
     if meta.get("io"):
         facts.append(("faults through", str(meta["io"])))
     planned = meta.get("cases")
