@@ -66,10 +66,14 @@ def _said_run(what: str):
 
 
 def run_job(options: JobOptions) -> JobRun:
+    from ..fusefs.mount import fuse_available
     from ..runner.case_loop import create_run_folder, keeping
 
     columns = chosen_columns(options)
     patterns = options.patterns()  # a bad pattern: one error before anything runs
+    ok, why = fuse_available()
+    if not ok:
+        raise ConfigError("resilience job", f"every run of the job is made through a FUSE mount: {why}", "")
     start = time.monotonic()
     made_out = not os.path.isdir(options.out)
     folder = create_run_folder(
