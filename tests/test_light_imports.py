@@ -24,6 +24,8 @@ print(code, "torch" in sys.modules)
     [
         (["--help"], 0),
         (["run", "SCENARIO"], 2),
+        (["job", "--", "no-such-trainer", "--ckpt", "{ckpt}"], 2),
+        (["job", "--metric", "step (\\d+)", "--", sys.executable], 2),
     ],
 )
 def test_refusing_input_does_not_import_torch(tmp_path, argv, code):
