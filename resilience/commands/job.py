@@ -118,7 +118,12 @@ def run(args) -> int:
         f"{' and '.join(f'{s:.1f}' for s in golden.seconds)} s"
     )
     if not done.rows:
+        from ..job.columns import COLUMNS, plan_for
+
         print(f"layout: {done.reference.layout.describe()}")
+        for name in COLUMNS:  # what each column would do to this job
+            plan = plan_for(name, done.reference)
+            print(f"  {name}: {plan.what if plan.na is None else 'N/A: ' + plan.na}")
         print(f"no column run (give --matrix or --column NAME); golden run kept in {done.reference.folder}")
         return 0
     print(text_table(done.rows, done.columns))

@@ -1,0 +1,44 @@
+"""Each column aimed through a golden run's layout: at the second save, rank 1's data file (rank 0's for
+damage at rest), and N/A with its reason where the job gives it nothing to aim at."""
+
+from resilience.faults.layout import Layout, LayoutFile
+from resilience.job.base import Golden
+from resilience.job.columns import COLUMNS, plan_for
+from resilience.job.golden import Reference
+from resilience.job.layout import JobLayout, Save
+
+
+def reference(saves: list[int], last: int = 12, pointer: bool = True) -> Reference:
+    files = [
+        LayoutFile(f"iter_{{iteration:07d}}/rank_{r}.pt", "data", r, f"iter_{{iteration:07d}}/rank_{r}.pt.tmp", 10_000)
+        for r in (0, 1)
+    ]
+    if pointer:
+        files.append(LayoutFile("latest.txt", "pointer", 0, "latest.txt", 3))
+    layout = Layout(last, tuple(files), False, "oplog")
+    job = JobLayout(layout, tuple(Save(k + 1, s, {}) for k, s in enumerate(saves)), (0, 1))
+    return Reference(Golden({s: 1.0 for s in range(1, last + 1)}, tuple(saves), last), job, "golden")
+
+
+def test_the_second_save_rank_1_for_io_rank_0_for_damage():
+    ref = reference([4, 8, 12])
+    crash = plan_for("kill-rank-write", ref)
+    [record] = crash.records
+    assert record.kind == "rank_crash" and record.target.rank == 1 and record.trigger.at_byte == 4096
+    assert record.target.path == "*/iter_0000008/rank_1.pt.tmp"
+    between = plan_for("kill-job-between", ref)
+    assert between.kill is not None and between.kill.at_step == 10 and between.next_step == 12
+    flip = plan_for("bit-flip", ref)
+    assert flip.damage_path == "iter_0000008/rank_0.pt" and flip.kill is not None and flip.kill.at_step == 10
+    assert plan_for("enospc", ref).records[0].errno == "ENOSPC"
+    assert plan_for("tracker-empty", ref).damage_path == "latest.txt"
+
+
+def test_nothing_to_aim_at_is_not_applicable_with_its_reason():
+    for name in COLUMNS:
+        assert "made no checkpoint" in (plan_for(name, reference([])).na or "")
+    only_at_the_end = reference([12])
+    assert plan_for("kill-rank-write", only_at_the_end).na is None  # a kill in that save still applies
+    assert "its only save is at its last step" in (plan_for("truncate", only_at_the_end).na or "")
+    assert "no step between them" in (plan_for("kill-job-between", reference([4, 5], last=5)).na or "")
+    assert "keeps no tracker" in (plan_for("tracker-empty", reference([4, 8], pointer=False)).na or "")
