@@ -3,10 +3,15 @@ later save is committed or acknowledged.
 
 Read from the file operations the case logged (`Evidence.file_ops`). A file belongs to the save that was
 open on the creating rank (invoked there, not yet returned) when it was created; a rename or an exchange
-carries it to its new path. A later save counts as committed once a rename or exchange carried one of its
-files (the publishing step of a temp-and-rename library), as acknowledged once it returned on every rank,
-and, for the rank that did the operation, once it returned there and was acknowledged in the end (a rank
-prunes after its own save returned; the others return on the same collective)."""
+carries it to its new path. A later save counts as acknowledged once it returned on every rank, and,
+for the rank that did the operation, once it returned there and was acknowledged in the end (a rank
+prunes after its own save returned; the others return on the same collective). It counts as committed,
+for a file some rank made, once the later save was published: by a rename or exchange of its files of
+that rank, for a rank that publishes its files by renaming them (a temp-and-rename library: each rank's
+rename of its own file, or one rename of a folder the ranks wrote into); for a rank that writes its files
+in place (DCP's data files), once the ranks that publish by renaming had each published theirs (the
+rename of DCP's .metadata). One rank's rename of its own file never commits another rank's: a library
+that prunes as soon as its own file is in place, while the others still write, is a FAIL."""
 
 from __future__ import annotations
 
@@ -71,12 +76,17 @@ class _Judge:
         self.saves = saves
         # each save's last create or rename on each rank: a pointer is rewritten last, as the save's commit
         self.last: dict[tuple[str, int | None], float] = {}
+        self.makers: dict[str, set[int | None]] = {}  # save id -> the ranks that created files of it
         for o in ops:
             s = self._open_save(o) if o.op in ("create", "rename", "exchange") else None
             if s is not None:
                 self.last[(s.save_id, o.rank)] = max(o.time, self.last.get((s.save_id, o.rank), -math.inf))
+                if o.op == "create":
+                    self.makers.setdefault(s.save_id, set()).add(o.rank)
+        self.renamers = _renaming_ranks(ops)  # the ranks that publish their files by renaming them
         self.owner: dict[str, SaveRecord] = {}
-        self.committed: dict[str, float] = {}  # save id -> when a rename first carried one of its files
+        self.maker: dict[str, int | None] = {}  # path -> the rank that created the file there
+        self.carried: dict[tuple[str, int | None], float] = {}  # (save id, maker) -> when a rename first carried
         self.judged = 0
         self.seen: list[SaveRecord] = []  # the saves whose files the log saw created
         self.bad: list[dict] = []
@@ -87,14 +97,15 @@ class _Judge:
             hit = op.dst if op.op == "rename" else op.path
             by = self._replacing(op)
             for path in self._under(hit):
-                owner = self.owner.pop(path)
+                owner, maker = self.owner.pop(path), self.maker.pop(path, None)
                 if by is not None and self._is_pointer_update(op, path, hit, owner, by):
                     continue
-                self._destroyed(op, path, owner)
+                self._destroyed(op, path, owner, maker)
         if op.op == "create":
             save = self._open_save(op)
             if save is not None:
                 self.owner[op.path] = save
+                self.maker[op.path] = op.rank
                 self.seen.append(save)
         elif op.op in ("rename", "exchange"):
             self._move(op)
@@ -116,12 +127,17 @@ class _Judge:
         )
 
     def _move(self, op: FileOp) -> None:
-        there = {p: self.owner.pop(p) for p in self._under(op.path)}
-        back = {p: self.owner.pop(p) for p in self._under(op.dst)} if op.op == "exchange" else {}
+        there = {p: (self.owner.pop(p), self.maker.pop(p, None)) for p in self._under(op.path)}
+        back = (
+            {p: (self.owner.pop(p), self.maker.pop(p, None)) for p in self._under(op.dst)}
+            if op.op == "exchange"
+            else {}
+        )
         for moved, src, dst in ((there, op.path, op.dst), (back, op.dst, op.path)):
-            for p, save in moved.items():
+            for p, (save, maker) in moved.items():
                 self.owner[dst + p[len(src) :]] = save
-                self.committed.setdefault(save.save_id, op.time)
+                self.maker[dst + p[len(src) :]] = maker
+                self.carried.setdefault((save.save_id, maker), op.time)
 
     def _under(self, path: str) -> list[str]:
         return [p for p in self.owner if p == path or p.startswith(path + "/")]
@@ -137,7 +153,7 @@ class _Judge:
         ]
         return max(open_, key=lambda s: s.invoked_at[op.rank], default=None)  # type: ignore[index]
 
-    def _destroyed(self, op: FileOp, path: str, save: SaveRecord) -> None:
+    def _destroyed(self, op: FileOp, path: str, save: SaveRecord, maker: int | None) -> None:
         acked_at = _acknowledged_at(save)
         if acked_at is None or acked_at > op.time:
             return  # not acknowledged yet: nothing a caller was promised
@@ -160,12 +176,13 @@ class _Judge:
             "culprit": culprit,
         }
         self.destroyed.append(entry)
-        if any(self._supersedes(later, save, op) for later in self.saves):
+        if any(self._supersedes(later, save, op, maker) for later in self.saves):
             return
         self.bad.append(dict(entry, culprit=culprit + " and still the newest acknowledged checkpoint"))
 
-    def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp) -> bool:
-        """Whether `later`, a save invoked after `save`, was committed or acknowledged when `op` ran."""
+    def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp, maker: int | None) -> bool:
+        """Whether `later`, a save invoked after `save`, was committed (for a file `maker` made) or
+        acknowledged when `op` ran."""
         if later is save or _first_invoke(later) <= _first_invoke(save):
             return False
         acked_at = _acknowledged_at(later)
@@ -173,7 +190,28 @@ class _Judge:
             return True
         if later.acknowledged and later.returned_at.get(op.rank, math.inf) <= op.time:  # type: ignore[arg-type]
             return True
-        return self.committed.get(later.save_id, math.inf) <= op.time
+        return self._published(later, maker) <= op.time
+
+    def _published(self, later: SaveRecord, maker: int | None) -> float:
+        """When `later` was published for a file of `maker`: its own files' rename, where `maker` publishes
+        by renaming and made files of `later`; else every renaming maker's (inf: not by a rename)."""
+        if maker in self.renamers and maker in self.makers.get(later.save_id, ()):
+            return self.carried.get((later.save_id, maker), math.inf)
+        need = self.makers.get(later.save_id, set()) & self.renamers
+        return max((self.carried.get((later.save_id, m), math.inf) for m in need), default=math.inf)
+
+
+def _renaming_ranks(ops: list[FileOp]) -> set[int | None]:
+    """The ranks some of whose created files a rename or an exchange carried, anywhere in the log."""
+    maker: dict[str, int | None] = {}
+    out: set[int | None] = set()
+    for o in ops:
+        if o.op == "create":
+            maker[o.path] = o.rank
+        elif o.op in ("rename", "exchange"):
+            sides = (o.path, o.dst) if o.op == "exchange" else (o.path,)
+            out |= {r for p, r in maker.items() if any(p == s or p.startswith(s + "/") for s in sides)}
+    return out
 
 
 def _acknowledged_at(save: SaveRecord) -> float | None:

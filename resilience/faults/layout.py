@@ -54,16 +54,18 @@ class LayoutFile:
         return "{iteration" in self.template
 
     def path(self, iteration: int) -> str:
+        """The relative path in the save of `iteration`: a glob where the name differs between runs ('*')."""
         return _fill(self.template, iteration)
 
     def pattern(self) -> re.Pattern:
-        """A regex of the relative path; group 1.. capture the iteration."""
+        """A regex of the relative path; group 1.. capture the iteration, a '*' (what differs between runs)
+        matches any part of one name."""
         out, pos = [], 0
         for m in _FIELD.finditer(self.template):
-            out.append(re.escape(_unbrace(self.template[pos : m.start()])))
+            out.append(_literal(self.template[pos : m.start()]))
             out.append(r"(\d+)")
             pos = m.end()
-        out.append(re.escape(_unbrace(self.template[pos:])))
+        out.append(_literal(self.template[pos:]))
         return re.compile("".join(out))
 
 
@@ -94,7 +96,13 @@ class Layout:
 
     def reaches(self, role: str, rank: int | None = None) -> bool:
         """The seam saw a `role` file of `rank` being written: in-process faults can strike it."""
-        return any(f.written_as is not None and f.per_iteration for f in self.of(role, rank))
+        return any(f.written_as is not None for f in self._each_save(role, rank))
+
+    def _each_save(self, role: str, rank: int | None) -> list[LayoutFile]:
+        """The `role` files of `rank` a save writes: those of its iteration, else (a pointer at the root that
+        every save rewrites) the role's files outside any iteration."""
+        files = self.of(role, rank)
+        return [f for f in files if f.per_iteration] or files
 
     def has(self, role: str) -> bool:
         return any(f.role == role for f in self.files)
@@ -102,7 +110,7 @@ class Layout:
     def write_glob(self, role: str, iteration: int | None, rank: int | None = None) -> str | None:
         """A glob (for a fault's target.path) matching the path the first `role` file of `rank` is written
         at in the save of `iteration` (None: any iteration); None when no such file or no write path."""
-        ats = [f.written_as or f.template for f in self.of(role, rank) if f.per_iteration]  # scan: where it ends
+        ats = [f.written_as or f.template for f in self._each_save(role, rank)]  # scan: where it ends
         if not ats:
             return None
         at = ats[0] if rank is not None else _merge(ats)
@@ -116,7 +124,7 @@ class Layout:
         of this layout, for any iteration."""
         root = os.path.abspath(root)
         existing = _files_under(root)
-        out = []
+        out: dict[str, tuple[int | None, str, LayoutFile]] = {}
         for f in self.files:
             if (role is not None and f.role != role) or (rank is not None and f.rank not in (None, rank)):
                 continue
@@ -125,9 +133,9 @@ class Layout:
                 m = pat.fullmatch(rel)
                 if m:
                     its = {int(g) for g in m.groups()}
-                    if len(its) <= 1:
-                        out.append((its.pop() if its else None, os.path.join(root, rel), f))
-        return sorted(out, key=lambda x: (x[0] if x[0] is not None else -1, x[1]))
+                    if len(its) <= 1:  # a file two wildcard templates match is found once, as the first's
+                        out.setdefault(rel, (its.pop() if its else None, os.path.join(root, rel), f))
+        return sorted(out.values(), key=lambda x: (x[0] if x[0] is not None else -1, x[1]))
 
     def iterations(self, root: str) -> list[int]:
         return sorted({it for it, _, _ in self.found(root) if it is not None})
@@ -137,8 +145,10 @@ class Layout:
         paths = [f.path(iteration) for f in self.files if f.per_iteration]
         if not paths:
             return None
-        common = os.path.commonpath([os.path.dirname(p) or "." for p in paths])
-        return common if common not in ("", ".") else None
+        common = os.path.commonpath([os.path.dirname(p) or "." for p in paths]).split(os.sep)
+        # a folder whose name differs between runs is no folder to name: the part above it
+        common = common[: next((k for k, c in enumerate(common) if "*" in c), len(common))]
+        return os.path.join(*common) if common and common != ["."] else None
 
     def describe(self) -> str:
         roles = {r: [f.template for f in self.files if f.role == r] for r in ROLES}
@@ -230,34 +240,32 @@ def learn(
     writers = _stream_writers(ops, oplog_dir)
     # what differs between runs: the probe's processes and threads, and this machine's name
     pids, host = _probe_pids(writers, oplog_dir, rank_pids), socket.gethostname()
-    files = []
+    files, roles = [], {}  # roles: each written file's role, by the path this save gave it
     for rel in sorted(written):
         rank, at = created.get(rel, (None, None))  # a file written outside the seam: neither is known
-        template = _template(rel, iteration)
-        role = _role(root, rel, template, iteration, hints)
+        roles[rel] = _role(root, rel, _template(rel, iteration), iteration, hints)
         files.append(
             LayoutFile(
-                template,
-                role,
+                _template(rel, iteration, stable=True, pids=pids, hostname=host),
+                roles[rel],
                 rank,
-                _template(at, iteration, staging=True, pids=pids, hostname=host) if at else None,
+                _template(at, iteration, stable=True, pids=pids, hostname=host) if at else None,
                 after[rel][0],
                 None if reads is None else rel in reads,
             )
         )
     source = "oplog" if seam else "oplog and scan" if created else "scan"
-    layout = Layout(iteration, tuple(files), seam, source, {}, tuple(announced))
-    if created:
-        layout = Layout(
-            layout.iteration,
-            layout.files,
-            seam,
-            source,
-            _stable_phases(_phases(root, ops, layout), iteration, pids, host),
-            tuple(announced),
-            _data_writer(root, ops, layout, rank_pids or {}, writers),
-        )
-    return layout
+    if not created:
+        return Layout(iteration, tuple(files), seam, source, {}, tuple(announced))
+    return Layout(
+        iteration,
+        tuple(files),
+        seam,
+        source,
+        _stable_phases(_phases(root, ops, roles), iteration, pids, host),
+        tuple(announced),
+        _data_writer(root, ops, roles, rank_pids or {}, writers),
+    )
 
 
 def _stream_writers(ops, oplog_dir: str | None) -> dict[str, int]:
@@ -288,11 +296,13 @@ def _stable_phases(phases: dict, iteration: int, pids: frozenset[int], hostname:
     return {k: dict(v, path=stable_name(v["path"], iteration, pids, hostname)) for k, v in phases.items()}
 
 
-def _data_writer(root: str, ops, layout: Layout, rank_pids: dict[int, int], writers: dict[str, int]) -> str | None:
+def _data_writer(
+    root: str, ops, roles: dict[str, str], rank_pids: dict[int, int], writers: dict[str, int]
+) -> str | None:
     """How the data files the log saw were created: by another process than their rank's ("process": one the
     rank started), else by a thread of the rank's process ("thread"), else by its main thread ("inline");
-    None when it saw none or a rank's pid is not known. `writers`: stream -> the pid that opened it."""
-    roles = {f.path(layout.iteration): f.role for f in layout.files}
+    None when it saw none or a rank's pid is not known. `roles`: each file's role by its path in the probe;
+    `writers`: stream -> the pid that opened it."""
     data_at = {at for rel, (_, at) in _follow(root, ops).items() if roles.get(rel) == "data"}
     seen = set()
     for o in ops:
@@ -331,14 +341,14 @@ def _follow(root: str, ops) -> dict[str, tuple[int, str]]:
 
 
 def _template(
-    rel: str, iteration: int, staging: bool = False, pids: frozenset[int] = frozenset(), hostname: str | None = None
+    rel: str, iteration: int, stable: bool = False, pids: frozenset[int] = frozenset(), hostname: str | None = None
 ) -> str:
     """`rel` with each number equal to `iteration` replaced by an {iteration} field (keeping zero padding);
-    staging: what differs between runs (random parts, `pids`, `hostname`: stable_names) becomes '*'."""
+    stable: what differs between runs (random parts, `pids`, `hostname`: stable_names) becomes '*'."""
     parts = []
     for comp in rel.split(os.sep):
         comp = comp.replace("{", "{{").replace("}", "}}")
-        if staging:
+        if stable:
             comp = stable_name(comp, iteration, pids, hostname)
 
         def field_of(m):
@@ -374,12 +384,11 @@ def _names_iteration(path: str, iteration: int) -> bool:
     return any(int(t) == iteration for t in _NUMBER.findall(text))
 
 
-def _phases(root: str, ops, layout: Layout) -> dict:
+def _phases(root: str, ops, roles: dict[str, str]) -> dict:
     """Named phases of a save, from its operations: the first data write, the first metadata write, the
-    rename into place (a rename onto a file or folder of the layout), the pointer write."""
-    roles = {}
-    for f in layout.files:
-        roles[f.path(layout.iteration)] = f.role
+    rename that publishes (the first that carries a metadata file into place, a folder holding one or the
+    file itself; else the first onto a file or folder of the layout), the pointer write. `roles`: each
+    file's role by its path in this save."""
     created = {}
     for o in ops:
         if o.op == "create":
@@ -387,6 +396,7 @@ def _phases(root: str, ops, layout: Layout) -> dict:
     final = _follow(root, [o for o in ops if o.op in ("create", "rename", "exchange", "unlink", "rmtree")])
     role_at = {at: roles.get(rel) for rel, (_, at) in final.items()}
     out: dict[str, dict] = {}
+    first_rename: dict | None = None
     for o in ops:
         if o.op not in ("create", "rename", "exchange"):
             continue  # the log's many writes name no phase
@@ -399,11 +409,16 @@ def _phases(root: str, ops, layout: Layout) -> dict:
             out["tracker_update"] = {"op": "create", "path": rel, "rank": o.rank}
         elif o.op in ("rename", "exchange") and o.dst:
             dst = os.path.relpath(o.dst, root)
-            target = roles.get(dst) or ("folder" if any(p.startswith(dst + os.sep) for p in roles) else None)
+            inside = [r for p, r in roles.items() if p.startswith(dst + os.sep)]
+            target = roles.get(dst) or ("folder" if inside else None)
             if target == "pointer" and "tracker_update" not in out:
                 out["tracker_update"] = {"op": o.op, "path": rel, "rank": o.rank}
-            elif target is not None and "commit_rename" not in out:
+            elif target is not None and "metadata" in inside + [target] and "commit_rename" not in out:
                 out["commit_rename"] = {"op": o.op, "path": rel, "rank": o.rank}
+            elif target is not None:
+                first_rename = first_rename or {"op": o.op, "path": rel, "rank": o.rank}
+    if "commit_rename" not in out and first_rename:
+        out["commit_rename"] = first_rename  # a save whose metadata is written in place: its first rename
     return out
 
 
@@ -430,6 +445,12 @@ def _fill(template: str, iteration: int) -> str:
 
 def _unbrace(text: str) -> str:
     return text.replace("{{", "{").replace("}}", "}")
+
+
+def _literal(text: str) -> str:
+    """A regex of a template's text between fields: '*' (a part that differs between runs) matches within
+    one name."""
+    return "[^/]*".join(re.escape(part) for part in _unbrace(text).split("*"))
 
 
 def _inside(root: str, path: str) -> bool:

@@ -4,6 +4,7 @@ refused as not applicable with the reason. Nothing here knows an implementation'
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import random
 import shutil
@@ -294,7 +295,7 @@ def metadata_damage(root: str, fault: MetadataDamage, layout: Layout, rng: rando
     found = [
         x
         for x in layout.found(root, "metadata", fault.target.rank)
-        if fault.name is None or os.path.basename(x[1]) == fault.name
+        if fault.name is None or fnmatch.fnmatchcase(os.path.basename(x[1]), fault.name)  # a learned name may hold '*'
     ]
     if fault.name is not None and not found:
         names = sorted({os.path.basename(f.template) for f in layout.of("metadata")})
@@ -314,7 +315,9 @@ def tracker_damage(root: str, fault: TrackerDamage, layout: Layout, rng: random.
             f"latest.txt; {layout.describe()}): tracker damage does not apply",
         )
     f = pointers[rng.randrange(len(pointers))]
-    path = os.path.join(root, f.template.replace("{{", "{").replace("}}", "}"))
+    there = [p for _, p, g in layout.found(root, "pointer") if g == f]
+    # a pointer whose name differs between runs: the one this run wrote; else where the template says
+    path = there[0] if there else os.path.join(root, f.template.replace("{{", "{").replace("}}", "}"))
     return damage_pointer_file(root, path, fault, layout.iterations(root))
 
 
@@ -347,9 +350,10 @@ def leftover_staging(root: str, fault: LeftoverStaging, layout: Layout, rng: ran
     newest = its[-1]
     nxt = newest + 1
     copied = []
+    newest_files = {f: p for it, p, f in layout.found(root, "data") if it == newest}  # names with '*' resolved
     for f in data:
-        src = os.path.join(root, f.path(newest))
-        if not os.path.exists(src):
+        src = newest_files.get(f)
+        if src is None:
             continue
         where = f.written_as if f.written_as and f.written_as != f.template else f.template
         rel = where.format(iteration=nxt).replace("*", rng.randbytes(4).hex())

@@ -60,7 +60,7 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
         if seen is None:
             return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
         glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or "*/" + _template(
-            seen["path"], layout.iteration, staging=True
+            seen["path"], layout.iteration, stable=True
         ).format(iteration=iteration if iteration is not None else "*")
         # the phase begins as the operation that starts it runs: a crash just before it
         target = replace(target, op="write" if phase == "write" else seen["op"], path=glob)

@@ -250,9 +250,16 @@ def case_way(scenario: Scenario, backend: BackendName, io: str | None) -> str:
     in-process fault has no carrier on that way (it would never fire)."""
     way = io_route.resolve(io, backend)
     io_route.refuse_uncarried(way, [s.fault for s in scenario.steps if s.fault is not None])
-    if way == io_route.FUSE and not any(s.fault is not None and carries_out(s.fault) for s in scenario.steps):
+    if way == io_route.FUSE and not any(s.fault is not None and _meets_io(s.fault) for s in scenario.steps):
         return io_route.SEAM
     return way
+
+
+def _meets_io(fault) -> bool:
+    """Whether the fault strikes the ranks' I/O under fuse: one the file system carries out, or a crash at a
+    phase, which runner.aiming makes the operation that starts it where the backend announces no phases
+    (the file system's log of the probe save shows that operation)."""
+    return carries_out(fault) or (fault.layer == "inject" and fault.trigger.phase is not None)
 
 
 def _cannot_mount(

@@ -126,3 +126,26 @@ def test_a_durability_fail_names_the_operation_that_destroyed_the_lost_save():
     ev.file_ops = None  # no log kept: the verdict stands, without culprits
     v = Durability().check(ev)
     assert v.status == FAIL and v.evidence[0]["culprits"] == []
+
+
+# a per-rank library: each rank writes its file under a temporary name and renames it into place
+PER_RANK_1 = [
+    op("create", "iter_0000001/rank_0.pt.tmp", 1.2),
+    op("create", "iter_0000001/rank_1.pt.tmp", 1.2, rank=1),
+    op("rename", "iter_0000001/rank_0.pt.tmp", 1.4, dst="iter_0000001/rank_0.pt"),
+    op("rename", "iter_0000001/rank_1.pt.tmp", 1.4, dst="iter_0000001/rank_1.pt", rank=1),
+]
+PER_RANK_2 = [
+    op("create", "iter_0000002/rank_0.pt.tmp", 3.2),
+    op("create", "iter_0000002/rank_1.pt.tmp", 3.2, rank=1),
+    op("rename", "iter_0000002/rank_0.pt.tmp", 3.4, dst="iter_0000002/rank_0.pt"),
+]
+RANK_1_PUBLISHES_2 = [op("rename", "iter_0000002/rank_1.pt.tmp", 3.8, dst="iter_0000002/rank_1.pt", rank=1)]
+
+
+def test_one_ranks_rename_does_not_commit_a_save_the_other_ranks_still_write():
+    early = PER_RANK_1 + PER_RANK_2 + [op("rmtree", "iter_0000001", 3.5)] + RANK_1_PUBLISHES_2
+    v = judge(TWO, early)
+    assert v.status == FAIL and "rmtree iter_0000001 by rank 0" in v.detail, v.detail
+    after = PER_RANK_1 + PER_RANK_2 + RANK_1_PUBLISHES_2 + [op("rmtree", "iter_0000001", 3.9)]
+    assert judge(TWO, after).status == PASS

@@ -67,6 +67,31 @@ def test_a_phase_the_backend_does_not_announce_becomes_the_operation_that_starts
     assert rec is None and "never reaches a 'tracker_update' phase" in why
 
 
+def test_the_commit_rename_of_a_per_rank_library_is_the_rename_that_publishes_its_metadata(tmp_path):
+    """Each rank renames its own data file into place, then rank 0 its manifest: that rename is the commit."""
+    from resilience.faults.layout import _phases
+
+    root = str(tmp_path)
+    ops = [
+        _op("create", f"{root}/iter_13/rank_1.pt.tmp-41", rank=1),
+        _op("rename", f"{root}/iter_13/rank_1.pt.tmp-41", dst=f"{root}/iter_13/rank_1.pt", rank=1),
+        _op("create", f"{root}/iter_13/manifest.json.tmp-40"),
+        _op("rename", f"{root}/iter_13/manifest.json.tmp-40", dst=f"{root}/iter_13/manifest.json"),
+    ]
+    roles = {"iter_13/rank_1.pt": "data", "iter_13/manifest.json": "metadata"}
+    phases = _phases(root, ops, roles)
+    assert phases["commit_rename"] == {"op": "rename", "path": "iter_13/manifest.json.tmp-40", "rank": 0}
+    assert phases["write"]["path"] == "iter_13/rank_1.pt.tmp-41"
+    del roles["iter_13/manifest.json"]  # a save whose metadata no rename publishes: its first rename
+    assert _phases(root, ops, roles)["commit_rename"]["path"] == "iter_13/rank_1.pt.tmp-41"
+
+
+def _op(op, path, dst=None, rank=0):
+    from resilience.faults.oplog import Op
+
+    return Op(op=op, rank=rank, seq=0, t=0, path=path, dst=dst, stream=f"{rank}:{path}")
+
+
 def test_a_fault_with_nothing_to_aim_is_itself():
     fault = Fault.from_dict({"kind": "io_error", "rank": 1, "path": "*.pt", "errno": "EIO"})
     assert aim(fault, DCP, 3) == (fault, None) and aim(fault, DCP, 3)[0] is fault

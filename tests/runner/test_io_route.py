@@ -54,6 +54,14 @@ def test_a_case_mounts_only_for_faults_the_file_system_carries_out():
     assert case_way(crash, "reference", "auto") == "seam"
 
 
+def test_a_crash_at_a_phase_mounts_for_a_backend_outside_the_seam():
+    """Such a backend announces no phase: the aiming makes it the operation that starts it, which only the file
+    system meets; the reference hears the phase itself, in process."""
+    phase = load_text(CRASH_IN_COPY.replace('{rank: 1, after_bytes: 1000, file: "@data"}', "{phase: write}"))
+    assert case_way(phase, SHELL_COPY, "auto") == "fuse"
+    assert case_way(phase, "reference", "auto") == "seam"
+
+
 def test_a_scenario_says_its_way_and_a_bad_one_is_named():
     assert load_text(CRASH_IN_COPY + "io: fuse\n").io == "fuse"
     assert "io: fuse" in load_text(CRASH_IN_COPY + "io: fuse\n").to_yaml()
