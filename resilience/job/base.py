@@ -14,6 +14,15 @@ from typing import Protocol
 
 from ..checkers.base import Verdict
 
+FORMAT_VERSION = 1  # of what a golden run keeps (curve.json, layout.json), read back by --golden
+
+
+def readable(doc: object) -> None:
+    """Refuse a kept document that is not an object of the format version this one reads (ValueError)."""
+    version = doc.get("format_version") if isinstance(doc, dict) else None
+    if version != FORMAT_VERSION:
+        raise ValueError(f"format_version {str(version)[:40]!r}, this version reads {FORMAT_VERSION}")
+
 
 @dataclass(frozen=True)
 class Point:
@@ -146,7 +155,7 @@ class Golden:
 
     def to_dict(self) -> dict:
         return {
-            "format_version": 1,
+            "format_version": FORMAT_VERSION,
             "curve": {str(k): _num(v) for k, v in sorted(self.curve.items())},
             "acks": list(self.acks),
             "last_step": self.last_step,
@@ -156,6 +165,7 @@ class Golden:
 
     @classmethod
     def from_dict(cls, d: dict) -> Golden:
+        readable(d)
         return cls(
             {int(k): float(v) for k, v in d["curve"].items()},
             tuple(int(a) for a in d.get("acks") or ()),

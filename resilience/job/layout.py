@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 from ..faults.fuse_log import read_log
 from ..faults.layout import Layout, LayoutFile, learn
+from .base import FORMAT_VERSION, readable
 
 _FIELD = re.compile(r"\{iteration(?::0(\d+)d)?\}")
 
@@ -72,7 +73,7 @@ class JobLayout:
 
     def to_dict(self) -> dict:
         return {
-            "format_version": 1,
+            "format_version": FORMAT_VERSION,
             "layout": self.layout.to_dict(),
             "saves": [s.to_dict() for s in self.saves],
             "ranks": list(self.ranks),
@@ -80,6 +81,7 @@ class JobLayout:
 
     @classmethod
     def from_dict(cls, d: dict) -> JobLayout:
+        readable(d)
         saves = tuple(
             Save(int(s["number"]), int(s["step"]), {int(r): tuple(f) for r, f in s["files"].items()})
             for s in d["saves"]

@@ -11,34 +11,41 @@ from __future__ import annotations
 import os
 
 
-def status(pid: int) -> tuple[int, int, int] | None:
-    """(parent pid, process group, process) of a process or thread (a zombie's too); None once it is gone."""
+def _fields(pid: int, wanted: tuple[bytes, ...]) -> dict[bytes, bytes] | None:
+    """The `wanted` lines of /proc/<pid>/status (key -> value, stripped); None once the process is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             text = f.read()
     except OSError:
         return None
-    fields = {}
+    out = {}
     for line in text.splitlines():
         key, _, value = line.partition(b":")
-        if key in (b"PPid", b"NSpgid", b"Tgid"):
-            fields[key] = int(value.split()[0])  # NSpgid: the first is as this /proc sees it
-    try:
-        return fields[b"PPid"], fields[b"NSpgid"], fields[b"Tgid"]
-    except KeyError:  # a kernel older than 4.1 names no NSpgid
+        if key in wanted:
+            out[key] = value.strip()
+    return out
+
+
+_TREE_KEYS = (b"PPid", b"NSpgid", b"Tgid")
+
+
+def status(pid: int) -> tuple[int, int, int] | None:
+    """(parent pid, process group, process) of a process or thread (a zombie's too); None once it is gone."""
+    fields = _fields(pid, _TREE_KEYS)
+    if fields is None:
         return None
+    try:  # NSpgid: the first is as this /proc sees it
+        ppid, pgid, tgid = (int(fields[k].split()[0]) for k in _TREE_KEYS)
+    except (KeyError, IndexError):  # a kernel older than 4.1 names no NSpgid
+        return None
+    return ppid, pgid, tgid
 
 
 def state(pid: int) -> str | None:
     """The process's state letter (R, S, D, T stopped, t traced, Z zombie, ...); None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"State:"):
-                    return line.split()[1].decode()
-    except (OSError, IndexError):
-        return None
-    return None
+    fields = _fields(pid, (b"State",))
+    value = (fields or {}).get(b"State", b"").split()
+    return value[0].decode() if value else None
 
 
 def running(pid: int) -> bool:
@@ -52,18 +59,10 @@ _SIGKILL_BIT = 1 << (9 - 1)
 def doomed(pid: int) -> bool:
     """Whether `pid` is gone, a zombie, or has a SIGKILL pending: a process in the middle of a request to a
     FUSE file system waits for its answer even once SIGKILLed, and dies the moment it gets one."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            text = f.read()
-    except OSError:
+    fields = _fields(pid, (b"State", b"SigPnd", b"ShdPnd"))
+    if fields is None or fields.get(b"State", b"")[:1] in (b"Z", b"X"):
         return True
-    for line in text.splitlines():
-        key, _, value = line.partition(b":")
-        if key == b"State" and value.split()[:1] in ([b"Z"], [b"X"]):
-            return True
-        if key in (b"SigPnd", b"ShdPnd") and int(value.strip() or b"0", 16) & _SIGKILL_BIT:
-            return True
-    return False
+    return any(int(fields.get(k) or b"0", 16) & _SIGKILL_BIT for k in (b"SigPnd", b"ShdPnd"))
 
 
 def _pids() -> list[int]:

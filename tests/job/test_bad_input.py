@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from resilience.cli import main
+from resilience.errors import ConfigError
 
 from .conftest import quick
 
@@ -77,3 +78,14 @@ def test_an_unknown_column_and_one_not_written_yet(tmp_path, capsys):
 
 def test_no_command(tmp_path, capsys):
     assert "no training command" in _refused(tmp_path, capsys, "--matrix")
+
+
+@pytest.mark.parametrize("curve", ['{"format_version": 2, "curve": {}, "last_step": 1}', "[1, 2]"])
+def test_a_kept_golden_run_of_another_format_is_one_clear_error(tmp_path, curve):
+    from resilience.job.golden import CURVE, Reference
+
+    (tmp_path / CURVE).write_text(curve)
+    with pytest.raises(ConfigError) as e:
+        Reference.load(str(tmp_path))
+    assert e.value.field == "--golden" and "holds no golden run that can be read" in str(e.value)
+    assert "this version reads 1" in str(e.value)

@@ -58,32 +58,23 @@ def test_each_broken_variant_is_caught_by_its_checker(tmp_path, quick_golden, va
     assert row.faults[0].status == "fired"
 
 
-def test_a_hang_shows_the_process_tree_or_the_stacks_the_job_asked_for(tmp_path, quick_golden):
-    plain = run_job(
-        options(
-            tmp_path / "a",
-            quick("--variant", "hang_on_resume"),
-            columns=("kill-job-between",),
-            golden=quick_golden,
-            timeout=4.0,
-        )
+def _hung(folder, quick_golden, variant):
+    """The no_hang verdict of `variant` killed between saves, and the case's folder."""
+    done = run_job(
+        options(folder, quick("--variant", variant), columns=("kill-job-between",), golden=quick_golden, timeout=4.0)
     )
-    [hang] = [v for v in plain.rows[0].checkers if v.checker == "no_hang"]
+    [hang] = [v for v in done.rows[0].checkers if v.checker == "no_hang"]
+    return hang, done.rows[0].case_dir
+
+
+def test_a_hang_shows_the_process_tree_or_the_stacks_the_job_asked_for(tmp_path, quick_golden):
+    hang, _ = _hung(tmp_path / "a", quick_golden, "hang_on_resume")
     tree = hang.evidence[0]["processes"]
     assert {p["rank"] for p in tree} >= {"0", "1", None} and all("quick_train.py" in p["cmdline"] for p in tree)
     assert "its process tree only" in hang.detail
-    asked = run_job(
-        options(
-            tmp_path / "b",
-            quick("--variant", "hang_on_resume_with_stacks"),
-            columns=("kill-job-between",),
-            golden=quick_golden,
-            timeout=4.0,
-        )
-    )
-    [hang] = [v for v in asked.rows[0].checkers if v.checker == "no_hang"]
+    hang, case_dir = _hung(tmp_path / "b", quick_golden, "hang_on_resume_with_stacks")
     assert "faulthandler stacks in the output from line" in hang.detail
-    with open(os.path.join(asked.rows[0].case_dir, "run-1", "output.log")) as f:
+    with open(os.path.join(case_dir, "run-1", "output.log")) as f:
         text = f.read()
     assert "most recent call first" in text and "in train" in text
 
