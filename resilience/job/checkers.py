@@ -30,6 +30,9 @@ EXPLAINED = re.compile(
 )
 
 
+ERROR_LINE = re.compile(r"\b\w*(?:Error|Exception)\b:")
+
+
 def _mismatch(ev: CaseEvidence, runs: list[RunOutcome]) -> tuple[RunOutcome, Point] | None:
     for run in runs:
         for p in run.observed.points:
@@ -63,6 +66,19 @@ def explained(run: RunOutcome) -> str | None:
     except OSError:
         return None
     return None
+
+
+def _error_line(run: RunOutcome) -> str:
+    """What a run that ended badly said of it: its output's first line naming an error (the root cause, before
+    any launcher's summary), else its last line with words in it (not a banner of '=')."""
+    try:
+        with open(os.path.join(run.folder, OUTPUT), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if ERROR_LINE.search(line):
+                    return line.strip()[:300]
+    except OSError:
+        pass
+    return next((line.strip()[:300] for line in reversed(run.observed.tail) if re.search(r"\w", line)), "")
 
 
 def _refused_all(ev: CaseEvidence) -> RunOutcome | None:
@@ -171,10 +187,8 @@ class NoSilentDamage:
             return Verdict(self.name, PASS, f"{where} and trained as the golden run did{said}")
         refused = _refused_all(ev)
         if refused is not None:
-            last = refused.observed.tail[-1] if refused.observed.tail else ""
-            return Verdict(
-                self.name, REFUSED, f"refused the damaged checkpoint loudly ({refused.ended()}): {last[:300]}"
-            )
+            words = why or _error_line(refused)
+            return Verdict(self.name, REFUSED, f"refused the damaged checkpoint loudly ({refused.ended()}): {words}")
         return Verdict(self.name, NA, "the job trained no step after the damage")
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from resilience.job.columns import COLUMNS
 from resilience.job.matrix import run_job
-from resilience.verdicts import FAIL, PASS
+from resilience.verdicts import FAIL, PASS, REFUSED
 
 from .conftest import options, quick
 
@@ -87,3 +87,13 @@ def test_a_job_that_hard_codes_its_folder_is_mounted_there(tmp_path, quick_golde
     done = run_job(options(tmp_path / "out", argv, ckpt_dir=str(fixed), columns=("kill-rank-write",)))
     assert done.rows[0].verdict == PASS, done.rows[0].detail
     assert sorted(os.listdir(fixed)) == ["old-run.txt"]  # every run wrote through the mount, to its case folder
+
+
+def test_a_loud_refusal_is_told_in_the_jobs_own_words_not_its_banner(tmp_path, quick_golden):
+    done = run_job(options(tmp_path, quick("--variant", "refuse"), columns=("truncate",), golden=quick_golden))
+    [row] = done.rows
+    [damage] = [v for v in row.checkers if v.checker == "no_silent_damage"]
+    assert damage.status == REFUSED, row.detail
+    assert damage.detail.startswith("refused the damaged checkpoint loudly (") and "not a whole checkpoint file" in (
+        damage.detail
+    ), damage.detail

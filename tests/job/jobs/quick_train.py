@@ -203,6 +203,10 @@ def load(args, rank: int) -> tuple[int, list[float]] | None:
         except (OSError, ValueError, struct.error) as e:
             if not checked:
                 raise
+            if args.variant == "refuse":  # no fallback: the error, under a banner, and out
+                print(f"rank {rank}: ValueError: {path}: {e}", flush=True)
+                print("=" * 60, flush=True)
+                raise SystemExit(1) from None
             print(f"rank {rank}: cannot load {path}: {e}; falling back to an older checkpoint", flush=True)
             got = None
         if barrier(got is not None):  # every rank loaded this step: all resume from it
