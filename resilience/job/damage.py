@@ -10,6 +10,7 @@ the records of what they did are faults/'s (file_damage, damage_records)."""
 
 from __future__ import annotations
 
+import glob
 import os
 
 from ..faults.base import Fault
@@ -37,7 +38,7 @@ def exponent_offset(path: str) -> tuple[int, str]:
 def apply(fault: Fault, root: str, rel: str, steps: list[int]) -> Damage | None:
     """Carry out one damage at rest on `root`/`rel`; None when the file is not there (the fault did not fire).
     `steps`: the steps of the checkpoints on disk, oldest first (a tracker's damage reads them)."""
-    path = os.path.join(root, rel)
+    path = _on_disk(root, rel)
     if isinstance(fault, TrackerDamage):
         return damage_pointer_file(root, path, fault, steps) if os.path.exists(path) else None
     if not os.path.isfile(path):
@@ -56,6 +57,15 @@ def apply(fault: Fault, root: str, rel: str, steps: list[int]) -> Damage | None:
         old = flip_byte(path, offset, EXPONENT_MASK)
         return flip_record(fault, root, path, offset, (6,), old, EXPONENT_MASK, detail=f"exponent bit, in {where}")
     raise TypeError(f"{fault.kind} is not a damage at rest of resilience job")
+
+
+def _on_disk(root: str, rel: str) -> str:
+    """`root`/`rel`; where the learned name holds a '*' (a part that differs between runs: a pid, a random tag,
+    a time), the file of that name this run wrote (the last in name order when several match)."""
+    if "*" not in rel:
+        return os.path.join(root, rel)
+    found = sorted(glob.glob(os.path.join(glob.escape(root), rel)))
+    return found[-1] if found else os.path.join(root, rel)
 
 
 __all__ = ["apply", "exponent_offset"]

@@ -42,3 +42,15 @@ def test_nothing_to_aim_at_is_not_applicable_with_its_reason():
     assert "its only save is at its last step" in (plan_for("truncate", only_at_the_end).na or "")
     assert "no step between them" in (plan_for("kill-job-between", reference([4, 5], last=5)).na or "")
     assert "keeps no tracker" in (plan_for("tracker-empty", reference([4, 8], pointer=False)).na or "")
+
+
+def test_damage_finds_the_file_this_run_wrote_where_its_learned_name_holds_a_wildcard(tmp_path):
+    from resilience.faults.kinds import Truncate
+    from resilience.job.damage import apply
+
+    # a folder named by the start time: the golden run learned it as 'run-*', this run wrote run-1733140001
+    (tmp_path / "run-1733140001" / "step-8").mkdir(parents=True)
+    shard = tmp_path / "run-1733140001" / "step-8" / "rank_0.pt"
+    shard.write_bytes(b"x" * 64)
+    done = apply(Truncate(), str(tmp_path), "run-*/step-8/rank_0.pt", [8])
+    assert done is not None and shard.stat().st_size == 32
