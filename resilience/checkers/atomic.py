@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .base import FAIL, NA, PASS, Verdict
 from .evidence import Evidence
+from .retention import culprits, faults_during, first_culprit
 
 
 class AtomicCommit:
@@ -45,6 +46,16 @@ class AtomicCommit:
                     }
                 )
         if bad:
-            return Verdict(self.name, FAIL, f"{len(bad)} of {len(loads)} loads returned a state no save wrote", bad)
+            for b in bad:  # what wrote over, cut or replaced the files of the iteration the load read
+                b["culprits"] = (
+                    culprits(ev, b["iteration"], until_job=b["load_job"], any_save=True)
+                    + faults_during(ev, b["iteration"], until_job=b["load_job"])
+                )[:5]
+            return Verdict(
+                self.name,
+                FAIL,
+                f"{len(bad)} of {len(loads)} loads returned a state no save wrote{first_culprit(bad)}",
+                bad,
+            )
         crashed = " after a crash" if ev.crashes else ""
         return Verdict(self.name, PASS, f"{len(loads)} loads{crashed}, each exactly what one save wrote")

@@ -13,6 +13,9 @@ FIRED, NEVER_FIRED, NOT_APPLICABLE = "fired", "never fired", "not applicable"
 NOT_IN_BACKEND = "not in this backend"
 
 
+DETAIL_LIMIT = 600  # characters of a case's detail: the sentence on its row, in every report
+
+
 def case_verdict(
     verdicts: list[Verdict], unexpected: list[dict], faults: list[dict]
 ) -> tuple[Status, str, list[Verdict]]:
@@ -53,7 +56,7 @@ def case_verdict(
     if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
         also = next(v for v in extra if v.status == UNPROBED)
         detail = f"{detail[:400]}; also {UNPROBED.value}: {also.detail}"
-    return overall, detail[:600], extra
+    return overall, detail[:DETAIL_LIMIT], extra
 
 
 def judge_expect(expect: dict, ev: Evidence) -> list[Verdict]:

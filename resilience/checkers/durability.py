@@ -7,7 +7,7 @@ from typing import Any
 from ..vocab.combos import CheckpointType
 from .base import FAIL, NA, PASS, Verdict
 from .evidence import Evidence, SaveRecord
-from .retention import culprits
+from .retention import culprits, first_culprit
 
 
 class Durability:
@@ -59,7 +59,9 @@ class Durability:
         if bad:
             for b in bad:  # who destroyed what the load missed, from the file operations the case logged
                 b["culprits"] = culprits(ev, b["acknowledged"], until_job=b["load_job"])[:5]
-            return Verdict(self.name, FAIL, f"{len(bad)} of {judged} loads lost an acknowledged save", bad)
+            return Verdict(
+                self.name, FAIL, f"{len(bad)} of {judged} loads lost an acknowledged save{first_culprit(bad)}", bad
+            )
         states = sum(1 for ld in ev.loads if ld.crash_state)
         extra = f" ({states} power-loss states)" if states else ""
         return Verdict(self.name, PASS, f"{judged} loads kept every acknowledged save{extra}")

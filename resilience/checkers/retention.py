@@ -58,22 +58,69 @@ class Retention:
         )
 
 
-def culprits(ev: Evidence, iteration: int, *, until_job: int | None = None) -> list[dict]:
+def culprits(
+    ev: Evidence, iteration: int | None, *, until_job: int | None = None, any_save: bool = False
+) -> list[dict]:
     """The logged operations that deleted, truncated or replaced a file of an acknowledged save of
-    `iteration` (in jobs up to `until_job`), in time order: who destroyed what a load then missed."""
+    `iteration` (in jobs up to `until_job`), in time order: who destroyed what a load then missed.
+    `any_save`: of any save of it, acknowledged or not (what mixed the files a load read)."""
     if ev.file_ops is None:
         return []
-    judge = _Judge(ev.saves, ev.file_ops)
+    judge = _Judge(ev.saves, ev.file_ops, any_save=any_save)
     for op in ev.file_ops:
         judge.take(op)
     return [d for d in judge.destroyed if d["iteration"] == iteration and (until_job is None or d["job"] <= until_job)]
 
 
+def faults_during(ev: Evidence, iteration: int | None, *, until_job: int | None = None) -> list[dict]:
+    """The planned faults that fired in a job while a save of `iteration` was open there (invoked on some
+    rank, not yet returned on every one), as culprits: what cut, tore or flipped the files it wrote."""
+    out = []
+    for f in ev.faults_fired:
+        t, job = f.get("time"), f.get("job")
+        if not isinstance(t, (int, float)) or (until_job is not None and isinstance(job, int) and job > until_job):
+            continue
+        for s in ev.saved(iteration):
+            if s.job != job or not s.invoked_at or t < min(s.invoked_at.values()):
+                continue
+            if s.returned_at and len(s.returned_at) >= len(s.invoked_at) and t > max(s.returned_at.values()):
+                continue
+            what = f.get("text") or f.get("kind") or "a fault"
+            rank = f.get("rank")
+            out.append(
+                {
+                    "op": "fault",
+                    "path": f.get("path"),
+                    "rank": rank,
+                    "time": _clock(t),
+                    "job": job,
+                    "save_id": s.save_id,
+                    "iteration": s.iteration,
+                    "culprit": f"{what}"
+                    + (f" on {f['path']}" if f.get("path") else "")
+                    + (f" by rank {rank}" if rank is not None else "")
+                    + f" at {_clock(t)}, during save {s.save_id} of iteration {s.iteration} in job {job}",
+                }
+            )
+            break
+    return out
+
+
+def first_culprit(items: list[dict]) -> str:
+    """'; first culprit: ...' for a verdict's sentence, from the first evidence item that names one."""
+    for item in items:
+        for c in item.get("culprits") or ():
+            if isinstance(c, dict) and c.get("culprit"):
+                return f"; first culprit: {c['culprit']}"
+    return ""
+
+
 class _Judge:
     """The file operations in time order: who owns each path, and which destroyed the newest checkpoint."""
 
-    def __init__(self, saves: list[SaveRecord], ops: list[FileOp]):
+    def __init__(self, saves: list[SaveRecord], ops: list[FileOp], *, any_save: bool = False):
         self.saves = saves
+        self.any_save = any_save  # `destroyed` lists the files of unacknowledged saves too
         # each save's last create or rename on each rank: a pointer is rewritten last, as the save's commit
         self.last: dict[tuple[str, int | None], float] = {}
         self.makers: dict[str, set[int | None]] = {}  # save id -> the ranks that created files of it
@@ -156,12 +203,23 @@ class _Judge:
     def _destroyed(self, op: FileOp, path: str, save: SaveRecord, maker: int | None) -> None:
         acked_at = _acknowledged_at(save)
         if acked_at is None or acked_at > op.time:
+            if self.any_save:  # not acknowledged (yet): named, never judged
+                said = f"{op} at {_clock(op.time)} destroyed {path} of iteration {save.iteration} (save {save.save_id})"
+                self.destroyed.append(self._entry(op, path, save, said + ", not acknowledged then"))
             return  # not acknowledged yet: nothing a caller was promised
         self.judged += 1
         culprit = (
             f"{op} at {_clock(op.time)} destroyed {path} of iteration {save.iteration} "
             f"(save {save.save_id}), acknowledged {op.time - acked_at:.3f} s before"
         )
+        entry = self._entry(op, path, save, culprit)
+        self.destroyed.append(entry)
+        if any(self._supersedes(later, save, op, maker) for later in self.saves):
+            return
+        self.bad.append(dict(entry, culprit=culprit + " and still the newest acknowledged checkpoint"))
+
+    @staticmethod
+    def _entry(op: FileOp, path: str, save: SaveRecord, culprit: str) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "op": op.op,
             "path": path,
@@ -175,10 +233,7 @@ class _Judge:
             "iteration": save.iteration,
             "culprit": culprit,
         }
-        self.destroyed.append(entry)
-        if any(self._supersedes(later, save, op, maker) for later in self.saves):
-            return
-        self.bad.append(dict(entry, culprit=culprit + " and still the newest acknowledged checkpoint"))
+        return entry
 
     def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp, maker: int | None) -> bool:
         """Whether `later`, a save invoked after `save`, was committed (for a file `maker` made) or

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from ..checkers import Verdict
+from ..checkers.case import DETAIL_LIMIT
 from ..verdicts import NA, PASS, REFUSED, Status
 from .fuzz_view import kinds_drawn
 from .links import Link, case_links, local_path, scenario_file_text
@@ -73,10 +74,14 @@ class CaseView:
         if not self.findings:
             return False
         rest = self.detail
-        for f in self.findings:
-            said = f"{f.checker}: {f.detail}"
+        saids = [f"{f.checker}: {f.detail}" for f in self.findings]
+        for f, said in zip(self.findings, saids):
             rest = rest.replace(said if said in rest else f.detail, "", 1)  # a framework error's: the detail alone
-        return not rest.replace(";", "").strip()
+        if not rest.replace(";", "").strip():
+            return True
+        # a row's detail is cut at DETAIL_LIMIT characters: what is left may be the start of a finding
+        tail = rest.strip("; ")
+        return len(self.detail) >= DETAIL_LIMIT and any(s.startswith(tail) for s in saids)
 
     @property
     def href(self) -> str | None:
@@ -155,6 +160,8 @@ def _text(value) -> str:
     line, so each keeps its own lines; anything else as JSON, indented once it no longer fits a line."""
     if isinstance(value, str):
         text = value
+    elif isinstance(value, list) and value and all(isinstance(c, dict) and c.get("culprit") for c in value):
+        text = "\n".join(str(c["culprit"]) for c in value)  # culprits: who destroyed what, a line each
     elif isinstance(value, dict) and value and all(isinstance(v, str) for v in value.values()):
         text = "\n".join(f"{k}: {v}" for k, v in value.items())
     else:

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 from ..verdicts import FAIL, FLAKY, NA, is_failing
 from .matrix_table import column_of, is_framework_error, row_of
-from .result_row import ResultRow, runs_text
+from .result_row import ResultRow, culprits_text, runs_text
 
 # found broken by the implementation (a failure); every other failing verdict is an error of the case
 FAILED = (FAIL, FLAKY)
@@ -26,7 +26,7 @@ def render_junit(rows: list[ResultRow], meta: dict) -> str:
         ET.SubElement(props, "property", name="note", value=meta["note"])
     for r in rows:
         case = ET.SubElement(suite, "testcase", classname=row_of(r), name=column_of(r), time=str(r.seconds))
-        text = "\n".join([r.detail, *runs_text(r), f"replay: {r.replay}"])
+        text = "\n".join([r.detail, *culprits_text(r), *runs_text(r), f"replay: {r.replay}"])
         if r.verdict == FAIL:
             ET.SubElement(case, "failure", message=r.detail[:200]).text = text
         elif r.verdict == FLAKY:  # timing-dependent: a finding, with each run's verdict and evidence

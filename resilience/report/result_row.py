@@ -83,6 +83,19 @@ def runs_text(row) -> list[str]:
     return [f"run {r.run}: {r.verdict} in {r.case_dir}: {r.detail[:200]}" for r in row.repeats or ()]
 
 
+def culprits_text(row, limit: int = 10) -> list[str]:
+    """One line per operation a failing checker named as destroying or mixing acknowledged data ('culprit:
+    retention: unlink step-2/... by rank 0 (pid 812, main thread) ...'), for the summaries and JUnit."""
+    out: list[str] = []
+    for v in row.checkers:
+        for item in v.evidence or ():
+            for c in (item.get("culprits") or [item]) if isinstance(item, dict) else ():
+                said = c.get("culprit") if isinstance(c, dict) else None
+                if isinstance(said, str) and f"culprit: {v.checker}: {said}" not in out:
+                    out.append(f"culprit: {v.checker}: {said}")
+    return out[:limit]
+
+
 # written only when set: the keys a row of one kind of run has and the others do not
 _OPTIONAL = (
     "column",

@@ -149,3 +149,27 @@ def test_one_ranks_rename_does_not_commit_a_save_the_other_ranks_still_write():
     assert v.status == FAIL and "rmtree iter_0000001 by rank 0" in v.detail, v.detail
     after = PER_RANK_1 + PER_RANK_2 + RANK_1_PUBLISHES_2 + [op("rmtree", "iter_0000001", 3.9)]
     assert judge(TWO, after).status == PASS
+
+
+def test_an_atomicity_fail_names_the_resave_that_wrote_over_the_files_the_load_read():
+    from resilience.checkers import AtomicCommit
+
+    # save a of iteration 1 is acknowledged; a re-save b of it truncates its file in place, then dies
+    events = [Event("invoke", "job", "runner", {"job": 0, "topology": T}, 0, 0.0)]
+    for sid, start in (("a", 1.0), ("b", 3.0)):
+        events += [Event("invoke", "save", r, {"save_id": sid, "iteration": 1}, 0, start) for r in (0, 1)]
+        if sid == "a":
+            events += [
+                Event("ok", "save", r, {"save_id": sid, "iteration": 1, "fingerprint": "A"}, 0, 2.0) for r in (0, 1)
+            ]
+    events.append(Event("ok", "load", 0, {"iteration": 1, "topology": T, "fingerprint": "MIXED"}, 0, 7.0))
+    ev = evidence_from(
+        events, combo=Combination.parse("GLOBAL/torch_dist/sync"), save_topology=Topology.parse(T),
+        never_stopped=lambda i: "",
+    )  # fmt: skip
+    ev.file_ops = WROTE_1 + [op("create", "iter_0000001/model.pt", 3.5, rank=1)]
+    v = AtomicCommit().check(ev)
+    assert v.status == FAIL, v
+    [c] = v.evidence[0]["culprits"]
+    assert (c["op"], c["path"], c["rank"], c["save_id"]) == ("create", "iter_0000001/model.pt", 1, "a"), c
+    assert "first culprit: create iter_0000001/model.pt by rank 1" in v.detail, v.detail

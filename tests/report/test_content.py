@@ -480,3 +480,21 @@ def test_a_warning_is_counted_as_passed_and_listed_apart_in_every_report():
     md = render_markdown(_typed(rows), {})
     assert "## Passed with a warning (1)" in md and f"- {COMBO} · truncate: {detail}" in md
     assert f"| {COMBO} | WARN | PASS |" in md.splitlines()
+
+
+def test_culprits_are_written_out_as_lines_in_the_html_the_markdown_and_junit():
+    from resilience.report.junit import render_junit
+
+    said = "rmtree step-2 by rank 0 (pid 812, main thread) in job 0 at 10:00:01.250 destroyed step-2/a.distcp"
+    lost = {
+        "acknowledged": 2,
+        "problem": "an acknowledged save was lost",
+        "culprits": [{"op": "rmtree", "culprit": said}],
+    }
+    checkers = [{"checker": "durability", "status": "FAIL", "detail": "1 of 1 loads lost", "evidence": [lost]}]
+    rows = _typed([_row("kill", "FAIL", "durability: 1 of 1 loads lost", checkers=checkers)])
+    page = parse(render_html(rows, {}))
+    assert said in [pre.text for pre in page.by_id("case-1").find("dl", cls="evidence").find_all("pre")]
+    assert said in render_markdown(rows, {})
+    [case] = ET.fromstring(render_junit(rows, {})).iter("testcase")
+    assert f"culprit: durability: {said}" in case.find("failure").text.splitlines()
