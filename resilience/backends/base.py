@@ -48,6 +48,7 @@ from ..state import TrainingState
 from ..vocab import CheckpointInfo, LoadResult
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
+from ..vocab.phases import WRITER_KINDS
 from .options import Option
 
 REQUIRED = ("save", "load", "list_checkpoints")
@@ -123,7 +124,7 @@ def with_defaults(backend, where: str = "backend") -> CheckpointBackend:
     return _SyncOnly(backend)
 
 
-TRAITS = ("combinations", "contract", "keep_last", "layout_hints", "io_through_seam", "options")
+TRAITS = ("combinations", "contract", "keep_last", "layout_hints", "io_through_seam", "options", "writer")
 
 # a stated contract: a mapping {change: promise}, or a function of the combination returning one
 StatedContract = Mapping[str, str] | TopologyContract | Callable[[Combination], Any]
@@ -161,6 +162,26 @@ class FactoryTraits:
     """The options its library's users pick (resilience.backends.options.Option), given in a backend
     spec after its name: `dcp:thread_count=4`."""
 
+    writer: str | Mapping[Combination, str] | Callable[[Combination], str | None] | None = None
+    """Who writes a save's data files (vocab.phases.WRITER_KINDS): "process" (a process the rank
+    starts), "thread" (a thread of the rank) or "inline" (the rank's main thread); one for every
+    combination, a mapping {combination string: kind}, or a function of the combination returning one.
+    `writer_kill` strikes a writer process only: N/A for the others, with this as the reason. None: learned
+    from one clean save's log of who created the files."""
+
+    def writer_for(self, combo: Combination, where: str) -> str | None:
+        """The declared writer of `combo`'s data files, or None: not declared. ConfigError naming `where`
+        when a function returns no kind."""
+        stated = self.writer
+        if isinstance(stated, Mapping):
+            return stated.get(combo)
+        kind = stated(combo) if callable(stated) else stated
+        if kind is not None and kind not in WRITER_KINDS:
+            raise ConfigError(
+                where, f"returned {kind!r} for {combo}", f"return one of {', '.join(WRITER_KINDS)} or None"
+            )
+        return kind
+
     def contract_for(self, combo: Combination, where: str, source: str) -> TopologyContract:
         """The contract for `combo`: the stated one (`where` names it in an error; `source` says who
         stated it), else the preset of `combo`."""
@@ -183,6 +204,7 @@ def traits_of(factory: object, where: str = "backend") -> FactoryTraits:
         layout_hints=_layout_hints(getattr(factory, "layout_hints", None), f"{where}: layout_hints"),
         io_through_seam=_io_through_seam(getattr(factory, "io_through_seam", False), f"{where}: io_through_seam"),
         options=_options(getattr(factory, "options", ()), f"{where}: options"),
+        writer=_writer(getattr(factory, "writer", None), f"{where}: writer"),
     )
 
 
@@ -209,6 +231,31 @@ def _contract(stated: object, where: str) -> StatedContract | None:
         return stated  # a function of the combination: checked when asked for one
     TopologyContract.parse(stated, where=where)  # a mapping that does not read: one clear error, now
     return stated  # type: ignore[return-value]  # a Mapping: parse refused anything else
+
+
+def _writer(stated: object, where: str):
+    fix = (
+        f"write it as factory.writer = 'thread' (one of {', '.join(WRITER_KINDS)}), a mapping of combination "
+        "strings to one, or a function of the combination"
+    )
+    if stated is None or callable(stated):
+        return stated
+    if isinstance(stated, str):
+        if stated not in WRITER_KINDS:
+            raise ConfigError(where, f"{stated!r} is no writer kind", fix)
+        return stated
+    if not isinstance(stated, Mapping):
+        raise ConfigError(where, f"must be a string, a mapping or a function, got {type(stated).__name__}", fix)
+    out = {}
+    for combo, kind in stated.items():
+        try:
+            key = combo if isinstance(combo, Combination) else Combination.parse(str(combo))
+        except ConfigError as e:
+            raise ConfigError(where, f"{combo!r}: {e.problem}", e.fix) from None
+        if kind not in WRITER_KINDS:
+            raise ConfigError(where, f"{kind!r} (for {combo}) is no writer kind", fix)
+        out[key] = kind
+    return out
 
 
 def _keep_last(stated: object, where: str) -> int | None:

@@ -23,13 +23,12 @@ import re
 import socket
 from dataclasses import asdict, dataclass, field
 
+from ..vocab.phases import WRITER_KINDS
 from .fuse_log import FUSE_LOG, read_log
 from .stable_names import stable_name
 
 ROLES = ("data", "metadata", "pointer", "other")
-# how a save's data files are written, most separate first: by a process the rank started, by a thread of
-# the rank's process, in the rank's main thread (the first seen of these names the layout's data_writer)
-WRITER_KINDS = ("process", "thread", "inline")
+# WRITER_KINDS (vocab.phases): the first of them seen names the layout's data_writer
 IN_RANK_WRITERS = frozenset({"thread", "inline", "rank"})  # "rank": either, in layouts written before
 KNOWN_METADATA = ("manifest.json", ".metadata", "metadata.json", "common.pt", "index.json", "metadata.yaml")
 TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".txt", ".toml", ".ini", ".md")
@@ -84,6 +83,7 @@ class Layout:
     # the rank's process), "inline" (its main thread); None: not seen (no data file went through the seam or
     # the file system, or the ranks' pids were not known) nor declared by the adapter (runner.learn)
     data_writer: str | None = None
+    writer_declared: bool = False  # data_writer is what the adapter declares (factory.writer), not what was seen
 
     # ---- questions --------------------------------------------------------------------------------
     def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:
@@ -177,6 +177,7 @@ class Layout:
             "phases": self.phases,
             "announced": list(self.announced),
             "data_writer": self.data_writer,
+            "writer_declared": self.writer_declared,
         }
 
     @classmethod
@@ -189,6 +190,7 @@ class Layout:
             dict(d.get("phases") or {}),
             tuple(d.get("announced") or ()),
             d.get("data_writer"),
+            bool(d.get("writer_declared", False)),
         )
 
     def save(self, path: str) -> None:

@@ -153,6 +153,11 @@ class BackendRef:
         """The options it declares (resilience.backends.options.Option); () for the reference and broken."""
         return self.traits.options
 
+    def writer(self, combo: Combination) -> str | None:
+        """Who writes `combo`'s data files, as its factory declares it (FactoryTraits.writer); None: not
+        declared (the layout learner finds out)."""
+        return self.traits.writer_for(combo, where=f"backend {self.full}: writer")
+
     def combinations(self) -> list[Combination] | None:
         """The combinations it declares, or None: all."""
         declared = self.traits.combinations

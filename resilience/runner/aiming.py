@@ -23,6 +23,10 @@ IN_LINE = (
     "one clean save showed each rank writing its data files in line, in its main thread: no writer process "
     "or thread to kill alone"
 )
+DECLARED = (
+    "the adapter declares that this combination writes its data files {kind!r} (factory.writer): no writer "
+    "process to kill alone"
+)
 NO_WRITER = "writer_kill strikes the background writer of an async save, and this combination saves synchronously"
 
 
@@ -31,6 +35,8 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     after the fault is armed, as the caller resolved `iteration`) made a real glob, and a phase the backend
     does not announce made the operation the layout saw start it. (None, why) if it cannot apply."""
     if isinstance(fault, WriterKill) and layout is not None and layout.data_writer in IN_RANK_WRITERS:
+        if layout.writer_declared:
+            return None, DECLARED.format(kind=layout.data_writer)
         return None, IN_LINE if layout.data_writer == "inline" else IN_RANK
     target, trigger = fault.target, fault.trigger
     # a writer kill finds its rank's writer by process ancestry, not by file name: any file of the role

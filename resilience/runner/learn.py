@@ -205,6 +205,9 @@ def learn_layout(
                     layout.save(kept + ".tmp")
                     os.replace(kept + ".tmp", kept)
             _CACHE[key + (reads,)] = layout
+    declared = ref.writer(combo)
+    if declared is not None:  # what the adapter says of its writer stands over what one save showed
+        layout = replace(layout, data_writer=declared, writer_declared=True)
     layout.save(os.path.join(folder, "layout.json"))
     return layout
 

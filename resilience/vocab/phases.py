@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+# how a save's data files are written, most separate first: by a process the rank started, by a thread of
+# the rank's process, in the rank's main thread (learned from a clean save's log, or declared by an adapter)
+WRITER_KINDS = ("process", "thread", "inline")
+
 PHASES = ("staging", "write", "manifest", "commit_rename", "tracker_update", "retention", "async_finalize")
 
 _listeners: list[Callable[[str, dict], None]] = []

@@ -44,6 +44,8 @@ def test_a_factory_that_says_nothing_has_the_defaults():
         ("io_through_seam", True, True),
         ("options", (THREADS,), (THREADS,)),
         ("options", [THREADS], (THREADS,)),
+        ("writer", "thread", "thread"),
+        ("writer", {"LOCAL/torch/sync": "inline"}, {LOCAL: "inline"}),
     ],
 )
 def test_each_attribute_is_read(attribute, value, read):
@@ -68,6 +70,10 @@ def test_each_attribute_is_read(attribute, value, read):
         ("io_through_seam", 1, "must be True or False, got 1"),
         ("options", THREADS, "must be a tuple of Option"),
         ("options", ({"name": "thread_count"},), "must be a tuple of Option"),
+        ("writer", "fork", "'fork' is no writer kind"),
+        ("writer", 3, "must be a string, a mapping or a function"),
+        ("writer", {"LOCAL/torch/sync": "threads"}, "'threads' (for LOCAL/torch/sync) is no writer kind"),
+        ("writer", {"LOCAL/torch_dist/sync": "thread"}, "'LOCAL/torch_dist/sync'"),
     ],
 )
 def test_a_wrong_attribute_is_one_clear_error_naming_it(attribute, value, says):
@@ -91,3 +97,14 @@ def test_a_function_contract_that_does_not_read_is_an_error_when_asked():
     bad = traits_of(factory_with(contract=lambda c: {"tp": "maybe"}))
     with pytest.raises(ConfigError, match="unknown promise 'maybe'"):
         bad.contract_for(LOCAL, "backend x: contract", "stated by x")
+
+
+def test_a_writer_is_one_kind_a_kind_per_combination_or_a_function_of_it():
+    assert traits_of(factory_with(writer="process")).writer_for(DIST, "w") == "process"
+    per = traits_of(factory_with(writer={"LOCAL/torch/sync": "inline"}))
+    assert per.writer_for(LOCAL, "w") == "inline" and per.writer_for(DIST, "w") is None  # not declared: learned
+    by = traits_of(factory_with(writer=lambda c: "thread" if c == DIST else None))
+    assert by.writer_for(DIST, "w") == "thread" and by.writer_for(LOCAL, "w") is None
+    with pytest.raises(ConfigError) as raised:
+        traits_of(factory_with(writer=lambda c: "forked")).writer_for(DIST, "backend x: writer")
+    assert raised.value.field == "backend x: writer" and "'forked'" in raised.value.problem

@@ -118,3 +118,17 @@ def test_a_backend_that_writes_some_files_through_the_seam_is_aimed_at_those_onl
     assert _aim({"kind": "rank_crash", "phase": "write"}, partial, 3) == (None, OUTSIDE_SEAM)
     rec, why = _aim({"kind": "rank_crash", "phase": "tracker_update"}, partial, 3)
     assert why is None and (rec.target.op, rec.target.path) == ("create", "*/latest_checkpointed_iteration.txt")
+
+
+def test_a_writer_kill_follows_the_writer_the_adapter_declares_over_the_one_a_save_showed():
+    from dataclasses import replace
+
+    from resilience.runner.aiming import DECLARED, IN_RANK
+
+    kill = {"kind": "writer_kill", "rank": 1, "path": "@data"}
+    seen_process = replace(DCP, data_writer="process")
+    assert _aim(kill, seen_process, 13)[0] is not None  # a writer process was seen: aimed at its data file
+    assert _aim(kill, replace(DCP, data_writer="thread"), 13) == (None, IN_RANK)
+    declared = replace(seen_process, data_writer="thread", writer_declared=True)
+    assert _aim(kill, declared, 13) == (None, DECLARED.format(kind="thread"))
+    assert Layout.from_dict(declared.to_dict()) == declared  # kept in layout.json as declared
