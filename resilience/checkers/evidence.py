@@ -74,11 +74,13 @@ class FileOp:
     time: float  # seconds since the epoch, the history's clock
     job: int
     dst: str = ""  # rename, exchange: the other path, relative to the root
+    thread_name: str = ""  # the name the thread ran under (a writer thread's: "pruner", "Thread-3"), when logged
 
     def __str__(self) -> str:
         where = f"{self.path} -> {self.dst}" if self.dst else self.path
         who = "outside every rank" if self.rank is None else f"rank {self.rank}"
-        return f"{self.op} {where} by {who} (pid {self.pid}, {self.thread} thread) in job {self.job}"
+        named = f" {self.thread_name!r}" if self.thread_name and self.thread != "main" else ""
+        return f"{self.op} {where} by {who} (pid {self.pid}, {self.thread} thread{named}) in job {self.job}"
 
 
 @dataclass

@@ -36,6 +36,7 @@ class FileOpRecorder:
             "rank": self.rank,
             "pid": os.getpid(),  # a forked writer inherits the recorder
             "thread": "main" if threading.current_thread() is threading.main_thread() else "writer",
+            "thread_name": threading.current_thread().name,  # which of the rank's threads, for the culprits
             "time": time.time(),
             "job": self.job,
         }
@@ -90,7 +91,8 @@ def read_file_ops(case_dir: str, root: str) -> list[FileOp] | None:
         rank = r.get("rank")
         ops.append(
             FileOp(r["op"], path, rank if isinstance(rank, int) and rank >= 0 else None, int(r.get("pid") or 0),
-                   str(r.get("thread") or "main"), float(r["time"]), int(r.get("job", 0)), dst)
+                   str(r.get("thread") or "main"), float(r["time"]), int(r.get("job", 0)), dst,
+                   str(r.get("thread_name") or "")[:80])
         )  # fmt: skip
     return sorted(ops, key=lambda o: o.time)
 

@@ -1,5 +1,5 @@
-"""A backend whose verdict changes from run to run on purpose, for the tests of --repeat
-(`--backend tests.commands.flaky_backends:every_second_run_fails`).
+"""Backends whose verdict changes from run to run on purpose, for the tests of --repeat
+(`--backend tests.commands.flaky_backends:every_second_run_fails`, `...:prune_races_its_writer`).
 
 Which run is which is counted in a folder named by RESILIENCE_TEST_FLAKY_DIR (inherited by the forked
 ranks): each checkpoint folder a run saves into takes the next number there, and the runs numbered 1, 3,
@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
+import time
 
+from resilience import storage
+from resilience.checkpoint import commit
 from resilience.checkpoint.reference import ReferenceBackend
 
 COUNTER_DIR = "RESILIENCE_TEST_FLAKY_DIR"
@@ -42,7 +46,71 @@ def every_second_run_fails(combo):
     return _EverySecondRunFails(combo)
 
 
+# how long the pruner of the runs the writer is meant to win waits before it deletes: far longer than the
+# writer of the tiny test state takes to commit
+WRITER_HEAD_START = 2.0
+
+
+class _PruneRacesItsWriter(ReferenceBackend):
+    """Async saves with keep-last-1 retention done by a thread that nothing orders against the writer thread
+    committing the new save: as `save` returns (the state staged, the writer under way), rank 0 starts a
+    pruner that removes every older checkpoint. Which thread gets there first is timing. Each run steers
+    it, so a test knows both outcomes occur: on runs 1, 3, ... the pruner deletes at once, while the writer
+    still writes (the acknowledged checkpoint is gone before its successor is committed: a retention FAIL);
+    on runs 0, 2, ... it waits WRITER_HEAD_START seconds first (the writer has committed: PASS)."""
+
+    def save(self, state, root):
+        older = [path for _, path in commit.list_iterations(os.path.abspath(root))]
+        lag = 0.0 if run_number(root) % 2 == 1 else WRITER_HEAD_START
+        super().save(state, root)
+        if older and _rank() == 0:
+            fs = storage.current()  # the process's file system: the one a case logs and injects through
+
+            def prune():
+                time.sleep(lag)
+                for path in older:
+                    fs.rmtree(path)
+
+            self._pruner = threading.Thread(target=prune, name="pruner", daemon=True)
+            self._pruner.start()
+
+    def finalize(self, *, blocking: bool = True) -> bool:
+        done = super().finalize(blocking=blocking)
+        pruner = getattr(self, "_pruner", None)
+        if done and pruner is not None and blocking:
+            pruner.join()  # the pruner is part of the save: done when both threads are
+        return done
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def prune_races_its_writer(combo):
+    return _PruneRacesItsWriter(combo)
+
+
+prune_races_its_writer.combinations = ("GLOBAL/torch_dist/async",)
+
 FLAKY_BACKEND = "tests.commands.flaky_backends:every_second_run_fails"
+RACING_BACKEND = "tests.commands.flaky_backends:prune_races_its_writer"
+# a case the backend above judges: two async saves, each finalized, then a resume from the newest
+RACE_SCENARIO = """
+name: prune-race
+topology: tp1pp1dp2
+model: {num_layers: 1, hidden: 2, ffn_hidden: 2, heads: 1, vocab: 4}
+combinations: [GLOBAL/torch_dist/async]
+steps:
+  - train: 1
+  - save
+  - finalize
+  - train: 1
+  - save
+  - finalize
+  - resume: {continue: 1}
+"""
 # a case the backend above judges: it saves once, and every second run of it fails
 SCENARIO = """
 name: save-resume

@@ -11,7 +11,7 @@ import pytest
 
 from resilience.cli import main
 
-from .flaky_backends import FLAKY_BACKEND, SCENARIO
+from .flaky_backends import FLAKY_BACKEND, RACE_SCENARIO, RACING_BACKEND, SCENARIO
 
 pytestmark = pytest.mark.multiprocess
 
@@ -52,6 +52,25 @@ def test_runs_that_differ_are_flaky_with_every_outcome(tmp_path, flaky, capsys, 
     assert row["replay"].endswith("--repeat 3")
     assert "0 passed, 1 not passed (1 FLAKY)" in stdout
     assert f"run {failed['run']}: FAIL in {failed['case_dir']}" in stdout
+
+
+def test_a_pruner_racing_its_own_writer_thread_is_flaky_and_names_the_deletion(tmp_path, flaky, capsys):
+    """Which of two unsynchronised threads wins decides the verdict: a retention FAIL when the pruner
+    deletes the acknowledged checkpoint before the writer committed its successor, a PASS when it does
+    not (the backend steers the race by the run's number, so both happen in five runs)."""
+    scenario, out = tmp_path / "race.yaml", tmp_path / "runs"
+    scenario.write_text(RACE_SCENARIO)
+    argv = ["run", str(scenario), "--backend", RACING_BACKEND, "--repeat", "5", "--workers", "1", "--out", str(out)]
+    assert main(argv) == 1
+    (row,) = _rows(out)
+    assert row["verdict"] == "FLAKY", row["detail"]
+    assert sorted(r["verdict"] for r in row["repeats"]) == ["FAIL", "FAIL", "PASS", "PASS", "PASS"], row["repeats"]
+    [retention] = [c for c in row["checkers"] if c["checker"] == "retention"]
+    assert retention["status"] == "FAIL", retention
+    first = retention["evidence"][0]
+    assert (first["op"], first["rank"], first["thread"]) == ("rmtree", 0, "writer pruner"), first
+    assert first["path"].startswith("iter_0000001/") and first["iteration"] == 1
+    assert "by rank 0 (pid" in row["detail"] and "writer thread 'pruner'" in row["detail"], row["detail"]
 
 
 def test_one_run_is_the_old_behaviour(tmp_path, flaky):
