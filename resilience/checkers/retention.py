@@ -169,7 +169,7 @@ class _Judge:
         return (
             path == hit
             and "/" not in path
-            and by.iteration != owner.iteration
+            and by.save_id != owner.save_id
             and self.last.get((by.save_id, op.rank)) == op.time
         )
 

@@ -173,3 +173,10 @@ def test_an_atomicity_fail_names_the_resave_that_wrote_over_the_files_the_load_r
     [c] = v.evidence[0]["culprits"]
     assert (c["op"], c["path"], c["rank"], c["save_id"]) == ("create", "iter_0000001/model.pt", 1, "a"), c
     assert "first culprit: create iter_0000001/model.pt by rank 1" in v.detail, v.detail
+
+
+def test_a_resave_of_the_same_iteration_rewriting_the_tracker_as_its_last_step_commits_it():
+    resave = saves(("a", 1, 1.0, 2.0), ("b", 1, 3.0, 5.0))
+    tracker = [op("create", "latest.txt", 1.9), op("create", "staging1b/model.pt", 3.5)]
+    ops = WROTE_1[:1] + tracker + [op("create", "latest.txt", 4.5)]  # b's last step: the pointer
+    assert judge(resave, ops).status != FAIL, judge(resave, ops)
