@@ -113,9 +113,7 @@ class Layout:
         ats = [f.written_as or f.template for f in self._each_save(role, rank)]  # scan: where it ends
         if not ats:
             return None
-        at = ats[0] if rank is not None else _merge(ats)
-        text = _FIELD.sub("*", at) if iteration is None else _fill(at, iteration)
-        return "*/" + _unbrace(text)
+        return path_glob(ats[0] if rank is not None else _merge(ats), iteration)
 
     def found(
         self, root: str, role: str | None = None, rank: int | None = None
@@ -439,6 +437,12 @@ def _merge(templates: list[str]) -> str:
         else:
             return templates[0]
     return "".join(out)
+
+
+def path_glob(template: str, iteration: int | None) -> str:
+    """A glob for a fault's target.path matching `template` (a LayoutFile's) in the save of `iteration`
+    (None: of any iteration), anywhere under the root."""
+    return "*/" + _unbrace(_FIELD.sub("*", template) if iteration is None else _fill(template, iteration))
 
 
 def _fill(template: str, iteration: int) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..faults import Fault, WriterKill
-from ..faults.layout import IN_RANK_WRITERS, Layout, _template
+from ..faults.layout import IN_RANK_WRITERS, Layout, _template, path_glob
 
 OUTSIDE_SEAM = (
     "the backend writes these files outside the storage seam (one clean save logged none of them), "
@@ -65,9 +65,9 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
             return None, OUTSIDE_SEAM  # it may reach the phase in files the seam does not see
         if seen is None:
             return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
-        glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or "*/" + _template(
-            seen["path"], layout.iteration, stable=True
-        ).format(iteration=iteration if iteration is not None else "*")
+        glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or path_glob(
+            _template(seen["path"], layout.iteration, stable=True), iteration
+        )
         # the phase begins as the operation that starts it runs: a crash just before it
         target = replace(target, op="write" if phase == "write" else seen["op"], path=glob)
         trigger = replace(trigger, phase=None, when="before")

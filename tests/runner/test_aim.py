@@ -132,3 +132,17 @@ def test_a_writer_kill_follows_the_writer_the_adapter_declares_over_the_one_a_sa
     declared = replace(seen_process, data_writer="thread", writer_declared=True)
     assert _aim(kill, declared, 13) == (None, DECLARED.format(kind="thread"))
     assert Layout.from_dict(declared.to_dict()) == declared  # kept in layout.json as declared
+
+
+def test_a_phase_aimed_at_any_iteration_of_a_zero_padded_layout_is_a_glob():
+    padded = Layout(
+        3,
+        (LayoutFile("iter_{iteration:07d}/rank_0.pt", "data", 0, "iter_{iteration:07d}/rank_0.pt.tmp-*"),),
+        True,
+        "oplog",
+        {"commit_rename": {"op": "rename", "path": "iter_0000003/manifest.json.tmp", "rank": 0}},
+    )
+    aimed, why = _aim({"kind": "rank_crash", "rank": 0, "phase": "commit_rename"}, padded, None)
+    assert why is None and aimed.target.path == "*/iter_*/manifest.json.tmp", aimed
+    aimed, _ = _aim({"kind": "rank_crash", "rank": 0, "phase": "commit_rename"}, padded, 4)
+    assert aimed.target.path == "*/iter_0000004/manifest.json.tmp", aimed
