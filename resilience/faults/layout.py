@@ -419,7 +419,17 @@ def _phases(root: str, ops, roles: dict[str, str]) -> dict:
                 first_rename = first_rename or {"op": o.op, "path": rel, "rank": o.rank}
     if "commit_rename" not in out and first_rename:
         out["commit_rename"] = first_rename  # a save whose metadata is written in place: its first rename
+    for phase in out.values():  # which ranks do an operation of the phase: a fault on another never fires
+        phase["ranks"] = sorted(
+            {o.rank for o in ops if o.op == phase["op"] and _alike(os.path.relpath(o.path, root), phase["path"])},
+            key=lambda r: (r is None, r if r is not None else 0),
+        )
     return out
+
+
+def _alike(a: str, b: str) -> bool:
+    """Two paths of one save that differ only in their numbers (a rank's, a pid's, a random part's)."""
+    return re.sub(r"[0-9a-f]{6,}|\d+", "#", a) == re.sub(r"[0-9a-f]{6,}|\d+", "#", b)
 
 
 def _merge(templates: list[str]) -> str:

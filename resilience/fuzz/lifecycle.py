@@ -42,7 +42,9 @@ CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
-FAULT_FILES = {"data": None, "manifest": "*manifest.json", "tracker": "*latest_checkpointed_iteration*"}
+# the file a write fault strikes, by role, aimed through the layout learned for the backend under test (a
+# backend without such a file makes the case N/A, with the reason); data: the rank's nth write of the save
+FAULT_FILES = {"data": None, "manifest": "@metadata", "tracker": "@pointer"}
 
 
 @dataclass(frozen=True)

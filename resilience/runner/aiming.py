@@ -65,6 +65,12 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
             return None, OUTSIDE_SEAM  # it may reach the phase in files the seam does not see
         if seen is None:
             return None, f"this backend never reaches a {phase!r} phase (its saves: {layout.describe()})"
+        doers = seen.get("ranks")
+        if isinstance(target.rank, int) and phase != "write" and doers and target.rank not in doers:
+            return None, (
+                f"rank {target.rank} never reaches the {phase!r} phase: in one clean save only rank(s) "
+                f"{', '.join(str(r) for r in doers)} did ({seen['op']} {seen['path']})"
+            )
         glob = (layout.write_glob("data", iteration, rank) if phase == "write" else None) or path_glob(
             _template(seen["path"], layout.iteration, stable=True), iteration
         )

@@ -80,8 +80,14 @@ def test_the_commit_rename_of_a_per_rank_library_is_the_rename_that_publishes_it
     ]
     roles = {"iter_13/rank_1.pt": "data", "iter_13/manifest.json": "metadata"}
     phases = _phases(root, ops, roles)
-    assert phases["commit_rename"] == {"op": "rename", "path": "iter_13/manifest.json.tmp-40", "rank": 0}
+    commit = {"op": "rename", "path": "iter_13/manifest.json.tmp-40", "rank": 0, "ranks": [0]}
+    assert phases["commit_rename"] == commit  # rank 0 alone publishes
     assert phases["write"]["path"] == "iter_13/rank_1.pt.tmp-41"
+    files = (LayoutFile("iter_{iteration}/rank_1.pt", "data", 1, "iter_{iteration}/rank_1.pt.tmp-*"),)
+    layout = Layout(13, files, True, "oplog", phases)
+    aimed, why = _aim({"kind": "rank_crash", "rank": 1, "phase": "commit_rename"}, layout, 13)
+    assert aimed is None and why.startswith("rank 1 never reaches the 'commit_rename' phase"), why
+    assert _aim({"kind": "rank_crash", "rank": 0, "phase": "commit_rename"}, layout, 13)[0] is not None
     del roles["iter_13/manifest.json"]  # a save whose metadata no rename publishes: its first rename
     assert _phases(root, ops, roles)["commit_rename"]["path"] == "iter_13/rank_1.pt.tmp-41"
 
