@@ -96,7 +96,7 @@ prune_races_its_writer.combinations = ("GLOBAL/torch_dist/async",)
 
 FLAKY_BACKEND = "tests.commands.flaky_backends:every_second_run_fails"
 RACING_BACKEND = "tests.commands.flaky_backends:prune_races_its_writer"
-# a case the backend above judges: two async saves, each finalized, then a resume from the newest
+# prune_races_its_writer's case: two async saves, each finalized, then a resume from the newest
 RACE_SCENARIO = """
 name: prune-race
 topology: tp1pp1dp2
@@ -111,7 +111,7 @@ steps:
   - finalize
   - resume: {continue: 1}
 """
-# a case the backend above judges: it saves once, and every second run of it fails
+# every_second_run_fails's case: it saves once, and every second run of it fails
 SCENARIO = """
 name: save-resume
 topology: tp1pp1dp1
