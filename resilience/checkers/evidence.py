@@ -76,10 +76,15 @@ class FileOp:
     dst: str = ""  # rename, exchange: the other path, relative to the root
     thread_name: str = ""  # the name the thread ran under (a writer thread's: "pruner", "Thread-3"), when logged
 
+    @property
+    def named_thread(self) -> str:
+        """The thread's name where it tells more than "main" (a writer's: "pruner"), else ""."""
+        return self.thread_name if self.thread != "main" else ""
+
     def __str__(self) -> str:
         where = f"{self.path} -> {self.dst}" if self.dst else self.path
         who = "outside every rank" if self.rank is None else f"rank {self.rank}"
-        named = f" {self.thread_name!r}" if self.thread_name and self.thread != "main" else ""
+        named = f" {self.named_thread!r}" if self.named_thread else ""
         return f"{self.op} {where} by {who} (pid {self.pid}, {self.thread} thread{named}) in job {self.job}"
 
 

@@ -226,7 +226,7 @@ class _Judge:
             "via": op.path if op.op != "rename" else f"{op.path} -> {op.dst}",
             "rank": op.rank,
             "pid": op.pid,
-            "thread": op.thread if not op.thread_name or op.thread == "main" else f"{op.thread} {op.thread_name}",
+            "thread": f"{op.thread} {op.named_thread}" if op.named_thread else op.thread,
             "time": _clock(op.time),
             "job": op.job,
             "save_id": save.save_id,

@@ -179,4 +179,5 @@ def test_a_resave_of_the_same_iteration_rewriting_the_tracker_as_its_last_step_c
     resave = saves(("a", 1, 1.0, 2.0), ("b", 1, 3.0, 5.0))
     tracker = [op("create", "latest.txt", 1.9), op("create", "staging1b/model.pt", 3.5)]
     ops = WROTE_1[:1] + tracker + [op("create", "latest.txt", 4.5)]  # b's last step: the pointer
-    assert judge(resave, ops).status != FAIL, judge(resave, ops)
+    v = judge(resave, ops)  # the old tracker is replaced by the re-save's commit: nothing of it destroyed
+    assert v.status == NA and v.detail == "no file of an acknowledged checkpoint was deleted, truncated or replaced", v

@@ -16,6 +16,7 @@ import time
 from resilience import storage
 from resilience.checkpoint import commit
 from resilience.checkpoint.reference import ReferenceBackend
+from resilience.dist import this_rank
 
 COUNTER_DIR = "RESILIENCE_TEST_FLAKY_DIR"
 
@@ -63,7 +64,7 @@ class _PruneRacesItsWriter(ReferenceBackend):
         older = [path for _, path in commit.list_iterations(os.path.abspath(root))]
         lag = 0.0 if run_number(root) % 2 == 1 else WRITER_HEAD_START
         super().save(state, root)
-        if older and _rank() == 0:
+        if older and this_rank() == 0:
             fs = storage.current()  # the process's file system: the one a case logs and injects through
 
             def prune():
@@ -80,12 +81,6 @@ class _PruneRacesItsWriter(ReferenceBackend):
         if done and pruner is not None and blocking:
             pruner.join()  # the pruner is part of the save: done when both threads are
         return done
-
-
-def _rank() -> int:
-    import torch.distributed as dist
-
-    return dist.get_rank() if dist.is_initialized() else 0
 
 
 def prune_races_its_writer(combo):
