@@ -5,13 +5,15 @@ Read from the file operations the case logged (`Evidence.file_ops`). A file belo
 open on the creating rank (invoked there, not yet returned) when it was created; a rename or an exchange
 carries it to its new path. A later save counts as acknowledged once it returned on every rank, and,
 for the rank that did the operation, once it returned there and was acknowledged in the end (a rank
-prunes after its own save returned; the others return on the same collective). It counts as committed,
-for a file some rank made, once the later save was published: by a rename or exchange of its files of
-that rank, for a rank that publishes its files by renaming them (a temp-and-rename library: each rank's
-rename of its own file, or one rename of a folder the ranks wrote into); for a rank that writes its files
-in place (DCP's data files), once the ranks that publish by renaming had each published theirs (the
-rename of DCP's .metadata). One rank's rename of its own file never commits another rank's: a library
-that prunes as soon as its own file is in place, while the others still write, is a FAIL."""
+prunes after its own save returned; the others return on the same collective). It counts as committed
+once its last publishing rename ran: the last rename that first carried a file of it into place, over
+every rank that publishes by renaming (each rank's rename of its own file, one rename of a folder the
+ranks wrote into, a manifest renamed into place after the data files: that rename is the commit), a
+tracker's rename left out. A tracker is a path that saves of several iterations rewrite (the root's
+latest.txt, a rank folder's latest_checkpointed_iteration.txt), or a root file several saves rewrite;
+its replacement as a later save's last step on a rank is that save's commit there, not a loss. One
+rank's rename of its own file never commits the save: a library that prunes as soon as its own file is
+in place, while the others still write or before its manifest is renamed into place, is a FAIL."""
 
 from __future__ import annotations
 
@@ -131,9 +133,9 @@ class _Judge:
                 if o.op == "create":
                     self.makers.setdefault(s.save_id, set()).add(o.rank)
         self.renamers = _renaming_ranks(ops)  # the ranks that publish their files by renaming them
+        self.trackers = self._trackers(ops)
+        self.published = self._publish_times(ops)  # (save id, maker) -> its last publishing rename
         self.owner: dict[str, SaveRecord] = {}
-        self.maker: dict[str, int | None] = {}  # path -> the rank that created the file there
-        self.carried: dict[tuple[str, int | None], float] = {}  # (save id, maker) -> when a rename first carried
         self.judged = 0
         self.seen: list[SaveRecord] = []  # the saves whose files the log saw created
         self.bad: list[dict] = []
@@ -144,15 +146,14 @@ class _Judge:
             hit = op.dst if op.op == "rename" else op.path
             by = self._replacing(op)
             for path in self._under(hit):
-                owner, maker = self.owner.pop(path), self.maker.pop(path, None)
+                owner = self.owner.pop(path)
                 if by is not None and self._is_pointer_update(op, path, hit, owner, by):
                     continue
-                self._destroyed(op, path, owner, maker)
+                self._destroyed(op, path, owner)
         if op.op == "create":
             save = self._open_save(op)
             if save is not None:
                 self.owner[op.path] = save
-                self.maker[op.path] = op.rank
                 self.seen.append(save)
         elif op.op in ("rename", "exchange"):
             self._move(op)
@@ -164,27 +165,58 @@ class _Judge:
         return self.owner.get(op.path) if op.op == "rename" else None
 
     def _is_pointer_update(self, op: FileOp, path: str, hit: str, owner: SaveRecord, by: SaveRecord) -> bool:
-        """A file at the checkpoint root that every save rewrites (a tracker such as latest.txt), replaced by a
-        save of another iteration as that save's last step on the rank: the later save's commit, not a loss."""
+        """A tracker replaced by a later save as that save's last step on the rank: its commit, not a loss.
+        In place (open for writing) only at the root (Megatron's tracker); a rank folder's tracker by a rename."""
         return (
             path == hit
-            and "/" not in path
             and by.save_id != owner.save_id
             and self.last.get((by.save_id, op.rank)) == op.time
+            and ("/" not in path or (op.op == "rename" and path in self.trackers))
         )
 
+    def _trackers(self, ops: list[FileOp]) -> set[str]:
+        """The paths that saves of two or more iterations created or renamed a file to, and the files at the
+        root that two or more saves did (a pointer rewritten by re-saves of one iteration)."""
+        wrote: dict[str, set[tuple[str, int | None]]] = {}  # path -> (save id, iteration) of each writer
+        for o in ops:
+            s = self._open_save(o) if o.op in ("create", "rename") else None
+            if s is not None:
+                wrote.setdefault(o.dst if o.op == "rename" else o.path, set()).add((s.save_id, s.iteration))
+        return {p for p, by in wrote.items() if len({it for _, it in by}) > 1 or ("/" not in p and len(by) > 1)}
+
+    def _publish_times(self, ops: list[FileOp]) -> dict[tuple[str, int | None], float]:
+        """When each save's files of each maker were last carried into place for the first time: a rename
+        (not to a tracker) that moved a file no rename had moved before. A later move of published files
+        (a re-save setting the old copy aside) publishes nothing."""
+        files: dict[str, tuple[str, int | None, bool]] = {}  # path -> (save id, maker, published)
+        out: dict[tuple[str, int | None], float] = {}
+        for o in ops:
+            if o.op == "create":
+                s = self._open_save(o)
+                if s is not None:
+                    files[o.path] = (s.save_id, o.rank, False)
+            elif o.op in ("unlink", "rmtree"):
+                for p in [p for p in files if p == o.path or p.startswith(o.path + "/")]:
+                    del files[p]
+            elif o.op in ("rename", "exchange"):
+                sides = [(o.path, o.dst)] + ([(o.dst, o.path)] if o.op == "exchange" else [])
+                moved = {
+                    dst + p[len(src) :]: files.pop(p)
+                    for src, dst in sides
+                    for p in [p for p in files if p == src or p.startswith(src + "/")]
+                }
+                for p, (sid, maker, done) in moved.items():
+                    if not done and p not in self.trackers:
+                        out[(sid, maker)] = max(o.time, out.get((sid, maker), -math.inf))
+                    files[p] = (sid, maker, True)
+        return out
+
     def _move(self, op: FileOp) -> None:
-        there = {p: (self.owner.pop(p), self.maker.pop(p, None)) for p in self._under(op.path)}
-        back = (
-            {p: (self.owner.pop(p), self.maker.pop(p, None)) for p in self._under(op.dst)}
-            if op.op == "exchange"
-            else {}
-        )
+        there = {p: self.owner.pop(p) for p in self._under(op.path)}
+        back = {p: self.owner.pop(p) for p in self._under(op.dst)} if op.op == "exchange" else {}
         for moved, src, dst in ((there, op.path, op.dst), (back, op.dst, op.path)):
-            for p, (save, maker) in moved.items():
+            for p, save in moved.items():
                 self.owner[dst + p[len(src) :]] = save
-                self.maker[dst + p[len(src) :]] = maker
-                self.carried.setdefault((save.save_id, maker), op.time)
 
     def _under(self, path: str) -> list[str]:
         return [p for p in self.owner if p == path or p.startswith(path + "/")]
@@ -200,7 +232,7 @@ class _Judge:
         ]
         return max(open_, key=lambda s: s.invoked_at[op.rank], default=None)  # type: ignore[index]
 
-    def _destroyed(self, op: FileOp, path: str, save: SaveRecord, maker: int | None) -> None:
+    def _destroyed(self, op: FileOp, path: str, save: SaveRecord) -> None:
         acked_at = _acknowledged_at(save)
         if acked_at is None or acked_at > op.time:
             if self.any_save:  # not acknowledged (yet): named, never judged
@@ -214,7 +246,7 @@ class _Judge:
         )
         entry = self._entry(op, path, save, culprit)
         self.destroyed.append(entry)
-        if any(self._supersedes(later, save, op, maker) for later in self.saves):
+        if any(self._supersedes(later, save, op) for later in self.saves):
             return
         self.bad.append(dict(entry, culprit=culprit + " and still the newest acknowledged checkpoint"))
 
@@ -235,9 +267,8 @@ class _Judge:
         }
         return entry
 
-    def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp, maker: int | None) -> bool:
-        """Whether `later`, a save invoked after `save`, was committed (for a file `maker` made) or
-        acknowledged when `op` ran."""
+    def _supersedes(self, later: SaveRecord, save: SaveRecord, op: FileOp) -> bool:
+        """Whether `later`, a save invoked after `save`, was committed or acknowledged when `op` ran."""
         if later is save or _first_invoke(later) <= _first_invoke(save):
             return False
         acked_at = _acknowledged_at(later)
@@ -245,15 +276,13 @@ class _Judge:
             return True
         if later.acknowledged and later.returned_at.get(op.rank, math.inf) <= op.time:  # type: ignore[arg-type]
             return True
-        return self._published(later, maker) <= op.time
+        return self._committed(later) <= op.time
 
-    def _published(self, later: SaveRecord, maker: int | None) -> float:
-        """When `later` was published for a file of `maker`: its own files' rename, where `maker` publishes
-        by renaming and made files of `later`; else every renaming maker's (inf: not by a rename)."""
-        if maker in self.renamers and maker in self.makers.get(later.save_id, ()):
-            return self.carried.get((later.save_id, maker), math.inf)
+    def _committed(self, later: SaveRecord) -> float:
+        """When `later` was committed: the last publishing rename of the ranks that publish by renaming
+        and made files of it (inf: never by a rename)."""
         need = self.makers.get(later.save_id, set()) & self.renamers
-        return max((self.carried.get((later.save_id, m), math.inf) for m in need), default=math.inf)
+        return max((self.published.get((later.save_id, m), math.inf) for m in need), default=math.inf)
 
 
 def _renaming_ranks(ops: list[FileOp]) -> set[int | None]:

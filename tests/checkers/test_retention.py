@@ -181,3 +181,51 @@ def test_a_resave_of_the_same_iteration_rewriting_the_tracker_as_its_last_step_c
     ops = WROTE_1[:1] + tracker + [op("create", "latest.txt", 4.5)]  # b's last step: the pointer
     v = judge(resave, ops)  # the old tracker is replaced by the re-save's commit: nothing of it destroyed
     assert v.status == NA and v.detail == "no file of an acknowledged checkpoint was deleted, truncated or replaced", v
+
+
+# rankckpt's order: each rank's file renamed into place, then rank 0's manifest (the commit), then `latest`
+MANIFEST_2 = [
+    op("create", "iter_0000002/manifest.json.tmp", 3.85),
+    op("rename", "iter_0000002/manifest.json.tmp", 3.9, dst="iter_0000002/manifest.json"),
+]
+
+
+def test_a_save_is_committed_by_its_last_publishing_rename_not_by_the_data_files_renames():
+    early = PER_RANK_1 + PER_RANK_2 + RANK_1_PUBLISHES_2 + [op("rmtree", "iter_0000001", 3.85)] + MANIFEST_2
+    v = judge(TWO, early)  # every data file is in place, but the manifest that commits them is not
+    assert v.status == FAIL and "rmtree iter_0000001 by rank 0" in v.detail, v.detail
+    after = PER_RANK_1 + PER_RANK_2 + RANK_1_PUBLISHES_2 + MANIFEST_2 + [op("rmtree", "iter_0000001", 3.95)]
+    assert judge(TWO, after).status == PASS
+
+
+def test_a_rank_folders_tracker_renamed_over_as_the_next_saves_last_step_is_its_commit():
+    def tracker(t, rank):
+        name = f"rank_{rank}/latest_checkpointed_iteration.txt"
+        return [op("create", name + ".tmp", t, rank=rank), op("rename", name + ".tmp", t + 0.05, dst=name, rank=rank)]
+
+    ops = []
+    for it, (t0, t1) in ((1, (1.2, 1.5)), (2, (3.2, 3.5))):
+        for r in (0, 1):
+            ops += [op("create", f"rank_{r}/iter_{it}/model.pt", t0, rank=r)] + tracker(t1 + r * 0.3, r)
+    v = judge(TWO, sorted(ops, key=lambda o: o.time))  # rank 1 replaces its tracker before rank 0 publishes
+    assert v.status == NA, v
+    ops.append(op("create", "rank_0/iter_1/model.pt", 3.3))  # ... but a data file truncated in place is a loss
+    assert judge(TWO, sorted(ops, key=lambda o: o.time)).status == FAIL
+
+
+def test_a_resave_committed_by_renaming_its_manifest_over_the_old_one_replaces_nothing_it_owed():
+    resave = saves(("a", 1, 1.0, 2.0), ("b", 1, 3.0, 5.0))
+    manifest = "iter_0000001/manifest.json"
+
+    def save(t, tag):  # rankckpt: data file, manifest (the commit), then the root pointer `latest`
+        return [
+            op("create", f"iter_0000001/rank_0.{tag}.pt.tmp", t),
+            op("rename", f"iter_0000001/rank_0.{tag}.pt.tmp", t + 0.1, dst=f"iter_0000001/rank_0.{tag}.pt"),
+            op("create", manifest + ".tmp", t + 0.2),
+            op("rename", manifest + ".tmp", t + 0.3, dst=manifest),
+            op("create", "latest.tmp", t + 0.4),
+            op("rename", "latest.tmp", t + 0.5, dst="latest"),
+        ]
+
+    v = judge(resave, save(1.1, "a") + save(3.1, "b"))
+    assert v.status == PASS, v
