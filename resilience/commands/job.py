@@ -16,7 +16,7 @@ from .common import nonnegative_int, number_arg, seconds
 
 def register(sub) -> None:
     from ..job.columns import COLUMNS
-    from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS
+    from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS, MAX_STATES
 
     p = sub.add_parser(
         "job",
@@ -68,6 +68,12 @@ def register(sub) -> None:
         help=f"restarts after the fault, as a scheduler allows (default {MAX_RESTARTS})",
     )
     p.add_argument(
+        "--max-states",
+        type=number_arg(int, lambda v: 1 <= v <= 1024, "a number of crash states from 1 to 1024"),
+        default=MAX_STATES,
+        help=f"crash states of the folder the power-loss column restarts the job on (default {MAX_STATES})",
+    )
+    p.add_argument(
         "--timeout", type=seconds, help="seconds one run of a case may take (default: 3x the golden run, at least 30)"
     )
     p.add_argument(
@@ -108,6 +114,7 @@ def run(args) -> int:
         tuple(args.column),
         args.matrix,
         args.golden,
+        args.max_states,
     )
     from ..job.matrix import run_job
 

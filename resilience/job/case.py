@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 
 from ..checkers.base import Verdict
 from ..checkers.case import FIRED, NEVER_FIRED, NOT_APPLICABLE
@@ -20,7 +21,7 @@ from ..faults.fuse_log import read_log
 from ..faults.kinds import TrackerDamage
 from ..report.result_row import FaultResult, ResultRow
 from ..triggers import matches_path
-from ..verdicts import FAILING, NA, PASS, REFUSED, WARN, Status, worst
+from ..verdicts import FAIL, FAILING, NA, PASS, REFUSED, UNKNOWN, UNPROBED, WARN, Status, worst
 from .base import CaseEvidence, FaultState, RunOutcome
 from .checkers import judge
 from .columns import BETWEEN_SAVES, MID_SAVE, CasePlan, plan_for
@@ -34,8 +35,10 @@ EVIDENCE = "case.json"  # the case's runs, fault and verdicts, in its folder
 
 def between_fired(plan: CasePlan, ref: Reference, run: RunOutcome) -> tuple[bool, str]:
     """Whether the runner's kill landed between the aimed save's acknowledgement and the next save."""
+    kill = plan.kill
+    at = "?" if kill is None else f"step {kill.at_step}" if kill.at_step is not None else "its acknowledgement"
     if run.killed != BETWEEN_SAVES or run.killed_at is None:
-        return False, f"the job was not killed at step {plan.kill.at_step if plan.kill else '?'} ({run.ended()})"
+        return False, f"the job was not killed at {at} ({run.ended()})"
     save = plan.save
     if save is not None and save.step in ref.golden.acks and save.step not in {a.step for a in run.observed.acks}:
         return False, f"the kill came before the save of step {save.step} was acknowledged"
@@ -48,8 +51,7 @@ def between_fired(plan: CasePlan, ref: Reference, run: RunOutcome) -> tuple[bool
     ]
     if early:
         return False, f"the kill landed during the next save: {early[0]['path']} was already created"
-    at = plan.kill.at_step if plan.kill else "?"
-    return True, f"killed at step {at}, between the saves of steps {save.step if save else '?'} and {nxt}"
+    return True, f"killed at {at}, between the saves of steps {save.step if save else '?'} and {nxt}"
 
 
 def fault_state(plan: CasePlan, ref: Reference, trial: Trial) -> FaultState:
@@ -66,17 +68,41 @@ def fault_state(plan: CasePlan, ref: Reference, trial: Trial) -> FaultState:
                 NEVER_FIRED, f"the write was held but the job was not killed ({run.ended()})", record=fired
             )
         done = f"{fired.get('action')} on {fired.get('op')} of {fired.get('path')} by rank {fired.get('rank')}"
+        if plan.kill is not None and not plan.kill.on_firing:  # slowed, then killed between saves
+            ok, why = between_fired(plan, ref, run)
+            if not ok:
+                return FaultState(NEVER_FIRED, f"{done}, but {why}", record=fired)
+            return FaultState(FIRED, f"{done} ({len(run.firings)} firings); {why}", record=fired)
         return FaultState(
             FIRED, done + (", and the whole job killed while it was held" if plan.kill else ""), record=fired
         )
     ok, why = between_fired(plan, ref, run)
     if not ok:
         return FaultState(NEVER_FIRED, why)
+    if plan.chain:
+        return _chain_state(plan, ref, trial, why)
+    if plan.power_loss:
+        if not trial.states:
+            return FaultState(NEVER_FIRED, f"{why}; {trial.states_summary or 'no crash state was built'}")
+        return FaultState(FIRED, f"{why}; then the power lost: {trial.states_summary}")
     if plan.damage is not None:
         if trial.damage is None:
             return FaultState(NEVER_FIRED, trial.damage_skipped or "nothing was damaged")
         return FaultState(FIRED, f"{why}; then {_damage_text(trial.damage)}", damaged_step=step, record=trial.damage)
     return FaultState(FIRED, why)
+
+
+def _chain_state(plan: CasePlan, ref: Reference, trial: Trial, first: str) -> FaultState:
+    """Every kill of a chained column landed between its saves, each in the restart after the one before."""
+    said = [f"run 0 {first}"]
+    for i, later in enumerate(plan.chain, start=1):
+        if i >= len(trial.runs):
+            return FaultState(NEVER_FIRED, f"{'; '.join(said)}; but the job was not restarted {i} time(s)")
+        ok, why = between_fired(later, ref, trial.runs[i])
+        if not ok:
+            return FaultState(NEVER_FIRED, f"{'; '.join(said)}; but in run {i}: {why}")
+        said.append(f"run {i} {why}")
+    return FaultState(FIRED, "; ".join(said))
 
 
 def _damage_text(d: dict) -> str:
@@ -127,12 +153,16 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
         max_restarts=options.max_restarts,
         between_fired=lambda run: between_fired(plan, ref, run)[0],
         on_run=on_run,
+        max_states=options.max_states,
     )
     state = fault_state(plan, ref, trial)
-    ev = CaseEvidence(column, ref.golden, trial.runs, state, timeout, damage=plan.damage is not None)
-    verdicts = judge(ev)
+    if trial.states:
+        verdicts, per_state = _judge_states(column, ref, trial, state, timeout)
+    else:
+        ev = CaseEvidence(column, ref.golden, trial.runs, state, timeout, damage=plan.damage is not None)
+        verdicts, per_state = judge(ev), []
     verdict = case_verdict(verdicts)
-    _keep(case_dir, plan, state, trial, verdicts)
+    _keep(case_dir, plan, state, trial, verdicts, per_state)
     return ResultRow(
         name,
         name,
@@ -155,7 +185,31 @@ def _detail(verdict: Status, verdicts: list[Verdict], state: FaultState) -> str:
     return "; ".join(f"{v.checker}: {v.detail}" for v in shown)[:1500]
 
 
-def _keep(case_dir: str, plan: CasePlan, state: FaultState, trial: Trial, verdicts: list[Verdict]) -> None:
+def _judge_states(
+    column: str, ref: Reference, trial: Trial, state: FaultState, timeout: float
+) -> tuple[list[Verdict], list[dict]]:
+    """Each crash state judged on its own runs; the case's verdicts are the worst state's, each sentence
+    naming the state (every state's verdicts are kept in case.json)."""
+    judged = []
+    for st in trial.states or ():
+        verdicts = judge(CaseEvidence(column, ref.golden, st.runs, state, timeout))
+        judged.append((st, verdicts, case_verdict(verdicts)))
+    rank = {s: i for i, s in enumerate((FAIL, UNKNOWN, UNPROBED, REFUSED, WARN, PASS, NA))}
+    worst_st, worst_verdicts, _ = min(judged, key=lambda j: (rank.get(j[2], 0), j[0].index))
+    tally = ", ".join(f"{n} {v}" for v, n in Counter(str(j[2]) for j in judged).items())
+    where = f"crash state {worst_st.index} of {len(judged)} ({worst_st.how}; states: {tally})"
+    shown = [Verdict(v.checker, v.status, f"{where}: {v.detail}", v.evidence) for v in worst_verdicts]
+    per_state = [
+        {"state": st.index, "how": st.how, "path": st.path, "verdict": str(v), "runs": [r.to_dict() for r in st.runs]}
+        | {"verdicts": [x.to_dict() for x in verdicts]}
+        for st, verdicts, v in judged
+    ]
+    return shown, per_state
+
+
+def _keep(
+    case_dir: str, plan: CasePlan, state: FaultState, trial: Trial, verdicts: list[Verdict], states: list[dict]
+) -> None:
     doc = {
         "column": plan.column,
         "fault": plan.what,
@@ -164,6 +218,7 @@ def _keep(case_dir: str, plan: CasePlan, state: FaultState, trial: Trial, verdic
         "fault_status": {"status": state.status, "detail": state.detail, "record": state.record},
         "runs": [r.to_dict() for r in trial.runs],
         "verdicts": [v.to_dict() for v in verdicts],
+        "power_loss": {"summary": trial.states_summary, "states": states} if plan.power_loss else None,
     }
     with open(os.path.join(case_dir, EVIDENCE), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, default=str)

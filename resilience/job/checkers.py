@@ -102,43 +102,63 @@ def _acked(runs: list[RunOutcome], damaged: int | None) -> list[int]:
 
 
 class ResumedNewest:
+    """Every restart that says where it resumed, against the saves acknowledged before it (by any earlier
+    run: a chained resume owes the save the first restart made)."""
+
     name = "resumed_newest"
 
     def check(self, ev: CaseEvidence) -> Verdict:
         if not ev.restarts:
             return Verdict(self.name, NA, f"the job never restarted: its first run ended with {ev.runs[0].ended()}")
-        found = _resumed(ev)
-        if found is None:
+        resumes: list[tuple[RunOutcome, int, bool]] = []
+        for r in ev.restarts:
+            step, said = r.observed.resume_step()
+            if step is not None:
+                resumes.append((r, step, said))
+        if not resumes:
             return Verdict(self.name, NA, "no restarted run said where it resumed or reported a step")
-        run, step, said = found
-        how = "said" if said else "inferred from the first step it reported"
-        acked = [a for a in ev.acked_before_restart() if a != ev.fault.damaged_step]
         if not ev.golden.acks:
+            _, step, said = resumes[0]
             return Verdict(
                 self.name,
                 WARN,
-                f"resumed from step {step} ({how}); the job acknowledges no save (no ack line in the golden run: give "
-                "--ack), so which checkpoint it should have resumed from is not judged",
+                f"resumed from step {step} ({_how(said)}); the job acknowledges no save (no ack line in the golden "
+                "run: give --ack), so which checkpoint it should have resumed from is not judged",
             )
-        newest = max(acked, default=0)
-        facts = [{"run": run.index, "resumed": step, "how": how, "acknowledged": acked, "expected": newest}]
-        if step >= newest:
-            more = "" if step == newest else f" (newer than the newest acknowledgement, step {newest})"
-            if step == ev.fault.damaged_step:
-                more += ", the damaged one (judged by no_silent_damage)"
-            return Verdict(self.name, PASS, f"resumed from step {step} ({how}){more}", facts)
-        what = "started from scratch" if step == 0 else f"resumed from step {step} ({how})"
-        why = explained(run)
-        if why is not None:
-            return Verdict(
-                self.name, WARN, f"{what}, older than the newest acknowledged step {newest}, and said why: {why}", facts
+        facts, said_ok, warned = [], [], None
+        for run, step, said in resumes:
+            acked = [a for a in _acked(ev.runs[: run.index], None) if a != ev.fault.damaged_step]
+            newest = max(acked, default=0)
+            facts.append(
+                {"run": run.index, "resumed": step, "how": _how(said), "acknowledged": acked, "expected": newest}
             )
-        return Verdict(
-            self.name,
-            FAIL,
-            f"{what}, older than the newest acknowledged checkpoint (step {newest}), without a word",
-            facts,
-        )
+            if step >= newest:
+                more = "" if step == newest else f" (newer than the newest acknowledgement, step {newest})"
+                if step == ev.fault.damaged_step:
+                    more += ", the damaged one (judged by no_silent_damage)"
+                said_ok.append(f"resumed from step {step} ({_how(said)}){more}")
+                continue
+            what = "started from scratch" if step == 0 else f"resumed from step {step} ({_how(said)})"
+            prefix = f"run {run.index} " if len(resumes) > 1 else ""
+            why = explained(run)
+            if why is None:
+                return Verdict(
+                    self.name,
+                    FAIL,
+                    f"{prefix}{what}, older than the newest acknowledged checkpoint (step {newest}), without a word",
+                    facts,
+                )
+            warned = warned or f"{prefix}{what}, older than the newest acknowledged step {newest}, and said why: {why}"
+        if warned is not None:
+            return Verdict(self.name, WARN, warned, facts)
+        if len(said_ok) == 1:
+            return Verdict(self.name, PASS, said_ok[0], facts)
+        each = "; ".join(f"run {f['run']} {t}" for f, t in zip(facts, said_ok))
+        return Verdict(self.name, PASS, f"{len(said_ok)} restarts, each from the newest acknowledged: {each}", facts)
+
+
+def _how(said: bool) -> str:
+    return "said" if said else "inferred from the first step it reported"
 
 
 class CurveEqual:

@@ -18,6 +18,12 @@ next.
 | bit-flip             | killed between saves; one exponent bit of a value in that file flipped            |
 | delete               | killed between saves; that file deleted                                           |
 | tracker-empty        | killed between saves; the tracker (pointer) file emptied                          |
+| power-loss           | killed between saves, then the power lost: a restart on each crash state the      |
+|                      | operation log allows (up to --max-states), each judged on its own                 |
+| slow-disk            | every rank's first writes of its data file of the save slow (seconds, not ms);    |
+|                      | the whole job SIGKILLed the moment it acknowledges that save                      |
+| chained              | killed between the first two saves, and again after each resume between the next  |
+|                      | two (up to three kills): every resume must take the newest acknowledged save      |
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from .process import WholeJobKill
 KILL_AT_BYTE = 4096
 HOLD = 30.0  # seconds a held write waits: the runner kills the job within a few ms of its firing
 MID_SAVE, BETWEEN_SAVES = "mid-save", "between saves"
+SLOW_DISK_DELAY, SLOW_DISK_WRITES = 1.0, 2  # seconds per held write, and writes held per rank: seconds, not ms
+CHAINED_KILLS = 3  # the first run's kill and up to two more, each after a resume
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,8 @@ class CasePlan:
     save: Save | None = None
     next_step: int | None = None  # the step of the save after the one aimed at (or the last step)
     na: str | None = None
+    chain: tuple[CasePlan, ...] = ()  # the kills of restarts 1, 2, ...: each one's kill, save and next step
+    power_loss: bool = False  # after the first run, a restart on each crash state of the folder
 
 
 def _target_save(ref: Reference, between: bool) -> tuple[Save | None, str]:
@@ -190,6 +200,62 @@ def tracker_empty(ref: Reference) -> CasePlan:
     return _damage("tracker-empty", ref, make)
 
 
+def power_loss(ref: Reference) -> CasePlan:
+    plan = kill_job_between(ref)
+    if plan.na is not None:
+        return CasePlan("power-loss", na=plan.na)
+    what = (
+        f"{plan.what}; then the power lost: a restart on each crash state of the folder its operation log allows "
+        "(up to --max-states)"
+    )
+    return CasePlan(**{**plan.__dict__, "column": "power-loss", "what": what, "power_loss": True})
+
+
+def slow_disk(ref: Reference) -> CasePlan:
+    save, why = _target_save(ref, True)
+    if save is None:
+        return CasePlan("slow-disk", na=why)
+    if save.step not in ref.golden.acks:
+        return CasePlan(
+            "slow-disk", na=f"the golden run acknowledged no save of step {save.step} to kill at (give --ack)"
+        )
+    globs = [(r, g) for r in ref.layout.ranks if (g := ref.layout.write_glob(save.step, r)) is not None]
+    if not globs:
+        return CasePlan("slow-disk", na=f"no rank writes a data file of its own in a save ({ref.layout.describe()})")
+    records = tuple(
+        SlowWrite(target=Target(rank=r, path=g, op="write"), delay=SLOW_DISK_DELAY, times=SLOW_DISK_WRITES)
+        for r, g in globs
+    )
+    what = (
+        f"each rank's first {SLOW_DISK_WRITES} writes of its data file of save {save.number} (step {save.step}) "
+        f"{SLOW_DISK_DELAY:g} s slow; the whole job SIGKILLed the moment it acknowledges that save"
+    )
+    kill = WholeJobKill(BETWEEN_SAVES, after_ack=save.step)
+    return CasePlan("slow-disk", what, records, kill=kill, save=save, next_step=_next_step(ref, save))
+
+
+def chained(ref: Reference) -> CasePlan:
+    if not ref.layout.saves:
+        return CasePlan("chained", na=_target_save(ref, True)[1])
+    aimed = []
+    for save in ref.layout.saves:
+        kill, nxt, _ = _between_kill(ref, save) if save.step < ref.golden.last_step else (None, 0, "")
+        if kill is not None:
+            aimed.append(CasePlan("chained", kill=kill, save=save, next_step=nxt))
+        if len(aimed) == CHAINED_KILLS:
+            break
+    if len(aimed) < 2:
+        return CasePlan(
+            "chained",
+            na="a chained resume needs two saves before the last step, each with a step between it and the next "
+            f"(the golden run saved at steps {[s.step for s in ref.layout.saves]})",
+        )
+    kills = ", then ".join(f"at step {p.kill.at_step} (after the save of step {p.save.step})" for p in aimed)  # type: ignore[union-attr]
+    what = f"the whole job SIGKILLed {kills}: each kill after the resume from the one before"
+    first = aimed[0]
+    return CasePlan(**{**first.__dict__, "what": what, "chain": tuple(aimed[1:])})
+
+
 COLUMNS: dict[str, Callable[[Reference], CasePlan]] = {
     "kill-rank-write": kill_rank_write,
     "kill-job-mid-save": kill_job_mid_save,
@@ -206,12 +272,12 @@ COLUMNS: dict[str, Callable[[Reference], CasePlan]] = {
     ),
     "delete": _data_damage("delete", lambda s, r: DeleteFile(target=Target(rank=r, iteration=s.step)), "deleted"),
     "tracker-empty": tracker_empty,
+    "power-loss": power_loss,
+    "slow-disk": slow_disk,
+    "chained": chained,
 }
 # what item 1 of the plan still lacks, said where a user asks for it
 NOT_YET = {
-    "power-loss": "power loss (a restart on each crash state of the folder) is not a column of resilience job yet",
-    "slow-async": "a slow disk during an async save is not a column of resilience job yet",
-    "chained": "a second and third kill after the first resume are not columns of resilience job yet",
     "node-kill": "one of two torchrun agents and its workers killed is not a column of resilience job yet",
 }
 

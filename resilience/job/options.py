@@ -11,6 +11,7 @@ from .command import JobCommand
 from .patterns import Patterns
 
 MAX_RESTARTS = 3  # restarts a scheduler allows by default
+MAX_STATES = 4  # crash states of a power loss restarted on by default (each one a restart of the job)
 GOLDEN_TIMEOUT = 900.0  # seconds for one golden run by default
 TIMEOUT_FACTOR = 3.0  # a case's run may take this many times the slower golden run ...
 MIN_TIMEOUT = 30.0  # ... and at least this many seconds, before it counts as a hang
@@ -30,6 +31,7 @@ class JobOptions:
     columns: tuple[str, ...] = ()  # the columns to run; empty: none (the golden run only) unless matrix
     matrix: bool = False
     golden: str | None = None  # a golden run kept by an earlier run, reused
+    max_states: int = MAX_STATES  # crash states the power-loss column restarts on
 
     def patterns(self) -> Patterns:
         return Patterns.from_options(self.metric or None, self.ack or None, self.resumed or None)
@@ -49,6 +51,8 @@ class JobOptions:
             parts += ["--rtol", f"{self.rtol:g}"]
         if self.max_restarts != MAX_RESTARTS:
             parts += ["--max-restarts", str(self.max_restarts)]
+        if self.max_states != MAX_STATES and column == "power-loss":
+            parts += ["--max-states", str(self.max_states)]
         if self.timeout is not None:
             parts += ["--timeout", f"{self.timeout:g}"]
         if self.command.ckpt_dir:
@@ -58,4 +62,4 @@ class JobOptions:
         return " ".join(shlex.quote(p) for p in parts) + " -- " + self.command.shell()
 
 
-__all__ = ["GOLDEN_TIMEOUT", "MAX_RESTARTS", "JobOptions"]
+__all__ = ["GOLDEN_TIMEOUT", "MAX_RESTARTS", "MAX_STATES", "JobOptions"]

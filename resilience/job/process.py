@@ -38,12 +38,14 @@ POLL = 0.01
 
 @dataclass(frozen=True)
 class WholeJobKill:
-    """When the runner kills the whole job: once the mount fires (`on_firing`), or once the job reports
-    step `at_step` or a later one. `reason` names it in the run's record."""
+    """When the runner kills the whole job: once the mount fires (`on_firing`), once the job reports step
+    `at_step` or a later one, or at the first step it reports after acknowledging the save of step
+    `after_ack` (an async save acknowledged late). `reason` names it in the run's record."""
 
     reason: str
     on_firing: bool = False
     at_step: int | None = None
+    after_ack: int | None = None
 
 
 class _Output:
@@ -80,6 +82,7 @@ class _Run:
         self.kill_plan = kill
         self.killed: str | None = None
         self.killed_at: int | None = None
+        self.acked = False  # the save kill.after_ack names was acknowledged
         self._lock = threading.Lock()
         self.temp = os.path.join(folder, TEMP)
         os.makedirs(self.temp, exist_ok=True)
@@ -101,7 +104,13 @@ class _Run:
 
     def _heard(self, kind: str, step: int) -> None:
         plan = self.kill_plan
-        if plan is not None and plan.at_step is not None and kind == "metric" and step >= plan.at_step:
+        if plan is None:
+            return
+        if kind == "ack" and step == plan.after_ack:
+            self.acked = True
+        if kind == "metric" and (
+            (plan.at_step is not None and step >= plan.at_step) or (plan.after_ack is not None and self.acked)
+        ):
             self.kill_whole_job(plan.reason)
 
     def kill_whole_job(self, reason: str) -> None:

@@ -72,8 +72,8 @@ def test_a_ckpt_dir_that_is_not_a_folder_or_is_inside_the_run_folder(tmp_path, c
 def test_an_unknown_column_and_one_not_written_yet(tmp_path, capsys):
     said = _refused(tmp_path, capsys, "--column", "kill-everything", "--", *quick())
     assert said.startswith("--column: unknown column 'kill-everything' (use one of kill-rank-write,")
-    said = _refused(tmp_path, capsys, "--column", "power-loss", "--", *quick())
-    assert "power loss" in said and "not a column of resilience job yet" in said
+    said = _refused(tmp_path, capsys, "--column", "node-kill", "--", *quick())
+    assert "two torchrun agents" in said and "not a column of resilience job yet" in said
 
 
 def test_no_command(tmp_path, capsys):

@@ -93,6 +93,19 @@ def test_resumed_newest(tmp_path):
     assert v.status == WARN and "--ack" in v.detail
 
 
+def test_resumed_newest_judges_every_restart_of_a_chained_resume(tmp_path):
+    def chained(name, second):
+        c = Case(tmp_path / name).run(steps(1, 4) + acks(4) + steps(5, 6), -9)
+        return c.run(["resumed from step 4", *steps(5, 8), *acks(8), *steps(9, 10)], -9).run(second)
+
+    good = chained("a", ["resumed from step 8", *steps(9, 12), *acks(12)])
+    v = ResumedNewest().check(good.evidence())
+    assert v.status == PASS and "run 1 resumed from step 4" in v.detail and "run 2 resumed from step 8" in v.detail
+    # the second restart takes the first checkpoint again: the save the first restart made is owed
+    v = ResumedNewest().check(chained("b", ["resumed from step 4", *steps(5, 12)]).evidence())
+    assert v.status == FAIL and v.detail.startswith("run 2 resumed from step 4") and "(step 8)" in v.detail, v.detail
+
+
 def test_curve_equal(tmp_path):
     good = first_run_killed_after_8(Case(tmp_path / "a")).run(["resumed from step 8", *steps(9, 12)])
     assert CurveEqual().check(good.evidence()).status == PASS

@@ -34,6 +34,29 @@ def test_the_second_save_rank_1_for_io_rank_0_for_damage():
     assert plan_for("tracker-empty", ref).damage_path == "latest.txt"
 
 
+def test_power_loss_slow_disk_and_chained_kills():
+    ref = reference([4, 8, 12])
+    power = plan_for("power-loss", ref)
+    assert power.power_loss and power.kill is not None and power.kill.at_step == 10 and power.save.step == 8
+    slow = plan_for("slow-disk", ref)
+    assert [(r.kind, r.target.rank, r.target.path) for r in slow.records] == [
+        ("slow_write", r, f"*/iter_0000008/rank_{r}.pt.tmp") for r in (0, 1)
+    ]
+    assert slow.kill is not None and slow.kill.after_ack == 8 and slow.kill.at_step is None
+    chain = plan_for("chained", ref)
+    assert chain.kill is not None and chain.kill.at_step == 6 and chain.save.step == 4  # killed after the first save
+    [again] = chain.chain  # ... and in the restart, after the second: the last save is at the last step
+    assert again.kill is not None and again.kill.at_step == 10 and again.save.step == 8 and again.next_step == 12
+    assert len(plan_for("chained", reference([3, 6, 9, 12, 15], last=16)).chain) == 2  # three kills at most
+    assert "needs two saves before the last step" in (plan_for("chained", reference([8, 12])).na or "")
+    assert "acknowledged no save of step 8" in (plan_for("slow-disk", _unacked(ref)).na or "")
+
+
+def _unacked(ref: Reference) -> Reference:
+    golden = Golden(ref.golden.curve, (), ref.golden.last_step)
+    return Reference(golden, ref.layout, ref.folder)
+
+
 def test_nothing_to_aim_at_is_not_applicable_with_its_reason():
     for name in COLUMNS:
         assert "made no checkpoint" in (plan_for(name, reference([])).na or "")

@@ -45,6 +45,8 @@ BROKEN = [
     ("stop_early", "kill-job-between", "reached_end", "stopped at step 10 of 12"),
     ("hang_on_resume", "kill-job-between", "no_hang", "run 1 did not end within 4 s"),
     ("ack_early", "kill-job-mid-save", "checkpoint_left", "no acknowledged checkpoint loads"),
+    ("no_fsync", "power-loss", "resumed_newest", "(fsynced only; states: 3 FAIL, 1 PASS): started from scratch"),
+    ("frozen_data", "chained", "curve_equal", "run 2 step 9: loss"),
 ]
 
 
@@ -97,3 +99,10 @@ def test_a_loud_refusal_is_told_in_the_jobs_own_words_not_its_banner(tmp_path, q
     assert damage.detail.startswith("refused the damaged checkpoint loudly (") and "not a whole checkpoint file" in (
         damage.detail
     ), damage.detail
+
+
+def test_a_data_position_frozen_by_the_first_resume_shows_only_in_a_second(tmp_path, quick_golden):
+    done = run_job(
+        options(tmp_path, quick("--variant", "frozen_data"), columns=("kill-job-between",), golden=quick_golden)
+    )
+    assert done.rows[0].verdict == PASS, done.rows[0].detail  # one resume: nothing to see

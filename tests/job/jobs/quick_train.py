@@ -16,7 +16,9 @@ Variants, each a deliberate mistake for one checker to catch (or a bad input): s
 unchecked (loads without the CRC, no fallback), skip_data (after a resume the data stream is one step
 ahead), hang_on_resume (and hang_on_resume_with_stacks, having registered faulthandler on SIGUSR1),
 stop_early (after a resume exits 0 two steps before the end), ack_early (acknowledges before writing and
-prunes every older checkpoint first), noisy (a loss that differs between runs),
+prunes every older checkpoint first), noisy (a loss that differs between runs), no_fsync (renames its files
+into place without an fsync: a power loss takes the acknowledged save), frozen_data (after a resume its
+saves keep the data position it resumed at, so the second resume replays the data stream from there),
 no_ckpt (never saves), silent (prints no metric lines)."""
 
 from __future__ import annotations
@@ -116,13 +118,16 @@ def folder(root: str, step: int) -> str:
     return os.path.join(root, f"iter_{step:07d}")
 
 
-def write_durably(path: str, payload: bytes) -> None:
+def write_durably(path: str, payload: bytes, sync: bool = True) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(payload)
         f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            os.fsync(f.fileno())
     os.rename(tmp, path)
+    if not sync:
+        return
     fd = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -146,8 +151,10 @@ def decode(raw: bytes, checked: bool) -> tuple[int, list[float]]:
     return values[0], list(values[1:])
 
 
-def save(args, rank: int, step: int, w: list[float]) -> None:
+def save(args, rank: int, step: int, w: list[float], position: int) -> None:
+    """`position`: the data position stored with the weights (the step, unless frozen_data froze it)."""
     path = folder(args.ckpt_dir, step)
+    sync = args.variant != "no_fsync"
     if args.variant == "ack_early":
         barrier()
         if rank == 0:  # keep-latest-1 retention run before the save, not after it, and an ack before the bytes
@@ -159,10 +166,10 @@ def save(args, rank: int, step: int, w: list[float]) -> None:
             print(f"saved checkpoint step {step}", flush=True)
         barrier()
     os.makedirs(path, exist_ok=True)
-    write_durably(os.path.join(path, f"rank_{rank}.bin"), encode(step, w))
+    write_durably(os.path.join(path, f"rank_{rank}.bin"), encode(position, w), sync)
     barrier()  # every rank's file is durable
     if rank == 0:
-        write_durably(os.path.join(args.ckpt_dir, TRACKER), f"{step}\n".encode())
+        write_durably(os.path.join(args.ckpt_dir, TRACKER), f"{step}\n".encode(), sync)
         if args.variant != "ack_early":
             print(f"saved checkpoint step {step}", flush=True)
     barrier()
@@ -189,7 +196,8 @@ def candidates(args, rank: int) -> list[int]:
     return [newest] + [s for s in steps if s < newest]
 
 
-def load(args, rank: int) -> tuple[int, list[float]] | None:
+def load(args, rank: int) -> tuple[int, int, list[float]] | None:
+    """(the step of the checkpoint loaded, the data position stored in it, the weights), or None."""
     if args.variant == "scratch":
         return None
     checked = args.variant != "unchecked"
@@ -210,17 +218,17 @@ def load(args, rank: int) -> tuple[int, list[float]] | None:
             print(f"rank {rank}: cannot load {path}: {e}; falling back to an older checkpoint", flush=True)
             got = None
         if barrier(got is not None):  # every rank loaded this step: all resume from it
-            return got, w
+            return step, got, w
     return None
 
 
 def train(args) -> int:
     rank = int(os.environ["RANK"])
     os.makedirs(args.ckpt_dir, exist_ok=True)
-    w, start = [0.0] * WIDTH, 0
+    w, start, position = [0.0] * WIDTH, 0, 0
     loaded = load(args, rank)
     if loaded is not None:
-        start, w = loaded
+        start, position, w = loaded
         if rank == 0:
             print(f"resumed from step {start}", flush=True)
         if args.variant.startswith("hang_on_resume"):
@@ -228,7 +236,7 @@ def train(args) -> int:
                 faulthandler.register(signal.SIGUSR1)  # a job that asks for its stacks on SIGUSR1
             time.sleep(3600)
     barrier()  # every rank has loaded before any trains (and saves)
-    shift = 1 if args.variant == "skip_data" and loaded is not None else 0
+    shift = 1 if args.variant == "skip_data" and loaded is not None else position - start
     noise = (os.getpid() % 97) * 1e-3 if args.variant == "noisy" else 0.0
     for step in range(start + 1, args.steps + 1):
         if args.variant == "stop_early" and loaded is not None and step == args.steps - 1:
@@ -241,7 +249,7 @@ def train(args) -> int:
         time.sleep(args.step_time)
         barrier()  # the ranks keep in step, as DDP's all-reduce keeps them
         if step % args.save_every == 0 and args.variant != "no_ckpt":
-            save(args, rank, step, w)
+            save(args, rank, step, w, position if args.variant == "frozen_data" and loaded else step + shift)
     return 0
 
 
