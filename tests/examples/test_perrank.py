@@ -124,3 +124,17 @@ def test_the_whole_matrix_and_scenario_library_probe_a_correct_per_rank_library(
     done, rows = _resilience(["run", os.path.join(ROOT, "scenarios"), "--backend", BACKEND], tmp_path, timeout=1200)
     _assert_probed(done, rows, NOT_APPLICABLE)
     assert len(rows) == 46 and sum(r["verdict"] == "N/A" for r in rows) == len(NOT_APPLICABLE)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_the_fuzzer_shrinks_the_early_pruning_to_the_retention_checkers_fail(tmp_path):
+    _needs_the_file_system()
+    done, _ = _resilience(
+        ["fuzz", "--backend", "rankckpt_resilience:prunes_early", "--examples", "50", "--seed", "3"], tmp_path
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    shrunk = [line for line in out.splitlines() if line.startswith("FAIL (")]
+    assert shrunk and all("FailInRetentionDeleted" in line for line in shrunk), out
+    assert all("retention:" in line and "unlink iter_" in line and "by rank 0" in line for line in shrunk), out
