@@ -68,6 +68,15 @@ class Observed:
             out.setdefault(p.step, p.loss)
         return out
 
+    def digests(self) -> dict[tuple[int, int], str]:
+        """(step, rank) -> the state's digest, from the lines resilience.job.report printed (first of each)."""
+        out: dict[tuple[int, int], str] = {}
+        for p in self.points:
+            extra = dict(p.extra)
+            if extra.get("digest", "-") != "-" and str(extra.get("rank", "")).isdigit():
+                out.setdefault((p.step, int(extra["rank"])), extra["digest"])
+        return out
+
     @property
     def last_step(self) -> int | None:
         return max((p.step for p in self.points), default=None)
@@ -144,6 +153,7 @@ class Golden:
     last_step: int
     rtol: float = 0.0
     seconds: tuple[float, ...] = ()
+    digests: dict[tuple[int, int], str] = field(default_factory=dict)  # (step, rank) -> state digest (hook.py)
 
     def same(self, got: float, step: int) -> bool:
         want = self.curve.get(step)
@@ -161,6 +171,7 @@ class Golden:
             "last_step": self.last_step,
             "rtol": self.rtol,
             "seconds": [round(s, 3) for s in self.seconds],
+            "digests": {f"{step}:{rank}": d for (step, rank), d in sorted(self.digests.items())},
         }
 
     @classmethod
@@ -172,7 +183,13 @@ class Golden:
             int(d["last_step"]),
             float(d.get("rtol") or 0.0),
             tuple(float(s) for s in d.get("seconds") or ()),
+            {_step_rank(k): str(v) for k, v in (d.get("digests") or {}).items()},
         )
+
+
+def _step_rank(key: str) -> tuple[int, int]:
+    step, rank = key.split(":")
+    return int(step), int(rank)
 
 
 @dataclass(frozen=True)

@@ -176,11 +176,34 @@ class CurveEqual:
                 f"run {run.index} step {p.step}: loss {p.loss!r}, the golden run {golden}",
                 [_evidence(ev, run, p)],
             )
+        state = _state_mismatch(ev)
+        if state is not None:
+            return state
         after = sum(len(r.observed.points) for r in ev.restarts) if ev.restarts else len(ev.runs[0].observed.points)
         if not after:
             return Verdict(self.name, NA, "the job reported no step after the fault")
         how = "exactly" if not ev.golden.rtol else f"within --rtol {ev.golden.rtol:g}"
-        return Verdict(self.name, PASS, f"every step reported ({after} after the fault) equals the golden curve {how}")
+        states = sum(len(r.observed.digests()) for r in ev.runs)
+        also = f", and {states} state digests equal the golden run's" if states and ev.golden.digests else ""
+        return Verdict(
+            self.name, PASS, f"every step reported ({after} after the fault) equals the golden curve {how}{also}"
+        )
+
+
+def _state_mismatch(ev: CaseEvidence) -> Verdict | None:
+    """The first state digest (resilience.job.report) a run reported that differs from the golden run's."""
+    for run in ev.runs:
+        for (step, rank), got in sorted(run.observed.digests().items()):
+            want = ev.golden.digests.get((step, rank))
+            if want is not None and want != got:
+                return Verdict(
+                    CurveEqual.name,
+                    FAIL,
+                    f"run {run.index} step {step} rank {rank}: the state differs from the golden run's "
+                    f"(digest {got[:12]}, the golden run {want[:12]}), whatever its loss",
+                    [{"run": run.index, "step": step, "rank": rank, "digest": got, "golden": want}],
+                )
+    return None
 
 
 class NoSilentDamage:

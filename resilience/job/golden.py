@@ -83,10 +83,11 @@ def golden_run(
             on_run(run)
     first = runs[0].observed
     _compare(first, [r.observed for r in runs[1:]], rtol)
+    _compare_states(first, [r.observed for r in runs[1:]])
     acks = tuple(a.step for a in first.acks)
     newest = acks[-1] if acks else _newest_number(os.path.join(runs[0].folder, "disk"))
     layout = learn_job_layout(os.path.join(runs[0].folder, "disk"), os.path.join(runs[0].folder, FS_LOG), newest)
-    golden = Golden(first.curve(), acks, first.last_step or 0, rtol, tuple(r.seconds for r in runs))
+    golden = Golden(first.curve(), acks, first.last_step or 0, rtol, tuple(r.seconds for r in runs), first.digests())
     ref = Reference(golden, layout, folder)
     ref.save()
     return ref
@@ -151,6 +152,22 @@ def _compare(first: Observed, others: list[Observed], rtol: float) -> None:
                 "make it deterministic (seeds, torch.use_deterministic_algorithms, a fixed data order) or give "
                 "--rtol R, how far apart two runs of it may be",
             )
+
+
+def _compare_states(first: Observed, others: list[Observed]) -> None:
+    """Refuse a job whose golden runs report different states (resilience.job.report) at one step."""
+    want = first.digests()
+    for k, other in enumerate(others, start=2):
+        for key, got in sorted(other.digests().items()):
+            if key in want and want[key] != got:
+                raise ConfigError(
+                    "state",
+                    f"the job is not deterministic: two runs without a fault report different states at step "
+                    f"{key[0]} on rank {key[1]} (resilience.job.report: {want[key][:12]} in golden run 1, "
+                    f"{got[:12]} in golden run {k})",
+                    "make it deterministic (seeds, torch.use_deterministic_algorithms, a fixed data order), or "
+                    "report no state",
+                )
 
 
 def _close(a: float, b: float, rtol: float) -> bool:

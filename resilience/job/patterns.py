@@ -5,6 +5,7 @@ Built in (tried in order; a pattern given on the command line replaces the built
 
 | kind    | pattern                                                         | whose                             |
 |---------|-----------------------------------------------------------------|-----------------------------------|
+| metric  | `[resilience] step N loss X rank R state HEX`                   | `resilience.job.report` (hook.py) |
 | metric  | `step N loss X`                                                 | the example jobs                  |
 | metric  | `step: N  loss: X`                                              | torchtitan's logger               |
 | metric  | `iteration N/ M | ... | lm loss: X |`                           | Megatron-LM's training log        |
@@ -28,7 +29,11 @@ from ..errors import ConfigError
 from .base import Observed, Point, Said
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf)"
+HOOK = (  # resilience.job.report's line, before the plain one it would also match
+    rf"\[resilience\] step (?P<step>\d+) loss (?P<loss>{_NUMBER}) rank (?P<rank>\d+) state (?P<digest>[0-9a-f]{{64}}|-)"
+)
 METRICS = (
+    HOOK,
     rf"\bstep\s+(?P<step>\d+)\s+loss\s+(?P<loss>{_NUMBER})",
     rf"\bstep:\s*(?P<step>\d+)\s+loss:\s*(?P<loss>{_NUMBER})",
     rf"\biteration\s+(?P<step>\d+)\s*/\s*\d+\s*\|.*?\blm loss:\s*(?P<loss>{_NUMBER})",

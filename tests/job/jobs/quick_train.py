@@ -16,9 +16,11 @@ Variants, each a deliberate mistake for one checker to catch (or a bad input): s
 unchecked (loads without the CRC, no fallback), skip_data (after a resume the data stream is one step
 ahead), hang_on_resume (and hang_on_resume_with_stacks, having registered faulthandler on SIGUSR1),
 stop_early (after a resume exits 0 two steps before the end), ack_early (acknowledges before writing and
-prunes every older checkpoint first), noisy (a loss that differs between runs), no_fsync (renames its files
-into place without an fsync: a power loss takes the acknowledged save), frozen_data (after a resume its
-saves keep the data position it resumed at, so the second resume replays the data stream from there),
+prunes every older checkpoint first), noisy (a loss that differs between runs), rounded (restores its
+weights through float32, a change the printed loss hides but `--report-state`'s digest shows), no_fsync
+(renames its files into place without an fsync: a power loss takes the acknowledged save), frozen_data
+(after a resume its saves keep the data position it resumed at, so the second resume replays the data
+stream from there),
 no_ckpt (never saves), silent (prints no metric lines)."""
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def parse(argv):
     p.add_argument("--save-every", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step-time", type=float, default=0.03)
+    p.add_argument("--report-state", action="store_true", help="every rank reports through resilience.job.report")
     p.add_argument("--variant", default="")
     return p.parse_args(argv)
 
@@ -229,6 +232,8 @@ def train(args) -> int:
     loaded = load(args, rank)
     if loaded is not None:
         start, position, w = loaded
+        if args.variant == "rounded":  # restored through float32: the printed loss cannot tell
+            w = [struct.unpack("<f", struct.pack("<f", a))[0] for a in w]
         if rank == 0:
             print(f"resumed from step {start}", flush=True)
         if args.variant.startswith("hang_on_resume"):
@@ -244,7 +249,11 @@ def train(args) -> int:
         x = data(args.seed, step + shift)
         loss = sum((a - b) * (a - b) for a, b in zip(w, x)) / WIDTH + noise  # inf, not an error, on a huge weight
         w = [a - LR * 2 * (a - b) for a, b in zip(w, x)]
-        if rank == 0 and args.variant != "silent":
+        if args.report_state:  # the two-line hook: the loss as printed, and a digest of the weights
+            import resilience.job
+
+            resilience.job.report(step, loss=round(loss, 6), state=w)
+        elif rank == 0 and args.variant != "silent":
             print(f"step {step} loss {loss:.6f}", flush=True)
         time.sleep(args.step_time)
         barrier()  # the ranks keep in step, as DDP's all-reduce keeps them
