@@ -185,6 +185,15 @@ def resilience_run(resilience_options) -> ScenarioRunner:
 
 
 @pytest.fixture(scope="session")
+def resilience_job(resilience_run_dir):
+    """Run a training command under faults (`resilience job`): every column by default, raising one
+    JobFailed with each failing column's detail and replay."""
+    from .job_trial import JobTrial
+
+    return JobTrial(resilience_run_dir)
+
+
+@pytest.fixture(scope="session")
 def resilience_combo(request):
     """One combination (resilience.vocab.Combination) of the implementation under test: a test that takes
     it runs once per combination --resilience-combos selects and the backend's factory declares."""
