@@ -44,15 +44,19 @@ class JobTrial:
 
         argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
         out = os.path.join(self.run_dir, "jobs")
-        patterns = {
-            k: tuple([kw.pop(k)] if isinstance(kw.get(k), str) else kw.pop(k, ())) for k in ("metric", "ack", "resumed")
-        }
+        def texts(key: str) -> tuple[str, ...]:  # one pattern or several
+            value = kw.pop(key, ())
+            return (value,) if isinstance(value, str) else tuple(value)
+
+        metric, ack, resumed = texts("metric"), texts("ack"), texts("resumed")
         options = JobOptions(
             JobCommand.parse(argv, ckpt_dir=kw.pop("ckpt_dir", None), out=out),
+            metric,
+            ack,
+            resumed,
             out=out,
             columns=tuple(columns or ()),
             matrix=columns is None,
-            **patterns,
             **kw,
         )
         done = run_job(options)
