@@ -15,13 +15,14 @@ Killing a rank kills its process group when the rank leads one of its own, and i
 that shares the group of the runner or of the file system (a test's plain subprocess) is killed as a
 process tree only, never by group: that group holds the runner itself.
 
-A map may also read ranks from the callers' environment (`rank_env`, e.g. "RANK": what torchrun sets for
-its workers), for a job the runner did not start rank by rank. A caller outside every root is then the
-rank of its nearest ancestor that has one (a rank's threads, forked writers and `dd`s inherit it, and a
-child caught in the middle of its exec is never read), else the value its own /proc/<pid>/environ holds;
-a process with a rank of its own whose parent has none (a torchrun worker) becomes that rank's root, the
-one a crash kills. /proc/<pid>/environ is held shut while that process execs, like stat: it is read in a
-thread of its own, and a caller not read within ENV_WAIT counts as no rank's for that request."""
+A map may also read ranks from the callers' environment (`rank_env`, e.g. "RANK": what torchrun sets for its
+workers; "RANK,LOCAL_RANK": the first of them set, for launchers that set only LOCAL_RANK), for a job the
+runner did not start rank by rank. A caller outside every root is then the rank of its nearest ancestor that
+has one (a rank's threads, forked writers and `dd`s inherit it, and a child caught in the middle of its exec
+is never read), else the value its own /proc/<pid>/environ holds; a process with a rank of its own whose
+parent has none (a torchrun worker) becomes that rank's root, the one a crash kills. /proc/<pid>/environ is
+held shut while that process execs, like stat: it is read in a thread of its own, and a caller not read
+within ENV_WAIT counts as no rank's for that request."""
 
 from __future__ import annotations
 
@@ -37,16 +38,19 @@ ENV_WAIT = 1.0  # seconds to wait for a caller's /proc/<pid>/environ (held shut 
 
 
 def environ_value(pid: int, name: str) -> str | None:
-    """The value of `name` in a process's environment as it started; None when unset or unreadable."""
+    """The value of `name` in a process's environment as it started; None when unset or unreadable. `name`
+    may list several, comma-separated ("RANK,LOCAL_RANK"): the first one set."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
     except OSError:
         return None
-    key = name.encode() + b"="
-    for entry in raw.split(b"\0"):
-        if entry.startswith(key):
-            return entry[len(key) :].decode(errors="replace")
+    entries = raw.split(b"\0")
+    for one in name.split(","):
+        key = one.strip().encode() + b"="
+        for entry in entries:
+            if entry.startswith(key):
+                return entry[len(key) :].decode(errors="replace")
     return None
 
 

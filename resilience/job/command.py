@@ -16,6 +16,7 @@ from ..errors import ConfigError
 
 PLACEHOLDER = "{ckpt}"
 CKPT_ENV = "RESILIENCE_CKPT_DIR"  # the case's checkpoint folder, for jobs that read it from the environment
+RANK_ENV = "RANK,LOCAL_RANK"  # a caller's rank: torchrun's RANK, else LOCAL_RANK (a launcher that sets only it)
 RUN_ENV = "RESILIENCE_JOB_RUN"  # a token of one run in every process it starts: how its strays are found
 
 

@@ -5,10 +5,10 @@ resumed run is compared with the golden one bit for bit, not only by its printed
     import resilience.job
     resilience.job.report(step, loss=loss.item(), state=model)   # every rank, after each step
 
-The line: `[resilience] step N loss X rank R state HEX` (R from RANK; HEX: sha256 of every tensor's dtype,
-shape and bytes, and every other value's repr, in key order). A module or optimizer gives its state_dict();
-a DTensor its local shard (each rank digests what it holds). Nothing here imports torch unless a state is
-given, and nothing is printed but that line."""
+The line: `[resilience] step N loss X rank R state HEX` (R from RANK, else LOCAL_RANK; HEX: sha256 of every
+tensor's dtype, shape and bytes, and every other value's repr, in key order). A module or optimizer gives
+its state_dict(); a DTensor its local shard (each rank digests what it holds). Nothing here imports torch
+unless a state is given, and nothing is printed but that line."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ LINE = "[resilience] step {step} loss {loss!r} rank {rank} state {digest}"
 def report(step: int, *, loss: float, state: Any = None, rank: int | None = None, file=None) -> str:
     """Print the step's point (and the state's digest) as one line; returns the line."""
     if rank is None:
-        rank = int(os.environ.get("RANK", "0") or 0)
+        rank = int(os.environ.get("RANK") or os.environ.get("LOCAL_RANK") or 0)
     digest = state_digest(state) if state is not None else "-"
     line = LINE.format(step=int(step), loss=float(loss), rank=rank, digest=digest)
     out = sys.stdout if file is None else file

@@ -4,10 +4,10 @@ every process of it killed on the way out, however the run ends.
 
 The mount passes through to the case's folder (`backing`) and its logs name that folder (paths_as), so a
 fault aimed at a file of the golden run's layout names the same path in every case. Callers are ranked by
-their environment (`RANK`, as torchrun sets it; fusefs.ranks): the agent and anything without RANK is no
-rank's. The runner itself may kill the whole job (agent and every worker) at a point of the run: once the
-mount reports a firing (a write held by a slow fault: the job is in the middle of a save), or once the job
-reports a given step (between two saves)."""
+their environment (`RANK`, as torchrun sets it, else `LOCAL_RANK`; fusefs.ranks): the agent and anything
+without either is no rank's. The runner itself may kill the whole job (agent and every worker) at a point of
+the run: once the mount reports a firing (a write held by a slow fault: the job is in the middle of a save),
+or once the job reports a given step (between two saves)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ..fusefs.mount import mounted
 from ..launch.lifetime import argv_dying_with_parent
 from . import tree
 from .base import RunOutcome
-from .command import JobCommand
+from .command import RANK_ENV, JobCommand
 from .patterns import Patterns, Reader
 
 OUTPUT = "output.log"  # the job's stdout and stderr, as it printed them
@@ -155,7 +155,7 @@ def run_once(
     hang = None
     timed_out = False
     with mounted(
-        backing, mountpoint, faults=list(faults), log=os.path.join(folder, FS_LOG), paths_as=backing, rank_env="RANK"
+        backing, mountpoint, faults=list(faults), log=os.path.join(folder, FS_LOG), paths_as=backing, rank_env=RANK_ENV
     ) as mount:
         run = _Run(command, mountpoint, folder, patterns, kill)
         try:

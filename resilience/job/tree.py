@@ -16,7 +16,7 @@ import time
 
 from ..fusefs.ranks import environ_value
 from ..launch.proctable import descendants, group_members, running, status
-from .command import RUN_ENV
+from .command import RANK_ENV, RUN_ENV
 
 KILL_ROUNDS = 10  # rounds of SIGKILL until nothing of the run is left (a process forked while we killed)
 SCAN_WAIT = 5.0  # seconds for one scan of the process table for the run's token
@@ -96,7 +96,7 @@ def describe(pids: set[int]) -> list[dict]:
                 "pid": pid,
                 "ppid": st[0] if st else None,
                 "state": _field(pid, "State"),
-                "rank": _env(pid, "RANK"),
+                "rank": _env(pid, RANK_ENV),
                 "wchan": _read(f"/proc/{pid}/wchan"),
                 "cmdline": _read(f"/proc/{pid}/cmdline").replace("\0", " ").strip()[:300],
             }

@@ -106,3 +106,11 @@ def test_a_data_position_frozen_by_the_first_resume_shows_only_in_a_second(tmp_p
         options(tmp_path, quick("--variant", "frozen_data"), columns=("kill-job-between",), golden=quick_golden)
     )
     assert done.rows[0].verdict == PASS, done.rows[0].detail  # one resume: nothing to see
+
+
+def test_a_launcher_that_sets_only_local_rank_has_its_ranks_attributed(tmp_path):
+    done = run_job(options(tmp_path, quick("--rank-env", "LOCAL_RANK"), columns=("kill-rank-write",)))
+    [row] = done.rows
+    assert row.verdict == PASS, row.detail
+    assert done.reference.layout.ranks == (0, 1)  # each worker's files are its rank's, read from LOCAL_RANK
+    assert "by rank 1" in row.faults[0].detail, row.faults[0].detail

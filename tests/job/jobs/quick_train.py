@@ -52,6 +52,7 @@ def parse(argv):
     p.add_argument("--save-every", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--step-time", type=float, default=0.03)
+    p.add_argument("--rank-env", default="RANK", help="the variable a worker's rank is in (LOCAL_RANK: not RANK)")
     p.add_argument("--report-state", action="store_true", help="every rank reports through resilience.job.report")
     p.add_argument("--variant", default="")
     return p.parse_args(argv)
@@ -65,7 +66,7 @@ def launch(args, argv) -> int:
     workers = []
     for r, (_, theirs) in enumerate(pairs):
         fd = theirs.fileno()
-        env = {**os.environ, "RANK": str(r), "WORLD_SIZE": str(args.nproc), "QUICK_BARRIER_FD": str(fd)}
+        env = {**os.environ, args.rank_env: str(r), "WORLD_SIZE": str(args.nproc), "QUICK_BARRIER_FD": str(fd)}
         workers.append(
             subprocess.Popen([sys.executable, __file__, *argv], env=env, start_new_session=True, pass_fds=[fd])
         )
@@ -226,7 +227,7 @@ def load(args, rank: int) -> tuple[int, int, list[float]] | None:
 
 
 def train(args) -> int:
-    rank = int(os.environ["RANK"])
+    rank = int(os.environ[args.rank_env])
     os.makedirs(args.ckpt_dir, exist_ok=True)
     w, start, position = [0.0] * WIDTH, 0, 0
     loaded = load(args, rank)
@@ -265,7 +266,7 @@ def train(args) -> int:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse(argv)
-    if "RANK" not in os.environ:
+    if "QUICK_BARRIER_FD" not in os.environ:  # not a worker yet
         return launch(args, argv)
     return train(args)
 
