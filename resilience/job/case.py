@@ -11,6 +11,7 @@ and the damage done on disk."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections import Counter
@@ -162,7 +163,7 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
         ev = CaseEvidence(column, ref.golden, trial.runs, state, timeout, damage=plan.damage is not None)
         verdicts, per_state = judge(ev), []
     verdict = case_verdict(verdicts)
-    _keep(case_dir, plan, state, trial, verdicts, per_state)
+    _keep(case_dir, plan, state, trial, verdicts, per_state, ref.golden.curve)
     return ResultRow(
         name,
         name,
@@ -208,9 +209,16 @@ def _judge_states(
 
 
 def _keep(
-    case_dir: str, plan: CasePlan, state: FaultState, trial: Trial, verdicts: list[Verdict], states: list[dict]
+    case_dir: str,
+    plan: CasePlan,
+    state: FaultState,
+    trial: Trial,
+    verdicts: list[Verdict],
+    states: list[dict],
+    golden: dict[int, float],
 ) -> None:
     doc = {
+        "golden_curve": {str(k): v if math.isfinite(v) else str(v) for k, v in sorted(golden.items())},
         "column": plan.column,
         "fault": plan.what,
         "records": [r.to_dict() for r in plan.records],

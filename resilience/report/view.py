@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from ..verdicts import NA, REFUSED, WARN, summary_line
 from .case_view import CaseView, case_view
 from .cluster_view import ClusterView, cluster_of
+from .curves import CurveChart, charts
 from .fuzz_view import FuzzMode, fuzz_modes
 from .matrix_table import column_of, matrix, row_of, short, status_of
 from .result_row import ResultRow
@@ -44,6 +45,7 @@ class RunView:
     minimal: int = 0  # minimal failures a fuzzing run kept (rows of their own, not cases run)
     on_the_way: int = 0  # failing cases a fuzzing run met while searching and shrinking, left to the table
     cluster: ClusterView | None = None  # a cluster validation: nodes, attempts, restarts, kills, each load
+    curves: list[CurveChart] = field(default_factory=list)  # a job run: each case's runs against the golden curve
 
     @property
     def headline(self) -> str:
@@ -106,6 +108,7 @@ def build(rows: list[ResultRow], meta: dict, columns: list[str] | None = None, r
         minimal=minimal,
         on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
         cluster=cluster_of(meta.get("cluster"), run_dir),
+        curves=charts(rows),
     )
 
 
