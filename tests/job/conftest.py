@@ -8,6 +8,7 @@ from resilience.job.command import JobCommand
 from resilience.job.matrix import run_job
 from resilience.job.options import JobOptions
 
+ROOT = Path(__file__).resolve().parents[2]  # the repository
 JOBS = Path(__file__).parent / "jobs"
 QUICK = JOBS / "quick_train.py"
 

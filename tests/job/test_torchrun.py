@@ -1,5 +1,5 @@
 """`resilience job` on a real torchrun job: DDP on gloo, per-rank torch.save and a tracker file
-(jobs/ddp_linear.py). The golden run and one column by default; every column, and the variant that
+(examples/jobs/ddp_torchsave.py). The golden run and one column by default; every column, and the variant that
 loads without its digest (torch.load takes a flipped exponent bit without a word), under -m slow."""
 
 import os
@@ -11,14 +11,16 @@ from resilience.job.columns import COLUMNS
 from resilience.job.matrix import run_job
 from resilience.verdicts import FAIL, PASS
 
-from .conftest import JOBS, options
+from .conftest import ROOT, options
+
+EXAMPLE = ROOT / "examples" / "jobs" / "ddp_torchsave.py"
 
 pytestmark = pytest.mark.multiprocess
 
 
 def ddp(*extra: str) -> list[str]:
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
-    return [*torchrun, str(JOBS / "ddp_linear.py"), "--ckpt-dir", "{ckpt}", *extra]
+    return [*torchrun, str(EXAMPLE), "--ckpt-dir", "{ckpt}", *extra]
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,19 @@
-"""A torchrun job for the tests of `resilience job`: a linear model under DDP on gloo, per-rank torch.save
-and a Megatron-style tracker file, following the example jobs' conventions.
+"""ddp_torchsave: a linear model under DDP on gloo, per-rank torch.save and a Megatron-style tracker file,
+the way many teams checkpoint a data-parallel job by hand.
 
-    torchrun --nproc-per-node 2 ddp_linear.py --ckpt-dir DIR [--steps 12] [--save-every 4] [--seed 0]
-        [--variant unchecked]
+    torchrun --nproc-per-node 2 examples/jobs/ddp_torchsave.py --ckpt-dir DIR [--steps 12] [--save-every 4]
+        [--seed 0] [--variant unchecked]
 
 A save: every rank writes iter_NNNNNNN/rank_R.pt (model, optimizer, step and a SHA-256 of the tensors) to
 a temporary name, fsyncs and renames it; after a barrier rank 0 replaces latest_checkpointed_iteration.txt
 the same way and prints `saved checkpoint step N`. A load reads the tracker (an unreadable one is said and
 the folders scanned), checks the digest and falls back to an older folder when a rank's file does not
-check, every rank agreeing on the step. `--variant unchecked` loads without the digest and without a
-fallback: a deliberate mistake."""
+check, every rank agreeing on the step; rank 0 prints `resumed from step N`, and `step N loss X` after
+each step. `--variant unchecked` loads without the digest and without a fallback: a deliberate mistake
+for the tests (torch.load takes a flipped exponent bit without a word).
+
+    resilience job --matrix -- torchrun --nproc-per-node 2 examples/jobs/ddp_torchsave.py --ckpt-dir {ckpt}
+"""
 
 from __future__ import annotations
 
