@@ -14,6 +14,7 @@ BENCHMARKS = {
     "scenario": "benchmarks.scenario",
     "fusefs": "benchmarks.fusefs",
     "io-matrix": "benchmarks.io_matrix",
+    "job": "benchmarks.job",
 }
 
 

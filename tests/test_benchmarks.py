@@ -187,3 +187,13 @@ def test_a_drawn_case_is_its_scenario_without_its_name_and_its_ranks_times_steps
     assert scenario._drawn(str(tmp_path / "missing.yaml")) == {"scenario": None, "rank_steps": 0}
     rows = [{"combo": "LEGACY/torch/sync", "drawn": a}]
     assert scenario._examples(rows) != scenario._examples([{"combo": "LOCAL/torch/sync", "drawn": b}])
+
+
+def test_job_benchmark_times_the_bare_and_mounted_job(tmp_path, fuse):
+    from benchmarks import job
+    from tests.job.conftest import quick
+
+    out = tmp_path / "figures.json"
+    assert job.main(["--repeats", "1", "--no-matrix", "--json", str(out), "--", *quick()]) == 0
+    fig = json.loads(out.read_text())
+    assert len(fig["bare"]) == len(fig["mounted"]) == 1 and fig["ratio"] > 0
