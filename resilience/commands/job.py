@@ -16,7 +16,7 @@ from .common import nonnegative_int, number_arg, seconds
 
 def register(sub) -> None:
     from ..job.columns import COLUMNS
-    from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS, MAX_STATES
+    from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS, MAX_STATES, TERM_GRACE
 
     p = sub.add_parser(
         "job",
@@ -74,6 +74,12 @@ def register(sub) -> None:
         help=f"crash states of the folder the power-loss column restarts the job on (default {MAX_STATES})",
     )
     p.add_argument(
+        "--term-grace",
+        type=seconds,
+        default=TERM_GRACE,
+        help=f"seconds the sigterm column gives the job after SIGTERM before SIGKILL (default {TERM_GRACE:g})",
+    )
+    p.add_argument(
         "--timeout", type=seconds, help="seconds one run of a case may take (default: 3x the golden run, at least 30)"
     )
     p.add_argument(
@@ -115,6 +121,7 @@ def run(args) -> int:
         args.matrix,
         args.golden,
         args.max_states,
+        args.term_grace,
     )
     from ..job.matrix import run_job
 

@@ -114,6 +114,7 @@ class RunOutcome:
     killed_at: int | None = None  # time.monotonic_ns() of that kill (the file system's log clock)
     hang: dict | None = None  # the process tree (and where its Python stacks went) of a run that timed out
     firings: tuple[dict, ...] = ()  # what the mount's fault records did (faults.firings)
+    term_ignored: tuple[dict, ...] | None = None  # after a SIGTERM: the processes still there after the grace
 
     @property
     def ok(self) -> bool:
@@ -139,6 +140,7 @@ class RunOutcome:
             "killed": self.killed,
             "hang": self.hang,
             "firings": list(self.firings),
+            "term_ignored": None if self.term_ignored is None else list(self.term_ignored),
             "observed": self.observed.to_dict(),
         }
 

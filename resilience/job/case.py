@@ -10,6 +10,7 @@ and the damage done on disk."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -126,6 +127,8 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
     """One column's case, judged into its row; its evidence kept in `case_dir`."""
     start = time.monotonic()
     plan = plan_for(column, ref)
+    if plan.kill is not None and plan.kill.term:
+        plan = dataclasses.replace(plan, kill=dataclasses.replace(plan.kill, grace=options.term_grace))
     name = options.command.name
     replay = options.replay(column, ref.folder)
     if plan.na is not None:

@@ -11,7 +11,8 @@ case's fault fired: a fault that never fired leaves every checker UNPROBED (a ha
 - no_hang: every run ended before its timeout; a hang's evidence is its process tree, and the Python
   stacks of the processes that asked for them (faulthandler on SIGUSR1);
 - checkpoint_left: a restart after an acknowledged save loaded a checkpoint (resumed past step 0): the
-  folder left keeps one that loads, judged by the job's own load.
+  folder left keeps one that loads, judged by the job's own load;
+- stops_on_sigterm: a job sent SIGTERM (the sigterm column) ends within the grace a scheduler gives it.
 """
 
 from __future__ import annotations
@@ -301,7 +302,32 @@ class CheckpointLeft:
         )
 
 
-ALL = (ResumedNewest(), CurveEqual(), NoSilentDamage(), ReachedEnd(), NoHang(), CheckpointLeft())
+class StopsOnSigterm:
+    """A preempted job (the sigterm column) ends within the grace a scheduler gives it after SIGTERM."""
+
+    name = "stops_on_sigterm"
+
+    def check(self, ev: CaseEvidence) -> Verdict:
+        termed = [r for r in ev.runs if r.term_ignored is not None]
+        if not termed:
+            return Verdict(self.name, NA, "no run was sent SIGTERM")
+        run = termed[0]
+        left = list(run.term_ignored or ())
+        if not left:
+            return Verdict(self.name, PASS, f"every process of run {run.index} ended after SIGTERM ({run.ended()})")
+        shown = "; ".join(
+            f"pid {p.get('pid')} rank {p.get('rank')}: {str(p.get('cmdline', ''))[:120]}" for p in left[:4]
+        )
+        return Verdict(
+            self.name,
+            FAIL,
+            f"{len(left)} process(es) of run {run.index} ignored SIGTERM through the grace and were SIGKILLed, as a "
+            f"scheduler would kill them (a save in progress is lost): {shown}",
+            left,
+        )
+
+
+ALL = (ResumedNewest(), CurveEqual(), NoSilentDamage(), ReachedEnd(), NoHang(), CheckpointLeft(), StopsOnSigterm())
 
 
 def judge(ev: CaseEvidence, checkers=ALL) -> list[Verdict]:
@@ -321,4 +347,14 @@ def judge(ev: CaseEvidence, checkers=ALL) -> list[Verdict]:
     return out
 
 
-__all__ = ["ALL", "CheckpointLeft", "CurveEqual", "NoHang", "NoSilentDamage", "ReachedEnd", "ResumedNewest", "judge"]
+__all__ = [
+    "ALL",
+    "CheckpointLeft",
+    "CurveEqual",
+    "NoHang",
+    "NoSilentDamage",
+    "ReachedEnd",
+    "ResumedNewest",
+    "StopsOnSigterm",
+    "judge",
+]

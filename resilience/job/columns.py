@@ -24,6 +24,8 @@ next.
 |                      | the whole job SIGKILLed the moment it acknowledges that save                      |
 | chained              | killed between the first two saves, and again after each resume between the next  |
 |                      | two (up to three kills): every resume must take the newest acknowledged save      |
+| sigterm              | every process sent SIGTERM between saves, as a scheduler preempts; SIGKILL after  |
+|                      | the grace: a job that ignores SIGTERM is stops_on_sigterm's FAIL                  |
 """
 
 from __future__ import annotations
@@ -234,6 +236,19 @@ def slow_disk(ref: Reference) -> CasePlan:
     return CasePlan("slow-disk", what, records, kill=kill, save=save, next_step=_next_step(ref, save))
 
 
+def sigterm(ref: Reference) -> CasePlan:
+    plan = kill_job_between(ref)
+    if plan.na is not None or plan.kill is None:
+        return CasePlan("sigterm", na=plan.na)
+    kill = WholeJobKill(BETWEEN_SAVES, at_step=plan.kill.at_step, term=True)
+    what = (
+        f"every process of the job sent SIGTERM at step {kill.at_step}, after the save of step "
+        f"{plan.save.step if plan.save else '?'}, "
+        "as a scheduler preempts a job; whatever is left after the grace (--term-grace) SIGKILLed"
+    )
+    return CasePlan(**{**plan.__dict__, "column": "sigterm", "what": what, "kill": kill})
+
+
 def chained(ref: Reference) -> CasePlan:
     if not ref.layout.saves:
         return CasePlan("chained", na=_target_save(ref, True)[1])
@@ -275,6 +290,7 @@ COLUMNS: dict[str, Callable[[Reference], CasePlan]] = {
     "power-loss": power_loss,
     "slow-disk": slow_disk,
     "chained": chained,
+    "sigterm": sigterm,
 }
 # what item 1 of the plan still lacks, said where a user asks for it
 NOT_YET = {

@@ -11,6 +11,7 @@ from .command import JobCommand
 from .patterns import Patterns
 
 MAX_RESTARTS = 3  # restarts a scheduler allows by default
+TERM_GRACE = 10.0  # seconds a preempted job has after SIGTERM, as a scheduler gives (SLURM's KillWait: 30)
 MAX_STATES = 4  # crash states of a power loss restarted on by default (each one a restart of the job)
 GOLDEN_TIMEOUT = 900.0  # seconds for one golden run by default
 TIMEOUT_FACTOR = 3.0  # a case's run may take this many times the slower golden run ...
@@ -32,6 +33,7 @@ class JobOptions:
     matrix: bool = False
     golden: str | None = None  # a golden run kept by an earlier run, reused
     max_states: int = MAX_STATES  # crash states the power-loss column restarts on
+    term_grace: float = TERM_GRACE  # seconds a job sent SIGTERM has before it is SIGKILLed
 
     def patterns(self) -> Patterns:
         return Patterns.from_options(self.metric or None, self.ack or None, self.resumed or None)
@@ -51,6 +53,8 @@ class JobOptions:
             parts += ["--rtol", f"{self.rtol:g}"]
         if self.max_restarts != MAX_RESTARTS:
             parts += ["--max-restarts", str(self.max_restarts)]
+        if self.term_grace != TERM_GRACE and column == "sigterm":
+            parts += ["--term-grace", f"{self.term_grace:g}"]
         if self.max_states != MAX_STATES and column == "power-loss":
             parts += ["--max-states", str(self.max_states)]
         if self.timeout is not None:

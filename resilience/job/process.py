@@ -46,6 +46,8 @@ class WholeJobKill:
     on_firing: bool = False
     at_step: int | None = None
     after_ack: int | None = None
+    term: bool = False  # SIGTERM every process, as a scheduler preempting the job; SIGKILL `grace` s later
+    grace: float = 10.0
 
 
 class _Output:
@@ -83,6 +85,7 @@ class _Run:
         self.killed: str | None = None
         self.killed_at: int | None = None
         self.acked = False  # the save kill.after_ack names was acknowledged
+        self.termed_at: float | None = None  # time.monotonic() of a SIGTERM to every process of the run
         self._lock = threading.Lock()
         self.temp = os.path.join(folder, TEMP)
         os.makedirs(self.temp, exist_ok=True)
@@ -118,7 +121,20 @@ class _Run:
             if self.killed is not None:
                 return
             self.killed, self.killed_at = reason, time.monotonic_ns()
+        if self.kill_plan is not None and self.kill_plan.term:
+            self.termed_at = time.monotonic()
+            tree.terminate_all(self.proc.pid, self.token)
+            return  # the run's loop gives it TERM_GRACE to end
         tree.kill_all(self.proc.pid, self.token)
+
+    def left_after_term(self) -> list[dict]:
+        """After a SIGTERM: wait out the grace for every process of the run to end; those still there."""
+        assert self.termed_at is not None and self.kill_plan is not None
+        while time.monotonic() < self.termed_at + self.kill_plan.grace:
+            if self.proc.poll() is not None and not tree.members(self.proc.pid, self.token):
+                return []
+            time.sleep(POLL * 5)
+        return tree.describe(tree.members(self.proc.pid, self.token))
 
     def stop(self) -> None:
         """Every process of the run killed and reaped, the output read to its end."""
@@ -154,6 +170,7 @@ def run_once(
     start = time.monotonic()
     hang = None
     timed_out = False
+    ignored: list[dict] | None = None
     with mounted(
         backing, mountpoint, faults=list(faults), log=os.path.join(folder, FS_LOG), paths_as=backing, rank_env=RANK_ENV
     ) as mount:
@@ -163,11 +180,15 @@ def run_once(
             while run.proc.poll() is None:
                 if kill is not None and kill.on_firing and mount.firings():
                     run.kill_whole_job(kill.reason)
+                if run.termed_at is not None:
+                    break
                 if time.monotonic() > deadline:
                     hang = tree.hang_report(run.proc.pid, run.token, run.output.lines)
                     timed_out = True
                     break
                 time.sleep(POLL)
+            if run.termed_at is not None:  # the agent may be gone and its workers not
+                ignored = run.left_after_term()
         finally:
             run.stop()
         firings = tuple(mount.firings())
@@ -182,6 +203,7 @@ def run_once(
         killed_at=run.killed_at,
         hang=hang,
         firings=firings,
+        term_ignored=None if run.termed_at is None else tuple(ignored or ()),
     )
 
 

@@ -79,6 +79,16 @@ def kill_all(root: int, token: str, spared: set[int] | None = None) -> list[int]
     return sorted(killed)
 
 
+def terminate_all(root: int, token: str) -> list[int]:
+    """SIGTERM every process of the run once, as a scheduler that preempts a job does (never the runner or
+    its group). The pids signalled."""
+    own = {os.getpid(), os.getpgid(0)}
+    pids = sorted(members(root, token) - own)
+    for pid in pids:
+        _signal(pid, signal.SIGTERM)
+    return pids
+
+
 def _signal(pid: int, sig: int, group: bool = False) -> None:
     try:
         (os.killpg if group else os.kill)(pid, sig)

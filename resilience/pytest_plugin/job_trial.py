@@ -44,6 +44,7 @@ class JobTrial:
 
         argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
         out = os.path.join(self.run_dir, "jobs")
+
         def texts(key: str) -> tuple[str, ...]:  # one pattern or several
             value = kw.pop(key, ())
             return (value,) if isinstance(value, str) else tuple(value)

@@ -13,6 +13,7 @@ from resilience.job.checkers import (
     NoSilentDamage,
     ReachedEnd,
     ResumedNewest,
+    StopsOnSigterm,
     judge,
 )
 from resilience.job.patterns import Patterns, read_lines
@@ -171,3 +172,15 @@ def test_a_fault_that_never_fired_leaves_every_checker_unprobed_but_a_hang_fails
 def test_every_checker_passes_a_clean_resume(tmp_path, checker):
     good = first_run_killed_after_8(Case(tmp_path)).run(["resumed from step 8", *steps(9, 12), *acks(12)])
     assert checker.check(good.evidence()).status == PASS
+
+
+def test_stops_on_sigterm(tmp_path):
+    from dataclasses import replace
+
+    c = first_run_killed_after_8(Case(tmp_path / "a")).run(["resumed from step 8", *steps(9, 12)])
+    assert StopsOnSigterm().check(c.evidence()).status == NA  # nobody was sent SIGTERM
+    c.runs[0] = replace(c.runs[0], term_ignored=())
+    assert StopsOnSigterm().check(c.evidence()).status == PASS
+    c.runs[0] = replace(c.runs[0], term_ignored=({"pid": 7, "rank": 1, "cmdline": "python train.py"},))
+    v = StopsOnSigterm().check(c.evidence())
+    assert v.status == FAIL and "pid 7 rank 1: python train.py" in v.detail

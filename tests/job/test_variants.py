@@ -114,3 +114,13 @@ def test_a_launcher_that_sets_only_local_rank_has_its_ranks_attributed(tmp_path)
     assert row.verdict == PASS, row.detail
     assert done.reference.layout.ranks == (0, 1)  # each worker's files are its rank's, read from LOCAL_RANK
     assert "by rank 1" in row.faults[0].detail, row.faults[0].detail
+
+
+def test_a_job_that_ignores_sigterm_is_caught_after_the_grace(tmp_path):
+    argv = quick("--step-time", "0.3", "--variant", "ignore_sigterm")
+    done = run_job(options(tmp_path, argv, columns=("sigterm",), term_grace=0.5))
+    [row] = done.rows
+    verdict = {v.checker: v for v in row.checkers}["stops_on_sigterm"]
+    assert row.verdict == FAIL and verdict.status == FAIL, row.detail
+    assert "ignored SIGTERM through the grace and were SIGKILLed" in verdict.detail
+    assert any("quick_train.py" in p["cmdline"] for p in verdict.evidence), verdict.evidence

@@ -20,7 +20,7 @@ prunes every older checkpoint first), noisy (a loss that differs between runs), 
 weights through float32, a change the printed loss hides but `--report-state`'s digest shows), no_fsync
 (renames its files into place without an fsync: a power loss takes the acknowledged save), frozen_data
 (after a resume its saves keep the data position it resumed at, so the second resume replays the data
-stream from there),
+stream from there), ignore_sigterm (it and its workers ignore SIGTERM),
 no_ckpt (never saves), silent (prints no metric lines)."""
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def parse(argv):
 def launch(args, argv) -> int:
     """One worker per rank; a barrier between them (each worker sends a byte on its socket, all are answered
     once every one has), as a collective keeps DDP's ranks in step; every worker killed once one fails."""
+    if args.variant == "ignore_sigterm":  # the launcher too: a job a scheduler cannot stop but by SIGKILL
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     pairs = [socket.socketpair() for _ in range(args.nproc)]
     workers = []
     for r, (_, theirs) in enumerate(pairs):
@@ -228,6 +230,8 @@ def load(args, rank: int) -> tuple[int, int, list[float]] | None:
 
 def train(args) -> int:
     rank = int(os.environ[args.rank_env])
+    if args.variant == "ignore_sigterm":  # a worker a scheduler cannot stop but by SIGKILL
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.makedirs(args.ckpt_dir, exist_ok=True)
     w, start, position = [0.0] * WIDTH, 0, 0
     loaded = load(args, rank)
