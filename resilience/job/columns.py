@@ -30,9 +30,12 @@ next.
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import ConfigError
 from ..faults.base import Fault, Target, Trigger
 from ..faults.kinds import BitFlip, DeleteFile, IOFailure, RankCrash, SlowWrite, TrackerDamage, Truncate
 from .golden import Reference
@@ -64,8 +67,53 @@ class CasePlan:
     power_loss: bool = False  # after the first run, a restart on each crash state of the folder
 
 
+@dataclass(frozen=True)
+class Aim:
+    """Where a column strikes instead of its default: the save (1-based, in the golden run's order), the
+    rank, the byte of a kill in a write. Written `COLUMN@save=2,rank=0,byte=512`, as the fuzzer draws it."""
+
+    save: int | None = None
+    rank: int | None = None
+    byte: int | None = None
+
+    def text(self) -> str:
+        parts = [
+            f"{k}={v}" for k, v in (("save", self.save), ("rank", self.rank), ("byte", self.byte)) if v is not None
+        ]
+        return "@" + ",".join(parts) if parts else ""
+
+
+# the aim of the plan being made: set by plan_for around one column's call, read where the defaults are
+NO_AIM = Aim()
+_AIM: contextvars.ContextVar[Aim] = contextvars.ContextVar("aim", default=NO_AIM)  # noqa: B039 (frozen)
+
+
+def parse_column(text: str) -> tuple[str, Aim]:
+    """'kill-rank-write@save=2,rank=1,byte=100' -> (name, Aim); a bad aim is one ConfigError."""
+    name, _, spec = text.partition("@")
+    values: dict[str, int] = {}
+    for part in filter(None, spec.split(",")):
+        key, _, value = part.partition("=")
+        if key not in ("save", "rank", "byte") or not value.isdigit():
+            raise ConfigError(
+                "--column", f"{text!r}: {part!r} is not an aim", "write COLUMN@save=N,rank=R,byte=B (whole numbers)"
+            )
+        values[key] = int(value)
+    if values.get("save") == 0:
+        raise ConfigError("--column", f"{text!r}: saves count from 1", "save=1 is the golden run's first save")
+    return name, Aim(**values)
+
+
 def _target_save(ref: Reference, between: bool) -> tuple[Save | None, str]:
     saves, last = ref.layout.saves, ref.golden.last_step
+    aim = _AIM.get()
+    if aim.save is not None and saves:
+        if aim.save > len(saves):
+            return None, f"the golden run made {len(saves)} saves, not {aim.save}"
+        chosen = saves[aim.save - 1]
+        if between and chosen.step >= last:
+            return None, f"save {aim.save} is at the last step ({chosen.step}): nothing to resume after it"
+        return chosen, ""
     if not saves:
         return None, f"the golden run made no checkpoint the layout could place by step ({ref.layout.describe()})"
     usable = [s for s in saves[:2] if not between or s.step < last]
@@ -80,6 +128,8 @@ def _next_step(ref: Reference, save: Save) -> int:
 
 
 def _io_rank(ref: Reference) -> int:
+    if _AIM.get().rank is not None:
+        return _AIM.get().rank  # type: ignore[return-value]
     return 1 if 1 in ref.layout.ranks else (ref.layout.ranks[0] if ref.layout.ranks else 0)
 
 
@@ -113,7 +163,7 @@ def _rank_fault(ref: Reference, column: str, make: Callable[[int, Save, str], tu
 def kill_rank_write(ref: Reference) -> CasePlan:
     def make(rank: int, save: Save, glob: str) -> tuple[Fault, str]:
         f = ref.layout.data_file(rank)
-        at = min(KILL_AT_BYTE, (f.size if f else 0) // 2)
+        at = _AIM.get().byte if _AIM.get().byte is not None else min(KILL_AT_BYTE, (f.size if f else 0) // 2)
         record = RankCrash(target=Target(rank=rank, path=glob), trigger=Trigger(at_byte=at))
         return record, f"rank {rank} SIGKILLed at byte {at} of {glob[2:]} (save {save.number}, step {save.step})"
 
@@ -164,7 +214,7 @@ def _damage(column: str, ref: Reference, make: Callable[[Save, int], tuple[Fault
     kill, nxt, why = _between_kill(ref, save)
     if kill is None:
         return CasePlan(column, na=why)
-    record, path, what = make(save, 0)
+    record, path, what = make(save, _AIM.get().rank or 0)
     if path is None:
         return CasePlan(column, na=what)
     return CasePlan(
@@ -299,7 +349,16 @@ NOT_YET = {
 
 
 def plan_for(column: str, ref: Reference) -> CasePlan:
-    return COLUMNS[column](ref)
+    """The plan of a column (`NAME` or `NAME@save=..,rank=..,byte=..`) aimed through the golden run."""
+    name, aim = parse_column(column)
+    if aim.rank is not None and ref.layout.ranks and aim.rank not in ref.layout.ranks:
+        return CasePlan(column, na=f"rank {aim.rank} is not a rank of the job (ranks {list(ref.layout.ranks)})")
+    token = _AIM.set(aim)
+    try:
+        plan = COLUMNS[name](ref)
+    finally:
+        _AIM.reset(token)
+    return dataclasses.replace(plan, column=column) if aim != NO_AIM else plan
 
 
-__all__ = ["COLUMNS", "NOT_YET", "CasePlan", "plan_for"]
+__all__ = ["COLUMNS", "NOT_YET", "Aim", "CasePlan", "parse_column", "plan_for"]

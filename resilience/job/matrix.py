@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..report.result_row import ResultRow
 from .base import RunOutcome
 from .case import run_case
-from .columns import COLUMNS, NOT_YET
+from .columns import COLUMNS, NOT_YET, parse_column
 from .golden import GOLDEN, Reference, golden_run
 from .options import JobOptions
 
@@ -41,10 +41,11 @@ def chosen_columns(options: JobOptions) -> list[str]:
     if options.matrix:
         return list(COLUMNS)
     for c in options.columns:
-        if c in NOT_YET:
-            raise ConfigError("--column", NOT_YET[c], f"the columns so far: {', '.join(COLUMNS)}")
-        if c not in COLUMNS:
-            raise ConfigError("--column", f"unknown column {c!r}", f"use one of {', '.join(COLUMNS)}")
+        name, _ = parse_column(c)
+        if name in NOT_YET:
+            raise ConfigError("--column", NOT_YET[name], f"the columns so far: {', '.join(COLUMNS)}")
+        if name not in COLUMNS:
+            raise ConfigError("--column", f"unknown column {name!r}", f"use one of {', '.join(COLUMNS)}")
     return list(dict.fromkeys(options.columns))
 
 

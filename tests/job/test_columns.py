@@ -77,3 +77,21 @@ def test_damage_finds_the_file_this_run_wrote_where_its_learned_name_holds_a_wil
     shard.write_bytes(b"x" * 64)
     done = apply(Truncate(), str(tmp_path), "run-*/step-8/rank_0.pt", [8])
     assert done is not None and shard.stat().st_size == 32
+
+
+def test_an_aim_names_the_save_rank_and_byte():
+    import pytest
+
+    from resilience.errors import ConfigError
+
+    ref = reference([4, 8, 12])
+    crash = plan_for("kill-rank-write@save=1,rank=0,byte=100", ref)
+    [record] = crash.records
+    assert (record.target.rank, record.target.path, record.trigger.at_byte) == (0, "*/iter_0000004/rank_0.pt.tmp", 100)
+    assert crash.column == "kill-rank-write@save=1,rank=0,byte=100"
+    assert plan_for("truncate@save=2,rank=1", ref).damage_path == "iter_0000008/rank_1.pt"
+    assert "is at the last step" in (plan_for("truncate@save=3", ref).na or "")
+    assert "made 3 saves, not 5" in (plan_for("eio@save=5", ref).na or "")
+    assert "rank 7 is not a rank of the job" in (plan_for("eio@rank=7", ref).na or "")
+    with pytest.raises(ConfigError, match="is not an aim"):
+        plan_for("eio@disk=1", ref)
