@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from ..errors import ConfigError
-from .common import nonnegative_int, number_arg, seconds
+from .common import nonnegative_int, number_arg, positive_int, seconds
 
 
 def register(sub) -> None:
@@ -25,6 +25,19 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--matrix", action="store_true", help="run every fault column and print the table")
+    p.add_argument(
+        "--fuzz",
+        action="store_true",
+        help="draw fault schedules (column, save, rank, byte, restarts) with Hypothesis and shrink the first failure",
+    )
+    p.add_argument("--examples", type=positive_int, default=20, help="schedules --fuzz draws (default 20)")
+    p.add_argument("--seed", type=nonnegative_int, help="seed of --fuzz (default: a random one, printed)")
+    p.add_argument(
+        "--shrink-budget",
+        type=seconds,
+        default=600.0,
+        help="seconds --fuzz may spend shrinking a failure (default 600)",
+    )
     p.add_argument(
         "--column",
         action="append",
@@ -123,6 +136,10 @@ def run(args) -> int:
         args.max_states,
         args.term_grace,
     )
+    if args.fuzz:
+        if args.matrix or args.column:
+            raise ConfigError("--fuzz", "draws its own columns", "give --fuzz without --matrix or --column")
+        return _fuzz(options, args)
     from ..job.matrix import run_job
 
     done = run_job(options)
@@ -146,3 +163,26 @@ def run(args) -> int:
     print(f"({done.seconds:.1f} s: golden {done.golden_seconds:.1f} s, a case {mean:.1f} s on average)")
     sys.stdout.flush()
     return summarize(done.rows, done.paths)
+
+
+def _fuzz(options, args) -> int:
+    import random
+
+    from ..job.matrix import fuzz_job
+    from .run import summarize
+
+    seed = args.seed if args.seed is not None else random.randrange(2**32)
+    print(f"fuzz: seed {seed}; {args.examples} schedules of {options.command.shell()}", flush=True)
+    print(f"  repeat with: resilience job --fuzz --seed {seed} --examples {args.examples} -- {options.command.shell()}")
+    done = fuzz_job(options, examples=args.examples, seed=seed, shrink_budget=args.shrink_budget)
+    out = done.outcome
+    gaps = ", ".join(f"{n} {v}" for v, n in out.gaps.items()) or "none"
+    print(f"{len(out.rows)} cases in {out.seconds:.1f} s; {out.failures} failed; gaps in the search: {gaps}")
+    if out.minimal is not None and out.minimal_schedule is not None:
+        row, sched = out.minimal, out.minimal_schedule
+        print(f"FAIL (minimal schedule: {sched.spec()}, restarts {sched.restarts}): {row.detail[:600]}")
+        print(f"  replay: {row.replay}")
+    else:
+        print("no failure found")
+    summarize(out.rows, done.paths)
+    return 1 if out.minimal is not None else 0

@@ -20,6 +20,7 @@ from ..report.result_row import ResultRow
 from .base import RunOutcome
 from .case import run_case
 from .columns import COLUMNS, NOT_YET, parse_column
+from .fuzzing import FuzzOutcome, fuzz_cases
 from .golden import GOLDEN, Reference, golden_run
 from .options import JobOptions
 
@@ -67,10 +68,51 @@ def _said_run(what: str):
 
 
 def run_job(options: JobOptions) -> JobRun:
-    from ..fusefs.mount import fuse_available
-    from ..runner.case_loop import create_run_folder, keeping
+    from ..runner.case_loop import keeping
 
     columns = chosen_columns(options)
+    folder, ref, start, golden_seconds = start_run(options, columns)
+    rows: list[ResultRow] = []
+    with keeping(folder, columns):
+        for n, column in enumerate(columns):
+            _say(f"case {n + 1}/{len(columns)}: {column} ...")
+            case_dir = os.path.join(folder.path, "cases", f"{n:02d}-{column}")
+            row = run_case(options, ref, column, case_dir, on_run=_said_run(column))
+            folder.append(row)
+            rows.append(row)
+            _say(f"{column}: {row.verdict} ({row.seconds:.1f} s): {row.detail[:300]}")
+    paths = folder.finish(rows, columns=columns)
+    return JobRun(folder.path, ref, rows, paths, columns, golden_seconds, time.monotonic() - start)
+
+
+@dataclass(frozen=True)
+class JobFuzz:
+    """What a fuzzing run made: its folder, the reference, its outcome, the report files."""
+
+    folder: str
+    reference: Reference
+    outcome: FuzzOutcome
+    paths: dict[str, str]
+
+
+def fuzz_job(options: JobOptions, *, examples: int, seed: int, shrink_budget: float) -> JobFuzz:
+    """The golden run, then `examples` drawn fault schedules, the first failure shrunk (fuzzing.py)."""
+    from ..runner.case_loop import keeping
+
+    folder, ref, _, _ = start_run(options, [], {"kind": "job-fuzz", "seed": seed, "cases": None})
+    with keeping(folder, None):
+        outcome = fuzz_cases(options, ref, folder, examples=examples, seed=seed, shrink_budget=shrink_budget, say=_say)
+    paths = folder.finish(outcome.rows, columns=list(dict.fromkeys(r.column or "" for r in outcome.rows)))
+    return JobFuzz(folder.path, ref, outcome, paths)
+
+
+def start_run(options: JobOptions, columns: list[str], extra: dict | None = None):
+    """The run folder and the golden run (or the one --golden names): (folder, reference, start time,
+    golden seconds). Bad input is one ConfigError before anything runs; a golden run that shows the job
+    cannot be tested removes the run folder it started."""
+    from ..fusefs.mount import fuse_available
+    from ..runner.case_loop import create_run_folder
+
     patterns = options.patterns()  # a bad pattern: one error before anything runs
     ok, why = fuse_available()
     if not ok:
@@ -89,6 +131,7 @@ def run_job(options: JobOptions) -> JobRun:
             "cases": len(columns),
             "patterns": patterns.to_dict(),
             "rtol": options.rtol,
+            **(extra or {}),
         },
     )
     try:
@@ -111,19 +154,8 @@ def run_job(options: JobOptions) -> JobRun:
             with contextlib.suppress(OSError):
                 os.rmdir(options.out)
         raise
-    golden_seconds = time.monotonic() - start
     _say(f"layout: {ref.layout.describe()}")
-    rows: list[ResultRow] = []
-    with keeping(folder, columns):
-        for n, column in enumerate(columns):
-            _say(f"case {n + 1}/{len(columns)}: {column} ...")
-            case_dir = os.path.join(folder.path, "cases", f"{n:02d}-{column}")
-            row = run_case(options, ref, column, case_dir, on_run=_said_run(column))
-            folder.append(row)
-            rows.append(row)
-            _say(f"{column}: {row.verdict} ({row.seconds:.1f} s): {row.detail[:300]}")
-    paths = folder.finish(rows, columns=columns)
-    return JobRun(folder.path, ref, rows, paths, columns, golden_seconds, time.monotonic() - start)
+    return folder, ref, start, time.monotonic() - start
 
 
-__all__ = ["JobRun", "chosen_columns", "run_job"]
+__all__ = ["JobFuzz", "JobRun", "chosen_columns", "fuzz_job", "run_job", "start_run"]
