@@ -167,6 +167,7 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
         verdicts, per_state = judge(ev), []
     verdict = case_verdict(verdicts)
     _keep(case_dir, plan, state, trial, verdicts, per_state, ref.golden.curve)
+    _timeline(case_dir, trial)
     return ResultRow(
         name,
         name,
@@ -209,6 +210,20 @@ def _judge_states(
         for st, verdicts, v in judged
     ]
     return shown, per_state
+
+
+def _timeline(case_dir: str, trial: Trial) -> None:
+    from ..report.timeline import write_job_timeline
+
+    runs = list(trial.runs) + [r for st in trial.states or () for r in st.runs[1:]]
+    write_job_timeline(
+        case_dir,
+        [
+            {"index": r.index, "folder": r.folder, "ended": r.ended(), "killed": r.killed, "killed_at": r.killed_at}
+            | {"firings": list(r.firings)}
+            for r in runs
+        ],
+    )
 
 
 def _keep(

@@ -200,9 +200,58 @@ def _fault_mark(tl: Timeline, f: dict, t: float) -> None:
     tl.marks.append(Mark(lane, t, kind, f"{action or 'fired'}: {text}"))
 
 
-def _from_io_logs(tl: Timeline, case_dir: str, offset: float) -> None:
+def write_job_timeline(case_dir: str, runs: list[dict], *, clock_offset: float | None = None) -> str:
+    """timeline.html of a `resilience job` case: each run's file operations per rank, thread and process
+    (its mount's log, `run-N/fs/fuse.jsonl`), the runner's lane with each run and its whole-job kill, and
+    the faults' firings marked. `runs`: each run's index, folder, how it ended, killed_at (monotonic ns),
+    firings."""
+    from ..faults.fuse_log import read_log
+    from .html import render
+
+    if clock_offset is None:
+        clock_offset = time.time() - time.monotonic()
+    tl = Timeline()
+    tl.lane(RUNNER)
+    try:
+        for run in runs:
+            recs = read_log(os.path.join(str(run.get("folder", "")), "fs"))
+            pids: dict[object, set] = {}
+            for r in recs:
+                pids.setdefault(r.get("rank"), set()).add(r.get("pid"))
+            several = any(len(p) > 1 for p in pids.values())
+            times = [float(r.get("t", 0)) / 1e9 + clock_offset for r in recs if r.get("t")]
+            _from_io_logs(tl, ((r, several) for r in recs), clock_offset)
+            if times:
+                label = f"run {run.get('index')}: {run.get('ended', '')}"
+                tl.jobs.append(Bar(RUNNER, min(times), max(times), "job", label))
+            if run.get("killed_at"):
+                tl.marks.append(
+                    Mark(RUNNER, int(run["killed_at"]) / 1e9 + clock_offset, "kill", f"whole job: {run.get('killed')}")
+                )
+            for f in run.get("firings") or ():
+                if isinstance(f, dict) and isinstance(f.get("time"), (int, float)):
+                    _fault_mark(tl, f, float(f["time"]))
+        _order_lanes(tl)
+        page = render("timeline.html.j2", title=f"timeline: {os.path.basename(case_dir)}", error="", **draw(tl))
+    except Exception as e:  # a page that says why, never a broken case: the timeline only shows evidence
+        page = render(
+            "timeline.html.j2",
+            title=f"timeline: {os.path.basename(case_dir)}",
+            error=f"the timeline could not be drawn: {type(e).__name__}: {e}",
+            **draw(Timeline()),
+        )
+    path = os.path.join(case_dir, TIMELINE)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(page)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def _from_io_logs(tl: Timeline, source, offset: float) -> None:
+    """The file operations of `source` (a case folder, or (record, name its process) pairs) as bars."""
     ops: list[tuple[float, str, str, dict]] = []
-    for rec, pid_lanes in _io_records(case_dir):
+    records = _io_records(source) if isinstance(source, str) else source
+    for rec, pid_lanes in records:
         if len(ops) >= MAX_IO:
             tl.notes.append(f"file operations past the first {MAX_IO} are not drawn")
             break

@@ -29,3 +29,12 @@ def test_each_case_draws_its_runs_against_the_golden_curve(tmp_path, quick_golde
     for p in figures[0].find_all("polyline"):
         xy = [tuple(map(float, pt.split(","))) for pt in p.attrs["points"].split()]
         assert len(xy) == int(p.attrs["data-points"]) and all(0 <= x <= 560 and 0 <= y <= 220 for x, y in xy)
+
+
+def test_each_case_has_a_timeline_of_its_file_operations_with_the_faults_and_kills(tmp_path, quick_golden):
+    done = run_job(options(tmp_path, quick(), columns=("slow-disk",), golden=quick_golden))
+    [row] = done.rows
+    page = open(os.path.join(row.case_dir, "timeline.html"), encoding="utf-8").read()
+    assert "rank 1 · main" in page and "rename rank_1.bin.tmp -&gt; rank_1.bin" in page
+    assert "slow: slow_write delay=1.0" in page  # each firing, on its rank's lane
+    assert "whole job: between saves" in page and "run 1: exit 0" in page  # the runner's kill and each run
