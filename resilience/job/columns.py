@@ -137,7 +137,8 @@ def _between_kill(ref: Reference, save: Save) -> tuple[WholeJobKill | None, int,
     nxt = _next_step(ref, save)
     if nxt - save.step < 2:
         return None, nxt, f"steps {save.step} and {nxt} follow each other: no step between them to kill at"
-    return WholeJobKill(BETWEEN_SAVES, at_step=(save.step + nxt) // 2), nxt, ""
+    acked = save.step if save.step in ref.golden.acks else None  # not before the job said the save is done
+    return WholeJobKill(BETWEEN_SAVES, at_step=(save.step + nxt) // 2, after_ack=acked), nxt, ""
 
 
 def _aimed(ref: Reference, column: str, between: bool, rank: int) -> tuple[Save | None, str | None, str]:
@@ -189,7 +190,10 @@ def kill_job_between(ref: Reference) -> CasePlan:
     kill, nxt, why = _between_kill(ref, save)
     if kill is None:
         return CasePlan("kill-job-between", na=why)
-    what = f"the whole job SIGKILLed at step {kill.at_step}, after the save of step {save.step}, before step {nxt}'s"
+    what = (
+        f"the whole job SIGKILLed at step {kill.at_step} (or at the first step after it acknowledged the save of "
+        f"step {save.step}, if later), before step {nxt}'s"
+    )
     return CasePlan("kill-job-between", what, kill=kill, save=save, next_step=nxt)
 
 
@@ -282,7 +286,7 @@ def slow_disk(ref: Reference) -> CasePlan:
         f"each rank's first {SLOW_DISK_WRITES} writes of its data file of save {save.number} (step {save.step}) "
         f"{SLOW_DISK_DELAY:g} s slow; the whole job SIGKILLed the moment it acknowledges that save"
     )
-    kill = WholeJobKill(BETWEEN_SAVES, after_ack=save.step)
+    kill = WholeJobKill(BETWEEN_SAVES, after_ack=save.step, on_ack=True)
     return CasePlan("slow-disk", what, records, kill=kill, save=save, next_step=_next_step(ref, save))
 
 
@@ -290,7 +294,7 @@ def sigterm(ref: Reference) -> CasePlan:
     plan = kill_job_between(ref)
     if plan.na is not None or plan.kill is None:
         return CasePlan("sigterm", na=plan.na)
-    kill = WholeJobKill(BETWEEN_SAVES, at_step=plan.kill.at_step, term=True)
+    kill = WholeJobKill(BETWEEN_SAVES, at_step=plan.kill.at_step, after_ack=plan.kill.after_ack, term=True)
     what = (
         f"every process of the job sent SIGTERM at step {kill.at_step}, after the save of step "
         f"{plan.save.step if plan.save else '?'}, "

@@ -38,14 +38,16 @@ POLL = 0.01
 
 @dataclass(frozen=True)
 class WholeJobKill:
-    """When the runner kills the whole job: once the mount fires (`on_firing`), once the job reports step
-    `at_step` or a later one, or at the first step it reports after acknowledging the save of step
-    `after_ack` (an async save acknowledged late). `reason` names it in the run's record."""
+    """When the runner kills the whole job: once the mount fires (`on_firing`), or at the first step it
+    reports that is `at_step` or later and comes after its acknowledgement of the save of step `after_ack`
+    (an async save is acknowledged late: steps go on while it writes); at that acknowledgement itself with
+    `on_ack`, or when it comes once `at_step` was already reported. `reason` names it in the run's record."""
 
     reason: str
     on_firing: bool = False
     at_step: int | None = None
     after_ack: int | None = None
+    on_ack: bool = False
     term: bool = False  # SIGTERM every process, as a scheduler preempting the job; SIGKILL `grace` s later
     grace: float = 10.0
 
@@ -85,6 +87,7 @@ class _Run:
         self.killed: str | None = None
         self.killed_at: int | None = None
         self.acked = False  # the save kill.after_ack names was acknowledged
+        self.last_step = -1  # the furthest step the run reported
         self.termed_at: float | None = None  # time.monotonic() of a SIGTERM to every process of the run
         self._lock = threading.Lock()
         self.temp = os.path.join(folder, TEMP)
@@ -109,10 +112,20 @@ class _Run:
         plan = self.kill_plan
         if plan is None:
             return
+        if kind == "metric":
+            self.last_step = max(self.last_step, step)
         if kind == "ack" and step == plan.after_ack:
             self.acked = True
-        if kind == "metric" and (
-            (plan.at_step is not None and step >= plan.at_step) or (plan.after_ack is not None and self.acked)
+            late = plan.at_step is not None and self.last_step >= plan.at_step  # acknowledged past the kill's step
+            if plan.on_ack or late:
+                self.kill_whole_job(plan.reason)
+                return
+        if plan.at_step is None and plan.after_ack is None or plan.on_ack:
+            return
+        if (
+            kind == "metric"
+            and (plan.at_step is None or step >= plan.at_step)
+            and (plan.after_ack is None or self.acked)
         ):
             self.kill_whole_job(plan.reason)
 
