@@ -25,19 +25,7 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--matrix", action="store_true", help="run every fault column and print the table")
-    p.add_argument(
-        "--fuzz",
-        action="store_true",
-        help="draw fault schedules (column, save, rank, byte, restarts) with Hypothesis and shrink the first failure",
-    )
-    p.add_argument("--examples", type=positive_int, default=20, help="schedules --fuzz draws (default 20)")
-    p.add_argument("--seed", type=nonnegative_int, help="seed of --fuzz (default: a random one, printed)")
-    p.add_argument(
-        "--shrink-budget",
-        type=seconds,
-        default=600.0,
-        help="seconds --fuzz may spend shrinking a failure (default 600)",
-    )
+    _fuzz_options(p)
     p.add_argument(
         "--column",
         action="append",
@@ -51,23 +39,7 @@ def register(sub) -> None:
         help="the folder the job hard-codes for its checkpoints: the mount is made there (default: a folder of "
         "each case, given to the job as {ckpt} in the command and as RESILIENCE_CKPT_DIR)",
     )
-    p.add_argument(
-        "--metric",
-        action="append",
-        metavar="REGEX",
-        help="a metric line, with named groups step and loss "
-        "(default: 'step N loss X', torchtitan's and Megatron-LM's)",
-    )
-    p.add_argument(
-        "--ack", action="append", metavar="REGEX", help="a line acknowledging a save, with a named group step"
-    )
-    p.add_argument(
-        "--resumed",
-        action="append",
-        metavar="REGEX",
-        help="the line saying where the job resumed, with a named group step (default: 'resumed from step N', "
-        "Megatron-LM's and torchtitan's; else the step before the first one a restarted run reports)",
-    )
+    _pattern_options(p)
     p.add_argument(
         "--rtol",
         type=number_arg(float, lambda v: 0 <= v < 1, "a relative tolerance from 0 to 1"),
@@ -107,6 +79,42 @@ def register(sub) -> None:
         "job_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- then the training command, with {ckpt}"
     )
     p.set_defaults(func=run)
+
+
+def _pattern_options(p) -> None:
+    p.add_argument(
+        "--metric",
+        action="append",
+        metavar="REGEX",
+        help="a metric line, with named groups step and loss "
+        "(default: 'step N loss X', torchtitan's and Megatron-LM's)",
+    )
+    p.add_argument(
+        "--ack", action="append", metavar="REGEX", help="a line acknowledging a save, with a named group step"
+    )
+    p.add_argument(
+        "--resumed",
+        action="append",
+        metavar="REGEX",
+        help="the line saying where the job resumed, with a named group step (default: 'resumed from step N', "
+        "Megatron-LM's and torchtitan's; else the step before the first one a restarted run reports)",
+    )
+
+
+def _fuzz_options(p) -> None:
+    p.add_argument(
+        "--fuzz",
+        action="store_true",
+        help="draw fault schedules (column, save, rank, byte, restarts) with Hypothesis and shrink the first failure",
+    )
+    p.add_argument("--examples", type=positive_int, default=20, help="schedules --fuzz draws (default 20)")
+    p.add_argument("--seed", type=nonnegative_int, help="seed of --fuzz (default: a random one, printed)")
+    p.add_argument(
+        "--shrink-budget",
+        type=seconds,
+        default=600.0,
+        help="seconds --fuzz may spend shrinking a failure (default 600)",
+    )
 
 
 def run(args) -> int:

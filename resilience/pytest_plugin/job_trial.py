@@ -13,10 +13,11 @@ import os
 import shlex
 from collections.abc import Sequence
 
+from ..errors import ResilienceError
 from ..verdicts import FAILING
 
 
-class JobFailed(AssertionError):
+class JobFailed(ResilienceError, AssertionError):
     """Columns of a job trial that failed, each with its verdict, detail and replay command."""
 
     def __init__(self, command: str, rows: list, folder: str):
