@@ -38,8 +38,8 @@ What needed CUDA on megatron-core 0.16.1 (torch CPU build, where every CUDA call
   dropout is 0, so nothing draws from it;
 - DotProductAttention's scratch buffer (`get_global_memory_buffer`), dist_checkpointing's failure and
   async-finalize all-reduces and megatron's DistributedDataParallel grad buffers are allocated on
-  `torch.cuda.current_device()`, and the async D2H preload ends with `torch.cuda.synchronize()`: both
-  are pointed at the CPU (`cpu_fallbacks`);
+  `torch.cuda.current_device()`, and the torch_dist writer's host copy (sync and async saves) and the
+  async scheduling end with `torch.cuda.synchronize()`: both are pointed at the CPU (`cpu_fallbacks`);
 - the default causal mask (`get_default_causal_mask`) is built with device="cuda": the job passes its own;
 - MegatronOptimizer: `get_megatron_optimizer` builds an FP32Optimizer, whose constructor makes
   `torch.tensor([1.0], device='cuda')` (its loss scale; the DistributedOptimizer's mixed-precision base
