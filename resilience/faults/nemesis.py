@@ -213,8 +213,11 @@ class Nemesis:
             for proc in below(pid):
                 if proc.pid in self._helpers:
                     continue
-                if proc.pid not in self._spawned.get(rank, ()) and is_helper(proc):
+                # asked each time: a fork seen before it exec'd or named itself (the launcher's guard) looks
+                # like the rank at first, and must not stay counted as a writer it started
+                if is_helper(proc):
                     self._helpers.add(proc.pid)
+                    self._spawned.get(rank, set()).discard(proc.pid)
                     continue
                 self._spawned.setdefault(rank, set()).add(proc.pid)
                 found += holdings(proc.pid, self._roots, f.target.path, f.trigger.size)
