@@ -16,6 +16,7 @@ from .common import nonnegative_int, number_arg, positive_int, seconds
 
 def register(sub) -> None:
     from ..job.columns import COLUMNS
+    from ..job.command import MAX_NODES
     from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS, MAX_STATES, TERM_GRACE
 
     p = sub.add_parser(
@@ -62,7 +63,15 @@ def register(sub) -> None:
         "--term-grace",
         type=seconds,
         default=TERM_GRACE,
-        help=f"seconds the sigterm column gives the job after SIGTERM before SIGKILL (default {TERM_GRACE:g})",
+        help=f"seconds the sigterm column gives the job after SIGTERM before SIGKILL, and node-kill the nodes left "
+        f"to end on their own (default {TERM_GRACE:g})",
+    )
+    p.add_argument(
+        "--nodes",
+        type=number_arg(int, lambda v: 1 <= v <= MAX_NODES, f"a number of nodes from 1 to {MAX_NODES}"),
+        default=1,
+        help="start the command this many times, as nodes of one job on 127.0.0.1 (torchrun's PET_NNODES, "
+        "PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; {node}, {nnodes}, {port} in the command); default 1",
     )
     p.add_argument(
         "--timeout", type=seconds, help="seconds one run of a case may take (default: 3x the golden run, at least 30)"
@@ -129,7 +138,7 @@ def run(args) -> int:
     if not command:
         raise ConfigError("command", "no training command", "put it after --: resilience job -- torchrun train.py ...")
     options = JobOptions(
-        JobCommand.parse(command, ckpt_dir=args.ckpt_dir, out=args.out),
+        JobCommand.parse(command, ckpt_dir=args.ckpt_dir, out=args.out, nodes=args.nodes),
         tuple(args.metric or ()),
         tuple(args.ack or ()),
         tuple(args.resumed or ()),

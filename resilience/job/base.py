@@ -115,6 +115,7 @@ class RunOutcome:
     hang: dict | None = None  # the process tree (and where its Python stacks went) of a run that timed out
     firings: tuple[dict, ...] = ()  # what the mount's fault records did (faults.firings)
     term_ignored: tuple[dict, ...] | None = None  # after a SIGTERM: the processes still there after the grace
+    node_kill: dict | None = None  # with --nodes: the node killed, and what became of the others
 
     @property
     def ok(self) -> bool:
@@ -141,6 +142,7 @@ class RunOutcome:
             "hang": self.hang,
             "firings": list(self.firings),
             "term_ignored": None if self.term_ignored is None else list(self.term_ignored),
+            "node_kill": self.node_kill,
             "observed": self.observed.to_dict(),
         }
 
@@ -156,6 +158,7 @@ class Golden:
     rtol: float = 0.0
     seconds: tuple[float, ...] = ()
     digests: dict[tuple[int, int], str] = field(default_factory=dict)  # (step, rank) -> state digest (hook.py)
+    nodes: int = 1  # the nodes (launchers) each run started: --nodes
 
     def same(self, got: float, step: int) -> bool:
         want = self.curve.get(step)
@@ -174,6 +177,7 @@ class Golden:
             "rtol": self.rtol,
             "seconds": [round(s, 3) for s in self.seconds],
             "digests": {f"{step}:{rank}": d for (step, rank), d in sorted(self.digests.items())},
+            "nodes": self.nodes,
         }
 
     @classmethod
@@ -186,6 +190,7 @@ class Golden:
             float(d.get("rtol") or 0.0),
             tuple(float(s) for s in d.get("seconds") or ()),
             {_step_rank(k): str(v) for k, v in (d.get("digests") or {}).items()},
+            int(d.get("nodes") or 1),
         )
 
 

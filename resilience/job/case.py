@@ -81,6 +81,10 @@ def fault_state(plan: CasePlan, ref: Reference, trial: Trial) -> FaultState:
     ok, why = between_fired(plan, ref, run)
     if not ok:
         return FaultState(NEVER_FIRED, why)
+    if run.node_kill is not None:
+        k = run.node_kill
+        rest = ", ".join(f"node {n}: {what}" for n, what in k["others"].items())
+        why += f"; only node {k['node']} SIGKILLed, then {rest} ({k['waited']:g} s later)"
     if plan.chain:
         return _chain_state(plan, ref, trial, why)
     if plan.power_loss:
@@ -127,7 +131,7 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
     """One column's case, judged into its row; its evidence kept in `case_dir`."""
     start = time.monotonic()
     plan = plan_for(column, ref)
-    if plan.kill is not None and plan.kill.term:
+    if plan.kill is not None and (plan.kill.term or plan.kill.node is not None):
         plan = dataclasses.replace(plan, kill=dataclasses.replace(plan.kill, grace=options.term_grace))
     name = options.command.name
     replay = options.replay(column, ref.folder)

@@ -26,6 +26,8 @@ next.
 |                      | two (up to three kills): every resume must take the newest acknowledged save      |
 | sigterm              | every process sent SIGTERM between saves, as a scheduler preempts; SIGKILL after  |
 |                      | the grace: a job that ignores SIGTERM is stops_on_sigterm's FAIL                  |
+| node-kill            | with --nodes: the last node's agent and workers SIGKILLed between saves; the     |
+|                      | others get --term-grace to end on their own, then the job is restarted whole     |
 """
 
 from __future__ import annotations
@@ -303,6 +305,26 @@ def sigterm(ref: Reference) -> CasePlan:
     return CasePlan(**{**plan.__dict__, "column": "sigterm", "what": what, "kill": kill})
 
 
+def node_kill(ref: Reference) -> CasePlan:
+    nodes = ref.golden.nodes
+    plan = kill_job_between(ref)
+    if plan.na is not None or plan.kill is None:
+        return CasePlan("node-kill", na=plan.na)
+    if nodes < 2:
+        return CasePlan(
+            "node-kill",
+            na="the job runs as one node (give --nodes 2 to start its launcher twice, as two torchrun agents)",
+        )
+    node = nodes - 1  # not node 0: its agent holds the rendezvous store the others join
+    kill = dataclasses.replace(plan.kill, node=node)
+    what = (
+        f"node {node} of {nodes} (its agent and workers) SIGKILLed at step {kill.at_step}, after the save of step "
+        f"{plan.save.step if plan.save else '?'}; the other nodes left to end on their own (--term-grace), "
+        "then the whole job restarted"
+    )
+    return CasePlan(**{**plan.__dict__, "column": "node-kill", "what": what, "kill": kill})
+
+
 def chained(ref: Reference) -> CasePlan:
     if not ref.layout.saves:
         return CasePlan("chained", na=_target_save(ref, True)[1])
@@ -345,10 +367,7 @@ COLUMNS: dict[str, Callable[[Reference], CasePlan]] = {
     "slow-disk": slow_disk,
     "chained": chained,
     "sigterm": sigterm,
-}
-# what item 1 of the plan still lacks, said where a user asks for it
-NOT_YET = {
-    "node-kill": "one of two torchrun agents and its workers killed is not a column of resilience job yet",
+    "node-kill": node_kill,
 }
 
 
@@ -365,4 +384,4 @@ def plan_for(column: str, ref: Reference) -> CasePlan:
     return dataclasses.replace(plan, column=column) if aim != NO_AIM else plan
 
 
-__all__ = ["COLUMNS", "NOT_YET", "Aim", "CasePlan", "parse_column", "plan_for"]
+__all__ = ["COLUMNS", "Aim", "CasePlan", "parse_column", "plan_for"]

@@ -87,7 +87,9 @@ def golden_run(
     acks = tuple(a.step for a in first.acks)
     newest = acks[-1] if acks else _newest_number(os.path.join(runs[0].folder, "disk"))
     layout = learn_job_layout(os.path.join(runs[0].folder, "disk"), os.path.join(runs[0].folder, FS_LOG), newest)
-    golden = Golden(first.curve(), acks, first.last_step or 0, rtol, tuple(r.seconds for r in runs), first.digests())
+    golden = Golden(
+        first.curve(), acks, first.last_step or 0, rtol, tuple(r.seconds for r in runs), first.digests(), command.nodes
+    )
     ref = Reference(golden, layout, folder)
     ref.save()
     return ref

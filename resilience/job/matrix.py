@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from ..report.result_row import ResultRow
 from .base import RunOutcome
 from .case import run_case
-from .columns import COLUMNS, NOT_YET, parse_column
+from .columns import COLUMNS, parse_column
 from .fuzzing import FuzzOutcome, fuzz_cases
 from .golden import GOLDEN, Reference, golden_run
 from .options import JobOptions
@@ -43,8 +43,6 @@ def chosen_columns(options: JobOptions) -> list[str]:
         return list(COLUMNS)
     for c in options.columns:
         name, _ = parse_column(c)
-        if name in NOT_YET:
-            raise ConfigError("--column", NOT_YET[name], f"the columns so far: {', '.join(COLUMNS)}")
         if name not in COLUMNS:
             raise ConfigError("--column", f"unknown column {name!r}", f"use one of {', '.join(COLUMNS)}")
     return list(dict.fromkeys(options.columns))
@@ -137,6 +135,12 @@ def start_run(options: JobOptions, columns: list[str], extra: dict | None = None
     try:
         if options.golden:
             ref = Reference.load(options.golden)
+            if ref.golden.nodes != options.command.nodes:
+                raise ConfigError(
+                    "--golden",
+                    f"{ref.folder} is a golden run of {ref.golden.nodes} node(s), not {options.command.nodes}",
+                    f"give --nodes {ref.golden.nodes}, or leave --golden out for a new golden run",
+                )
             _say(f"golden run reused from {ref.folder}")
         else:
             _say(f"golden run of {options.command.shell()} (twice, in {folder.path}) ...")

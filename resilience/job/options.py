@@ -53,9 +53,11 @@ class JobOptions:
             parts += ["--rtol", f"{self.rtol:g}"]
         if self.max_restarts != MAX_RESTARTS:
             parts += ["--max-restarts", str(self.max_restarts)]
-        if self.term_grace != TERM_GRACE and column == "sigterm":
+        if self.command.nodes > 1:
+            parts += ["--nodes", str(self.command.nodes)]
+        if self.term_grace != TERM_GRACE and column.partition("@")[0] in ("sigterm", "node-kill"):
             parts += ["--term-grace", f"{self.term_grace:g}"]
-        if self.max_states != MAX_STATES and column == "power-loss":
+        if self.max_states != MAX_STATES and column.partition("@")[0] == "power-loss":
             parts += ["--max-states", str(self.max_states)]
         if self.timeout is not None:
             parts += ["--timeout", f"{self.timeout:g}"]

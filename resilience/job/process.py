@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import threading
 import time
@@ -41,7 +42,9 @@ class WholeJobKill:
     """When the runner kills the whole job: once the mount fires (`on_firing`), or at the first step it
     reports that is `at_step` or later and comes after its acknowledgement of the save of step `after_ack`
     (an async save is acknowledged late: steps go on while it writes); at that acknowledgement itself with
-    `on_ack`, or when it comes once `at_step` was already reported. `reason` names it in the run's record."""
+    `on_ack`, or when it comes once `at_step` was already reported. `reason` names it in the run's record.
+    With `node`, that node alone (its agent and workers) is SIGKILLed; the others get `grace` seconds to
+    end on their own, as peers of a lost node should, before the rest is killed as a scheduler would."""
 
     reason: str
     on_firing: bool = False
@@ -50,63 +53,98 @@ class WholeJobKill:
     on_ack: bool = False
     term: bool = False  # SIGTERM every process, as a scheduler preempting the job; SIGKILL `grace` s later
     grace: float = 10.0
+    node: int | None = None
 
 
 class _Output:
-    """The job's output, read in a thread: written to its file as it comes, read for what it says, and the
-    whole-job kill made from this thread the moment its line comes."""
+    """The output of every node of the job, read in a thread per node: written to one file in the order it
+    comes (and to a file per node), read for what it says, and the whole-job kill made from the reading
+    thread the moment its line comes."""
 
-    def __init__(self, stream, path: str, patterns: Patterns, on_line):
+    def __init__(self, folder: str, patterns: Patterns, on_line, nodes: int):
         self.reader = Reader(patterns)
-        self._stream, self._path, self._on_line = stream, path, on_line
+        self._on_line = on_line
         self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name="job-output", daemon=True)
-        self.thread.start()
+        self._out = open(os.path.join(folder, OUTPUT), "wb")  # noqa: SIM115 (closed by close())
+        self._folder, self._nodes = folder, nodes
+        self.threads: list[threading.Thread] = []
 
-    def _run(self) -> None:
-        with open(self._path, "wb") as out:
-            for raw in iter(self._stream.readline, b""):
-                out.write(raw)
-                out.flush()
+    def read(self, stream, node: int) -> None:
+        t = threading.Thread(target=self._run, args=(stream, node), name=f"job-output-{node}", daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def _run(self, stream, node: int) -> None:
+        own = open(os.path.join(self._folder, f"output.node{node}.log"), "wb") if self._nodes > 1 else None  # noqa: SIM115
+        try:
+            for raw in iter(stream.readline, b""):
+                if own is not None:
+                    own.write(raw)
+                    own.flush()
                 with self.lock:
+                    self._out.write(raw)
+                    self._out.flush()
                     found = self.reader.feed(raw.decode(errors="replace"))
                 for kind, step in found:
                     self._on_line(kind, step)
+        finally:
+            if own is not None:
+                own.close()
+
+    def join(self, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self.lock:
+            self._out.close()
 
     def lines(self) -> int:
         with self.lock:
             return self.reader.observed.lines
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class _Run:
-    """The job's processes while one run lasts."""
+    """The job's processes while one run lasts: one launcher per node (one in all without --nodes), each in
+    a session of its own, marked with a token of its own."""
 
     def __init__(self, command: JobCommand, ckpt: str, folder: str, patterns: Patterns, kill: WholeJobKill | None):
-        self.token = uuid.uuid4().hex
+        token = uuid.uuid4().hex
+        self.tokens = [f"{token}.{n}" for n in range(command.nodes)]
         self.kill_plan = kill
         self.killed: str | None = None
         self.killed_at: int | None = None
         self.acked = False  # the save kill.after_ack names was acknowledged
         self.last_step = -1  # the furthest step the run reported
         self.termed_at: float | None = None  # time.monotonic() of a SIGTERM to every process of the run
+        self.node_killed_at: float | None = None  # time.monotonic() of a node's kill
         self._lock = threading.Lock()
         self.temp = os.path.join(folder, TEMP)
         os.makedirs(self.temp, exist_ok=True)
-        try:
-            self.proc = subprocess.Popen(
-                argv_dying_with_parent(command.resolved(ckpt)),
-                env=command.env(ckpt, self.token, os.path.abspath(self.temp)),
-                cwd=command.cwd,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except OSError as e:
-            shutil.rmtree(self.temp, ignore_errors=True)
-            raise ConfigError("command", f"cannot start {command.argv[0]!r}: {e.strerror or e}", "") from None
-        assert self.proc.stdout is not None
-        self.output = _Output(self.proc.stdout, os.path.join(folder, OUTPUT), patterns, self._heard)
+        self.output = _Output(folder, patterns, self._heard, command.nodes)
+        port = _free_port() if command.nodes > 1 else 0
+        self.procs: list[subprocess.Popen] = []
+        for node, tok in enumerate(self.tokens):
+            try:
+                proc = subprocess.Popen(
+                    argv_dying_with_parent(command.resolved(ckpt, node, port)),
+                    env=command.env(ckpt, tok, os.path.abspath(self.temp), node, port),
+                    cwd=command.cwd,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                self.stop()
+                raise ConfigError("command", f"cannot start {command.argv[0]!r}: {e.strerror or e}", "") from None
+            self.procs.append(proc)
+            self.output.read(proc.stdout, node)
 
     def _heard(self, kind: str, step: int) -> None:
         plan = self.kill_plan
@@ -129,36 +167,78 @@ class _Run:
         ):
             self.kill_whole_job(plan.reason)
 
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def exit_code(self) -> int | None:
+        """0 when every node exited 0; else the first node's that did not."""
+        codes = [p.returncode for p in self.procs]
+        return next((c for c in codes if c != 0), 0) if codes else None
+
     def kill_whole_job(self, reason: str) -> None:
         with self._lock:
             if self.killed is not None:
                 return
             self.killed, self.killed_at = reason, time.monotonic_ns()
-        if self.kill_plan is not None and self.kill_plan.term:
+        plan = self.kill_plan
+        if plan is not None and plan.node is not None:
+            tree.kill_all(self.procs[plan.node].pid, self.tokens[plan.node])
+            self.node_killed_at = time.monotonic()
+            return  # the run's loop watches what the other nodes do
+        if plan is not None and plan.term:
             self.termed_at = time.monotonic()
-            tree.terminate_all(self.proc.pid, self.token)
+            for proc, tok in zip(self.procs, self.tokens):
+                tree.terminate_all(proc.pid, tok)
             return  # the run's loop gives it TERM_GRACE to end
-        tree.kill_all(self.proc.pid, self.token)
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        for proc, tok in zip(self.procs, self.tokens):
+            tree.kill_all(proc.pid, tok)
+
+    def _members(self) -> set[int]:
+        return {p for proc, tok in zip(self.procs, self.tokens) for p in tree.members(proc.pid, tok)}
 
     def left_after_term(self) -> list[dict]:
         """After a SIGTERM: wait out the grace for every process of the run to end; those still there."""
         assert self.termed_at is not None and self.kill_plan is not None
         while time.monotonic() < self.termed_at + self.kill_plan.grace:
-            if self.proc.poll() is not None and not tree.members(self.proc.pid, self.token):
+            if not self.running() and not self._members():
                 return []
             time.sleep(POLL * 5)
-        return tree.describe(tree.members(self.proc.pid, self.token))
+        return tree.describe(self._members())
+
+    def after_node_kill(self) -> dict:
+        """After a node's kill: wait out the grace for the other nodes to end on their own; what they did."""
+        assert self.node_killed_at is not None and self.kill_plan is not None
+        node, grace = self.kill_plan.node, self.kill_plan.grace
+        others = [(n, p) for n, p in enumerate(self.procs) if n != node]
+        while time.monotonic() < self.node_killed_at + grace and any(p.poll() is None for _, p in others):
+            time.sleep(POLL * 5)
+        waited = time.monotonic() - self.node_killed_at
+        rest = {
+            str(n): f"exit {p.returncode}" if p.poll() is not None else f"still running after {grace:g} s: killed"
+            for n, p in others
+        }
+        return {"node": node, "others": rest, "waited": round(waited, 2)}
+
+    def hang_report(self) -> dict:
+        reports = [tree.hang_report(p.pid, t, self.output.lines) for p, t in zip(self.procs, self.tokens)]
+        first = reports[0]
+        return first | {"processes": [proc for r in reports for proc in r["processes"]]}
 
     def stop(self) -> None:
         """Every process of the run killed and reaped, the output read to its end."""
-        tree.kill_all(self.proc.pid, self.token)
-        try:
-            self.proc.wait(timeout=READER_WAIT)
-        except subprocess.TimeoutExpired:
-            pass
-        self.output.thread.join(READER_WAIT)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        self._kill_all()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=READER_WAIT)
+            except subprocess.TimeoutExpired:
+                pass
+        self.output.join(READER_WAIT)
+        for proc in self.procs:
+            if proc.stdout is not None:
+                proc.stdout.close()
         shutil.rmtree(self.temp, ignore_errors=True)
 
 
@@ -184,31 +264,34 @@ def run_once(
     hang = None
     timed_out = False
     ignored: list[dict] | None = None
+    node_kill: dict | None = None
     with mounted(
         backing, mountpoint, faults=list(faults), log=os.path.join(folder, FS_LOG), paths_as=backing, rank_env=RANK_ENV
     ) as mount:
         run = _Run(command, mountpoint, folder, patterns, kill)
         try:
             deadline = start + timeout
-            while run.proc.poll() is None:
+            while run.running():
                 if kill is not None and kill.on_firing and mount.firings():
                     run.kill_whole_job(kill.reason)
-                if run.termed_at is not None:
+                if run.termed_at is not None or run.node_killed_at is not None:
                     break
                 if time.monotonic() > deadline:
-                    hang = tree.hang_report(run.proc.pid, run.token, run.output.lines)
+                    hang = run.hang_report()
                     timed_out = True
                     break
                 time.sleep(POLL)
             if run.termed_at is not None:  # the agent may be gone and its workers not
                 ignored = run.left_after_term()
+            if run.node_killed_at is not None:
+                node_kill = run.after_node_kill()
         finally:
             run.stop()
         firings = tuple(mount.firings())
     return RunOutcome(
         index,
         folder,
-        None if timed_out else run.proc.returncode,
+        None if timed_out else run.exit_code(),
         time.monotonic() - start,
         run.output.reader.observed,
         timed_out=timed_out,
@@ -217,6 +300,7 @@ def run_once(
         hang=hang,
         firings=firings,
         term_ignored=None if run.termed_at is None else tuple(ignored or ()),
+        node_kill=node_kill,
     )
 
 

@@ -30,7 +30,7 @@ class JobFailed(ResilienceError, AssertionError):
 
 class JobTrial:
     """`resilience_job(command, columns=None, **options)`: the golden run, then each column (None: every
-    one), with the options of `resilience job` by keyword (ckpt_dir, metric, ack, resumed, rtol,
+    one), with the options of `resilience job` by keyword (ckpt_dir, nodes, metric, ack, resumed, rtol,
     max_restarts, max_states, timeout, golden_timeout, golden). Raises JobFailed on any verdict in
     `fail_on` (default: FAIL, UNKNOWN, UNPROBED, FLAKY)."""
 
@@ -52,7 +52,7 @@ class JobTrial:
 
         metric, ack, resumed = texts("metric"), texts("ack"), texts("resumed")
         options = JobOptions(
-            JobCommand.parse(argv, ckpt_dir=kw.pop("ckpt_dir", None), out=out),
+            JobCommand.parse(argv, ckpt_dir=kw.pop("ckpt_dir", None), out=out, nodes=kw.pop("nodes", 1)),
             metric,
             ack,
             resumed,

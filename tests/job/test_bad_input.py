@@ -69,11 +69,19 @@ def test_a_ckpt_dir_that_is_not_a_folder_or_is_inside_the_run_folder(tmp_path, c
     )
 
 
-def test_an_unknown_column_and_one_not_written_yet(tmp_path, capsys):
+def test_an_unknown_column(tmp_path, capsys):
     said = _refused(tmp_path, capsys, "--column", "kill-everything", "--", *quick())
     assert said.startswith("--column: unknown column 'kill-everything' (use one of kill-rank-write,")
-    said = _refused(tmp_path, capsys, "--column", "node-kill", "--", *quick())
-    assert "two torchrun agents" in said and "not a column of resilience job yet" in said
+
+
+def test_nodes_out_of_range_or_a_command_that_fixes_its_node(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["job", "--nodes", "9", "--", *quick()])
+    assert "a number of nodes from 1 to 8, got '9'" in capsys.readouterr().err
+    said = _refused(tmp_path, capsys, "--nodes", "2", "--", *quick("--node-rank", "0"))
+    assert "--node-rank 0 would make every node the same one" in said and "--node-rank {node}" in said
+    said = _refused(tmp_path, capsys, "--nodes", "2", "--", *quick("--standalone"))
+    assert "--standalone makes each node a job of its own" in said
 
 
 def test_no_command(tmp_path, capsys):

@@ -2,6 +2,7 @@
 (examples/jobs/ddp_torchsave.py). The golden run and one column by default; every column, and the variant that
 loads without its digest (torch.load takes a flipped exponent bit without a word), under -m slow."""
 
+import dataclasses
 import os
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 
 from resilience.job.columns import COLUMNS
 from resilience.job.matrix import run_job
-from resilience.verdicts import FAIL, PASS
+from resilience.verdicts import FAIL, NA, PASS
 
 from .conftest import ROOT, options
 
@@ -55,10 +56,30 @@ def test_a_rank_killed_in_its_write_resumes_from_the_acknowledged_save(tmp_path,
     assert not any(os.path.exists(os.path.join(row.case_dir, r, "tmp")) for r in runs)
 
 
+def test_a_node_killed_alone_leaves_the_other_to_fail_and_the_job_resumes_whole(tmp_path):
+    """Two torchrun agents on 127.0.0.1, one worker each: node 1's agent and worker SIGKILLed between saves,
+    node 0 left to notice on its own; then both started again, resuming from the acknowledged save."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
+    argv = [*torchrun, str(EXAMPLE), "--ckpt-dir", "{ckpt}"]
+    opts = options(tmp_path, argv, columns=("node-kill",))
+    opts = dataclasses.replace(opts, command=dataclasses.replace(opts.command, nodes=2))
+    done = run_job(opts)
+    assert done.reference.layout.ranks == (0, 1) and done.reference.golden.nodes == 2
+    [row] = done.rows
+    assert row.verdict == PASS, row.detail
+    fired = row.faults[0].detail
+    assert "only node 1 SIGKILLed, then node 0: " in fired, fired
+    assert "resumed from step 8" in {v.checker: v for v in row.checkers}["resumed_newest"].detail
+    assert "--nodes 2" in row.replay
+    run = tmp_path / row.case_dir / "run-1"  # each node's own output, beside the whole job's
+    assert "step 12 loss" in (run / "output.node0.log").read_text() and (run / "output.node1.log").exists()
+
+
 @pytest.mark.slow
 def test_every_column_passes_on_the_correct_job(tmp_path, ddp_golden):
     done = run_job(options(tmp_path, ddp(), matrix=True, golden=ddp_golden.folder))
-    assert {r.column: r.verdict for r in done.rows} == dict.fromkeys(COLUMNS, PASS), [r.detail for r in done.rows]
+    want = dict.fromkeys(COLUMNS, PASS) | {"node-kill": NA}  # one agent: its own test above, with --nodes 2
+    assert {r.column: r.verdict for r in done.rows} == want, [r.detail for r in done.rows]
 
 
 @pytest.mark.slow
