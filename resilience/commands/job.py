@@ -17,7 +17,7 @@ from .common import nonnegative_int, number_arg, positive_int, seconds
 def register(sub) -> None:
     from ..job.columns import COLUMNS
     from ..job.command import MAX_NODES
-    from ..job.options import GOLDEN_TIMEOUT, MAX_RESTARTS, MAX_STATES, TERM_GRACE
+    from ..job.options import GOLDEN_TIMEOUT, MAX_STATES, TERM_GRACE
 
     p = sub.add_parser(
         "job",
@@ -47,12 +47,7 @@ def register(sub) -> None:
         default=0.0,
         help="how far a loss may be from the golden one (default 0: exact; needed for a job that is not deterministic)",
     )
-    p.add_argument(
-        "--max-restarts",
-        type=nonnegative_int,
-        default=MAX_RESTARTS,
-        help=f"restarts after the fault, as a scheduler allows (default {MAX_RESTARTS})",
-    )
+    _restart_options(p)
     p.add_argument(
         "--max-states",
         type=number_arg(int, lambda v: 1 <= v <= 1024, "a number of crash states from 1 to 1024"),
@@ -88,6 +83,24 @@ def register(sub) -> None:
         "job_command", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- then the training command, with {ckpt}"
     )
     p.set_defaults(func=run)
+
+
+def _restart_options(p) -> None:
+    from ..job.options import MAX_RESTARTS, RUNNER, TORCHRUN
+
+    p.add_argument(
+        "--max-restarts",
+        type=nonnegative_int,
+        default=MAX_RESTARTS,
+        help=f"restarts after the fault, as a scheduler allows (default {MAX_RESTARTS})",
+    )
+    p.add_argument(
+        "--restarts-by",
+        choices=(RUNNER, TORCHRUN),
+        default=RUNNER,
+        help="who restarts the job after a fault: the runner starts the command again, as a scheduler does "
+        "(default); torchrun restarts its own workers (its --max-restarts, given as PET_MAX_RESTARTS)",
+    )
 
 
 def _pattern_options(p) -> None:
@@ -152,6 +165,7 @@ def run(args) -> int:
         args.golden,
         args.max_states,
         args.term_grace,
+        args.restarts_by,
     )
     if args.fuzz:
         if args.matrix or args.column:

@@ -116,6 +116,7 @@ class RunOutcome:
     firings: tuple[dict, ...] = ()  # what the mount's fault records did (faults.firings)
     term_ignored: tuple[dict, ...] | None = None  # after a SIGTERM: the processes still there after the grace
     node_kill: dict | None = None  # with --nodes: the node killed, and what became of the others
+    restarted_by: str | None = None  # "torchrun": this group of workers failed and its agent restarted them
 
     @property
     def ok(self) -> bool:
@@ -125,6 +126,9 @@ class RunOutcome:
         """How it ended, in words."""
         if self.timed_out:
             return f"timed out after {self.seconds:.1f} s"
+        if self.restarted_by:
+            how = f"killed by the runner ({self.killed})" if self.killed else f"a worker failed ({self.exit_code})"
+            return f"{how}; {self.restarted_by} restarted its workers"
         if self.killed:
             return f"killed by the runner ({self.killed})"
         if self.exit_code is not None and self.exit_code < 0:
@@ -143,6 +147,7 @@ class RunOutcome:
             "firings": list(self.firings),
             "term_ignored": None if self.term_ignored is None else list(self.term_ignored),
             "node_kill": self.node_kill,
+            "restarted_by": self.restarted_by,
             "observed": self.observed.to_dict(),
         }
 

@@ -28,7 +28,7 @@ from .base import CaseEvidence, FaultState, RunOutcome
 from .checkers import judge
 from .columns import BETWEEN_SAVES, MID_SAVE, CasePlan, plan_for
 from .golden import Reference
-from .options import JobOptions
+from .options import TORCHRUN, JobOptions
 from .process import FS_LOG
 from .schedule import Trial, run_trial
 
@@ -133,6 +133,10 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
     plan = plan_for(column, ref)
     if plan.kill is not None and (plan.kill.term or plan.kill.node is not None):
         plan = dataclasses.replace(plan, kill=dataclasses.replace(plan.kill, grace=options.term_grace))
+    if options.restarts_by == TORCHRUN:
+        from .elastic import elastic_plan
+
+        plan = elastic_plan(plan)
     name = options.command.name
     replay = options.replay(column, ref.folder)
     if plan.na is not None:
@@ -162,6 +166,7 @@ def run_case(options: JobOptions, ref: Reference, column: str, case_dir: str, *,
         between_fired=lambda run: between_fired(plan, ref, run)[0],
         on_run=on_run,
         max_states=options.max_states,
+        by_torchrun=options.restarts_by == TORCHRUN,
     )
     state = fault_state(plan, ref, trial)
     if trial.states:

@@ -39,6 +39,7 @@ class JobCommand:
     ckpt_dir: str | None = None
     cwd: str = "."
     nodes: int = 1
+    max_restarts: int | None = None  # torchrun's own restarts (PET_MAX_RESTARTS), with --restarts-by torchrun
 
     @classmethod
     def parse(
@@ -84,6 +85,18 @@ class JobCommand:
         return os.path.basename(self.argv[0])
 
     @property
+    def is_torchrun(self) -> bool:
+        """Whether the command starts torchrun (`torchrun ...`, `python -m torch.distributed.run ...`, either
+        after `env VAR=value ...`)."""
+        argv = list(self.argv)
+        if argv and os.path.basename(argv[0]) == "env":
+            argv = argv[1:]
+        while argv and "=" in argv[0] and not argv[0].startswith("-"):
+            argv = argv[1:]
+        head = argv[:3]
+        return bool(head) and (os.path.basename(head[0]) == "torchrun" or "torch.distributed.run" in head)
+
+    @property
     def uses_placeholder(self) -> bool:
         return any(PLACEHOLDER in a for a in self.argv)
 
@@ -105,6 +118,8 @@ class JobCommand:
         if self.nodes > 1:  # torchrun reads a flag it is not given from PET_<FLAG>
             env |= {"PET_NNODES": str(self.nodes), "PET_NODE_RANK": str(node), "PET_MASTER_ADDR": "127.0.0.1"}
             env |= {"PET_MASTER_PORT": str(port), NODE_ENV: str(node)}
+        if self.max_restarts is not None:  # a --max-restarts in the command itself wins over it
+            env["PET_MAX_RESTARTS"] = str(self.max_restarts)
         if temp is not None:  # torchrun's own folder (torchelastic_*) too, which a killed agent leaves
             env["TMPDIR"] = temp
         env.setdefault("PYTHONUNBUFFERED", "1")  # lines reach the runner as they are printed

@@ -6,11 +6,13 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from ..errors import ConfigError
 from .base import Golden
 from .command import JobCommand
 from .patterns import Patterns
 
 MAX_RESTARTS = 3  # restarts a scheduler allows by default
+RUNNER, TORCHRUN = "runner", "torchrun"  # --restarts-by
 TERM_GRACE = 10.0  # seconds a preempted job has after SIGTERM, as a scheduler gives (SLURM's KillWait: 30)
 MAX_STATES = 4  # crash states of a power loss restarted on by default (each one a restart of the job)
 GOLDEN_TIMEOUT = 900.0  # seconds for one golden run by default
@@ -34,6 +36,19 @@ class JobOptions:
     golden: str | None = None  # a golden run kept by an earlier run, reused
     max_states: int = MAX_STATES  # crash states the power-loss column restarts on
     term_grace: float = TERM_GRACE  # seconds a job sent SIGTERM has before it is SIGKILLed
+    restarts_by: str = RUNNER  # who restarts the job after a fault: the runner, or torchrun's own agent
+
+    def __post_init__(self) -> None:
+        if self.restarts_by not in (RUNNER, TORCHRUN):
+            raise ConfigError("--restarts-by", f"{self.restarts_by!r} restarts nothing", f"give {RUNNER} or {TORCHRUN}")
+        if self.restarts_by == TORCHRUN and not self.command.is_torchrun:
+            raise ConfigError(
+                "--restarts-by",
+                f"torchrun restarts only a job it launches, and {self.command.argv[0]!r} is not torchrun",
+                "start the job with torchrun (or python -m torch.distributed.run), or leave --restarts-by out",
+            )
+        if self.restarts_by == TORCHRUN and self.command.nodes > 1:
+            raise ConfigError("--restarts-by", "torchrun's own restarts are not followed across --nodes", "give one")
 
     def patterns(self) -> Patterns:
         return Patterns.from_options(self.metric or None, self.ack or None, self.resumed or None)
@@ -55,6 +70,8 @@ class JobOptions:
             parts += ["--max-restarts", str(self.max_restarts)]
         if self.command.nodes > 1:
             parts += ["--nodes", str(self.command.nodes)]
+        if self.restarts_by != RUNNER:
+            parts += ["--restarts-by", self.restarts_by]
         if self.term_grace != TERM_GRACE and column.partition("@")[0] in ("sigterm", "node-kill"):
             parts += ["--term-grace", f"{self.term_grace:g}"]
         if self.max_states != MAX_STATES and column.partition("@")[0] == "power-loss":
@@ -68,4 +85,4 @@ class JobOptions:
         return " ".join(shlex.quote(p) for p in parts) + " -- " + self.command.shell()
 
 
-__all__ = ["GOLDEN_TIMEOUT", "MAX_RESTARTS", "MAX_STATES", "JobOptions"]
+__all__ = ["GOLDEN_TIMEOUT", "MAX_RESTARTS", "MAX_STATES", "RUNNER", "TORCHRUN", "JobOptions"]

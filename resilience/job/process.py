@@ -54,6 +54,7 @@ class WholeJobKill:
     term: bool = False  # SIGTERM every process, as a scheduler preempting the job; SIGKILL `grace` s later
     grace: float = 10.0
     node: int | None = None
+    workers_only: bool = False  # the workers alone, not the launcher: torchrun restarts them (elastic.py)
 
 
 class _Output:
@@ -91,6 +92,15 @@ class _Output:
             if own is not None:
                 own.close()
 
+    def split(self, folder: str) -> Reader:
+        """From the next line on, the output goes to `folder`'s output file and a reader of its own (a
+        restarted worker group's output is a run of its own); the reader until now is given back."""
+        with self.lock:
+            self._out.close()
+            self._out = open(os.path.join(folder, OUTPUT), "wb")  # noqa: SIM115 (closed by close())
+            old, self.reader = self.reader, Reader(self.reader.patterns)
+        return old
+
     def join(self, wait: float) -> None:
         deadline = time.monotonic() + wait
         for t in self.threads:
@@ -109,7 +119,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class _Run:
+class Run:
     """The job's processes while one run lasts: one launcher per node (one in all without --nodes), each in
     a session of its own, marked with a token of its own."""
 
@@ -167,6 +177,12 @@ class _Run:
         ):
             self.kill_whole_job(plan.reason)
 
+    def next_generation(self, kill: WholeJobKill | None) -> None:
+        """The launcher restarted the workers: what the runner kills from now on is `kill`."""
+        with self._lock:
+            self.kill_plan, self.killed, self.killed_at = kill, None, None
+            self.acked, self.last_step = False, -1
+
     def running(self) -> bool:
         return any(p.poll() is None for p in self.procs)
 
@@ -181,6 +197,10 @@ class _Run:
                 return
             self.killed, self.killed_at = reason, time.monotonic_ns()
         plan = self.kill_plan
+        if plan is not None and plan.workers_only:
+            for proc, tok in zip(self.procs, self.tokens):
+                tree.kill_workers(proc.pid, tok)
+            return  # the launcher restarts them
         if plan is not None and plan.node is not None:
             tree.kill_all(self.procs[plan.node].pid, self.tokens[plan.node])
             self.node_killed_at = time.monotonic()
@@ -268,7 +288,7 @@ def run_once(
     with mounted(
         backing, mountpoint, faults=list(faults), log=os.path.join(folder, FS_LOG), paths_as=backing, rank_env=RANK_ENV
     ) as mount:
-        run = _Run(command, mountpoint, folder, patterns, kill)
+        run = Run(command, mountpoint, folder, patterns, kill)
         try:
             deadline = start + timeout
             while run.running():
@@ -304,4 +324,4 @@ def run_once(
     )
 
 
-__all__ = ["FS_LOG", "OUTPUT", "WholeJobKill", "run_once"]
+__all__ = ["FS_LOG", "OUTPUT", "Run", "WholeJobKill", "run_once"]

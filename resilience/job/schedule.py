@@ -63,9 +63,26 @@ def run_trial(
     between_fired: Callable[[RunOutcome], bool],
     on_run: Callable[[RunOutcome], None] | None = None,
     max_states: int = 4,
+    by_torchrun: bool = False,
 ) -> Trial:
     backing = os.path.join(case_dir, DISK)
     mountpoint = command.ckpt_dir or os.path.join(case_dir, CKPT)
+    if by_torchrun:  # one run of the job; each group of workers its agent starts is a run (elastic.py)
+        from .elastic import run_elastic
+
+        runs = run_elastic(
+            command,
+            folder_of=lambda i: os.path.join(case_dir, f"run-{i}"),
+            backing=backing,
+            mountpoint=mountpoint,
+            patterns=patterns,
+            timeout=timeout,
+            max_restarts=max_restarts,
+            faults=plan.records,
+            kills=[plan.kill, *(c.kill for c in plan.chain)],
+            on_run=on_run,
+        )
+        return Trial(runs)
 
     def one(index: int, *, on: str = backing, under: str = case_dir, **fault) -> RunOutcome:
         run = run_once(

@@ -18,6 +18,7 @@ from ..fusefs.ranks import environ_value
 from ..launch.proctable import descendants, group_members, running, status
 from .command import RANK_ENV, RUN_ENV
 
+RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun's agent in every worker it starts
 KILL_ROUNDS = 10  # rounds of SIGKILL until nothing of the run is left (a process forked while we killed)
 SCAN_WAIT = 5.0  # seconds for one scan of the process table for the run's token
 STACKS_WAIT = 3.0  # seconds for faulthandler to write the stacks of a job that asked for them
@@ -77,6 +78,27 @@ def kill_all(root: int, token: str, spared: set[int] | None = None) -> list[int]
         killed |= pids
         time.sleep(0.05)
     return sorted(killed)
+
+
+def kill_workers(root: int, token: str) -> list[int]:
+    """SIGKILL the run's workers, the processes holding a rank in their environment (and the groups they
+    lead: what they forked), never the launcher above them: torchrun's agent sees its workers fail and
+    restarts them, as after a rank's crash. The pids killed."""
+    own = {os.getpid(), os.getpgid(0)}
+    workers = sorted(p for p in members(root, token) - own if _env(p, RANK_ENV) is not None)
+    for pid in workers:
+        st = status(pid)
+        if st is not None and st[1] == pid:
+            _signal(pid, signal.SIGKILL, group=True)
+        _signal(pid, signal.SIGKILL)
+    return workers
+
+
+def restart_count(pid: int) -> int | None:
+    """The restart of its worker group a torchrun worker belongs to (TORCHELASTIC_RESTART_COUNT); None for
+    a process that is no torchrun worker."""
+    value = _env(pid, RESTART_ENV)
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def terminate_all(root: int, token: str) -> list[int]:
@@ -177,4 +199,4 @@ def _read(path: str) -> str:
         return ""
 
 
-__all__ = ["asks_for_stacks", "describe", "hang_report", "kill_all", "members"]
+__all__ = ["asks_for_stacks", "describe", "hang_report", "kill_all", "kill_workers", "members", "restart_count"]

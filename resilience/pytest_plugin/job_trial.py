@@ -31,7 +31,7 @@ class JobFailed(ResilienceError, AssertionError):
 class JobTrial:
     """`resilience_job(command, columns=None, **options)`: the golden run, then each column (None: every
     one), with the options of `resilience job` by keyword (ckpt_dir, nodes, metric, ack, resumed, rtol,
-    max_restarts, max_states, timeout, golden_timeout, golden). Raises JobFailed on any verdict in
+    max_restarts, restarts_by, max_states, timeout, golden_timeout, golden). Raises JobFailed on any verdict in
     `fail_on` (default: FAIL, UNKNOWN, UNPROBED, FLAKY)."""
 
     def __init__(self, run_dir: str):

@@ -212,9 +212,12 @@ def write_job_timeline(case_dir: str, runs: list[dict], *, clock_offset: float |
         clock_offset = time.time() - time.monotonic()
     tl = Timeline()
     tl.lane(RUNNER)
+    read: set[str] = set()  # the runs of one job that torchrun restarted share one log
     try:
         for run in runs:
-            recs = read_log(os.path.join(str(run.get("folder", "")), "fs"))
+            fs = os.path.realpath(os.path.join(str(run.get("folder", "")), "fs"))
+            recs = read_log(fs) if fs not in read else []
+            read.add(fs)
             pids: dict[object, set] = {}
             for r in recs:
                 pids.setdefault(r.get("rank"), set()).add(r.get("pid"))
