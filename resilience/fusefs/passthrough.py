@@ -67,6 +67,9 @@ class Handle:
     stream: str | None = None
     modelled: bool = True
     synced: bool = False  # O_SYNC / O_DSYNC: each write is durable when it returns
+    # read-only: the stream of the file this mount made that it opens; an fsync through it syncs that file
+    # (Linux syncs the inode, whichever descriptor asks: a job may fsync a file it opened again to read)
+    reads: str | None = None
     armed: list[int] = field(default_factory=list)  # at_byte crash faults armed by this open
 
 
@@ -329,7 +332,9 @@ class Passthrough(mfusepy.Operations):
     def _opened(self, d: _Doing, fd: int, path: str, op: str, flags: int, created: bool) -> int:
         """Log an open that succeeded and keep its handle; arm at_byte crashes on an open for writing."""
         h = Handle(fd, path, d.caller, synced=bool(flags & (os.O_SYNC | os.O_DSYNC)))
-        if is_writable(flags):
+        if not is_writable(flags):
+            h.reads = self._inodes.get(self._bind(os.fstat(fd))) if self._inodes else None
+        else:
             inode = self._bind(os.fstat(fd))
             if created or flags & os.O_TRUNC:
                 h.stream = self.journal.new_stream()
@@ -464,9 +469,10 @@ class Passthrough(mfusepy.Operations):
         with self._op(op, path) as d:
             (os.fdatasync if datasync else os.fsync)(fh)
             modelled = h is None or h.modelled
-            self.journal.entry(op, d.caller, path, stream=h.stream if h else None, modelled=None if modelled else False)
-            if h is not None and h.stream is not None and h.modelled:
-                self.journal.seam("fsync", d.caller, path, stream=h.stream)
+            stream = (h.stream or h.reads) if h else None
+            self.journal.entry(op, d.caller, path, stream=stream, modelled=None if modelled else False)
+            if stream is not None and h is not None and h.modelled:
+                self.journal.seam("fsync", d.caller, path, stream=stream)
 
     def fsyncdir(self, path, datasync, fh):
         path = path or "/"

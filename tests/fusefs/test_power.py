@@ -59,6 +59,34 @@ def test_unsynced_data_is_lost_in_a_power_loss_state_while_fsynced_data_survives
     assert states.notes == []
 
 
+def _sync_by_reopening(conn, mnt):
+    """Written and closed, then opened again read-only and fsynced there (Linux syncs the file, whichever
+    descriptor asks): then renamed into place, the folder fsynced."""
+    os.makedirs(f"{mnt}/ckpt")
+    _fsync_dir(mnt)
+    with open(f"{mnt}/ckpt/meta.tmp", "wb") as f:
+        f.write(SYNCED)
+    fd = os.open(f"{mnt}/ckpt/meta.tmp", os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    os.rename(f"{mnt}/ckpt/meta.tmp", f"{mnt}/ckpt/meta.json")
+    _fsync_dir(f"{mnt}/ckpt")
+    return "saved"
+
+
+def test_an_fsync_through_a_file_opened_again_to_read_makes_it_durable(dirs, tmp_path):
+    backing, mnt, log = dirs
+    fault = {"kind": "lost_unsynced_writes", "max_states": 8}
+    snapshot = Snapshot.empty(mnt)
+    with mounted(backing, mnt, log=log, faults=[fault]) as m:
+        p = Rank(_sync_by_reopening, str(mnt))
+        m.set_ranks({0: p.pid})
+        assert p.go().wait() == (0, ("ok", "saved"))
+    states = power_loss_states(faults_from([fault])[0], snapshot, log, tmp_path / "states")
+    trees = [contents(s.path, folders=False) for s in states.states]
+    assert trees and all(t == {"ckpt/meta.json": SYNCED} for t in trees), [sorted(t) for t in trees]
+
+
 def _idle(conn):
     conn.recv()
     return "never"
