@@ -170,17 +170,25 @@ class RankMap:
         if not read:
             self._asked.unread = True  # per request thread: libfuse serves several at once
             return None
+        # the rank's root is its topmost process with that rank (a worker whose forked writer wrote first is
+        # still the worker): up the ancestors while their environment holds the same rank
+        root, root_st = tgid, st
+        for pid_up, st_up in chain[1:]:
+            ok, up = _env_rank(pid_up, self.rank_env or "")
+            if not ok or up != rank:
+                break
+            root, root_st = pid_up, st_up
         with self._lock:
             self._by_env[tgid] = (st, rank)
-            if rank is not None and self.roots.get(rank) != tgid:
+            if rank is not None and self.roots.get(rank) != root:
                 old = self.roots.get(rank)
                 if old is not None:  # a rank started again (torchrun's own restart): the new process is its root
                     self._by_pid.pop(old, None)
                     self._groups.pop(old, None)
-                self.roots = {**self.roots, rank: tgid}
-                self._by_pid[tgid] = rank
-                if st[1] == tgid:
-                    self._groups[tgid] = rank
+                self.roots = {**self.roots, rank: root}
+                self._by_pid[root] = rank
+                if root_st[1] == root:
+                    self._groups[root] = rank
         return rank
 
     def _remember(self, chain: list[tuple[int, tuple[int, int, int]]], rank: int) -> None:

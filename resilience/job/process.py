@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -31,7 +32,9 @@ from .command import RANK_ENV, JobCommand
 from .patterns import Patterns, Reader
 
 OUTPUT = "output.log"  # the job's stdout and stderr, as it printed them
-TEMP = "tmp"  # the job's temporary folder (TMPDIR) during a run, removed after it
+# the job's temporary folder (TMPDIR) during a run, removed after it: short, under the system's own, since
+# a socket path there has 108 bytes at most (multiprocessing's managers and forkservers put theirs in it)
+TEMP_PREFIX = "rjob-"
 FS_LOG = "fs"  # the mount's logs (fuse.jsonl, ops.rank<R>.*, firings.jsonl)
 READER_WAIT = 10.0  # seconds for the output to end once every process of the run is gone
 POLL = 0.01
@@ -134,8 +137,7 @@ class Run:
         self.termed_at: float | None = None  # time.monotonic() of a SIGTERM to every process of the run
         self.node_killed_at: float | None = None  # time.monotonic() of a node's kill
         self._lock = threading.Lock()
-        self.temp = os.path.join(folder, TEMP)
-        os.makedirs(self.temp, exist_ok=True)
+        self.temp = tempfile.mkdtemp(prefix=TEMP_PREFIX)
         self.output = _Output(folder, patterns, self._heard, command.nodes)
         port = _free_port() if command.nodes > 1 else 0
         self.procs: list[subprocess.Popen] = []
@@ -143,7 +145,7 @@ class Run:
             try:
                 proc = subprocess.Popen(
                     argv_dying_with_parent(command.resolved(ckpt, node, port)),
-                    env=command.env(ckpt, tok, os.path.abspath(self.temp), node, port),
+                    env=command.env(ckpt, tok, self.temp, node, port),
                     cwd=command.cwd,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
