@@ -222,15 +222,29 @@ class _Judge:
         return [p for p in self.owner if p == path or p.startswith(path + "/")]
 
     def _open_save(self, op: FileOp) -> SaveRecord | None:
-        """The save open on the creating rank when the file was created (the latest invoked of them)."""
+        """The save open on the creating rank when the file was created. Async saves overlap: the next one
+        is invoked while the last one's writer still writes, and waits for it first, so of two open saves
+        the earlier invoked one is the file's. A save that never returned on the rank is open until the
+        rank's next save was invoked."""
         open_ = [
             s
             for s in self.saves
             if s.job == op.job
             and op.rank in s.invoked_at
-            and s.invoked_at[op.rank] <= op.time <= s.returned_at.get(op.rank, math.inf)
+            and s.invoked_at[op.rank] <= op.time <= self._closed(s, op.rank)
         ]
-        return max(open_, key=lambda s: s.invoked_at[op.rank], default=None)  # type: ignore[index]
+        return min(open_, key=lambda s: s.invoked_at[op.rank], default=None)  # type: ignore[index]
+
+    def _closed(self, save: SaveRecord, rank: int) -> float:
+        if rank in save.returned_at:
+            return save.returned_at[rank]
+        start = save.invoked_at[rank]
+        later = [
+            s.invoked_at[rank]
+            for s in self.saves
+            if s.job == save.job and rank in s.invoked_at and s.invoked_at[rank] > start
+        ]
+        return min(later, default=math.inf)
 
     def _destroyed(self, op: FileOp, path: str, save: SaveRecord) -> None:
         acked_at = _acknowledged_at(save)

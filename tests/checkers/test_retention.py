@@ -229,3 +229,20 @@ def test_a_resave_committed_by_renaming_its_manifest_over_the_old_one_replaces_n
 
     v = judge(resave, save(1.1, "a") + save(3.1, "b"))
     assert v.status == PASS, v
+
+
+def test_an_async_resave_that_overwrites_the_save_it_waited_for_is_caught():
+    """Async saves overlap: save b (a re-save of step 3) is invoked while a's writer still creates a's
+    file, waits for a (a acknowledged at 2.5), then truncates that file in place. The file is a's, so the
+    truncation destroys the newest acknowledged checkpoint."""
+    events = saves(("a", 3, 1.0, 2.5), ("b", 3, 2.0, 4.0))
+    ops = [op("create", "step-3/__0_0.distcp", 2.2), op("create", "step-3/__0_0.distcp", 3.0)]
+    v = judge(events, ops)
+    assert v.status == FAIL and "of iteration 3 (save a)" in v.detail, v.detail
+
+
+def test_a_save_that_never_returned_owns_nothing_after_the_next_one_began():
+    events = saves(("a", 1, 1.0, None), ("b", 2, 2.0, 3.0), ("c", 3, 4.0, 5.0))
+    ops = [op("create", "iter_0000002/model.pt", 2.5), op("create", "iter_0000002/model.pt", 4.5)]
+    v = judge(events, ops)  # b's file, acknowledged at 3.0, truncated by c before c returned
+    assert v.status == FAIL and "(save b)" in v.detail, v.detail
