@@ -69,7 +69,7 @@ class _Output:
         self.reader = Reader(patterns)
         self._on_line = on_line
         self.lock = threading.Lock()
-        self._out = open(os.path.join(folder, OUTPUT), "wb")  # noqa: SIM115 (closed by close())
+        self._out = open(os.path.join(folder, OUTPUT), "wb")  # noqa: SIM115 (closed by join())
         self._folder, self._nodes = folder, nodes
         self.threads: list[threading.Thread] = []
 
@@ -86,6 +86,8 @@ class _Output:
                     own.write(raw)
                     own.flush()
                 with self.lock:
+                    if self._out.closed:  # joined: a stray process of the run still printing
+                        return
                     self._out.write(raw)
                     self._out.flush()
                     found = self.reader.feed(raw.decode(errors="replace"))
@@ -100,7 +102,7 @@ class _Output:
         restarted worker group's output is a run of its own); the reader until now is given back."""
         with self.lock:
             self._out.close()
-            self._out = open(os.path.join(folder, OUTPUT), "wb")  # noqa: SIM115 (closed by close())
+            self._out = open(os.path.join(folder, OUTPUT), "wb")  # noqa: SIM115 (closed by join())
             old, self.reader = self.reader, Reader(self.reader.patterns)
         return old
 
