@@ -74,6 +74,8 @@ FAULTS: dict[str, list[dict]] = {
     # damage in the newest checkpoint: tensor payload of a data file, one of the backend's metadata files
     "truncate": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "truncate"}}],
     "bitflip": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "bitflip"}}],
+    # a data file of the newest checkpoint gone: a loader must fall back or refuse, never fill it in
+    "delete": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "delete"}}],
     "metadata": _TWO_SAVES + [{"save": None}, {"corrupt": {"kind": "metadata"}}],
     # a pickle a load reads (DCP's .metadata, else a torch.save file's data.pkl) made to run a command first
     # (manifest updated to match): never run it
