@@ -54,7 +54,7 @@ from .options import Option
 
 VERSION = "0.4.1"
 # NVRx's file name: iter_<iteration:07d>_<rank>_local.pt, ".dirty" before the rename
-FILE = re.compile(r"iter_(\d{7})_(\d+)_local(\.dirty)?\.pt")
+FILE = re.compile(r"iter_(\d{7,})_(\d+)_local(\.dirty)?\.pt")
 
 OPTIONS = (
     Option(

@@ -16,7 +16,7 @@ from .. import storage
 from ..errors import IntegrityError
 from ..storage.contained import is_inside
 from ..vocab import folders, phases
-from ..vocab.folders import ITER_FOLDER, STAGING_PREFIX, TRACKER, iter_name
+from ..vocab.folders import ITER_FOLDER, STAGING_PREFIX, TRACKER, iter_name, iteration_of
 from .manifest import Manifest
 
 REPLACED_MARK = ".replaced-"
@@ -38,9 +38,9 @@ def list_iterations(root: str) -> list[tuple[int, str]]:
         return []
     out = []
     for name in fs.listdir(root):
-        m = ITER_FOLDER.fullmatch(name)
-        if m:
-            out.append((int(m.group(1)), os.path.join(root, name)))
+        n = iteration_of(name)
+        if n is not None:
+            out.append((n, os.path.join(root, name)))
     return sorted(out, reverse=True)
 
 

@@ -26,6 +26,7 @@ MAX_MODEL_SEED = 1 << 32
 VALUE_RANGES = ("unit", "wide")  # values in [-0.5, 0.5), or spread over 2**-40 .. 2**40 in magnitude
 # switches of the adversarial state: 0 is off
 OFF_OR_COUNT = {"rampup_samples": 1 << 24, "skip_every": 1 << 20}
+MAX_START_ITERATION = 10**9  # past Megatron's iter_%07d padding (9,999,999) and then some
 
 
 def field_problem(name: str, value) -> ConfigError | None:
@@ -43,6 +44,9 @@ def field_problem(name: str, value) -> ConfigError | None:
     elif name in OFF_OR_COUNT:
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= OFF_OR_COUNT[name]:
             return ConfigError(where, f"must be an integer in 0..{OFF_OR_COUNT[name]} (0: off), got {value!r}")
+    elif name == "start_iteration":  # noqa: SIM102 (one branch per field)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_START_ITERATION:
+            return ConfigError(where, f"must be an integer in 0..{MAX_START_ITERATION}, got {value!r}")
     elif name == "value_range" and value not in VALUE_RANGES:
         return ConfigError(where, f"unknown value range {value!r}", f"use one of {', '.join(VALUE_RANGES)}")
     elif name == "lr":
@@ -101,6 +105,8 @@ class ModelSpec:
     rampup_samples: int = 16
     skip_every: int = 3
     value_range: str = "wide"
+    # the iteration training starts from: a job resumed from elsewhere, or one past a padding limit
+    start_iteration: int = 0
 
     def __post_init__(self):
         for f in fields(self):

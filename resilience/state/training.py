@@ -69,7 +69,7 @@ class TrainingState:
         self.spec, self.topo = spec, topo
         self.coords: Coords = topo.coords(rank)
         self.groups = groups or ParallelGroups(topo, rank)
-        self.iteration = 0
+        self.iteration = spec.start_iteration
         self.consumed_samples = 0
         self.opt_step = 0
         self.pieces = [self._piece(p) for p in spec.params_of_stage(topo.tp, self.coords.pp, topo.pp)]

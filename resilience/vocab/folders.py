@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import re
 
-ITER_FOLDER = re.compile(r"iter_(\d{7})")  # the names iter_name writes; group 1 is the iteration
+# the names iter_name writes; group 1 is the iteration. Seven digits or more: iter_%07d pads to seven and
+# writes every digit past 9,999,999 (a reader that wants exactly seven loses every later checkpoint)
+ITER_FOLDER = re.compile(r"iter_(\d{7,})")
 TRACKER = "latest_checkpointed_iteration.txt"
 STAGING_PREFIX = ".staging-"
 MANIFEST = "manifest.json"
@@ -21,6 +23,13 @@ RANK_FOLDER = re.compile(r"rank_(\d{5})")  # the names rank_root writes under LO
 
 def iter_name(iteration: int) -> str:
     return f"iter_{iteration:07d}"
+
+
+def iteration_of(name: str) -> int | None:
+    """The iteration of a folder named as iter_name names it (iter_0000012, iter_10000000), else None: a
+    name with more padding than iter_name writes (iter_00000012) is another folder, not a copy of 12's."""
+    m = ITER_FOLDER.fullmatch(name)
+    return int(m.group(1)) if m and iter_name(int(m.group(1))) == name else None
 
 
 def staging_name(iteration: int, tag: str) -> str:

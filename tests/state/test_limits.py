@@ -50,6 +50,9 @@ def test_absurd_sizes_cost_nothing_to_measure():
         ({"hidden": 2**20 + 4}, "model.hidden"),
         ({"num_layers": 1025}, "model.num_layers"),
         ({"vocab": 10**13}, "model.vocab"),
+        ({"start_iteration": -1}, "model.start_iteration"),
+        ({"start_iteration": 10**9 + 1}, "model.start_iteration"),
+        ({"start_iteration": 1.5}, "model.start_iteration"),
     ],
 )
 def test_model_fields_are_checked_for_type_and_range(kw, field):

@@ -4,7 +4,15 @@ import os
 
 from resilience.checkpoint import commit
 from resilience.faults import checkpoint_folders, iteration_in
-from resilience.vocab.folders import ITER_FOLDER, RANK_FOLDER, STAGING_PREFIX, iter_name, rank_root, staging_name
+from resilience.vocab.folders import (
+    ITER_FOLDER,
+    RANK_FOLDER,
+    STAGING_PREFIX,
+    iter_name,
+    iteration_of,
+    rank_root,
+    staging_name,
+)
 
 
 def test_each_name_reads_back():
@@ -13,6 +21,15 @@ def test_each_name_reads_back():
     assert commit.staging_name(4).startswith(f"{STAGING_PREFIX}iter_0000004-")
     folder = rank_root("/ckpt", 12)
     assert folder == "/ckpt/local/rank_00012" and RANK_FOLDER.fullmatch(os.path.basename(folder)).group(1) == "00012"
+
+
+def test_an_iteration_past_the_seven_digits_is_listed_and_a_padded_copy_is_not(tmp_path):
+    """iter_%07d writes iter_10000000 past 9,999,999: the listing must find it (it wanted seven digits
+    exactly, and every later checkpoint was lost); iter_00000012 is no name the reference writes."""
+    for name in (iter_name(9_999_999), iter_name(10_000_000), "iter_00000012"):
+        os.makedirs(tmp_path / name)
+    assert iter_name(10_000_000) == "iter_10000000" and iteration_of("iter_00000012") is None
+    assert [n for n, _ in commit.list_iterations(str(tmp_path))] == [10_000_000, 9_999_999]
 
 
 def test_the_listing_and_the_corruption_find_the_same_folders(tmp_path):
