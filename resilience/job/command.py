@@ -26,8 +26,13 @@ RUN_ENV = "RESILIENCE_JOB_RUN"  # a token of one run in every process it starts:
 NODE_ENV = "RESILIENCE_NODE_RANK"  # the node a process belongs to, with --nodes
 MAX_NODES = 8
 # torchrun's flags that --nodes sets for each node: a command that fixes them makes every node the same one
-_NODE_FLAGS = {"--nnodes": "{nnodes}", "--node-rank": "{node}", "--node_rank": "{node}", "--master-port": "{port}"}
-_NODE_FLAGS["--master_port"] = "{port}"
+_NODE_FLAGS = {
+    "--nnodes": "{nnodes}",
+    "--node-rank": "{node}",
+    "--node_rank": "{node}",
+    "--master-port": "{port}",
+    "--master_port": "{port}",
+}
 
 
 @dataclass(frozen=True)
