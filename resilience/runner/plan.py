@@ -146,9 +146,14 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
             else:
                 cur.after.append(Corruption(fault))
         elif k == "resume":
+            # a rank's fault given after the job's last operation would never fire there: it strikes the
+            # resume's own load (a power loss after the last operation stays: it is the job's end)
+            late = [f for f in cur.faults if f.arm_at == len(cur.ops) and not isinstance(f.fault, LostUnsyncedWrites)]
+            cur.faults = [f for f in cur.faults if all(f is not x for x in late)]
             jobs.append(cur)
             topo = scenario.topology if a.get("topology", "same") == "same" else Topology.parse(a["topology"])
             cur = JobSpec(topo, "resume", [{"op": "load"}], precision=a.get("precision"))
+            cur.faults = [ArmedFault(f.fault, 0) for f in late]
             if a.get("continue", 2):
                 cur.ops.append({"op": "continue", "steps": a.get("continue", 2)})
     jobs.append(cur)

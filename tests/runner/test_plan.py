@@ -214,6 +214,18 @@ def test_a_power_loss_action_is_the_armed_record_itself():
     assert armed == ArmedFault(LostUnsyncedWrites(max_states=4), 1)
 
 
+def test_a_fault_after_the_last_operation_strikes_the_resumes_load_and_a_power_loss_stays():
+    steps = (
+        "  - train: 1\n  - save\n  - fault: {kind: rank_crash, rank: 1, op: read, when: before}\n"
+        "  - lose_unsynced: {max_states: 4}\n  - resume: {continue: 1}\n"
+    )
+    [first, resumed] = jobs_of(steps)
+    [loss] = first.faults
+    assert isinstance(loss.fault, LostUnsyncedWrites) and first.after == [PowerLoss(loss.fault)]
+    [crash] = resumed.faults
+    assert crash.arm_at == 0 and crash.fault.target.op == "read" and resumed.ops[0] == {"op": "load"}
+
+
 def test_each_fault_is_the_record_its_step_was_read_into_once():
     """The planner takes the scenario's records as they are: no second reading of the step's options."""
     scenario = load_text(
