@@ -85,7 +85,9 @@ def kill_workers(root: int, token: str) -> list[int]:
     lead: what they forked), never the launcher above them: torchrun's agent sees its workers fail and
     restarts them, as after a rank's crash. The pids killed."""
     own = {os.getpid(), os.getpgid(0)}
-    workers = sorted(p for p in members(root, token) - own if _env(p, RANK_ENV) is not None)
+    # the agent's tree only, at once: the workers are its children, and a scan of the whole process
+    # table for the token takes seconds on a loaded machine, while the workers go on writing the next save
+    workers = sorted(p for p in members(root, token, scan=False) - own if _env(p, RANK_ENV) is not None)
     for pid in workers:
         st = status(pid)
         if st is not None and st[1] == pid:

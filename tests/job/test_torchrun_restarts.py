@@ -75,5 +75,8 @@ def test_torchrun_restarts_its_workers_and_each_group_is_judged_as_a_run(tmp_pat
         assert len(runs) >= 2 and os.path.islink(os.path.join(row.case_dir, runs[1], "fs"))  # one mount, one log
     with open(os.path.join(rows["kill-job-between"].case_dir, "case.json")) as f:
         assert '"restarted_by": "torchrun"' in f.read()
-    assert "resumed from step 8" in {v.checker: v for v in rows["kill-job-between"].checkers}["resumed_newest"].detail
+    # the first group torchrun restarted resumed from the save acknowledged before the kill (on a loaded
+    # machine torchrun may restart a later group too, which then resumes from a newer one)
+    with open(os.path.join(rows["kill-job-between"].case_dir, "run-1", "output.log")) as f:
+        assert "resumed from step 8" in f.read()
     assert rows["delete"].verdict == "N/A" and "damage at rest needs the job stopped" in rows["delete"].detail
