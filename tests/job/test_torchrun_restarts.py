@@ -8,6 +8,7 @@ hangs. The tests run with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, torch's own swit
 it the framework reports reached_end and no_hang FAILs (docs/findings.md)."""
 
 import os
+import socket
 import sys
 
 import pytest
@@ -23,6 +24,12 @@ from resilience.verdicts import PASS
 from .conftest import ROOT, options, quick
 
 EXAMPLE = ROOT / "examples" / "jobs" / "ddp_torchsave.py"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_kills_strike_the_workers_and_what_needs_the_job_stopped_is_not_applicable():
@@ -60,6 +67,8 @@ def test_torchrun_restarts_its_workers_and_each_group_is_judged_as_a_run(tmp_pat
         "torch.distributed.run",
         "--nproc-per-node",
         "2",
+        "--master-port",  # a port of its own: the torchrun jobs of other tests run at once on 29500
+        str(_free_port()),
         str(EXAMPLE),
         "--ckpt-dir",
         "{ckpt}",
