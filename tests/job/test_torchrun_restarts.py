@@ -32,6 +32,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _first_resume(case_dir: str) -> str | None:
+    runs = sorted((n for n in os.listdir(case_dir) if n.startswith("run-")), key=lambda n: int(n[4:]))
+    for run in runs[1:]:
+        with open(os.path.join(case_dir, run, "output.log")) as f:
+            said = [line[line.index("resumed from") :].strip() for line in f if "resumed from step" in line]
+        if said:
+            return said[0]
+    return None
+
+
 def test_kills_strike_the_workers_and_what_needs_the_job_stopped_is_not_applicable():
     kill = WholeJobKill(BETWEEN_SAVES, at_step=6)
     plan = elastic_plan(CasePlan("kill-job-between", "x", kill=kill, chain=(CasePlan("c", kill=kill),)))
@@ -84,8 +94,8 @@ def test_torchrun_restarts_its_workers_and_each_group_is_judged_as_a_run(tmp_pat
         assert len(runs) >= 2 and os.path.islink(os.path.join(row.case_dir, runs[1], "fs"))  # one mount, one log
     with open(os.path.join(rows["kill-job-between"].case_dir, "case.json")) as f:
         assert '"restarted_by": "torchrun"' in f.read()
-    # the first group torchrun restarted resumed from the save acknowledged before the kill (on a loaded
-    # machine torchrun may restart a later group too, which then resumes from a newer one)
-    with open(os.path.join(rows["kill-job-between"].case_dir, "run-1", "output.log")) as f:
-        assert "resumed from step 8" in f.read()
+    # the first restarted group that loaded resumed from the save acknowledged before the kill. On a loaded
+    # machine a restarted group can fail in gloo's connect before it loads anything (torchrun then starts
+    # another), and a later group may resume from a newer save.
+    assert _first_resume(rows["kill-job-between"].case_dir) == "resumed from step 8"
     assert rows["delete"].verdict == "N/A" and "damage at rest needs the job stopped" in rows["delete"].detail
