@@ -192,6 +192,37 @@ CATALOGUE = {
             "optim-to-bf16",
             witness="GLOBAL/torch_dist/sync",
         ),
+        # the corners (runner.corners): each right on the matrix's fixed sample
+        BrokenImpl(
+            "lexical_newest",
+            "takes the newest checkpoint to be the last folder name in text order",
+            "durability",
+            "past-the-padding",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "zero_is_none",
+            "reads a checkpoint at iteration 0 as no checkpoint and starts over",
+            "durability",
+            "iteration-zero",
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
+            "resave_cleanup",
+            "a resume's clean-up after a crashed re-save removes the committed copy of that iteration too",
+            "durability",
+            "crash-during-resave",
+            ("LEGACY/torch/sync", "GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/sync"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "finalize_timeout",
+            "an async finalize waits half a second for the writer, then acknowledges the save and never commits it",
+            "durability",
+            "slow-storage",
+            ("GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"),
+            witness="GLOBAL/torch_dist/async",
+        ),
     ]
 }
 

@@ -44,13 +44,12 @@ class SuiteResult:
     def matrix_command(self, full: bool) -> str:
         impl = self.impl
         combos = combos_of(impl, full)
+        from ..runner.corners import CORNERS
         from ..runner.matrix import FAULTS
 
-        col = (
-            ["--faults", impl.column, "--transitions", "none"]
-            if impl.column in FAULTS
-            else ["--faults", "none", "--transitions", impl.column]
-        )
+        col = ["--faults", "none", "--transitions", "none", "--corners", "none"]
+        flag = "--faults" if impl.column in FAULTS else "--corners" if impl.column in CORNERS else "--transitions"
+        col[col.index(flag) + 1] = impl.column
         return " ".join(
             shlex.quote(a)
             for a in ["resilience", "matrix", "--backend", f"broken:{impl.name}", "--combos", *map(str, combos), *col]
@@ -90,6 +89,7 @@ def run_suite(
     from ..report import RunFolder
     from ..runner.adapters import resolve_backend
     from ..runner.case_loop import CaseSpec, judge_cases
+    from ..runner.corners import CORNERS
     from ..runner.matrix import FAULTS, TRANSITIONS, cases
 
     names = check_names(names)
@@ -100,7 +100,8 @@ def run_suite(
         backend = resolve_backend(f"broken:{name}")  # once for all its cases
         faults = [impl.column] if impl.column in FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
-        for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed)):
+        corners = [impl.column] if impl.column in CORNERS else []
+        for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed, corners=corners)):
             specs.append(
                 CaseSpec(
                     case.scenario,

@@ -3,9 +3,12 @@ fault, and the scenario's own expectations, folded into one status with a detail
 
 from __future__ import annotations
 
+from ..state import Topology, Transition
+from ..vocab.contract import REFUSE
 from .base import FAIL, NA, PASS, UNKNOWN, UNPROBED, Status, Verdict, worst
 from .evidence import Evidence
 from .integrity import INERT
+from .topology import promised
 
 # what became of each configured fault (row["faults"]): anything but FIRED leaves the case UNPROBED
 FIRED, NEVER_FIRED, NOT_APPLICABLE = "fired", "never fired", "not applicable"
@@ -56,6 +59,8 @@ def case_verdict(
     if unprobed and overall != UNPROBED and overall in (FAIL, UNKNOWN):
         also = next(v for v in extra if v.status == UNPROBED)
         detail = f"{detail[:400]}; also {UNPROBED.value}: {also.detail}"
+    if absent and len(absent) < len(faults):  # what was not probed is said, though the rest was
+        detail = f"{detail[:400]}; {len(absent)} of {len(faults)} faults not in this backend: {absent[0]['detail']}"
     return overall, detail[:DETAIL_LIMIT], extra
 
 
@@ -64,7 +69,10 @@ def judge_expect(expect: dict, ev: Evidence) -> list[Verdict]:
     out = []
     final = ev.loads[-1] if ev.loads else None
     want = expect.get("loaded_iteration")
-    if want is not None:
+    refused = next((ld for ld in ev.loads if _refused_as_promised(ld, ev)), None)
+    if want is not None and refused is not None:
+        out.append(Verdict("expect", NA, f"the load on {refused.topology} was refused, as the combination promises"))
+    elif want is not None:
         got = final.iteration if final and final.status == "ok" else None
         out.append(
             Verdict(
@@ -78,6 +86,14 @@ def judge_expect(expect: dict, ev: Evidence) -> list[Verdict]:
             Verdict("expect", PASS if result == outcome else FAIL, f"final load {result}, scenario expects {outcome}")
         )
     return out
+
+
+def _refused_as_promised(ld, ev: Evidence) -> bool:
+    """A load on another topology, refused clearly where the backend's contract refuses that change: the
+    iteration the scenario expected to load is then the topology checker's to judge, not a failure of its own."""
+    if not (ld.refused and ld.error) or ld.topology == str(ev.save_topology):
+        return False
+    return promised(ev.combo, Transition(ev.save_topology, Topology.parse(ld.topology)), ev.contract) == REFUSE
 
 
 __all__ = ["FIRED", "NEVER_FIRED", "NOT_APPLICABLE", "NOT_IN_BACKEND", "case_verdict", "judge_expect"]

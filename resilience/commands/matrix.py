@@ -15,19 +15,29 @@ from .common import add_io_argument, add_repeat_argument, add_workers_argument, 
 
 
 def register(sub) -> None:
+    from ..runner.corners import CORNERS
     from ..runner.matrix import FAULTS, TRANSITIONS
 
     p = sub.add_parser("matrix", help="measure every combination under every fault and topology change")
     p.add_argument("--combos", nargs="+", type=combination_arg, help="combinations (default: all six valid)")
     p.add_argument(
-        "--faults", nargs="+", help=f"fault columns (default: all; none: no fault column): {', '.join(FAULTS)}"
+        "--faults",
+        nargs="+",
+        help=f"fault columns (default: all, unless only --corners names columns; none: no fault column): "
+        f"{', '.join(FAULTS)}",
     )
     p.add_argument(
         "--transitions",
         nargs="+",
         help=f"names ({', '.join(TRANSITIONS)}) or explicit tp2pp1dp1->tp1pp1dp2 (a precision change: "
         "tp1pp1dp1:fp32->tp1pp1dp1:bf16, of the optimizer moments tp1pp1dp1:fp32->tp1pp1dp1:fp32+optim_bf16) "
-        "(default: all named; none: no transition column)",
+        "(default: all named, unless only --corners names columns; none: no transition column)",
+    )
+    p.add_argument(
+        "--corners",
+        nargs="+",
+        help="the corners table's columns (default: all, unless --faults or --transitions names a column; "
+        "none: no corner): " + ", ".join(CORNERS),
     )
     p.add_argument(
         "--backend",
@@ -56,28 +66,36 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
-        from ..report.matrix_table import text_table
+        from ..report.matrix_table import column_of, text_table
         from ..report.result_row import rows_to_json
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
+        from ..runner.corners import corner_names
         from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
         from ..vocab.combos import valid_combinations
         from .progress import Progress
         from .run import summarize
 
-    faults = [f for f in args.faults or list(FAULTS) if f != "none"]
-    transitions = parse_transitions(args.transitions)
+    # all columns by default; columns named with --corners run alone, and columns named with --faults or
+    # --transitions (each of those two all by default, as before the corners) without the corners
+    matrix_named = any(c != "none" for c in (args.faults or []) + (args.transitions or []))
+    corners_named = any(c != "none" for c in args.corners or [])
+    alone = ["none"] if corners_named and args.faults is None and args.transitions is None else None
+    faults = [f for f in args.faults or alone or list(FAULTS) if f != "none"]
+    transitions = parse_transitions(args.transitions or alone)
+    corners = corner_names(args.corners or (["none"] if matrix_named else None))
     # the backend resolved once for the run, and once per option set swept: a bad spec is one clear error here
     sweep = plan_sweep(args.backend, args.backend_options)
     backend = sweep[0].backend  # the spec as given (a sweep's first set is its defaults)
     combos = args.combos or backend.combinations() or valid_combinations()
-    _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario)
-    work = _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_read)
+    _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fault_scenario)
+    work = _plan_work(args, faults, transitions, corners, combos, sweep, cases, metadata_files_read)
     seen = list(dict.fromkeys(c.column for _, _, c in work))
-    columns = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
+    table = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
         transitions
     )
-    folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions)
+    columns = table + corners
+    folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions, corners)
     if args.backend_options:
         _announce_sweep(sweep, refused_values)
     specs = _case_specs(CaseSpec, folder, work, args.io)
@@ -92,7 +110,10 @@ def run(args) -> int:
             workers=workers_of(args),
             repeat=args.repeat,
         )
-    print(text_table(rows, columns))
+    if table:
+        print(text_table([r for r in rows if column_of(r) in table], table))
+    if corners:
+        print(f"\ncorners:\n{text_table([r for r in rows if column_of(r) in corners], corners)}")
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)
     if args.json:
@@ -101,16 +122,16 @@ def run(args) -> int:
     return summarize(rows, paths)
 
 
-def _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenario) -> None:
+def _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fault_scenario) -> None:
     """An unknown column, nothing to run, an unwritable --json or a backend that cannot be made: one clear
     error before any case runs."""
     for f in faults:
         fault_scenario(f, args.seed)  # an unknown column: one clear error before anything runs
-    if not faults and not transitions:
+    if not faults and not transitions and not corners:
         raise ConfigError(
             "matrix",
-            "nothing to run: no fault column and no transition",
-            "give --faults or --transitions other than none",
+            "nothing to run: no fault column, no transition and no corner",
+            "give --faults, --transitions or --corners other than none",
         )
     if args.json and (os.path.isdir(args.json) or not os.path.isdir(os.path.dirname(os.path.abspath(args.json)))):
         raise ConfigError("--json", f"cannot write {args.json!r}", "give a file name in an existing folder")
@@ -118,7 +139,7 @@ def _refuse_bad_arguments(args, faults, transitions, combos, sweep, fault_scenar
         column.backend.make(next((c for c in combos if column.applies_to(c)), combos[0]))
 
 
-def _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_read) -> list:
+def _plan_work(args, faults, transitions, corners, combos, sweep, cases, metadata_files_read) -> list:
     """(backend, option set label, case) for every case of every option set; learning which metadata
     files a load reads on the way, in a folder removed after."""
     learned = tempfile.mkdtemp(prefix="resilience-layout-")
@@ -134,14 +155,14 @@ def _plan_work(args, faults, transitions, combos, sweep, cases, metadata_files_r
 
             work += [
                 (column.backend, column.label if args.backend_options else None, case)
-                for case in cases(mine, faults, transitions, args.seed, read)
+                for case in cases(mine, faults, transitions, args.seed, read, corners)
             ]
     finally:
         shutil.rmtree(learned, ignore_errors=True)
     return work
 
 
-def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions):
+def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions, corners):
     """The run folder, created with what the run is, and a line saying so."""
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience matrix"
     folder = create_run_folder(
@@ -161,7 +182,8 @@ def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults,
     )
     runs = f" x {args.repeat} runs each" if args.repeat > 1 else ""
     print(
-        f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions) = "
+        f"matrix: {len(combos)} combinations x ({len(faults)} faults + {len(transitions)} transitions + "
+        f"{len(corners)} corners) = "
         f"{len(work)} cases{runs}; seed {args.seed}; backend {args.backend}; "
         f"faults through {_io(args, sweep[0].backend)}; "
         f"{workers_of(args)} at a time; "

@@ -84,6 +84,8 @@ class Layout:
     # the file system, or the ranks' pids were not known) nor declared by the adapter (runner.learn)
     data_writer: str | None = None
     writer_declared: bool = False  # data_writer is what the adapter declares (factory.writer), not what was seen
+    # operation kind (faults.base.OPS) -> the ranks that did one in the save: a fault on another never fires
+    op_ranks: dict = field(default_factory=dict)
 
     # ---- questions --------------------------------------------------------------------------------
     def of(self, role: str, rank: int | None = None) -> list[LayoutFile]:
@@ -176,6 +178,7 @@ class Layout:
             "announced": list(self.announced),
             "data_writer": self.data_writer,
             "writer_declared": self.writer_declared,
+            "op_ranks": self.op_ranks,
         }
 
     @classmethod
@@ -189,6 +192,7 @@ class Layout:
             tuple(d.get("announced") or ()),
             d.get("data_writer"),
             bool(d.get("writer_declared", False)),
+            {str(k): [int(r) for r in v] for k, v in (d.get("op_ranks") or {}).items()},
         )
 
     def save(self, path: str) -> None:
@@ -265,6 +269,7 @@ def learn(
         _stable_phases(_phases(root, ops, roles), iteration, pids, host),
         tuple(announced),
         _data_writer(root, ops, roles, rank_pids or {}, writers),
+        op_ranks={op: sorted({o.rank for o in ops if o.op == op and o.rank is not None}) for op in {o.op for o in ops}},
     )
 
 

@@ -39,6 +39,9 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
             return None, DECLARED.format(kind=layout.data_writer)
         return None, IN_LINE if layout.data_writer == "inline" else IN_RANK
     target, trigger = fault.target, fault.trigger
+    never = _never_done(fault, layout)
+    if never:
+        return None, never
     # a writer kill finds its rank's writer by process ancestry, not by file name: any file of the role
     rank = target.rank if isinstance(target.rank, int) and not isinstance(fault, WriterKill) else None
     path = target.path
@@ -80,6 +83,21 @@ def aim(fault: Fault, layout: Layout | None, iteration: int | None) -> tuple[Fau
     if (target, trigger) == (fault.target, fault.trigger):
         return fault, None
     return replace(fault, target=target, trigger=trigger).check(), None
+
+
+def _never_done(fault: Fault, layout: Layout | None) -> str | None:
+    """Why an in-process fault on an operation kind (an fsync, a rename) the rank never did in one clean save
+    cannot fire (None: it can, or the layout does not say): the backend has no such operation to strike."""
+    t = fault.target
+    if fault.layer != "inject" or t.op is None or t.path is not None or layout is None or not layout.seam:
+        return None
+    if not layout.op_ranks or fault.trigger.phase is not None or t.op == "read":  # a save's ops: no load's reads
+        return None
+    doers = layout.op_ranks.get(t.op, [])
+    if doers and not (isinstance(t.rank, int) and t.rank not in doers):
+        return None
+    who = f"rank {t.rank} did no {t.op}" if isinstance(t.rank, int) else f"no rank did a {t.op}"
+    return f"in one clean save {who} (the operations seen: {', '.join(sorted(layout.op_ranks))})"
 
 
 def path_wants_save(fault: Fault) -> int:

@@ -183,9 +183,12 @@ def _unexpected(planned: JobSpec, job_no: int, outcome, events: list[Event]) -> 
     planned_kill = bool(planned.kills) or any(
         isinstance(f.fault, (RankCrash, LostUnsyncedWrites)) for f in planned.faults
     )
+    # a rank killed as planned: the others' collectives with it raise (gloo's "connection closed by peer") in
+    # whatever they were doing, before the launcher stops them
+    killed = {o.rank for o in outcome.outcomes if o.status == "signal"} if planned_kill else set()
     unexpected = []
     for o in sorted(outcome.outcomes, key=lambda o: o.status != "stopped"):  # a stopped rank explains the rest
-        if o.status == "error" and not _is_logged_failure(events, o.rank):
+        if o.status == "error" and not _is_logged_failure(events, o.rank) and not killed - {o.rank}:
             unexpected.append({"job": job_no, "rank": o.rank, "error": o.describe()})
         if o.status in ("timeout", "stopped") or (o.status == "signal" and not planned_kill):
             unexpected.append({"job": job_no, "rank": o.rank, "error": o.describe()})

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
+from .corners import corner_scenario
 from .fault_steps import FAULT_STEPS, fault_of
 from .scenario_model import Scenario, Step
 
@@ -197,10 +198,12 @@ def cases(
     transitions: dict[str, str],
     seed: int,
     metadata_files: Callable[[Combination], list[str] | None] | None = None,
+    corners: Sequence[str] = (),
 ) -> list[Case]:
     """Every case of the matrix. `metadata_files(combo)`: the metadata files a load of that combination
     reads (None: unknown); the `metadata` column then damages each of them in a case of its own
-    (`metadata:FILE`), since a check of one file says nothing about the others."""
+    (`metadata:FILE`), since a check of one file says nothing about the others. `corners`: the corners
+    table's columns (runner.corners), one case each per combination."""
     out = []
     for combo in combos:
         for f in faults:
@@ -209,6 +212,7 @@ def cases(
                 out.append(Case(fault_scenario(column, seed), combo, column, column, None))
         for label, text in transitions.items():
             out.append(Case(transition_scenario(label, text, seed), combo, label, None, str(Transition.parse(text))))
+        out += [Case(corner_scenario(name, seed), combo, name, None, None) for name in corners]
     return out
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from resilience.broken import CATALOGUE
 from resilience.cli import main
+from resilience.runner.corners import CORNERS
 from resilience.runner.matrix import FAULTS, TRANSITIONS
 from resilience.vocab.combos import valid_combinations
 
@@ -34,7 +35,7 @@ def test_catalogue_is_complete():
         "retention",
     }
     for impl in CATALOGUE.values():
-        assert impl.column in FAULTS or impl.column in TRANSITIONS, impl
+        assert impl.column in FAULTS or impl.column in TRANSITIONS or impl.column in CORNERS, impl
         assert impl.caught_by in checkers, impl
         assert set(impl.combos) <= valid, impl
         assert impl.witness in (impl.combos or valid), impl
@@ -42,11 +43,9 @@ def test_catalogue_is_complete():
 
 def _matrix_rows(tmp_path, name: str) -> list[dict]:
     impl = CATALOGUE[name]
-    column = (
-        ["--faults", impl.column, "--transitions", "none"]
-        if impl.column in FAULTS
-        else ["--faults", "none", "--transitions", impl.column]
-    )
+    column = ["--faults", "none", "--transitions", "none", "--corners", "none"]
+    flag = "--faults" if impl.column in FAULTS else "--corners" if impl.column in CORNERS else "--transitions"
+    column[column.index(flag) + 1] = impl.column
     out = tmp_path / "rows.json"
     code = main(
         [

@@ -152,3 +152,18 @@ def test_a_phase_aimed_at_any_iteration_of_a_zero_padded_layout_is_a_glob():
     assert why is None and aimed.target.path == "*/iter_*/manifest.json.tmp", aimed
     aimed, _ = _aim({"kind": "rank_crash", "rank": 0, "phase": "commit_rename"}, padded, 4)
     assert aimed.target.path == "*/iter_0000004/manifest.json.tmp", aimed
+
+
+def test_a_fault_on_an_operation_the_rank_never_did_in_a_clean_save_is_not_in_the_backend():
+    from dataclasses import replace
+
+    layout = replace(DCP, op_ranks={"create": [0, 1], "write": [0, 1], "rename": [0]})
+    fault, why = _aim({"kind": "slow_write", "target": {"rank": 1, "op": "fsync"}, "delay": 1.0}, layout, 3)
+    assert fault is None and why.startswith("in one clean save rank 1 did no fsync") and "create, rename, write" in why
+    fault, why = _aim({"kind": "slow_write", "target": {"rank": 1, "op": "rename"}}, layout, 3)
+    assert fault is None and "rank 1 did no rename" in why
+    fault, why = _aim({"kind": "slow_write", "target": {"op": "rename"}}, layout, 3)
+    assert fault is not None and why is None  # rank 0 renames
+    # a layout learned before operation kinds were kept, or one outside the seam, says nothing of them
+    assert _aim({"kind": "slow_write", "target": {"rank": 1, "op": "fsync"}}, DCP, 3)[0] is not None
+    assert _aim({"kind": "slow_write", "target": {"rank": 1, "op": "fsync"}}, replace(layout, seam=False), 3)[0]

@@ -3,11 +3,13 @@
 
 - `save_bugs`: saves and commits that lose durability, commit too early or drop an error;
 - `load_bugs`: loads and resumes that skip a check or hand back what was not saved;
+- `corner_bugs`: right on the matrix's fixed sample, wrong in one of its corners;
 - `writer_process`: the reference with a forked background writer (`process_writer`), and its bugs;
 - `patching`: what they share."""
 
 from __future__ import annotations
 
+from .corner_bugs import finalize_timeout, lexical_newest, resave_cleanup, zero_is_none
 from .load_bugs import (
     ignores_topology,
     no_checksum,
@@ -35,6 +37,10 @@ from .save_bugs import (
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
+    "zero_is_none",
+    "resave_cleanup",
+    "lexical_newest",
+    "finalize_timeout",
     "async_no_snapshot",
     "commit_before_all_ranks",
     "ignores_topology",

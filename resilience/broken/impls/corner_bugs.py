@@ -1,0 +1,74 @@
+"""Bugs that hide in the corners (resilience.runner.corners): right on the matrix's fixed sample, wrong on an
+iteration number past the padding or at zero, on storage slow for seconds, or on a crash during a re-save."""
+
+from __future__ import annotations
+
+import os
+
+import torch.distributed as dist
+
+from ... import storage
+from ...checkpoint import commit
+from ...checkpoint.reference import ReferenceBackend
+from ...dist import this_rank
+from ...vocab.folders import STAGING_PREFIX, iteration_of
+from .patching import patched
+
+_list_iterations = commit.list_iterations
+
+
+def _by_name(root: str) -> list[tuple[int, str]]:
+    """Newest first as the folder names sort as text: iter_9999999 comes before iter_10000000."""
+    return sorted(_list_iterations(root), key=lambda found: os.path.basename(found[1]), reverse=True)
+
+
+class lexical_newest(ReferenceBackend):
+    """Takes the newest checkpoint to be the last folder name in text order, as `sorted(os.listdir())` does."""
+
+    def load(self, state, root):
+        with patched(commit, "list_iterations", _by_name):  # the bug
+            return super().load(state, root)
+
+
+def _past_zero(root: str) -> list[tuple[int, str]]:
+    return [(n, path) for n, path in _list_iterations(root) if n]  # the bug: `if iteration:` reads 0 as none
+
+
+class zero_is_none(ReferenceBackend):
+    """Reads a checkpoint at iteration 0 as 'no checkpoint' and starts over."""
+
+    def load(self, state, root):
+        with patched(commit, "list_iterations", _past_zero):
+            return super().load(state, root)
+
+
+class resave_cleanup(ReferenceBackend):
+    """A resume first cleans up what a crashed save left; for a crashed *re*-save it removes the committed
+    copy of that iteration too, taking it for the half of the re-save that had been published."""
+
+    def load(self, state, root):
+        if this_rank() == 0:
+            fs = storage.current()
+            for staging in commit.stale_staging(root):
+                iteration = iteration_of(os.path.basename(staging)[len(STAGING_PREFIX) :].rsplit("-", 1)[0])
+                fs.rmtree(staging)
+                for n, path in commit.list_iterations(root):
+                    if n == iteration:
+                        fs.rmtree(path)  # the bug
+        if dist.is_initialized():
+            dist.barrier()
+        return super().load(state, root)
+
+
+class finalize_timeout(ReferenceBackend):
+    """An async finalize that waits for the writer half a second, then takes it for done: the save is
+    acknowledged, and the write it gave up on is never committed."""
+
+    def finalize(self, *, blocking=True):
+        pending = self._pending
+        if pending is not None and pending.thread is not None:
+            pending.thread.join(timeout=0.5)
+            if pending.thread.is_alive():  # the bug: a write still running is taken for a finished one
+                self._pending = None
+                return True
+        return super().finalize(blocking=blocking)

@@ -1,0 +1,189 @@
+"""The corners table: one case per corner where checkpoint bugs hide just outside the matrix's fixed sample
+(iteration numbers, sizes, time, sequences, files, values, layouts), each for every combination the backend
+declares. A corner is a scenario in the scenario language, with one line saying what it probes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from .scenario_checks import from_dict
+from .scenario_model import Scenario
+
+_SAVE_TWICE: list = [{"train": 2}, "save", {"train": 1}, "save", "finalize"]
+
+
+@dataclass(frozen=True)
+class Corner:
+    name: str
+    kind: str  # the class of corner: iterations, sizes, time, sequences, files, values, layouts
+    probes: str  # one line: what a backend that gets it wrong does
+    steps: list
+    expect: dict = field(default_factory=dict)
+    model: dict = field(default_factory=dict)
+    topology: str = "tp2pp1dp1"
+
+    def scenario(self, seed: int) -> Scenario:
+        data = {
+            "name": f"corner-{self.name}",
+            "description": self.probes,
+            "seed": seed,
+            "model": self.model,
+            "topology": self.topology,
+            "steps": self.steps,
+            "expect": self.expect,
+            "tags": ["corner", self.kind],
+        }
+        return from_dict(data, f"<corner {self.name}>")
+
+
+CORNERS: dict[str, Corner] = {
+    c.name: c
+    for c in [
+        Corner(
+            "iterations-9-to-12",
+            "iterations",
+            "saves at 9 and 12: a newest checkpoint chosen by sorting unpadded names takes 9",
+            [{"train": 1}, "save", {"train": 3}, "save", {"resume": {"continue": 1}}],
+            {"loaded_iteration": 12},
+            {"start_iteration": 8},
+        ),
+        Corner(
+            "past-the-padding",
+            "iterations",
+            "saves at 9,999,999 and 10,000,000, where iter_%07d gets an eighth digit: the resume must take the later",
+            [{"train": 1}, "save", {"train": 1}, "save", {"resume": {"continue": 1}}],
+            {"loaded_iteration": 10_000_000},
+            {"start_iteration": 9_999_998},
+        ),
+        Corner(
+            "iteration-zero",
+            "iterations",
+            "a save at iteration 0, before any step: a loader that takes iteration 0 for 'no checkpoint' starts over",
+            ["save", {"resume": {"continue": 1}}],
+            {"loaded_iteration": 0},
+        ),
+        Corner(
+            "slow-storage",
+            "time",
+            "rank 1's data writes and fsyncs and every rank's renames of the second save stall for a second: "
+            "an async finalize that waits with a timeout takes a still-running write for done",
+            [
+                {"train": 2},
+                "save",
+                {"train": 1},
+                "finalize",
+                {"fault": {"kind": "slow_write", "rank": 1, "delay": 1.0, "times": 1, "path": "@data"}},
+                {"fault": {"kind": "slow_write", "rank": 1, "op": "fsync", "delay": 1.0, "times": 1}},
+                {"fault": {"kind": "slow_write", "op": "rename", "delay": 1.0, "times": 1}},
+                "save",
+                "finalize",
+                {"resume": {"continue": 1}},
+            ],
+            {"loaded_iteration": 3},
+        ),
+        Corner(
+            "crash-during-resave",
+            "sequences",
+            "rank 1 dies while iteration 3, already committed, is saved again: a start-up cleanup of the stale "
+            "temporaries, or a re-save that replaces the old copy first, loses the committed save",
+            [
+                *_SAVE_TWICE,
+                {"crash": {"rank": 1, "after_bytes": 256, "file": "@data"}},
+                "save",
+                {"resume": {"continue": 1}},
+            ],
+            {"loaded_iteration": 3},
+        ),
+        Corner(
+            "two-crashes",
+            "sequences",
+            "a crash mid-save, a resume, and a crash mid-save again: what the first crash left must not trip the "
+            "second resume",
+            [
+                *_SAVE_TWICE,
+                {"train": 1},
+                {"crash": {"rank": 1, "after_bytes": 256, "file": "@data"}},
+                "save",
+                {"resume": {"continue": 1}},
+                {"crash": {"rank": 0, "after_bytes": 256, "file": "@data"}},
+                "save",
+                {"resume": {"continue": 1}},
+            ],
+            {"loaded_iteration": 3},
+        ),
+        Corner(
+            "crash-during-load",
+            "sequences",
+            "rank 1 dies as the resume's load reads its first file; a second resume must load the newest whole",
+            [
+                *_SAVE_TWICE,
+                {"fault": {"kind": "rank_crash", "rank": 1, "op": "read", "when": "before"}},
+                {"resume": {"continue": 1}},
+                {"resume": {"continue": 1}},
+            ],
+            {"loaded_iteration": 3},
+        ),
+        Corner(
+            "manifest-and-data",
+            "sequences",
+            "the newest checkpoint's manifest garbled and a bit of its data flipped: a loader that takes an "
+            "unreadable manifest for an old format without checksums loads wrong values",
+            [
+                *_SAVE_TWICE,
+                {"corrupt": {"kind": "metadata", "how": "garble"}},
+                {"corrupt": {"kind": "bitflip"}},
+                {"resume": {"continue": 1}},
+            ],
+            model={"optimizer": "distributed"},
+        ),
+        Corner(
+            "chained-resumes",
+            "sequences",
+            "save, resume on dp 2 and save there, resume again on dp 1: the second resume must load what the "
+            "first resumed job saved",
+            [
+                *_SAVE_TWICE,
+                {"resume": {"topology": "tp2pp1dp2", "continue": 1}},
+                "save",
+                {"resume": {"topology": "tp2pp1dp1", "continue": 1}},
+            ],
+            {"loaded_iteration": 4},
+        ),
+        Corner(
+            "two-dims-changed",
+            "layouts",
+            "a save on pp 2 x dp 2 loaded on tp 2 x dp 2: rank coordinates nested in the wrong order agree within "
+            "one topology and disagree across this change",
+            [*_SAVE_TWICE, {"resume": {"topology": "tp2pp1dp2", "continue": 1}}],
+            {"loaded_iteration": 3},
+            topology="tp1pp2dp2",
+        ),
+        Corner(
+            "world-of-three",
+            "layouts",
+            "a save on 3 pipeline stages loaded on 2: a world that is not a power of two",
+            [*_SAVE_TWICE, {"resume": {"topology": "tp1pp2dp1", "continue": 1}}],
+            {"loaded_iteration": 3},
+            {"num_layers": 6},
+            topology="tp1pp3dp1",
+        ),
+    ]
+}
+
+
+def corner_names(items: list[str] | None) -> list[str]:
+    """The corners asked for: all (the default, or 'all'), none ('none') or the names given; an unknown
+    name is one ConfigError naming the known ones."""
+    if not items or items == ["all"]:
+        return list(CORNERS)
+    if items == ["none"]:
+        return []
+    for name in items:
+        if name not in CORNERS:
+            raise ConfigError("--corners", f"no corner {name!r}", f"use all, none or names from {', '.join(CORNERS)}")
+    return list(dict.fromkeys(items))
+
+
+def corner_scenario(name: str, seed: int) -> Scenario:
+    return CORNERS[name].scenario(seed)

@@ -1,0 +1,77 @@
+"""The corners table: one case per corner for every combination, chosen with --corners, each saying in one
+line what it probes; the reference passes every corner (or refuses a topology change its combination
+refuses), and an expectation the combination's contract makes moot is N/A, not a FAIL."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from resilience.cli import main
+from resilience.errors import ConfigError
+from resilience.runner.corners import CORNERS, corner_names
+from resilience.runner.matrix import cases
+from resilience.vocab.combos import valid_combinations
+
+KINDS = {"iterations", "sizes", "time", "sequences", "files", "values", "layouts"}
+
+
+def test_every_corner_is_a_valid_scenario_that_says_in_one_line_what_it_probes():
+    for name, corner in CORNERS.items():
+        scenario = corner.scenario(7)
+        assert scenario.name == f"corner-{name}" and scenario.seed == 7
+        assert corner.kind in KINDS and "corner" in scenario.tags
+        assert corner.probes and "\n" not in corner.probes and scenario.description == corner.probes
+
+
+def test_corners_are_chosen_by_name_all_or_none():
+    assert corner_names(None) == list(CORNERS) == corner_names(["all"])
+    assert corner_names(["none"]) == []
+    assert corner_names(["two-crashes", "iteration-zero", "two-crashes"]) == ["two-crashes", "iteration-zero"]
+    with pytest.raises(ConfigError, match="no corner 'meteor'.*use all, none or names from iterations-9-to-12"):
+        corner_names(["meteor"])
+
+
+def test_each_combination_gets_one_case_per_corner():
+    combos = valid_combinations()
+    got = cases(combos, [], {}, 0, corners=["iteration-zero", "slow-storage"])
+    assert len(got) == 2 * len(combos)
+    assert {(str(c.combo), c.column) for c in got} == {
+        (str(c), n) for c in combos for n in ("iteration-zero", "slow-storage")
+    }
+
+
+def test_an_unknown_corner_is_one_clear_error(tmp_path, capsys):
+    assert main(["matrix", "--corners", "meteor", "--out", str(tmp_path)]) == 2
+    assert "--corners: no corner 'meteor'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.multiprocess
+def test_the_reference_passes_every_corner(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    argv = ["matrix", "--faults", "none", "--transitions", "none", "--corners", "all", "--out", str(tmp_path)]
+    combos = ["GLOBAL/torch_dist/async", "LEGACY/torch/sync"]
+    assert main([*argv, "--combos", *combos, "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {(r["combo"], r["column"]) for r in rows} == {(c, n) for c in combos for n in CORNERS}
+    said = capsys.readouterr().out
+    assert "\ncorners:\n" in said and "iterations-9-to-12" in said
+    for r in rows:
+        # LEGACY refuses a pp change: refused as its contract says, the expected iteration is moot
+        refused = r["combo"] == "LEGACY/torch/sync" and r["column"] in ("two-dims-changed", "world-of-three")
+        assert r["verdict"] == ("REFUSED-AS-EXPECTED" if refused else "PASS"), (r["column"], r["detail"])
+        if refused:
+            expect = next(c for c in r["checkers"] if c["checker"] == "expect")
+            assert expect["status"] == "N/A" and "refused, as the combination promises" in expect["detail"]
+
+
+@pytest.mark.multiprocess
+def test_columns_chosen_with_faults_run_without_the_corners_unless_they_are_named(tmp_path):
+    out = tmp_path / "rows.json"
+    argv = ["matrix", "--combos", "GLOBAL/torch_dist/sync", "--faults", "save/load", "--out", str(tmp_path)]
+    assert main([*argv, "--transitions", "none", "--json", str(out)]) == 0
+    assert [r["column"] for r in json.loads(out.read_text())] == ["save/load"]
+    assert main([*argv, "--transitions", "none", "--corners", "iteration-zero", "--json", str(out)]) == 0
+    assert [r["column"] for r in json.loads(out.read_text())] == ["save/load", "iteration-zero"]
