@@ -216,6 +216,13 @@ CATALOGUE = {
             witness="GLOBAL/torch_dist/sync",
         ),
         BrokenImpl(
+            "chunk_tail_lost",
+            "writes in 64 KiB chunks and loses the last partial chunk of a tensor larger than one",
+            "durability",
+            "sizes-and-empty-shards",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
             "finalize_timeout",
             "an async finalize waits half a second for the writer, then acknowledges the save and never commits it",
             "durability",

@@ -10,6 +10,8 @@ from ..errors import ConfigError
 from .scenario_checks import from_dict
 from .scenario_model import Scenario
 
+# elements of the sizes corner's extra parameters: fp32 tensors 4 bytes past 4 KiB, 64 KiB and 1 MiB, and one row
+SIZED = {"past_4k": 1025, "past_64k": 16385, "past_1m": 262145, "one_row": 1}
 _SAVE_TWICE: list = [{"train": 2}, "save", {"train": 1}, "save", "finalize"]
 
 
@@ -62,6 +64,27 @@ CORNERS: dict[str, Corner] = {
             "a save at iteration 0, before any step: a loader that takes iteration 0 for 'no checkpoint' starts over",
             ["save", {"resume": {"continue": 1}}],
             {"loaded_iteration": 0},
+        ),
+        Corner(
+            "sizes-and-empty-shards",
+            "sizes",
+            "tensors just past 4 KiB, 64 KiB and 1 MiB and one of a single row (the distributed optimizer's "
+            "shard of it is empty on dp rank 0): a writer that loses a last partial chunk, or skips an empty "
+            "shard, loads wrong or not at all",
+            [*_SAVE_TWICE, {"resume": {"continue": 1}}],
+            {"loaded_iteration": 3},
+            {"optimizer": "distributed", "sized_params": SIZED},
+            topology="tp1pp1dp2",
+        ),
+        Corner(
+            "empty-shards-resharded",
+            "sizes",
+            "parameters of one and two rows saved on dp 2 and loaded on dp 3: shards empty on some ranks on "
+            "both sides of the change (DCP once dropped real shards beside an empty one)",
+            [*_SAVE_TWICE, {"resume": {"topology": "tp1pp1dp3", "continue": 1}}],
+            {"loaded_iteration": 3},
+            {"optimizer": "distributed", "sized_params": {"one_row": 1, "two_rows": 2}},
+            topology="tp1pp1dp2",
         ),
         Corner(
             "slow-storage",

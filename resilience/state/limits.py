@@ -21,7 +21,8 @@ def model_elements(spec: ModelSpec, tp: int = 1) -> int:
     list is built, so a spec with absurd sizes costs nothing to measure."""
     h, f, v = spec.hidden, spec.ffn_hidden, spec.padded_vocab(tp)
     per_layer = 2 * h + 4 * h * h + 2 * f * h  # two norms, qkv + proj, fc1 + fc2
-    return spec.num_layers * per_layer + h + 2 * v * h  # + final norm, embedding and output layer
+    sized = sum(n for _, n in spec.sized_params)
+    return spec.num_layers * per_layer + h + 2 * v * h + sized  # + final norm, embedding and output layer
 
 
 def job_bytes(spec: ModelSpec, topo: Topology) -> int:

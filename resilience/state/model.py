@@ -27,6 +27,10 @@ VALUE_RANGES = ("unit", "wide")  # values in [-0.5, 0.5), or spread over 2**-40 
 # switches of the adversarial state: 0 is off
 OFF_OR_COUNT = {"rampup_samples": 1 << 24, "skip_every": 1 << 20}
 MAX_START_ITERATION = 10**9  # past Megatron's iter_%07d padding (9,999,999) and then some
+# sized_params: extra 1-d parameters of a chosen size (a tensor just past a writer's chunk, or one row that
+# leaves a distributed-optimizer shard empty), named [A-Za-z0-9_], on the last pipeline stage
+MAX_SIZED_PARAMS, MAX_SIZED_ELEMENTS = 16, 1 << 24
+SIZED_PREFIX = "extra."  # + name + ".weight": their keys in the state
 
 
 def field_problem(name: str, value) -> ConfigError | None:
@@ -47,6 +51,8 @@ def field_problem(name: str, value) -> ConfigError | None:
     elif name == "start_iteration":  # noqa: SIM102 (one branch per field)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_START_ITERATION:
             return ConfigError(where, f"must be an integer in 0..{MAX_START_ITERATION}, got {value!r}")
+    elif name == "sized_params":
+        return _sized_problem(value)
     elif name == "value_range" and value not in VALUE_RANGES:
         return ConfigError(where, f"unknown value range {value!r}", f"use one of {', '.join(VALUE_RANGES)}")
     elif name == "lr":
@@ -60,6 +66,22 @@ def field_problem(name: str, value) -> ConfigError | None:
     elif name == "seed":  # noqa: SIM102 (one branch per field, as above)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_MODEL_SEED:
             return ConfigError(where, f"must be an integer in [0, 2**32), got {value!r}")
+    return None
+
+
+def _sized_problem(value) -> ConfigError | None:
+    where = "model.sized_params"
+    pairs = value.items() if isinstance(value, Mapping) else value if isinstance(value, tuple) else None
+    if pairs is None:
+        return ConfigError(where, f"must be a mapping of name: elements, got {type(value).__name__}")
+    pairs = list(pairs)
+    if len(pairs) > MAX_SIZED_PARAMS:
+        return ConfigError(where, f"{len(pairs)} parameters", f"give at most {MAX_SIZED_PARAMS}")
+    for name, n in pairs:
+        if not isinstance(name, str) or not name or len(name) > 40 or not all(c.isalnum() or c == "_" for c in name):
+            return ConfigError(f"{where}.{name}", "a name must be 1-40 characters of A-Z a-z 0-9 _")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SIZED_ELEMENTS:
+            return ConfigError(f"{where}.{name}", f"must be a number of elements in 1..{MAX_SIZED_ELEMENTS}, got {n!r}")
     return None
 
 
@@ -107,8 +129,12 @@ class ModelSpec:
     value_range: str = "wide"
     # the iteration training starts from: a job resumed from elsewhere, or one past a padding limit
     start_iteration: int = 0
+    # name -> elements of an extra 1-d parameter (a mapping in to_dict / from_dict, pairs in name order here)
+    sized_params: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
+        if isinstance(self.sized_params, Mapping):  # frozen, and hashable: kept as sorted pairs
+            object.__setattr__(self, "sized_params", tuple(sorted(self.sized_params.items())))
         for f in fields(self):
             problem = field_problem(f.name, getattr(self, f.name))
             if problem is not None:
@@ -188,6 +214,7 @@ class ModelSpec:
             ParamLayout("decoder.final_layernorm.weight", (h,), None, None, "last"),
             ParamLayout("output_layer.weight", (v, h), 0, None, "last", True),
         ]
+        out += [ParamLayout(f"{SIZED_PREFIX}{name}.weight", (n,), None, None, "last") for name, n in self.sized_params]
         return out
 
     def params_of_stage(self, tp: int, pp_rank: int, pp: int) -> list[ParamLayout]:
@@ -206,7 +233,7 @@ class ModelSpec:
         return keep
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"sized_params": dict(self.sized_params)}
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelSpec:

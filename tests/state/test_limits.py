@@ -67,3 +67,28 @@ def test_every_problem_of_a_model_mapping_at_once():
     # across fields, once fields are fine
     assert [p.field for p in ModelSpec.problems_of({"hidden": 30})] == ["model.hidden"]
     assert ModelSpec.problems_of({"hidden": 6, "heads": 3}) == []
+
+
+def test_sized_params_are_extra_parameters_of_the_last_stage_whose_shards_may_be_empty():
+    from resilience.errors import ConfigError
+    from resilience.state import ModelSpec, Topology
+    from resilience.state.limits import model_elements
+    from resilience.state.training import TrainingState
+
+    spec = ModelSpec.from_dict({"optimizer": "distributed", "sized_params": {"one_row": 1, "past_4k": 1025}})
+    assert spec.sized_params == (("one_row", 1), ("past_4k", 1025)) and hash(spec)
+    assert spec.to_dict()["sized_params"] == {"one_row": 1, "past_4k": 1025}
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    assert model_elements(spec) == model_elements(ModelSpec(optimizer="distributed")) + 1026
+    first, last = (TrainingState(spec, Topology.parse("tp1pp2dp2"), r) for r in (0, 2))
+    assert not any(p.layout.key.startswith("extra.") for p in first.pieces)
+    rows = {p.layout.key: p.opt_rows for p in last.pieces if p.layout.key.startswith("extra.")}
+    assert rows == {"extra.one_row.weight": (0, 0), "extra.past_4k.weight": (0, 512)}  # dp rank 0: one empty
+    for bad, says in (
+        ({"a-b": 3}, "a name must be 1-40 characters"),
+        ({"a": 0}, "must be a number of elements in 1..16777216, got 0"),
+        ([1], "must be a mapping of name: elements, got list"),
+        ({f"p{i}": 1 for i in range(17)}, "17 parameters"),
+    ):
+        [problem] = ModelSpec.problems_of({"sized_params": bad})
+        assert isinstance(problem, ConfigError) and says in str(problem)

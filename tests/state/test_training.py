@@ -15,8 +15,14 @@ def _fingerprint(spec, topo, steps=3):
 
 @pytest.mark.parametrize(
     "spec",
-    [ModelSpec(), ModelSpec(dtype="bf16", optimizer="distributed"), ModelSpec(optimizer="distributed", vocab=37)],
-    ids=["fp32-adam", "bf16-distopt", "fp32-distopt-vocab37"],
+    [
+        ModelSpec(),
+        ModelSpec(dtype="bf16", optimizer="distributed"),
+        ModelSpec(optimizer="distributed", vocab=37),
+        # a parameter of one row and one of two: the distributed optimizer's shards of them empty on some ranks
+        ModelSpec(optimizer="distributed", sized_params={"one_row": 1, "two_rows": 2, "past_4k": 1025}),
+    ],
+    ids=["fp32-adam", "bf16-distopt", "fp32-distopt-vocab37", "distopt-sized-params"],
 )
 def test_same_fingerprint_on_different_topologies(spec):
     reference = _fingerprint(spec, Topology(1, 1, 1))

@@ -12,7 +12,7 @@ from ...checkpoint import commit
 from ...checkpoint.reference import ReferenceBackend
 from ...dist import this_rank
 from ...vocab.folders import STAGING_PREFIX, iteration_of
-from .patching import patched
+from .patching import Forward, patched
 
 _list_iterations = commit.list_iterations
 
@@ -72,3 +72,47 @@ class finalize_timeout(ReferenceBackend):
                 self._pending = None
                 return True
         return super().finalize(blocking=blocking)
+
+
+CHUNK = 64 << 10
+
+
+class _TailLostStream:
+    """A stream that writes a large buffer in whole chunks and forgets the last partial one (the loop's
+    bound rounds down), while reporting every byte written; a buffer of one chunk or less goes whole."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def write(self, data) -> int:
+        n = memoryview(data).nbytes
+        if n > CHUNK:
+            self.inner.write(memoryview(data).cast("B")[: n // CHUNK * CHUNK])  # the bug
+            return n
+        return self.inner.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.inner.close()
+
+
+class _TailLost(Forward):
+    def open_write(self, path, *, sync=True):
+        return _TailLostStream(self.inner.open_write(path, sync=sync))
+
+
+class chunk_tail_lost(ReferenceBackend):
+    """Writes in 64 KiB chunks and loses the last partial chunk of a tensor larger than one chunk."""
+
+    def save(self, state, root):
+        with storage.use(_TailLost(storage.current())):
+            return super().save(state, root)
+
+    def finalize(self, *, blocking=True):
+        with storage.use(_TailLost(storage.current())):
+            return super().finalize(blocking=blocking)
