@@ -71,10 +71,9 @@ def field_problem(name: str, value) -> ConfigError | None:
 
 def _sized_problem(value) -> ConfigError | None:
     where = "model.sized_params"
-    pairs = value.items() if isinstance(value, Mapping) else value if isinstance(value, tuple) else None
-    if pairs is None:
+    if not isinstance(value, (Mapping, tuple)):
         return ConfigError(where, f"must be a mapping of name: elements, got {type(value).__name__}")
-    pairs = list(pairs)
+    pairs = list(value.items() if isinstance(value, Mapping) else value)
     if len(pairs) > MAX_SIZED_PARAMS:
         return ConfigError(where, f"{len(pairs)} parameters", f"give at most {MAX_SIZED_PARAMS}")
     for name, n in pairs:
