@@ -8,10 +8,11 @@ import os
 from dataclasses import dataclass
 
 from ..checkers.case import NOT_IN_BACKEND
-from ..faults import LostUnsyncedWrites, Nemesis, RankCrash, read_firings
+from ..faults import LostUnsyncedWrites, Nemesis, RankCrash, SlowWrite, read_firings
 from ..fusefs.injector import carries_out
 from ..history import FAILED, INFO, INVOKE, OK, Event, EventLog, merge_job, rank_events, read_events
 from ..launch import Job
+from ..launch.outcomes import MAX_JOB_TIMEOUT
 from ..vocab.combos import Combination
 from . import io_route
 from .adapters import BackendRef
@@ -108,7 +109,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             run_rank_job,
             planned.topo.world,
             args=(plan,),
-            timeout=timeout or case.scenario.timeout,
+            timeout=timeout or _grown_to_fit(case.scenario.timeout, planned.faults),
             log_dir=case.job_dir("logs", job_no),
             start_method=case.start_method,
             pin_cpus=True,
@@ -152,6 +153,13 @@ def _merge_histories(
     why = f"rank {first.rank}: {first.describe().splitlines()[0]}" if first else ""
     merge_job(case.history, events, job_no, firings=read_firings(case.fault_log)[fired_before:], why=why or "job ended")
     return events
+
+
+def _grown_to_fit(timeout: float, faults) -> float:
+    """The job's timeout with the time its slow operations are told to wait added (a straggler's delay times
+    the operations it strikes, one when it strikes every one): a delay of seconds is not taken for a hang."""
+    stalls = [f.fault for f in faults if isinstance(f.fault, SlowWrite)]
+    return min(MAX_JOB_TIMEOUT, timeout + sum(f.delay * (f.times or 1) for f in stalls))
 
 
 def _record_end(history: EventLog, job_no: int, outcome) -> None:

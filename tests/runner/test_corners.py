@@ -75,3 +75,18 @@ def test_columns_chosen_with_faults_run_without_the_corners_unless_they_are_name
     assert [r["column"] for r in json.loads(out.read_text())] == ["save/load"]
     assert main([*argv, "--transitions", "none", "--corners", "iteration-zero", "--json", str(out)]) == 0
     assert [r["column"] for r in json.loads(out.read_text())] == ["save/load", "iteration-zero"]
+
+
+def test_a_job_timeout_grows_by_the_delays_its_stragglers_are_told_to_wait():
+    from types import SimpleNamespace
+
+    from resilience.faults import Fault
+    from resilience.launch.outcomes import MAX_JOB_TIMEOUT
+    from resilience.runner.case_jobs import _grown_to_fit
+
+    def armed(record):
+        return SimpleNamespace(fault=Fault.from_dict(record))
+
+    slow = [armed({"kind": "slow_write", "delay": 30.0, "times": 2}), armed({"kind": "slow_write", "delay": 5.0})]
+    assert _grown_to_fit(120.0, slow + [armed({"kind": "io_error"})]) == 120.0 + 60.0 + 5.0
+    assert _grown_to_fit(120.0, [armed({"kind": "slow_write", "delay": 1e6})]) == MAX_JOB_TIMEOUT
