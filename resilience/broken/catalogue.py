@@ -223,6 +223,14 @@ CATALOGUE = {
             witness="GLOBAL/torch_dist/sync",
         ),
         BrokenImpl(
+            "zero_fills_missing",
+            "a LEGACY loader that takes a missing distrib_optim.pt for none and fills the optimizer state with zeros",
+            "integrity",
+            "delete:distrib_optim.pt",
+            ("LEGACY/torch/sync",),
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
             "finalize_timeout",
             "an async finalize waits half a second for the writer, then acknowledges the save and never commits it",
             "durability",

@@ -44,12 +44,13 @@ class SuiteResult:
     def matrix_command(self, full: bool) -> str:
         impl = self.impl
         combos = combos_of(impl, full)
-        from ..runner.corners import CORNERS
+        from ..runner.corners import CORNERS, EACH_FILE, is_file_column
         from ..runner.matrix import FAULTS
 
         col = ["--faults", "none", "--transitions", "none", "--corners", "none"]
-        flag = "--faults" if impl.column in FAULTS else "--corners" if impl.column in CORNERS else "--transitions"
-        col[col.index(flag) + 1] = impl.column
+        corner = impl.column in CORNERS or is_file_column(impl.column)
+        flag = "--faults" if impl.column in FAULTS else "--corners" if corner else "--transitions"
+        col[col.index(flag) + 1] = EACH_FILE if is_file_column(impl.column) else impl.column
         return " ".join(
             shlex.quote(a)
             for a in ["resilience", "matrix", "--backend", f"broken:{impl.name}", "--combos", *map(str, combos), *col]
@@ -89,8 +90,8 @@ def run_suite(
     from ..report import RunFolder
     from ..runner.adapters import resolve_backend
     from ..runner.case_loop import CaseSpec, judge_cases
-    from ..runner.corners import CORNERS
-    from ..runner.matrix import FAULTS, TRANSITIONS, cases
+    from ..runner.corners import CORNERS, EACH_FILE, is_file_column
+    from ..runner.matrix import FAULTS, TRANSITIONS, cases, data_files_written
 
     names = check_names(names)
     folder = folder if folder is not None else RunFolder(out_dir, {})
@@ -98,10 +99,18 @@ def run_suite(
     for name in names:
         impl = CATALOGUE[name]
         backend = resolve_backend(f"broken:{name}")  # once for all its cases
+
+        def written(combo, backend=backend, name=name):  # the damage-each-file corner's files
+            return data_files_written(
+                combo, backend, os.path.join(out_dir, name, "layout", str(combo).replace("/", "-"))
+            )
+
         faults = [impl.column] if impl.column in FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
-        corners = [impl.column] if impl.column in CORNERS else []
-        for i, case in enumerate(cases(combos_of(impl, full), faults, transitions, seed, corners=corners)):
+        each_file = is_file_column(impl.column)
+        corners = [EACH_FILE] if each_file else [impl.column] if impl.column in CORNERS else []
+        planned = cases(combos_of(impl, full), faults, transitions, seed, corners=corners, data_files=written)
+        for i, case in enumerate(c for c in planned if not each_file or c.column == impl.column):
             specs.append(
                 CaseSpec(
                     case.scenario,

@@ -69,8 +69,8 @@ def run(args) -> int:
         from ..report.matrix_table import column_of, text_table
         from ..report.result_row import rows_to_json
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
-        from ..runner.corners import corner_names
-        from ..runner.matrix import FAULTS, cases, fault_scenario, metadata_files_read, parse_transitions
+        from ..runner.corners import EACH_FILE, corner_names, is_file_column
+        from ..runner.matrix import FAULTS, cases, fault_scenario, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
         from ..vocab.combos import valid_combinations
         from .progress import Progress
@@ -89,12 +89,13 @@ def run(args) -> int:
     backend = sweep[0].backend  # the spec as given (a sweep's first set is its defaults)
     combos = args.combos or backend.combinations() or valid_combinations()
     _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fault_scenario)
-    work = _plan_work(args, faults, transitions, corners, combos, sweep, cases, metadata_files_read)
+    work = _plan_work(args, faults, transitions, corners, combos, sweep, cases)
     seen = list(dict.fromkeys(c.column for _, _, c in work))
     table = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
         transitions
     )
-    columns = table + corners
+    corner_columns = [c for name in corners for c in seen if c == name or (name == EACH_FILE and is_file_column(c))]
+    columns = table + corner_columns
     folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions, corners)
     if args.backend_options:
         _announce_sweep(sweep, refused_values)
@@ -112,8 +113,8 @@ def run(args) -> int:
         )
     if table:
         print(text_table([r for r in rows if column_of(r) in table], table))
-    if corners:
-        print(f"\ncorners:\n{text_table([r for r in rows if column_of(r) in corners], corners)}")
+    if corner_columns:
+        print(f"\ncorners:\n{text_table([r for r in rows if column_of(r) in corner_columns], corner_columns)}")
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)
     if args.json:
@@ -139,23 +140,29 @@ def _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fau
         column.backend.make(next((c for c in combos if column.applies_to(c)), combos[0]))
 
 
-def _plan_work(args, faults, transitions, corners, combos, sweep, cases, metadata_files_read) -> list:
+def _plan_work(args, faults, transitions, corners, combos, sweep, cases) -> list:
     """(backend, option set label, case) for every case of every option set; learning which metadata
-    files a load reads on the way, in a folder removed after."""
+    files a load reads and which data files a save writes on the way, in a folder removed after."""
+    from ..runner.corners import EACH_FILE
+    from ..runner.matrix import data_files_written, metadata_files_read
+
     learned = tempfile.mkdtemp(prefix="resilience-layout-")
     work = []  # (backend, option set label, case)
     try:
         for n, column in enumerate(sweep):
-            if "metadata" in faults:
-                print(f"matrix: learning which metadata files a load of {column.spec} reads ...", flush=True)
+            if "metadata" in faults or EACH_FILE in corners:
+                print(f"matrix: learning which files a save and a load of {column.spec} use ...", flush=True)
             mine = [c for c in combos if column.applies_to(c)]
 
             def read(combo, backend=column.backend, n: int = n):
                 return metadata_files_read(combo, backend, os.path.join(learned, f"{n}-{_label(combo)}"))
 
+            def written(combo, backend=column.backend, n: int = n):
+                return data_files_written(combo, backend, os.path.join(learned, f"{n}-{_label(combo)}"))
+
             work += [
                 (column.backend, column.label if args.backend_options else None, case)
-                for case in cases(mine, faults, transitions, args.seed, read, corners)
+                for case in cases(mine, faults, transitions, args.seed, read, corners, written)
             ]
     finally:
         shutil.rmtree(learned, ignore_errors=True)

@@ -4,6 +4,9 @@ declares. A corner is a scenario in the scenario language, with one line saying 
 
 from __future__ import annotations
 
+import os
+import random
+import re
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
@@ -195,16 +198,57 @@ CORNERS: dict[str, Corner] = {
 }
 
 
+# damage-each-file: one case per data-file role of the learned layout (its name, the rank's digits left out)
+# and kind of damage, each in the file of one rank drawn from the seed
+EACH_FILE = "damage-each-file"
+FILE_DAMAGES = ("truncate", "bitflip", "delete")
+EACH_FILE_PROBES = (
+    "each data file of the newest checkpoint in turn truncated, bit-flipped and deleted: a loader that falls back "
+    "per file, verifies only some ranks' files or fills a missing shard in passes while the damage lands elsewhere"
+)
+
+
+def _each_file_corner(kind: str, glob: str | None) -> Corner:
+    damage = {"kind": kind, **({"file": glob} if glob else {})}
+    steps = [*_SAVE_TWICE, {"corrupt": damage}, {"resume": {"continue": 1}}]
+    return Corner(EACH_FILE, "files", EACH_FILE_PROBES, steps, model={"optimizer": "distributed"})
+
+
+def each_file_scenarios(templates: list[str] | None, seed: int) -> list[tuple[str, Scenario]]:
+    """(column, scenario) of the damage-each-file corner: `templates` are the data files of the learned
+    layout (faults.layout templates; None: not learned, one case damaging a data file drawn from the seed)."""
+    from ..faults.layout import path_glob
+
+    if not templates:
+        return [(EACH_FILE, _each_file_corner("truncate", None).scenario(seed))]
+    roles: dict[str, list[str]] = {}
+    for t in sorted(templates):
+        roles.setdefault(re.sub(r"\d+", "N", os.path.basename(t)), []).append(t)
+    out = []
+    for role, files in roles.items():
+        glob = path_glob(random.Random(f"{seed}:{role}").choice(files), None)
+        out += [(f"{kind}:{role}", _each_file_corner(kind, glob).scenario(seed)) for kind in FILE_DAMAGES]
+    return out
+
+
+def is_file_column(column: str) -> bool:
+    """A column of the damage-each-file corner ('truncate:__N_N.distcp')."""
+    kind, colon, _ = column.partition(":")
+    return column == EACH_FILE or (bool(colon) and kind in FILE_DAMAGES)
+
+
 def corner_names(items: list[str] | None) -> list[str]:
     """The corners asked for: all (the default, or 'all'), none ('none') or the names given; an unknown
     name is one ConfigError naming the known ones."""
     if not items or items == ["all"]:
-        return list(CORNERS)
+        return [*CORNERS, EACH_FILE]
     if items == ["none"]:
         return []
     for name in items:
-        if name not in CORNERS:
-            raise ConfigError("--corners", f"no corner {name!r}", f"use all, none or names from {', '.join(CORNERS)}")
+        if name not in CORNERS and name != EACH_FILE:
+            raise ConfigError(
+                "--corners", f"no corner {name!r}", f"use all, none or names from {', '.join([*CORNERS, EACH_FILE])}"
+            )
     return list(dict.fromkeys(items))
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..errors import ConfigError, ResilienceError
 from ..state import ModelSpec, Transition
 from ..vocab.combos import Combination
-from .corners import corner_scenario
+from .corners import EACH_FILE, corner_scenario, each_file_scenarios
 from .fault_steps import FAULT_STEPS, fault_of
 from .scenario_model import Scenario, Step
 
@@ -177,13 +177,26 @@ def transition_scenario(label: str, text: str, seed: int) -> Scenario:
 def metadata_files_read(combo: Combination, backend: BackendName, folder: str) -> list[str] | None:
     """The names of the metadata files a load of `combo` reads, from the backend's learned layout on the
     matrix's base topology (cached: the cases reuse it); None when it cannot be learned."""
+    layout = _base_layout(combo, backend, folder)
+    if layout is None:
+        return None  # the metadata case of this combination will show why
+    return sorted({os.path.basename(f.template) for f in layout.of("metadata") if f.read is not False}) or None
+
+
+def data_files_written(combo: Combination, backend: BackendName, folder: str) -> list[str] | None:
+    """The templates of the data files a save of `combo` writes on the matrix's base topology (the learned
+    layout, cached); None when it cannot be learned."""
+    layout = _base_layout(combo, backend, folder)
+    return sorted(f.template for f in layout.of("data")) or None if layout is not None else None
+
+
+def _base_layout(combo: Combination, backend: BackendName, folder: str):
     from .learn import learn_layout
 
     try:
-        layout = learn_layout(MODEL, _topo(BASE), combo, backend, folder)
+        return learn_layout(MODEL, _topo(BASE), combo, backend, folder)
     except ResilienceError:
-        return None  # the metadata case of this combination will show why
-    return sorted({os.path.basename(f.template) for f in layout.of("metadata") if f.read is not False}) or None
+        return None
 
 
 def _topo(text):
@@ -199,11 +212,13 @@ def cases(
     seed: int,
     metadata_files: Callable[[Combination], list[str] | None] | None = None,
     corners: Sequence[str] = (),
+    data_files: Callable[[Combination], list[str] | None] | None = None,
 ) -> list[Case]:
     """Every case of the matrix. `metadata_files(combo)`: the metadata files a load of that combination
     reads (None: unknown); the `metadata` column then damages each of them in a case of its own
     (`metadata:FILE`), since a check of one file says nothing about the others. `corners`: the corners
-    table's columns (runner.corners), one case each per combination."""
+    table's columns (runner.corners), one case each per combination; `data_files(combo)`: the data-file
+    templates of that combination's learned layout, which the damage-each-file corner damages in turn."""
     out = []
     for combo in combos:
         for f in faults:
@@ -212,7 +227,12 @@ def cases(
                 out.append(Case(fault_scenario(column, seed), combo, column, column, None))
         for label, text in transitions.items():
             out.append(Case(transition_scenario(label, text, seed), combo, label, None, str(Transition.parse(text))))
-        out += [Case(corner_scenario(name, seed), combo, name, None, None) for name in corners]
+        for name in corners:
+            if name == EACH_FILE:
+                files = data_files(combo) if data_files is not None else None
+                out += [Case(sc, combo, column, None, None) for column, sc in each_file_scenarios(files, seed)]
+            else:
+                out.append(Case(corner_scenario(name, seed), combo, name, None, None))
     return out
 
 

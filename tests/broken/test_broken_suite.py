@@ -12,7 +12,7 @@ import pytest
 
 from resilience.broken import CATALOGUE
 from resilience.cli import main
-from resilience.runner.corners import CORNERS
+from resilience.runner.corners import CORNERS, EACH_FILE, is_file_column
 from resilience.runner.matrix import FAULTS, TRANSITIONS
 from resilience.vocab.combos import valid_combinations
 
@@ -35,17 +35,22 @@ def test_catalogue_is_complete():
         "retention",
     }
     for impl in CATALOGUE.values():
-        assert impl.column in FAULTS or impl.column in TRANSITIONS or impl.column in CORNERS, impl
+        assert impl.column in FAULTS or impl.column in TRANSITIONS or corner_column(impl.column), impl
         assert impl.caught_by in checkers, impl
         assert set(impl.combos) <= valid, impl
         assert impl.witness in (impl.combos or valid), impl
 
 
+def corner_column(column: str) -> bool:
+    return column in CORNERS or is_file_column(column)
+
+
 def _matrix_rows(tmp_path, name: str) -> list[dict]:
     impl = CATALOGUE[name]
     column = ["--faults", "none", "--transitions", "none", "--corners", "none"]
-    flag = "--faults" if impl.column in FAULTS else "--corners" if impl.column in CORNERS else "--transitions"
-    column[column.index(flag) + 1] = impl.column
+    corner = corner_column(impl.column)
+    flag = "--faults" if impl.column in FAULTS else "--corners" if corner else "--transitions"
+    column[column.index(flag) + 1] = EACH_FILE if is_file_column(impl.column) else impl.column
     out = tmp_path / "rows.json"
     code = main(
         [
@@ -62,7 +67,8 @@ def _matrix_rows(tmp_path, name: str) -> list[dict]:
         ]
     )
     assert code == 1, "a matrix with a FAIL exits 1"
-    return json.loads(out.read_text())
+    rows = json.loads(out.read_text())
+    return [r for r in rows if r["column"] == impl.column] if is_file_column(impl.column) else rows
 
 
 # a hang is judged at the job's timeout (120 s): that one runs with the slow tests (the hang checker's fast

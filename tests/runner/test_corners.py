@@ -10,7 +10,7 @@ import pytest
 
 from resilience.cli import main
 from resilience.errors import ConfigError
-from resilience.runner.corners import CORNERS, corner_names
+from resilience.runner.corners import CORNERS, EACH_FILE, corner_names, each_file_scenarios, is_file_column
 from resilience.runner.matrix import cases
 from resilience.vocab.combos import valid_combinations
 
@@ -26,7 +26,7 @@ def test_every_corner_is_a_valid_scenario_that_says_in_one_line_what_it_probes()
 
 
 def test_corners_are_chosen_by_name_all_or_none():
-    assert corner_names(None) == list(CORNERS) == corner_names(["all"])
+    assert corner_names(None) == [*CORNERS, EACH_FILE] == corner_names(["all"])
     assert corner_names(["none"]) == []
     assert corner_names(["two-crashes", "iteration-zero", "two-crashes"]) == ["two-crashes", "iteration-zero"]
     with pytest.raises(ConfigError, match="no corner 'meteor'.*use all, none or names from iterations-9-to-12"):
@@ -55,7 +55,14 @@ def test_the_reference_passes_every_corner(tmp_path, capsys):
     combos = ["GLOBAL/torch_dist/async", "LEGACY/torch/sync"]
     assert main([*argv, "--combos", *combos, "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
-    assert {(r["combo"], r["column"]) for r in rows} == {(c, n) for c in combos for n in CORNERS}
+    assert {(r["combo"], r["column"]) for r in rows if not is_file_column(r["column"])} == {
+        (c, n) for c in combos for n in CORNERS
+    }
+    # each data-file role of the learned layout, in each kind of damage (LEGACY: the model's and the optimizer's)
+    files = {r["column"] for r in rows if r["combo"] == "LEGACY/torch/sync" and is_file_column(r["column"])}
+    assert files == {
+        f"{k}:{n}" for k in ("truncate", "bitflip", "delete") for n in ("model_optim_rng.pt", "distrib_optim.pt")
+    }
     said = capsys.readouterr().out
     assert "\ncorners:\n" in said and "iterations-9-to-12" in said
     for r in rows:
@@ -90,3 +97,17 @@ def test_a_job_timeout_grows_by_the_delays_its_stragglers_are_told_to_wait():
     slow = [armed({"kind": "slow_write", "delay": 30.0, "times": 2}), armed({"kind": "slow_write", "delay": 5.0})]
     assert _grown_to_fit(120.0, slow + [armed({"kind": "io_error"})]) == 120.0 + 60.0 + 5.0
     assert _grown_to_fit(120.0, [armed({"kind": "slow_write", "delay": 1e6})]) == MAX_JOB_TIMEOUT
+
+
+def test_damage_each_file_strikes_each_role_in_the_file_of_a_rank_drawn_from_the_seed():
+    templates = ["iter_{iteration:07d}/__0_0.distcp", "iter_{iteration:07d}/__1_0.distcp", "x/metadata.bin"]
+    got = each_file_scenarios(templates, 3)
+    assert [c for c, _ in got] == [
+        f"{k}:{r}" for r in ("__N_N.distcp", "metadata.bin") for k in ("truncate", "bitflip", "delete")
+    ]
+    damage = [s.steps[-2].args for _, s in got]
+    assert {d["kind"] for d in damage} == {"truncate", "bitflip", "delete"}
+    ranks = {each_file_scenarios(templates, seed)[0][1].steps[-2].args["file"] for seed in range(12)}
+    assert ranks == {"*/iter_*/__0_0.distcp", "*/iter_*/__1_0.distcp"}  # the seed draws either rank's file
+    [(column, fallback)] = each_file_scenarios(None, 0)  # no layout learned: one data file drawn from the seed
+    assert column == EACH_FILE and "file" not in fallback.steps[-2].args

@@ -9,7 +9,14 @@
 
 from __future__ import annotations
 
-from .corner_bugs import chunk_tail_lost, finalize_timeout, lexical_newest, resave_cleanup, zero_is_none
+from .corner_bugs import (
+    chunk_tail_lost,
+    finalize_timeout,
+    lexical_newest,
+    resave_cleanup,
+    zero_fills_missing,
+    zero_is_none,
+)
 from .load_bugs import (
     ignores_topology,
     no_checksum,
@@ -37,6 +44,7 @@ from .save_bugs import (
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
+    "zero_fills_missing",
     "chunk_tail_lost",
     "zero_is_none",
     "resave_cleanup",
