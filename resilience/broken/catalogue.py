@@ -231,6 +231,13 @@ CATALOGUE = {
             witness="LEGACY/torch/sync",
         ),
         BrokenImpl(
+            "padding_dropped",
+            "restores the vocabulary's real rows only and leaves its padding rows zero",
+            "atomic_commit",
+            "padding-with-values",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
             "finalize_timeout",
             "an async finalize waits half a second for the writer, then acknowledges the save and never commits it",
             "durability",

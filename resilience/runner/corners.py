@@ -177,6 +177,15 @@ CORNERS: dict[str, Corner] = {
             {"loaded_iteration": 4},
         ),
         Corner(
+            "padding-with-values",
+            "values",
+            "the vocabulary's padding rows carry values and train, as Megatron's do: a loader that restores only "
+            "the real rows passes while padding is always zero",
+            [*_SAVE_TWICE, {"resume": {"continue": 1}}],
+            {"loaded_iteration": 3},
+            {"padding_values": True},
+        ),
+        Corner(
             "two-dims-changed",
             "layouts",
             "a save on pp 2 x dp 2 loaded on tp 2 x dp 2: rank coordinates nested in the wrong order agree within "

@@ -303,7 +303,7 @@ def evidence(
         events,
         combo=combo,
         save_topology=scenario.topology,
-        never_stopped=never_stopped(scenario.model),
+        never_stopped=never_stopped(scenario.model.whole_on_one_rank(scenario.topology.tp)),
         faults_configured=[f.to_dict() for f in faults_configured],
         expect=scenario.expect,
         contract=contract,

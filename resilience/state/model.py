@@ -51,6 +51,8 @@ def field_problem(name: str, value) -> ConfigError | None:
     elif name == "start_iteration":  # noqa: SIM102 (one branch per field)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_START_ITERATION:
             return ConfigError(where, f"must be an integer in 0..{MAX_START_ITERATION}, got {value!r}")
+    elif name == "padding_values" and not isinstance(value, bool):
+        return ConfigError(where, f"must be true or false, got {value!r}")
     elif name == "sized_params":
         return _sized_problem(value)
     elif name == "value_range" and value not in VALUE_RANGES:
@@ -130,6 +132,10 @@ class ModelSpec:
     start_iteration: int = 0
     # name -> elements of an extra 1-d parameter (a mapping in to_dict / from_dict, pairs in name order here)
     sized_params: tuple[tuple[str, int], ...] = ()
+    # the vocabulary's padding rows as Megatron has them, parameters with values that train (their logits
+    # enter the softmax): every row of the padded tensor is then state, and a load must restore them all.
+    # Off: padding rows are zero, never updated, and left out of every comparison (a tp change moves them)
+    padding_values: bool = False
 
     def __post_init__(self):
         if isinstance(self.sized_params, Mapping):  # frozen, and hashable: kept as sorted pairs
@@ -153,6 +159,13 @@ class ModelSpec:
         """This model trained in another precision (`bf16`, `fp32+optim_bf16`, ...)."""
         p = Precision.parse(precision)
         return replace(self, dtype=p.params, optim_dtype=p.optim)
+
+    def whole_on_one_rank(self, tp: int) -> ModelSpec:
+        """The model whose one-rank state is the global state of this one on tensor parallel size `tp`: with
+        padding_values the padded vocabulary depends on tp, and one rank pads it as `tp` ranks would."""
+        if not self.padding_values or tp == 1:
+            return self
+        return replace(self, make_vocab_size_divisible_by=self.make_vocab_size_divisible_by * tp)
 
     def batch_size(self, consumed_samples: int) -> int:
         """Global batch size at a data position: a linear ramp from 1 to global_batch_size over

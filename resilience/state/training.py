@@ -118,7 +118,7 @@ class TrainingState:
             tuple(shape),
             tuple(offset),
             tuple(local),
-            self.spec.vocab if layout.vocab_parallel else None,
+            self.spec.vocab if layout.vocab_parallel and not self.spec.padding_values else None,
             param_replica,
             (lo, hi),
             opt_replica,

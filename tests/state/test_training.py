@@ -62,3 +62,12 @@ def test_a_replica_that_differs_from_replica_0_changes_the_fingerprint():
     flipped = run_ranks(_fingerprint_with_replica_flipped, 2, args=(spec, topo, 1), timeout=120)[0]
     changed = [k for k in clean["digests"] if clean["digests"][k] != flipped["digests"][k]]
     assert len(changed) == 1 and flipped["fingerprint"] != clean["fingerprint"]
+
+
+def test_padding_rows_with_values_train_alike_on_every_layout_of_one_padded_vocabulary():
+    spec = ModelSpec(vocab=101, make_vocab_size_divisible_by=5, padding_values=True, optimizer="distributed")
+    on_tp2 = _fingerprint(spec, Topology(2, 1, 2))
+    assert on_tp2 == _fingerprint(spec.whole_on_one_rank(2), Topology(1, 1, 1))  # 110 rows both, padding trained
+    assert on_tp2 == _fingerprint(spec, Topology(2, 2, 1))
+    assert on_tp2 != _fingerprint(spec, Topology(1, 1, 1))  # 105 rows: another state
+    assert spec.whole_on_one_rank(1) == spec and ModelSpec().whole_on_one_rank(4) == ModelSpec()

@@ -13,6 +13,7 @@ from .corner_bugs import (
     chunk_tail_lost,
     finalize_timeout,
     lexical_newest,
+    padding_dropped,
     resave_cleanup,
     zero_fills_missing,
     zero_is_none,
@@ -44,6 +45,7 @@ from .save_bugs import (
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
+    "padding_dropped",
     "zero_fills_missing",
     "chunk_tail_lost",
     "zero_is_none",

@@ -148,3 +148,16 @@ class zero_fills_missing(ReferenceBackend):
             patched(torchfile, "fill", _zero_filled),
         ):
             return super().load(state, root)
+
+
+class padding_dropped(ReferenceBackend):
+    """Restores the vocabulary's real rows only and leaves its padding rows zero, as a converter that strips
+    the padding and pads again does: invisible while padding is always zero."""
+
+    def load(self, state, root):
+        result = super().load(state, root)
+        for piece in state.pieces:
+            if piece.layout.vocab_parallel:
+                first = max(0, state.spec.vocab - piece.offset[0])
+                state.params[piece.layout.key][first:] = 0  # the bug
+        return result
