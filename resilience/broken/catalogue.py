@@ -238,6 +238,14 @@ CATALOGUE = {
             witness="GLOBAL/torch_dist/sync",
         ),
         BrokenImpl(
+            "unreadable_manifest_unverified",
+            "takes a checkpoint whose manifest does not parse for an older format without checksums",
+            "integrity",
+            "manifest-and-data",
+            ("LEGACY/torch/sync", "GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/sync"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
             "finalize_timeout",
             "an async finalize waits half a second for the writer, then acknowledges the save and never commits it",
             "durability",

@@ -15,6 +15,7 @@ from .corner_bugs import (
     lexical_newest,
     padding_dropped,
     resave_cleanup,
+    unreadable_manifest_unverified,
     zero_fills_missing,
     zero_is_none,
 )
@@ -45,6 +46,7 @@ from .save_bugs import (
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
+    "unreadable_manifest_unverified",
     "padding_dropped",
     "zero_fills_missing",
     "chunk_tail_lost",
