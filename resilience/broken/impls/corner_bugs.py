@@ -178,7 +178,7 @@ class unreadable_manifest_unverified(ReferenceBackend):
             except IntegrityError:
                 this = iteration_of(os.path.basename(folder))
                 older = [p for n, p in _list_iterations(os.path.dirname(folder)) if this is not None and n < this]
-                if not older:
+                if this is None or not older:
                     raise
                 return replace(read(older[0], root_), iteration=this)
 
