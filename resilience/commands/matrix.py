@@ -66,10 +66,10 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
-        from ..report.matrix_table import column_of, text_table
+        from ..report.matrix_table import column_of, text_table, transposed_table
         from ..report.result_row import rows_to_json
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
-        from ..runner.corners import EACH_FILE, corner_names, is_file_column
+        from ..runner.corners import EACH_FILE, corner_names, corner_probes, is_file_column
         from ..runner.matrix import FAULTS, cases, fault_scenario, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
         from ..vocab.combos import valid_combinations
@@ -114,7 +114,8 @@ def run(args) -> int:
     if table:
         print(text_table([r for r in rows if column_of(r) in table], table))
     if corner_columns:
-        print(f"\ncorners:\n{text_table([r for r in rows if column_of(r) in corner_columns], corner_columns)}")
+        mine = [r for r in rows if column_of(r) in corner_columns]
+        print(f"\ncorners:\n{transposed_table(mine, corner_columns, corner_probes(corner_columns))}")
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)
     if args.json:

@@ -97,3 +97,22 @@ def text_table(rows: list[ResultRow], columns: list[str] | None = None) -> str:
             + "  ".join(short(cells.get((combo, c), NA.value)).ljust(w) for c, w in zip(cols, widths))
         )
     return "\n".join(lines)
+
+
+def transposed_table(rows: list[ResultRow], columns: list[str], says: dict[str, str] | None = None) -> str:
+    """One line per column (a corner), one column per combination; then what each line probes, one line
+    each (`says`: column -> its sentence)."""
+    combos, cols, cells = matrix(rows, columns)
+    width = max([len(c) for c in cols] + [6])
+    widths = [max(len(c), 8) for c in combos]
+    lines = ["corner".ljust(width) + "  " + "  ".join(c.ljust(w) for c, w in zip(combos, widths))]
+    for col in cols:
+        lines.append(
+            col.ljust(width)
+            + "  "
+            + "  ".join(short(cells.get((combo, col), NA.value)).ljust(w) for combo, w in zip(combos, widths))
+        )
+    told = [(c, says[c]) for c in cols if says and c in says]
+    if told:
+        lines += ["", "what each probes:"] + [f"  {c}: {s}" for c, s in told]
+    return "\n".join(line.rstrip() for line in lines)

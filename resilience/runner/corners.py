@@ -246,6 +246,17 @@ def is_file_column(column: str) -> bool:
     return column == EACH_FILE or (bool(colon) and kind in FILE_DAMAGES)
 
 
+def corner_probes(columns: list[str]) -> dict[str, str]:
+    """Each corners-table column's one line: what it probes (the damage-each-file columns share one)."""
+    out = {c: CORNERS[c].probes for c in columns if c in CORNERS}
+    files = [c for c in columns if is_file_column(c)]
+    if files:
+        out[files[0]] = (
+            f"(and the other {len(files) - 1} file columns) {EACH_FILE_PROBES}" if len(files) > 1 else EACH_FILE_PROBES
+        )
+    return out
+
+
 def corner_names(items: list[str] | None) -> list[str]:
     """The corners asked for: all (the default, or 'all'), none ('none') or the names given; an unknown
     name is one ConfigError naming the known ones."""
