@@ -312,6 +312,19 @@ def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> S
     topo = topology if raw == "same" else _topology(raw, here + ("topology",), model, bad)
     if raw != "same" and topo is None:
         ok = False
+    if (
+        model is not None
+        and model.padding_values
+        and topo is not None
+        and topology is not None
+        and topo.tp != topology.tp
+    ):
+        bad.add(
+            here + ("topology",),
+            f"model.padding_values pads the vocabulary for tp {topology.tp}: on tp {topo.tp} it is another model",
+            "resume on the same tp, or leave padding_values out",
+        )
+        ok = False
     cont = args.get("continue", 2)
     if not _is_int(cont) or not 0 <= cont <= MAX_TRAIN_STEPS:
         bad.add(here + ("continue",), f"must be a number of steps in 0..{MAX_TRAIN_STEPS}, got {_show(cont)}")

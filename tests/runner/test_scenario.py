@@ -280,3 +280,12 @@ def test_a_resume_may_change_the_optimizer_states_precision():
     load_text("steps:\n  - save\n  - resume: {precision: fp32+optim_fp32}\n  - save\n", "x.yaml")
     problems = _problems("steps:\n  - save\n  - resume: {precision: fp32+optim_bf16}\n  - save\n")
     assert problems == [(4, "steps.2")]
+
+
+def test_padding_values_with_a_resume_on_another_tp_is_refused_with_the_fix():
+    from resilience.runner.scenario import ScenarioError, load_text
+
+    text = "topology: tp2pp1dp1\nmodel: {padding_values: true}\nsteps: [save, {resume: {topology: tp1pp1dp2}}]\n"
+    with pytest.raises(ScenarioError, match=r"<scenario>:3: steps.1.resume.topology: model.padding_values pads"):
+        load_text(text)
+    load_text(text.replace("tp1pp1dp2", "tp2pp1dp2"))  # the same tp: fine
