@@ -464,17 +464,23 @@ class Lifecycle:
 
 
 def interpret(
-    combo: Combination, base: Topology, others: list[Topology], actions: list, precisions: list[str] | None = None
+    combo: Combination,
+    base: Topology,
+    others: list[Topology],
+    actions: list,
+    precisions: list[str] | None = None,
+    start: int = 0,
 ) -> Lifecycle:
     """Run the model over `actions`; a scenario where no save completes gets one first (there is nothing
-    to judge without a checkpoint). `precisions`: what a resume may change the precision to."""
-    life = Lifecycle(combo, base, list(others), precisions=list(precisions or []))
+    to judge without a checkpoint). `precisions`: what a resume may change the precision to; `start`: the
+    model's start_iteration."""
+    life = Lifecycle(combo, base, list(others), precisions=list(precisions or []), iteration=start)
     for a in actions:
         life.apply(a)
     if life.alive is True:
         life._commit_pending()  # the training loop finalizes an async save before it exits
     if not life.clean_saves:
-        life = Lifecycle(combo, base, list(others), precisions=list(precisions or []))
+        life = Lifecycle(combo, base, list(others), precisions=list(precisions or []), iteration=start)
         for a in [Train(1), Save()] + list(actions):
             life.apply(a)
     life.steps += life.closing_steps()

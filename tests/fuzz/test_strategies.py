@@ -241,3 +241,31 @@ def test_bad_arguments_are_one_clear_error(call, says):
         call()
     assert isinstance(e.value, InvalidArgument) and isinstance(e.value, ConfigError) and isinstance(e.value, ValueError)
     assert says in str(e.value)
+
+
+def test_generated_scenarios_reach_the_corners_of_the_state_model():
+    """Start iterations past the padding and at 8, parameters past 4 KiB and of one row, padding rows with
+    values (never beside a resume on another tp), each drawn; the corner first, so a failure shrinks toward it."""
+    from hypothesis import HealthCheck, given, settings
+
+    from resilience.fuzz.scenario_strategies import SIZED_PARAMS, START_ITERATIONS, scenarios
+
+    seen: dict[str, set] = {"start": set(), "sized": set(), "padding": set()}
+
+    @settings(max_examples=60, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(scenarios(max_world=2, max_steps=3))
+    def draw(scenario):
+        m = scenario.model
+        seen["start"].add(m.start_iteration)
+        seen["sized"].add(m.sized_params)
+        seen["padding"].add(m.padding_values)
+        moved = [
+            Topology.parse(s.args["topology"]) for s in scenario.steps if s.kind == "resume" and s.args.get("topology")
+        ]
+        assert not m.padding_values or all(t.tp == scenario.topology.tp for t in moved)
+        lowest = [s.args for s in scenario.steps if s.kind == "corrupt" and "iteration" in s.args]
+        assert all(a["iteration"] >= m.start_iteration for a in lowest)  # aimed at iterations the run made
+
+    draw()
+    assert seen["start"] == set(START_ITERATIONS) and len(seen["sized"]) == len(SIZED_PARAMS)
+    assert seen["padding"] == {True, False} and START_ITERATIONS[0] == 9_999_998
