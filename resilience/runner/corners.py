@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigError
 from .scenario_checks import from_dict
 from .scenario_model import Scenario
+from .scenario_schema import safe_name
 
 # elements of the sizes corner's extra parameters: fp32 tensors 4 bytes past 4 KiB, 64 KiB and 1 MiB, and one row
 SIZED = {"past_4k": 1025, "past_64k": 16385, "past_1m": 262145, "one_row": 1}
@@ -217,10 +218,11 @@ EACH_FILE_PROBES = (
 )
 
 
-def _each_file_corner(kind: str, glob: str | None) -> Corner:
+def _each_file_corner(kind: str, glob: str | None, role: str = "") -> Corner:
     damage = {"kind": kind, **({"file": glob} if glob else {})}
     steps = [*_SAVE_TWICE, {"corrupt": damage}, {"resume": {"continue": 1}}]
-    return Corner(EACH_FILE, "files", EACH_FILE_PROBES, steps, model={"optimizer": "distributed"})
+    name = safe_name(f"{kind}-{role}") if role else EACH_FILE  # the scenario's name, in every summary line
+    return Corner(name, "files", EACH_FILE_PROBES, steps, model={"optimizer": "distributed"})
 
 
 def each_file_scenarios(templates: list[str] | None, seed: int) -> list[tuple[str, Scenario]]:
@@ -236,7 +238,7 @@ def each_file_scenarios(templates: list[str] | None, seed: int) -> list[tuple[st
     out = []
     for role, files in roles.items():
         glob = path_glob(random.Random(f"{seed}:{role}").choice(files), None)
-        out += [(f"{kind}:{role}", _each_file_corner(kind, glob).scenario(seed)) for kind in FILE_DAMAGES]
+        out += [(f"{kind}:{role}", _each_file_corner(kind, glob, role).scenario(seed)) for kind in FILE_DAMAGES]
     return out
 
 
