@@ -10,6 +10,7 @@ from .common import (
     number_arg,
     positive_float,
     positive_int,
+    print_coverage,
     workers_of,
 )
 
@@ -151,7 +152,26 @@ def run(args) -> int:
     )
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
     outcome = _search(opts, fuzz, Progress)
-    return _report(outcome)
+    code = _report(outcome)
+    print_coverage(_generated(outcome.run_dir), outcome.run_dir, drawn=True)
+    return code
+
+
+def _generated(run_dir: str) -> list:
+    """The scenarios the run judged, read back from its cases/ folder (each kept as a YAML file)."""
+    import glob
+    import os
+
+    from ..errors import ConfigError
+    from ..runner.scenario import load_file
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(run_dir, "cases", "*.yaml"))):
+        try:
+            out.append(load_file(path))
+        except ConfigError:  # not one the run wrote whole: coverage is of what can be read back
+            continue
+    return out
 
 
 def _options(args, FuzzOptions, backend):

@@ -11,7 +11,15 @@ import tempfile
 import time
 
 from ..errors import ConfigError
-from .common import add_io_argument, add_repeat_argument, add_workers_argument, combination_arg, seed_arg, workers_of
+from .common import (
+    add_io_argument,
+    add_repeat_argument,
+    add_workers_argument,
+    combination_arg,
+    print_coverage,
+    seed_arg,
+    workers_of,
+)
 
 
 def register(sub) -> None:
@@ -121,7 +129,9 @@ def run(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows_to_json(rows), f, indent=1)
-    return summarize(rows, paths)
+    code = summarize(rows, paths)
+    print_coverage([c.scenario for _, _, c in work], folder.path)
+    return code
 
 
 def _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fault_scenario) -> None:

@@ -7,7 +7,15 @@ import shlex
 import sys
 from typing import TYPE_CHECKING
 
-from .common import add_io_argument, add_repeat_argument, add_workers_argument, combination_arg, seed_arg, workers_of
+from .common import (
+    add_io_argument,
+    add_repeat_argument,
+    add_workers_argument,
+    combination_arg,
+    print_coverage,
+    seed_arg,
+    workers_of,
+)
 
 if TYPE_CHECKING:
     from ..report.result_row import ResultRow
@@ -138,7 +146,9 @@ def run(args) -> int:
             workers=workers_of(args),
             repeat=args.repeat,
         )
-    return summarize(rows, folder.finish(rows))
+    code = summarize(rows, folder.finish(rows))
+    print_coverage([s.scenario for s in specs], folder.path)
+    return code
 
 
 def _case_specs(CaseSpec, args, work, refs, cases_dir: str) -> list:

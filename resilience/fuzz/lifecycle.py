@@ -42,6 +42,7 @@ CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
+SECONDS, LONG_DELAY = "seconds", 1.0  # FaultDuringSave.detail of a slow_write that stalls for a second
 # the file a write fault strikes, by role, aimed through the layout learned for the backend under test (a
 # backend without such a file makes the case N/A, with the reason); data: the rank's nth write of the save
 FAULT_FILES = {"data": None, "manifest": "@metadata", "tracker": "@pointer"}
@@ -80,7 +81,7 @@ class FaultDuringSave:
     kind: str = "io_error"  # one of WRITE_FAULTS
     rank: int = 0
     nth: int = 1
-    detail: str = "write"  # io_error: the op; torn_write: fill; others: unused
+    detail: str = "write"  # io_error: the op; torn_write: fill; slow_write: SECONDS for a long delay
     errno: str = "EIO"
     file: str = "data"  # one of FAULT_FILES: a rank's data, the coordinator's manifest or tracker
 
@@ -324,7 +325,9 @@ class Lifecycle:
         elif a.kind == "short_write":
             record = {"kind": "short_write", "rank": rank, "nth": nth}
         else:
-            record = {"kind": "slow_write", "rank": rank, "delay": 0.02, "times": nth}
+            # storage slow for seconds, not milliseconds: an async finalize that waits with a timeout sees it
+            delay = LONG_DELAY if a.detail == SECONDS else 0.02
+            record = {"kind": "slow_write", "rank": rank, "delay": delay, "times": nth}
         if path is not None:
             record["path"] = path
         self._emit({"fault": record}, {"save": None})

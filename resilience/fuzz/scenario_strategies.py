@@ -115,7 +115,7 @@ def _actions(fault_kinds: frozenset[str], moves: bool, precision_changes: bool =
                 st.sampled_from(writes),
                 rank,
                 st.integers(1, 2),
-                st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage")),
+                st.sampled_from(lc.IO_ERROR_OPS + ("zeros", "garbage", lc.SECONDS)),
                 st.sampled_from(lc.ERRNOS),
                 st.sampled_from(tuple(lc.FAULT_FILES)),
             )

@@ -65,6 +65,9 @@ def test_the_reference_passes_every_corner(tmp_path, capsys):
     }
     said = capsys.readouterr().out
     assert "\ncorners:\n" in said and "iterations-9-to-12" in said
+    assert "\ncoverage:\n" in said and "corners never reached: none" in said
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert json.loads((run_dir / "coverage.json").read_text())["unreached"] == []
     for r in rows:
         # LEGACY refuses a pp change: refused as its contract says, the expected iteration is moot
         refused = r["combo"] == "LEGACY/torch/sync" and r["column"] in ("two-dims-changed", "world-of-three")
