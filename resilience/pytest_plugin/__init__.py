@@ -55,7 +55,7 @@ from .fixtures import (
     resilience_run_dir,
 )
 from .options import OPTIONS, ResilienceOptions, add_options, options_of, read_options
-from .session import WORKER_INPUT, finish
+from .session import WORKER_INPUT, finish, session_coverage
 
 
 def pytest_addoption(parser):
@@ -115,6 +115,8 @@ def pytest_terminal_summary(terminalreporter, config):
             f"resilience: {len(rows)} cases, {summary_line(r.verdict for r in rows)}; "
             f"report {os.path.join(folder, 'report.html')}"
         )
+        for line in session_coverage(folder, rows):
+            terminalreporter.write_line(f"resilience {line}" if line == "coverage:" else line)
 
 
 def pytest_generate_tests(metafunc):

@@ -132,3 +132,29 @@ def finish(session: SessionFolder, *, controller: bool) -> tuple[str, list[Resul
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def session_coverage(folder: str, rows: list[ResultRow]) -> list[str]:
+    """The coverage (runner.coverage) of the scenarios the session's cases ran, read back from each case
+    folder's scenario.yaml, as lines; kept as coverage.json in the session's report folder."""
+    import json
+
+    from ..errors import ConfigError
+    from ..runner.coverage import Coverage
+    from ..runner.scenario import load_file
+
+    scenarios = []
+    for r in rows:
+        path = os.path.join(r.case_dir or "", "scenario.yaml")
+        if r.case_dir and os.path.isfile(path):
+            try:
+                scenarios.append(load_file(path))
+            except ConfigError:
+                continue
+    coverage = Coverage().add_all(scenarios)
+    try:
+        with open(os.path.join(folder, "coverage.json"), "w") as f:
+            json.dump(coverage.to_dict(), f, indent=1)
+    except OSError:
+        pass  # a report of its own: the session's verdicts stand without it
+    return coverage.render().splitlines()
