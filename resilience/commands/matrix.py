@@ -23,7 +23,7 @@ from .common import (
 
 
 def register(sub) -> None:
-    from ..runner.corners import CORNERS
+    from ..runner.corners import CORNERS, EACH_FILE
     from ..runner.matrix import FAULTS, TRANSITIONS
 
     p = sub.add_parser("matrix", help="measure every combination under every fault and topology change")
@@ -44,8 +44,8 @@ def register(sub) -> None:
     p.add_argument(
         "--corners",
         nargs="+",
-        help="the corners table's columns (default: all, unless --faults or --transitions names a column; "
-        "none: no corner): " + ", ".join(CORNERS),
+        help="the corners table's columns (default: all, unless --faults or --transitions is given; none: no "
+        "corner; named alone, they run alone): " + ", ".join([*CORNERS, EACH_FILE]),
     )
     p.add_argument(
         "--backend",
@@ -84,14 +84,14 @@ def run(args) -> int:
         from .progress import Progress
         from .run import summarize
 
-    # all columns by default; columns named with --corners run alone, and columns named with --faults or
-    # --transitions (each of those two all by default, as before the corners) without the corners
-    matrix_named = any(c != "none" for c in (args.faults or []) + (args.transitions or []))
+    # all columns by default; corners named with --corners run alone, and a run given --faults or
+    # --transitions (each of those two all by default, as before the corners) runs no corner unless named
+    matrix_given = args.faults is not None or args.transitions is not None
     corners_named = any(c != "none" for c in args.corners or [])
-    alone = ["none"] if corners_named and args.faults is None and args.transitions is None else None
+    alone = ["none"] if corners_named and not matrix_given else None
     faults = [f for f in args.faults or alone or list(FAULTS) if f != "none"]
     transitions = parse_transitions(args.transitions or alone)
-    corners = corner_names(args.corners or (["none"] if matrix_named else None))
+    corners = corner_names(args.corners or (["none"] if matrix_given else None))
     # the backend resolved once for the run, and once per option set swept: a bad spec is one clear error here
     sweep = plan_sweep(args.backend, args.backend_options)
     backend = sweep[0].backend  # the spec as given (a sweep's first set is its defaults)

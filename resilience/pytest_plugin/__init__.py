@@ -116,7 +116,7 @@ def pytest_terminal_summary(terminalreporter, config):
             f"report {os.path.join(folder, 'report.html')}"
         )
         for line in session_coverage(folder, rows):
-            terminalreporter.write_line(f"resilience {line}" if line == "coverage:" else line)
+            terminalreporter.write_line(f"resilience {line}")
 
 
 def pytest_generate_tests(metafunc):

@@ -136,11 +136,11 @@ def _now() -> str:
 
 def session_coverage(folder: str, rows: list[ResultRow]) -> list[str]:
     """The coverage (runner.coverage) of the scenarios the session's cases ran, read back from each case
-    folder's scenario.yaml, as lines; kept as coverage.json in the session's report folder."""
+    folder's scenario.yaml: kept as coverage.json in the session's report folder, said in one line."""
     import json
 
     from ..errors import ConfigError
-    from ..runner.coverage import Coverage
+    from ..runner.coverage import REACHES, Coverage
     from ..runner.scenario import load_file
 
     scenarios = []
@@ -157,4 +157,10 @@ def session_coverage(folder: str, rows: list[ResultRow]) -> list[str]:
             json.dump(coverage.to_dict(), f, indent=1)
     except OSError:
         pass  # a report of its own: the session's verdicts stand without it
-    return coverage.render().splitlines()
+    never = coverage.unreached()
+    reached = len(REACHES) - len(never)
+    # one line in the terminal summary (the table per dimension is in coverage.json)
+    return [
+        f"coverage: {reached} of {len(REACHES)} corners reached; never: {', '.join(never) or 'none'} "
+        f"({os.path.join(folder, 'coverage.json')})"
+    ]

@@ -136,7 +136,9 @@ def test_scenarios_without_faults_or_moves(s):
 
 
 def test_scenarios_shrink_to_a_minimal_sequence():
-    s = find(rst.scenarios(max_world=4), lambda s: any(step.kind == "corrupt" for step in s.steps))
+    # no example database: a start stored by another run's strategy would shrink toward another local minimum
+    fixed = settings(database=None, derandomize=True)
+    s = find(rst.scenarios(max_world=4), lambda s: any(step.kind == "corrupt" for step in s.steps), settings=fixed)
     assert [step.to_dict() for step in s.steps] == [
         {"train": 1},
         {"save": None},
