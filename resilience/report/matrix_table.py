@@ -87,31 +87,25 @@ def matrix(rows: list[ResultRow], columns: list[str] | None = None) -> tuple[lis
 
 def text_table(rows: list[ResultRow], columns: list[str] | None = None) -> str:
     combos, cols, cells = matrix(rows, columns)
-    width = max([len(c) for c in combos] + [11])
+    return "\n".join(_grid("combination", combos, cols, lambda combo, col: cells.get((combo, col), NA.value)))
+
+
+def _grid(corner: str, lines: list[str], cols: list[str], cell) -> list[str]:
+    """A text grid: `corner` above the line names, one line per name, one column per `cols`; each cell
+    short(cell(line, col))."""
+    width = max([len(x) for x in lines] + [len(corner)])
     widths = [max(len(c), 8) for c in cols]
-    lines = ["combination".ljust(width) + "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    for combo in combos:
-        lines.append(
-            combo.ljust(width)
-            + "  "
-            + "  ".join(short(cells.get((combo, c), NA.value)).ljust(w) for c, w in zip(cols, widths))
-        )
-    return "\n".join(lines)
+    out = [corner.ljust(width) + "  " + "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    for line in lines:
+        out.append(line.ljust(width) + "  " + "  ".join(short(cell(line, c)).ljust(w) for c, w in zip(cols, widths)))
+    return out
 
 
 def transposed_table(rows: list[ResultRow], columns: list[str], says: dict[str, str] | None = None) -> str:
     """One line per column (a corner), one column per combination; then what each line probes, one line
     each (`says`: column -> its sentence)."""
     combos, cols, cells = matrix(rows, columns)
-    width = max([len(c) for c in cols] + [6])
-    widths = [max(len(c), 8) for c in combos]
-    lines = ["corner".ljust(width) + "  " + "  ".join(c.ljust(w) for c, w in zip(combos, widths))]
-    for col in cols:
-        lines.append(
-            col.ljust(width)
-            + "  "
-            + "  ".join(short(cells.get((combo, col), NA.value)).ljust(w) for combo, w in zip(combos, widths))
-        )
+    lines = _grid("corner", cols, combos, lambda col, combo: cells.get((combo, col), NA.value))
     told = [(c, says[c]) for c in cols if says and c in says]
     if told:
         lines += ["", "what each probes:"] + [f"  {c}: {s}" for c, s in told]

@@ -114,3 +114,20 @@ def test_damage_each_file_strikes_each_role_in_the_file_of_a_rank_drawn_from_the
     assert ranks == {"*/iter_*/__0_0.distcp", "*/iter_*/__1_0.distcp"}  # the seed draws either rank's file
     [(column, fallback)] = each_file_scenarios(None, 0)  # no layout learned: one data file drawn from the seed
     assert column == EACH_FILE and "file" not in fallback.steps[-2].args
+
+
+def test_the_corners_table_is_one_line_per_corner_then_what_each_probes():
+    from resilience.report.matrix_table import transposed_table
+    from resilience.report.result_row import ResultRow
+    from resilience.verdicts import FAIL, PASS
+
+    rows = [
+        ResultRow("corner-two-crashes", "LEGACY/torch/sync", PASS, column="two-crashes"),
+        ResultRow("corner-two-crashes", "GLOBAL/torch_dist/sync", FAIL, column="two-crashes"),
+        ResultRow("corner-iteration-zero", "GLOBAL/torch_dist/sync", PASS, column="iteration-zero"),
+    ]
+    text = transposed_table(rows, ["two-crashes", "iteration-zero"], {"two-crashes": "two in a row"})
+    head, crashes, zero, _, said, line = text.splitlines()
+    assert head.split() == ["corner", "LEGACY/torch/sync", "GLOBAL/torch_dist/sync"]
+    assert crashes.split() == ["two-crashes", "PASS", "FAIL"] and zero.split() == ["iteration-zero", "-", "PASS"]
+    assert said == "what each probes:" and line == "  two-crashes: two in a row"
