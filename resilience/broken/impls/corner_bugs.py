@@ -1,5 +1,7 @@
-"""Bugs that hide in the corners (resilience.runner.corners): right on the matrix's fixed sample, wrong on an
-iteration number past the padding or at zero, on storage slow for seconds, or on a crash during a re-save."""
+"""Bugs that hide in the corners (resilience.runner.corners): each right on the matrix's fixed sample and wrong
+in one corner: an iteration past the padding or at zero, a tensor larger than a writer's chunk, storage slow
+for seconds, a crash during a re-save, an unreadable manifest beside damaged data, one deleted data file,
+padding rows with values."""
 
 from __future__ import annotations
 
