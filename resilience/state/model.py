@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -31,6 +32,7 @@ MAX_START_ITERATION = 10**9  # past Megatron's iter_%07d padding (9,999,999) and
 # leaves a distributed-optimizer shard empty), named [A-Za-z0-9_], on the last pipeline stage
 MAX_SIZED_PARAMS, MAX_SIZED_ELEMENTS = 16, 1 << 24
 SIZED_PREFIX = "extra."  # + name + ".weight": their keys in the state
+_SIZED_NAME = re.compile(r"[A-Za-z0-9_]{1,40}")
 
 
 def field_problem(name: str, value) -> ConfigError | None:
@@ -79,7 +81,7 @@ def _sized_problem(value) -> ConfigError | None:
     if len(pairs) > MAX_SIZED_PARAMS:
         return ConfigError(where, f"{len(pairs)} parameters", f"give at most {MAX_SIZED_PARAMS}")
     for name, n in pairs:
-        if not isinstance(name, str) or not name or len(name) > 40 or not all(c.isalnum() or c == "_" for c in name):
+        if not isinstance(name, str) or not _SIZED_NAME.fullmatch(name):
             return ConfigError(f"{where}.{name}", "a name must be 1-40 characters of A-Z a-z 0-9 _")
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SIZED_ELEMENTS:
             return ConfigError(f"{where}.{name}", f"must be a number of elements in 1..{MAX_SIZED_ELEMENTS}, got {n!r}")
