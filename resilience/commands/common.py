@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 
 from ..errors import ConfigError
 
@@ -111,18 +110,11 @@ seconds = positive_float
 seed_arg = number_arg(int, lambda v: 0 <= v <= MAX_SEED, f"an integer from 0 to {MAX_SEED}")
 
 
-def print_coverage(scenarios, run_dir: str, *, drawn: bool = False) -> None:
-    """The run's coverage (runner.coverage) printed, and kept in the run folder as coverage.json; `drawn`:
-    the scenarios were generated, so the corners not reached are the ones never drawn."""
-    import json
-
-    from ..runner.coverage import Coverage
-
-    coverage = Coverage().add_all(scenarios)
+def print_coverage(coverage, run_dir: str, *, drawn: bool = False) -> None:
+    """The run's coverage (a runner.coverage.Coverage) printed, and kept in the run folder as coverage.json;
+    `drawn`: the scenarios were generated, so the corners not reached are the ones never drawn."""
     text = coverage.render()
     print(text.replace("corners never reached", "corners never drawn") if drawn else text)
-    try:
-        with open(os.path.join(run_dir, "coverage.json"), "w") as f:
-            json.dump(coverage.to_dict(), f, indent=1)
-    except OSError as e:  # the coverage is a report of its own: a full disk does not change the verdicts
-        print(f"coverage.json not written: {e}")
+    why = coverage.keep(run_dir)
+    if why:
+        print(f"coverage.json not written: {why}")

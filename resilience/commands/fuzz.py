@@ -3,6 +3,9 @@ minimal failures. Exit status 1 when anything failed, 0 otherwise."""
 
 from __future__ import annotations
 
+import glob
+import os
+
 from .common import (
     add_io_argument,
     add_workers_argument,
@@ -140,6 +143,7 @@ def run(args) -> int:
         from ..fuzz.engine import fuzz
         from ..fuzz.options import FuzzOptions, replay_fuzz
         from ..runner.adapters import resolve_backend
+        from ..runner.coverage import of_files
         from .progress import Progress
 
     backend = resolve_backend(args.backend)  # a bad backend: one clear error, now
@@ -153,25 +157,10 @@ def run(args) -> int:
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
     outcome = _search(opts, fuzz, Progress)
     code = _report(outcome)
-    print_coverage(_generated(outcome.run_dir), outcome.run_dir, drawn=True)
+    # the scenarios it judged, each kept in the run folder's cases/
+    generated = sorted(glob.glob(os.path.join(outcome.run_dir, "cases", "*.yaml")))
+    print_coverage(of_files(generated), outcome.run_dir, drawn=True)
     return code
-
-
-def _generated(run_dir: str) -> list:
-    """The scenarios the run judged, read back from its cases/ folder (each kept as a YAML file)."""
-    import glob
-    import os
-
-    from ..errors import ConfigError
-    from ..runner.scenario import load_file
-
-    out = []
-    for path in sorted(glob.glob(os.path.join(run_dir, "cases", "*.yaml"))):
-        try:
-            out.append(load_file(path))
-        except ConfigError:  # not one the run wrote whole: coverage is of what can be read back
-            continue
-    return out
 
 
 def _options(args, FuzzOptions, backend):

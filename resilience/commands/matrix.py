@@ -78,6 +78,7 @@ def run(args) -> int:
         from ..report.result_row import rows_to_json
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
         from ..runner.corners import EACH_FILE, corner_names, corner_probes, is_file_column
+        from ..runner.coverage import Coverage
         from ..runner.matrix import FAULTS, cases, fault_scenario, parse_transitions
         from ..runner.option_sweep import plan_sweep, refused_values
         from ..vocab.combos import valid_combinations
@@ -130,7 +131,7 @@ def run(args) -> int:
         with open(args.json, "w") as f:
             json.dump(rows_to_json(rows), f, indent=1)
     code = summarize(rows, paths)
-    print_coverage([c.scenario for _, _, c in work], folder.path)
+    print_coverage(Coverage().add_all(c.scenario for _, _, c in work), folder.path)
     return code
 
 

@@ -87,6 +87,7 @@ def run(args) -> int:
     with heap.loading():
         from ..runner.adapters import resolve_backend
         from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
+        from ..runner.coverage import Coverage
         from .progress import Progress
 
     if args.tag:
@@ -147,7 +148,7 @@ def run(args) -> int:
             repeat=args.repeat,
         )
     code = summarize(rows, folder.finish(rows))
-    print_coverage([s.scenario for s in specs], folder.path)
+    print_coverage(Coverage().add_all(s.scenario for s in specs), folder.path)
     return code
 
 

@@ -137,30 +137,13 @@ def _now() -> str:
 def session_coverage(folder: str, rows: list[ResultRow]) -> list[str]:
     """The coverage (runner.coverage) of the scenarios the session's cases ran, read back from each case
     folder's scenario.yaml: kept as coverage.json in the session's report folder, said in one line."""
-    import json
+    from ..runner.coverage import REACHES, of_files
 
-    from ..errors import ConfigError
-    from ..runner.coverage import REACHES, Coverage
-    from ..runner.scenario import load_file
-
-    scenarios = []
-    for r in rows:
-        path = os.path.join(r.case_dir or "", "scenario.yaml")
-        if r.case_dir and os.path.isfile(path):
-            try:
-                scenarios.append(load_file(path))
-            except ConfigError:
-                continue
-    coverage = Coverage().add_all(scenarios)
-    try:
-        with open(os.path.join(folder, "coverage.json"), "w") as f:
-            json.dump(coverage.to_dict(), f, indent=1)
-    except OSError:
-        pass  # a report of its own: the session's verdicts stand without it
+    coverage = of_files(os.path.join(r.case_dir, "scenario.yaml") for r in rows if r.case_dir)
+    coverage.keep(folder)  # the session's verdicts stand without it
     never = coverage.unreached()
-    reached = len(REACHES) - len(never)
     # one line in the terminal summary (the table per dimension is in coverage.json)
     return [
-        f"coverage: {reached} of {len(REACHES)} corners reached; never: {', '.join(never) or 'none'} "
+        f"coverage: {len(REACHES) - len(never)} of {len(REACHES)} corners reached; never: {', '.join(never) or 'none'} "
         f"({os.path.join(folder, 'coverage.json')})"
     ]

@@ -4,9 +4,12 @@ read from the scenarios, before or after they ran."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..errors import ConfigError
 from ..state import Topology
 from .scenario_model import Scenario
 
@@ -70,6 +73,30 @@ class Coverage:
 
     def to_dict(self) -> dict:
         return {"seen": {d: sorted(v) for d, v in self.seen.items()}, "unreached": self.unreached()}
+
+    def keep(self, folder: str) -> str | None:
+        """Write coverage.json into the run folder `folder`; why not, or None. A report of its own: a full
+        disk changes no verdict."""
+        try:
+            with open(os.path.join(folder, "coverage.json"), "w") as f:
+                json.dump(self.to_dict(), f, indent=1)
+        except OSError as e:
+            return str(e)
+        return None
+
+
+def of_files(paths: Iterable[str]) -> Coverage:
+    """The coverage of scenario files a run kept (its case folders' scenario.yaml, a fuzz run's cases/*.yaml);
+    one that is missing or does not read back whole is left out."""
+    from .scenario import load_file
+
+    out = Coverage()
+    for path in paths:
+        try:
+            out.add(load_file(path))
+        except ConfigError:
+            continue
+    return out
 
 
 def _values(s: Scenario) -> list[tuple[str, str]]:

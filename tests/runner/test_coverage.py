@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from resilience.runner.corners import CORNERS, EACH_FILE, corner_names
-from resilience.runner.coverage import REACHES, Coverage
+from resilience.runner.coverage import REACHES, Coverage, of_files
 from resilience.runner.matrix import FAULTS, TRANSITIONS, cases
 from resilience.runner.scenario import load_file
 from resilience.vocab.combos import valid_combinations
@@ -41,3 +41,12 @@ def test_a_scenario_file_reaches_what_it_does():
     assert "a crash during a re-save" in resave.seen["sequences"]
     padding = Coverage().add_all([load_file(ROOT / "scenarios" / "iterations-past-the-padding.yaml")])
     assert "saves past 9,999,999" in padding.seen["iterations"] and "past-the-padding" not in padding.unreached()
+
+
+def test_coverage_of_kept_files_skips_what_does_not_read_back_and_says_why_it_could_not_be_kept(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("steps: [{meteor: 1}]\n")
+    cov = of_files([str(ROOT / "scenarios" / "crash-during-load.yaml"), str(bad), str(tmp_path / "gone.yaml")])
+    assert "a crash during a load" in cov.seen["sequences"]
+    assert cov.keep(str(tmp_path)) is None and (tmp_path / "coverage.json").exists()
+    assert "No such file or directory" in cov.keep(str(tmp_path / "no" / "such"))
