@@ -234,7 +234,8 @@ def each_file_scenarios(templates: list[str] | None, seed: int) -> list[tuple[st
         return [(EACH_FILE, _each_file_corner("truncate", None).scenario(seed))]
     roles: dict[str, list[str]] = {}
     for t in sorted(templates):
-        roles.setdefault(re.sub(r"\d+", "N", os.path.basename(t)), []).append(t)
+        # a file's role: its name with the iteration's field and a rank's digits left out (iter_N_N_local.pt)
+        roles.setdefault(re.sub(r"\{[^}]*\}|\d+", "N", os.path.basename(t)), []).append(t)
     out = []
     for role, files in roles.items():
         glob = path_glob(random.Random(f"{seed}:{role}").choice(files), None)

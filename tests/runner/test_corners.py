@@ -112,6 +112,8 @@ def test_damage_each_file_strikes_each_role_in_the_file_of_a_rank_drawn_from_the
     assert {d["kind"] for d in damage} == {"truncate", "bitflip", "delete"}
     ranks = {each_file_scenarios(templates, seed)[0][1].steps[-2].args["file"] for seed in range(12)}
     assert ranks == {"*/iter_*/__0_0.distcp", "*/iter_*/__1_0.distcp"}  # the seed draws either rank's file
+    nvrx = each_file_scenarios(["local/iter_{iteration:07d}_1_local.pt", "local/iter_{iteration:07d}_0_local.pt"], 0)
+    assert nvrx[0][0] == "truncate:iter_N_N_local.pt" and nvrx[0][1].name == "corner-truncate-iter_N_N_local.pt"
     [(column, fallback)] = each_file_scenarios(None, 0)  # no layout learned: one data file drawn from the seed
     assert column == EACH_FILE and "file" not in fallback.steps[-2].args
 
