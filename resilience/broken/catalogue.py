@@ -246,6 +246,28 @@ CATALOGUE = {
             witness="GLOBAL/torch_dist/sync",
         ),
         BrokenImpl(
+            "rng_misnested",
+            "places each rank's RNG by coordinates nested tp, pp, dp: on pp 2 x dp 2 one stage's RNG fills both cells",
+            "generations",
+            "pp-and-dp-saved",
+            ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "clock_named_staging",
+            "each rank names the staging folder from the second it started: one save split over two folders",
+            "durability",
+            "start-up-crosses-a-second",
+            (
+                "LEGACY/torch/sync",
+                "GLOBAL/torch_dist/sync",
+                "GLOBAL/torch_dist/async",
+                "TORCH_DCP/torch_dcp/sync",
+                "TORCH_DCP/torch_dcp/async",
+            ),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
             "finalize_timeout",
             "an async finalize waits half a second for the writer, then acknowledges the save and never commits it",
             "durability",

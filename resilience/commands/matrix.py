@@ -106,6 +106,7 @@ def run(args) -> int:
     corner_columns = [c for name in corners for c in seen if c == name or (name == EACH_FILE and is_file_column(c))]
     columns = table + corner_columns
     folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions, corners)
+    folder.meta["corners"] = {c: corner_probes(corner_columns).get(c, "") for c in corner_columns}
     if args.backend_options:
         _announce_sweep(sweep, refused_values)
     specs = _case_specs(CaseSpec, folder, work, args.io)

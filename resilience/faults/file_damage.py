@@ -96,8 +96,8 @@ def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: 
             raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
         os.unlink(path)
         return record(fault, "delete", root, path, old=old)
-    if fault.how in ("empty", "non_numeric"):
-        text = "" if fault.how == "empty" else "not-a-number"
+    if fault.how in ("empty", "non_numeric", "release"):
+        text = {"empty": "", "non_numeric": "not-a-number", "release": "release"}[fault.how]
     else:
         value = (
             (iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)) if fault.how == "stale" else newest + 1000

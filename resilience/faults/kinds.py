@@ -368,13 +368,14 @@ class HostilePickle(Fault):
         _single_rank(self, where)
 
 
-TRACKER_DAMAGE = ("stale", "empty", "non_numeric", "future", "delete")
+TRACKER_DAMAGE = ("stale", "empty", "non_numeric", "future", "delete", "release")
 
 
 @dataclass(frozen=True)
 class TrackerDamage(Fault):
     """latest_checkpointed_iteration.txt names an older checkpoint (stale), is empty, is not a number,
-    names an iteration never saved (future), or is gone."""
+    names an iteration never saved (future), is gone, or reads `release` (what Megatron writes beside a
+    converted checkpoint, kept in a `release` folder: here there is none)."""
 
     kind: ClassVar[str] = "tracker_damage"
     layer: ClassVar[str] = "at_rest"

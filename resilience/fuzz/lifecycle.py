@@ -40,7 +40,8 @@ CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
     "hostile_pickle": "pickle",
 }
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
-TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete")
+STAGGERS = (0.0, 1.1)  # a resumed job's start-up in step, or across a wall-clock second
+TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete", "release")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
 SECONDS, LONG_DELAY = "seconds", 1.0  # FaultDuringSave.detail of a slow_write that stalls for a second
 # the file a write fault strikes, by role, aimed through the layout learned for the backend under test (a
@@ -68,6 +69,7 @@ class Resume:
     where: int | None = None  # None: the scenario's topology; i: the i-th other topology
     cont: int = 1  # steps trained after the load, compared with training that never stopped
     precision: int | None = None  # None: the model's; i: the i-th of the lifecycle's other precisions
+    stagger: float = 0.0  # seconds the job's ranks but rank 0 start late (STAGGERS)
 
 
 @dataclass(frozen=True)
@@ -442,6 +444,8 @@ class Lifecycle:
         if target != self.base:
             args["topology"] = str(target)
         args["continue"] = a.cont
+        if a.stagger:
+            args["stagger"] = a.stagger
         if a.precision is not None and self.precisions and self.saves:
             args["precision"] = self.precisions[a.precision % len(self.precisions)]
             self.precision_changed = True

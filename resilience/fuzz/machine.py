@@ -224,9 +224,10 @@ def _machine(setups, kinds, writes: list, rest: list, moves: bool, precision_cha
             where=st.none() | st.integers(0, 3) if moves else st.none(),
             cont=st.integers(0, 2),
             precision=st.none() | st.integers(0, 2) if precision_changes else st.none(),
+            stagger=st.sampled_from(lc.STAGGERS),
         )
-        def resume(self, where, cont, precision):
-            self._do(lc.Resume(where, cont, precision))
+        def resume(self, where, cont, precision, stagger):
+            self._do(lc.Resume(where, cont, precision, stagger))
 
         @enabled("delete_file" in kinds, lc.DeleteOld())
         @rule(which=st.integers(0, 3), seed=seed)

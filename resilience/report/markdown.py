@@ -25,13 +25,17 @@ def render_markdown(
     if v.cluster:
         out += _cluster(v) + [""]
     cols = [name for name, _ in v.columns]
-    out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for combo, cells in v.grid:
-        out.append(
-            f"| {_cell(combo)} | "
-            + " | ".join(_cell(c.text + (f" ({c.cases} cases)" if c.cases > 1 else "")) for c in cells)
-            + " |"
-        )
+    if cols or not v.corners:
+        out += ["| combination | " + " | ".join(_cell(c) for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
+        out += [f"| {_cell(combo)} | " + " | ".join(_text(c) for c in cells) + " |" for combo, cells in v.grid]
+    if v.corners:
+        combos = [combo for combo, _ in v.grid]
+        out += ["", "## Corners", "", "| corner | " + " | ".join(_cell(c) for c in combos) + " | what it probes |"]
+        out += ["|---" * (len(combos) + 2) + "|"]
+        out += [
+            f"| {_cell(name)} | " + " | ".join(_text(c) for c in cells) + f" | {_cell(says)} |"
+            for name, says, cells in v.corners
+        ]
     for cat, cases in v.sections:
         if cases:
             out += ["", f"## {cat.title} ({len(cases)})", "", cat.blurb, ""]
@@ -161,6 +165,10 @@ def _value(key: str, text: str) -> list[str]:
     fence = "~~~~" if "```" in text else "```"
     block = [f"      {fence}", *(f"      {line}" for line in text.splitlines()), f"      {fence}"]
     return [f"    - {label}", "", *block, ""]
+
+
+def _text(c) -> str:
+    return _cell(c.text + (f" ({c.cases} cases)" if c.cases > 1 else ""))
 
 
 def _cell(text: str) -> str:

@@ -46,6 +46,8 @@ class RunView:
     on_the_way: int = 0  # failing cases a fuzzing run met while searching and shrinking, left to the table
     cluster: ClusterView | None = None  # a cluster validation: nodes, attempts, restarts, kills, each load
     curves: list[CurveChart] = field(default_factory=list)  # a job run: each case's runs against the golden curve
+    # the corners table, transposed: (corner, what it probes, one cell per combination of `grid`)
+    corners: list[tuple[str, str, list[Cell]]] = field(default_factory=list)
 
     @property
     def headline(self) -> str:
@@ -85,10 +87,14 @@ def build(rows: list[ResultRow], meta: dict, columns: list[str] | None = None, r
     by_cell: dict[tuple[str, str], list[CaseView]] = {}
     for r, c in zip(rows, cases):
         by_cell.setdefault((row_of(r), c.column), []).append(c)
-    grid = [
-        (combo, [_cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), [])) for col in cols])
-        for combo in combos
-    ]
+    probes = dict(meta.get("corners") or {})  # corner column -> its one line (matrix runs with corners)
+
+    def cell(combo: str, col: str) -> Cell:
+        return _cell(cells.get((combo, col), NA.value), by_cell.get((combo, col), []))
+
+    corners = [(col, str(probes[col] or ""), [cell(combo, col) for combo in combos]) for col in cols if col in probes]
+    cols = [c for c in cols if c not in probes]
+    grid = [(combo, [cell(combo, col) for col in cols]) for combo in combos]
     transitions = {column_of(r): r.transition for r in rows if r.transition}
     counted = counts(runs) + ([("minimal failure", minimal, "fail")] if minimal else [])
     return RunView(
@@ -109,6 +115,7 @@ def build(rows: list[ResultRow], meta: dict, columns: list[str] | None = None, r
         on_the_way=sum(c.category is not None and c.number not in listed for c in cases),
         cluster=cluster_of(meta.get("cluster"), run_dir),
         curves=charts(rows),
+        corners=corners,
     )
 
 

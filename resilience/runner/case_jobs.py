@@ -104,12 +104,13 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             control=w.control,
             fs_arms=w.arms,
             file_ops_dir=case.job_dir(FILE_OPS, job_no),
+            stagger=planned.stagger,
         )
         job = Job(
             run_rank_job,
             planned.topo.world,
             args=(plan,),
-            timeout=timeout or _grown_to_fit(case.scenario.timeout, planned.faults),
+            timeout=timeout or _grown_to_fit(case.scenario.timeout, planned.faults) + planned.stagger,
             log_dir=case.job_dir("logs", job_no),
             start_method=case.start_method,
             pin_cpus=True,

@@ -70,6 +70,13 @@ CORNERS: dict[str, Corner] = {
             {"loaded_iteration": 0},
         ),
         Corner(
+            "release-tracker",
+            "iterations",
+            "the tracker reads 'release', as beside a converted checkpoint, and no release folder is there: a "
+            "loader that parses it as a number stops, one that trusts it looks for a folder that is not there",
+            [*_SAVE_TWICE, {"corrupt": {"kind": "tracker", "how": "release"}}, {"resume": {"continue": 1}}],
+        ),
+        Corner(
             "sizes-and-empty-shards",
             "sizes",
             "tensors just past 4 KiB, 64 KiB and 1 MiB and one of a single row (the distributed optimizer's "
@@ -107,6 +114,14 @@ CORNERS: dict[str, Corner] = {
                 "finalize",
                 {"resume": {"continue": 1}},
             ],
+            {"loaded_iteration": 3},
+        ),
+        Corner(
+            "start-up-crosses-a-second",
+            "time",
+            "the resumed job's ranks but rank 0 start 1.1 s late, so their clocks read another second: a staging "
+            "folder or run stamp each rank names from the wall clock splits one save over two folders",
+            [{"train": 2}, "save", {"resume": {"continue": 1, "stagger": 1.1}}, "save", {"resume": {"continue": 1}}],
             {"loaded_iteration": 3},
         ),
         Corner(
@@ -158,8 +173,7 @@ CORNERS: dict[str, Corner] = {
             "unreadable manifest for an old format without checksums loads wrong values",
             [
                 *_SAVE_TWICE,
-                {"corrupt": {"kind": "metadata", "how": "garble"}},
-                {"corrupt": {"kind": "bitflip"}},
+                {"corrupt": [{"kind": "metadata", "how": "garble"}, {"kind": "bitflip"}]},
                 {"resume": {"continue": 1}},
             ],
             model={"optimizer": "distributed"},
@@ -192,6 +206,15 @@ CORNERS: dict[str, Corner] = {
             "a save on pp 2 x dp 2 loaded on tp 2 x dp 2: rank coordinates nested in the wrong order agree within "
             "one topology and disagree across this change",
             [*_SAVE_TWICE, {"resume": {"topology": "tp2pp1dp2", "continue": 1}}],
+            {"loaded_iteration": 3},
+            topology="tp1pp2dp2",
+        ),
+        Corner(
+            "pp-and-dp-saved",
+            "layouts",
+            "a save on pp 2 x dp 2 loaded on pp 2 x dp 1: a rank's place computed in the nesting tp, pp, dp instead "
+            "of tp, dp, pp is right whenever pp or dp is 1, and here files one stage's state in the other's place",
+            [*_SAVE_TWICE, {"resume": {"topology": "tp1pp2dp1", "continue": 1}}],
             {"loaded_iteration": 3},
             topology="tp1pp2dp2",
         ),

@@ -20,9 +20,11 @@ REACHES = {
     "iterations-9-to-12": ("iterations", ("saves at 9 and past 10",)),
     "past-the-padding": ("iterations", ("saves past 9,999,999",)),
     "iteration-zero": ("iterations", ("a save at 0",)),
+    "release-tracker": ("iterations", ("a release tracker",)),
     "sizes-and-empty-shards": ("sizes", ("a tensor past 1 MiB", "an empty shard")),
     "empty-shards-resharded": ("sizes", ("an empty shard resharded",)),
     "slow-storage": ("delays", ("seconds",)),
+    "start-up-crosses-a-second": ("delays", ("a start-up across a second",)),
     "crash-during-resave": ("sequences", ("a crash during a re-save",)),
     "two-crashes": ("sequences", ("two crashes",)),
     "crash-during-load": ("sequences", ("a crash during a load",)),
@@ -30,6 +32,7 @@ REACHES = {
     "chained-resumes": ("sequences", ("chained resumes",)),
     "padding-with-values": ("values", ("padding rows with values",)),
     "two-dims-changed": ("layouts", ("two dimensions changed",)),
+    "pp-and-dp-saved": ("layouts", ("a save on pp and dp > 1",)),
     "world-of-three": ("layouts", ("a world not a power of two",)),
     "damage-each-file": (
         "faults by file kind",
@@ -118,6 +121,11 @@ def _iterations(s: Scenario) -> list[tuple[str, str]]:
         elif step.kind == "resume":
             it += int(step.args.get("continue", 2))  # from the newest save or later: an upper bound is enough
     out = [("iterations", f"start {s.model.start_iteration}")]
+    if any(
+        st.kind == "corrupt" and "tracker" in str(st.args.get("kind")) and st.args.get("how") == "release"
+        for st in s.steps
+    ):
+        out.append(("iterations", "a release tracker"))
     if 0 in saves:
         out.append(("iterations", "a save at 0"))
     if any(n > PADDING_LIMIT for n in saves):
@@ -173,12 +181,17 @@ def _sequences(s: Scenario) -> list[tuple[str, str]]:
 
 def _delays(s: Scenario) -> list[tuple[str, str]]:
     slow = [step.args for step in s.steps if step.kind == "fault" and step.args.get("kind") == "slow_write"]
-    return [("delays", "seconds" if float(a.get("delay", 0.1)) >= 1 else "milliseconds") for a in slow]
+    out = [("delays", "seconds" if float(a.get("delay", 0.1)) >= 1 else "milliseconds") for a in slow]
+    if any(step.kind == "resume" and float(step.args.get("stagger", 0)) >= 1 for step in s.steps):
+        out.append(("delays", "a start-up across a second"))
+    return out
 
 
 def _layouts(s: Scenario) -> list[tuple[str, str]]:
     out, here = [], s.topology
     for step in s.steps:
+        if step.kind == "save" and here.pp > 1 and here.dp > 1:
+            out.append(("layouts", "a save on pp and dp > 1"))
         if not _moves(step):
             continue
         there = Topology.parse(step.args["topology"])

@@ -62,6 +62,7 @@ class JobSpec:
     after: list[AfterJob] = field(default_factory=list)  # once the job ended, in order
     unreachable: list[Unreachable] = field(default_factory=list)  # faults that cannot apply here
     precision: str | None = None  # this job's precision when a resume changed it ('bf16', ...; None: the model's)
+    stagger: float = 0.0  # seconds every rank but rank 0 starts late (a start-up that crosses a wall-clock second)
 
 
 def plan_jobs(scenario: Scenario, combo: Combination, layout: Layout | None = None) -> list[JobSpec]:
@@ -152,7 +153,7 @@ def _plan_jobs(scenario: Scenario, combo: Combination) -> list[JobSpec]:
             cur.faults = [f for f in cur.faults if all(f is not x for x in late)]
             jobs.append(cur)
             topo = scenario.topology if a.get("topology", "same") == "same" else Topology.parse(a["topology"])
-            cur = JobSpec(topo, "resume", [{"op": "load"}], precision=a.get("precision"))
+            cur = JobSpec(topo, "resume", [{"op": "load"}], precision=a.get("precision"), stagger=a.get("stagger", 0.0))
             cur.faults = [ArmedFault(f.fault, 0) for f in late]
             if a.get("continue", 2):
                 cur.ops.append({"op": "continue", "steps": a.get("continue", 2)})

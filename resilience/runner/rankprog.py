@@ -40,6 +40,7 @@ class RankJob:
     control: str = ""  # the mount point of the fault-injecting file system, when the job runs under it
     fs_arms: list[int] = field(default_factory=list)  # ops at which its records arm (each rank tells it)
     file_ops_dir: str = ""  # where each rank logs its creates, renames and deletions (runner/file_ops.py)
+    stagger: float = 0.0  # seconds every rank but rank 0 waits before it builds its state and backend
 
 
 GENERATIONS_PER_JOB = 1000  # a save's generation: job * this + its number in the job, unique in a run
@@ -151,6 +152,8 @@ def run_rank_job(ctx, plan: RankJob) -> dict:
         from ..fusefs import tell
 
         tell(plan.control, "rank", ctx.rank)
+    if plan.stagger and ctx.rank:
+        time.sleep(plan.stagger)  # a start-up that crosses a wall-clock second: ranks read different clocks
     ops = _Ops(log, plan, ctx.rank)
     survived: BaseException | None = None  # the error a rank went on after, into the job's recovery
     skip_to: int | None = None  # the recover op a rank jumps to once a save or finalize raised

@@ -21,10 +21,12 @@ from .scenario_schema import (
     BACKEND_RE,
     EXPECT_FIELDS,
     MAX_COUNT,
+    MAX_DAMAGES,
     MAX_DESCRIPTION,
     MAX_FILE_BYTES,
     MAX_POWER_LOSS_STATES,
     MAX_SEED,
+    MAX_STAGGER,
     MAX_STEPS,
     MAX_TAG,
     MAX_TAGS,
@@ -247,8 +249,8 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
         return []
     out, world = [], topology.world if topology else None
     written = world  # damage at rest targets the ranks that wrote files: of any job so far, the most
-    for i, item in enumerate(raw):
-        step = _step(item, ("steps", i), model, topology, (world, written), bad)
+    for i, (item, path) in enumerate(_one_damage_each(raw, bad)):
+        step = _step(item, path, model, topology, (world, written), bad)
         if step is None:
             continue
         out.append(step)
@@ -257,6 +259,21 @@ def _steps(raw, model: ModelSpec | None, topology: Topology | None, bad: _Proble
             raw_topo = step.args.get("topology", "same")
             world = (topology.world if topology else None) if raw_topo == "same" else Topology.parse(raw_topo).world
             written = max(written, world) if written is not None and world is not None else None
+    return out
+
+
+def _one_damage_each(raw: list | tuple, bad: _Problems) -> list[tuple[object, tuple]]:
+    """(step, its path) with each `corrupt` of a list of damages ("several corruptions in one step") made one
+    `corrupt` per damage: all land at rest before the next job, as consecutive steps do."""
+    out: list[tuple[object, tuple]] = []
+    for i, item in enumerate(raw):
+        damages = item.get("corrupt") if isinstance(item, dict) and len(item) == 1 else None
+        if not isinstance(damages, list):
+            out.append((item, ("steps", i)))
+        elif not 1 <= len(damages) <= MAX_DAMAGES:
+            bad.add(("steps", i, "corrupt"), f"lists {len(damages)} damages", f"list 1 to {MAX_DAMAGES} of them")
+        else:
+            out += [({"corrupt": d}, ("steps", i, "corrupt", j)) for j, d in enumerate(damages)]
     return out
 
 
@@ -282,7 +299,7 @@ def _step(
         bad.add(path, f"unknown step {_show(kind)}", f"allowed: {', '.join(STEP_KINDS)}")
         return None
     line = safe_yaml.line_of(bad.lines, path)
-    here = path + (kind,)
+    here = path if path[-2:-1] == ("corrupt",) else path + (kind,)  # one damage of a list: steps.3.corrupt.1
     if kind == "train":
         if not _is_int(args) or not 1 <= args <= MAX_TRAIN_STEPS:
             bad.add(here, f"train needs a number of steps in 1..{MAX_TRAIN_STEPS}, got {_show(args)}")
@@ -328,6 +345,10 @@ def _resume(args: dict, here: tuple, line, model, topology, bad: _Problems) -> S
     cont = args.get("continue", 2)
     if not _is_int(cont) or not 0 <= cont <= MAX_TRAIN_STEPS:
         bad.add(here + ("continue",), f"must be a number of steps in 0..{MAX_TRAIN_STEPS}, got {_show(cont)}")
+        ok = False
+    stagger = args.get("stagger", 0)
+    if not _is_number(stagger) or not math.isfinite(stagger) or not 0 <= stagger <= MAX_STAGGER:
+        bad.add(here + ("stagger",), f"must be seconds in 0..{MAX_STAGGER:g}, got {_show(stagger)}")
         ok = False
     precision = args.get("precision")
     if precision is not None:

@@ -19,10 +19,11 @@ STEP_KINDS = {
     "fault": "an in-process fault record: {kind, ...} (see resilience.faults)",
     "kill": "the runner SIGKILLs ranks during the next save: {rank, file, size} or {rank, after: seconds} "
     "(also written {rank, when: {file, size}} or {rank, when: {after: seconds}})",
-    "corrupt": "damage the newest checkpoint at rest: {kind, file, ...}",
+    "corrupt": "damage the newest checkpoint at rest: {kind, file, ...}, or a list of such damages",
     "lose_unsynced": "record file operations from here on; at the power loss (a phase, at_byte, or the job's "
     "end) check every on-disk state it could leave: {phase, max_states}",
-    "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue, precision}",
+    "resume": "start a new job on a topology and load the newest valid checkpoint: {topology, continue, precision, "
+    "stagger: seconds every rank but rank 0 starts late}",
     "verify": "a marker: checkers always run at the end",
 }
 TOP_FIELDS = {
@@ -41,12 +42,14 @@ TOP_FIELDS = {
 }
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
 OUTCOMES = ("loaded", "refused", "failed")
-RESUME_FIELDS = {"topology", "continue", "precision"}
+RESUME_FIELDS = {"topology", "continue", "precision", "stagger"}
 
 # Limits (documented in README.md, "Scenarios"); the YAML itself is bounded by resilience.safe_yaml.
 MAX_TIMEOUT = MAX_JOB_TIMEOUT  # seconds a job may take (the launcher's ceiling); also of every delay a fault waits
 MAX_TRAIN_STEPS = 10_000  # steps of one `train` or of one resume's `continue`
 MAX_STEPS = 500  # steps listed in one scenario
+MAX_DAMAGES = 8  # damages listed in one `corrupt` step
+MAX_STAGGER = 10.0  # seconds a resumed job's ranks but rank 0 start late
 MAX_SEED = 2**63  # seeds are in [0, 2**63)
 MAX_NAME = 80  # characters of a name; names are folder names: [A-Za-z0-9_.-], no '..'
 MAX_DESCRIPTION = 10_000

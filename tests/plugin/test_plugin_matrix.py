@@ -178,5 +178,5 @@ def test_an_xdist_session_writes_one_run_folder(pytester, monkeypatch):
     assert json.loads((session / "run.json").read_text())["backend"] == "per scenario"
     assert f"resilience: 8 cases, 8 passed, 0 not passed; report {session}/report.html" in result.stdout.str()
     # the session's coverage: what its scenarios exercised, every worker's cases together
-    assert "resilience coverage: " in result.stdout.str() and " of 15 corners reached; never: " in result.stdout.str()
+    assert "resilience coverage: " in result.stdout.str() and " of 18 corners reached; never: " in result.stdout.str()
     assert "past-the-padding" in json.loads((session / "coverage.json").read_text())["unreached"]

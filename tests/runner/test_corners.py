@@ -68,6 +68,12 @@ def test_the_reference_passes_every_corner(tmp_path, capsys):
     assert "\ncoverage:\n" in said and "corners never reached: none" in said
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     assert json.loads((run_dir / "coverage.json").read_text())["unreached"] == []
+    # the reports hold the corners transposed too, each line with what it probes, and no empty matrix
+    report = (run_dir / "report.md").read_text()
+    assert "## Corners\n\n| corner | GLOBAL/torch_dist/async | LEGACY/torch/sync | what it probes |" in report
+    assert f"| past-the-padding | PASS | PASS | {CORNERS['past-the-padding'].probes} |" in report
+    assert "| combination |" not in report
+    assert '<table class="matrix corners">' in (run_dir / "report.html").read_text()
     for r in rows:
         # LEGACY refuses a pp change: refused as its contract says, the expected iteration is moot
         refused = r["combo"] == "LEGACY/torch/sync" and r["column"] in ("two-dims-changed", "world-of-three")

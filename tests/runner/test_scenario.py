@@ -101,7 +101,7 @@ def test_every_problem_of_a_file_is_reported_sorted_by_line():
 @pytest.mark.parametrize(
     "step, field, allowed",
     [
-        ("resume: {dtype: bf16}", "steps.0.resume.dtype", "allowed: continue, precision, topology"),
+        ("resume: {dtype: bf16}", "steps.0.resume.dtype", "allowed: continue, precision, stagger, topology"),
         ("crash: {rank: 0, phase: write, bytes: 5}", "steps.0.crash.bytes", "after_bytes"),
         ("kill: {rank: 0, after: 1, wen: 2}", "steps.0.kill.wen", "when"),
         ("corrupt: {kind: truncate, lenght: 0}", "steps.0.corrupt.lenght", "length"),
@@ -185,6 +185,8 @@ def test_values_are_checked_for_type_and_range(text, field):
         ("train: 10001", "steps.0.train"),
         ("train: 100000000", "steps.0.train"),
         ("resume: {continue: 10001}", "steps.0.resume.continue"),
+        ("resume: {stagger: 10.5}", "steps.0.resume.stagger"),
+        ("resume: {stagger: .nan}", "steps.0.resume.stagger"),
         ("fault: {kind: slow_write, delay: 3601}", "steps.0.fault.delay"),
         ("kill: {rank: 0, after: 1.0e+300}", "steps.0.kill.after"),
         ("lose_unsynced: {max_states: 1025}", "steps.0.lose_unsynced.max_states"),
@@ -200,7 +202,7 @@ def test_step_values_have_ceilings(step, field):
 def test_values_at_the_ceilings_load():
     s = load_text(
         f"name: a.b_c-1\nseed: {2**63 - 1}\ntimeout: 3600\ntags: [fast, 'x:y']\nsteps:\n"
-        "  - train: 10000\n  - save\n  - resume: {continue: 10000}\n",
+        "  - train: 10000\n  - save\n  - resume: {continue: 10000, stagger: 10}\n",
         "x.yaml",
     )
     assert s.seed == 2**63 - 1 and s.timeout == 3600.0 and s.steps[0].args == {"steps": 10000}
@@ -289,3 +291,19 @@ def test_padding_values_with_a_resume_on_another_tp_is_refused_with_the_fix():
     with pytest.raises(ScenarioError, match=r"<scenario>:3: steps.1.resume.topology: model.padding_values pads"):
         load_text(text)
     load_text(text.replace("tp1pp1dp2", "tp2pp1dp2"))  # the same tp: fine
+
+
+def test_one_corrupt_step_may_list_several_damages_each_checked_on_its_own_line():
+    text = (
+        "topology: tp1pp1dp1\n"
+        "steps:\n"
+        "  - save\n"
+        "  - corrupt:\n"
+        "      - {kind: metadata, how: garble}\n"  # 5
+        "      - {kind: bitflip}\n"  # 6
+        "  - resume: {}\n"
+    )
+    steps = load_text(text).steps
+    assert [(s.kind, s.args.get("kind")) for s in steps[1:3]] == [("corrupt", "metadata"), ("corrupt", "bitflip")]
+    assert _problems(text.replace("{kind: bitflip}", "{kind: nope}")) == [(6, "steps.1.corrupt.1.kind")]
+    assert [f for _, f in _problems("steps: [save, {corrupt: []}]\n")] == ["steps.1.corrupt"]

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from .corner_bugs import (
     chunk_tail_lost,
+    clock_named_staging,
     finalize_timeout,
     lexical_newest,
     padding_dropped,
     resave_cleanup,
+    rng_misnested,
     unreadable_manifest_unverified,
     zero_fills_missing,
     zero_is_none,
@@ -54,6 +56,8 @@ __all__ = [
     "resave_cleanup",
     "lexical_newest",
     "finalize_timeout",
+    "rng_misnested",
+    "clock_named_staging",
     "async_no_snapshot",
     "commit_before_all_ranks",
     "ignores_topology",

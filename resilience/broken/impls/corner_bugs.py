@@ -1,11 +1,13 @@
 """Bugs that hide in the corners (resilience.runner.corners): each right on the matrix's fixed sample and wrong
 in one corner: an iteration past the padding or at zero, a tensor larger than a writer's chunk, storage slow
-for seconds, a crash during a re-save, an unreadable manifest beside damaged data, one deleted data file,
-padding rows with values."""
+for seconds, ranks whose clocks read different seconds, a crash during a re-save, an unreadable manifest
+beside damaged data, one deleted data file, padding rows with values, rank coordinates nested in the wrong
+order."""
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import replace
 
 import torch.distributed as dist
@@ -16,8 +18,10 @@ from ...checkpoint.formats import torchfile
 from ...checkpoint.reference import ReferenceBackend
 from ...dist import this_rank
 from ...errors import IntegrityError
-from ...state.sharding import ShardedTensor
-from ...vocab.folders import STAGING_PREFIX, iteration_of
+from ...state.sharding import ShardedObject, ShardedTensor
+from ...state.training import RNG_KEY
+from ...vocab import phases
+from ...vocab.folders import STAGING_PREFIX, iteration_of, staging_name
 from .patching import Forward, patched
 
 _list_iterations = commit.list_iterations
@@ -197,3 +201,45 @@ class unreadable_manifest_unverified(ReferenceBackend):
             patched(verified, "verify_file", verify),
         ):
             return super().load(state, root)
+
+
+def _misnested(topo, rank: int) -> tuple[int, int, int]:
+    """(tp, pp, dp) of a rank in the nesting tp, pp, dp: Megatron's tp, dp, pp whenever pp or dp is 1."""
+    return rank % topo.tp, (rank // topo.tp) % topo.pp, rank // (topo.tp * topo.pp)
+
+
+class rng_misnested(ReferenceBackend):
+    """Places each rank's RNG state in the (pp, tp) cell, and picks the dp replica that writes it, from
+    coordinates nested tp, pp, dp: on pp 2 x dp 2 both cells hold the first stage's RNG."""
+
+    def save(self, state, root):
+        records = state.sharded_state_dict
+
+        def misnested():
+            out = records()
+            tp, pp, dp = _misnested(state.topo, state.coords.rank)
+            for r in out:
+                if isinstance(r, ShardedObject) and r.key == RNG_KEY:
+                    r.global_offset, r.replica_id = (pp, tp), dp  # the bug
+            return out
+
+        with patched(state, "sharded_state_dict", misnested):
+            return super().save(state, root)
+
+
+class clock_named_staging(ReferenceBackend):
+    """Each rank names the staging folder from the second its backend started, as a launcher's run stamp:
+    ranks that started in different seconds write one save into two folders, and the commit publishes one."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._started = int(time.time())
+
+    def _stage(self, iteration: int, root: str) -> str:
+        if this_rank() == 0:
+            commit.ensure_dir(root, os.path.dirname(root))
+        if dist.is_initialized():
+            dist.barrier()
+        staging = os.path.join(root, staging_name(iteration, str(self._started)))  # the bug: not rank 0's name
+        phases.reached("staging", iteration=iteration, path=staging)
+        return staging
