@@ -58,6 +58,8 @@ from ..vocab.folders import ITER_FOLDER, TRACKER, iter_name
 from .base import installed
 from .options import Option
 
+RELEASE = "release"  # Megatron-LM's tracker text for a converted checkpoint, kept in a `release` folder
+
 ARGS = "args"
 
 # what a megatron-core user picks (megatron-core 0.16's defaults; Megatron-LM's flags set them)
@@ -180,14 +182,37 @@ def iter_folder(root: str, iteration: int) -> str:
     return os.path.join(root, iter_name(iteration))
 
 
-def read_tracker(root: str) -> int | None:
+def _tracker_text(root: str) -> str | None:
     path = os.path.join(root, TRACKER)
     fs = storage.current()
     if not fs.exists(path):
         return None
     with fs.open_read(path) as f:
-        text = f.read().decode("utf-8", "replace").strip()
-    return int(text) if text.isdigit() else None
+        return f.read(64).decode("utf-8", "replace").strip()
+
+
+def read_tracker(root: str) -> int | None:
+    text = _tracker_text(root)
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def tracked_folder(root: str) -> tuple[int, str]:
+    """(iteration, folder) as Megatron-LM's read_metadata takes them from the tracker: none is a start from
+    scratch (CheckpointNotFound); `release` is the `release` folder at iteration 0; anything else but an
+    iteration above 0 stops the job there (its sys.exit and assert): an IntegrityError naming the tracker."""
+    text = _tracker_text(root)
+    if text is None:
+        raise CheckpointNotFound(f"{root}: no {TRACKER} (Megatron-LM would start from scratch)")
+    if text == RELEASE:
+        return 0, os.path.join(root, RELEASE)
+    if not text.isdigit() or int(text) == 0:
+        why = (
+            "error parsing metadata file (assert iteration > 0 or release)"
+            if text.isdigit()
+            else "Invalid metadata file. Exiting"
+        )
+        raise IntegrityError(os.path.join(root, TRACKER), "tracker", f"reads {text[:20]!r}: Megatron-LM stops: {why}")
+    return int(text), iter_folder(root, int(text))
 
 
 def _failures(e: BaseException) -> dict:
@@ -372,10 +397,7 @@ class MegatronBackend:
         if self._pending is not None:
             self.finalize()
         root = os.path.abspath(root)
-        iteration = read_tracker(root)
-        if iteration is None:
-            raise CheckpointNotFound(f"{root}: no readable {TRACKER} (Megatron-LM would start from scratch)")
-        folder = iter_folder(root, iteration)
+        iteration, folder = tracked_folder(root)
         records = state.sharded_state_dict()
         with megatron_calls():
             try:

@@ -68,3 +68,19 @@ def test_interop_megatron_to_reference(tmp_path):
     assert result["ok"] and result["exact"] and result["tensors_exact"], result
     assert result["steps"][0].startswith("ReferenceBackend.load refused")
     assert "objects as ['list']" in result["steps"][1]
+
+
+def test_the_tracker_is_read_as_megatron_lm_reads_it(tmp_path):
+    from resilience.backends.megatron import tracked_folder
+    from resilience.errors import CheckpointNotFound, IntegrityError
+
+    with pytest.raises(CheckpointNotFound, match="start from scratch"):
+        tracked_folder(str(tmp_path))
+    tracker = tmp_path / "latest_checkpointed_iteration.txt"
+    for text, found in (("12\n", (12, str(tmp_path / "iter_0000012"))), ("release", (0, str(tmp_path / "release")))):
+        tracker.write_text(text)
+        assert tracked_folder(str(tmp_path)) == found
+    for text, why in (("0", "assert iteration > 0 or release"), ("garbage", "Invalid metadata file")):
+        tracker.write_text(text)
+        with pytest.raises(IntegrityError, match=why):
+            tracked_folder(str(tmp_path))
