@@ -268,7 +268,7 @@ class MegatronBackend:
         info = self._info(state)
         fmt = self.layout
         split = {}
-        if state.spec.optimizer == "distributed" and state.topo.dp > 1:
+        if state.spec.optimizer == "distributed" and state.topo.dpcp > 1:
             fmt.prepare(info)
             split = fmt._split(info, records)
         whole = {}
@@ -280,7 +280,7 @@ class MegatronBackend:
                 if r.key in split:
                     piece = split[r.key]
                     data = whole[r.key] if not for_load else torch.empty(piece.local_shape, dtype=r.data.dtype)
-                    offset, replica = piece.global_offset, state.coords.dp
+                    offset, replica = piece.global_offset, state.coords.dpcp
                     if for_load:
                         buffers[r.key] = (data, r.global_offset[0] - offset[0])
                 else:

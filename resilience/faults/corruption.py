@@ -91,7 +91,7 @@ def files_of_rank(folder: str, rank: int) -> list[str]:
             f"cannot tell which files rank {rank} wrote in {folder}: {e}",
             "choose the file with target.path instead",
         ) from None
-    if c.dp != 0:
+    if c.dpcp != 0:
         return []
     sub = f"mp_rank_{c.tp:02d}" + (f"_{c.pp:03d}" if topo.pp > 1 else "")
     return [p for p in files if os.path.relpath(p, folder).split(os.sep)[0] == sub]

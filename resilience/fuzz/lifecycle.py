@@ -40,7 +40,10 @@ CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
     "hostile_pickle": "pickle",
 }
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
-STAGGERS = (0.0, 1.1)  # a resumed job's start-up in step, or across a wall-clock second
+STAGGERS = (
+    0.0,
+    1.1,
+)  # a resumed job's start-up in step, or across a wall-clock second (drawn 1 in 8: it costs a second)
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete", "release")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
 SECONDS, LONG_DELAY = "seconds", 1.0  # FaultDuringSave.detail of a slow_write that stalls for a second
@@ -456,7 +459,10 @@ class Lifecycle:
         self.pending, self.pending_it = False, None
         refused = target != self.base and (
             self.is_local
-            or (self.combo.type is CheckpointType.LEGACY and (target.tp, target.pp) != (self.base.tp, self.base.pp))
+            or (
+                self.combo.type is CheckpointType.LEGACY
+                and (target.tp, target.pp, target.vpp) != (self.base.tp, self.base.pp, self.base.vpp)
+            )
         )
         if refused or not (self.folders or self.maybe):
             self.alive, self.iteration = False, None

@@ -97,7 +97,7 @@ def _actions(fault_kinds: frozenset[str], moves: bool, precision_changes: bool =
             st.none() | st.integers(0, 3) if moves else st.none(),
             st.integers(0, 2),
             st.none() | st.integers(0, 2) if precision_changes else st.none(),
-            st.sampled_from(lc.STAGGERS),
+            st.integers(0, 7).map(lambda i: lc.STAGGERS[i == 7]),
         ),
         st.just(lc.Finalize()),
     ]

@@ -18,20 +18,22 @@ from ..state.precision import DTYPES, Precision
 from ..state.topology import MAX_WORLD
 from .strategy_args import as_topology, check_int, check_names, fail
 
-DIMS = ("tp", "pp", "dp")
+DIMS = ("tp", "pp", "dp", "cp", "vpp")  # the dimensions drawn (expert parallel needs a model with experts)
 
 
 # ---- topologies --------------------------------------------------------------------------------------
 def _all_topologies(min_world: int, max_world: int, fixed: dict[str, int]) -> list[Topology]:
-    """Every topology in the bounds, simplest first (world size, then pp, tp, dp)."""
+    """Every topology in the bounds, simplest first (world size, then pp, tp, dp, cp, vpp)."""
     out = []
     for tp in range(1, max_world + 1):
         for pp in range(1, max_world // tp + 1):
             for dp in range(1, max_world // (tp * pp) + 1):
-                t = {"tp": tp, "pp": pp, "dp": dp}
-                if all(t[k] == v for k, v in fixed.items()) and min_world <= tp * pp * dp:
-                    out.append(Topology(tp, pp, dp))
-    return sorted(out, key=lambda t: (t.world, t.pp, t.tp, t.dp))
+                for cp in range(1, max_world // (tp * pp * dp) + 1):
+                    for vpp in (1, 2) if pp > 1 else (1,):
+                        t = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp}
+                        if all(t[k] == v for k, v in fixed.items()) and min_world <= tp * pp * dp * cp:
+                            out.append(Topology(tp, pp, dp, cp=cp, vpp=vpp))
+    return sorted(out, key=lambda t: (t.world, t.pp, t.tp, t.dp, t.cp, t.vpp))
 
 
 def _pick(draw, found: list[Topology], universe: list[Topology]) -> Topology:
@@ -44,10 +46,11 @@ def _pick(draw, found: list[Topology], universe: list[Topology]) -> Topology:
         ordered = sorted(values)
         return ordered[min(index, len(ordered) - 1)]
 
-    tp = nth({t.tp for t in found}, "tp")
-    pp = nth({t.pp for t in found if t.tp == tp}, "pp")
-    dp = nth({t.dp for t in found if t.tp == tp and t.pp == pp}, "dp")
-    return Topology(tp, pp, dp)
+    chosen: dict[str, int] = {}
+    for dim in DIMS:  # each dimension among the topologies that agree with the ones chosen so far
+        left = [t for t in found if all(getattr(t, d) == v for d, v in chosen.items())]
+        chosen[dim] = nth({getattr(t, dim) for t in left}, dim)
+    return Topology(**chosen)
 
 
 def _from_candidates(found: list[Topology]) -> st.SearchStrategy[Topology]:
@@ -55,16 +58,23 @@ def _from_candidates(found: list[Topology]) -> st.SearchStrategy[Topology]:
 
 
 def topologies(
-    *, min_world: int = 1, max_world: int = 4, tp: int | None = None, pp: int | None = None, dp: int | None = None
+    *,
+    min_world: int = 1,
+    max_world: int = 4,
+    tp: int | None = None,
+    pp: int | None = None,
+    dp: int | None = None,
+    cp: int | None = None,
+    vpp: int | None = None,
 ) -> st.SearchStrategy[Topology]:
-    """Topologies with min_world <= tp*pp*dp <= max_world; `tp`, `pp`, `dp` fix a dimension.
-    Shrinks toward the smallest world (tp1pp1dp1)."""
+    """Topologies with min_world <= tp*pp*dp*cp <= max_world (vpp 1 or 2 where pp > 1); `tp`, `pp`, `dp`,
+    `cp`, `vpp` fix a dimension. Shrinks toward the smallest world (tp1pp1dp1)."""
     check_int("max_world", max_world, 1, MAX_WORLD)
     check_int("min_world", min_world, 1, MAX_WORLD)
     if min_world > max_world:
         raise fail("min_world", f"{min_world} is larger than max_world={max_world}")
     fixed = {}
-    for name, value in (("tp", tp), ("pp", pp), ("dp", dp)):
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("vpp", vpp)):
         if value is not None:
             check_int(name, value, 1)
             fixed[name] = value
@@ -176,7 +186,7 @@ def model_specs(
     opts = check_names(optimizers, "optimizers", OPTIMIZERS) if optimizers is not None else OPTIMIZERS
     moments = check_names(optim_dtypes, "optim_dtypes", DTYPES) if optim_dtypes is not None else DTYPES
     tp = reduce(math.lcm, (t.tp for t in topos), 1)
-    pp = reduce(math.lcm, (t.pp for t in topos), 1)
+    pp = reduce(math.lcm, (t.pp * t.vpp for t in topos), 1)
     return _specs(tp, pp, max_layers, max_heads, max_vocab, tuple(dts), tuple(opts), tuple(moments))
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..state import Topology
+from ..state import Topology, Transition
 from .scenario_model import Scenario
 
 PADDING_LIMIT = 9_999_999  # the last iteration iter_%07d writes in seven digits
@@ -195,7 +195,7 @@ def _layouts(s: Scenario) -> list[tuple[str, str]]:
         if not _moves(step):
             continue
         there = Topology.parse(step.args["topology"])
-        changed = sum(a != b for a, b in ((here.tp, there.tp), (here.pp, there.pp), (here.dp, there.dp)))
+        changed = len(Transition(here, there).changed)
         out.append(("layouts", "two dimensions changed" if changed >= 2 else "one dimension changed"))
         out.append(("layouts", f"world {there.world}"))
         here = there

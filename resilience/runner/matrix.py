@@ -108,6 +108,11 @@ TRANSITIONS: dict[str, str] = {
     "pp": "tp1pp2dp1->tp1pp1dp1",
     "dp": "tp1pp1dp2->tp1pp1dp3",
     "tp+pp+dp": "tp2pp2dp1->tp1pp2dp2",
+    # context parallel (dense state replicated over dp x cp, the distributed optimizer sharded there) and
+    # interleaved pipeline chunks switched off and on
+    "cp": "tp1pp1dp2cp2->tp1pp1dp2",
+    "vpp": "tp1pp2dp1vpp2->tp1pp2dp1",
+    "vpp-on": "tp1pp2dp1->tp1pp2dp1vpp2",
     # a resume in another precision: the distributed optimizer's fp32 main parameters split unevenly over dp 2
     "to-bf16": "tp1pp1dp2:fp32->tp1pp1dp2:bf16",
     "to-fp32": "tp1pp1dp2:bf16->tp1pp1dp2:fp32",

@@ -28,7 +28,7 @@ def model_elements(spec: ModelSpec, tp: int = 1) -> int:
 def job_bytes(spec: ModelSpec, topo: Topology) -> int:
     """Estimated memory of a job on `topo`: tp and pp split the model, each of dp ranks holds a replica
     (a conservative bound for the distributed optimizer), and the runner holds one more."""
-    return model_elements(spec, topo.tp) * (topo.dp + 1) * BYTES_PER_ELEMENT
+    return model_elements(spec, topo.tp) * (topo.dpcp + 1) * BYTES_PER_ELEMENT
 
 
 def memory_ceiling() -> int:

@@ -182,11 +182,18 @@ class ModelSpec:
 
     def check_topology(self, topo: Topology) -> None:
         """Raise one clear error if this model cannot be split over `topo`."""
-        if self.num_layers % topo.pp:
+        if self.num_layers % (topo.pp * topo.vpp):
             raise ConfigError(
                 "model.num_layers",
-                f"{self.num_layers} layers are not divisible by pp={topo.pp}",
-                "choose num_layers as a multiple of pp",
+                f"{self.num_layers} layers are not divisible by pp={topo.pp}"
+                + (f" x vpp={topo.vpp} layer chunks" if topo.vpp > 1 else ""),
+                "choose num_layers as a multiple of pp" + (" x vpp" if topo.vpp > 1 else ""),
+            )
+        if topo.ep * topo.etp > 1:
+            raise ConfigError(
+                "topology.ep",
+                f"ep={topo.ep} and etp={topo.etp} split experts, and this model is dense",
+                "use ep 1 and etp 1",
             )
         if self.heads % topo.tp:
             raise ConfigError(
@@ -206,9 +213,11 @@ class ModelSpec:
         multiple = self.make_vocab_size_divisible_by * tp
         return -(-self.vocab // multiple) * multiple
 
-    def layers_of_stage(self, pp_rank: int, pp: int) -> range:
-        per = self.num_layers // pp
-        return range(pp_rank * per, (pp_rank + 1) * per)
+    def layers_of_stage(self, pp_rank: int, pp: int, vpp: int = 1) -> list[int]:
+        """The layers pipeline rank `pp_rank` holds: one contiguous run, or with `vpp` chunks interleaved as
+        Megatron's virtual pipeline lays them out (chunk v of stage p is chunk v * pp + p of the model)."""
+        per = self.num_layers // (pp * vpp)
+        return [(v * pp + pp_rank) * per + i for v in range(vpp) for i in range(per)]
 
     def params(self, tp: int) -> list[ParamLayout]:
         """Every parameter in global order, with global shapes for tensor parallel size `tp`."""
@@ -231,8 +240,8 @@ class ModelSpec:
         out += [ParamLayout(f"{SIZED_PREFIX}{name}.weight", (n,), None, None, "last") for name, n in self.sized_params]
         return out
 
-    def params_of_stage(self, tp: int, pp_rank: int, pp: int) -> list[ParamLayout]:
-        layers = self.layers_of_stage(pp_rank, pp)
+    def params_of_stage(self, tp: int, pp_rank: int, pp: int, vpp: int = 1) -> list[ParamLayout]:
+        layers = set(self.layers_of_stage(pp_rank, pp, vpp))
         keep = []
         for p in self.params(tp):
             if (

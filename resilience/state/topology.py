@@ -1,4 +1,5 @@
-"""Parallel layout of a job: tensor, pipeline and data parallel sizes, in Megatron's rank order."""
+"""Parallel layout of a job: tensor, pipeline, data, context and expert parallel sizes and virtual pipeline
+chunks, in Megatron's rank order."""
 
 from __future__ import annotations
 
@@ -8,29 +9,46 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from .precision import Precision
 
-MAX_WORLD = 64  # rank processes on one machine; beyond this a laptop or CI box only thrashes
+MAX_WORLD = 256  # rank processes on one machine (the memory each needs is checked before a job starts)
+DIMS = ("tp", "pp", "dp", "ep", "etp", "cp", "vpp")  # as a topology is written; the first three always
+_NAME = re.compile(r"(vpp|etp|tp|pp|dp|ep|cp)(\d+)")
 
 
 @dataclass(frozen=True)
 class Coords:
-    """Where one rank sits: its tensor, pipeline and data parallel ranks."""
+    """Where one rank sits: its tensor, pipeline, data and context parallel ranks, its index in the
+    data-parallel group that context parallel widens (dp x cp: where the distributed optimizer shards dense
+    parameters and every replica of them lives), and its place in the expert grid of its pipeline stage
+    (expert tensor, expert and expert-data parallel ranks)."""
 
     rank: int
     tp: int
     pp: int
     dp: int
+    cp: int = 0
+    dpcp: int = 0
+    etp: int = 0
+    ep: int = 0
+    edp: int = 0
 
 
 @dataclass(frozen=True)
 class Topology:
-    """tp x pp x dp ranks. Rank order is Megatron's: tp fastest, then dp, then pp."""
+    """tp x cp x dp x pp ranks in Megatron's rank order (parallel_state's tp-cp-ep-dp-pp: tp fastest, then
+    cp, then dp, then pp); expert parallel (ep) and expert tensor parallel (etp) lay the ranks of each
+    pipeline stage out again as etp x ep x expert-data-parallel, etp fastest; vpp is the number of layer
+    chunks each pipeline rank holds (interleaved: chunk v of stage p is chunk v * pp + p of the model)."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
+    ep: int = 1
+    etp: int = 1
+    cp: int = 1
+    vpp: int = 1
 
     def __post_init__(self):
-        for field in ("tp", "pp", "dp"):
+        for field in DIMS:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"topology.{field}", f"must be a positive integer, got {value!r}")
@@ -38,55 +56,110 @@ class Topology:
                 raise ConfigError(f"topology.{field}", f"must be at least 1, got {value}")
         if self.world > MAX_WORLD:
             raise ConfigError(
-                "topology", f"world size tp*pp*dp = {self.world} is larger than {MAX_WORLD}", "use smaller tp, pp or dp"
+                "topology",
+                f"world size tp*cp*dp*pp = {self.world} is larger than {MAX_WORLD}",
+                "use smaller tp, cp, dp or pp",
             )
+        stage = self.tp * self.cp * self.dp
+        if stage % (self.ep * self.etp):
+            raise ConfigError(
+                "topology.ep",
+                f"ep*etp = {self.ep * self.etp} does not divide the {stage} ranks of a pipeline stage (tp*cp*dp)",
+                "choose ep and etp whose product divides tp*cp*dp",
+            )
+        if self.vpp > 1 and self.pp == 1:
+            raise ConfigError("topology.vpp", f"vpp {self.vpp} needs pipeline parallel", "use pp > 1, or vpp 1")
 
     @property
     def world(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def dpcp(self) -> int:
+        """Ranks of the data-parallel group context parallel widens."""
+        return self.dp * self.cp
+
+    @property
+    def edp(self) -> int:
+        """Expert-data-parallel size: the ranks of a stage left once etp and ep are laid out."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
 
     def __str__(self) -> str:
-        return f"tp{self.tp}pp{self.pp}dp{self.dp}"
+        extra = "".join(f"{d}{getattr(self, d)}" for d in DIMS[3:] if getattr(self, d) != 1)
+        return f"tp{self.tp}pp{self.pp}dp{self.dp}{extra}"
 
     @classmethod
     def parse(cls, text: str) -> Topology:
-        """'tp2pp1dp4' or '2,1,4' (tp, pp, dp)."""
+        """'tp2pp1dp4', with ep, etp, cp and vpp after it when not 1 ('tp2pp2dp2ep2cp2'; a dimension left
+        out is 1), or '2,1,4' (tp, pp, dp)."""
         text = str(text).strip().lower()
-        m = re.fullmatch(r"tp(\d+)pp(\d+)dp(\d+)", text) or re.fullmatch(r"(\d+),(\d+),(\d+)", text)
-        if not m:
-            raise ConfigError("topology", f"cannot read {text!r}", "write it as tp2pp1dp4 or 2,1,4")
-        return cls(*(int(g) for g in m.groups()))
+        m = re.fullmatch(r"(\d+),(\d+),(\d+)", text)
+        if m:
+            return cls(*(int(g) for g in m.groups()))
+        sizes: dict[str, int] = {}
+        pos = 0
+        while pos < len(text) and (m := _NAME.match(text, pos)):
+            if m.group(1) in sizes:
+                raise ConfigError("topology", f"{text!r} gives {m.group(1)} twice", "give each dimension once")
+            sizes[m.group(1)] = int(m.group(2))
+            pos = m.end()
+        if not text or pos != len(text):
+            raise ConfigError(
+                "topology", f"cannot read {text!r}", "write it as tp2pp1dp4 (with ep2, etp2, cp2, vpp2 after) or 2,1,4"
+            )
+        return cls(**sizes)
 
     def coords(self, rank: int) -> Coords:
         if not 0 <= rank < self.world:
             raise ConfigError("rank", f"{rank} is outside world size {self.world} of {self}")
         tp = rank % self.tp
-        dp = (rank // self.tp) % self.dp
-        pp = rank // (self.tp * self.dp)
-        return Coords(rank, tp, pp, dp)
+        cp = (rank // self.tp) % self.cp
+        dp = (rank // (self.tp * self.cp)) % self.dp
+        pp = rank // (self.tp * self.cp * self.dp)
+        in_stage = rank % (self.tp * self.cp * self.dp)
+        etp, ep = in_stage % self.etp, (in_stage // self.etp) % self.ep
+        return Coords(rank, tp, pp, dp, cp, cp + self.cp * dp, etp, ep, in_stage // (self.etp * self.ep))
 
-    def rank_of(self, tp: int, pp: int, dp: int) -> int:
-        return tp + self.tp * (dp + self.dp * pp)
+    def rank_of(self, tp: int, pp: int, dp: int, cp: int = 0) -> int:
+        return tp + self.tp * (cp + self.cp * (dp + self.dp * pp))
 
     def all_coords(self) -> list[Coords]:
         return [self.coords(r) for r in range(self.world)]
 
-    # Groups: lists of global ranks that share every coordinate but one.
+    # Groups: lists of global ranks that share every coordinate but the ones named.
+    def _grouped(self, key) -> list[list[int]]:
+        groups: dict = {}
+        for c in self.all_coords():
+            groups.setdefault(key(c), []).append(c.rank)
+        return list(groups.values())
+
     def tp_groups(self) -> list[list[int]]:
-        return [[self.rank_of(t, p, d) for t in range(self.tp)] for p in range(self.pp) for d in range(self.dp)]
+        return self._grouped(lambda c: (c.pp, c.dp, c.cp))
 
     def dp_groups(self) -> list[list[int]]:
-        return [[self.rank_of(t, p, d) for d in range(self.dp)] for p in range(self.pp) for t in range(self.tp)]
+        return self._grouped(lambda c: (c.pp, c.tp, c.cp))
+
+    def dp_cp_groups(self) -> list[list[int]]:
+        """The data-parallel groups widened by context parallel: where dense state is replicated and the
+        distributed optimizer shards it (Megatron's data-parallel group with context parallel)."""
+        return self._grouped(lambda c: (c.pp, c.tp))
 
     def pp_groups(self) -> list[list[int]]:
-        return [[self.rank_of(t, p, d) for p in range(self.pp)] for d in range(self.dp) for t in range(self.tp)]
+        return self._grouped(lambda c: (c.dp, c.tp, c.cp))
+
+    def ep_groups(self) -> list[list[int]]:
+        return self._grouped(lambda c: (c.pp, c.etp, c.edp))
+
+    def edp_groups(self) -> list[list[int]]:
+        """Expert-data-parallel groups: where one expert's state is replicated and sharded."""
+        return self._grouped(lambda c: (c.pp, c.etp, c.ep))
 
     def to_dict(self) -> dict:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp}
+        return {d: getattr(self, d) for d in DIMS if d in DIMS[:3] or getattr(self, d) != 1}
 
     @classmethod
     def from_dict(cls, d: dict) -> Topology:
-        return cls(int(d["tp"]), int(d["pp"]), int(d["dp"]))
+        return cls(**{k: int(d[k]) for k in DIMS if k in d})
 
 
 @dataclass(frozen=True)
@@ -109,7 +182,7 @@ class Transition:
     @property
     def changed(self) -> tuple[str, ...]:
         """The parallel sizes that change (a change of precision is `precision_changed`)."""
-        return tuple(f for f in ("tp", "pp", "dp") if getattr(self.save, f) != getattr(self.load, f))
+        return tuple(f for f in DIMS if getattr(self.save, f) != getattr(self.load, f))
 
     @property
     def precision_changed(self) -> bool:

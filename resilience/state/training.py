@@ -49,13 +49,14 @@ class Piece:
 
 
 class ParallelGroups:
-    """This rank's data-parallel process group (created collectively on every rank)."""
+    """This rank's data-parallel process group, widened by context parallel (created collectively on every
+    rank): dense state is replicated over it and the distributed optimizer shards it there."""
 
     def __init__(self, topo: Topology, rank: int):
         self.dp_group = None
         self.dp_ranks = [rank]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            for ranks in topo.dp_groups():  # every rank must create every group, in the same order
+            for ranks in topo.dp_cp_groups():  # every rank must create every group, in the same order
                 group = dist.new_group(ranks)
                 if rank in ranks:
                     self.dp_group, self.dp_ranks = group, ranks
@@ -72,7 +73,7 @@ class TrainingState:
         self.iteration = spec.start_iteration
         self.consumed_samples = 0
         self.opt_step = 0
-        self.pieces = [self._piece(p) for p in spec.params_of_stage(topo.tp, self.coords.pp, topo.pp)]
+        self.pieces = [self._piece(p) for p in spec.params_of_stage(topo.tp, self.coords.pp, topo.pp, topo.vpp)]
         self.params: dict[str, torch.Tensor] = {}
         self.exp_avg: dict[str, torch.Tensor] = {}
         self.exp_avg_sq: dict[str, torch.Tensor] = {}
@@ -103,13 +104,13 @@ class TrainingState:
             d = layout.tp_dim
             local[d] = shape[d] // topo.tp
             offset[d] = c.tp * local[d]
-            param_replica = c.dp
+            param_replica = c.dpcp
         else:
-            param_replica = c.dp * topo.tp + c.tp
+            param_replica = c.dpcp * topo.tp + c.tp
         if self.spec.optimizer == "distributed":
-            # Megatron's distributed optimizer: optimizer state of a piece split across dp ranks.
+            # Megatron's distributed optimizer: optimizer state of a piece split across dp x cp ranks.
             rows = local[0]
-            lo, hi = rows * c.dp // topo.dp, rows * (c.dp + 1) // topo.dp
+            lo, hi = rows * c.dpcp // topo.dpcp, rows * (c.dpcp + 1) // topo.dpcp
             opt_replica = 0 if layout.tp_dim is not None else c.tp
         else:
             lo, hi, opt_replica = 0, local[0], param_replica
@@ -259,7 +260,7 @@ class TrainingState:
         pieces in one collective (padded to the widest dp share so every rank sends the same size)."""
         if not self.pieces:
             return  # the whole dp group holds the same (no) pieces: nobody joins the collective
-        dp = self.topo.dp
+        dp = self.topo.dpcp
         sends, layout = [], []
         for piece in self.pieces:
             param = self.params[piece.layout.key]
@@ -374,7 +375,7 @@ class TrainingState:
                 replica_id=common,
             ),
             ShardedObject("data.consumed_samples", self.consumed_samples, replica_id=common),
-            ShardedObject(RNG_KEY, self.rng.get_state(), (topo.pp, topo.tp), (c.pp, c.tp), c.dp),
+            ShardedObject(RNG_KEY, self.rng.get_state(), (topo.pp, topo.tp), (c.pp, c.tp), c.dpcp),
         ]
         return out
 

@@ -1,5 +1,5 @@
 """What a backend promises when a checkpoint is loaded elsewhere: for each change between the saving and
-the loading job (tp, pp, dp, precision), whether the load must come back exact or be refused clearly.
+the loading job (tp, pp, dp, ep, etp, cp, vpp, precision), whether the load must come back exact or be refused clearly.
 
 An adapter states it (`factory.contract = {"tp": "refuse", "pp": "refuse", "dp": "load"}`); a backend that
 states none is held to the preset of its combination, the seed's table (LEGACY loads a dp change only,
@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from ..errors import ConfigError
 from .combos import CheckpointType, Combination
 
-CHANGES = ("tp", "pp", "dp", "precision")
+CHANGES = ("tp", "pp", "dp", "ep", "etp", "cp", "vpp", "precision")
+LAYOUT_CHANGES = CHANGES[:-1]
 LOAD, REFUSE = "load", "refuse"
 PROMISES = (LOAD, REFUSE)
 
@@ -39,9 +40,12 @@ class TopologyContract:
         return dict(self.promises)
 
     def __str__(self) -> str:
-        stated = dict(self.promises)
-        parts = [f"{c} {stated[c]}" for c in CHANGES if c in stated]
-        return (", ".join(parts) or "nothing stated") + f" ({self.source})"
+        """The changes grouped by promise, in the order first stated: 'tp, pp refuse; dp, cp load (...)'."""
+        grouped: dict[str, list[str]] = {}
+        for change, promise in self.promises:
+            grouped.setdefault(promise, []).append(change)
+        parts = [f"{', '.join(changes)} {promise}" for promise, changes in grouped.items()]
+        return ("; ".join(parts) or "nothing stated") + f" ({self.source})"
 
     @classmethod
     def parse(cls, value: object, where: str = "contract", source: str = "declared by the adapter") -> TopologyContract:
@@ -73,9 +77,9 @@ class TopologyContract:
     def preset(cls, combo: Combination) -> TopologyContract:
         """The seed's table for `combo`; precision is left to its own checker."""
         if combo.type is CheckpointType.LEGACY:
-            loads = {"dp"}
+            loads = {"dp", "cp"}  # cp: dense state is replicated over it, as over dp
         elif combo.type is CheckpointType.LOCAL:
             loads = set()
         else:
-            loads = {"tp", "pp", "dp"}
-        return cls(tuple((c, LOAD if c in loads else REFUSE) for c in ("tp", "pp", "dp")), f"preset of {combo}")
+            loads = set(LAYOUT_CHANGES)
+        return cls(tuple((c, LOAD if c in loads else REFUSE) for c in LAYOUT_CHANGES), f"preset of {combo}")

@@ -25,13 +25,50 @@ def test_megatron_rank_order_tp_fastest_then_dp_then_pp():
     assert all(topo.rank_of(c.tp, c.pp, c.dp) == c.rank for c in topo.all_coords())
 
 
+def test_context_and_expert_parallel_in_megatrons_order_tp_cp_ep_dp_pp():
+    topo = Topology.parse("tp2pp2dp2cp2ep2")
+    assert str(topo) == "tp2pp2dp2ep2cp2" and topo.world == 16 and topo.edp == 4
+    first = topo.all_coords()[:8]  # pipeline stage 0
+    assert [(c.tp, c.cp, c.dp) for c in first[:4]] == [(0, 0, 0), (1, 0, 0), (0, 1, 0), (1, 1, 0)]
+    assert [c.dpcp for c in first] == [0, 0, 1, 1, 2, 2, 3, 3]  # cp runs faster than dp
+    assert [(c.etp, c.ep, c.edp) for c in first[:4]] == [(0, 0, 0), (0, 1, 0), (0, 0, 1), (0, 1, 1)]
+    assert topo.dp_cp_groups()[0] == [0, 2, 4, 6] and topo.dp_groups()[0] == [0, 4]
+    assert topo.ep_groups()[0] == [0, 1] and topo.edp_groups()[0] == [0, 2, 4, 6]
+    assert all(topo.rank_of(c.tp, c.pp, c.dp, c.cp) == c.rank for c in topo.all_coords())
+    # every rank of a stage sits once in the expert grid
+    assert len({(c.pp, c.etp, c.ep, c.edp) for c in topo.all_coords()}) == topo.world
+
+
+def test_a_topology_is_written_with_the_dimensions_that_are_not_one_and_reads_back():
+    for text in ("tp1pp1dp1", "tp2pp2dp1vpp2", "tp1pp1dp4ep2etp2", "tp2pp1dp2cp2"):
+        topo = Topology.parse(text)
+        assert str(topo) == text and Topology.from_dict(topo.to_dict()) == topo
+    assert Topology.parse("dp4ep2") == Topology(dp=4, ep=2)  # a dimension left out is 1
+    assert Topology.parse("2,1,4") == Topology(2, 1, 4)
+    assert Topology.from_dict({"tp": 2, "pp": 1, "dp": 1}).to_dict() == {"tp": 2, "pp": 1, "dp": 1}  # old manifests
+    for bad, words in (("tp2tp2", "tp twice"), ("tp2x", "cannot read"), ("pp1vpp2", "needs pipeline parallel")):
+        with pytest.raises(ConfigError, match=words):
+            Topology.parse(bad)
+
+
+def test_virtual_pipeline_chunks_interleave_the_layers():
+    spec = ModelSpec(num_layers=8)
+    assert spec.layers_of_stage(0, 2, 2) == [0, 1, 4, 5] and spec.layers_of_stage(1, 2, 2) == [2, 3, 6, 7]
+    assert spec.layers_of_stage(1, 2) == [4, 5, 6, 7]
+    with pytest.raises(ConfigError, match="pp=2 x vpp=3"):
+        ModelSpec(num_layers=8).check_topology(Topology(pp=2, vpp=3))
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [
         ({"tp": 0}, "topology.tp"),
         ({"pp": -1}, "topology.pp"),
         ({"dp": 1.5}, "topology.dp"),
-        ({"tp": 8, "pp": 4, "dp": 4}, "topology"),
+        ({"tp": 8, "pp": 8, "dp": 8}, "topology"),
+        ({"tp": 2, "dp": 2, "ep": 8}, "topology.ep"),
+        ({"pp": 1, "vpp": 2}, "topology.vpp"),
+        ({"cp": 0}, "topology.cp"),
     ],
 )
 def test_impossible_topology_names_the_field(kwargs, field):
@@ -81,9 +118,11 @@ def topologies_and_specs(draw):
     tp = draw(st.sampled_from([1, 2, 4]))
     pp = draw(st.integers(1, 4))
     dp = draw(st.integers(1, max(1, 8 // (tp * pp))))
+    cp = draw(st.integers(1, max(1, 8 // (tp * pp * dp))))
+    vpp = draw(st.integers(1, 2)) if pp > 1 else 1
     heads = tp * draw(st.integers(1, 3))
     spec = ModelSpec(
-        num_layers=pp * draw(st.integers(1, 2)),
+        num_layers=pp * vpp * draw(st.integers(1, 2)),
         heads=heads,
         hidden=heads * draw(st.integers(1, 3)),
         ffn_hidden=tp * draw(st.integers(1, 6)),
@@ -92,7 +131,7 @@ def topologies_and_specs(draw):
         optimizer=draw(st.sampled_from(["adam", "distributed"])),
         dtype=draw(st.sampled_from(["fp32", "bf16"])),
     )
-    return Topology(tp, pp, dp), spec
+    return Topology(tp, pp, dp, cp=cp, vpp=vpp), spec
 
 
 @given(topologies_and_specs())

@@ -41,7 +41,7 @@ def test_the_preset_is_the_seeds_table(combo, loads):
 @pytest.mark.parametrize(
     "value, words",
     [
-        ({"tensor": "load"}, "tp, pp, dp, precision"),
+        ({"tensor": "load"}, "tp, pp, dp, ep, etp, cp, vpp, precision"),
         ({"tp": "maybe"}, "'load'"),
         (["tp"], "mapping"),
     ],

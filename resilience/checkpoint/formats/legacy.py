@@ -39,7 +39,7 @@ class LegacyFormat:
                     optim[r.key] = self._gather_rows(info, r)
                 else:
                     model[r.key] = torchfile.entry(r)
-        if c.dp != 0:
+        if c.dpcp != 0:
             return
         sub = os.path.join(folder, rank_folder(c.tp, c.pp, info.topo))
         storage.current().mkdir(sub)
@@ -49,9 +49,9 @@ class LegacyFormat:
 
     def _gather_rows(self, info: RankInfo, r: ShardedTensor) -> dict:
         """Distributed optimizer: gather every dp rank's rows of this piece to dp rank 0."""
-        if info.topo.dp == 1 or info.dp_group is None:
+        if info.topo.dpcp == 1 or info.dp_group is None:
             return torchfile.entry(r)
-        pieces: list[Any] = [None] * info.topo.dp
+        pieces: list[Any] = [None] * info.topo.dpcp
         dist.all_gather_object(pieces, (list(r.global_offset), r.data.detach()), group=info.dp_group)
         pieces.sort(key=lambda p: p[0][0])
         data = torch.cat([p[1] for p in pieces], dim=0)
@@ -61,13 +61,14 @@ class LegacyFormat:
         cur = info.topo
         changed = [
             f"{d} {getattr(saved, d)} -> {getattr(cur, d)}"
-            for d in ("tp", "pp")
+            for d in ("tp", "pp", "vpp")
             if getattr(saved, d) != getattr(cur, d)
         ]
         if changed:
             raise TopologyChangeRefused(
                 f"LEGACY/torch checkpoint saved on {saved} cannot load on {cur}: {', '.join(changed)}. "
-                f"Legacy files hold one whole (tp, pp) piece each and cannot be resharded; only dp may change. "
+                f"Legacy files hold one whole (tp, pp) piece each, the layers of its chunks, and cannot be resharded; "
+                f"only dp and cp may change. "
                 f"Save with GLOBAL/torch_dist or TORCH_DCP/torch_dcp to change tp or pp."
             )
 
