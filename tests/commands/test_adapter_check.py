@@ -87,8 +87,8 @@ def test_the_reference_has_no_problem_and_the_evidence_is_kept(tmp_path, capsys)
                 "GLOBAL/torch_dist/sync: load on tp2pp1dp1: the loaded state differs from what was saved: fill "
                 "every ShardedTensor's data in place and pass the other records' values to state.load_objects",
                 "GLOBAL/torch_dist/sync: load on tp1pp1dp2: refused, but its contract (tp, pp, dp, ep, etp, cp, "
-                "vpp load (preset of GLOBAL/torch_dist/sync)) promises tp2pp1dp1->tp1pp1dp2 loads: the topology checker "
-                "will FAIL every such change; if refusing is intended, state what it does: factory.contract",
+                "vpp load (preset of GLOBAL/torch_dist/sync)) promises tp2pp1dp1->tp1pp1dp2 loads: the topology "
+                "checker will FAIL every such change; if refusing is intended, state what it does: factory.contract",
                 "factory.io_through_seam is True, but iter_{iteration}/index.json, iter_{iteration}/rank_0.pt, "
                 "iter_{iteration}/rank_1.pt are written around resilience.storage: under --io auto its in-process "
                 "faults (a crash at a byte, io_error, torn and short writes, power loss) aimed at them are "
