@@ -192,6 +192,19 @@ CATALOGUE = {
             "optim-to-bf16",
             witness="GLOBAL/torch_dist/sync",
         ),
+        BrokenImpl(
+            "vpp_chunk_lost",
+            "loads a rank's interleaved layer chunks as one run of layers: the wrong layers, of the same shape",
+            "resume_equivalence",
+            "vpp-on",
+            (
+                "GLOBAL/torch_dist/sync",
+                "GLOBAL/torch_dist/async",
+                "TORCH_DCP/torch_dcp/sync",
+                "TORCH_DCP/torch_dcp/async",
+            ),
+            witness="GLOBAL/torch_dist/sync",
+        ),
         # the corners (runner.corners): each right on the matrix's fixed sample
         BrokenImpl(
             "lexical_newest",

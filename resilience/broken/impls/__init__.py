@@ -28,6 +28,7 @@ from .load_bugs import (
     silent_cast,
     silent_optim_cast,
     unsafe_unpickle,
+    vpp_chunk_lost,
     wrong_dedup,
 )
 from .patching import patched
@@ -57,6 +58,7 @@ __all__ = [
     "lexical_newest",
     "finalize_timeout",
     "rng_misnested",
+    "vpp_chunk_lost",
     "clock_named_staging",
     "async_no_snapshot",
     "commit_before_all_ranks",

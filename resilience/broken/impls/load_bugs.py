@@ -140,3 +140,31 @@ class silent_optim_cast(ReferenceBackend):
     def _said_of_precision(self, path, saved, live):
         super()._said_of_precision(path, replace(saved, optim=live.optim), live)  # the bug: the moments' loss unsaid
         return []
+
+
+def _layer_renamed(key: str, renamed: dict[int, int]) -> str:
+    head, dot, rest = key.partition("decoder.layers.")
+    number, _, tail = rest.partition(".")
+    if not dot or not number.isdigit() or int(number) not in renamed:
+        return key
+    return f"{head}decoder.layers.{renamed[int(number)]}.{tail}"
+
+
+class vpp_chunk_lost(ReferenceBackend):
+    """Loads a rank's interleaved layer chunks as if they were one run of layers (the chunk index lost): on
+    vpp 2, stage 0's layers 0, 2 are filled from the checkpoint's layers 0, 1, each of the same shape."""
+
+    def load(self, state, root):
+        topo, records = state.topo, state.sharded_state_dict
+        mine = state.spec.layers_of_stage(state.coords.pp, topo.pp, topo.vpp)
+        renamed = dict(zip(mine, state.spec.layers_of_stage(state.coords.pp, topo.pp)))  # the bug
+
+        def lost_chunks():
+            out = records()
+            for r in out:
+                if isinstance(r, ShardedTensor):
+                    r.key = _layer_renamed(r.key, renamed)
+            return out
+
+        with patched(state, "sharded_state_dict", lost_chunks):
+            return super().load(state, root)
