@@ -23,7 +23,8 @@ TARGET_CASES_SPEEDUP x the baseline's.
 
 Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (rank 0, which writes the
 replica-0 pieces, killed mid-save; resume on the same world), wall and CPU seconds (this process and every
-rank) per case and per rank; target: time per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
+rank) per case and per rank, and the peak of the machine's memory in use while the case runs; target: time
+per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
 Every target line ends in `met` or `NOT met`; the machine's load average is printed at the start and the end.
 
     python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2]
@@ -328,13 +329,38 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+class _PeakMemory:
+    """The machine's memory in use, sampled every 20 ms while the block runs: the peak above what was in use
+    when it began (every rank and this process together; others' use on a shared machine is noise in it)."""
+
+    def __enter__(self):
+        import threading
+
+        import psutil
+
+        self._used, self._stop = psutil.virtual_memory().used, threading.Event()
+        self.peak = 0
+
+        def sample() -> None:
+            while not self._stop.wait(0.02):
+                self.peak = max(self.peak, psutil.virtual_memory().used - self._used)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
     out = {}
     for world in worlds:
         scenario = load_text(world_scenario(world), f"bench-world-{world}.yaml")
-        seconds, cpu, verdicts = [], [], []
+        seconds, cpu, verdicts, peaks = [], [], [], []
         for i in range(repeats + 1):  # the first learns the layout: not counted
-            with tempfile.TemporaryDirectory(prefix="bench-world-") as d:
+            with tempfile.TemporaryDirectory(prefix="bench-world-") as d, _PeakMemory() as memory:
                 c0, t0 = _cpu_seconds(), time.perf_counter()
                 result = run_case(scenario, combo, d)
                 took, used = time.perf_counter() - t0, _cpu_seconds() - c0
@@ -342,6 +368,7 @@ def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
             if i:
                 seconds.append(took)
                 cpu.append(used)
+                peaks.append(memory.peak)
             print(
                 f"  world {world:>2} run {i} {took:7.3f} s (cpu {used:6.2f} s) verdict {result.verdict}"
                 f"{' (learns the layout, not counted)' if not i else ''}",
@@ -354,6 +381,7 @@ def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
             "per_rank_s": median / world,
             "cpu_s": statistics.median(cpu),
             "cpu_per_rank_s": statistics.median(cpu) / world,
+            "peak_mib": max(peaks) / 2**20,
             "runs": seconds,
             "verdicts": [str(v) for v in verdicts],
         }
@@ -377,13 +405,14 @@ def world_growth(fig: dict) -> dict | None:
 
 def report_worlds(fig: dict, target: dict | None) -> None:
     print("cost by world size (kill mid-save and resume, tp1pp1dp{W}; median, layout learned beforehand)")
-    print(f"  {'world':>5}  {'s per case':>10}  {'s per rank':>10}  {'cpu s per case':>14}  {'cpu s per rank':>14}")
+    head = f"{'s per case':>10}  {'s per rank':>10}  {'cpu s per case':>14}  {'cpu s per rank':>14}  {'peak MiB':>8}"
+    print(f"  {'world':>5}  {head}")
     for world, f in fig.items():
         wall, cpu = (
             f"{f['median_s']:10.3f}  {f['per_rank_s']:10.3f}",
             f"{f['cpu_s']:14.2f}  {f['cpu_per_rank_s']:14.3f}",
         )
-        print(f"  {world:>5}  {wall}  {cpu}")
+        print(f"  {world:>5}  {wall}  {cpu}  {f.get('peak_mib', 0):8.0f}")
     if target is not None:
         print(
             f"  target time per rank at world {target['largest']} within {TARGET_RANK_GROWTH:g}x of world 4: "

@@ -31,15 +31,15 @@ def run(args) -> int:
         f"seed {args.seed}; model {spec.num_layers} layers, hidden {spec.hidden}, vocab {spec.vocab}; "
         f"{args.steps} steps per topology"
     )
-    rows = []
+    rows, width = [], max(len(str(t)) for t in args.topology)
     for topo in args.topology:
         spec.check_topology(topo)
         start = time.monotonic()
         out = run_ranks(train_and_fingerprint, topo.world, args=(spec, topo, args.steps), timeout=args.timeout)[0]
         rows.append((topo, out["fingerprint"]))
         print(
-            f"  {str(topo):<12} {topo.world} ranks  iteration {out['iteration']}  fingerprint {out['fingerprint']}"
-            f"  ({time.monotonic() - start:.2f} s)"
+            f"  {str(topo):<{width}} {topo.world:>3} ranks  iteration {out['iteration']}  "
+            f"fingerprint {out['fingerprint']}  ({time.monotonic() - start:.2f} s)"
         )
     same = len({fp for _, fp in rows}) == 1
     print("global state is bit-identical on every topology" if same else "FAIL: fingerprints differ")
