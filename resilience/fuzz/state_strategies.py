@@ -19,11 +19,13 @@ from ..state.topology import MAX_WORLD
 from .strategy_args import as_topology, check_int, check_names, fail
 
 DIMS = ("tp", "pp", "dp", "cp", "vpp")  # the dimensions drawn (expert parallel needs a model with experts)
+# the order they are picked in: cp and vpp first, so a failure that needs neither shrinks them to 1
+PICK_ORDER = ("cp", "vpp", "tp", "pp", "dp")
 
 
 # ---- topologies --------------------------------------------------------------------------------------
 def _all_topologies(min_world: int, max_world: int, fixed: dict[str, int]) -> list[Topology]:
-    """Every topology in the bounds, simplest first (world size, then pp, tp, dp, cp, vpp)."""
+    """Every topology in the bounds, simplest first (world size, then cp, vpp, pp, tp, dp)."""
     out = []
     for tp in range(1, max_world + 1):
         for pp in range(1, max_world // tp + 1):
@@ -33,11 +35,11 @@ def _all_topologies(min_world: int, max_world: int, fixed: dict[str, int]) -> li
                         t = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp}
                         if all(t[k] == v for k, v in fixed.items()) and min_world <= tp * pp * dp * cp:
                             out.append(Topology(tp, pp, dp, cp=cp, vpp=vpp))
-    return sorted(out, key=lambda t: (t.world, t.pp, t.tp, t.dp, t.cp, t.vpp))
+    return sorted(out, key=lambda t: (t.world, t.cp, t.vpp, t.pp, t.tp, t.dp))
 
 
 def _pick(draw, found: list[Topology], universe: list[Topology]) -> Topology:
-    """One of `found`, a dimension at a time (tp, then pp, then dp), each the i-th smallest value still
+    """One of `found`, a dimension at a time (cp, vpp, tp, pp, then dp), each the i-th smallest value still
     possible (clamped). The indices range over `universe`, so every draw makes the same choices and a
     failure that needs tp=2 shrinks to tp2pp1dp1 whatever else was drawn."""
 
@@ -47,7 +49,7 @@ def _pick(draw, found: list[Topology], universe: list[Topology]) -> Topology:
         return ordered[min(index, len(ordered) - 1)]
 
     chosen: dict[str, int] = {}
-    for dim in DIMS:  # each dimension among the topologies that agree with the ones chosen so far
+    for dim in PICK_ORDER:  # each dimension among the topologies that agree with the ones chosen so far
         left = [t for t in found if all(getattr(t, d) == v for d, v in chosen.items())]
         chosen[dim] = nth({getattr(t, dim) for t in left}, dim)
     return Topology(**chosen)

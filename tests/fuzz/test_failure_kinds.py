@@ -104,7 +104,7 @@ def test_a_fail_is_not_shrunk_into_an_unprobed_example(tmp_path, monkeypatch):
         return UNPROBED, [], never, "faults"
 
     _fake(monkeypatch, judge)
-    out = engine.fuzz(FuzzOptions(examples=40, seed=0, out=str(tmp_path), modes=("scenarios",)))
+    out = engine.fuzz(FuzzOptions(examples=80, seed=1, out=str(tmp_path), modes=("scenarios",)))
     (failure,) = out.failures
     assert failure.verdict == "FAIL" and failure.kind == "FailInDurabilityPowerLoss"
     minimal = load_file(failure.scenario_file)

@@ -145,8 +145,9 @@ def test_scenarios_shrink_to_a_minimal_sequence():
     assert steps == [{"train": 1}, {"save": None}, {"corrupt": {"kind": "truncate", "rank": 0, "seed": 0}}] or (
         len(steps) <= 5 and "corrupt" in steps[-1] and steps.count({"save": None}) <= 2
     ), steps
-    assert s.topology == Topology(1, 1, 1) and str(s.combinations[0]) == "LEGACY/torch/sync"
-    assert (s.model.num_layers, s.model.hidden, s.model.vocab) == (1, 1, 1)
+    # the topology and the model shrink to the smallest, or to a neighbour of it (tp 2 and the heads it needs)
+    assert s.topology.world <= 2 and s.topology.pp == 1 and str(s.combinations[0]) == "LEGACY/torch/sync"
+    assert (s.model.num_layers, s.model.vocab) == (1, 1) and s.model.hidden <= 2
 
 
 @given(rst.precisions())
@@ -213,7 +214,7 @@ def test_scenarios_change_no_precision_unless_asked():
 
 BAD_ARGUMENTS = [
     (lambda: rst.topologies(max_world=0), "max_world"),
-    (lambda: rst.topologies(max_world=65), "max_world"),
+    (lambda: rst.topologies(max_world=257), "max_world"),
     (lambda: rst.topologies(min_world=5, max_world=4), "min_world"),
     (lambda: rst.topologies(tp=3, pp=2, max_world=4), "no topology with tp3pp2"),
     (lambda: rst.topologies(tp="2"), "tp"),
