@@ -22,7 +22,7 @@ _seed = number_arg(lambda text: int(text, 0), lambda v: v >= 0, "a non-negative 
 
 
 def _max_world(text: str) -> int:
-    from ..state.topology import MAX_WORLD  # imported when used: the state package imports torch
+    from ..state.topology import MAX_FUZZ_WORLD as MAX_WORLD  # imported when used: the state package imports torch
 
     return number_arg(int, lambda v: 1 <= v <= MAX_WORLD, f"a whole number of ranks from 1 to {MAX_WORLD}")(text)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from hypothesis import strategies as st
 
 from ..faults import KINDS, Fault, fault_from_dict
-from ..state.topology import MAX_WORLD
+from ..state.topology import MAX_FUZZ_WORLD as MAX_WORLD
 from ..vocab.phases import PHASES
 from . import lifecycle as lc
 from .strategy_args import check_int, check_names, fail

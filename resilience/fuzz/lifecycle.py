@@ -40,10 +40,8 @@ CORRUPTIONS = {  # at-rest kind -> the `corrupt:` shorthand the scenario uses
     "hostile_pickle": "pickle",
 }
 METADATA_HOW = ("garble", "truncate", "empty", "delete")
-STAGGERS = (
-    0.0,
-    1.1,
-)  # a resumed job's start-up in step, or across a wall-clock second (drawn 1 in 8: it costs a second)
+# a resumed job's start-up in step, or across a wall-clock second (drawn 1 in 8: it costs a second)
+STAGGERS = (0.0, 1.1)
 TRACKER_HOW = ("stale", "empty", "non_numeric", "future", "delete", "release")
 WRITE_FAULTS = ("io_error", "torn_write", "short_write", "slow_write")
 SECONDS, LONG_DELAY = "seconds", 1.0  # FaultDuringSave.detail of a slow_write that stalls for a second
@@ -458,11 +456,7 @@ class Lifecycle:
         self.rest_in_job = self.power_loss_in_job = False
         self.pending, self.pending_it = False, None
         refused = target != self.base and (
-            self.is_local
-            or (
-                self.combo.type is CheckpointType.LEGACY
-                and (target.tp, target.pp, target.vpp) != (self.base.tp, self.base.pp, self.base.vpp)
-            )
+            self.is_local or (self.combo.type is CheckpointType.LEGACY and _cut(target) != _cut(self.base))
         )
         if refused or not (self.folders or self.maybe):
             self.alive, self.iteration = False, None
@@ -474,6 +468,10 @@ class Lifecycle:
             self.alive, self.iteration = True, None
         else:
             self.alive, self.iteration = None, None
+
+
+def _cut(topo: Topology) -> tuple[int, int, int]:  # what LEGACY files are cut by: a change of any is refused
+    return topo.tp, topo.pp, topo.vpp
 
 
 def interpret(

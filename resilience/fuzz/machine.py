@@ -167,9 +167,8 @@ def _machine(setups, kinds, writes: list, rest: list, moves: bool, precision_cha
             combo, base, others, model = setup
             precisions = rst.other_precisions(model) if precision_changes else []
             self.life, self.model = lc.Lifecycle(combo, base, list(others), precisions=precisions), model
-            if warm_up:  # most runs start from a committed checkpoint (else most would have nothing to judge)
-                self._do(lc.Train(warm_up))
-                self._do(lc.Save())
+            for action in (lc.Train(warm_up), lc.Save()) if warm_up else ():  # most runs start from a commit
+                self._do(action)
 
         @precondition(lambda self: self._allows(lc.Train()))
         @rule(steps=st.integers(1, 3))

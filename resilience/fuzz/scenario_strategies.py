@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ..errors import ConfigError
 from ..state import ModelSpec
 from ..state.precision import DTYPES, Precision
-from ..state.topology import MAX_WORLD
+from ..state.topology import MAX_FUZZ_WORLD as MAX_WORLD
 from ..vocab.combos import Combination, valid_combinations
 from . import lifecycle as lc
 from .state_strategies import model_specs, topologies as _topologies

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ..state import ModelSpec, Topology, Transition
 from ..state.model import OPTIMIZERS
 from ..state.precision import DTYPES, Precision
-from ..state.topology import MAX_WORLD
+from ..state.topology import MAX_FUZZ_WORLD as MAX_WORLD
 from .strategy_args import as_topology, check_int, check_names, fail
 
 DIMS = ("tp", "pp", "dp", "cp", "vpp")  # the dimensions drawn (expert parallel needs a model with experts)

@@ -10,6 +10,7 @@ from ..errors import ConfigError
 from .precision import Precision
 
 MAX_WORLD = 256  # rank processes on one machine (the memory each needs is checked before a job starts)
+MAX_FUZZ_WORLD = 64  # the largest world the fuzzer draws: it runs hundreds of cases; larger ones are given
 DIMS = ("tp", "pp", "dp", "ep", "etp", "cp", "vpp")  # as a topology is written; the first three always
 _NAME = re.compile(r"(vpp|etp|tp|pp|dp|ep|cp)(\d+)")
 

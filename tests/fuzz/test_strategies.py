@@ -214,7 +214,7 @@ def test_scenarios_change_no_precision_unless_asked():
 
 BAD_ARGUMENTS = [
     (lambda: rst.topologies(max_world=0), "max_world"),
-    (lambda: rst.topologies(max_world=257), "max_world"),
+    (lambda: rst.topologies(max_world=65), "max_world"),
     (lambda: rst.topologies(min_world=5, max_world=4), "min_world"),
     (lambda: rst.topologies(tp=3, pp=2, max_world=4), "no topology with tp3pp2"),
     (lambda: rst.topologies(tp="2"), "tp"),
