@@ -106,7 +106,8 @@ def run(args) -> int:
     corner_columns = [c for name in corners for c in seen if c == name or (name == EACH_FILE and is_file_column(c))]
     columns = table + corner_columns
     folder = _start_folder(create_run_folder, args, columns, work, sweep, combos, faults, transitions, corners)
-    folder.meta["corners"] = {c: corner_probes(corner_columns).get(c, "") for c in corner_columns}
+    probes = corner_probes(corner_columns)  # each corner's one line: in the terminal and in the reports
+    folder.meta["corners"] = {c: probes.get(c, "") for c in corner_columns}
     if args.backend_options:
         _announce_sweep(sweep, refused_values)
     specs = _case_specs(CaseSpec, folder, work, args.io)
@@ -125,7 +126,7 @@ def run(args) -> int:
         print(text_table([r for r in rows if column_of(r) in table], table))
     if corner_columns:
         mine = [r for r in rows if column_of(r) in corner_columns]
-        print(f"\ncorners:\n{transposed_table(mine, corner_columns, corner_probes(corner_columns))}")
+        print(f"\ncorners:\n{transposed_table(mine, corner_columns, probes)}")
     print(f"({time.monotonic() - start:.1f} s)")
     paths = folder.finish(rows, columns=columns)
     if args.json:

@@ -83,6 +83,9 @@ def forge_escaping_path(root: str, fault: EscapingManifestPath, folder: str) -> 
     )
 
 
+_POINTER_TEXTS = {"empty": "", "non_numeric": "not-a-number", "release": "release"}  # what those damages write
+
+
 def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: list[int]) -> Damage:
     """Delete, empty, garble or renumber (stale: the iteration before the newest; future: one never saved) the
     file that points at the newest checkpoint; a number in it keeps its width (`iter_0000003` -> `iter_0000002`)."""
@@ -96,8 +99,8 @@ def damage_pointer_file(root: str, path: str, fault: TrackerDamage, iterations: 
             raise NothingToDamage("how", f"{path} does not exist: nothing to delete")
         os.unlink(path)
         return record(fault, "delete", root, path, old=old)
-    if fault.how in ("empty", "non_numeric", "release"):
-        text = {"empty": "", "non_numeric": "not-a-number", "release": "release"}[fault.how]
+    if fault.how in _POINTER_TEXTS:
+        text = _POINTER_TEXTS[fault.how]
     else:
         value = (
             (iterations[-2] if len(iterations) > 1 else max(newest - 1, 0)) if fault.how == "stale" else newest + 1000

@@ -223,7 +223,7 @@ def _machine(setups, kinds, writes: list, rest: list, moves: bool, precision_cha
             where=st.none() | st.integers(0, 3) if moves else st.none(),
             cont=st.integers(0, 2),
             precision=st.none() | st.integers(0, 2) if precision_changes else st.none(),
-            stagger=st.integers(0, 7).map(lambda i: lc.STAGGERS[i == 7]),
+            stagger=rst.staggers(),
         )
         def resume(self, where, cont, precision, stagger):
             self._do(lc.Resume(where, cont, precision, stagger))

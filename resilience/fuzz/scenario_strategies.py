@@ -84,6 +84,11 @@ def combinations(
 _combinations = combinations  # scenarios() takes an argument of the same name
 
 
+def staggers() -> st.SearchStrategy[float]:
+    """A resumed job's stagger: none, or 1 in 8 across a wall-clock second (each costs a second); shrinks to none."""
+    return st.integers(0, 7).map(lambda i: lc.STAGGERS[i == 7])
+
+
 # ---- scenarios -------------------------------------------------------------------------------------
 def _actions(fault_kinds: frozenset[str], moves: bool, precision_changes: bool = False) -> st.SearchStrategy:
     """Raw lifecycle actions (see lifecycle.py), plainest first so lists shrink toward train and save."""
@@ -97,7 +102,7 @@ def _actions(fault_kinds: frozenset[str], moves: bool, precision_changes: bool =
             st.none() | st.integers(0, 3) if moves else st.none(),
             st.integers(0, 2),
             st.none() | st.integers(0, 2) if precision_changes else st.none(),
-            st.integers(0, 7).map(lambda i: lc.STAGGERS[i == 7]),
+            staggers(),
         ),
         st.just(lc.Finalize()),
     ]
