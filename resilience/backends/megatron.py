@@ -51,6 +51,7 @@ from ..checkpoint.formats.base import RankInfo
 from ..dist import barrier, this_rank, world_size
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
 from ..state import TrainingState
+from ..state.model import is_expert_key
 from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
 from ..vocab import CheckpointInfo, CheckpointType, CkptFormat, Combination, LoadResult, combination
@@ -256,7 +257,15 @@ class MegatronBackend:
 
     def _info(self, state: TrainingState) -> RankInfo:
         return RankInfo(
-            this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None, state.groups.dp_group
+            this_rank(),
+            world_size(),
+            state.topo,
+            state.coords,
+            state.spec,
+            self.combo,
+            None,
+            state.groups.dp_group,
+            state.groups.edp_group,
         )
 
     # ---- state -----------------------------------------------------------------------------------
@@ -268,19 +277,21 @@ class MegatronBackend:
         info = self._info(state)
         fmt = self.layout
         split = {}
-        if state.spec.optimizer == "distributed" and state.topo.dpcp > 1:
+        if state.spec.optimizer == "distributed":
             fmt.prepare(info)
             split = fmt._split(info, records)
         whole = {}
         if split and not for_load:
-            whole = fmt._gather_rows(info, {r.key: r for r in records if r.key in split}, split)
+            whole = fmt.gather_split(info, records, split)
         sd, buffers = {}, {}
         for r in records:
             if isinstance(r, ShardedTensor):
                 if r.key in split:
                     piece = split[r.key]
                     data = whole[r.key] if not for_load else torch.empty(piece.local_shape, dtype=r.data.dtype)
-                    offset, replica = piece.global_offset, state.coords.dpcp
+                    # replicated over the group its rows were gathered over
+                    offset = piece.global_offset
+                    replica = state.coords.edp if is_expert_key(r.key) else state.coords.dpcp
                     if for_load:
                         buffers[r.key] = (data, r.global_offset[0] - offset[0])
                 else:

@@ -190,7 +190,15 @@ class StockDcpBackend:
 
     def _info(self, state: TrainingState) -> RankInfo:
         return RankInfo(
-            this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, None, state.groups.dp_group
+            this_rank(),
+            world_size(),
+            state.topo,
+            state.coords,
+            state.spec,
+            self.combo,
+            None,
+            state.groups.dp_group,
+            state.groups.edp_group,
         )
 
     # ---- save ------------------------------------------------------------------------------------
@@ -305,7 +313,7 @@ class StockDcpBackend:
                     nest(state, r.key, full)
                     after.insert(0, functools.partial(copy_real_rows, full, buf, offset, r.logical[0]))
                 else:
-                    nest(state, r.key, fmt._dtensor(info, buf, r.global_shape, offset))
+                    nest(state, r.key, fmt._dtensor(info, r.key, buf, r.global_shape, offset))
         # the RNG cells this checkpoint holds tell the grid it was saved on (no manifest says so here)
         grid = rng_cells(info.topo)
         cells = {k for k in stored if k.startswith(RNG_KEY + ".")} if stored is not None else grid

@@ -69,7 +69,15 @@ class Driver:
 
     def _info(self, state: TrainingState, group: Any = None) -> RankInfo:
         return RankInfo(
-            this_rank(), world_size(), state.topo, state.coords, state.spec, self.combo, group, state.groups.dp_group
+            this_rank(),
+            world_size(),
+            state.topo,
+            state.coords,
+            state.spec,
+            self.combo,
+            group,
+            state.groups.dp_group,
+            state.groups.edp_group,
         )
 
     def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:

@@ -170,7 +170,7 @@ def _write_ranks(
     from ..runner.adapters import resolve_backend
 
     ref = resolve_backend(backend)  # the spec, resolved once in this rank process
-    groups = ParallelGroups(topo, ctx.rank)
+    groups = ParallelGroups(topo, ctx.rank, experts=spec.num_experts > 0)
     state = TrainingState(spec, topo, ctx.rank, groups)
     state.train(steps)
     digests = fingerprint(state.sharded_state_dict())
@@ -204,7 +204,7 @@ def _load_ranks(
     from ..runner.adapters import resolve_backend
 
     ref = resolve_backend(backend)  # the spec, resolved once in this rank process
-    groups = ParallelGroups(topo, ctx.rank)
+    groups = ParallelGroups(topo, ctx.rank, experts=spec.num_experts > 0)
     out: list[dict] = []
     for e, combo in entries:
         b = ref.make(combo)

@@ -56,7 +56,8 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, shared_folder: SharedFolder
         return 2
     topo = Topology.from_dict(decision["topology"])
     shared_folder.create()  # rank 0 made the folders; on a network filesystem another node may not see them yet
-    groups = ParallelGroups(topo, env.rank)  # every rank creates every group, once per attempt
+    # every rank creates every group, once per attempt
+    groups = ParallelGroups(topo, env.rank, experts=plan.spec.num_experts > 0)
     log = EventLog(shared_folder.history(env.rank), attempt, env.rank)
     if plan.io == "fuse":  # this process and its writers are this rank's, for the file system of this node
         from ..fusefs import tell

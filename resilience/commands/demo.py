@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .common import positive_int, seconds, seed_arg, topology_arg
+from .common import number_arg, positive_int, seconds, seed_arg, topology_arg
 
 
 def register(sub) -> None:
@@ -16,6 +16,14 @@ def register(sub) -> None:
         default=[topology_arg(t) for t in ("tp1pp1dp1", "tp2pp2dp2", "tp4pp1dp1", "tp1pp2dp2")],
     )
     p.add_argument("--steps", type=positive_int, default=5, help="training steps per topology (default: 5)")
+    p.add_argument(
+        "--experts",
+        type=number_arg(int, lambda v: 0 <= v <= 1024, "an integer from 0 to 1024"),
+        default=0,
+        metavar="N",
+        help="a mixture-of-experts model with N experts per layer (default: 0, dense); ep and etp split them",
+    )
+    p.add_argument("--shared-experts", action="store_true", help="with --experts: a shared expert beside them")
     p.add_argument("--seed", type=seed_arg, default=1234, help="seed of the model and the data (default: 1234)")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per topology (default: 120)")
     p.set_defaults(func=run)
@@ -26,9 +34,12 @@ def run(args) -> int:
     from ..state import ModelSpec
     from ..state.demo import train_and_fingerprint
 
-    spec = ModelSpec(seed=args.seed)
+    spec = ModelSpec(seed=args.seed, num_experts=args.experts, shared_experts=args.shared_experts)
+    experts = ""
+    if spec.num_experts:
+        experts = f", {spec.num_experts} experts" + (" and a shared one" if spec.shared_experts else "")
     print(
-        f"seed {args.seed}; model {spec.num_layers} layers, hidden {spec.hidden}, vocab {spec.vocab}; "
+        f"seed {args.seed}; model {spec.num_layers} layers, hidden {spec.hidden}, vocab {spec.vocab}{experts}; "
         f"{args.steps} steps per topology"
     )
     rows, width = [], max(len(str(t)) for t in args.topology)

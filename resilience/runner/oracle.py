@@ -8,16 +8,13 @@ says what such a load must give."""
 from __future__ import annotations
 
 from functools import lru_cache
-from types import SimpleNamespace
 
 import torch
 
 from ..checkers.evidence import PrecisionTargets
-from ..state import RUN_BOUND_KEYS, ModelSpec, Topology, TrainingState, combine
+from ..state import RUN_BOUND_KEYS, ModelSpec, ParallelGroups, Topology, TrainingState, combine
 from ..state.fingerprints import assemble, local_pieces
 from ..state.precision import Precision
-
-_NO_GROUPS = SimpleNamespace(dp_group=None, dp_ranks=[0])
 
 
 def local_fingerprint(state: TrainingState) -> dict[str, str]:
@@ -37,7 +34,9 @@ class NeverStopped:
     def __call__(self, iteration: int) -> str:
         if iteration not in self._cache:
             if self._state is None or self._state.iteration > iteration:
-                self._state = TrainingState(self.spec, Topology(1, 1, 1), 0, groups=_NO_GROUPS)  # type: ignore[arg-type]  # no process group here
+                self._state = TrainingState(
+                    self.spec, Topology(1, 1, 1), 0, groups=ParallelGroups.without_collectives()
+                )
             while self._state.iteration < iteration:
                 self._state.step()
             self._cache[iteration] = combine(local_fingerprint(self._state), RUN_BOUND_KEYS)
@@ -180,7 +179,7 @@ class _TrainedOn:
 
 
 def _fresh(spec: ModelSpec) -> TrainingState:
-    return TrainingState(spec, Topology(1, 1, 1), 0, groups=_NO_GROUPS)  # type: ignore[arg-type]  # no process group here
+    return TrainingState(spec, Topology(1, 1, 1), 0, groups=ParallelGroups.without_collectives())
 
 
 def _digest(state: TrainingState) -> str:

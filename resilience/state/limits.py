@@ -24,15 +24,19 @@ def model_elements(spec: ModelSpec, tp: int = 1) -> int:
     list is built, so a spec with absurd sizes costs nothing to measure."""
     h, f, v = spec.hidden, spec.ffn_hidden, spec.padded_vocab(tp)
     per_layer = 2 * h + 4 * h * h + 2 * f * h  # two norms, qkv + proj, fc1 + fc2
+    if spec.num_experts:  # a router and the experts instead of one MLP, and the shared experts' MLP
+        per_layer += spec.num_experts * h + (spec.num_experts - 1 + spec.shared_experts) * 2 * f * h
     sized = sum(n for _, n in spec.sized_params)
     return spec.num_layers * per_layer + h + 2 * v * h + sized  # + final norm, embedding and output layer
 
 
 def job_bytes(spec: ModelSpec, topo: Topology) -> int:
-    """Estimated memory of a job on `topo`: tp and pp split the model, each of dp x cp ranks holds a replica
+    """Estimated memory of a job on `topo`: tp and pp split the model, each of dp x cp ranks (or of the
+    expert-data-parallel ranks, when more) holds a replica
     (a conservative bound for the distributed optimizer), the runner holds one more, and each rank process
     takes PROCESS_BYTES of its own."""
-    return model_elements(spec, topo.tp) * (topo.dpcp + 1) * BYTES_PER_ELEMENT + topo.world * PROCESS_BYTES
+    replicas = max(topo.dpcp, topo.edp if spec.num_experts else 1)  # experts are replicated over edp
+    return model_elements(spec, topo.tp) * (replicas + 1) * BYTES_PER_ELEMENT + topo.world * PROCESS_BYTES
 
 
 def memory_ceiling() -> int:

@@ -26,12 +26,13 @@ MAX_LR = 10.0
 MAX_MODEL_SEED = 1 << 32
 VALUE_RANGES = ("unit", "wide")  # values in [-0.5, 0.5), or spread over 2**-40 .. 2**40 in magnitude
 # switches of the adversarial state: 0 is off
-OFF_OR_COUNT = {"rampup_samples": 1 << 24, "skip_every": 1 << 20}
+OFF_OR_COUNT = {"rampup_samples": 1 << 24, "skip_every": 1 << 20, "num_experts": 1 << 10}
 MAX_START_ITERATION = 10**9  # past Megatron's iter_%07d padding (9,999,999) and then some
 # sized_params: extra 1-d parameters of a chosen size (a tensor just past a writer's chunk, or one row that
 # leaves a distributed-optimizer shard empty), named [A-Za-z0-9_], on the last pipeline stage
 MAX_SIZED_PARAMS, MAX_SIZED_ELEMENTS = 16, 1 << 24
 SIZED_PREFIX = "extra."  # + name + ".weight": their keys in the state
+EXPERT_MARK = ".experts.local_experts."  # in the key of every expert's parameter (and its optimizer state)
 _SIZED_NAME = re.compile(r"[A-Za-z0-9_]{1,40}")
 
 
@@ -53,7 +54,7 @@ def field_problem(name: str, value) -> ConfigError | None:
     elif name == "start_iteration":  # noqa: SIM102 (one branch per field)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_START_ITERATION:
             return ConfigError(where, f"must be an integer in 0..{MAX_START_ITERATION}, got {value!r}")
-    elif name == "padding_values" and not isinstance(value, bool):
+    elif name in ("padding_values", "shared_experts") and not isinstance(value, bool):
         return ConfigError(where, f"must be true or false, got {value!r}")
     elif name == "sized_params":
         return _sized_problem(value)
@@ -96,6 +97,11 @@ def _mix(seed: int, n: int) -> int:
     return x ^ (x >> 31)
 
 
+def is_expert_key(key: str) -> bool:
+    """Whether a record key (a parameter's, or its optimizer state's) belongs to an expert."""
+    return EXPERT_MARK in key
+
+
 @dataclass(frozen=True)
 class ParamLayout:
     """How one parameter is laid out: global shape, the dim split over tp (None: replicated), its stage."""
@@ -106,6 +112,9 @@ class ParamLayout:
     layer: int | None  # global layer number; None for embedding / final norm / output
     where: str = "layer"  # "first" (stage 0), "last" (last stage) or "layer"
     vocab_parallel: bool = False  # rows beyond the true vocab are padding
+    # the global index of the expert this parameter belongs to: split over etp (tp_dim then names the dim
+    # etp splits), held only by the ranks of its expert-parallel rank, replicated over expert data parallel
+    expert: int | None = None
 
 
 @dataclass(frozen=True)
@@ -138,6 +147,11 @@ class ModelSpec:
     # enter the softmax): every row of the padded tensor is then state, and a load must restore them all.
     # Off: padding rows are zero, never updated, and left out of every comparison (a tp change moves them)
     padding_values: bool = False
+    # mixture of experts (0: dense): every layer's MLP becomes a router (replicated over tp) and this many
+    # experts of ffn_hidden each, split over ep and, inside an expert, over etp (Megatron's SequentialMLP,
+    # each expert's keys named by its global index); with shared_experts one dense MLP beside them, over tp
+    num_experts: int = 0
+    shared_experts: bool = False
 
     def __post_init__(self):
         if isinstance(self.sized_params, Mapping):  # frozen, and hashable: kept as sorted pairs
@@ -189,12 +203,7 @@ class ModelSpec:
                 + (f" x vpp={topo.vpp} layer chunks" if topo.vpp > 1 else ""),
                 "choose num_layers as a multiple of pp" + (" x vpp" if topo.vpp > 1 else ""),
             )
-        if topo.ep * topo.etp > 1:
-            raise ConfigError(
-                "topology.ep",
-                f"ep={topo.ep} and etp={topo.etp} split experts, and this model is dense",
-                "use ep 1 and etp 1",
-            )
+        self._check_experts(topo)
         if self.heads % topo.tp:
             raise ConfigError(
                 "model.heads",
@@ -207,6 +216,31 @@ class ModelSpec:
                 f"{self.ffn_hidden} is not divisible by tp={topo.tp}",
                 "choose ffn_hidden as a multiple of tp",
             )
+
+    def _check_experts(self, topo: Topology) -> None:
+        if topo.ep * topo.etp > 1 and not self.num_experts:
+            raise ConfigError(
+                "topology.ep",
+                f"ep={topo.ep} and etp={topo.etp} split experts, and this model is dense",
+                "use ep 1 and etp 1, or give the model num_experts",
+            )
+        if self.num_experts % topo.ep:
+            raise ConfigError(
+                "topology.ep",
+                f"ep={topo.ep} does not divide the model's {self.num_experts} experts",
+                "choose ep as a divisor of num_experts",
+            )
+        if self.ffn_hidden % topo.etp:
+            raise ConfigError(
+                "topology.etp",
+                f"etp={topo.etp} does not divide an expert's ffn_hidden={self.ffn_hidden}",
+                "choose etp as a divisor of ffn_hidden",
+            )
+
+    def experts_of(self, ep_rank: int, ep: int) -> range:
+        """The global indices of the experts expert-parallel rank `ep_rank` holds (a contiguous run)."""
+        per = self.num_experts // ep
+        return range(ep_rank * per, (ep_rank + 1) * per)
 
     def padded_vocab(self, tp: int) -> int:
         """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by * tp."""
@@ -221,7 +255,7 @@ class ModelSpec:
 
     def params(self, tp: int) -> list[ParamLayout]:
         """Every parameter in global order, with global shapes for tensor parallel size `tp`."""
-        h, f, v = self.hidden, self.ffn_hidden, self.padded_vocab(tp)
+        h, v = self.hidden, self.padded_vocab(tp)
         out = [ParamLayout("embedding.word_embeddings.weight", (v, h), 0, None, "first", True)]
         for layer in range(self.num_layers):
             p = f"decoder.layers.{layer}."
@@ -230,14 +264,34 @@ class ModelSpec:
                 ParamLayout(p + "self_attention.linear_qkv.weight", (3 * h, h), 0, layer),
                 ParamLayout(p + "self_attention.linear_proj.weight", (h, h), 1, layer),
                 ParamLayout(p + "pre_mlp_layernorm.weight", (h,), None, layer),
-                ParamLayout(p + "mlp.linear_fc1.weight", (f, h), 0, layer),
-                ParamLayout(p + "mlp.linear_fc2.weight", (h, f), 1, layer),
             ]
+            out += self._mlp(p + "mlp.", layer)
         out += [
             ParamLayout("decoder.final_layernorm.weight", (h,), None, None, "last"),
             ParamLayout("output_layer.weight", (v, h), 0, None, "last", True),
         ]
         out += [ParamLayout(f"{SIZED_PREFIX}{name}.weight", (n,), None, None, "last") for name, n in self.sized_params]
+        return out
+
+    def _mlp(self, p: str, layer: int) -> list[ParamLayout]:
+        h, f = self.hidden, self.ffn_hidden
+        if not self.num_experts:
+            return [
+                ParamLayout(p + "linear_fc1.weight", (f, h), 0, layer),
+                ParamLayout(p + "linear_fc2.weight", (h, f), 1, layer),
+            ]
+        out = [ParamLayout(p + "router.weight", (self.num_experts, h), None, layer)]
+        for g in range(self.num_experts):
+            e = f"{p}{EXPERT_MARK[1:]}{g}."
+            out += [
+                ParamLayout(e + "linear_fc1.weight", (f, h), 0, layer, expert=g),
+                ParamLayout(e + "linear_fc2.weight", (h, f), 1, layer, expert=g),
+            ]
+        if self.shared_experts:
+            out += [
+                ParamLayout(p + "shared_experts.linear_fc1.weight", (f, h), 0, layer),
+                ParamLayout(p + "shared_experts.linear_fc2.weight", (h, f), 1, layer),
+            ]
         return out
 
     def params_of_stage(self, tp: int, pp_rank: int, pp: int, vpp: int = 1) -> list[ParamLayout]:

@@ -124,6 +124,10 @@ class Topology:
     def rank_of(self, tp: int, pp: int, dp: int, cp: int = 0) -> int:
         return tp + self.tp * (cp + self.cp * (dp + self.dp * pp))
 
+    def expert_rank_of(self, etp: int, ep: int, edp: int, pp: int) -> int:
+        """The global rank at a place of the expert grid of stage `pp` (etp fastest, then ep, then edp)."""
+        return etp + self.etp * (ep + self.ep * edp) + self.tp * self.cp * self.dp * pp
+
     def all_coords(self) -> list[Coords]:
         return [self.coords(r) for r in range(self.world)]
 

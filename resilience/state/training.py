@@ -49,17 +49,37 @@ class Piece:
 
 
 class ParallelGroups:
-    """This rank's data-parallel process group, widened by context parallel (created collectively on every
-    rank): dense state is replicated over it and the distributed optimizer shards it there."""
+    """This rank's data-parallel process group, widened by context parallel, and (for a model with
+    experts) its expert-data-parallel group, created collectively on every rank: dense state is replicated
+    over the first and the distributed optimizer shards it there; an expert's state, over the second."""
 
-    def __init__(self, topo: Topology, rank: int):
-        self.dp_group = None
-        self.dp_ranks = [rank]
+    def __init__(self, topo: Topology, rank: int, experts: bool = False):
+        self.dp_group = self.edp_group = None
+        self.dp_ranks = self.edp_ranks = [rank]
+        self.experts = experts
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            for ranks in topo.dp_cp_groups():  # every rank must create every group, in the same order
-                group = dist.new_group(ranks)
-                if rank in ranks:
-                    self.dp_group, self.dp_ranks = group, ranks
+            # every rank must create every group, in the same order
+            self.dp_group, self.dp_ranks = _my_group(topo.dp_cp_groups(), rank)
+            if experts:
+                self.edp_group, self.edp_ranks = _my_group(topo.edp_groups(), rank)
+
+    @classmethod
+    def without_collectives(cls, rank: int = 0) -> ParallelGroups:
+        """A rank that joins no group, for any model: a state trained alone (one rank) or only described."""
+        self = cls.__new__(cls)
+        self.dp_group = self.edp_group = None
+        self.dp_ranks = self.edp_ranks = [rank]
+        self.experts = True
+        return self
+
+
+def _my_group(all_ranks: list[list[int]], rank: int):
+    mine: tuple = (None, [rank])
+    for ranks in all_ranks:
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = (group, ranks)
+    return mine
 
 
 class TrainingState:
@@ -69,11 +89,19 @@ class TrainingState:
         spec.check_topology(topo)
         self.spec, self.topo = spec, topo
         self.coords: Coords = topo.coords(rank)
-        self.groups = groups or ParallelGroups(topo, rank)
+        self.groups = groups or ParallelGroups(topo, rank, experts=spec.num_experts > 0)
+        if spec.num_experts and not self.groups.experts:
+            raise ValueError("a model with experts needs ParallelGroups(..., experts=True)")
         self.iteration = spec.start_iteration
         self.consumed_samples = 0
         self.opt_step = 0
-        self.pieces = [self._piece(p) for p in spec.params_of_stage(topo.tp, self.coords.pp, topo.pp, topo.vpp)]
+        mine = spec.params_of_stage(topo.tp, self.coords.pp, topo.pp, topo.vpp)
+        experts = set(spec.experts_of(self.coords.ep, topo.ep)) if spec.num_experts else set()
+        # dense pieces first, then this rank's experts: each kind's collectives run over its own group,
+        # and every rank of a group holds the same pieces of that kind in the same order
+        self.pieces = [self._piece(p) for p in mine if p.expert is None]
+        self.pieces += [self._piece(p) for p in mine if p.expert in experts]
+        self.dense_count = sum(p.layout.expert is None for p in self.pieces)
         self.params: dict[str, torch.Tensor] = {}
         self.exp_avg: dict[str, torch.Tensor] = {}
         self.exp_avg_sq: dict[str, torch.Tensor] = {}
@@ -98,20 +126,24 @@ class TrainingState:
     # ---- layout ---------------------------------------------------------------------------------
     def _piece(self, layout: ParamLayout) -> Piece:
         c, topo = self.coords, self.topo
+        if layout.expert is None:  # split over tp, replicated and optimizer-sharded over dp x cp
+            split, split_rank, shard, shard_rank = topo.tp, c.tp, topo.dpcp, c.dpcp
+        else:  # an expert: split over etp, replicated and optimizer-sharded over expert data parallel
+            split, split_rank, shard, shard_rank = topo.etp, c.etp, topo.edp, c.edp
         shape = layout.shape
         offset, local = [0] * len(shape), list(shape)
         if layout.tp_dim is not None:
             d = layout.tp_dim
-            local[d] = shape[d] // topo.tp
-            offset[d] = c.tp * local[d]
-            param_replica = c.dpcp
+            local[d] = shape[d] // split
+            offset[d] = split_rank * local[d]
+            param_replica = shard_rank
         else:
-            param_replica = c.dpcp * topo.tp + c.tp
+            param_replica = shard_rank * split + split_rank
         if self.spec.optimizer == "distributed":
-            # Megatron's distributed optimizer: optimizer state of a piece split across dp x cp ranks.
+            # Megatron's distributed optimizer: optimizer state of a piece split across its shard group
             rows = local[0]
-            lo, hi = rows * c.dpcp // topo.dpcp, rows * (c.dpcp + 1) // topo.dpcp
-            opt_replica = 0 if layout.tp_dim is not None else c.tp
+            lo, hi = rows * shard_rank // shard, rows * (shard_rank + 1) // shard
+            opt_replica = 0 if layout.tp_dim is not None else split_rank
         else:
             lo, hi, opt_replica = 0, local[0], param_replica
         return Piece(
@@ -201,10 +233,8 @@ class TrainingState:
             for k, main in zip(keys, mains):
                 self.write_guard.before_write((self.params[k], main, self.exp_avg[k], self.exp_avg_sq[k]))
         grad = self._grads(keys, rows, scale, 7919 + position % 3)
-        if self.spec.optimizer != "distributed" and self.groups.dp_group is not None:
-            # replicas computed equal gradients; MAX keeps them bit-exact while running the collective,
-            # one for the whole step as a bucketed all-reduce would (one per piece costs ms each)
-            dist.all_reduce(grad, op=dist.ReduceOp.MAX, group=self.groups.dp_group)
+        if self.spec.optimizer != "distributed":
+            self._reduce_grads(grad, sum(m.numel() for m in mains[: self.dense_count]))
         # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded as copied back)
         m_new = _flat(self.exp_avg[k].float() for k in keys) * BETA1 + grad * (1.0 - BETA1)
         v_new = _flat(self.exp_avg_sq[k].float() for k in keys) * BETA2 + (grad * grad) * (1.0 - BETA2)
@@ -224,8 +254,16 @@ class TrainingState:
             if k in self.main:
                 param = self.params[k]
                 param[lo:hi].copy_(old.to(param.dtype))
-        if self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
+        if self.spec.optimizer == "distributed":
             self._gather_rows()
+
+    def _reduce_grads(self, grad: torch.Tensor, dense: int) -> None:
+        """Replicas computed equal gradients; MAX keeps them bit-exact while running the collective, one per
+        kind of piece for the whole step as a bucketed all-reduce would (one per piece costs ms each): the
+        dense ones over dp x cp, the experts' over expert data parallel."""
+        for part, group in ((grad[:dense], self.groups.dp_group), (grad[dense:], self.groups.edp_group)):
+            if group is not None and part.numel():
+                dist.all_reduce(part, op=dist.ReduceOp.MAX, group=group)
 
     def _grads(self, keys: list[str], rows: list[tuple[int, int]], scale: float, salt: int) -> torch.Tensor:
         """This rank's gradient of the optimizer rows of every piece, flat (zero on padding rows), towards
@@ -256,16 +294,23 @@ class TrainingState:
         return self._real
 
     def _gather_rows(self) -> None:
-        """Distributed optimizer: every dp rank updated its rows of every piece; all-gather them, all
-        pieces in one collective (padded to the widest dp share so every rank sends the same size)."""
-        if not self.pieces:
-            return  # the whole dp group holds the same (no) pieces: nobody joins the collective
-        dp = self.topo.dpcp
+        """Distributed optimizer: every rank updated its rows of every piece; all-gather them over the
+        group that shards them (dense pieces over dp x cp, experts over expert data parallel)."""
+        dense, experts = self.pieces[: self.dense_count], self.pieces[self.dense_count :]
+        if self.groups.dp_group is not None:
+            self._gather_over(dense, self.topo.dpcp, self.groups.dp_group)
+        if self.groups.edp_group is not None:
+            self._gather_over(experts, self.topo.edp, self.groups.edp_group)
+
+    def _gather_over(self, pieces: list[Piece], size: int, group) -> None:
+        """All pieces in one collective (padded to the widest share so every rank sends the same size)."""
+        if not pieces or size == 1:
+            return  # the whole group holds the same (no) pieces: nobody joins the collective
         sends, layout = [], []
-        for piece in self.pieces:
+        for piece in pieces:
             param = self.params[piece.layout.key]
             rows = piece.local_shape[0]
-            bounds = [(rows * d // dp, rows * (d + 1) // dp) for d in range(dp)]
+            bounds = [(rows * d // size, rows * (d + 1) // size) for d in range(size)]
             block = (max(hi - lo for lo, hi in bounds),) + piece.local_shape[1:]
             lo, hi = piece.opt_rows
             send = torch.zeros(block, dtype=param.dtype)
@@ -273,8 +318,8 @@ class TrainingState:
             sends.append(send.reshape(-1))
             layout.append((param, bounds, block))
         flat = torch.cat(sends)
-        out = [torch.empty_like(flat) for _ in range(dp)]
-        dist.all_gather(out, flat, group=self.groups.dp_group)
+        out = [torch.empty_like(flat) for _ in range(size)]
+        dist.all_gather(out, flat, group=group)
         for d, got in enumerate(out):
             for (param, bounds, block), part in zip(layout, got.split([s.numel() for s in sends])):
                 a, b = bounds[d]
@@ -324,7 +369,7 @@ class TrainingState:
                 else:  # fp32 saved, bf16 here
                     self.main[key].copy_(params[key][lo:hi])
                     self.params[key].copy_(params[key].to(self.params[key].dtype))
-            if main and self.spec.optimizer == "distributed" and self.groups.dp_group is not None:
+            if main and self.spec.optimizer == "distributed":
                 self._gather_rows()  # the other dp ranks' rows: each holds its own main parameters
 
         return self._records(params, main, m, v), finish

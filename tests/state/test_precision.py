@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from resilience.errors import ConfigError
-from resilience.runner.oracle import _NO_GROUPS, convert, local_fingerprint, precision_change
-from resilience.state import ModelSpec, Topology, TrainingState, Transition
+from resilience.runner.oracle import convert, local_fingerprint, precision_change
+from resilience.state import ModelSpec, ParallelGroups, Topology, TrainingState, Transition
 from resilience.state.precision import Precision
 from resilience.state.sharding import ShardedTensor
 
@@ -21,14 +21,14 @@ SPEC = ModelSpec(
 
 
 def _trained(precision: str, steps: int = 4) -> TrainingState:
-    state = TrainingState(SPEC.in_precision(precision), Topology(), 0, groups=_NO_GROUPS)  # type: ignore[arg-type]
+    state = TrainingState(SPEC.in_precision(precision), Topology(), 0, groups=ParallelGroups.without_collectives())
     state.train(steps)
     return state
 
 
 def _load_through_records(source: TrainingState, precision: str) -> TrainingState:
     """What a loader does: fill the records a checkpoint of `source` holds, then convert."""
-    target = TrainingState(SPEC.in_precision(precision), Topology(), 0, groups=_NO_GROUPS)  # type: ignore[arg-type]
+    target = TrainingState(SPEC.in_precision(precision), Topology(), 0, groups=ParallelGroups.without_collectives())
     records, finish = target.records_in_precision(source.spec.precision)
     saved = {r.key: r for r in source.sharded_state_dict()}
     assert {r.key for r in records} == set(saved)  # exactly what the checkpoint holds, nothing more

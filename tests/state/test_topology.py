@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from resilience.errors import ConfigError
-from resilience.state import ModelSpec, Topology, Transition, validate_sharding_integrity
+from resilience.state import ModelSpec, ParallelGroups, Topology, Transition, validate_sharding_integrity
 from resilience.state.sharding import ShardingIntegrityError
 from resilience.state.training import TrainingState
 
@@ -158,13 +158,11 @@ def test_integrity_check_fails_on_a_gap_and_an_overlap():
 
 def test_distributed_optimizer_rows_as_docs_adapters_shows_them():
     """docs/adapters.md's table of `global_offset` for distributed-optimizer rows (tp2pp1dp2, output layer)."""
-    from types import SimpleNamespace
-
     topo = Topology(2, 1, 2)
     seen = {}
     for rank in range(topo.world):
         state = TrainingState(
-            ModelSpec(optimizer="distributed"), topo, rank, groups=SimpleNamespace(dp_group=None, dp_ranks=[rank])
+            ModelSpec(optimizer="distributed"), topo, rank, groups=ParallelGroups.without_collectives(rank)
         )
         for r in state.sharded_state_dict():
             if r.key in ("model.output_layer.weight", "optimizer.exp_avg.output_layer.weight"):

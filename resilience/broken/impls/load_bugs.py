@@ -85,7 +85,7 @@ class wrong_dedup(ReferenceBackend):
 
     def __init__(self, combo):
         super().__init__(combo)
-        self.format._gather_rows = lambda info, r: torchfile.entry(r)  # type: ignore[attr-defined]  # the bug
+        self.format._gather_rows = lambda r, size, group: torchfile.entry(r)  # type: ignore[attr-defined]  # the bug
 
 
 class rng_across_tp(ReferenceBackend):

@@ -27,6 +27,7 @@ class RankInfo:
     combo: Combination
     group: Any = None  # process group for the format's collectives (a dedicated one for async writes)
     dp_group: Any = None  # this rank's data-parallel group (legacy gathers the distributed optimizer)
+    edp_group: Any = None  # its expert-data-parallel group (the same, for the experts' optimizer state)
 
 
 class Format(Protocol):

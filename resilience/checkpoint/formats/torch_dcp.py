@@ -2,11 +2,13 @@
 
 The state is a nested dict {"model": {...}, "optimizer": {...}, "scheduler": {...}, "iteration": n,
 "data": {...}, "rng": {...}} (a record key is split at its first dot) whose tensors are DTensors on the
-(dp, tp) device mesh of the rank's pipeline stage: Replicate over dp, Shard(tp dim) over tp. DCP
-deduplicates the replicas and reshards on load.
+(dp, tp) device mesh of the rank's pipeline stage: Replicate over dp, Shard(tp dim) over tp. An expert's
+tensors are DTensors on the (edp, etp) mesh of its place in the expert grid: Replicate over expert data
+parallel, Shard over etp. DCP deduplicates the replicas and reshards on load.
 
-Distributed-optimizer state (each dp rank holds some rows of a tp piece) is gathered over dp to the
-whole tp piece before saving and sliced after loading, as DCP users do. When a tp change changes the
+Distributed-optimizer state (each dp rank holds some rows of a tp piece; of an expert's piece, each
+expert-data-parallel rank) is gathered over that group to the whole piece before saving and sliced after
+loading, as DCP users do. When a tp change changes the
 padded vocabulary's size, that tensor is loaded whole at its saved shape and its real rows are copied.
 RNG is saved per (pp, tp) grid cell and restored only on the same grid."""
 
@@ -26,6 +28,7 @@ from torch.distributed.tensor import DTensor, Replicate, Shard
 
 from ...dist import is_distributed
 from ...state import Topology
+from ...state.model import is_expert_key
 from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import RNG_KEY
 from ...storage.dcp import SeamReader, SeamWriter
@@ -100,6 +103,7 @@ class TorchDcpFormat:
 
     def __init__(self) -> None:
         self._mesh: DeviceMesh | None = None
+        self._expert_mesh: DeviceMesh | None = None
         self._mesh_topo: Topology | None = None
 
     def prepare(self, info: RankInfo) -> None:
@@ -112,6 +116,10 @@ class TorchDcpFormat:
         # "dp" is the data-parallel group context parallel widens: cp runs faster than dp in the rank order
         root = init_device_mesh("cpu", (t.pp, t.dpcp, t.tp), mesh_dim_names=("pp", "dp", "tp"))
         self._mesh, self._mesh_topo = root["dp", "tp"], t
+        self._expert_mesh = None
+        if info.spec.num_experts:  # the expert grid of each stage, in its rank order (etp fastest)
+            grid = init_device_mesh("cpu", (t.pp, t.edp, t.ep, t.etp), mesh_dim_names=("pp", "edp", "ep", "etp"))
+            self._expert_mesh = grid["edp", "etp"]
 
     def check_topology(self, saved: Topology, info: RankInfo) -> None:
         """Every tp, pp and dp change loads."""
@@ -122,10 +130,12 @@ class TorchDcpFormat:
 
     # ---- layout ----------------------------------------------------------------------------------
     def _split(self, info: RankInfo, records) -> dict[str, ShardedTensor]:
-        """Optimizer records that hold only this dp rank's rows of a tp piece -> that piece's param.
-        Decided by topology alone, so every dp rank lists the same keys in the same order."""
-        if info.spec.optimizer != "distributed" or info.topo.dpcp == 1:
+        """Optimizer records that hold only this rank's rows of a piece -> that piece's param: a dense
+        piece's rows split over dp, an expert's over expert data parallel. Decided by topology alone, so
+        every rank of a group lists the same keys in the same order."""
+        if info.spec.optimizer != "distributed":
             return {}
+        split_dense, split_experts = info.topo.dpcp > 1, info.topo.edp > 1
         params = {
             r.key[len("model.") :]: r for r in records if isinstance(r, ShardedTensor) and r.key.startswith("model.")
         }
@@ -133,26 +143,32 @@ class TorchDcpFormat:
         for r in records:
             if isinstance(r, ShardedTensor) and r.key.startswith(OPTIMIZER):
                 param = params.get(r.key[len(OPTIMIZER) :].partition(".")[2])
-                if param is not None:
+                if param is not None and (split_experts if is_expert_key(r.key) else split_dense):
                     out[r.key] = param
         return dict(sorted(out.items()))
 
-    def _dtensor(self, info: RankInfo, data: torch.Tensor, shape, offset):
+    def _dtensor(self, info: RankInfo, key: str, data: torch.Tensor, shape, offset):
         if self._mesh is None:
             return data  # one process: the tensor is whole
+        mesh: DeviceMesh | None = self._mesh
+        split_rank = info.coords.tp
+        if is_expert_key(key):
+            mesh, split_rank = self._expert_mesh, info.coords.etp
         dims = [d for d, (g, n) in enumerate(zip(shape, data.shape)) if g != n]
-        if len(dims) > 1 or any(offset[d] != info.coords.tp * data.shape[d] for d in dims):
+        if len(dims) > 1 or any(offset[d] != split_rank * data.shape[d] for d in dims):
             raise CheckpointContentError(
                 f"piece {tuple(data.shape)} at {tuple(offset)} of {tuple(shape)} is not an even tp shard"
             )
         placements = [Replicate(), Shard(dims[0]) if dims else Replicate()]
         return DTensor.from_local(
-            data, self._mesh, placements, run_check=False, shape=torch.Size(shape), stride=_strides(shape)
+            data, mesh, placements, run_check=False, shape=torch.Size(shape), stride=_strides(shape)
         )
 
-    def _dp_group(self, info: RankInfo):
-        group = self._mesh.get_group("dp")  # type: ignore[union-attr]  # only ranks of a job, which has a mesh
-        # a dp dimension spanning the whole world is the default group, which the training thread uses
+    def _replica_group(self, info: RankInfo, experts: bool):
+        """The group over which a piece's optimizer rows are split: dp (an expert's: expert data parallel)."""
+        mesh, dim = (self._expert_mesh, "edp") if experts else (self._mesh, "dp")
+        group = mesh.get_group(dim)  # type: ignore[union-attr]  # only ranks of a job, which has a mesh
+        # a dimension spanning the whole world is the default group, which the training thread uses
         return info.group if group.group_name == dist.group.WORLD.group_name else group  # type: ignore[union-attr]
 
     # ---- write -----------------------------------------------------------------------------------
@@ -166,7 +182,7 @@ class TorchDcpFormat:
         """The nested DTensor state dict a DCP user saves (collective: split optimizer rows are gathered)."""
         self.prepare(info)
         split = self._split(info, records)
-        whole = self._gather_rows(info, {r.key: r for r in records if r.key in split}, split) if split else {}
+        whole = self.gather_split(info, records, split)
         state: dict = {}
         for r in records:
             if isinstance(r, ShardedTensor):
@@ -174,22 +190,33 @@ class TorchDcpFormat:
                     data, offset = whole[r.key], split[r.key].global_offset
                 else:
                     data, offset = r.data.detach(), r.global_offset
-                nest(state, r.key, self._dtensor(info, data, r.global_shape, offset))
+                nest(state, r.key, self._dtensor(info, r.key, data, r.global_shape, offset))
             elif isinstance(r, ShardedObject):
                 nest(state, rng_path(info) if r.key == RNG_KEY else r.key, r.value)
         return state
 
+    def gather_split(self, info: RankInfo, records, split: dict[str, ShardedTensor]) -> dict[str, torch.Tensor]:
+        """The whole piece of every split optimizer record (collective): dense rows gathered over dp, then
+        experts' over expert data parallel."""
+        parts = {r.key: r for r in records if r.key in split}
+        whole: dict[str, torch.Tensor] = {}
+        for experts in (False, True):
+            mine = {k: p for k, p in split.items() if is_expert_key(k) == experts}
+            if mine:
+                whole.update(self._gather_rows(info, parts, mine, experts))
+        return whole
+
     def _gather_rows(
-        self, info: RankInfo, parts: dict[str, ShardedTensor], split: dict[str, ShardedTensor]
+        self, info: RankInfo, parts: dict[str, ShardedTensor], split: dict[str, ShardedTensor], experts: bool
     ) -> dict[str, torch.Tensor]:
-        """All-gather every dp rank's rows of each split piece (as bytes, in two collectives)."""
-        group = self._dp_group(info)
+        """All-gather every rank's rows of each split piece over its group (as bytes, in two collectives)."""
+        group = self._replica_group(info, experts)
         keys = list(split)
         bounds = torch.tensor(
             [[parts[k].global_offset[0] - split[k].global_offset[0], 0] for k in keys], dtype=torch.int64
         )
         bounds[:, 1] = bounds[:, 0] + torch.tensor([parts[k].local_shape[0] for k in keys], dtype=torch.int64)
-        dp = info.topo.dpcp
+        dp = info.topo.edp if experts else info.topo.dpcp
         all_bounds = [torch.empty_like(bounds) for _ in range(dp)]
         dist.all_gather(all_bounds, bounds, group=group)
         row_bytes = [split[k].data[0:1].numel() * parts[k].data.element_size() for k in keys]
