@@ -33,6 +33,9 @@ MODEL = ModelSpec(
     value_range="wide",
 )
 ADAM = replace(MODEL, optimizer="adam")
+# a mixture of experts: every layer's MLP a router and 4 experts (a router of 4 rows leaves the distributed
+# optimizer's shard of it empty on some of 8 ranks)
+MOE = replace(MODEL, num_experts=4)
 BASE = "tp2pp1dp1"
 
 # fault column -> the steps that exercise it; every case ends with a resume on the same topology, and the
@@ -113,6 +116,14 @@ TRANSITIONS: dict[str, str] = {
     "cp": "tp1pp1dp2cp2->tp1pp1dp2",
     "vpp": "tp1pp2dp1vpp2->tp1pp2dp1",
     "vpp-on": "tp1pp2dp1->tp1pp2dp1vpp2",
+    # experts (on the MoE model): expert parallel and expert tensor parallel changed; tp, dp and ep at once
+    # (experts regrouped over 4 ranks, their optimizer rows over another expert-data-parallel group); and a dp
+    # change with tp 2 > ep x etp 1 (a legacy file per (tp, pp, ep) written by expert-data-parallel rank 0
+    # misses tp rank 1)
+    "ep": "tp1pp1dp2ep2->tp1pp1dp2",
+    "etp": "tp2pp1dp1etp2->tp2pp1dp1",
+    "moe": "tp2pp2dp2ep2->tp1pp2dp4ep4",
+    "moe-dp": "tp2pp1dp2->tp2pp1dp1",
     # a resume in another precision: the distributed optimizer's fp32 main parameters split unevenly over dp 2
     "to-bf16": "tp1pp1dp2:fp32->tp1pp1dp2:bf16",
     "to-fp32": "tp1pp1dp2:bf16->tp1pp1dp2:fp32",
@@ -124,9 +135,12 @@ TRANSITIONS: dict[str, str] = {
 # Both optimizers: the columns listed here run with plain Adam, the others with the distributed optimizer
 # (the LEGACY layout writes its distrib_optim.pt even on dp 1, so both kinds of file meet every fault).
 ADAM_COLUMNS = ("io_error", "bitflip", "lost_unsynced", "pp", "tp+pp+dp")
+MOE_COLUMNS = ("ep", "etp", "moe", "moe-dp")
 
 
 def model_of(column: str) -> ModelSpec:
+    if column in MOE_COLUMNS:
+        return MOE
     return ADAM if column in ADAM_COLUMNS else MODEL
 
 
@@ -169,7 +183,10 @@ def fault_scenario(name: str, seed: int) -> Scenario:
 
 def transition_scenario(label: str, text: str, seed: int) -> Scenario:
     t = Transition.parse(text)
-    model = model_of(label).in_precision(t.save_precision) if t.save_precision else model_of(label)
+    base = model_of(label)
+    if any(side.ep * side.etp > 1 for side in (t.save, t.load)):
+        base = MOE  # an explicit transition that splits experts runs on the model that has them
+    model = base.in_precision(t.save_precision) if t.save_precision else base
     model.check_topology(t.save)
     model.check_topology(t.load)
     resume: dict = {"topology": str(t.load), "continue": 2}
