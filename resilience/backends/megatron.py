@@ -51,7 +51,6 @@ from ..checkpoint.formats.base import RankInfo
 from ..dist import barrier, this_rank, world_size
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
 from ..state import TrainingState
-from ..state.model import is_expert_key
 from ..state.sharding import ShardedObject, ShardedTensor
 from ..state.training import RNG_KEY
 from ..vocab import CheckpointInfo, CheckpointType, CkptFormat, Combination, LoadResult, combination
@@ -289,9 +288,9 @@ class MegatronBackend:
                 if r.key in split:
                     piece = split[r.key]
                     data = whole[r.key] if not for_load else torch.empty(piece.local_shape, dtype=r.data.dtype)
-                    # replicated over the group its rows were gathered over
-                    offset = piece.global_offset
-                    replica = state.coords.edp if is_expert_key(r.key) else state.coords.dpcp
+                    # the whole piece, replicated as its parameter is (over the group its rows were gathered
+                    # over, and over tp when tp does not split it)
+                    offset, replica = piece.global_offset, piece.replica_id
                     if for_load:
                         buffers[r.key] = (data, r.global_offset[0] - offset[0])
                 else:
