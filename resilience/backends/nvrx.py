@@ -19,11 +19,11 @@ What it does, as an NVRx user on the CPU writes it:
   every save over the default (gloo) group and each keeps both files. Default off, as the manager's own
   default (`repl_strategy=None`).
 
-Topology contract: none of tp, pp, dp, cp, vpp may change (`contract`). NVRx pairs files with global rank
-numbers and knows no topology; the adapter compares the saved tp, pp and dp with the job's after the load,
-as Megatron-LM checks its args (which name tp and pp, not cp or vpp), and refuses a difference with
-TopologyChangeRefused: a cp or vpp change is not refused, and fails on the first record of another
-shape. When this job has more
+Topology contract: none of tp, pp, dp, ep, etp, cp, vpp may change (`contract`). NVRx pairs files with
+global rank numbers and knows no topology; the adapter compares the saved tp, pp and dp with the job's after
+the load, as Megatron-LM checks its args (which name tp and pp, not ep, etp, cp or vpp), and refuses a
+difference with TopologyChangeRefused: an ep, etp, cp or vpp change is not refused, and fails on the first
+record of another shape. When this job has more
 ranks than the saving one, NVRx finds no iteration every rank holds and says nothing more: the adapter
 raises CheckpointNotFound with what each iteration's holders are, NVRx's answer, not a refusal.
 
@@ -318,5 +318,5 @@ def make(combo: Combination, **options: Any) -> NvrxLocalBackend:
 
 make.combinations = NvrxLocalBackend.SUPPORTED  # type: ignore[attr-defined]
 make.options = OPTIONS  # type: ignore[attr-defined]
-make.contract = {d: "refuse" for d in ("tp", "pp", "dp", "cp", "vpp")}  # type: ignore[attr-defined]
+make.contract = {d: "refuse" for d in ("tp", "pp", "dp", "ep", "etp", "cp", "vpp")}  # type: ignore[attr-defined]
 make.keep_last = 1  # type: ignore[attr-defined]  # the manager removes older iterations after each save
