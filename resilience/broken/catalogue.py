@@ -205,6 +205,52 @@ CATALOGUE = {
             ),
             witness="GLOBAL/torch_dist/sync",
         ),
+        # the layouts of large jobs (experts, uneven and empty shards): each right on a dense tp/pp/dp model
+        BrokenImpl(
+            "expert_replica_without_etp",
+            "describes an expert's etp piece as the whole expert, replicated over etp: only etp rank 0's is saved",
+            "durability",
+            "etp",
+            ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "legacy_skips_tp_ranks",
+            "LEGACY files per (tp, pp, ep) by expert-data-parallel rank 0: with tp > ep x etp some are never written",
+            "durability",
+            "moe-dp",
+            ("LEGACY/torch/sync",),
+            witness="LEGACY/torch/sync",
+        ),
+        BrokenImpl(
+            "empty_shard_at_zero",
+            "writes an empty shard as a chunk at offset 0, where it collides with the real one",
+            "durability",
+            "empty-shards-resharded",
+            ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "rank0_shard_lengths",
+            "keeps the distributed optimizer's shard lengths in rank 0's common state and takes them on every rank",
+            "symmetry",
+            "moe",
+            ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"),
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "stale_expert_moments",
+            "loads the experts' parameters but leaves their Adam moments as they were",
+            "resume_equivalence",
+            "ep",
+            (
+                "GLOBAL/torch_dist/sync",
+                "GLOBAL/torch_dist/async",
+                "TORCH_DCP/torch_dcp/sync",
+                "TORCH_DCP/torch_dcp/async",
+            ),
+            witness="TORCH_DCP/torch_dcp/sync",
+        ),
         # the corners (runner.corners): each right on the matrix's fixed sample
         BrokenImpl(
             "lexical_newest",

@@ -33,6 +33,7 @@ def test_catalogue_is_complete():
         "recovery",
         "hang",
         "retention",
+        "symmetry",
     }
     for impl in CATALOGUE.values():
         assert impl.column in FAULTS or impl.column in TRANSITIONS or corner_column(impl.column), impl

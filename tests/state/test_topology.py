@@ -1,3 +1,5 @@
+import math
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -83,6 +85,9 @@ def test_impossible_topology_names_the_field(kwargs, field):
         (ModelSpec(num_layers=3), Topology(pp=2), "model.num_layers"),
         (ModelSpec(heads=4, hidden=32), Topology(tp=8), "model.heads"),
         (ModelSpec(ffn_hidden=66, heads=4), Topology(tp=4), "model.ffn_hidden"),
+        (ModelSpec(), Topology(dp=2, ep=2), "topology.ep"),  # experts split, and the model has none
+        (ModelSpec(num_experts=3), Topology(dp=2, ep=2), "topology.ep"),
+        (ModelSpec(num_experts=2, ffn_hidden=63), Topology(dp=2, etp=2), "topology.etp"),
     ],
 )
 def test_model_that_cannot_split_names_the_field(spec, topo, field):
@@ -121,17 +126,24 @@ def topologies_and_specs(draw):
     cp = draw(st.integers(1, max(1, 8 // (tp * pp * dp))))
     vpp = draw(st.integers(1, 2)) if pp > 1 else 1
     heads = tp * draw(st.integers(1, 3))
+    stage = tp * cp * dp
+    divisors = [n for n in range(1, stage + 1) if stage % n == 0]
+    etp = draw(st.sampled_from(divisors))
+    ep = draw(st.sampled_from([n for n in divisors if (stage // etp) % n == 0]))
+    experts = ep * draw(st.integers(1, 3)) if draw(st.booleans()) or ep * etp > 1 else 0
     spec = ModelSpec(
         num_layers=pp * vpp * draw(st.integers(1, 2)),
         heads=heads,
         hidden=heads * draw(st.integers(1, 3)),
-        ffn_hidden=tp * draw(st.integers(1, 6)),
+        ffn_hidden=math.lcm(tp, etp) * draw(st.integers(1, 6)),
         vocab=draw(st.integers(1, 70)),
         make_vocab_size_divisible_by=draw(st.sampled_from([1, 2, 8])),
         optimizer=draw(st.sampled_from(["adam", "distributed"])),
         dtype=draw(st.sampled_from(["fp32", "bf16"])),
+        num_experts=experts,
+        shared_experts=bool(experts) and draw(st.booleans()),
     )
-    return Topology(tp, pp, dp, cp=cp, vpp=vpp), spec
+    return Topology(tp, pp, dp, ep=ep, etp=etp, cp=cp, vpp=vpp), spec
 
 
 @given(topologies_and_specs())
@@ -178,3 +190,22 @@ def test_distributed_optimizer_rows_as_docs_adapters_shows_them():
         (3, "model"): ((56, 0), (56, 32), 1),
         (3, "optimizer"): ((84, 0), (28, 32), 0),
     }
+
+
+def test_experts_sit_on_their_expert_parallel_rank_split_over_etp():
+    """tp2pp1dp2ep2etp2 with 4 experts: each stage's ranks are etp x ep (edp 1); expert 0's fc1 rows are
+    split over the two etp ranks of ep rank 0, and ep rank 1 holds experts 2 and 3 only."""
+    spec, topo = ModelSpec(num_experts=4, optimizer="distributed"), Topology.parse("tp2pp1dp2ep2etp2")
+    held = {}
+    for rank in range(topo.world):
+        state = TrainingState(spec, topo, rank, groups=ParallelGroups.without_collectives(rank))
+        held[rank] = {p.layout.expert for p in state.pieces if p.layout.expert is not None}
+        fc1 = [
+            p for p in state.pieces if p.layout.key == "decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight"
+        ]
+        if state.coords.ep == 0:
+            (piece,) = fc1
+            assert piece.offset[0] == state.coords.etp * piece.local_shape[0] and piece.param_replica == 0
+        else:
+            assert fc1 == []
+    assert held == {0: {0, 1}, 1: {0, 1}, 2: {2, 3}, 3: {2, 3}}

@@ -4,6 +4,7 @@
 - `save_bugs`: saves and commits that lose durability, commit too early or drop an error;
 - `load_bugs`: loads and resumes that skip a check or hand back what was not saved;
 - `corner_bugs`: right on the matrix's fixed sample, wrong in one of its corners;
+- `layout_bugs`: right on a dense tp/pp/dp model, wrong with experts or uneven and empty shards;
 - `writer_process`: the reference with a forked background writer (`process_writer`), and its bugs;
 - `patching`: what they share."""
 
@@ -20,6 +21,13 @@ from .corner_bugs import (
     unreadable_manifest_unverified,
     zero_fills_missing,
     zero_is_none,
+)
+from .layout_bugs import (
+    empty_shard_at_zero,
+    expert_replica_without_etp,
+    legacy_skips_tp_ranks,
+    rank0_shard_lengths,
+    stale_expert_moments,
 )
 from .load_bugs import (
     ignores_topology,
@@ -49,6 +57,11 @@ from .save_bugs import (
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
+    "empty_shard_at_zero",
+    "expert_replica_without_etp",
+    "legacy_skips_tp_ranks",
+    "rank0_shard_lengths",
+    "stale_expert_moments",
     "unreadable_manifest_unverified",
     "padding_dropped",
     "zero_fills_missing",

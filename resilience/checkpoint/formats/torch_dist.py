@@ -152,12 +152,15 @@ class TorchDistFormat:
 
     layout = "global"
     collective_plan = True  # dcp.load's plan step checks the files (formats.base)
+    planner = _PieceSavePlanner
 
     # ---- write -----------------------------------------------------------------------------------
-    def write(self, info: RankInfo, records, folder: str) -> None:
-        """Collective over info.group: dcp.save; rank 0 adds metadata.json."""
+    @staticmethod
+    def pieces_to_write(records) -> tuple[dict[str, ShardedTensor], dict[str, Any]]:
+        """(key -> record, key -> what DCP writes) of this rank: replica 0 of every piece, without padding
+        rows; an empty piece (a distributed-optimizer shard of no rows) is not written at all."""
         pieces: dict[str, ShardedTensor] = {}
-        state: dict = {}
+        state: dict[str, Any] = {}
         for r in records:
             if isinstance(r, ShardedTensor) and r.replica_id == 0:
                 rows = _logical_rows(r)
@@ -166,10 +169,13 @@ class TorchDistFormat:
                     pieces[r.key], state[r.key] = r, data.contiguous()
             elif isinstance(r, ShardedObject) and r.replica_id == 0:
                 state[r.unique_key] = r.value  # flat keys: an object's value (a dict) is stored whole
+        return pieces, state
+
+    def write(self, info: RankInfo, records, folder: str) -> None:
+        """Collective over info.group: dcp.save; rank 0 adds metadata.json."""
+        pieces, state = self.pieces_to_write(records)
         with dcp_errors(f"torch_dist save into {folder}"):
-            dcp.save(
-                state, storage_writer=SeamWriter(folder), planner=_PieceSavePlanner(pieces), process_group=info.group
-            )
+            dcp.save(state, storage_writer=SeamWriter(folder), planner=self.planner(pieces), process_group=info.group)
         if info.rank == 0:
             with storage.current().open_write(os.path.join(folder, METADATA_JSON)) as f:
                 f.write(json.dumps(BACKEND).encode())
