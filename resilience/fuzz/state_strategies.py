@@ -18,28 +18,38 @@ from ..state.precision import DTYPES, Precision
 from ..state.topology import MAX_FUZZ_WORLD as MAX_WORLD
 from .strategy_args import as_topology, check_int, check_names, fail
 
-DIMS = ("tp", "pp", "dp", "cp", "vpp")  # the dimensions drawn (expert parallel needs a model with experts)
-# the order they are picked in: cp and vpp first, so a failure that needs neither shrinks them to 1
-PICK_ORDER = ("cp", "vpp", "tp", "pp", "dp")
+DIMS = ("tp", "pp", "dp", "ep", "etp", "cp", "vpp")  # the dimensions drawn (model_specs gives ep, etp experts)
+# the order they are picked in: ep, etp, cp and vpp first, so a failure that needs none shrinks them to 1
+PICK_ORDER = ("ep", "etp", "cp", "vpp", "tp", "pp", "dp")
+
+
+EXPERT_SIZES = (1, 2, 4)  # the ep and etp drawn (where they divide a stage): enough to regroup experts, few
+# enough that the topologies of a world of 64 stay countable
+
+
+def _expert_sizes(n: int) -> list[int]:
+    return [d for d in EXPERT_SIZES if n % d == 0]
 
 
 # ---- topologies --------------------------------------------------------------------------------------
 def _all_topologies(min_world: int, max_world: int, fixed: dict[str, int]) -> list[Topology]:
-    """Every topology in the bounds, simplest first (world size, then cp, vpp, pp, tp, dp)."""
+    """Every topology in the bounds, simplest first (world size, then ep, etp, cp, vpp, pp, tp, dp)."""
     out = []
     for tp in range(1, max_world + 1):
         for pp in range(1, max_world // tp + 1):
             for dp in range(1, max_world // (tp * pp) + 1):
                 for cp in range(1, max_world // (tp * pp * dp) + 1):
-                    for vpp in (1, 2) if pp > 1 else (1,):
-                        t = {"tp": tp, "pp": pp, "dp": dp, "cp": cp, "vpp": vpp}
-                        if all(t[k] == v for k, v in fixed.items()) and min_world <= tp * pp * dp * cp:
-                            out.append(Topology(tp, pp, dp, cp=cp, vpp=vpp))
-    return sorted(out, key=lambda t: (t.world, t.cp, t.vpp, t.pp, t.tp, t.dp))
+                    stage = tp * cp * dp  # ep x etp lays out the ranks of a stage again
+                    for vpp, etp in ((v, e) for v in ((1, 2) if pp > 1 else (1,)) for e in _expert_sizes(stage)):
+                        for ep in _expert_sizes(stage // etp):
+                            t = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "etp": etp, "cp": cp, "vpp": vpp}
+                            if all(t[k] == v for k, v in fixed.items()) and min_world <= tp * pp * dp * cp:
+                                out.append(Topology(**t))
+    return sorted(out, key=lambda t: (t.world, t.ep, t.etp, t.cp, t.vpp, t.pp, t.tp, t.dp))
 
 
 def _pick(draw, found: list[Topology], universe: list[Topology]) -> Topology:
-    """One of `found`, a dimension at a time (cp, vpp, tp, pp, then dp), each the i-th smallest value still
+    """One of `found`, a dimension at a time (ep, etp, cp, vpp, tp, pp, then dp), each the i-th smallest value still
     possible (clamped). The indices range over `universe`, so every draw makes the same choices and a
     failure that needs tp=2 shrinks to tp2pp1dp1 whatever else was drawn."""
 
@@ -68,15 +78,19 @@ def topologies(
     dp: int | None = None,
     cp: int | None = None,
     vpp: int | None = None,
+    ep: int | None = None,
+    etp: int | None = None,
 ) -> st.SearchStrategy[Topology]:
-    """Topologies with min_world <= tp*pp*dp*cp <= max_world (vpp 1 or 2 where pp > 1); `tp`, `pp`, `dp`,
-    `cp`, `vpp` fix a dimension. Shrinks toward the smallest world (tp1pp1dp1)."""
+    """Topologies with min_world <= tp*pp*dp*cp <= max_world (vpp 1 or 2 where pp > 1; ep x etp dividing
+    tp*cp*dp, the ranks of a stage); `tp`, `pp`, `dp`, `cp`, `vpp`, `ep`, `etp` fix a dimension. Shrinks
+    toward the smallest world (tp1pp1dp1), ep and etp 1. A model that splits over one with ep or etp > 1 has
+    experts (model_specs)."""
     check_int("max_world", max_world, 1, MAX_WORLD)
     check_int("min_world", min_world, 1, MAX_WORLD)
     if min_world > max_world:
         raise fail("min_world", f"{min_world} is larger than max_world={max_world}")
     fixed = {}
-    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("vpp", vpp)):
+    for name, value in (("tp", tp), ("pp", pp), ("dp", dp), ("cp", cp), ("vpp", vpp), ("ep", ep), ("etp", etp)):
         if value is not None:
             check_int(name, value, 1)
             fixed[name] = value
@@ -109,8 +123,16 @@ def transitions(
         raise fail("save", f"{saves[0]} has world size {saves[0].world} > max_world={max_world}")
     loads = _all_topologies(1, max_world, {})
 
+    kept = [d for d in DIMS if want is None or d not in want]  # the dimensions a load shares with its save
+    by_kept: dict[tuple, list[Topology]] = {}
+    for t in loads:  # indexed, so a save finds its loads without pairing every topology with every other
+        by_kept.setdefault(tuple(getattr(t, d) for d in kept), []).append(t)
+
     def targets(s: Topology) -> list[Topology]:
-        return [t for t in loads if want is None or frozenset(Transition(s, t).changed) == want]
+        if want is None:
+            return loads
+        same = by_kept.get(tuple(getattr(s, d) for d in kept), [])
+        return [t for t in same if all(getattr(t, d) != getattr(s, d) for d in want)]
 
     pairs = {s: targets(s) for s in saves}
     saves = [s for s in saves if pairs[s]]
@@ -189,19 +211,37 @@ def model_specs(
     moments = check_names(optim_dtypes, "optim_dtypes", DTYPES) if optim_dtypes is not None else DTYPES
     tp = reduce(math.lcm, (t.tp for t in topos), 1)
     pp = reduce(math.lcm, (t.pp * t.vpp for t in topos), 1)
-    return _specs(tp, pp, max_layers, max_heads, max_vocab, tuple(dts), tuple(opts), tuple(moments))
+    ep = reduce(math.lcm, (t.ep for t in topos), 1)
+    etp = reduce(math.lcm, (t.etp for t in topos), 1)
+    experts = ep if any(t.ep * t.etp > 1 for t in topos) else 0  # 0: dense, as every topology allows
+    return _specs(tp, pp, experts, etp, max_layers, max_heads, max_vocab, tuple(dts), tuple(opts), tuple(moments))
 
 
 @lru_cache(maxsize=256)
-def _specs(tp: int, pp: int, max_layers: int, max_heads: int, max_vocab: int, dts: tuple, opts: tuple, moments: tuple):
+def _specs(
+    tp: int,
+    pp: int,
+    experts: int,
+    etp: int,
+    max_layers: int,
+    max_heads: int,
+    max_vocab: int,
+    dts: tuple,
+    opts: tuple,
+    moments: tuple,
+):
     # cached: scenarios() asks for one per drawn set of topologies, and building a composite compiles code
     @st.composite
     def draw_spec(draw) -> ModelSpec:
         heads = tp * draw(st.integers(1, max_heads))
+        # experts, a multiple of every ep, when some topology splits them (drawn only then)
+        num_experts = experts * draw(st.integers(1, 2)) if experts else 0
         return ModelSpec(
             num_layers=pp * draw(st.integers(1, max_layers)),
             hidden=heads * draw(st.integers(1, 4)),
-            ffn_hidden=tp * draw(st.integers(1, 8)),
+            ffn_hidden=math.lcm(tp, etp) * draw(st.integers(1, 8)),
+            num_experts=num_experts,
+            shared_experts=bool(num_experts) and draw(st.booleans()),
             heads=heads,
             vocab=draw(st.integers(1, max_vocab)),
             make_vocab_size_divisible_by=draw(st.sampled_from((1, 2, 8, 128))),

@@ -307,7 +307,15 @@ class Job:
         if not raised or not self.log_dir:
             return
         end = min(deadline, time.monotonic() + BLOCKED_AFTER)
-        while time.monotonic() < end and any(self.outcome.outcomes[r].status == "running" for r in pending.values()):
+
+        def killed() -> bool:  # a rank's death by a signal may be seen after a peer's error it caused
+            return any(o.status == "signal" for o in self.outcome.outcomes)
+
+        while (
+            time.monotonic() < end
+            and not killed()
+            and any(self.outcome.outcomes[r].status == "running" for r in pending.values())
+        ):
             check_stop()
             for obj in wait(list(pending) + list(readers), timeout=min(0.5, max(0.0, end - time.monotonic()))):
                 if obj in readers:
@@ -317,6 +325,8 @@ class Job:
                     if self.conns[rank] in readers:
                         self._receive(readers.pop(self.conns[rank]), self.conns[rank])
                     self._exited(rank)
+        if killed():
+            return  # peers waiting on a dead rank are expected; the caller tears them down
         first = raised[0]
         for r in list(pending.values()):
             out = self.outcome.outcomes[r]

@@ -31,6 +31,22 @@ def test_transitions_change_exactly_what_was_asked(t):
     assert isinstance(t, Transition) and t.changed == ("tp",) and t.load.world <= 4
 
 
+@given(st.data())
+def test_expert_changes_are_drawn_on_a_model_with_experts_that_splits_over_both_sides(data):
+    t = data.draw(rst.transitions(max_world=8, changes=["ep"]))
+    assert t.changed == ("ep",) and max(t.save.ep, t.load.ep) > 1
+    spec = data.draw(rst.model_specs(topologies=[t.save, t.load]))
+    assert spec.num_experts and spec.num_experts % max(t.save.ep, t.load.ep) == 0
+    spec.check_topology(t.save)
+    spec.check_topology(t.load)
+
+
+def test_expert_dimensions_shrink_to_one():
+    big = find(rst.topologies(max_world=8), lambda t: t.world >= 4)
+    assert big.world == 4 and big.ep == big.etp == 1
+    assert find(rst.topologies(max_world=8), lambda t: t.ep > 1) == Topology(1, 1, 2, ep=2)
+
+
 @given(rst.transitions(max_world=4, save="tp2pp1dp1"))
 def test_transitions_from_a_fixed_topology(t):
     assert t.save == Topology(2, 1, 1) and t.load.world <= 4
