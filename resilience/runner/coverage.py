@@ -195,10 +195,13 @@ def _layouts(s: Scenario) -> list[tuple[str, str]]:
         if not _moves(step):
             continue
         there = Topology.parse(step.args["topology"])
-        changed = len(Transition(here, there).changed)
-        out.append(("layouts", "two dimensions changed" if changed >= 2 else "one dimension changed"))
+        changed = Transition(here, there).changed
+        out.append(("layouts", "two dimensions changed" if len(changed) >= 2 else "one dimension changed"))
+        out += [("layouts", f"{d} changed") for d in changed if d in ("ep", "etp", "cp", "vpp")]
         out.append(("layouts", f"world {there.world}"))
         here = there
+    if s.model.num_experts:
+        out.append(("layouts", "experts"))
     worlds = [s.topology.world] + [Topology.parse(st.args["topology"]).world for st in s.steps if _moves(st)]
     if any(w & (w - 1) for w in worlds):
         out.append(("layouts", "a world not a power of two"))
