@@ -33,9 +33,8 @@ MODEL = ModelSpec(
     value_range="wide",
 )
 ADAM = replace(MODEL, optimizer="adam")
-# a mixture of experts: every layer's MLP a router and 4 experts (a router of 4 rows leaves the distributed
-# optimizer's shard of it empty on some of 8 ranks)
-MOE = replace(MODEL, num_experts=4)
+# a mixture of experts: every layer's MLP a router and 4 experts, in 2 layers (one per stage at pp 2)
+MOE = replace(MODEL, num_experts=4, num_layers=2)
 BASE = "tp2pp1dp1"
 
 # fault column -> the steps that exercise it; every case ends with a resume on the same topology, and the
