@@ -25,10 +25,16 @@ Cost growth (`--worlds 2 4 8 16`): the kill-and-resume scenario on tp1pp1dp{W} (
 replica-0 pieces, killed mid-save; resume on the same world), wall and CPU seconds (this process and every
 rank) per case and per rank, and the peak of the machine's memory in use while the case runs; target: time
 per rank from world 4 to the largest within TARGET_RANK_GROWTH x.
+The same with experts (`--moe-worlds 16 64 128 256`): a model of 4 experts per layer on tp2pp2dp{W/4}ep4
+(experts over 4 ranks, their optimizer rows over the expert-data-parallel group), rank 0 killed mid-save and
+a resume; target: time per rank at every world up to MOE_TARGET_UP_TO within TARGET_RANK_GROWTH x of world
+16. A world whose memory estimate passes the ceiling (a quarter of the machine) is printed as refused, with
+the reason, and not run.
 Every target line ends in `met` or `NOT met`; the machine's load average is printed at the start and the end.
 
     python -m benchmarks scenario [--combo GLOBAL/torch_dist/sync] [--repeats 7] [--spawn-repeats 2]
-        [--baseline PATH] [--matrix-runs 1] [--fuzz-examples 6] [--worlds 2 4 8 16] [--json FILE]
+        [--baseline PATH] [--matrix-runs 1] [--fuzz-examples 6] [--worlds 2 4 8 16]
+        [--moe-worlds 16 64 128 256] [--json FILE]
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from dataclasses import replace
 import torch
 
 from resilience.checkers.base import PASS, REFUSED
-from resilience.commands.common import combination_arg, nonnegative_int, positive_int
+from resilience.commands.common import combination_arg, nonnegative_int, number_arg, positive_int
 from resilience.errors import ResilienceError
 from resilience.runner.run import run_case
 from resilience.runner.scenario import load_file, load_text
@@ -59,6 +65,7 @@ TARGET_FORK_SECONDS = 1.0  # warm launcher: median wall time of one scenario, un
 TARGET_SPEEDUP = 10.0  # spawn median / fork median, at least
 TARGET_CASES_SPEEDUP = 2.0  # cases per minute of this tree / the baseline's, at least
 TARGET_RANK_GROWTH = 1.5  # time per rank at the largest world / at world 4, at most
+MOE_TARGET_UP_TO = 128  # the MoE case's target holds up to this world (past it, figures only)
 MATRIX_COMBOS = ["GLOBAL/torch_dist/sync", "LEGACY/torch/sync", "TORCH_DCP/torch_dcp/sync"]
 MATRIX_FAULTS = ["kill", "bitflip", "io_error", "truncate", "lost_unsynced"]
 MATRIX_TRANSITIONS = ["tp"]
@@ -323,6 +330,21 @@ steps:
 """
 
 
+def moe_world_scenario(world: int) -> str:
+    return f"""
+name: bench-moe-world-{world}
+topology: tp2pp2dp{world // 4}ep4
+model: {{num_experts: 4, num_layers: 2, optimizer: distributed}}
+steps:
+  - train: 2
+  - save
+  - train: 1
+  - crash: {{rank: 0, after_bytes: 256}}
+  - save
+  - resume: {{continue: 1}}
+"""
+
+
 def _cpu_seconds() -> float:
     """CPU seconds of this process and of every process it reaped (the ranks)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -354,10 +376,15 @@ class _PeakMemory:
         self._thread.join()
 
 
-def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
-    out = {}
+def measure_worlds(combo: Combination, worlds: list[int], repeats: int, scenario_of=world_scenario) -> dict:
+    out: dict = {}
     for world in worlds:
-        scenario = load_text(world_scenario(world), f"bench-world-{world}.yaml")
+        try:
+            scenario = load_text(scenario_of(world), f"bench-world-{world}.yaml")
+        except ResilienceError as e:  # too large for this machine: said, not run
+            out[str(world)] = {"refused": str(e)}
+            print(f"  world {world:>3} refused: {e}", file=sys.stderr, flush=True)
+            continue
         seconds, cpu, verdicts, peaks = [], [], [], []
         for i in range(repeats + 1):  # the first learns the layout: not counted
             with tempfile.TemporaryDirectory(prefix="bench-world-") as d, _PeakMemory() as memory:
@@ -388,26 +415,32 @@ def measure_worlds(combo: Combination, worlds: list[int], repeats: int) -> dict:
     return out
 
 
-def world_growth(fig: dict) -> dict | None:
-    """Time per rank at the largest world over world 4's (and the same of CPU time); None without both."""
-    largest = str(max(int(w) for w in fig))
-    if "4" not in fig or largest == "4":
+def world_growth(fig: dict, base: int = 4, up_to: int | None = None) -> dict | None:
+    """Time per rank at the largest world run (up to `up_to`) over world `base`'s (and the same of CPU
+    time); None without both."""
+    ran = [int(w) for w, f in fig.items() if "refused" not in f and (up_to is None or int(w) <= up_to)]
+    largest = str(max(ran, default=base))
+    if str(base) not in fig or "refused" in fig[str(base)] or largest == str(base):
         return None
-    growth = fig[largest]["per_rank_s"] / fig["4"]["per_rank_s"]
+    growth = fig[largest]["per_rank_s"] / fig[str(base)]["per_rank_s"]
     return {
         "value": growth,
-        "cpu_value": fig[largest]["cpu_per_rank_s"] / fig["4"]["cpu_per_rank_s"],
+        "cpu_value": fig[largest]["cpu_per_rank_s"] / fig[str(base)]["cpu_per_rank_s"],
         "limit": TARGET_RANK_GROWTH,
+        "base": str(base),
         "largest": largest,
         "met": growth <= TARGET_RANK_GROWTH,
     }
 
 
-def report_worlds(fig: dict, target: dict | None) -> None:
-    print("cost by world size (kill mid-save and resume, tp1pp1dp{W}; median, layout learned beforehand)")
+def report_worlds(fig: dict, target: dict | None, what: str = "tp1pp1dp{W}") -> None:
+    print(f"cost by world size (kill mid-save and resume, {what}; median, layout learned beforehand)")
     head = f"{'s per case':>10}  {'s per rank':>10}  {'cpu s per case':>14}  {'cpu s per rank':>14}  {'peak MiB':>8}"
     print(f"  {'world':>5}  {head}")
     for world, f in fig.items():
+        if "refused" in f:
+            print(f"  {world:>5}  refused: {f['refused']}")
+            continue
         wall, cpu = (
             f"{f['median_s']:10.3f}  {f['per_rank_s']:10.3f}",
             f"{f['cpu_s']:14.2f}  {f['cpu_per_rank_s']:14.3f}",
@@ -415,7 +448,8 @@ def report_worlds(fig: dict, target: dict | None) -> None:
         print(f"  {world:>5}  {wall}  {cpu}  {f.get('peak_mib', 0):8.0f}")
     if target is not None:
         print(
-            f"  target time per rank at world {target['largest']} within {TARGET_RANK_GROWTH:g}x of world 4: "
+            f"  target time per rank at world {target['largest']} within {TARGET_RANK_GROWTH:g}x of world "
+            f"{target['base']}: "
             f"{target['value']:.2f}x (cpu per rank {target['cpu_value']:.2f}x): {met(target['met'])}"
         )
 
@@ -489,6 +523,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="world sizes of the cost-growth scenario; none skips it (default: 2 4 8 16)",
     )
     p.add_argument(
+        "--moe-worlds",
+        type=number_arg(int, lambda v: v >= 8 and v % 8 == 0, "a multiple of 8 (tp 2 x pp 2 x dp W/4, ep 4)"),
+        nargs="*",
+        default=[16, 64, 128, 256],
+        metavar="W",
+        help="world sizes (multiples of 8) of the MoE kill-and-resume case; none skips it (default: 16 64 128 256)",
+    )
+    p.add_argument(
         "--world-repeats", type=positive_int, default=2, metavar="N", help="counted runs per world size (default: 2)"
     )
     p.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
@@ -546,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  target spawn/fork at least {TARGET_SPEEDUP:g}x: {ratio:.1f}x: {met(targets['spawn_over_fork']['met'])}"
         )
-    breakdown = throughput = worlds = None
+    breakdown = throughput = worlds = moe_worlds = None
     combos = args.matrix_combos or [Combination.parse(c) for c in MATRIX_COMBOS]
     MATRIX_FAULTS[:] = args.matrix_faults
     if args.breakdown:
@@ -582,6 +624,12 @@ def main(argv: list[str] | None = None) -> int:
         if target is not None:
             targets["per_rank_growth"] = target
         report_worlds(worlds, target)
+    if args.moe_worlds:
+        moe_worlds = measure_worlds(combo, sorted(args.moe_worlds), args.world_repeats, moe_world_scenario)
+        target = world_growth(moe_worlds, base=min(args.moe_worlds), up_to=MOE_TARGET_UP_TO)
+        if target is not None:
+            targets["moe_per_rank_growth"] = target
+        report_worlds(moe_worlds, target, "tp2pp2dp{W/4}ep4, 4 experts a layer")
     load_after = os.getloadavg()
     print(f"  load average {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f} at the end")
     for v in failed:
@@ -598,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
                     "breakdown": breakdown,
                     "throughput": throughput,
                     "worlds": worlds,
+                    "moe_worlds": moe_worlds,
                     "load_average": {"start": load_before, "end": load_after},
                 },
                 f,

@@ -14,9 +14,17 @@ from .topology import Topology
 # master copy, the gradient and the step's temporaries, plus the copies a save or a load holds.
 BYTES_PER_ELEMENT = 64
 MEMORY_FRACTION = 0.25  # of the machine's physical memory, for all ranks and the runner together
-# Memory of one rank process of its own (forked: torch's pages are shared): measured 9-11 MiB of unique
-# memory per rank after two steps on dp 8; four times that for a save's buffers and the collectives.
-PROCESS_BYTES = 48 << 20
+# Memory of one rank process of its own (forked: torch's pages are shared), and what it grows by per rank of
+# the world (gloo keeps a connection to every peer of every group): the machine's peak in use over a whole
+# kill-and-resume case with experts (`python -m benchmarks scenario --moe-worlds 64 128 256`) was 10-12 MiB
+# per rank at 64 ranks, 21 at 128 and 28 at 256; 16 MiB + 64 KiB per peer bounds each.
+PROCESS_BYTES = 16 << 20
+PEER_BYTES = 64 << 10
+
+
+def process_bytes(world: int) -> int:
+    """The memory one rank process of a job of `world` ranks takes of its own."""
+    return PROCESS_BYTES + PEER_BYTES * world
 
 
 def model_elements(spec: ModelSpec, tp: int = 1) -> int:
@@ -36,7 +44,7 @@ def job_bytes(spec: ModelSpec, topo: Topology) -> int:
     (a conservative bound for the distributed optimizer), the runner holds one more, and each rank process
     takes PROCESS_BYTES of its own."""
     replicas = max(topo.dpcp, topo.edp if spec.num_experts else 1)  # experts are replicated over edp
-    return model_elements(spec, topo.tp) * (replicas + 1) * BYTES_PER_ELEMENT + topo.world * PROCESS_BYTES
+    return model_elements(spec, topo.tp) * (replicas + 1) * BYTES_PER_ELEMENT + topo.world * process_bytes(topo.world)
 
 
 def memory_ceiling() -> int:
@@ -57,7 +65,7 @@ def check_fits(spec: ModelSpec, topo: Topology, ceiling: int | None = None) -> N
             f"elements, {topo.world} rank processes), more than the ceiling of {_gib(ceiling)} "
             f"({MEMORY_FRACTION:.0%} of this machine's memory)",
             "use fewer ranks"
-            if topo.world * PROCESS_BYTES > ceiling // 2
+            if topo.world * process_bytes(topo.world) > ceiling // 2
             else "use a smaller hidden, ffn_hidden, vocab or num_layers",
         )
 
@@ -69,9 +77,11 @@ def _gib(n: int) -> str:
 __all__ = [
     "BYTES_PER_ELEMENT",
     "MEMORY_FRACTION",
+    "PEER_BYTES",
     "PROCESS_BYTES",
     "check_fits",
     "job_bytes",
     "memory_ceiling",
     "model_elements",
+    "process_bytes",
 ]

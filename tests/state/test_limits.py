@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from resilience.errors import ConfigError
 from resilience.state import ModelSpec, Topology
-from resilience.state.limits import BYTES_PER_ELEMENT, PROCESS_BYTES, check_fits, job_bytes, model_elements
+from resilience.state.limits import BYTES_PER_ELEMENT, check_fits, job_bytes, model_elements, process_bytes
 
 
 @given(
@@ -24,7 +24,7 @@ def test_the_closed_form_counts_every_parameter(layers, heads, per_head, ffn, vo
 def test_a_job_that_does_not_fit_is_refused_with_its_size():
     spec = ModelSpec()
     need = job_bytes(spec, Topology(dp=2))
-    assert need == model_elements(spec) * 3 * BYTES_PER_ELEMENT + 2 * PROCESS_BYTES  # 2 replicas and the runner
+    assert need == model_elements(spec) * 3 * BYTES_PER_ELEMENT + 2 * process_bytes(2)  # 2 replicas and the runner
     check_fits(spec, Topology(dp=2), ceiling=need)
     with pytest.raises(ConfigError, match="more than the ceiling"):
         check_fits(spec, Topology(dp=2), ceiling=need - 1)
@@ -96,7 +96,7 @@ def test_sized_params_are_extra_parameters_of_the_last_stage_whose_shards_may_be
 
 def test_a_world_too_large_for_this_machine_is_refused_with_fewer_ranks_as_the_fix():
     big = Topology.parse("tp2pp2dp16cp4")  # 256 ranks, the most a topology may have
-    assert job_bytes(ModelSpec(), big) > big.world * PROCESS_BYTES
+    assert job_bytes(ModelSpec(), big) > big.world * process_bytes(big.world)
     with pytest.raises(ConfigError, match=r"256 rank processes.*use fewer ranks"):
-        check_fits(ModelSpec(), big, ceiling=big.world * PROCESS_BYTES)
+        check_fits(ModelSpec(), big, ceiling=big.world * process_bytes(big.world))
     check_fits(ModelSpec(), big, ceiling=2 * job_bytes(ModelSpec(), big))  # a machine with room runs it
