@@ -83,6 +83,8 @@ def test_scenario_benchmark_runs_and_checks_its_verdicts(tmp_path):
         "0",
         "--worlds",
         "2",
+        "--moe-worlds",
+        "8",
         "--world-repeats",
         "1",
         "--matrix-combos",
@@ -93,7 +95,16 @@ def test_scenario_benchmark_runs_and_checks_its_verdicts(tmp_path):
         str(out),
     ]
     assert scenario.main(argv) == 0
-    assert json.loads(out.read_text())
+    fig = json.loads(out.read_text())
+    assert fig["moe_worlds"]["8"]["verdicts"] == ["PASS", "PASS"]  # the MoE kill-and-resume case
+
+
+def test_world_growth_is_against_the_smallest_world_and_skips_refused_ones():
+    ran = {"per_rank_s": 1.0, "cpu_per_rank_s": 1.0}
+    fig = {"16": ran, "64": {"per_rank_s": 1.2, "cpu_per_rank_s": 1.4}, "256": {"refused": "too large"}}
+    target = scenario.world_growth(fig, base=16, up_to=128)
+    assert target is not None and target["largest"] == "64" and target["met"]
+    assert scenario.world_growth({"16": ran, "64": {"refused": "too large"}}, base=16) is None  # nothing to compare
 
 
 def test_launcher_benchmark_runs(tmp_path):

@@ -301,21 +301,13 @@ class Job:
     def _wait_or_blocked(self, pending: dict, readers: dict, deadline: float) -> None:
         """A rank raised: give the others BLOCKED_AFTER seconds to end as well (each raising its own error
         is a symmetric failure). A rank still running then is blocked (in a collective the failed rank
-        never joins, as a real job would hang): its Python stacks are taken (faulthandler, SIGUSR1) before
-        the teardown. Not after a rank was killed by a signal: peers waiting on a dead rank are expected."""
+        never joins, as a real job would hang): its Python stacks are taken (faulthandler, SIGUSR1) before the
+        teardown. Not once a rank was killed by a signal (seen, maybe, after the error it caused a peer)."""
         raised = [o for o in self.outcome.outcomes if o.status == "error"]
         if not raised or not self.log_dir:
             return
         end = min(deadline, time.monotonic() + BLOCKED_AFTER)
-
-        def killed() -> bool:  # a rank's death by a signal may be seen after a peer's error it caused
-            return any(o.status == "signal" for o in self.outcome.outcomes)
-
-        while (
-            time.monotonic() < end
-            and not killed()
-            and any(self.outcome.outcomes[r].status == "running" for r in pending.values())
-        ):
+        while time.monotonic() < end and any(self.outcome.outcomes[r].status == "running" for r in pending.values()):
             check_stop()
             for obj in wait(list(pending) + list(readers), timeout=min(0.5, max(0.0, end - time.monotonic()))):
                 if obj in readers:
@@ -325,17 +317,16 @@ class Job:
                     if self.conns[rank] in readers:
                         self._receive(readers.pop(self.conns[rank]), self.conns[rank])
                     self._exited(rank)
-        if killed():
+        if self.outcome.killed:
             return  # peers waiting on a dead rank are expected; the caller tears them down
-        first = raised[0]
         for r in list(pending.values()):
             out = self.outcome.outcomes[r]
             if out.status != "running" or _is_stopped(self.procs[r].pid):
                 continue
             out.status, out.seconds = "blocked", time.monotonic() - self._started
             out.error = (
-                f"still running {BLOCKED_AFTER:g} s after rank {first.rank} raised "
-                f"{first.error.splitlines()[0][:200] if first.error else 'an error'}; killed"
+                f"still running {BLOCKED_AFTER:g} s after rank {raised[0].rank} raised "
+                f"{raised[0].error.splitlines()[0][:200] if raised[0].error else 'an error'}; killed"
             )
             out.stacks = self._stacks(r)
 

@@ -84,6 +84,11 @@ class JobOutcome:
         return all(o.ok for o in self.outcomes)
 
     @property
+    def killed(self) -> bool:
+        """Whether a rank ended by a signal (its peers' errors and waits follow from it)."""
+        return any(o.status == "signal" for o in self.outcomes)
+
+    @property
     def results(self) -> list:
         return [o.result for o in self.outcomes]
 
