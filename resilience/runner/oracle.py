@@ -95,6 +95,7 @@ def convert(source: TrainingState, precision: Precision | str, *, exact: bool) -
     state = _fresh(source.spec.in_precision(p))
     state.iteration, state.consumed_samples, state.opt_step = source.iteration, source.consumed_samples, source.opt_step
     state.generation = source.generation
+    state.grad_scale.copy_(source.grad_scale)  # fp32 in every precision
     state.rng.set_state(source.rng.get_state())
     for key, param in state.params.items():
         for mine, theirs in (

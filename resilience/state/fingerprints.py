@@ -26,7 +26,7 @@ def _digest_object(value) -> str:
     h = xxhash.xxh3_128()
     if isinstance(value, torch.Tensor):
         h.update(str(value.dtype).encode())
-        h.update(value.contiguous().view(torch.uint8).numpy().tobytes())
+        h.update(value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     else:
         h.update(json.dumps(value, sort_keys=True).encode())
     return h.hexdigest()
@@ -44,8 +44,8 @@ def local_pieces(records: list[Record]) -> list[tuple]:
     for r in records:
         if isinstance(r, ShardedTensor):
             data, offset = r.data, r.global_offset
-            rows = r.logical[0] - offset[0]
-            data = data[: max(0, rows)]
+            if data.dim():  # a tensor of no dimensions has no rows to crop
+                data = data[: max(0, r.logical[0] - offset[0])]
             if not data.numel():
                 continue
             if r.replica_id != 0:  # only its digest travels: compared with replica 0's values of its box

@@ -26,6 +26,10 @@ from .values import element_values_flat, element_values_of, global_index
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # ModelSpec.dtype and .optim_dtype -> torch's
 RNG_KEY = "rng"
+# dynamic loss scaling, as Megatron's grad scaler keeps it: a 0-dim tensor that halves on a skipped
+# (overflowed) iteration and doubles after GROWTH_INTERVAL updates, held alike by every rank
+GRAD_SCALE_KEY = "optimizer.grad_scaler.scale"
+GRAD_SCALE_START, GROWTH_INTERVAL = 2.0**16, 4
 TOPOLOGY_BOUND_KEYS = (RNG_KEY,)  # state that only means something on the topology that saved it
 GENERATION_PREFIX = "optimizer.generation."  # + parameter key: the stamp of the save that wrote it
 # state set by a run's history of saves rather than by training: left out when comparing with training
@@ -108,6 +112,7 @@ class TrainingState:
         self.main: dict[str, torch.Tensor] = {}
         self.stamps: dict[str, torch.Tensor] = {}
         self.generation = 0
+        self.grad_scale = torch.tensor(GRAD_SCALE_START)  # a tensor of no dimensions
         dtype, moments = TORCH_DTYPES[spec.dtype], TORCH_DTYPES[spec.optim_dtype]
         for piece, values in zip(self.pieces, self._values_of(self.pieces, 0)):
             key = piece.layout.key
@@ -210,10 +215,19 @@ class TrainingState:
         skipped, one Adam step whose gradients depend on the data position."""
         batch = self.spec.batch_size(self.consumed_samples)
         torch.rand(8, generator=self.rng)  # stands in for dropout: advances the RNG like a real step
-        if not self.spec.is_skipped(self.iteration + 1):
+        if self.spec.is_skipped(self.iteration + 1):
+            self._scale_by(0.5)
+        else:
             self._update()
+            if self.opt_step % GROWTH_INTERVAL == 0:
+                self._scale_by(2.0)
         self.iteration += 1
         self.consumed_samples += batch
+
+    def _scale_by(self, factor: float) -> None:
+        if self.write_guard is not None:
+            self.write_guard.before_write((self.grad_scale,))
+        self.grad_scale.mul_(factor)
 
     def _update(self) -> None:
         """One Adam step over the optimizer rows of every piece at once: each piece's rows are copied into
@@ -411,6 +425,7 @@ class TrainingState:
                         )
                     )
         common = c.rank  # rank 0 writes state every rank holds the same
+        out.append(ShardedTensor(GRAD_SCALE_KEY, self.grad_scale, (), (), common))
         out += [
             ShardedObject("iteration", self.iteration, replica_id=common),
             ShardedObject("optimizer.step", self.opt_step, replica_id=common),

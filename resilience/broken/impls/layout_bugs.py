@@ -79,7 +79,7 @@ class _OneFilePerTpPpEp(LegacyFormat):
         for r in records:
             if not isinstance(r, ShardedTensor):
                 continue
-            if dist_opt and r.key.startswith("optimizer."):
+            if dist_opt and r.key.startswith("optimizer.") and r.data.dim():
                 size, group = (topo.edp, info.edp_group) if is_expert_key(r.key) else (topo.dpcp, info.dp_group)
                 optim[r.key] = self._gather_rows(r, size, group)
             else:

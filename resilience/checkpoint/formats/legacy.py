@@ -53,7 +53,7 @@ class LegacyFormat:
         model, optim = {}, {}
         for r in records:
             if isinstance(r, ShardedTensor):
-                if dist_opt and r.key.startswith("optimizer."):
+                if dist_opt and r.key.startswith("optimizer.") and r.data.dim():  # rows split over the group
                     optim[r.key] = self._gather_rows(r, size, group)
                 else:
                     model[r.key] = torchfile.entry(r)

@@ -52,7 +52,9 @@ BACKEND = {"sharded_backend": "torch_dist", "sharded_backend_version": 1}
 
 
 def _logical_rows(r: ShardedTensor) -> int:
-    """How many leading rows of the piece hold real (not padding) elements."""
+    """How many leading rows of the piece hold real (not padding) elements (a tensor of no dimensions: 1)."""
+    if not r.data.dim():
+        return 1
     if r.logical_shape is None:
         return r.local_shape[0]
     return max(0, min(r.local_shape[0], r.logical_shape[0] - r.global_offset[0]))
