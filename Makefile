@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml ci/constraints.txt
 	fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c ci/constraints.txt -e ".[megatron,nvrx,dev]"
+	$(BIN)/python -m pip install --quiet -c ci/constraints.txt -e ".[megatron,nvrx,s3,dev]"
 	touch $(STAMP)
 
 run: $(STAMP)

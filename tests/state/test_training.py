@@ -21,13 +21,33 @@ def _fingerprint(spec, topo, steps=3):
         ModelSpec(optimizer="distributed", vocab=37),
         # a parameter of one row and one of two: the distributed optimizer's shards of them empty on some ranks
         ModelSpec(optimizer="distributed", sized_params={"one_row": 1, "two_rows": 2, "past_4k": 1025}),
+        ModelSpec(optimizer="distributed", num_experts=4, shared_experts=True),
     ],
-    ids=["fp32-adam", "bf16-distopt", "fp32-distopt-vocab37", "distopt-sized-params"],
+    ids=["fp32-adam", "bf16-distopt", "fp32-distopt-vocab37", "distopt-sized-params", "distopt-experts"],
 )
 def test_same_fingerprint_on_different_topologies(spec):
     reference = _fingerprint(spec, Topology(1, 1, 1))
-    for topo in (Topology(2, 2, 2), Topology(4, 1, 2), Topology(1, 4, 1), Topology(1, 1, 3)):
+    topos = [Topology(2, 2, 2), Topology(4, 1, 2), Topology(1, 4, 1), Topology(1, 1, 3)]
+    if spec.num_experts:  # experts regrouped over ep and split over etp
+        topos += [Topology.parse(t) for t in ("tp2pp2dp2ep2etp2", "tp1pp2dp4ep4", "tp2pp1dp3ep2")]
+    for topo in topos:
         assert _fingerprint(spec, topo) == reference, topo
+
+
+def test_the_loss_scale_is_a_tensor_of_no_dimensions_that_training_moves():
+    """Dynamic loss scaling's scale: halved on each skipped iteration, doubled every 4 updates, saved as a
+    0-dim tensor every rank holds alike (rank 0's copy written)."""
+    from resilience.state import ParallelGroups, ShardedTensor, TrainingState
+    from resilience.state.training import GRAD_SCALE_KEY, GRAD_SCALE_START
+
+    spec = ModelSpec(skip_every=2)
+    state = TrainingState(spec, Topology(), 0, groups=ParallelGroups.without_collectives())
+    skipped = sum(spec.is_skipped(i) for i in range(1, 9))
+    state.train(8)
+    assert 0 < skipped < 8
+    assert float(state.grad_scale) == GRAD_SCALE_START * 0.5**skipped * 2.0 ** (state.opt_step // 4)
+    (record,) = [r for r in state.sharded_state_dict() if r.key == GRAD_SCALE_KEY]
+    assert isinstance(record, ShardedTensor) and record.data.dim() == 0 and record.global_shape == ()
 
 
 def test_fingerprint_sees_one_more_step():

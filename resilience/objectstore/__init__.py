@@ -1,0 +1,9 @@
+"""Object storage: where a run's checkpoints go on S3 (an `s3://bucket/prefix` location whose keys never leave
+it), the embedded S3 server a run starts on loopback (moto's server mode), and the check an endpoint, a bucket
+and credentials pass before any case runs."""
+
+from __future__ import annotations
+
+from .url import S3Location, check_relative
+
+__all__ = ["S3Location", "check_relative"]
