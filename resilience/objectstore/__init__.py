@@ -1,6 +1,7 @@
 """Object storage: where a run's checkpoints go on S3 (an `s3://bucket/prefix` location whose keys never leave
-it), the embedded S3 server a run starts on loopback (moto's server mode), and the check an endpoint, a bucket
-and credentials pass before any case runs."""
+it), the embedded S3 server a run starts on loopback (moto's server mode), the check an endpoint, a bucket
+and credentials pass before any case runs, and the storage seam's interface over a bucket (storage.py: no
+rename, no folders, an object whole when its upload returns)."""
 
 from __future__ import annotations
 

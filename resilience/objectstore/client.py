@@ -16,7 +16,10 @@ REFUSED = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "Inval
 
 def check_endpoint_url(url: str) -> str:
     """`url` when it is http(s)://host[:port] with nothing after the host but an optional '/'."""
-    parts = urlsplit(url) if isinstance(url, str) else None
+    try:
+        parts = urlsplit(url) if isinstance(url, str) else None
+    except ValueError:  # "Invalid IPv6 URL" and the like
+        parts = None
     ok = (
         parts is not None
         and parts.scheme in ("http", "https")

@@ -32,7 +32,10 @@ class S3Location:
         """'s3://bucket' or 's3://bucket/some/prefix'; one ConfigError naming `field` and the fix otherwise."""
         if not isinstance(text, str) or not text.startswith("s3://"):
             raise ConfigError(field, f"{text!r} is not an s3:// URL", "write it as s3://bucket/prefix")
-        parts = urlsplit(text)
+        try:
+            parts = urlsplit(text)
+        except ValueError as e:  # "Invalid IPv6 URL" and the like
+            raise ConfigError(field, f"{text!r} does not parse ({e})", "write it as s3://bucket/prefix") from None
         if parts.query or parts.fragment or "@" in parts.netloc or ":" in parts.netloc:
             raise ConfigError(
                 field,

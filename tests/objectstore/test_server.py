@@ -56,7 +56,7 @@ def test_refused_credentials_are_one_error(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "url", ["127.0.0.1:9000", "ftp://host", "http://", "http://h:99999", "http://h/x", "http://h:p"]
+    "url", ["127.0.0.1:9000", "ftp://host", "http://", "http://h:99999", "http://h/x", "http://h:p", "http://[h"]
 )
 def test_an_endpoint_url_that_does_not_parse_is_one_error(url):
     with pytest.raises(ConfigError, match="not an endpoint URL"):

@@ -27,6 +27,7 @@ def test_a_location_reads_back_and_builds_keys_under_its_prefix():
         ("s3://bucket/x?versionId=1", "more than a bucket and a prefix"),
         ("s3://bucket/a/../../other", "escapes its prefix"),
         ("s3://bucket/a//b", "escapes its prefix"),
+        ("s3://[bucket/x", "does not parse"),
     ],
 )
 def test_a_url_that_does_not_parse_is_one_error_with_the_fix(text, says):
