@@ -1,4 +1,6 @@
-"""Atomic commit on a POSIX filesystem: stage, fsync, manifest, rename into place, fsync, tracker.
+"""Atomic commit on a POSIX filesystem: stage, fsync, manifest, rename into place, fsync, tracker. On a
+storage without an atomic rename (an object store: `atomic_rename = False`), the same order with the rename
+made of copies: every object of the staged save, then its manifest, the commit marker, last.
 
 `commit_folder` is that order, the one every save path of the reference follows. A save is visible
 only once its folder is renamed into place with a complete manifest inside; the tracker is written
@@ -16,7 +18,7 @@ from .. import storage
 from ..errors import IntegrityError
 from ..storage.contained import is_inside
 from ..vocab import folders, phases
-from ..vocab.folders import ITER_FOLDER, STAGING_PREFIX, TRACKER, iter_name, iteration_of
+from ..vocab.folders import ITER_FOLDER, MANIFEST, STAGING_PREFIX, TRACKER, iter_name, iteration_of
 from .manifest import Manifest
 
 REPLACED_MARK = ".replaced-"
@@ -93,6 +95,9 @@ def publish(staging: str, final: str, *, keep_replaced: bool = False) -> None:
     `keep_replaced` it is renamed aside first and kept (at every point one copy or the other is whole
     under a name list_iterations or list_replaced finds)."""
     fs = storage.current()
+    if not getattr(fs, "atomic_rename", True):
+        _publish_by_copies(fs, staging, final, keep_replaced)
+        return
     parent = os.path.dirname(final)
     if keep_replaced and fs.exists(final):
         fs.rename(final, f"{final}{REPLACED_MARK}{uuid.uuid4().hex[:8]}")
@@ -105,6 +110,31 @@ def publish(staging: str, final: str, *, keep_replaced: bool = False) -> None:
     else:
         fs.rename(staging, final)
     fs.fsync_dir(parent)
+
+
+def _publish_by_copies(fs, staging: str, final: str, keep_replaced: bool) -> None:
+    """publish() where nothing renames atomically: a checkpoint is committed once its manifest, copied
+    last, is there. A committed copy at `final` is first copied aside whole (manifest last) and then
+    uncommitted (manifest deleted first), so at every point one copy of the iteration is whole under a name
+    list_iterations or list_replaced finds; without `keep_replaced` the aside copy goes once the new one
+    is committed."""
+    aside = None
+    if fs.exists(os.path.join(final, MANIFEST)):
+        aside = f"{final}{REPLACED_MARK}{uuid.uuid4().hex[:8]}"
+        _copy_tree(fs, final, aside)
+        fs.unlink(os.path.join(final, MANIFEST))
+    fs.rmtree(final)  # what is left of the replaced copy, or of an uncommitted one
+    _copy_tree(fs, staging, final)
+    fs.rmtree(staging)
+    if aside is not None and not keep_replaced:
+        fs.unlink(os.path.join(aside, MANIFEST))
+        fs.rmtree(aside)
+
+
+def _copy_tree(fs, src: str, dst: str) -> None:
+    """Copy every object under `src` to `dst`, the manifest last (the commit marker)."""
+    for rel in sorted(fs.files_under(src), key=lambda rel: rel == MANIFEST):
+        fs.copy(os.path.join(src, rel), os.path.join(dst, rel))
 
 
 def commit_folder(

@@ -107,8 +107,11 @@ class Manifest:
         the others."""
         path = os.path.join(folder, MANIFEST)
         check_inside(folder, root if root is not None else os.path.dirname(os.path.abspath(folder)))
-        check_folder(folder)
         fs = storage.current()
+        if getattr(fs, "local", True):  # an object store has no symlink, FIFO or unreadable folder to refuse
+            check_folder(folder)
+        elif not fs.is_dir(folder):
+            raise IntegrityError(folder, "checkpoint folder", "is gone: no object under it")
         if not (fs.exists(path) or os.path.islink(path)):  # a dangling symlink is reported as one below
             raise IntegrityError(path, "manifest present", "the folder has no manifest.json: an uncommitted save")
         check_inside(path, folder)

@@ -87,6 +87,7 @@ class S3FileSystem:
     """Paths under `root` as objects under `location`, through a boto3 `client` (objectstore.client)."""
 
     atomic_rename = False
+    local = False  # no symlinks, FIFOs or modes: the local file system's checks do not apply (storage.contained)
 
     def __init__(self, client, location: S3Location, root: str, part_bytes: int = PART_BYTES):
         self.client, self.location = client, location
@@ -179,6 +180,23 @@ class S3FileSystem:
             self.client.copy_object(Bucket=bucket, Key=new, CopySource={"Bucket": bucket, "Key": old})
         for old, _ in pairs:
             self.client.delete_object(Bucket=bucket, Key=old)
+
+    def copy(self, src: str, dst: str) -> None:
+        """One object copied on the server: `dst` appears whole when the copy returns."""
+        bucket = self.location.bucket
+        try:
+            self.client.copy_object(
+                Bucket=bucket, Key=self.key(dst), CopySource={"Bucket": bucket, "Key": self.key(src)}
+            )
+        except Exception as e:
+            if _missing(e):
+                raise FileNotFoundError(errno.ENOENT, "no such object", str(src)) from None
+            raise
+
+    def files_under(self, path: str) -> list[str]:
+        """The relative path of every object under folder `path`, sorted."""
+        head = self._folder(path)
+        return sorted(k[len(head) :] for k in self._keys_under(path))
 
     def exchange(self, a: str, b: str) -> None:
         raise OSError(errno.ENOTSUP, "an object store cannot exchange two names atomically", str(a))
