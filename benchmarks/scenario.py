@@ -316,10 +316,12 @@ def report_throughput(fig: dict, targets: dict) -> None:
 
 
 # ---- cost growth with the world size ------------------------------------------------------------------
-def world_scenario(world: int) -> str:
+def _kill_and_resume(name: str, topology: str, model: str = "{}") -> str:
+    """Train, save, rank 0 (which writes the replica-0 pieces) killed mid-save, a resume on the same world."""
     return f"""
-name: bench-world-{world}
-topology: tp1pp1dp{world}
+name: {name}
+topology: {topology}
+model: {model}
 steps:
   - train: 2
   - save
@@ -328,21 +330,15 @@ steps:
   - save
   - resume: {{continue: 1}}
 """
+
+
+def world_scenario(world: int) -> str:
+    return _kill_and_resume(f"bench-world-{world}", f"tp1pp1dp{world}")
 
 
 def moe_world_scenario(world: int) -> str:
-    return f"""
-name: bench-moe-world-{world}
-topology: tp2pp2dp{world // 4}ep4
-model: {{num_experts: 4, num_layers: 2, optimizer: distributed}}
-steps:
-  - train: 2
-  - save
-  - train: 1
-  - crash: {{rank: 0, after_bytes: 256}}
-  - save
-  - resume: {{continue: 1}}
-"""
+    model = "{num_experts: 4, num_layers: 2, optimizer: distributed}"
+    return _kill_and_resume(f"bench-moe-world-{world}", f"tp2pp2dp{world // 4}ep4", model)
 
 
 def _cpu_seconds() -> float:

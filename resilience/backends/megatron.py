@@ -48,7 +48,7 @@ from torch.distributed.checkpoint import CheckpointException
 
 from .. import storage
 from ..checkpoint.formats.base import RankInfo
-from ..dist import barrier, this_rank, world_size
+from ..dist import barrier, this_rank
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
 from ..state import TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
@@ -255,17 +255,7 @@ class MegatronBackend:
         self.layout = TorchDcpFormat()  # only its dp gather of distributed-optimizer rows
 
     def _info(self, state: TrainingState) -> RankInfo:
-        return RankInfo(
-            this_rank(),
-            world_size(),
-            state.topo,
-            state.coords,
-            state.spec,
-            self.combo,
-            None,
-            state.groups.dp_group,
-            state.groups.edp_group,
-        )
+        return RankInfo.of(state, self.combo)
 
     # ---- state -----------------------------------------------------------------------------------
     def sharded_state_dict(self, state: TrainingState, records, *, for_load: bool = False) -> tuple[dict, dict]:

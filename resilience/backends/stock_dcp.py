@@ -189,17 +189,7 @@ class StockDcpBackend:
         return f"__{this_rank()}{METADATA}" if self.opts["collectives"] == "off" else METADATA
 
     def _info(self, state: TrainingState) -> RankInfo:
-        return RankInfo(
-            this_rank(),
-            world_size(),
-            state.topo,
-            state.coords,
-            state.spec,
-            self.combo,
-            None,
-            state.groups.dp_group,
-            state.groups.edp_group,
-        )
+        return RankInfo.of(state, self.combo)
 
     # ---- save ------------------------------------------------------------------------------------
     def state_dict(self, info: RankInfo, records) -> dict:

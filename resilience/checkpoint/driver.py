@@ -10,7 +10,7 @@ from typing import Any
 from torch.distributed.checkpoint.api import CheckpointException
 
 from .. import storage
-from ..dist import gather_failures, this_rank, world_size
+from ..dist import gather_failures
 from ..state import TrainingState
 from ..state.precision import DTYPES, Precision
 from ..vocab import Combination, phases
@@ -68,17 +68,7 @@ class Driver:
     _local_saves: dict[str, int]  # LOCAL: root -> the number of the newest save known of
 
     def _info(self, state: TrainingState, group: Any = None) -> RankInfo:
-        return RankInfo(
-            this_rank(),
-            world_size(),
-            state.topo,
-            state.coords,
-            state.spec,
-            self.combo,
-            group,
-            state.groups.dp_group,
-            state.groups.edp_group,
-        )
+        return RankInfo.of(state, self.combo, group)
 
     def _write(self, info: RankInfo, records, staging: str) -> tuple[dict, str | None]:
         """(relpath -> size and checksum of every file this rank wrote, None) or ({}, its error).

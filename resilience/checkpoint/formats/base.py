@@ -29,6 +29,24 @@ class RankInfo:
     dp_group: Any = None  # this rank's data-parallel group (legacy gathers the distributed optimizer)
     edp_group: Any = None  # its expert-data-parallel group (the same, for the experts' optimizer state)
 
+    @classmethod
+    def of(cls, state, combo: Combination, group: Any = None) -> RankInfo:
+        """This rank's info for `state` (a TrainingState): its topology, place and process groups."""
+        from ...dist import this_rank, world_size
+
+        groups = state.groups
+        return cls(
+            this_rank(),
+            world_size(),
+            state.topo,
+            state.coords,
+            state.spec,
+            combo,
+            group,
+            groups.dp_group,
+            groups.edp_group,
+        )
+
 
 class Format(Protocol):
     layout: str  # "global": one folder per checkpoint; "local": one folder per rank per checkpoint
