@@ -72,9 +72,11 @@ class FallbackLoad(Driver):
     def _candidates(self, root: str, warnings: list[str]) -> tuple[list[tuple], tuple | None]:
         """(iteration, path, manifest or None, problem or None), newest first, and the tracker's problem
         as (path, check, detail) or None (coordinator)."""
-        # committed copies, and after each the copy a re-save replaced and kept (on an object store, the one
-        # whole copy of that iteration while the re-save is being copied in)
-        found = sorted(commit.list_iterations(root) + commit.list_replaced(root), key=lambda f: f[0], reverse=True)
+        found = commit.list_iterations(root)
+        if not getattr(storage.current(), "atomic_rename", True):
+            # an object store: after each committed copy, the one a re-save set aside (while the re-save is
+            # being copied in, the one whole copy of that iteration)
+            found = sorted(found + commit.list_replaced(root), key=lambda f: f[0], reverse=True)
         bad_tracker = commit.check_tracker(root, [it for it, _ in found])
         tracker = None
         if bad_tracker is not None:

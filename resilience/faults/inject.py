@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from .. import storage
 from ..errors import ConfigError
@@ -119,12 +119,21 @@ class FaultyFileSystem:
         oplog: OpLog | None = None,
         kill: Callable[[], None] = sigkill_self,
         sleep: Callable[[float], None] = time.sleep,
+        arm_at: Sequence[int | None] | None = None,
     ):
         self.inner = inner
         self.rank = rank
-        self.faults = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank) and self.CARRIES.carries(f)]
+        faults = list(faults)
+        at = list(arm_at) if arm_at is not None else [None] * len(faults)
+        keep = [
+            i
+            for i, f in enumerate(faults)
+            if f.layer == "inject" and f.target.has_rank(rank) and self.CARRIES.carries(f)
+        ]
+        self.faults = [faults[i] for i in keep]
         self.report, self.oplog, self._kill, self._sleep = report, oplog, kill, sleep
-        self.matcher = Matcher(self.faults)
+        # a record with an arming point counts this rank's operations once it reached that op (reached())
+        self.matcher = Matcher(self.faults, [at[i] for i in keep])
         self._fired: list[dict] = []
         self._lock = threading.RLock()
 
@@ -313,9 +322,11 @@ def inject(
     report: str | os.PathLike | None = None,
     oplog_dir: str | os.PathLike | None = None,
     kill: Callable[[], None] = sigkill_self,
+    arm_at: Sequence[int | None] | None = None,
 ) -> Iterator[FaultyFileSystem]:
     """Carry out `faults` (Fault records) aimed at `rank` on this process's checkpoint I/O for the
-    duration. Firings are appended to `report` (JSON lines, fsynced); operations to `oplog_dir`."""
+    duration. Firings are appended to `report` (JSON lines, fsynced); operations to `oplog_dir`. With
+    `arm_at`, record i counts only once the rank announced reaching operation arm_at[i] (matcher.reached)."""
     faults = typed(faults, world=world)
     mine = [f for f in faults if f.layer == "inject" and f.target.has_rank(rank)]
     for f in mine:
@@ -333,11 +344,12 @@ def inject(
         )
     fs = FaultyFileSystem(
         storage.current(),
-        mine,
+        faults,
         rank=rank,
         report=FaultReport(report) if report is not None else None,
         oplog=OpLog(oplog_dir, rank) if oplog_dir is not None else None,
         kill=kill,
+        arm_at=arm_at,
     )
     remove = phases.listen(fs.on_phase)
     try:
