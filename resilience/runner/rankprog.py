@@ -19,6 +19,7 @@ from ..state import GENERATION_PREFIX, RUN_BOUND_KEYS, ModelSpec, Topology, Trai
 from ..state.fingerprints import assemble, gather_pieces, generations
 from ..vocab.combos import Combination
 from .adapters import resolve_backend
+from .arming import arm, log_for_power_loss, record_file_ops
 
 
 @dataclass
@@ -158,12 +159,12 @@ def run_rank_job(ctx, plan: RankJob) -> dict:
     survived: BaseException | None = None  # the error a rank went on after, into the job's recovery
     skip_to: int | None = None  # the recover op a rank jumps to once a save or finalize raised
     with contextlib.ExitStack() as armed:
-        _record_file_ops(armed, plan, ctx.rank)
-        power = _log_for_power_loss(armed, plan, ctx.rank)
+        record_file_ops(armed, plan, ctx.rank)
+        power = log_for_power_loss(armed, plan, ctx.rank)
         for index, op in enumerate(plan.ops + [{"op": "end"}]):
             if power is not None:
                 power.matcher.reached(ctx.rank, index)
-            _arm(armed, plan, ctx.rank, index)
+            arm(armed, plan, ctx.rank, index)
             if skip_to is not None and index < skip_to:
                 continue
             kind = op["op"]
@@ -440,67 +441,3 @@ def captured_warnings():
         root.removeHandler(handler)
         for w in caught[: max(0, MAX_CAPTURED - len(heard))]:
             heard.append(f"warning {w.category.__name__}: {w.message}"[:MAX_CAPTURED_CHARS])
-
-
-def _record_file_ops(stack: contextlib.ExitStack, plan: RankJob, rank: int) -> None:
-    """Log this rank's creates, renames and deletions for the whole job, beneath any fault armed later (an
-    operation a fault stopped is not logged). Under the file system its own log has them."""
-    if not plan.file_ops_dir or plan.control:
-        return
-    from .. import storage
-    from .file_ops import FileOpRecorder
-
-    recorder = FileOpRecorder(storage.current(), plan.file_ops_dir, rank, plan.job)
-    stack.callback(recorder.close)
-    stack.enter_context(storage.use(recorder))
-
-
-def _is_power_loss(record: dict) -> bool:
-    return record.get("kind") == "lost_unsynced_writes"
-
-
-def _log_for_power_loss(stack: contextlib.ExitStack, plan: RankJob, rank: int):
-    """A job that plans a power loss (through the seam) logs every file operation from its start, over a
-    snapshot of the folder taken before its first: a save still being written when the power loss is armed
-    (an async writer) is then whole in the log, not half in a snapshot. Its power-loss records count from
-    the op they are armed at (the injector's matcher is told each op reached); None without one."""
-    power = [f for f in plan.faults if _is_power_loss(f["fault"])]  # the in-process ones: the seam carries them
-    if not power:
-        return None
-    import torch.distributed as dist
-
-    from ..faults import Snapshot, faults_from, inject
-
-    dist.barrier()  # the folder as it is now is what every operation of the job starts from; snapshot it once
-    if rank == 0:
-        Snapshot.take(plan.root, plan.snapshot_dir)
-    dist.barrier()
-    faults = faults_from([f["fault"] for f in power], world=plan.topo.world, where="fault")
-    return stack.enter_context(
-        inject(
-            faults,
-            rank=rank,
-            world=plan.topo.world,
-            report=plan.fault_log,
-            oplog_dir=plan.oplog_dir,
-            arm_at=[f["arm_at"] for f in power],
-        )
-    )
-
-
-def _arm(stack: contextlib.ExitStack, plan: RankJob, rank: int, index: int) -> None:
-    """Install the in-process faults armed at this op: from here on they watch this rank's I/O. The file
-    system's records armed here are told so. A power loss is already installed (_log_for_power_loss)."""
-    if plan.control and index in plan.fs_arms:
-        from ..fusefs import tell
-
-        tell(plan.control, "arm", index)
-    records = [
-        f["fault"] for f in plan.faults if f["arm_at"] == index and (plan.control or not _is_power_loss(f["fault"]))
-    ]
-    if not records:
-        return
-    from ..faults import faults_from, inject
-
-    faults = faults_from(records, world=plan.topo.world, where="fault")  # read once, as they cross to the rank
-    stack.enter_context(inject(faults, rank=rank, world=plan.topo.world, report=plan.fault_log))
