@@ -18,13 +18,11 @@ import os
 import tempfile
 from typing import IO, BinaryIO
 
-import xxhash
-
 from ..storage.base import WriteStreamBase
+from ..storage.local import LocalWriteStream
 from .url import S3Location
 
 PART_BYTES = 8 << 20  # a multipart upload's part size (S3's minimum is 5 MiB but for the last part)
-SPOOL_BYTES = 8 << 20  # a write stream's buffer in memory before it spills to a temporary file
 
 
 def _missing(e) -> bool:
@@ -33,34 +31,27 @@ def _missing(e) -> bool:
 
 
 class S3WriteStream(WriteStreamBase):
-    """An object being written: buffered, hashed as it is written (xxh3-128, as the local streams), uploaded
-    on close with a PUT or, past one part, a multipart upload (aborted when a part fails)."""
+    """An object being written: staged in a local temporary file (storage.local's stream, which hashes what is
+    written, xxh3-128, and keeps its size), uploaded on close with a PUT or, past one part, a multipart upload
+    (aborted when a part fails)."""
 
     def __init__(self, fs: S3FileSystem, path: str, key: str):
         self.path, self.key, self._fs = path, key, fs
-        self._buf = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 (closed in close)
-        self._hash = xxhash.xxh3_128()
-        self._seeked = False
+        fd, self._staged = tempfile.mkstemp(prefix="resilience-s3-")
+        os.close(fd)
+        self._local = LocalWriteStream(self._staged, sync=False)  # nothing to make durable on this disk
         self.size = 0
         self.digest: str | None = None
         self.closed = False
 
     def write(self, data) -> int:
-        view = memoryview(data)
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        n = self._buf.write(view)
-        if not self._seeked:
-            self._hash.update(view)
-        self.size = max(self.size, self._buf.tell())
-        return n
+        return self._local.write(data)
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        self._seeked = True
-        return self._buf.seek(offset, whence)
+        return self._local.seek(offset, whence)
 
     def tell(self) -> int:
-        return self._buf.tell()
+        return self._local.tell()
 
     def flush(self) -> None:
         """Nothing reaches the store before close."""
@@ -76,11 +67,12 @@ class S3WriteStream(WriteStreamBase):
             return
         self.closed = True
         try:
-            self._buf.seek(0)
-            self._fs.upload(self.key, self._buf, self.size)
+            self._local.close()
+            self.size, self.digest = self._local.size, self._local.digest
+            with open(self._staged, "rb") as body:
+                self._fs.upload(self.key, body, self.size)
         finally:
-            self._buf.close()
-        self.digest = None if self._seeked else self._hash.hexdigest()
+            os.unlink(self._staged)
 
 
 class S3FileSystem:
