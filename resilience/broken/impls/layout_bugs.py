@@ -151,15 +151,19 @@ class rank0_shard_lengths(ReferenceBackend):
     split unevenly (a large vocabulary, experts; reported on a Megatron-LM fork)."""
 
     @staticmethod
-    def _with_lengths(state, real):
+    def _lengths(records) -> dict[str, int]:
+        """This rank's number of rows of each optimizer piece."""
+        return {
+            r.key: r.local_shape[0]
+            for r in records
+            if isinstance(r, ShardedTensor) and r.key.startswith("optimizer.") and r.data.dim()
+        }
+
+    @classmethod
+    def _with_lengths(cls, state, real):
         def records():
             out = real()
-            rows = {
-                r.key: r.local_shape[0]
-                for r in out
-                if isinstance(r, ShardedTensor) and r.key.startswith("optimizer.") and r.data.dim()
-            }
-            return [*out, ShardedObject(SHARD_ROWS, rows, replica_id=state.coords.rank)]
+            return [*out, ShardedObject(SHARD_ROWS, cls._lengths(out), replica_id=state.coords.rank)]
 
         return records
 
@@ -168,11 +172,7 @@ class rank0_shard_lengths(ReferenceBackend):
             return super().save(state, root)
 
     def load(self, state, root):
-        mine = {
-            r.key: r.local_shape[0]
-            for r in state.sharded_state_dict()
-            if isinstance(r, ShardedTensor) and r.key.startswith("optimizer.") and r.data.dim()
-        }
+        mine = self._lengths(state.sharded_state_dict())
         seen: dict = {}
         real_load_objects = state.load_objects
 
