@@ -123,9 +123,9 @@ def transitions(
         raise fail("save", f"{saves[0]} has world size {saves[0].world} > max_world={max_world}")
     loads = _all_topologies(1, max_world, {})
 
-    kept = [d for d in DIMS if want is None or d not in want]  # the dimensions a load shares with its save
+    kept = [d for d in DIMS if want is not None and d not in want]  # the dimensions a load shares with its save
     by_kept: dict[tuple, list[Topology]] = {}
-    for t in loads:  # indexed, so a save finds its loads without pairing every topology with every other
+    for t in loads if want is not None else ():  # indexed: a save finds its loads without pairing every two
         by_kept.setdefault(tuple(getattr(t, d) for d in kept), []).append(t)
 
     def targets(s: Topology) -> list[Topology]:
