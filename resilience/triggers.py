@@ -16,9 +16,10 @@ asks a `Matcher` what to do with one operation and performs the answer; the rule
   the byte (`open_write`, `cut`); one at byte 0 strikes at the open (`at_open`);
 - a power loss with no crash point strikes when the carrier closes, after the last operation
   (`at_close`);
-- the order within one operation (`operation`, then `after`): slow, fail with an errno, crash before,
-  write short or torn (a crash at a byte cuts it), crash after. A failure or a crash before ends the
-  decision: the operation does not happen.
+- the order within one operation (`operation`, then `after`): slow, fail with an errno (or, on an HTTP
+  request, answer with an error), crash before, cut the request's body (reset) or write short or torn (a
+  crash at a byte cuts it), crash after, lose the answer. A failure or a crash before ends the decision:
+  the operation does not happen. The HTTP effects count as io_error does: their target.op, any when none.
 
 The Matcher does no I/O, no sleeping, no killing and reads no clock: it counts and returns a `Decision`,
 and the carrier sleeps, fails, writes, records the firing and kills.
@@ -48,7 +49,12 @@ SHORT = "short"  # a write stores a prefix and says so (short_write)
 TORN = "torn"  # a write stores a prefix, fills the rest, says it wrote all (torn_write)
 CRASH = "crash"  # the rank is killed (rank_crash)
 POWER_LOSS = "power_loss"  # the machine stops; unsynced writes may be lost (lost_unsynced_writes)
-EFFECTS = (FAIL, SLOW, SHORT, TORN, CRASH, POWER_LOSS)
+ANSWER = "answer"  # an HTTP request is answered with an error and never reaches the server (http_error)
+RESET = "reset"  # an HTTP connection is reset partway through a body (connection_reset)
+LOSE = "lose"  # an HTTP request is done by the server, its answer lost on the way back (response_lost)
+FILE_EFFECTS = (FAIL, SLOW, SHORT, TORN, CRASH, POWER_LOSS)  # on a file system's operations
+HTTP_EFFECTS = (ANSWER, RESET, LOSE)  # on an object store's requests
+EFFECTS = FILE_EFFECTS + HTTP_EFFECTS
 CRASHES = (CRASH, POWER_LOSS)
 
 
@@ -128,11 +134,18 @@ class Tears(Keeps, Protocol):
     def seed(self) -> int: ...
 
 
+class Answers(Record, Protocol):
+    @property
+    def status(self) -> int: ...
+    @property
+    def code(self) -> str: ...
+
+
 # ---- the rules of one record -----------------------------------------------------------------------
 def counts(f: Record, op: str) -> bool:
     """Does this record count operations of kind `op` (faults.base.OPS)?"""
     effect, t, g = f.effect, f.target, f.trigger
-    if effect == FAIL:
+    if effect == FAIL or effect in HTTP_EFFECTS:
         return t.op in (None, op)
     if effect == SLOW:
         return (t.op or "write") == op
@@ -199,12 +212,22 @@ class Partial:
         return bytes(length) if self.fill == "zeros" else random.Random(self.seed).randbytes(length)
 
 
+@dataclass(frozen=True)
+class Answer:
+    """Answer the request with this HTTP status and S3 error code, instead of the server."""
+
+    index: int
+    status: int
+    code: str
+
+
 @dataclass
 class Decision:
     """What the records decided for one operation, in the order a carrier does it: `slow` (each
     record's wait), then `error`, or else `crash` (before the operation), or else the operation with
-    `partial` writes applied. `hits` (record index, its count of this rank's operations) is what
-    Matcher.after reads once the operation is done."""
+    `partial` writes applied; on an HTTP request `answer` (instead of the server), `reset` (the body cut
+    after `reset.kept` bytes) and `lose` (the answer dropped once the server gave it). `hits` (record
+    index, its count of this rank's operations) is what Matcher.after reads once the operation is done."""
 
     rank: int | None = None
     hits: list[tuple[int, int]] = field(default_factory=list)
@@ -212,6 +235,9 @@ class Decision:
     error: Fail | None = None
     crash: int | None = None  # index of the crash record due before the operation
     partial: list[Partial] = field(default_factory=list)
+    answer: Answer | None = None
+    reset: Partial | None = None
+    lose: int | None = None  # index of the record that loses the answer
 
     @property
     def delay(self) -> float:
@@ -315,6 +341,10 @@ class Matcher:
                 e = cast(Fails, f)
                 d.error = Fail(i, e.errno, e.code)
                 return d
+            if f.effect == ANSWER:
+                a = cast(Answers, f)
+                d.answer = Answer(i, a.status, a.code)
+                return d
         for i, f in due:
             if f.effect in CRASHES and f.trigger.when == "before":
                 d.crash = i
@@ -325,6 +355,10 @@ class Matcher:
             elif f.effect == TORN:
                 t = cast(Tears, f)
                 d.partial.append(Partial(i, kept(t, length), torn=True, fill=t.fill, seed=t.seed))
+            elif f.effect == RESET and d.reset is None:
+                d.reset = Partial(i, kept(cast(Keeps, f), length))
+            elif f.effect == LOSE and d.lose is None:
+                d.lose = i
         return d
 
     def after(self, d: Decision) -> int | None:
@@ -389,37 +423,59 @@ class Matcher:
 
 @dataclass(frozen=True)
 class Carries:
-    """What a carrier carries out: the effects it can perform, and whether it hears a save's phases
-    (announced by checkpoint code in process; a file system cannot hear them)."""
+    """What a carrier carries out: the effects it can perform, whether it hears a save's phases
+    (announced by checkpoint code in process; a file system cannot hear them), and the operations it
+    meets (`ops`, None: any), so a record aimed at another's operation (a crash at an HTTP request) is
+    not taken by a file system. An effect of `aimed` is carried only by a record naming one of `ops`:
+    a slow_write or rank_crash with no target.op means a file's write or byte, which a proxy never meets."""
 
     name: str
     effects: frozenset[str]
     phases: bool
+    ops: frozenset[str] | None = None
+    aimed: frozenset[str] = frozenset()
 
     def carries(self, f: Record) -> bool:
-        return f.effect in self.effects and (self.phases or f.trigger.phase is None)
+        op = f.target.op
+        if f.effect not in self.effects or not (self.phases or f.trigger.phase is None):
+            return False
+        if op is None:
+            return f.effect not in self.aimed
+        return self.ops is None or op in self.ops
 
     def kinds(self, classes: Iterable[Any]) -> list[str]:
         """The kinds among record classes (faults.KINDS.values()) it carries (at a phase too, when it
-        hears them)."""
+        hears them; at one of its operations, when it needs one)."""
         return [c.kind for c in classes if c.effect in self.effects]
 
     def describe(self, classes: Iterable[Any]) -> str:
         """ "fuse carries io_error, ... (none at a phase)": for an error that names what would have fired."""
-        return f"{self.name} carries {', '.join(self.kinds(classes))}" + ("" if self.phases else " (none at a phase)")
+        classes = list(classes)
+        aimed = [c.kind for c in classes if c.effect in self.effects & self.aimed]
+        return (
+            f"{self.name} carries {', '.join(self.kinds(classes))}"
+            + ("" if self.phases else " (none at a phase)")
+            + (f" ({', '.join(aimed)} only at a target.op it meets)" if aimed else "")
+        )
 
 
 __all__ = [
+    "ANSWER",
+    "Answer",
     "CRASH",
     "CRASHES",
     "Carries",
     "Decision",
     "EFFECTS",
     "FAIL",
+    "FILE_EFFECTS",
     "Fail",
+    "HTTP_EFFECTS",
+    "LOSE",
     "Matcher",
     "POWER_LOSS",
     "Partial",
+    "RESET",
     "Record",
     "SHORT",
     "SLOW",

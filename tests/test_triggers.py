@@ -3,8 +3,8 @@ carrier must get for them. No files, no mount, no clock."""
 
 import pytest
 
-from resilience.faults import OPS, faults_from
-from resilience.triggers import EFFECTS, Carries, Decision, Matcher, counts
+from resilience.faults import HTTP_OPS, OPS, faults_from
+from resilience.triggers import CRASH, FILE_EFFECTS, HTTP_EFFECTS, SLOW, Carries, Decision, Matcher, counts
 
 MAIN, WRITER = "main", "writer"
 
@@ -14,9 +14,13 @@ def said(d: Decision) -> str:
     words = [f"slow {s.index}" + (" (first)" if s.first else "") for s in d.slow]
     if d.error is not None:
         words.append(f"error {d.error.index} {d.error.errno}")
+    if d.answer is not None:
+        words.append(f"answer {d.answer.index} {d.answer.status} {d.answer.code}")
     if d.crash is not None:
         words.append(f"crash {d.crash}")
     words += [f"{'torn' if p.torn else 'short'} {p.index}={p.kept}" for p in d.partial]
+    words += [f"reset {d.reset.index}={d.reset.kept}"] if d.reset is not None else []
+    words += [f"lose {d.lose}"] if d.lose is not None else []
     return ", ".join(words) or "-"
 
 
@@ -27,11 +31,12 @@ def play(m: Matcher, steps, *, fire=True) -> list[str]:
     for step in steps:
         rank, op, path, thread = (*step, MAIN)[:4]
         d = m.operation(op, (path,) if isinstance(path, str) else path, rank=rank, thread=thread, length=10)
-        after = m.after(d) if d.error is None and d.crash is None else None
+        after = m.after(d) if d.error is None and d.answer is None and d.crash is None else None
         if fire:
             for i in [s.index for s in d.slow if s.first] + [p.index for p in d.partial]:
                 m.fired(i, rank)
-            for i in (d.error.index if d.error else None, d.crash, after):
+            answer, reset = d.answer.index if d.answer else None, d.reset.index if d.reset else None
+            for i in (d.error.index if d.error else None, answer, d.crash, reset, d.lose, after):
                 if i is not None:
                     m.fired(i, rank)
         out.append(said(d) + (f" | after: crash {after}" if after is not None else ""))
@@ -63,6 +68,23 @@ def matcher(*records, arm_at=None) -> Matcher:
 def test_which_operations_each_record_counts(record, counted):
     [f] = faults_from([record])
     assert {op for op in OPS if counts(f, op)} == counted
+
+
+@pytest.mark.parametrize(
+    "record, counted",
+    [
+        ({"kind": "http_error"}, set(HTTP_OPS)),
+        ({"kind": "http_error", "op": "mpu_part"}, {"mpu_part"}),
+        ({"kind": "connection_reset", "op": "put"}, {"put"}),
+        ({"kind": "response_lost", "op": "mpu_complete"}, {"mpu_complete"}),
+        ({"kind": "slow_write", "op": "get"}, {"get"}),
+        ({"kind": "slow_write"}, set()),  # a file's writes: no request is one
+        ({"kind": "rank_crash", "op": "mpu_part", "when": "after"}, {"mpu_part"}),
+    ],
+)
+def test_which_requests_each_record_counts(record, counted):
+    [f] = faults_from([record])
+    assert {op for op in HTTP_OPS if counts(f, op)} == counted
 
 
 # ---- matching and counting ---------------------------------------------------------------------------
@@ -170,6 +192,30 @@ def test_a_crash_before_ends_the_decision_and_only_the_first_due_one_strikes():
     assert play(m, [(0, "rename", ("/a", "/b"))]) == ["crash 0"]
 
 
+def test_on_a_request_slow_then_answer_then_crash_before_then_reset_and_lose_then_crash_after():
+    m = matcher(
+        {"kind": "slow_write", "op": "put", "delay": 0.1},
+        {"kind": "rank_crash", "op": "put", "nth": 2, "rank": 0},
+        {"kind": "http_error", "op": "put", "nth": 2, "rank": 0},
+        {"kind": "connection_reset", "op": "put", "nth": 3, "rank": 0},
+        {"kind": "response_lost", "op": "put", "nth": 3, "rank": 0},
+        {"kind": "rank_crash", "op": "put", "when": "after", "nth": 3, "rank": 0},
+        {"kind": "rank_crash", "op": "put", "nth": 4, "rank": 0},
+        {"kind": "http_error", "status": 500, "path": "*.pt", "rank": 1},
+    )
+    assert play(m, [(0, "put", "a.pt")] * 4 + [(1, "put", "a.bin"), (1, "put", "b.pt"), (1, "put", "c.pt")]) == [
+        "slow 0 (first)",
+        "slow 0, answer 2 503 SlowDown",  # the error answer wins: the crash before it never comes
+        "slow 0, reset 3=5, lose 4 | after: crash 5",  # the carrier resets: nothing is answered to lose
+        "slow 0, crash 6",
+        "slow 0 (first)",
+        "slow 0, answer 7 500 InternalError",
+        "slow 0",  # fired once
+    ]
+    d = matcher({"kind": "connection_reset", "keep": 3}).operation("get", ("k",), rank=0, thread=MAIN, length=10)
+    assert d.reset is not None and d.reset.kept == 3
+
+
 # ---- a crash at a byte -------------------------------------------------------------------------------
 def test_a_crash_at_a_byte_is_armed_by_the_nth_matching_open_and_cuts_the_write_reaching_it():
     m = matcher({"kind": "rank_crash", "path": "*.pt", "at_byte": 10_000, "nth": 2, "thread": "main"})
@@ -222,8 +268,8 @@ def test_a_power_loss_with_no_crash_point_strikes_at_close_once_per_rank_it_targ
 def test_a_carrier_says_what_it_carries_by_effect_and_whether_it_hears_phases():
     from resilience.faults import KINDS
 
-    in_rank = Carries("in rank", frozenset(EFFECTS), phases=True)
-    below = Carries("below", frozenset(EFFECTS), phases=False)
+    in_rank = Carries("in rank", frozenset(FILE_EFFECTS), phases=True)
+    below = Carries("below", frozenset(FILE_EFFECTS), phases=False)
     failing_only = Carries("failing only", frozenset({"fail"}), phases=False)
     phase, op, kill = faults_from(
         [
@@ -243,6 +289,37 @@ def test_a_carrier_says_what_it_carries_by_effect_and_whether_it_hears_phases():
         "rank_crash",
         "lost_unsynced_writes",
     }
+
+
+def test_a_carrier_of_requests_takes_a_delay_or_crash_only_aimed_at_a_request_and_a_file_carrier_none():
+    from resilience.faults import KINDS
+
+    proxy = Carries(
+        "proxy", frozenset(HTTP_EFFECTS) | {SLOW, CRASH}, False, frozenset(HTTP_OPS), frozenset({SLOW, CRASH})
+    )
+    seam = Carries("seam", frozenset(FILE_EFFECTS), phases=True, ops=frozenset(OPS))
+    records = faults_from(
+        [
+            {"kind": "http_error"},
+            {"kind": "response_lost", "op": "put"},
+            {"kind": "slow_write", "op": "mpu_part"},
+            {"kind": "rank_crash", "op": "mpu_complete"},
+            {"kind": "slow_write"},  # a file's writes
+            {"kind": "rank_crash", "op": "fsync"},
+            {"kind": "rank_crash", "at_byte": 10},
+            {"kind": "io_error"},
+        ]
+    )
+    assert [proxy.carries(f) for f in records] == [True, True, True, True, False, False, False, False]
+    assert [seam.carries(f) for f in records] == [False, False, False, False, True, True, True, True]
+    assert set(proxy.kinds(KINDS.values())) == {
+        "http_error",
+        "connection_reset",
+        "response_lost",
+        "slow_write",
+        "rank_crash",
+    }
+    assert proxy.describe(KINDS.values()).endswith("(slow_write, rank_crash only at a target.op it meets)")
 
 
 def test_arming_points_must_match_the_records():

@@ -6,10 +6,13 @@
 - crash states: `crash_states(snapshot, oplog_dir, out_dir)` builds the disks a power loss can leave.
 - nemesis: `Nemesis(job, faults, folder=...)` kills or stops rank processes from outside, or kills a rank's
   background writer processes alone (`WriterKill`, faults.writers).
+- at an object store's requests (its proxy, objectstore.proxy): error answers, resets, lost answers, and
+  slow_write or rank_crash aimed at an HTTP operation (`HTTP_OPS`).
 - at rest: `corrupt(fault, root)` truncates, flips, deletes, garbles, forges, plants a hostile pickle.
 A fault that fired is recorded (`FaultReport`); `unprobed(faults, firings)` lists those that never did."""
 
 from .base import (
+    HTTP_OPS,
     KINDS,
     OPS,
     THREADS,
@@ -28,6 +31,7 @@ from .corruption import checkpoint_folders, corrupt, corrupt_all, files_of_rank,
 from .crash_states import CrashState, CrashStates, Snapshot, crash_states, power_loss_states
 from .damage_records import Damage, NothingToDamage
 from .firings import UNPROBED, FaultReport, fired, firing, read_firings, unprobed
+from .http import ConnectionReset, HttpError, ResponseLost
 from .inject import FaultyFileSystem, FaultyWriteStream, inject, sigkill_self
 from .kinds import (
     BitFlip,
@@ -54,6 +58,7 @@ from .oplog import Op, OpLog, read_ops
 
 __all__ = [
     "BitFlip",
+    "ConnectionReset",
     "CrashState",
     "CrashStates",
     "Damage",
@@ -66,6 +71,8 @@ __all__ = [
     "FaultReport",
     "FaultyFileSystem",
     "FaultyWriteStream",
+    "HTTP_OPS",
+    "HttpError",
     "IOFailure",
     "KINDS",
     "LeftoverStaging",
@@ -79,6 +86,7 @@ __all__ = [
     "RankCrash",
     "RankHang",
     "RankKill",
+    "ResponseLost",
     "ShortWrite",
     "SlowWrite",
     "Snapshot",

@@ -17,6 +17,21 @@ from ..vocab.phases import PHASES
 
 # Operations of the I/O seam a fault can match ("create" is open_write, "read" is open_read).
 OPS = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree", "read")
+# Requests to an object store a fault can match (objectstore.requests names each one): an object written
+# whole, copied on the server, a multipart upload's steps, reads, listings, deletes; `bucket` is any other.
+HTTP_OPS = (
+    "put",
+    "copy",
+    "mpu_create",
+    "mpu_part",
+    "mpu_complete",
+    "mpu_abort",
+    "get",
+    "head",
+    "list",
+    "delete",
+    "bucket",
+)
 THREADS = ("main", "writer")  # writer: any thread but the main one (the async background writer)
 WHEN = ("before", "after")
 LAYERS = ("inject", "nemesis", "at_rest")
@@ -28,7 +43,7 @@ class Target:
 
     rank: int | tuple[int, ...] | None = None  # one rank or several; None: every rank (nemesis: the whole job)
     path: str | None = None  # glob, see matches_path
-    op: str | None = None  # one of OPS (injector)
+    op: str | None = None  # one of the kind's `ops`: OPS (a file's), HTTP_OPS (an object store's request)
     thread: str | None = None  # "main" or "writer" (injector)
     iteration: int | None = None  # which checkpoint is damaged at rest; None: the newest
     offset: int | None = None  # byte offset in the file (at rest); None: drawn from the seed
@@ -64,12 +79,14 @@ class Fault:
     """A fault: what (kind and its parameters), where (target), when (trigger), and a seed for any
     choice left open. Subclasses add parameters; `uses` says which target/trigger fields mean something;
     `effect` what a carrier of in-process faults does when it fires (resilience.triggers.EFFECTS; None:
-    no carrier meets it on the I/O, the nemesis or the runner carries it out)."""
+    no carrier meets it on the I/O, the nemesis or the runner carries it out); `ops` the operations its
+    target.op may name."""
 
     kind: ClassVar[str] = ""
     layer: ClassVar[str] = "inject"
     effect: ClassVar[str | None] = None
     uses: ClassVar[frozenset[str]] = frozenset()
+    ops: ClassVar[tuple[str, ...]] = OPS
     target: Target = field(default_factory=Target)
     trigger: Trigger = field(default_factory=Trigger)
     seed: int = 0
@@ -134,7 +151,7 @@ class Fault:
                     )
         if t.path is not None and (not isinstance(t.path, str) or not t.path):
             raise ConfigError(f"{where}.target.path", f"must be a non-empty glob, got {t.path!r}")
-        _choice(t.op, OPS, f"{where}.target.op")
+        _choice(t.op, self.ops, f"{where}.target.op")
         _choice(t.thread, THREADS, f"{where}.target.thread")
         _int(t.iteration, f"{where}.target.iteration", minimum=0)
         _int(t.offset, f"{where}.target.offset", minimum=0)
@@ -300,6 +317,7 @@ def _show(v) -> str:
 __all__ = [
     "Fault",
     "FaultLayer",
+    "HTTP_OPS",
     "KINDS",
     "LAYERS",
     "OPS",

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from .. import storage
 from ..errors import ConfigError
 from ..storage.base import WriteStreamBase
-from ..triggers import EFFECTS, POWER_LOSS, Carries, Decision, Matcher, crash_action
+from ..triggers import FILE_EFFECTS, POWER_LOSS, Carries, Decision, Matcher, crash_action
 from ..vocab import phases
-from .base import KINDS, Fault, typed
+from .base import KINDS, OPS, Fault, typed
 from .firings import FaultReport, firing
 from .oplog import OpLog
 
@@ -106,8 +106,9 @@ class FaultyFileSystem:
     decides them. `kill` (default: SIGKILL this process) and `sleep` are injected so the logic can be
     tested in one process."""
 
-    # every effect, at a phase too: checkpoint code announces its phases in this process
-    CARRIES = Carries("seam", frozenset(EFFECTS), phases=True)
+    # every effect on a file, at a phase too (checkpoint code announces its phases in this process); no
+    # effect on an object store's requests, which a proxy in front of its server carries
+    CARRIES = Carries("seam", frozenset(FILE_EFFECTS), phases=True, ops=frozenset(OPS))
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from ..errors import ConfigError
 from ..triggers import CRASH, FAIL, POWER_LOSS, SHORT, SLOW, TORN
-from .base import Fault, _choice, _int, _number
+from .base import HTTP_OPS, OPS, Fault, _choice, _int, _number
 
 # ---- in-process faults (the carriers: the seam's injector, the FUSE file system) ---------------------
 # Each says its `effect`; when it fires, on which operation, is resilience.triggers' rule for that effect.
@@ -82,12 +82,13 @@ class TornWrite(Fault):
 
 @dataclass(frozen=True)
 class SlowWrite(Fault):
-    """A straggler: matching operations (default: writes) from the nth on each wait `delay` seconds
-    first; `times` of them (None: all)."""
+    """A straggler: matching operations (default: writes; an object store's requests too) from the nth on
+    each wait `delay` seconds first; `times` of them (None: all)."""
 
     kind: ClassVar[str] = "slow_write"
     effect: ClassVar[str | None] = SLOW
     uses: ClassVar[frozenset[str]] = _OP_USES
+    ops: ClassVar[tuple[str, ...]] = OPS + HTTP_OPS
     delay: float = 0.1
     times: int | None = None
 
@@ -129,12 +130,14 @@ def _check_crash_point(fault: Fault, where: str, required: bool) -> None:
 
 @dataclass(frozen=True)
 class RankCrash(Fault):
-    """The rank SIGKILLs itself at an exact point: once a matching file holds `at_byte` bytes, before or
-    after the nth matching operation, or as the nth matching named phase begins."""
+    """The rank is SIGKILLed at an exact point: once a matching file holds `at_byte` bytes, before or
+    after the nth matching operation (an object store's request too: its proxy kills the client), or as
+    the nth matching named phase begins."""
 
     kind: ClassVar[str] = "rank_crash"
     effect: ClassVar[str | None] = CRASH
     uses: ClassVar[frozenset[str]] = _CRASH_USES
+    ops: ClassVar[tuple[str, ...]] = OPS + HTTP_OPS
 
     def _check(self, where):
         _check_crash_point(self, where, required=True)

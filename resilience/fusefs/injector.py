@@ -25,9 +25,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from ..faults.base import Fault, faults_from
+from ..faults.base import OPS, Fault, faults_from
 from ..faults.firings import FaultReport, firing
-from ..triggers import EFFECTS, POWER_LOSS, Carries, Decision, Matcher, crash_action
+from ..triggers import FILE_EFFECTS, POWER_LOSS, Carries, Decision, Matcher, crash_action
 from .words import Caller
 
 VIA = "fuse"  # every firing says which way in carried it
@@ -36,8 +36,9 @@ VIA = "fuse"  # every firing says which way in carried it
 class FuseInjector:
     """The decisions of resilience.triggers for every rank at once, and the firings they make."""
 
-    # every effect, but not at a phase: phases are announced by checkpoint code in process
-    CARRIES = Carries("fuse", frozenset(EFFECTS), phases=False)
+    # every effect on a file, but not at a phase (phases are announced by checkpoint code in process); no
+    # effect on an object store's requests, which a proxy in front of its server carries
+    CARRIES = Carries("fuse", frozenset(FILE_EFFECTS), phases=False, ops=frozenset(OPS))
 
     def __init__(
         self, faults: Iterable, *, report: FaultReport | None = None, arm_at: Iterable[int | None] | None = None

@@ -53,6 +53,11 @@ EXAMPLES = [
     {"kind": "leftover_staging"},
     {"kind": "extra_file", "name": "x.bin", "length": 3},
     {"kind": "hostile_pickle", "target": {"iteration": 3}},
+    {"kind": "http_error", "status": 500, "target": {"rank": 1, "op": "mpu_part", "path": "*.distcp"}},
+    {"kind": "connection_reset", "keep": 1024, "target": {"op": "put"}, "trigger": {"nth": 2}},
+    {"kind": "response_lost", "target": {"op": "mpu_complete"}},
+    {"kind": "slow_write", "delay": 0.2, "target": {"op": "get"}},
+    {"kind": "rank_crash", "target": {"rank": 0, "op": "mpu_part"}, "trigger": {"nth": 2, "when": "after"}},
 ]
 
 
@@ -126,6 +131,13 @@ def test_faults_from_a_scenario_document():
         ({"kind": "truncate", "target": {"rank": [0, 1]}}, "faults[0].target.rank", "picks one rank"),
         ({"kind": "lost_unsynced_writes", "max_states": 0}, "faults[0].max_states", "less than 1"),
         ("rank_crash", "faults[0]", "must be a mapping"),
+        ({"kind": "http_error", "status": 404}, "faults[0].status", "unknown value 404"),
+        ({"kind": "http_error", "op": "write"}, "faults[0].target.op", "unknown value 'write'"),
+        ({"kind": "http_error", "thread": "writer"}, "faults[0].target.thread", "http_error does not use thread"),
+        ({"kind": "connection_reset", "keep": -1}, "faults[0].keep", "negative"),
+        ({"kind": "response_lost", "at_byte": 3}, "faults[0].trigger.at_byte", "does not use at_byte"),
+        ({"kind": "io_error", "op": "put"}, "faults[0].target.op", "unknown value 'put'"),
+        ({"kind": "rank_crash", "op": "mpu_part", "at_byte": 5}, "faults[0].target.op", "at_byte counts"),
     ],
 )
 def test_bad_spec_names_the_field(spec, field, words):
