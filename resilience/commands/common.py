@@ -118,3 +118,59 @@ def print_coverage(coverage, run_dir: str, *, drawn: bool = False) -> None:
     why = coverage.keep(run_dir)
     if why:
         print(f"coverage.json not written: {why}")
+
+
+def storage_arg(text: str) -> str:
+    from ..objectstore.store import check_storage
+
+    try:
+        return check_storage(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_storage_arguments(p) -> None:
+    """--storage and --endpoint-url: where the cases keep their checkpoints (resilience.objectstore.store)."""
+    p.add_argument(
+        "--storage",
+        type=storage_arg,
+        default=None,
+        metavar="WHERE",
+        help="where checkpoints go: local (files in each case's folder), s3 (an S3 server the run starts on "
+        "127.0.0.1, a bucket per case, stopped at the end) or s3://bucket/prefix (a cluster's store at "
+        "--endpoint-url, a prefix per case; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); "
+        "default: the scenario's storage, else local",
+    )
+    p.add_argument(
+        "--endpoint-url",
+        default=None,
+        metavar="URL",
+        help="the S3 endpoint of --storage s3://bucket/prefix, http(s)://host:port (default: AWS_ENDPOINT_URL)",
+    )
+
+
+def on_storage(scenarios: list, storage: str | None) -> list:
+    """The scenarios with `storage` (from --storage) in place of their own; as they are when it is None."""
+    from dataclasses import replace
+
+    return list(scenarios) if storage is None else [replace(s, storage=storage) for s in scenarios]
+
+
+def run_stores(scenarios, endpoint_url: str | None):
+    """The object stores the scenarios name, opened for the run (objectstore.store.run_store), each once."""
+    import contextlib
+
+    from ..objectstore.store import is_object_store, run_store
+
+    stack = contextlib.ExitStack()
+    wanted = list(dict.fromkeys(s.storage for s in scenarios if is_object_store(s.storage)))
+    if endpoint_url is not None and not wanted:
+        raise ConfigError(
+            "--endpoint-url",
+            "an endpoint was given, but no case keeps its checkpoints on S3",
+            "add --storage s3://bucket/prefix, or leave --endpoint-url out",
+        )
+    with stack:  # opened one by one: a store that fails to open closes the ones before it
+        for storage in wanted:
+            stack.enter_context(run_store(storage, endpoint_url if storage.startswith("s3://") else None))
+        return stack.pop_all()

@@ -14,9 +14,11 @@ from ..errors import ConfigError
 from .common import (
     add_io_argument,
     add_repeat_argument,
+    add_storage_arguments,
     add_workers_argument,
     combination_arg,
     print_coverage,
+    run_stores,
     seed_arg,
     workers_of,
 )
@@ -65,6 +67,7 @@ def register(sub) -> None:
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     p.add_argument("--seed", type=seed_arg, default=0, help="seed of every case (default: 0)")
     add_io_argument(p)
+    add_storage_arguments(p)
     add_workers_argument(p)
     add_repeat_argument(p)
     p.set_defaults(func=run)
@@ -74,16 +77,10 @@ def run(args) -> int:
     from ..launch import heap
 
     with heap.loading():  # torch and the runner
-        from ..report.matrix_table import column_of, text_table, transposed_table
-        from ..report.result_row import rows_to_json
-        from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
-        from ..runner.corners import EACH_FILE, corner_names, corner_probes, is_file_column
-        from ..runner.coverage import Coverage
+        from ..runner.corners import corner_names
         from ..runner.matrix import FAULTS, cases, fault_scenario, parse_transitions
-        from ..runner.option_sweep import plan_sweep, refused_values
+        from ..runner.option_sweep import plan_sweep
         from ..vocab.combos import valid_combinations
-        from .progress import Progress
-        from .run import summarize
 
     # all columns by default; corners named with --corners run alone, and a run given --faults or
     # --transitions (each of those two all by default, as before the corners) runs no corner unless named
@@ -98,7 +95,21 @@ def run(args) -> int:
     backend = sweep[0].backend  # the spec as given (a sweep's first set is its defaults)
     combos = args.combos or backend.combinations() or valid_combinations()
     _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fault_scenario)
-    work = _plan_work(args, faults, transitions, corners, combos, sweep, cases)
+    work = _on_storage(args, _plan_work(args, faults, transitions, corners, combos, sweep, cases))
+    with run_stores([c.scenario for _, _, c in work], args.endpoint_url):  # checked and started before any folder
+        return _run_work(args, work, faults, transitions, corners, combos, sweep)
+
+
+def _run_work(args, work, faults, transitions, corners, combos, sweep) -> int:
+    from ..report.matrix_table import column_of, text_table, transposed_table
+    from ..report.result_row import rows_to_json
+    from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
+    from ..runner.corners import EACH_FILE, corner_probes, is_file_column
+    from ..runner.coverage import Coverage
+    from ..runner.option_sweep import refused_values
+    from .progress import Progress
+    from .run import summarize
+
     seen = list(dict.fromkeys(c.column for _, _, c in work))
     table = [c for f in faults for c in seen if c == f or (f == "metadata" and c.startswith("metadata:"))] + list(
         transitions
@@ -135,6 +146,21 @@ def run(args) -> int:
     code = summarize(rows, paths)
     print_coverage(Coverage().add_all(c.scenario for _, _, c in work), folder.path)
     return code
+
+
+def _on_storage(args, work: list) -> list:
+    """The cases with --storage in place of their scenario's; ConfigError when the backend cannot reach it."""
+    if args.storage is None:
+        return work
+    from dataclasses import replace
+
+    from ..runner.on_store import check_reaches
+    from ..runner.run import case_way
+
+    work = [(b, label, replace(c, scenario=replace(c.scenario, storage=args.storage))) for b, label, c in work]
+    for backend, _, c in work:
+        check_reaches(c.scenario, backend, case_way(c.scenario, backend, args.io))
+    return work
 
 
 def _refuse_bad_arguments(args, faults, transitions, corners, combos, sweep, fault_scenario) -> None:
@@ -197,6 +223,7 @@ def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults,
             "columns": columns,
             "cases": len(work),
             "io": args.io,
+            "storage": args.storage or "local",
             "repeat": args.repeat,
             "option_sets": [c.spec for c in sweep] if args.backend_options else None,
         },
@@ -207,6 +234,7 @@ def _start_folder(create_run_folder, args, columns, work, sweep, combos, faults,
         f"{len(corners)} corners) = "
         f"{len(work)} cases{runs}; seed {args.seed}; backend {args.backend}; "
         f"faults through {_io(args, sweep[0].backend)}; "
+        f"checkpoints {'on ' + args.storage if args.storage else 'in local folders'}; "
         f"{workers_of(args)} at a time; "
         f"run folder {folder.path}",
         flush=True,

@@ -10,9 +10,12 @@ from typing import TYPE_CHECKING
 from .common import (
     add_io_argument,
     add_repeat_argument,
+    add_storage_arguments,
     add_workers_argument,
     combination_arg,
+    on_storage,
     print_coverage,
+    run_stores,
     seed_arg,
     workers_of,
 )
@@ -30,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=seed_arg, default=None, help="override every scenario's seed")
     p.add_argument("--tag", action="append", help="only scenarios carrying this tag")
     add_io_argument(p)
+    add_storage_arguments(p)
     add_workers_argument(p)
     add_repeat_argument(p)
     p.set_defaults(func=run)
@@ -52,10 +56,11 @@ def scenario_files(paths: list[str]) -> list[str]:
 def _refuse_uncarried(scenario, backend, io: str | None) -> None:
     """ConfigError naming the scenario when a fault of it has no carrier on the way its cases take."""
     from ..errors import ConfigError
+    from ..runner.on_store import check_reaches
     from ..runner.run import case_way
 
     try:
-        case_way(scenario, backend, io or scenario.io)
+        check_reaches(scenario, backend, case_way(scenario, backend, io or scenario.io))
     except ConfigError as e:
         raise ConfigError(f"{scenario.name}: {e.field}", e.problem, e.fix) from None
 
@@ -81,14 +86,12 @@ def run(args) -> int:
     from ..runner.scenario import load_file
 
     scenarios = [load_file(f) for f in scenario_files(args.scenarios)]  # all validated before anything runs
+    scenarios = on_storage(scenarios, args.storage)
     # imported once the scenarios read: a refused file is refused without importing torch
     from ..launch import heap
 
     with heap.loading():
         from ..runner.adapters import resolve_backend
-        from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
-        from ..runner.coverage import Coverage
-        from .progress import Progress
 
     if args.tag:
         scenarios = [s for s in scenarios if set(args.tag) & set(s.tags)]
@@ -115,6 +118,15 @@ def run(args) -> int:
         refs[args.backend or s.backend].make(combo)
     for s in {id(s): s for s, _ in work}.values():  # a fault no carrier of its way carries: refused, never unfired
         _refuse_uncarried(s, refs[args.backend or s.backend], args.io)
+    with run_stores([s for s, _ in work], args.endpoint_url):  # checked and started before any folder is made
+        return _run_work(args, scenarios, work, refs)
+
+
+def _run_work(args, scenarios, work, refs) -> int:
+    from ..runner.case_loop import CaseSpec, create_run_folder, judge_cases
+    from ..runner.coverage import Coverage
+    from .progress import Progress
+
     name = scenarios[0].name if len(scenarios) == 1 else "scenarios"
     command = "resilience " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:] else "resilience run"
     seeds = sorted({s.seed for s, _ in work})

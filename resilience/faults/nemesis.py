@@ -86,8 +86,11 @@ class Nemesis:
         timeout: float | None = None,
         report: str | os.PathLike | None = None,
         clock: Callable[[], float] = time.monotonic,
+        listing: Callable[[], dict[str, int]] | None = None,
     ):
         self.job = job
+        # path -> size of every file under the folder where it is not on this disk (an object store's listing)
+        self.listing = listing
         self.faults = [f for f in typed(faults, world=job.world) if f.layer == "nemesis"]
         for f in self.faults:
             if f.trigger.size is not None and folder is None:
@@ -192,7 +195,7 @@ class Nemesis:
             return {"elapsed": round(now, 4), "observed": "writer", "held": seen}
         if g.size is None:
             return {"elapsed": round(now, 4)}
-        for path, size in file_sizes(self.folder, f.target.path).items():  # type: ignore[arg-type]  # size needs a path
+        for path, size in self._sizes(f.target.path).items():
             if size >= g.size:
                 return {"elapsed": round(now, 4), "observed": "size", "file": path, "bytes": size}
         for rank in f.target.ranks(self.job.world):
@@ -202,6 +205,13 @@ class Nemesis:
                 if not rel.startswith("..") and matches_path(f.target.path, path, rel) and pos >= g.size:
                     return {"elapsed": round(now, 4), "observed": "fdinfo", "file": path, "bytes": pos, "of_rank": rank}
         return None
+
+    def _sizes(self, pattern: str | None) -> dict[str, int]:
+        if self.listing is None:
+            return file_sizes(self.folder, pattern)  # type: ignore[arg-type]  # a size trigger needs the folder
+        return {
+            p: n for p, n in self.listing().items() if matches_path(pattern, p, os.path.relpath(p, self.folder or "/"))
+        }
 
     def _writers(self, f: WriterKill) -> dict[int, list[Holding]]:
         """rank -> what its background writers hold now (matching files, with at least trigger.size

@@ -1,10 +1,21 @@
-"""What a rank's job installs on its I/O: its creates, renames and deletions recorded for the whole job, the
-in-process faults armed at their op, and a planned power loss, logged from the job's start. `plan` is the
-rank's job (runner.rankprog.RankJob)."""
+"""What a rank's job installs on its I/O: the object store it writes to, its creates, renames and deletions
+recorded for the whole job, the in-process faults armed at their op, and a planned power loss, logged from
+the job's start. `plan` is the rank's job (runner.rankprog.RankJob)."""
 
 from __future__ import annotations
 
 import contextlib
+
+
+def use_store(stack: contextlib.ExitStack, plan) -> None:
+    """On an object store, the seam maps the checkpoint folder's paths to the case's keys for the whole job,
+    beneath everything else installed on it."""
+    if plan.store is None:
+        return
+    from .. import storage
+    from ..objectstore.store import CaseStore
+
+    stack.enter_context(storage.use(CaseStore.from_dict(plan.store).filesystem(plan.root)))
 
 
 def record_file_ops(stack: contextlib.ExitStack, plan, rank: int) -> None:

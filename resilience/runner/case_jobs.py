@@ -13,6 +13,7 @@ from ..fusefs.injector import carries_out
 from ..history import FAILED, INFO, INVOKE, OK, Event, EventLog, merge_job, rank_events, read_events
 from ..launch import Job
 from ..launch.outcomes import MAX_JOB_TIMEOUT
+from ..objectstore.store import CaseStore
 from ..vocab.combos import Combination
 from . import io_route
 from .adapters import BackendRef
@@ -33,6 +34,7 @@ class CaseJobs:
     history: EventLog
     backend: BackendRef  # resolved once for the run (runner.adapters); its ranks get its spec
     start_method: str = "fork"
+    store: CaseStore | None = None  # the case's place on an object store; None: files under its folder
 
     @property
     def fault_log(self) -> str:
@@ -105,6 +107,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             fs_arms=w.arms,
             file_ops_dir=case.job_dir(FILE_OPS, job_no),
             stagger=planned.stagger,
+            store=None if case.store is None else case.store.to_dict(),
         )
         job = Job(
             run_rank_job,
@@ -125,6 +128,8 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
                     folder=root,
                     mount=w.root if os.path.abspath(w.root) != os.path.abspath(root) else None,
                     report=case.fault_log,
+                    listing=_store_listing(case.store, root),
+                    poll=0.002 if case.store is None else STORE_POLL,
                 ).start()
             try:
                 return job.wait()
@@ -133,6 +138,19 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
                     nemesis.stop()
                     if outcomes is not None:
                         outcomes += [FaultOutcome(f, NOT_IN_BACKEND, why) for f, why in nemesis.not_applicable()]
+
+
+STORE_POLL = 0.02  # seconds between listings of an object store by the nemesis: a request each, not a stat
+
+
+def _store_listing(store: CaseStore | None, root: str):
+    """What the nemesis watches on an object store: its listing, as paths under the checkpoint folder."""
+    if store is None:
+        return None
+    from ..objectstore.mirror import sizes
+
+    client = store.client()
+    return lambda: sizes(store, os.path.abspath(root), client)
 
 
 def _merge_histories(

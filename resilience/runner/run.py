@@ -15,6 +15,7 @@ from ..faults import Fault, LostUnsyncedWrites, NothingToDamage
 from ..faults.layout_damage import NotApplicable
 from ..fusefs.injector import carries_out
 from ..history import HISTORY_FILE, Event, EventLog, case_history
+from ..objectstore.store import RunStore, current_store, is_object_store, run_store
 from ..report.result_row import FaultResult, ResultRow
 from ..vocab.combos import Combination
 from ..vocab.contract import TopologyContract
@@ -24,6 +25,7 @@ from .case_jobs import CaseJobs, load_crash_states, run_job
 from .evidence import evidence_from
 from .fault_outcomes import FaultOutcome, fault_statuses, power_loss_fired
 from .file_ops import read_file_ops
+from .on_store import NO_UNSYNCED, at_rest, case_store, kept_as_evidence
 from .oracle import never_stopped, precision_change
 from .plan import Corruption, JobSpec, plan_jobs
 from .scenario import Scenario
@@ -82,10 +84,26 @@ def run_case(
     transition: str | None = None,
     start_method: str = "fork",
     io: str | None = None,
+    store: RunStore | None = None,
 ) -> CaseResult:
     """Run `scenario` with `combo`, keeping every piece of evidence under `case_dir`; `io` is the way
     in-process faults reach the implementation (runner.io_route: seam, fuse, auto). `backend`: the one the
-    run resolved (runner.adapters.BackendRef), or a name resolved here; None: the scenario's."""
+    run resolved (runner.adapters.BackendRef), or a name resolved here; None: the scenario's. A scenario
+    whose checkpoints go to an object store uses the run's `store`, or starts one for itself."""
+    store = store or current_store(scenario.storage)
+    if is_object_store(scenario.storage) and store is None:  # a case alone (a replay, the plugin): its own store
+        with run_store(scenario.storage) as started:
+            return run_case(
+                scenario,
+                combo,
+                case_dir,
+                backend=backend,
+                fault_column=fault_column,
+                transition=transition,
+                start_method=start_method,
+                io=io,
+                store=started,
+            )
     ref = resolve_backend(backend or scenario.backend)
     backend = ref.spec  # what the scenario file, the replay and the history name
     io = io_route.check(io or scenario.io)
@@ -94,6 +112,7 @@ def run_case(
     contract = ref.contract(combo)
     way = case_way(scenario, ref, io)
     os.makedirs(case_dir, exist_ok=True)
+    place = case_store(scenario, store, ref, way, case_dir)
     scenario_file = os.path.join(case_dir, "scenario.yaml")
     with open(scenario_file, "w") as f:
         # the way it ran (its io, backend and one combination), so the file replays alone
@@ -102,17 +121,14 @@ def run_case(
     if way == io_route.FUSE and (why := io_route.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault_column, transition)
     history = EventLog(os.path.join(case_dir, HISTORY_FILE), process="runner")
-    history.info(
-        "case",
-        scenario=scenario.name,
-        combo=str(combo),
-        seed=scenario.seed,
-        backend=backend,
-        io=way,
-        contract=str(contract),
-    )
-    case = CaseJobs(scenario, combo, case_dir, history, ref, start_method)
-    found = _run_jobs(case, way, _learned_layout(case, way))
+    # what ran, where: the history's first line
+    where = {"io": way, "contract": str(contract), **({} if place is None else {"storage": str(place)})}
+    history.info("case", scenario=scenario.name, combo=str(combo), seed=scenario.seed, backend=backend, **where)
+    case = CaseJobs(scenario, combo, case_dir, history, ref, start_method, place)
+    try:
+        found = _run_jobs(case, way, _learned_layout(case, way))
+    finally:
+        kept_as_evidence(case)
     history.close()
     events = case_history(case_dir)  # read once: the evidence and the timeline (CaseResult.history) take it
     overall, verdicts, detail, faults = _judged(case, events, contract, found)
@@ -181,7 +197,8 @@ def _corrupt(case: CaseJobs, root: str, acted_on: Fault, layout, found: _Finding
     """Damage the checkpoint at rest (`acted_on`: the record)."""
     history = case.history
     try:
-        done = faultplan.corrupt(root, acted_on, layout)
+        with at_rest(case, root):
+            done = faultplan.corrupt(root, acted_on, layout)
         history.ok("corrupt", **done)
         found.outcomes.append(FaultOutcome(acted_on, FIRED, f"damaged {done.get('rel') or 'the checkpoint'}"))
     except NotApplicable as e:
@@ -203,6 +220,10 @@ def _lose_unsynced(
     found: _Findings,
 ) -> int:
     """The disks a power loss after job `this_job` can leave, each loaded; the last job number used."""
+    if case.store is not None:
+        case.history.info("lose_unsynced", armed=False, why=NO_UNSYNCED)
+        found.outcomes.append(FaultOutcome(acted_on, NOT_APPLICABLE, NO_UNSYNCED))
+        return job_no
     by_fs = way == io_route.FUSE and carries_out(acted_on)  # the file system logged the job, not the seam
     if not os.path.isdir(case.job_dir("snapshots", this_job)) or (
         by_fs and not power_loss_fired(case.fault_log, acted_on)

@@ -11,6 +11,7 @@ from typing import Any, TypeGuard
 from .. import safe_yaml
 from ..errors import ConfigError
 from ..faults import KINDS, Fault
+from ..objectstore.store import LOCAL, check_storage
 from ..state import ModelSpec, Topology
 from ..state.limits import check_fits
 from ..state.precision import Precision
@@ -93,6 +94,11 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
             f"cannot read {_show(io)}",
             "use seam (the in-process storage seam), fuse (the fault-injecting file system) or auto",
         )
+    storage = data.get("storage", LOCAL)
+    try:
+        storage = check_storage(storage)
+    except ConfigError as e:
+        bad.add(("storage",), e.problem, e.fix)
     model = _model(data.get("model"), bad)
     topology = _topology(data.get("topology", "tp1pp1dp1"), ("topology",), model, bad)
     combos = _combinations(data.get("combinations", "all"), bad)
@@ -113,6 +119,7 @@ def from_dict(data: Any, source: str = "<scenario>", lines: dict | None = None) 
         tags,
         source,
         io,
+        storage,
     )  # raise_any() raised if the model or topology was missing
 
 

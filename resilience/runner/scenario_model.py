@@ -43,6 +43,7 @@ class Scenario:
     tags: list[str] = field(default_factory=list)
     source: str = "<scenario>"
     io: str = "auto"  # how in-process faults reach the backend: seam, fuse or auto (runner.io_route)
+    storage: str = "local"  # where checkpoints go: local, s3 or s3://bucket/prefix (objectstore.store)
 
     def to_dict(self) -> dict:
         return {
@@ -58,6 +59,7 @@ class Scenario:
             "backend": self.backend,
             "tags": self.tags,
             **({"io": self.io} if self.io != "auto" else {}),
+            **({"storage": self.storage} if self.storage != "local" else {}),
         }
 
     def to_yaml(self) -> str:

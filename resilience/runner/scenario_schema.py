@@ -39,6 +39,7 @@ TOP_FIELDS = {
     "backend",
     "tags",
     "io",
+    "storage",
 }
 EXPECT_FIELDS = {"loaded_iteration", "outcome"}
 OUTCOMES = ("loaded", "refused", "failed")

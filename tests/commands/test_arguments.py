@@ -84,7 +84,58 @@ CASES = [
     (["demo", "--steps", "0"], "resilience demo: error: argument --steps: must be a positive integer, got '0'"),
     (["demo", "--topology", "tp0pp1dp1"], "resilience demo: error: argument --topology:"),
     (["report", "OUT"], "resilience report: error: report: OUT is not a run folder: it has no run.json"),
+    # where checkpoints go: each bad --storage / --endpoint-url is refused before a server or a folder starts
+    (["matrix", "--storage", "s3://Bad_Bucket/x"], "argument --storage: --storage: bucket name 'Bad_Bucket'"),
+    (["matrix", "--storage", "gs://b/p"], "argument --storage: --storage: unknown storage 'gs://b/p'"),
+    (["matrix", "--storage", "s3://b/../up"], "argument --storage: --storage:"),
+    (
+        [
+            "matrix",
+            "--faults",
+            "kill",
+            "--combos",
+            "GLOBAL/torch_dist/sync",
+            "--endpoint-url",
+            "http://127.0.0.1:9",
+            "--out",
+            "OUT/m",
+        ],
+        "--endpoint-url: an endpoint was given, but no case keeps its checkpoints on S3",
+    ),
+    (
+        ["matrix", "--faults", "kill", "--storage", "s3://bucket/run", "--endpoint-url", "ftp://x", "--out", "OUT/m"],
+        "--endpoint-url: 'ftp://x' is not an endpoint URL",
+    ),
+    (
+        [
+            "matrix",
+            "--faults",
+            "kill",
+            "--storage",
+            "s3://bucket/run",
+            "--endpoint-url",
+            "http://127.0.0.1:9",
+            "--out",
+            "OUT/m",
+        ],
+        "credentials: no credentials for http://127.0.0.1:9 (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+    ),
+    (
+        ["matrix", "--faults", "io_error", "--storage", "s3", "--io", "fuse", "--out", "OUT/m"],
+        "--io: the fault-injecting file system mounts over a folder, not an object store",
+    ),
+    (
+        ["matrix", "--faults", "kill", "--storage", "s3", "--backend", "nvrx", "--out", "OUT/m"],
+        "writes its own files, outside resilience.storage, so they would never reach the object store",
+    ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _no_aws_credentials(monkeypatch):
+    """The endpoint cases expect no credentials in the environment, whatever the machine has."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def _main(argv: list[str]) -> int:

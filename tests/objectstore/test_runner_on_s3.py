@@ -1,0 +1,108 @@
+"""Cases whose checkpoints live on an S3 server (`storage: s3`): real ranks write through the seam to moto on
+loopback, the nemesis watches the bucket's listing, damage at rest is done on a pulled copy and pushed back,
+and the case folder keeps the bucket's objects as evidence while the store keeps nothing."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("moto", reason="moto is not installed (pip install '.[s3]')")
+pytest.importorskip("boto3", reason="boto3 is not installed (pip install '.[s3]')")
+
+from resilience.errors import ConfigError  # noqa: E402
+from resilience.history import read_events  # noqa: E402
+from resilience.objectstore import mirror  # noqa: E402
+from resilience.objectstore.server import ACCESS_KEY, SECRET_KEY  # noqa: E402
+from resilience.objectstore.store import check_storage, run_store  # noqa: E402
+from resilience.runner.run import run_case  # noqa: E402
+from resilience.runner.scenario import load_file, load_text as loads  # noqa: E402
+from resilience.vocab.combos import Combination  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
+SCENARIOS = os.path.join(os.path.dirname(__file__), "..", "..", "scenarios")
+GLOBAL = Combination.parse("GLOBAL/torch_dist/sync")
+
+
+@pytest.fixture(scope="module")
+def store():
+    with run_store("s3") as s:
+        yield s
+
+
+def _scenario(name: str):
+    return replace(load_file(os.path.join(SCENARIOS, name)), storage="s3")
+
+
+def _case_line(case_dir) -> dict:
+    return next(e.value for e in read_events(os.path.join(case_dir, "history.jsonl")) if e.f == "case")
+
+
+def test_a_kill_mid_save_on_s3_keeps_the_older_checkpoint_and_the_bucket_as_evidence(store, tmp_path):
+    result = run_case(_scenario("external-kill.yaml"), GLOBAL, str(tmp_path / "case"), store=store)
+    assert result.verdict == "PASS", result.detail
+    assert [f["status"] for f in result.faults if f["fault"].startswith("rank_kill")] == ["fired"], result.faults
+    assert _case_line(result.case_dir)["storage"].startswith("s3://")
+    kept = sorted(os.listdir(tmp_path / "case" / "ckpt"))
+    assert "iter_0000002" in kept and any(k.startswith(".staging-iter_0000003") for k in kept), kept
+    assert all(not mirror.keys(s) for s in [store.for_case(str(tmp_path / "case"))])  # nothing left in the store
+
+
+def test_damage_at_rest_reaches_the_objects_and_the_load_falls_back(store, tmp_path):
+    result = run_case(_scenario("corrupt-bitflip.yaml"), GLOBAL, str(tmp_path / "case"), store=store)
+    assert result.verdict == "PASS", result.detail
+    events = read_events(os.path.join(result.case_dir, "history.jsonl"))
+    damaged = [e.value for e in events if e.f == "corrupt" and e.type == "ok"]
+    assert damaged and damaged[0]["iteration"] is not None, damaged
+    loads_ = [e.value for e in events if e.f == "load" and e.type == "ok"]
+    assert loads_ and loads_[-1]["iteration"] < damaged[0]["iteration"], (loads_, damaged)  # the bitflip was seen
+
+
+def test_a_case_alone_starts_its_own_server_and_lost_unsynced_writes_are_not_applicable(tmp_path):
+    scenario = loads(
+        """
+name: power-loss-on-s3
+storage: s3
+combinations: [GLOBAL/torch_dist/sync]
+topology: tp1pp1dp2
+steps:
+  - train: 1
+  - save: {}
+  - lose_unsynced: {max_states: 8}
+""",
+        "power-loss-on-s3.yaml",
+    )
+    result = run_case(scenario, GLOBAL, str(tmp_path / "case"))  # no run store: run_case starts one
+    statuses = {f["status"] for f in result.faults}
+    assert statuses == {"not applicable"}, result.faults
+    assert "no unsynced writes to lose" in result.faults[0]["detail"]
+
+
+def test_a_scenario_file_names_its_storage_and_a_bad_one_is_refused():
+    assert loads("name: s\nstorage: s3\nsteps: [{train: 1}]\n").storage == "s3"
+    assert loads("name: s\nstorage: s3://bucket/run\nsteps: [{train: 1}]\n").storage == "s3://bucket/run"
+    with pytest.raises(Exception, match="storage"):
+        loads("name: s\nstorage: ftp://host/x\nsteps: [{train: 1}]\n")
+    with pytest.raises(ConfigError, match="bucket name"):
+        check_storage("s3://UP/x")
+
+
+def test_a_cluster_store_is_checked_before_anything_runs(store, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    with pytest.raises(ConfigError, match="bucket 'no-such-bucket' does not exist"):
+        with run_store("s3://no-such-bucket/run", store.endpoint):
+            pass
+    with pytest.raises(ConfigError, match="nothing answers at http://127.0.0.1:9"):
+        with run_store("s3://bucket/run", "http://127.0.0.1:9"):
+            pass
+    with pytest.raises(ConfigError, match="no endpoint"):
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        with run_store("s3://bucket/run"):
+            pass
+    store.server.bucket("cluster-bucket")
+    with run_store("s3://cluster-bucket/runs/a", store.endpoint) as cluster:
+        place = cluster.for_case("/tmp/x/cases/000-kill")
+        assert place.bucket == "cluster-bucket" and place.prefix.startswith("runs/a/cases-000-kill-")
