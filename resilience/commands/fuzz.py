@@ -8,6 +8,7 @@ import os
 
 from .common import (
     add_io_argument,
+    add_storage_arguments,
     add_workers_argument,
     combination_arg,
     number_arg,
@@ -37,6 +38,7 @@ def register(sub) -> None:
     _add_backend_arguments(p)
     p.add_argument("--out", default="runs", help="where the run folder goes (default: runs/)")
     add_io_argument(p)
+    add_storage_arguments(p)
     add_workers_argument(p)
     p.set_defaults(func=run)
 
@@ -155,7 +157,7 @@ def run(args) -> int:
         f"backend {opts.backend}" + (f"; time budget {opts.time_budget:g} s" if opts.time_budget else "")
     )
     print(f"  repeat with: {replay_fuzz(opts)}", flush=True)
-    outcome = _search(opts, fuzz, Progress)
+    outcome = _search_on_storage(opts, fuzz, Progress)
     code = _report(outcome)
     # the scenarios it judged, each kept in the run folder's cases/
     generated = sorted(glob.glob(os.path.join(outcome.run_dir, "cases", "*.yaml")))
@@ -178,6 +180,8 @@ def _options(args, FuzzOptions, backend):
         backend_options=args.backend_options,
         precision_changes=args.precision_changes,
         io=args.io,
+        storage=args.storage,
+        endpoint_url=args.endpoint_url,
         out=args.out,
         modes=tuple(args.mode),
         faults=args.faults,
@@ -199,6 +203,20 @@ def _refuse_bad_backend(opts, backend) -> None:
                 f"{opts.backend} declares no options",
                 "leave --backend-options out, or give a backend such as dcp or megatron",
             )
+
+
+def _search_on_storage(opts, fuzz, Progress):
+    """_search with the run's object store open (and its backend checked to reach it) when --storage names one."""
+    from ..objectstore.store import run_store
+
+    if opts.storage is not None:
+        from ..runner.io_route import resolve
+        from ..runner.on_store import check_reaches
+        from ..runner.scenario_model import Scenario
+
+        check_reaches(Scenario("fuzz", [], storage=opts.storage), opts.resolved, resolve(opts.io, opts.resolved))
+    with run_store(opts.storage, opts.endpoint_url):
+        return _search(opts, fuzz, Progress)
 
 
 def _search(opts, fuzz, Progress):

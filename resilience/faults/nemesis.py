@@ -87,10 +87,13 @@ class Nemesis:
         report: str | os.PathLike | None = None,
         clock: Callable[[], float] = time.monotonic,
         listing: Callable[[], dict[str, int]] | None = None,
+        staged: Callable[[str], str | None] | None = None,
     ):
         self.job = job
         # path -> size of every file under the folder where it is not on this disk (an object store's listing)
         self.listing = listing
+        # an open file of a rank -> the path under the folder it stands for (an object staged before upload)
+        self.staged = staged
         self.faults = [f for f in typed(faults, world=job.world) if f.layer == "nemesis"]
         for f in self.faults:
             if f.trigger.size is not None and folder is None:
@@ -200,7 +203,8 @@ class Nemesis:
                 return {"elapsed": round(now, 4), "observed": "size", "file": path, "bytes": size}
         for rank in f.target.ranks(self.job.world):
             pid = self.job.pids[rank]
-            for path, pos in open_positions(pid).items():
+            for opened, pos in open_positions(pid).items():
+                path = (self.staged(opened) if self.staged is not None else None) or opened
                 rel = os.path.relpath(path, self.folder)
                 if not rel.startswith("..") and matches_path(f.target.path, path, rel) and pos >= g.size:
                     return {"elapsed": round(now, 4), "observed": "fdinfo", "file": path, "bytes": pos, "of_rank": rank}

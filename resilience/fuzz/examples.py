@@ -9,6 +9,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 
 from hypothesis import reject
 
@@ -155,6 +156,7 @@ class ExampleJudge:
             check_stop()  # a Ctrl-C or SIGTERM that Python dropped (in a gc callback of Hypothesis') ends it here
         except Interrupted as e:
             raise Interruption(e) from None
+        scenario = self._placed(scenario)
         key = key_of(scenario, combo)
         spent = self._may_run(key)
         if spent:
@@ -219,7 +221,11 @@ class ExampleJudge:
 
     def run_ahead(self, drawn: list[tuple[Scenario, Combination]]) -> None:
         """Start judging these examples (the ones Hypothesis is about to ask for) in worker processes."""
-        self.ahead = RunAhead(drawn, self.opts.workers, self.work, self.opts.io)
+        self.ahead = RunAhead([(self._placed(s), c) for s, c in drawn], self.opts.workers, self.work, self.opts.io)
+
+    def _placed(self, scenario: Scenario) -> Scenario:
+        """The scenario with the run's --storage in place of its own (local when drawn)."""
+        return scenario if self.opts.storage is None else replace(scenario, storage=self.opts.storage)
 
     def stop_running_ahead(self) -> None:
         if self.ahead is not None:

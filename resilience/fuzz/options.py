@@ -30,6 +30,8 @@ class FuzzOptions:
     backend_options: bool = False  # scenario mode draws the backend's declared options too
     precision_changes: bool = False  # a resume after the last save may change the precision
     io: str | None = None  # how faults reach the backend (runner.io_route); None: auto
+    storage: str | None = None  # where checkpoints go (objectstore.store): local, s3, s3://...; None: local
+    endpoint_url: str | None = None  # the S3 endpoint of an s3:// storage
     out: str = "runs"
     modes: tuple[str, ...] = MODES
     faults: list[str] | None = None  # fault kinds to draw (default: the deterministic ones)
@@ -80,6 +82,8 @@ def replay_fuzz(opts: FuzzOptions) -> str:
     ]
     if opts.combos:
         cmd += ["--combos", *map(str, opts.combos)]
+    if opts.storage is not None:
+        cmd += ["--storage", opts.storage] + (["--endpoint-url", opts.endpoint_url] if opts.endpoint_url else [])
     if opts.faults is not None:
         cmd += ["--faults", *opts.faults]
     if tuple(opts.modes) != MODES:

@@ -37,8 +37,12 @@ class S3WriteStream(WriteStreamBase):
 
     def __init__(self, fs: S3FileSystem, path: str, key: str):
         self.path, self.key, self._fs = path, key, fs
-        fd, self._staged = tempfile.mkstemp(prefix="resilience-s3-")
-        os.close(fd)
+        if fs.staging is None:
+            fd, self._staged = tempfile.mkstemp(prefix="resilience-s3-")
+            os.close(fd)
+        else:  # named after its key: a watcher of the writer's open files sees which object it is writing
+            self._staged = os.path.join(fs.staging, fs.location.relative(key))
+            os.makedirs(os.path.dirname(self._staged), exist_ok=True)
         self._local = LocalWriteStream(self._staged, sync=False)  # nothing to make durable on this disk
         self.size = 0
         self.digest: str | None = None
@@ -81,10 +85,15 @@ class S3FileSystem:
     atomic_rename = False
     local = False  # no symlinks, FIFOs or modes: the local file system's checks do not apply (storage.contained)
 
-    def __init__(self, client, location: S3Location, root: str, part_bytes: int = PART_BYTES):
+    def __init__(
+        self, client, location: S3Location, root: str, part_bytes: int = PART_BYTES, staging: str | None = None
+    ):
         self.client, self.location = client, location
         self.root = os.path.normpath(root)
         self.part_bytes = part_bytes
+        # where write streams stage objects before upload, under their relative paths (None: temporary files);
+        # one writer's own folder, as two writers of one key must not share a staged file
+        self.staging = staging
 
     # ---- paths -----------------------------------------------------------------------------------
     def key(self, path: str) -> str:

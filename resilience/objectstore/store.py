@@ -22,6 +22,7 @@ from .url import S3Location
 
 LOCAL = "local"  # files under the case folder
 EMBEDDED = "s3"  # the run's own S3 server on loopback
+STAGING = "s3-staging"  # in a case folder: the objects its ranks are writing, before their upload
 FIX = "use --storage local, --storage s3 (an S3 server the run starts on 127.0.0.1) or --storage s3://bucket/prefix"
 
 
@@ -51,6 +52,7 @@ class CaseStore:
     access_key: str | None = None  # None: the usual AWS variables
     secret_key: str | None = None
     region: str | None = None
+    staging: str | None = None  # where each writer process stages objects, in a folder of its own (pid)
 
     @property
     def location(self) -> S3Location:
@@ -66,7 +68,18 @@ class CaseStore:
         """The seam's interface mapping paths under `root` to this place's keys."""
         from .storage import S3FileSystem
 
-        return S3FileSystem(self.client(endpoint, access_key), self.location, root)
+        staging = None if self.staging is None else os.path.join(self.staging, str(os.getpid()))
+        return S3FileSystem(self.client(endpoint, access_key), self.location, root, staging=staging)
+
+    def staged_as(self, path: str, root: str) -> str | None:
+        """The path under `root` of the object a writer stages at `path` (an open file of a rank), or None."""
+        if self.staging is None:
+            return None
+        rel = os.path.relpath(path, self.staging)
+        parts = rel.split(os.sep, 1)
+        if rel.startswith("..") or len(parts) < 2:
+            return None
+        return os.path.join(root, parts[1])
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,13 +110,16 @@ class RunStore:
         return EMBEDDED if self.location is None else str(self.location)
 
     def for_case(self, case_dir: str) -> CaseStore:
-        """The case's own place: a new bucket on the embedded server, a prefix under the cluster's."""
+        """The case's own place: a new bucket on the embedded server, a prefix under the cluster's; its ranks
+        stage their uploads in the case folder."""
         name = _case_name(case_dir)
         if self.location is None:
-            bucket = self.server.bucket(name).bucket  # type: ignore[attr-defined]
-            return CaseStore(self.endpoint, bucket, "", self.access_key, self.secret_key, self.region)
-        prefix = f"{self.location.prefix}/{name}" if self.location.prefix else name
-        return CaseStore(self.endpoint, self.location.bucket, prefix, self.access_key, self.secret_key, self.region)
+            bucket, prefix = self.server.bucket(name).bucket, ""  # type: ignore[attr-defined]
+        else:
+            bucket = self.location.bucket
+            prefix = f"{self.location.prefix}/{name}" if self.location.prefix else name
+        staging = os.path.join(os.path.abspath(case_dir), STAGING)
+        return CaseStore(self.endpoint, bucket, prefix, self.access_key, self.secret_key, self.region, staging)
 
 
 def _case_name(case_dir: str) -> str:

@@ -100,6 +100,7 @@ def pytest_sessionfinish(session):
     o = session.config.stash.get(OPTIONS, None)
     if o is None:
         return
+    o.close_stores()  # the object stores the session started, stopped with nothing left
     done = finish(o.session, controller=not hasattr(session.config, "workerinput"))
     if done is not None:
         session.config.stash[_FINISHED] = done

@@ -33,6 +33,7 @@ def run_case(
         resolved = options.resolved(backend)
     except ConfigError:  # judged as a case, as any command judges a backend it cannot make
         resolved = backend
+    scenario = options.placed(scenario)
     runs = []  # --resilience-repeat: each run of the case in its own folder, one row for them all
     for k in range(options.repeat):
         where_run = case_dir if options.repeat == 1 else repetition_dir(case_dir, k + 1)

@@ -3,9 +3,10 @@ pytest.UsageError), and ResilienceOptions, what they selected, kept in the confi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -130,6 +131,20 @@ def add_options(parser) -> None:
         "for backends that declare io_through_seam, the file system otherwise)",
     )
     group.addoption(
+        "--resilience-storage",
+        type=parse_storage,
+        default=None,
+        metavar="WHERE",
+        help="where checkpoints go: local, s3 (an S3 server the session starts on 127.0.0.1, a bucket per "
+        "case) or s3://bucket/prefix at --resilience-endpoint-url (default: each scenario's, else local)",
+    )
+    group.addoption(
+        "--resilience-endpoint-url",
+        default=None,
+        metavar="URL",
+        help="the S3 endpoint of --resilience-storage s3://bucket/prefix (default: AWS_ENDPOINT_URL)",
+    )
+    group.addoption(
         "--resilience-repeat",
         type=parse_repeat,
         default=1,
@@ -184,6 +199,26 @@ class ResilienceOptions:
     current: TestRun | None = field(repr=False, default=None)  # the test item running scenarios now
     _resolved: dict = field(repr=False, default_factory=dict)
     repeat: int = 1  # runs of each case with the same seed (runner.repeats)
+    storage: str | None = None  # --resilience-storage: in place of each scenario's
+    endpoint_url: str | None = None
+    _stores: contextlib.ExitStack = field(repr=False, default_factory=contextlib.ExitStack)
+    _opened: set = field(repr=False, default_factory=set)
+
+    def placed(self, scenario):
+        """The scenario where --resilience-storage puts its checkpoints, its object store open for the session
+        (objectstore.store.run_store, opened once, on the first case that needs it; closed by close_stores)."""
+        from ..objectstore.store import is_object_store, run_store
+
+        if self.storage is not None:
+            scenario = replace(scenario, storage=self.storage)
+        if is_object_store(scenario.storage) and scenario.storage not in self._opened:
+            endpoint = self.endpoint_url if scenario.storage.startswith("s3://") else None
+            self._stores.enter_context(run_store(scenario.storage, endpoint))
+            self._opened.add(scenario.storage)
+        return scenario
+
+    def close_stores(self) -> None:
+        self._stores.close()
 
     def run_dir(self) -> str:
         return self.session.path
@@ -241,7 +276,19 @@ def read_options(config) -> ResilienceOptions:
         config.getoption("resilience_shrink_budget"),
         session,
         repeat=config.getoption("resilience_repeat"),
+        storage=config.getoption("resilience_storage"),
+        endpoint_url=config.getoption("resilience_endpoint_url"),
     )
+
+
+def parse_storage(text: str) -> str:
+    from ..errors import ConfigError
+    from ..objectstore.store import check_storage
+
+    try:
+        return check_storage(text)
+    except ConfigError as e:
+        raise pytest.UsageError(f"--resilience-storage: {e.problem}; {e.fix}") from None
 
 
 def _load_profile(config) -> None:

@@ -5,6 +5,7 @@ unexpectedly (a rank that raised outside its history, hung, stopped or died unpl
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 from ..checkers.case import NOT_IN_BACKEND
@@ -129,7 +130,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
                     mount=w.root if os.path.abspath(w.root) != os.path.abspath(root) else None,
                     report=case.fault_log,
                     listing=_store_listing(case.store, root),
-                    poll=0.002 if case.store is None else STORE_POLL,
+                    staged=_staged_as(case.store, root),
                 ).start()
             try:
                 return job.wait()
@@ -144,13 +145,31 @@ STORE_POLL = 0.02  # seconds between listings of an object store by the nemesis:
 
 
 def _store_listing(store: CaseStore | None, root: str):
-    """What the nemesis watches on an object store: its listing, as paths under the checkpoint folder."""
+    """What the nemesis watches on an object store: its listing, as paths under the checkpoint folder, listed
+    again at most every STORE_POLL seconds (in between, the nemesis watches the ranks' open files)."""
     if store is None:
         return None
     from ..objectstore.mirror import sizes
 
     client = store.client()
-    return lambda: sizes(store, os.path.abspath(root), client)
+    seen: dict[str, int] = {}
+    when = [0.0]
+
+    def listing() -> dict[str, int]:
+        if time.monotonic() - when[0] >= STORE_POLL:
+            when[0] = time.monotonic()
+            seen.clear()
+            seen.update(sizes(store, os.path.abspath(root), client))
+        return dict(seen)
+
+    return listing
+
+
+def _staged_as(store: CaseStore | None, root: str):
+    """What the nemesis maps a rank's open file by: an object it stages before upload, as its path under root."""
+    if store is None:
+        return None
+    return lambda path: store.staged_as(path, os.path.abspath(root))
 
 
 def _merge_histories(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 
 from ..errors import ConfigError
@@ -60,6 +61,8 @@ def kept_as_evidence(case) -> None:
 
     mirror.pull(case.store, os.path.join(case.case_dir, CKPT))
     mirror.remove(case.store)
+    if case.store.staging is not None:  # what killed ranks were writing never reached the store
+        shutil.rmtree(case.store.staging, ignore_errors=True)
 
 
 @contextlib.contextmanager

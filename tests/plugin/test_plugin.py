@@ -46,6 +46,8 @@ steps:
         ("--resilience-backend=not a backend", "cannot read 'not a backend'"),
         ("--resilience-backend=no_such_module:factory", "cannot import 'no_such_module:factory'"),
         ("--resilience-profile=nope", "no Hypothesis profile 'nope'"),
+        ("--resilience-storage=s3://No_Bucket", "--resilience-storage: bucket name 'No_Bucket'"),
+        ("--resilience-storage=nfs", "--resilience-storage: unknown storage 'nfs'"),
     ],
 )
 def test_bad_option_values_are_usage_errors(pytester, option, says):
