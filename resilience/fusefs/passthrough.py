@@ -2,8 +2,8 @@
 
 Built on mfusepy, the maintained successor of fusepy: a ctypes binding over the system's libfuse (2 or 3),
 so it needs no compiler and no Python headers, only Debian's fuse3 / libfuse3-3; fusepy itself is
-unmaintained and does not speak libfuse 3. Two of its wrappers drop an argument we need (rename's
-flags, truncate's open file), so `FaultyFUSE` passes them on.
+unmaintained and does not speak libfuse 3. binding.py's `FaultyFUSE` replaces the wrappers of it that drop
+an argument we need or copy what they need not.
 
 Multithreaded (libfuse's default loop), so a slowed rank does not stall the others. Each operation that
 changes the disk runs under one lock from the fault decision to its log line, so the logs' order is the
@@ -32,7 +32,7 @@ from ..faults.base import Fault
 from ..launch.proctable import doomed
 from ..triggers import POWER_LOSS, Decision, crash_action
 from .injector import FuseInjector
-from .journal import Journal
+from .journal import Journal, wait_kept
 from .ranks import RankMap
 from .words import Caller, is_writable, parse_control, seam_op
 
@@ -80,20 +80,6 @@ class _Doing:
     paths: tuple[str, ...]
     seam: str | None
     crashed: bool = False
-
-
-class FaultyFUSE(mfusepy.FUSE):
-    """mfusepy.FUSE that passes rename's flags (RENAME_EXCHANGE, RENAME_NOREPLACE: dropping them would turn
-    an atomic exchange into a rename that loses a file) and truncate's open file on to the operations."""
-
-    def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
-        return self.operations.rename(
-            old.decode(self.encoding, self.errors), new.decode(self.encoding, self.errors), flags
-        )
-
-    def truncate_fuse_3(self, path: bytes | None, length: int, fip) -> int:
-        fh = fip.contents.fh if fip else None
-        return self.operations.truncate(None if path is None else path.decode(self.encoding, self.errors), length, fh)
 
 
 def _renameat2(src: str, dst: str, flags: int) -> None:
@@ -384,13 +370,17 @@ class Passthrough(mfusepy.Operations):
         n = len(data)
         with self._op("write", path, length=n, offset=offset) as d:
             keep, tear = d.plan.kept(n), d.plan.tear
-            on_disk = data if keep >= n else data[:keep]  # a copy only when cut: requests are up to 1 MiB
+            on_disk = data if keep >= n else data[:keep]  # `data` is a view (binding.py): slices copy nothing
             if tear is not None:
                 on_disk = bytes(data[: tear.kept]) + tear.fill_bytes(n - tear.kept)
             cut = self.injector.cut(h.armed, offset, len(on_disk))
             if cut is not None:
                 on_disk = on_disk[: cut[1]]
-            _pwrite_all(fh, on_disk, offset)
+            kept = self.journal.keep(d.caller, on_disk) if h.modelled else None  # the log's copy, meanwhile
+            try:
+                _pwrite_all(fh, on_disk, offset)
+            finally:
+                wait_kept(kept)  # `data` may be libfuse's buffer: nothing may read it once this returns
             self.journal.entry(
                 "write",
                 d.caller,
@@ -402,7 +392,7 @@ class Passthrough(mfusepy.Operations):
                 modelled=None if h.modelled else False,
             )
             if h.modelled:
-                self.journal.seam("write", d.caller, path, data=on_disk, stream=h.stream, offset=offset)
+                self.journal.seam("write", d.caller, path, kept=kept, stream=h.stream, offset=offset)
                 if h.synced:  # durable as it returns: to crash states, a write followed by its fsync
                     self.journal.seam("fsync", d.caller, path, stream=h.stream)
             if cut is not None:
@@ -482,4 +472,4 @@ class Passthrough(mfusepy.Operations):
             self.journal.seam("fsync_dir", d.caller, path)
 
 
-__all__ = ["FaultyFUSE", "Handle", "Passthrough", "RENAME_EXCHANGE", "RENAME_NOREPLACE"]
+__all__ = ["Handle", "Passthrough", "RENAME_EXCHANGE", "RENAME_NOREPLACE"]

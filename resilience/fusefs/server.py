@@ -76,7 +76,8 @@ def serve(cfg: ServerConfig, commands, events) -> None:
             os.close(fd)
             # a fresh object: no lock held over the fork; lives as long as the process
             sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        from .passthrough import FaultyFUSE, Passthrough  # mfusepy loads libfuse on import
+        from .binding import FaultyFUSE  # mfusepy loads libfuse on import
+        from .passthrough import Passthrough
 
         ranks = RankMap(
             cfg.ranks,
