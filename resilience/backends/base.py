@@ -158,6 +158,12 @@ class FactoryTraits:
     """True when every byte the backend writes or reads goes through resilience.storage: `--io auto` then
     carries its in-process faults in the ranks, without mounting the fault-injecting file system."""
 
+    object_store: bool = False
+    """True when it writes to an object store itself when a run keeps checkpoints on one (`--storage s3`):
+    there the storage seam's file system is the bucket's (`storage.current().object_url(path)` and
+    `.fsspec_options` give the URL and what fsspec/s3fs need to reach it). False: a backend outside the
+    seam is refused on an object store, as its files would stay on the local disk."""
+
     options: tuple[Option, ...] = ()
     """The options its library's users pick (resilience.backends.options.Option), given in a backend
     spec after its name: `dcp:thread_count=4`."""
@@ -203,6 +209,11 @@ def traits_of(factory: object, where: str = "backend") -> FactoryTraits:
         keep_last=_keep_last(getattr(factory, "keep_last", None), f"{where}: keep_last"),
         layout_hints=_layout_hints(getattr(factory, "layout_hints", None), f"{where}: layout_hints"),
         io_through_seam=_io_through_seam(getattr(factory, "io_through_seam", False), f"{where}: io_through_seam"),
+        object_store=_io_through_seam(
+            getattr(factory, "object_store", False),
+            f"{where}: object_store",
+            "set it True only when it writes to the object store storage.current() names",
+        ),
         options=_options(getattr(factory, "options", ()), f"{where}: options"),
         writer=_writer(getattr(factory, "writer", None), f"{where}: writer"),
     )
@@ -286,13 +297,11 @@ def _layout_hints(stated: object, where: str) -> Mapping[str, tuple[str, ...]] |
     return out
 
 
-def _io_through_seam(stated: object, where: str) -> bool:
+def _io_through_seam(
+    stated: object, where: str, fix: str = "set it True only when every file goes through resilience.storage"
+) -> bool:
     if not isinstance(stated, bool):
-        raise ConfigError(
-            where,
-            f"must be True or False, got {stated!r}",
-            "set it True only when every file goes through resilience.storage, or leave it out",
-        )
+        raise ConfigError(where, f"must be True or False, got {stated!r}", f"{fix}, or leave it out")
     return stated
 
 

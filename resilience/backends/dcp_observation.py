@@ -159,7 +159,21 @@ class ObservedFileSystem(FileSystemBase):
         return [os.path.join(folder, n) for n in storage.current().listdir(folder)]
 
 
+def _object_store():
+    """The storage seam's file system when it is an object store's (objectstore.storage), else None."""
+    fs = storage.current()
+    return fs if hasattr(fs, "object_url") else None
+
+
 def writer(folder: str, **options) -> FileSystemWriter:
+    """DCP's writer of `folder`, observed through the seam; on an object store, DCP's own way there: its fsspec
+    writer over s3fs, reaching the bucket by HTTP like any DCP user's (faults are then the HTTP layer's)."""
+    store = _object_store()
+    if store is not None:
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+        options.pop("cache_staged_state_dict", None)  # the fsspec writer has no such option
+        return FsspecWriter(store.object_url(folder), **options, **store.fsspec_options)
     w = FileSystemWriter(folder, **options)
     w.fs = ObservedFileSystem()  # type: ignore[assignment]  # DCP's FileSystem, observed
     w.path = w.fs.init_path(folder)
@@ -167,6 +181,12 @@ def writer(folder: str, **options) -> FileSystemWriter:
 
 
 def reader(folder: str) -> FileSystemReader:
+    """DCP's reader of `folder`, as `writer` chooses."""
+    store = _object_store()
+    if store is not None:
+        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+        return FsspecReader(store.object_url(folder), **store.fsspec_options)
     r = FileSystemReader(folder)
     r.fs = ObservedFileSystem()  # type: ignore[assignment]  # as above
     r.path = r.fs.init_path(folder)

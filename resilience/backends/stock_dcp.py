@@ -341,3 +341,4 @@ def make_threaded(combo: Combination, **options: Any) -> StockDcpBackend:
 
 make.combinations = make_threaded.combinations = StockDcpBackend.SUPPORTED  # type: ignore[attr-defined]
 make.options = make_threaded.options = OPTIONS  # type: ignore[attr-defined]
+make.object_store = make_threaded.object_store = True  # type: ignore[attr-defined]  # its fsspec writer and reader

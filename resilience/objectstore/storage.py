@@ -86,7 +86,13 @@ class S3FileSystem:
     local = False  # no symlinks, FIFOs or modes: the local file system's checks do not apply (storage.contained)
 
     def __init__(
-        self, client, location: S3Location, root: str, part_bytes: int = PART_BYTES, staging: str | None = None
+        self,
+        client,
+        location: S3Location,
+        root: str,
+        part_bytes: int = PART_BYTES,
+        staging: str | None = None,
+        fsspec_options: dict | None = None,
     ):
         self.client, self.location = client, location
         self.root = os.path.normpath(root)
@@ -94,6 +100,8 @@ class S3FileSystem:
         # where write streams stage objects before upload, under their relative paths (None: temporary files);
         # one writer's own folder, as two writers of one key must not share a staged file
         self.staging = staging
+        # what fsspec (s3fs) needs to reach the same bucket: for backends that write to it themselves
+        self.fsspec_options = dict(fsspec_options or {})
 
     # ---- paths -----------------------------------------------------------------------------------
     def key(self, path: str) -> str:
@@ -104,6 +112,10 @@ class S3FileSystem:
                 return self.location.prefix
             raise OSError(errno.EXDEV, f"{path} is not under the object store's root {self.root}", str(path))
         return self.location.key(rel)
+
+    def object_url(self, path: str) -> str:
+        """`path` as an s3:// URL (fsspec's way to name it)."""
+        return f"s3://{self.location.bucket}/{self.key(path)}".rstrip("/")
 
     def _folder(self, path: str) -> str:
         key = self.key(path)

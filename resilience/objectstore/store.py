@@ -69,7 +69,14 @@ class CaseStore:
         from .storage import S3FileSystem
 
         staging = None if self.staging is None else os.path.join(self.staging, str(os.getpid()))
-        return S3FileSystem(self.client(endpoint, access_key), self.location, root, staging=staging)
+        fsspec = {
+            "key": access_key or self.access_key,
+            "secret": self.secret_key,
+            "client_kwargs": {"endpoint_url": endpoint or self.endpoint, "region_name": self.region or "us-east-1"},
+        }
+        return S3FileSystem(
+            self.client(endpoint, access_key), self.location, root, staging=staging, fsspec_options=fsspec
+        )
 
     def staged_as(self, path: str, root: str) -> str | None:
         """The path under `root` of the object a writer stages at `path` (an open file of a rank), or None."""

@@ -139,6 +139,11 @@ class BackendRef:
         return self.traits.io_through_seam
 
     @property
+    def object_store(self) -> bool:
+        """Whether it writes to an object store itself when the run keeps checkpoints on one (FactoryTraits)."""
+        return self.traits.object_store
+
+    @property
     def keep_last(self) -> int | None:
         """How many newest checkpoints it keeps on its own; None when it removes none."""
         return self.traits.keep_last

@@ -36,7 +36,7 @@ def check_reaches(scenario, backend, way: str) -> None:
     backend whose I/O does not go through the seam."""
     if not is_object_store(scenario.storage):
         return
-    if not (backend.through_seam or getattr(backend, "object_store", False)):
+    if not (backend.through_seam or backend.object_store):
         raise ConfigError(
             "--storage",
             f"backend {backend} writes its own files, outside resilience.storage, so they would never reach "

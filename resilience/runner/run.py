@@ -270,6 +270,8 @@ def case_way(scenario: Scenario, backend: BackendName, io: str | None) -> str:
     fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount. ConfigError when an
     in-process fault has no carrier on that way (it would never fire)."""
     way = io_route.resolve(io, backend)
+    if is_object_store(scenario.storage) and io_route.check(io) == io_route.AUTO:
+        way = io_route.SEAM  # no file system mounts over a bucket: the HTTP layer carries what a backend meets
     io_route.refuse_uncarried(way, [s.fault for s in scenario.steps if s.fault is not None])
     if way == io_route.FUSE and not any(s.fault is not None and _meets_io(s.fault) for s in scenario.steps):
         return io_route.SEAM

@@ -106,3 +106,21 @@ def test_a_cluster_store_is_checked_before_anything_runs(store, monkeypatch):
     with run_store("s3://cluster-bucket/runs/a", store.endpoint) as cluster:
         place = cluster.for_case("/tmp/x/cases/000-kill")
         assert place.bucket == "cluster-bucket" and place.prefix.startswith("runs/a/cases-000-kill-")
+
+
+def test_stock_dcp_writes_to_the_bucket_through_its_own_fsspec_writer(store, tmp_path):
+    from resilience.runner.matrix import fault_scenario
+
+    scenario = replace(fault_scenario("save/load", 0), storage="s3")
+    combo = Combination.parse("TORCH_DCP/torch_dcp/sync")
+    result = run_case(scenario, combo, str(tmp_path / "case"), backend="dcp", store=store)
+    assert result.verdict == "PASS", result.detail
+    kept = sorted(os.listdir(tmp_path / "case" / "ckpt"))
+    assert kept and all(k.startswith("step-") for k in kept), kept  # torchtitan's folders, pulled from the bucket
+    assert ".metadata" in os.listdir(tmp_path / "case" / "ckpt" / kept[-1])
+
+
+def test_a_backend_outside_the_seam_that_cannot_reach_a_store_is_refused(store, tmp_path):
+    scenario = _scenario("external-kill.yaml")
+    with pytest.raises(ConfigError, match="would never reach the object store"):
+        run_case(scenario, Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"), backend="nvrx", store=store)
