@@ -48,6 +48,24 @@ def _moto_server_argv(port: int) -> list[str]:
     return [exe, "-H", "127.0.0.1", "-p", str(port)]
 
 
+def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+    """SIGTERM a process started in a session of its own, SIGKILL it after `grace` seconds, then whatever
+    it left in its group."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class EmbeddedS3:
     """`with EmbeddedS3() as s3:` a moto S3 server at `s3.endpoint`; `s3.bucket(name)` creates a bucket."""
 
@@ -110,20 +128,8 @@ class EmbeddedS3:
     def stop(self) -> None:
         """Stop the server and its process group; idempotent."""
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            except ProcessLookupError:
-                pass
         if proc is not None:
-            try:  # anything the server left in its group
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            stop_group(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
