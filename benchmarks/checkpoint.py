@@ -994,6 +994,10 @@ def combination_list(text: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is not None and "--storage" in argv:  # on an object store: benchmarks/checkpoint_s3.py
+        from .checkpoint_s3 import main as on_s3
+
+        return on_s3(argv)
     args = parse_args(argv)
     spec = spec_for(args.size_gib, args.topology)
     try:

@@ -2,6 +2,7 @@
 measured by `python -m benchmarks`, not asserted in tests), and a wrong flag is one usage error."""
 
 import json
+import os
 
 import pytest
 
@@ -208,3 +209,13 @@ def test_job_benchmark_times_the_bare_and_mounted_job(tmp_path, fuse):
     assert job.main(["--repeats", "1", "--no-matrix", "--json", str(out), "--", *quick()]) == 0
     fig = json.loads(out.read_text())
     assert len(fig["bare"]) == len(fig["mounted"]) == 1 and fig["ratio"] > 0
+
+
+def test_checkpoint_benchmark_on_s3_runs_local_direct_and_through_the_proxy(tmp_path, capsys):
+    pytest.importorskip("moto", reason="moto is not installed (pip install '.[s3]')")
+    argv = ["--storage", "s3", "--size-gib", "0.01", "--topology", "tp1pp1dp2", "--repeats", "1", "--warmup", "0"]
+    assert checkpoint.main([*argv, "--dir", str(tmp_path)]) in (0, 1)  # the target is a figure, not a test
+    out = capsys.readouterr().out
+    for line in ("local ", "direct ", "proxy ", "target save through the proxy <= 1.3x direct:"):
+        assert line in out, out
+    assert os.listdir(tmp_path) == []  # the temp folder is gone
