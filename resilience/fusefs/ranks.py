@@ -4,7 +4,10 @@ tree holds it, so a writer a rank forked, or a `dd` it ran, counts as that rank'
 The runner gives a map rank -> root pid. A caller is walked up through its parents (/proc/<pid>/status)
 until a root is met; a process that lost its parent (reparented when the rank died first) still counts
 by its process group, since every rank leads its own group (resilience.launch.local). Answers are cached
-per thread id together with its parent and process, so a pid the kernel reuses elsewhere is asked again.
+per thread id together with its parent, group and process, so a pid the kernel reuses elsewhere is asked
+again. Those three are checked at each request without reading /proc where the kernel has thread pidfds
+(Linux 6.9): a cached caller's thread and its parent process are held as pidfds, which the kernel marks
+when they exit, and its group is one getpgid away (`_Watch`); elsewhere status is read each time.
 
 Never /proc/<pid>/stat (resilience.launch.proctable): the kernel holds it shut while the process is in
 the middle of an exec, and an exec closes the close-on-exec descriptors, files of this mount among them,
@@ -27,6 +30,7 @@ within ENV_WAIT counts as no rank's for that request."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import threading
 from collections.abc import Iterable, Mapping
@@ -35,6 +39,54 @@ from ..launch.proctable import descendants, group_members, status as _stat
 from .words import Caller
 
 ENV_WAIT = 1.0  # seconds to wait for a caller's /proc/<pid>/environ (held shut during its exec)
+PIDFD_THREAD = os.O_EXCL  # pidfd_open(2): a descriptor of one thread, not of its whole process (Linux 6.9)
+WATCHED = 64  # cached callers (two pidfds each) at most; past it the oldest answer is let go
+
+
+class _Watch:
+    """Says whether a cached caller's (parent, group, process) still hold without reading /proc: its thread
+    still lives (so its id was not reused, and its process is the same), its parent process still lives (a
+    process is reparented only when its parent exits) and its group is the same. None of these changing is
+    exactly what equal status fields meant. Used under the RankMap's lock, which also closes it."""
+
+    def __init__(self, tid: int, st: tuple[int, int, int]):
+        self.tid, self.pgid = tid, st[1]
+        self.fds: list[int] = []
+        self._poll = select.poll()
+        try:
+            self.fds.append(os.pidfd_open(tid, PIDFD_THREAD))
+            self.fds.append(os.pidfd_open(st[0]))
+        except (OSError, AttributeError):  # no thread pidfds here, no parent to watch, or gone already
+            self.close()
+            raise OSError("not watchable") from None
+        for fd in self.fds:
+            self._poll.register(fd, select.POLLIN)
+
+    @classmethod
+    def of(cls, tid: int, st: tuple[int, int, int]) -> _Watch | None:
+        """A watch on what `st` (read before) says, or None: it cannot be made, or `st` changed meanwhile
+        (the descriptors are then of another thread or parent than `st` described)."""
+        try:
+            watch = cls(tid, st)
+        except OSError:
+            return None
+        if _stat(tid) != st or not watch.holds():
+            watch.close()
+            return None
+        return watch
+
+    def holds(self) -> bool:
+        if self._poll.poll(0):  # one of them exited
+            return False
+        try:
+            return os.getpgid(self.tid) == self.pgid
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 def environ_value(pid: int, name: str) -> str | None:
@@ -88,7 +140,8 @@ class RankMap:
         self._lock = threading.Lock()
         self._protected = frozenset(protected)
         self._spared = frozenset(spared)
-        self._cache: dict[int, tuple[tuple[int, int, int], Caller]] = {}  # tid -> (its _stat, answer)
+        # tid -> (its _stat, answer, a watch on that _stat or None)
+        self._cache: dict[int, tuple[tuple[int, int, int], Caller, _Watch | None]] = {}
         self.rank_env = rank_env
         self._by_env: dict[int, tuple[tuple[int, int, int], int | None]] = {}  # process -> (its _stat, rank)
         self._asked = threading.local()
@@ -106,7 +159,7 @@ class RankMap:
                 st = _stat(p)
                 if st is not None and st[1] == p:
                     self._groups[p] = r
-            self._cache.clear()
+            self._forget()
             self._by_env.clear()
             self.version += 1
             return self.version
@@ -117,20 +170,44 @@ class RankMap:
 
     def caller(self, pid: int) -> Caller:
         """Who `pid` (a thread id from fuse_get_context) is; rank None outside every rank or once gone."""
+        with self._lock:
+            hit = self._cache.get(pid)
+            if hit is not None and hit[2] is not None and hit[2].holds():
+                return hit[1]
         st = _stat(pid) if pid > 0 else None
         if st is None:
             return Caller(pid, pid, None)
         with self._lock:
             hit = self._cache.get(pid)
-            if hit is not None and hit[0] == st:
-                return hit[1]
+        if hit is not None and hit[0] == st:
+            if hit[2] is not None:  # it no longer held, yet status reads the same: watch what is there now
+                self._remember_caller(pid, st, hit[1])
+            return hit[1]
         tgid = st[2]
         self._asked.unread = False
         answer = Caller(pid, tgid, self._rank_of(tgid, st), "main" if tgid == pid else "writer")
         if not self._asked.unread:  # an environment not read yet is asked again at the next request
-            with self._lock:
-                self._cache[pid] = (st, answer)
+            self._remember_caller(pid, st, answer)
         return answer
+
+    def _remember_caller(self, pid: int, st: tuple[int, int, int], answer: Caller) -> None:
+        watch = _Watch.of(pid, st)
+        with self._lock:
+            old = self._cache.pop(pid, None)
+            if old is not None and old[2] is not None:
+                old[2].close()
+            self._cache[pid] = (st, answer, watch)
+            while len(self._cache) > WATCHED:  # the oldest first: dicts keep insertion order
+                _, _, gone = self._cache.pop(next(iter(self._cache)))
+                if gone is not None:
+                    gone.close()
+
+    def _forget(self) -> None:
+        """Drop every cached answer and its watch (under the lock)."""
+        for _, _, watch in self._cache.values():
+            if watch is not None:
+                watch.close()
+        self._cache.clear()
 
     def _rank_of(self, tgid: int, st: tuple[int, int, int]) -> int | None:
         pid, seen = tgid, 0
