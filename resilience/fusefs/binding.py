@@ -10,14 +10,20 @@ gets wrong or makes slow for this file system replaced.
   pages to the request instead of copying them into the mount's page cache first (pages nobody could
   read back through that descriptor). Requests and their order are the writer's write(2) calls as before;
   the kernel invalidates any cached pages of the range after such a write, so readers stay coherent. A
-  file open for reading keeps the page cache (and mmap: a write-only descriptor cannot be mapped)."""
+  file open for reading keeps the page cache (and mmap: a write-only descriptor cannot be mapped).
+- every callback: a libfuse thread keeps the Python thread state its first callback made. ctypes makes one
+  for a thread Python did not start and, left alone, frees it when the callback returns, so every request
+  paid for a new one (and its frame stack's memory); libfuse's threads live as long as the mount."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 import mfusepy
+
+_KEPT = threading.local()  # `state` set on a libfuse thread once its thread state is kept
 
 
 def _direct_io(flags: int) -> bool:
@@ -26,7 +32,14 @@ def _direct_io(flags: int) -> bool:
 
 class FaultyFUSE(mfusepy.FUSE):
     """mfusepy.FUSE that passes rename's flags and truncate's open file on to the operations, writes from
-    libfuse's buffer without a copy, and opens write-only files with direct_io."""
+    libfuse's buffer without a copy, opens write-only files with direct_io, and keeps each of libfuse's
+    threads' Python thread state."""
+
+    def _wrapper(self, func, *args, **kwargs):
+        if not hasattr(_KEPT, "state"):
+            # one more hold on this thread's state than the callback's own, which it releases on return
+            _KEPT.state = ctypes.pythonapi.PyGILState_Ensure()
+        return super()._wrapper(func, *args, **kwargs)
 
     def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
         return self.operations.rename(
