@@ -15,6 +15,7 @@ BENCHMARKS = {
     "fusefs": "benchmarks.fusefs",
     "io-matrix": "benchmarks.io_matrix",
     "job": "benchmarks.job",
+    "s3-proxy": "benchmarks.s3proxy",
 }
 
 

@@ -112,6 +112,17 @@ def test_launcher_benchmark_runs(tmp_path):
     assert launcher.main(["--worlds", "2", "--fork-repeats", "1", "--spawn-repeats", "1"]) == 0
 
 
+def test_s3_proxy_benchmark_runs_both_ways(tmp_path):
+    pytest.importorskip("moto", reason="moto is not installed (pip install '.[s3]')")
+    from benchmarks import s3proxy
+
+    out = tmp_path / "figures.json"
+    argv = ["--size-mib", "10", "--part-mib", "5", "--streams", "2", "--repeats", "1", "--json", str(out)]
+    assert s3proxy.main(argv) == 0
+    fig = json.loads(out.read_text())
+    assert set(fig["ways"]) == {"direct", "proxy"} and fig["target"]["limit"] == 1.3
+
+
 @pytest.mark.parametrize(
     "argv, names",
     [

@@ -102,8 +102,11 @@ class ProxyCarrier:
 
     def kill_client(self, i: int, rank: int | None, req: S3Request, conn: socket.socket, when: str) -> list[int]:
         """Record crash `i`, then SIGKILL every process holding the client's end of `conn` (found by its
-        address on loopback); the pids killed."""
+        address on loopback); the pids killed. With none found (a client on another machine), nothing is
+        recorded: the record did not fire, and the run says so (UNPROBED)."""
         pids = client_pids(conn)
+        if not pids:
+            return []
         self.fire(i, rank, req, "sigkill", when=when, pids=pids)
         for pid in pids:
             try:

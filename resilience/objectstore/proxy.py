@@ -101,8 +101,8 @@ class Connection:
         x.update(dataclasses.asdict(req), bytes_in=0, bytes_out=0, status=None, server_status=None, faults=[])
         try:
             go_on = self._exchange(head, req, x)
-        except (OSError, WireError) as e:
-            x["error"] = f"{type(e).__name__}: {e}"
+        except Exception as e:  # a peer gone, a message that does not parse, or a fault of the proxy's own:
+            x["error"] = f"{type(e).__name__}: {e}"  # logged, and the connection closed
             go_on = False
         x["end"] = time.time()
         self.proxy.log.write(x)
@@ -225,10 +225,14 @@ class Connection:
         return keep
 
     def _kill(self, i: int, req: S3Request, when: str, x: dict) -> bool:
-        x["killed"] = self.carrier.kill_client(i, x["rank"], req, self.client.sock, when)
-        if when == "after":
-            x["faults"].append(self.carrier.faults[i].kind)
-        x["error"] = f"client killed {when} the request by a fault"
+        killed = self.carrier.kill_client(i, x["rank"], req, self.client.sock, when)
+        kind = self.carrier.faults[i].kind
+        if when == "before" and not killed:
+            x["faults"].remove(kind)  # named by _acted, but it did nothing
+        elif when == "after" and killed:
+            x["faults"].append(kind)
+        x["killed"] = killed
+        x["error"] = f"client killed {when} the request by a fault" if killed else "no client process to kill"
         return self._reset()
 
     def _reset(self) -> bool:
