@@ -101,24 +101,14 @@ class OpLog:
                 if v is not None:
                     rec[k] = self._absolute(v) if k == "dst" else v
             if data is not None:
-                rec["blob"], rec["length"] = self._put(memoryview(data).cast("B"))
+                view = memoryview(data).cast("B")
+                rec["blob"], rec["length"] = self._pos, len(view)
+                done = 0
+                while done < len(view):
+                    done += os.write(self._data, view[done:])
+                self._pos += len(view)
             os.write(self._meta, (_ENCODE(rec) + "\n").encode())
             return self._seq
-
-    def put(self, data) -> tuple[int, int]:
-        """Append the bytes of a write to the .bin file ahead of its record: (blob, length), which
-        record(..., blob=, length=) then names. Lets a caller write them while it does the write itself."""
-        view = memoryview(data).cast("B")
-        with self._lock:
-            return self._put(view)
-
-    def _put(self, view: memoryview) -> tuple[int, int]:
-        at = self._pos
-        done = 0
-        while done < len(view):
-            done += os.write(self._data, view[done:])
-        self._pos += len(view)
-        return at, len(view)
 
     def _absolute(self, path: str) -> str:
         """os.path.abspath, remembered: a save logs thousands of writes to a few dozen paths."""

@@ -23,16 +23,11 @@ import json
 import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from ..faults.fuse_log import FUSE_LOG
 from ..faults.oplog import OpLog
 from .words import NO_RANK, Caller
 
-# A write at least this long has its bytes written to the log by a thread of the journal while the file
-# system writes them to the backing file: two copies of up to 1 MiB at once (both calls leave the GIL)
-# instead of one after the other. A shorter one costs less to write than to hand over.
-KEEP_ASIDE = 64 << 10
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps with options makes one per call
 
 
@@ -47,10 +42,8 @@ class Journal:
         self._streams = 0
         self._oplogs: dict[int, OpLog] = {}
         self._fd: int | None = None
-        self._aside: ThreadPoolExecutor | None = None
         if self.folder is not None:
             os.makedirs(self.folder, exist_ok=True)
-            self._aside = ThreadPoolExecutor(1, thread_name_prefix="fusefs-log")  # its thread starts on first use
             self._fd = os.open(os.path.join(self.folder, FUSE_LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def where(self, rel: str) -> str:
@@ -88,48 +81,20 @@ class Journal:
             rec["seq"], rec["t"] = self._seq, time.monotonic_ns()
             os.write(self._fd, (_ENCODE(rec) + "\n").encode())
 
-    def keep(self, caller: Caller, data) -> Future | None:
-        """Start writing the bytes of a write to the caller's rank's log (its .bin file), to be named by
-        seam("write", ..., kept=) once the write is done; None with no log folder. The caller waits for it
-        (wait_kept) before `data` goes away: it may be a view of libfuse's buffer."""
-        if self.folder is None:
-            return None
-        log = self._oplog(caller)
-        if len(data) >= KEEP_ASIDE and self._aside is not None:
-            return self._aside.submit(log.put, data)
-        kept: Future = Future()
-        try:
-            kept.set_result(log.put(data))
-        except OSError as e:  # raised by seam(), where record() raised it before
-            kept.set_exception(e)
-        return kept
-
-    def seam(
-        self, op: str, caller: Caller, path: str, *, dst: str | None = None, data=None, kept=None, **fields
-    ) -> None:
-        """One operation of the seam's log (faults.oplog vocabulary), under the caller's rank; a write's
-        bytes are `data`, or were written already by keep() (`kept`)."""
+    def seam(self, op: str, caller: Caller, path: str, *, dst: str | None = None, data=None, **fields) -> None:
+        """One operation of the seam's log (faults.oplog vocabulary), under the caller's rank."""
         if self.folder is None:
             return
-        log = self._oplog(caller)
-        if dst is not None:
-            fields["dst"] = self.where(dst)
-        if kept is not None:
-            fields["blob"], fields["length"] = kept.result()
-        log.record(op, self.where(path), data=data, thread=caller.thread, **fields)
-
-    def _oplog(self, caller: Caller) -> OpLog:
         rank = NO_RANK if caller.rank is None else caller.rank
         with self._lock:
             log = self._oplogs.get(rank)
             if log is None:
-                assert self.folder is not None
                 log = self._oplogs[rank] = OpLog(self.folder, rank)
-            return log
+        if dst is not None:
+            fields["dst"] = self.where(dst)
+        log.record(op, self.where(path), data=data, thread=caller.thread, **fields)
 
     def close(self) -> None:
-        if self._aside is not None:
-            self._aside.shutdown()
         with self._lock:
             for log in self._oplogs.values():
                 log.close()
@@ -139,10 +104,4 @@ class Journal:
                 self._fd = None
 
 
-def wait_kept(kept: Future | None) -> None:
-    """Wait for Journal.keep's write (never raises: seam() raises its error, in the log's own order)."""
-    if kept is not None:
-        wait([kept])
-
-
-__all__ = ["KEEP_ASIDE", "Journal", "wait_kept"]
+__all__ = ["Journal"]

@@ -32,7 +32,7 @@ from ..faults.base import Fault
 from ..launch.proctable import doomed
 from ..triggers import POWER_LOSS, Decision, crash_action
 from .injector import FuseInjector
-from .journal import Journal, wait_kept
+from .journal import Journal
 from .ranks import RankMap
 from .words import Caller, is_writable, parse_control, seam_op
 
@@ -376,11 +376,7 @@ class Passthrough(mfusepy.Operations):
             cut = self.injector.cut(h.armed, offset, len(on_disk))
             if cut is not None:
                 on_disk = on_disk[: cut[1]]
-            kept = self.journal.keep(d.caller, on_disk) if h.modelled else None  # the log's copy, meanwhile
-            try:
-                _pwrite_all(fh, on_disk, offset)
-            finally:
-                wait_kept(kept)  # `data` may be libfuse's buffer: nothing may read it once this returns
+            _pwrite_all(fh, on_disk, offset)
             self.journal.entry(
                 "write",
                 d.caller,
@@ -392,7 +388,7 @@ class Passthrough(mfusepy.Operations):
                 modelled=None if h.modelled else False,
             )
             if h.modelled:
-                self.journal.seam("write", d.caller, path, kept=kept, stream=h.stream, offset=offset)
+                self.journal.seam("write", d.caller, path, data=on_disk, stream=h.stream, offset=offset)
                 if h.synced:  # durable as it returns: to crash states, a write followed by its fsync
                     self.journal.seam("fsync", d.caller, path, stream=h.stream)
             if cut is not None:
