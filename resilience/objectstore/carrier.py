@@ -77,8 +77,11 @@ class ProxyCarrier:
         return rec
 
     def _paths(self, key: str) -> tuple[str, ...]:
+        """The key, its path under the prefix, and that path under a root ('/' + it): a glob the runner aimed
+        at a file under the checkpoint folder ('*/.staging-*/__1_0.distcp') matches the object it became."""
         head = f"{self.prefix}/" if self.prefix else ""
-        return (key, key[len(head) :]) if head and key.startswith(head) else (key,)
+        rel = key[len(head) :] if head and key.startswith(head) else key
+        return tuple(dict.fromkeys((key, rel, "/" + rel)))
 
     def before(self, rank: int | None, req: S3Request, length: int) -> Decision:
         """Count this request against every record; say what to do with it. Each firing but a crash's is

@@ -7,15 +7,19 @@ from __future__ import annotations
 import contextlib
 
 
-def use_store(stack: contextlib.ExitStack, plan) -> None:
+def use_store(stack: contextlib.ExitStack, plan, rank: int) -> None:
     """On an object store, the seam maps the checkpoint folder's paths to the case's keys for the whole job,
-    beneath everything else installed on it."""
+    beneath everything else installed on it: through the fault proxy, signed with this rank's own key (the
+    proxy tells the ranks' requests apart by it)."""
     if plan.store is None:
         return
     from .. import storage
+    from ..objectstore.requests import rank_access_key
     from ..objectstore.store import CaseStore
 
-    stack.enter_context(storage.use(CaseStore.from_dict(plan.store).filesystem(plan.root)))
+    key = rank_access_key(rank) if plan.proxy else None
+    fs = CaseStore.from_dict(plan.store).filesystem(plan.root, endpoint=plan.proxy or None, access_key=key)
+    stack.enter_context(storage.use(fs))
 
 
 def record_file_ops(stack: contextlib.ExitStack, plan, rank: int) -> None:
@@ -71,6 +75,10 @@ def arm(stack: contextlib.ExitStack, plan, rank: int, index: int) -> None:
         from ..fusefs import tell
 
         tell(plan.control, "arm", index)
+    if plan.proxy and index in plan.fs_arms:
+        from ..objectstore.proxy import reached
+
+        reached(plan.proxy, rank, index)
     records = [
         f["fault"] for f in plan.faults if f["arm_at"] == index and (plan.control or not _is_power_loss(f["fault"]))
     ]

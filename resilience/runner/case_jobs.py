@@ -74,7 +74,7 @@ def run_job(
         crash_state=crash_state,
         dtype=str(spec.precision),
     )
-    if crash_state:
+    if crash_state and way != io_route.OBJECT:
         way = io_route.SEAM  # a crash state is only loaded, with no fault: nothing to mount
     if way == io_route.FUSE and any(
         carries_out(f.fault) and isinstance(f.fault, LostUnsyncedWrites) for f in planned.faults
@@ -83,6 +83,8 @@ def run_job(
 
         Snapshot.take(root, case.job_dir("snapshots", job_no))  # the file system logs every operation from here
     outcome = _launch(case, planned, job_no, root, spec, way, timeout, outcomes)
+    if way == io_route.OBJECT and any(o.signal for o in outcome.outcomes):
+        _store_as_left(case, job_no)
     events = _merge_histories(case, planned, job_no, fired_before, crash_state, per_event_state, outcome)
     _record_end(case.history, job_no, outcome)
     return _unexpected(planned, job_no, outcome, events)
@@ -90,7 +92,7 @@ def run_job(
 
 def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way: str, timeout, outcomes):
     """The job's ranks, run to their end under its faults (the nemesis's beside them); the job's outcome."""
-    with io_route.job_way(way, root, case.case_dir, job_no, planned.faults, case.fault_log) as w:
+    with io_route.job_way(way, root, case.case_dir, job_no, planned.faults, case.fault_log, case.store) as w:
         plan = RankJob(
             spec,
             planned.topo,
@@ -109,6 +111,7 @@ def _launch(case: CaseJobs, planned: JobSpec, job_no: int, root: str, spec, way:
             file_ops_dir=case.job_dir(FILE_OPS, job_no),
             stagger=planned.stagger,
             store=None if case.store is None else case.store.to_dict(),
+            proxy=w.proxy,
         )
         job = Job(
             run_rank_job,
@@ -163,6 +166,23 @@ def _store_listing(store: CaseStore | None, root: str):
         return dict(seen)
 
     return listing
+
+
+def _store_as_left(case: CaseJobs, job_no: int) -> None:
+    """What a loader can see on the store after a job a rank of was killed, from the proxy's log of it
+    (objectstore.journal.crash_view): the objects the server wrote, whether their client heard so, and the
+    multipart uploads left open; into the case's history."""
+    from ..objectstore.journal import crash_view, read_requests
+
+    view = crash_view(read_requests(os.path.join(case.case_dir, io_route.PROXY_LOGS, f"job{job_no}.jsonl")))
+    unheard = [o["key"] for o in view["objects"] if not o["acknowledged"]]
+    case.history.info(
+        "store_after_kill",
+        job=job_no,
+        objects=len(view["objects"]),
+        unacknowledged=unheard[:20],
+        orphaned_uploads=[{"key": u["key"], "parts": u["parts"]} for u in view["orphans"]][:20],
+    )
 
 
 def _staged_as(store: CaseStore | None, root: str):

@@ -24,12 +24,15 @@ from ..errors import ConfigError
 from ..faults import KINDS, Fault
 from ..faults.inject import FaultyFileSystem
 from ..fusefs.injector import FuseInjector, carries_out
+from ..objectstore.carrier import ProxyCarrier
 from ..triggers import Carries
 from .adapters import BackendName, resolve_backend
 from .plan import ArmedFault
 
 SEAM, FUSE, AUTO = "seam", "fuse", "auto"
 CHOICES = (SEAM, FUSE, AUTO)
+OBJECT = "s3"  # a case on an object store (--storage): the fault proxy before the server, the seam in the ranks
+PROXY_LOGS = "s3"  # the proxy's logs of requests, one per job, in the case folder
 MOUNT = "mnt"  # the mount point, in the case folder: the root every rank of a fuse case sees
 FUSE_LOGS = "fuse"  # the file system's logs, one folder per job, in the case folder
 
@@ -39,6 +42,7 @@ FUSE_LOGS = "fuse"  # the file system's logs, one folder per job, in the case fo
 CARRIERS: dict[str, tuple[Carries, ...]] = {
     SEAM: (FaultyFileSystem.CARRIES,),
     FUSE: (FuseInjector.CARRIES, FaultyFileSystem.CARRIES),
+    OBJECT: (ProxyCarrier.CARRIES, FaultyFileSystem.CARRIES),
 }
 
 
@@ -93,18 +97,25 @@ class JobWay:
     in_process: list[ArmedFault]
     control: str = ""  # the mount point ranks tell who they are and arm at
     arms: list[int] = field(default_factory=list)  # the rank operations at which file-system records arm
-    log: str = ""  # the file system's log folder (its seam-format oplog)
+    log: str = ""  # the file system's log folder (its seam-format oplog), or the proxy's log of requests
     mount: object | None = None
+    proxy: str = ""  # the fault proxy's endpoint, which the ranks reach the object store through
 
 
 @contextlib.contextmanager
 def job_way(
-    way: str, root: str, case_dir: str, job_no: int, faults: list[ArmedFault], fault_log: str
+    way: str, root: str, case_dir: str, job_no: int, faults: list[ArmedFault], fault_log: str, store=None
 ) -> Iterator[JobWay]:
     """For the length of a job: nothing for the seam; for fuse, the file system mounted over `root` at
-    the case's mount point, carrying out the `faults` it can (fusefs.injector.carries_out)."""
+    the case's mount point, carrying out the `faults` it can (fusefs.injector.carries_out); on an object
+    store (`store`, objectstore.store.CaseStore), the fault proxy before its server, carrying out those it
+    can (objectstore.carrier)."""
     if way == SEAM:
         yield JobWay(root, list(faults))
+        return
+    if way == OBJECT:
+        with _proxied(root, case_dir, job_no, faults, fault_log, store) as w:
+            yield w
         return
     from ..fusefs import mounted
 
@@ -132,6 +143,30 @@ def job_way(
         )
 
 
+@contextlib.contextmanager
+def _proxied(root: str, case_dir: str, job_no: int, faults: list[ArmedFault], fault_log: str, store):
+    from ..objectstore.proxy import FaultProxy
+
+    to_proxy = [f for f in faults if f.fault.layer == "inject" and ProxyCarrier.CARRIES.carries(f.fault)]
+    log = os.path.join(case_dir, PROXY_LOGS, f"job{job_no}.jsonl")
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    with FaultProxy(
+        store.endpoint,
+        [f.fault for f in to_proxy],
+        arm_at=[f.arm_at for f in to_proxy],
+        report=fault_log,
+        log=log,
+        prefix=store.prefix,
+    ) as proxy:
+        yield JobWay(
+            root,
+            [f for f in faults if f not in to_proxy],
+            arms=sorted({f.arm_at for f in to_proxy}),
+            log=log,
+            proxy=proxy.endpoint,
+        )
+
+
 def unavailable() -> str | None:
     """Why this machine cannot mount the file system, or None when it can."""
     from ..fusefs import fuse_available
@@ -147,6 +182,8 @@ __all__ = [
     "FUSE_LOGS",
     "JobWay",
     "MOUNT",
+    "OBJECT",
+    "PROXY_LOGS",
     "CARRIERS",
     "SEAM",
     "carrier_of",

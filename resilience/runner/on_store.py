@@ -1,8 +1,9 @@
 """A case whose checkpoints live on an object store (`--storage s3`, objectstore.store): its own place there,
 what the runner does at rest through a local copy of it, and the copy kept in the case folder as evidence.
 
-Rank processes reach the store through the seam (runner.arming.use_store), so the case runs the seam's
-way: the fault-injecting file system mounts over a folder, not a bucket. A backend that writes its own
+Rank processes reach the store through the seam (runner.arming.use_store) and the fault proxy before its
+server (runner.io_route: the s3 way), which carries the faults aimed at requests; the fault-injecting file
+system mounts over a folder, not a bucket. A backend that writes its own
 files, outside the seam, would write them to the local disk and never reach the store: it is refused
 before the case, unless it says it reaches object stores itself (`object_store = True` on its factory)."""
 
@@ -52,6 +53,35 @@ def check_reaches(scenario, backend, way: str) -> None:
         )
 
 
+def as_on_store(scenario):
+    """The scenario as it runs on an object store. A power loss at a crash point (lose_unsynced with a rank,
+    a file or a byte) becomes what it is there: nothing unsynced is kept by a bucket, so what a crash leaves
+    is the objects whose upload the server did, the answer of the one in flight lost on its way back: that
+    upload's answer is lost (response_lost) and its rank killed right after (rank_crash), both at the
+    proxy. A power loss with no crash point strikes after the last operation, when everything is whole:
+    left as it is, N/A with the reason (NO_UNSYNCED)."""
+    from dataclasses import replace
+
+    from ..faults import RankCrash, ResponseLost
+    from ..faults.base import Target, Trigger
+    from .scenario_model import Step
+
+    steps = []
+    for s in scenario.steps:
+        f = s.fault
+        t = f.target if f is not None else None
+        if s.kind != "lose_unsynced" or f is None or t is None or (t.rank, t.path, f.trigger.at_byte) == (None,) * 3:
+            steps.append(s)
+            continue
+        aimed = Target(rank=t.rank, path=t.path, op="put")  # the upload of the file it aimed at
+        for record in (
+            ResponseLost(target=aimed, trigger=Trigger(nth=f.trigger.nth), seed=f.seed),
+            RankCrash(target=aimed, trigger=Trigger(nth=f.trigger.nth, when="after"), seed=f.seed),
+        ):
+            steps.append(Step("fault", record.to_dict(), s.line, record))
+    return replace(scenario, steps=steps)
+
+
 def kept_as_evidence(case) -> None:
     """Copy the case's objects into its checkpoint folder (what a loader would list at the end), then remove
     them from the store: the folder keeps the evidence, the store keeps nothing of the run."""
@@ -79,4 +109,4 @@ def at_rest(case, root: str) -> Iterator[None]:
     mirror.push(case.store, root, pulled)
 
 
-__all__ = ["CKPT", "NO_UNSYNCED", "at_rest", "case_store", "check_reaches", "kept_as_evidence"]
+__all__ = ["CKPT", "NO_UNSYNCED", "as_on_store", "at_rest", "case_store", "check_reaches", "kept_as_evidence"]

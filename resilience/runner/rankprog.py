@@ -43,6 +43,7 @@ class RankJob:
     file_ops_dir: str = ""  # where each rank logs its creates, renames and deletions (runner/file_ops.py)
     stagger: float = 0.0  # seconds every rank but rank 0 waits before it builds its state and backend
     store: dict | None = None  # the case's place on an object store (objectstore.store.CaseStore), or local files
+    proxy: str = ""  # the fault proxy the ranks reach that store through (its records arm at fs_arms too)
 
 
 GENERATIONS_PER_JOB = 1000  # a save's generation: job * this + its number in the job, unique in a run
@@ -160,7 +161,7 @@ def run_rank_job(ctx, plan: RankJob) -> dict:
     survived: BaseException | None = None  # the error a rank went on after, into the job's recovery
     skip_to: int | None = None  # the recover op a rank jumps to once a save or finalize raised
     with contextlib.ExitStack() as armed:
-        use_store(armed, plan)
+        use_store(armed, plan, ctx.rank)
         record_file_ops(armed, plan, ctx.rank)
         power = log_for_power_loss(armed, plan, ctx.rank)
         for index, op in enumerate(plan.ops + [{"op": "end"}]):

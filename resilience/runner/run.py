@@ -25,7 +25,7 @@ from .case_jobs import CaseJobs, load_crash_states, run_job
 from .evidence import evidence_from
 from .fault_outcomes import FaultOutcome, fault_statuses, power_loss_fired
 from .file_ops import read_file_ops
-from .on_store import NO_UNSYNCED, at_rest, case_store, kept_as_evidence
+from .on_store import NO_UNSYNCED, as_on_store, at_rest, case_store, kept_as_evidence
 from .oracle import never_stopped, precision_change
 from .plan import Corruption, JobSpec, plan_jobs
 from .scenario import Scenario
@@ -120,6 +120,8 @@ def run_case(
     replay = replay_command(scenario_file, combo, backend)
     if way == io_route.FUSE and (why := io_route.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault_column, transition)
+    if place is not None:
+        scenario = as_on_store(scenario)  # its power losses as a bucket has them (the file keeps the steps as given)
     history = EventLog(os.path.join(case_dir, HISTORY_FILE), process="runner")
     # what ran, where: the history's first line
     where = {"io": way, "contract": str(contract), **({} if place is None else {"storage": str(place)})}
@@ -266,12 +268,13 @@ def _judged(case: CaseJobs, events: list[Event], contract: TopologyContract | No
 
 
 def case_way(scenario: Scenario, backend: BackendName, io: str | None) -> str:
-    """seam or fuse for this case: fuse only when asked (or auto for a backend outside the seam) and some
-    fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount. ConfigError when an
-    in-process fault has no carrier on that way (it would never fire)."""
+    """seam, fuse or s3 for this case: fuse only when asked (or auto for a backend outside the seam) and some
+    fault of the scenario is one the ranks' I/O must meet; nothing else needs a mount. A case on an object
+    store takes s3 (the fault proxy and the seam) unless fuse was asked for, which check_reaches refuses.
+    ConfigError when an in-process fault has no carrier on that way (it would never fire)."""
     way = io_route.resolve(io, backend)
-    if is_object_store(scenario.storage) and io_route.check(io) == io_route.AUTO:
-        way = io_route.SEAM  # no file system mounts over a bucket: the HTTP layer carries what a backend meets
+    if is_object_store(scenario.storage) and (way != io_route.FUSE or io_route.check(io) == io_route.AUTO):
+        way = io_route.OBJECT  # the fault proxy before the server, the seam in the ranks
     io_route.refuse_uncarried(way, [s.fault for s in scenario.steps if s.fault is not None])
     if way == io_route.FUSE and not any(s.fault is not None and _meets_io(s.fault) for s in scenario.steps):
         return io_route.SEAM

@@ -4,6 +4,7 @@ and the case folder keeps the bucket's objects as evidence while the store keeps
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import replace
 
@@ -124,3 +125,47 @@ def test_a_backend_outside_the_seam_that_cannot_reach_a_store_is_refused(store, 
     scenario = _scenario("external-kill.yaml")
     with pytest.raises(ConfigError, match="would never reach the object store"):
         run_case(scenario, Combination.parse("LOCAL/torch/sync"), str(tmp_path / "case"), backend="nvrx", store=store)
+
+
+HTTP_FAULTS = [
+    "{kind: http_error, status: 503}",
+    "{kind: http_error, status: 500}",
+    "{kind: connection_reset}",
+    "{kind: response_lost}",
+    "{kind: slow_write, op: put, delay: 0.2}",
+    "{kind: rank_crash, op: put}",
+]
+
+
+@pytest.mark.parametrize("fault", HTTP_FAULTS)
+def test_each_http_fault_fires_at_the_proxy_on_the_upload_it_aims_at(store, tmp_path, fault):
+    record = fault[:-1] + ', rank: 1, path: "@data"}'
+    scenario = loads(
+        f"""
+name: http-fault
+storage: s3
+topology: tp1pp1dp2
+steps: [{{train: 2}}, save, finalize, {{train: 1}}, {{fault: {record}}}, save, finalize, {{resume: {{continue: 1}}}}]
+""",
+        "http-fault.yaml",
+    )
+    result = run_case(scenario, GLOBAL, str(tmp_path / "case"), store=store)
+    assert result.verdict == "PASS", result.detail
+    assert [f["status"] for f in result.faults] == ["fired"], result.faults
+    requests = [json.loads(line) for line in open(tmp_path / "case" / "s3" / "job0.jsonl")]
+    struck = [r for r in requests if r["faults"]]
+    assert len(struck) == 1 and struck[0]["rank"] == 1 and struck[0]["key"].endswith("__1_0.distcp"), struck
+
+
+def test_a_power_loss_on_an_object_store_loses_an_answer_and_kills_its_rank(store, tmp_path):
+    from resilience.runner.matrix import fault_scenario
+
+    scenario = replace(fault_scenario("lost_unsynced", 0), storage="s3")
+    result = run_case(scenario, GLOBAL, str(tmp_path / "case"), store=store)
+    assert result.verdict == "PASS", result.detail
+    assert {f["fault"].split()[0]: f["status"] for f in result.faults} == {
+        "response_lost": "fired",
+        "rank_crash": "fired",
+    }, result.faults
+    left = [e.value for e in read_events(os.path.join(result.case_dir, "history.jsonl")) if e.f == "store_after_kill"]
+    assert left and any(k.endswith("__1_0.distcp") for k in left[0]["unacknowledged"]), left
