@@ -16,6 +16,7 @@ simplest design that keeps every connection moving at once."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import html
 import http.client
@@ -23,13 +24,14 @@ import json
 import os
 import re
 import select
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import IO, Any, cast
 from urllib.parse import parse_qs, urlsplit
 
@@ -47,6 +49,7 @@ from .wire import LENGTH, NONE, UNTIL_CLOSE, Cut, Head, Peer, Sink, WireError, f
 
 CONTROL = "/.resilience/"  # no bucket name starts with '.': a path for the runner and the ranks, never the server's
 START_TIMEOUT = 30.0
+DRAIN = 2.0  # seconds a stopping proxy waits for the requests under way to be logged (stop_group waits 5)
 SMALL = 1 << 20  # the most of a body the proxy reads itself (an upload's id, a multi-delete's keys)
 REASONS = {500: "Internal Server Error", 503: "Slow Down"}
 
@@ -99,13 +102,14 @@ class Connection:
         req = classify(method, path, query, head.headers)
         x: dict[str, Any] = {"start": time.time(), "rank": rank_of_request(head.headers, query), "method": method}
         x.update(dataclasses.asdict(req), bytes_in=0, bytes_out=0, status=None, server_status=None, faults=[])
-        try:
-            go_on = self._exchange(head, req, x)
-        except Exception as e:  # a peer gone, a message that does not parse, or a fault of the proxy's own:
-            x["error"] = f"{type(e).__name__}: {e}"  # logged, and the connection closed
-            go_on = False
-        x["end"] = time.time()
-        self.proxy.log.write(x)
+        with self.proxy.busy():
+            try:
+                go_on = self._exchange(head, req, x)
+            except Exception as e:  # a peer gone, a message that does not parse, or a fault of the proxy's own:
+                x["error"] = f"{type(e).__name__}: {e}"  # logged, and the connection closed
+                go_on = False
+            x["end"] = time.time()
+            self.proxy.log.write(x)
         return go_on
 
     def _exchange(self, head: Head, req: S3Request, x: dict) -> bool:
@@ -265,11 +269,34 @@ class ProxyServer:
         parts = urlsplit(upstream)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.carrier, self.log = carrier, log
+        self._busy = 0  # requests begun and not yet logged
+        self._idle = threading.Condition()
 
     def serve(self, listener: socket.socket) -> None:
         while True:
             sock, _ = listener.accept()
             threading.Thread(target=Connection(self, sock).serve, daemon=True).start()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        with self._idle:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def drain(self, timeout: float) -> None:
+        """Wait until every request begun is logged (a client may have its answer a moment before its line
+        is written), `timeout` seconds at most."""
+        with self._idle:
+            self._idle.wait_for(lambda: self._busy == 0, timeout)
+
+
+def _stop(signum, frame) -> None:
+    raise SystemExit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -283,7 +310,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(listener.getsockname()[1], flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the parent stops reading after the port
-    ProxyServer(config["upstream"], carrier, RequestLog(config.get("log"))).serve(listener)
+    log = RequestLog(config.get("log"))
+    server = ProxyServer(config["upstream"], carrier, log)
+    signal.signal(signal.SIGTERM, _stop)  # stop(): the requests under way are logged first
+    try:
+        server.serve(listener)
+    finally:
+        listener.close()
+        server.drain(DRAIN)
+        log.close()
 
 
 def reached(endpoint: str, rank: int, index: int, timeout: float = 10.0) -> None:

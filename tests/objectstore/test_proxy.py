@@ -71,6 +71,14 @@ def client(endpoint: str, rank: int, attempts: int | None = None):
 BODIES = pytest.mark.parametrize("body", [bytes, io.BytesIO], ids=["bytes", "expect-100"])
 
 
+def logged(proxy: FaultProxy, n: int, timeout: float = 10.0) -> list[dict]:
+    """The proxy's log once it holds `n` requests: a client has its answer a moment before its line."""
+    deadline = time.monotonic() + timeout
+    while len(log := proxy.requests()) < n and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return log
+
+
 def is_on_server(s3, bucket: str, key: str) -> bool:
     try:
         s3.client().head_object(Bucket=bucket, Key=key)
@@ -95,7 +103,7 @@ def test_requests_and_answers_pass_bit_for_bit_and_each_is_logged_with_its_rank(
     c.copy_object(Bucket="plain", Key="run/c.bin", CopySource={"Bucket": "plain", "Key": "run/a.bin"})
     c.delete_object(Bucket="plain", Key="run/a.bin")
     c.delete_objects(Bucket="plain", Delete={"Objects": [{"Key": "run/c.bin"}]})
-    log = proxy.requests()
+    log = logged(proxy, 12)
     assert [r["op"] for r in log] == [
         "put",
         *("mpu_create", "mpu_part", "mpu_part", "mpu_complete"),
@@ -122,7 +130,7 @@ def test_a_503_is_seen_without_retries_and_retried_away_with_them(s3, proxied, b
     assert e.value.response["Error"]["Code"] == "SlowDown" and not is_on_server(s3, name, "a")
     client(proxy.endpoint, 1, attempts=3).put_object(Bucket=name, Key="b", Body=body(b"y" * MIB))
     assert s3.client().get_object(Bucket=name, Key="b")["Body"].read() == b"y" * MIB
-    log = [(r["rank"], r["status"], r["server_status"], r["faults"]) for r in proxy.requests()]
+    log = [(r["rank"], r["status"], r["server_status"], r["faults"]) for r in logged(proxy, 3)]
     assert log == [(0, 503, None, ["http_error"]), (1, 503, None, ["http_error"]), (1, 200, 200, [])]
     fired = read_firings(proxy.report)
     assert [(f["kind"], f["action"], f["rank"], f["via"]) for f in fired] == [
@@ -138,7 +146,7 @@ def test_a_reset_mid_body_leaves_no_object_and_the_client_an_error(s3, proxied, 
     with pytest.raises(BotoCoreError):
         client(proxy.endpoint, 0, attempts=1).put_object(Bucket=name, Key="a", Body=body(os.urandom(MIB)))
     assert not is_on_server(s3, name, "a")
-    [r] = proxy.requests()
+    [r] = logged(proxy, 1)
     assert (r["bytes_in"], r["server_status"], r["status"], r["faults"]) == (1000, None, None, ["connection_reset"])
     assert crash_view([r])["objects"] == []
 
@@ -151,7 +159,7 @@ def test_a_lost_answer_is_an_error_for_a_write_the_server_did(s3, proxied, body)
     with pytest.raises(BotoCoreError):
         client(proxy.endpoint, 0, attempts=1).put_object(Bucket=name, Key="a", Body=body(data))
     assert s3.client().get_object(Bucket=name, Key="a")["Body"].read() == data
-    [r] = proxy.requests()
+    [r] = logged(proxy, 1)
     assert (r["server_status"], r["status"], r["faults"]) == (200, None, ["response_lost"])
     assert crash_view([r])["objects"] == [{"bucket": name, "key": "a", "op": "put", "acknowledged": False}]
 
@@ -161,7 +169,7 @@ def test_a_delay_shows_in_the_requests_duration(proxied):
     c = client(proxy.endpoint, 0)
     c.put_object(Bucket="delay", Key="run/a.pt", Body=b"x")
     c.get_object(Bucket="delay", Key="run/a.pt")["Body"].read()
-    put, get = proxy.requests()
+    put, get = logged(proxy, 2)
     assert get["end"] - get["start"] >= 0.5 > put["end"] - put["start"]
     assert (put["faults"], get["faults"]) == ([], ["slow_write"])
 
@@ -186,13 +194,14 @@ def test_a_rank_killed_at_a_part_leaves_an_orphaned_upload_and_no_object(s3, pro
     assert not is_on_server(s3, "crash", "run/big.distcp")
     [upload] = s3.client().list_multipart_uploads(Bucket="crash")["Uploads"]
     assert upload["Key"] == "run/big.distcp"
-    view = crash_view(proxy.requests())
+    log = logged(proxy, 3)  # create, part 1, part 2 (killed before it was sent)
+    view = crash_view(log)
     assert view["objects"] == [] and view["orphans"] == [
         {"bucket": "crash", "key": "run/big.distcp", "upload_id": upload["UploadId"], "parts": [1]}
     ]
     [fired] = read_firings(proxy.report)
     assert (fired["action"], fired["when"], fired["pids"], fired["rank"]) == ("sigkill", "before", [child.pid], 3)
-    assert proxy.requests()[-1]["killed"] == [child.pid]
+    assert log[-1]["killed"] == [child.pid] and log[-1]["faults"] == ["rank_crash"]
 
 
 def test_a_fault_aimed_at_rank_1_never_fires_on_rank_0s_requests(s3, proxied):
@@ -214,7 +223,7 @@ def test_a_record_armed_at_a_rank_operation_counts_from_when_the_rank_says_it_re
     proxy.reached(0, 4)
     with pytest.raises(ClientError):
         c.head_object(Bucket="armed", Key="a")
-    assert [r["status"] for r in proxy.requests()] == [200, 200, 503]
+    assert [r["status"] for r in logged(proxy, 3)] == [200, 200, 503]
 
 
 def test_many_clients_at_once(proxied):
@@ -231,4 +240,19 @@ def test_many_clients_at_once(proxied):
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         assert all(pool.map(roundtrip, data))
-    assert len(proxy.requests()) == 64 and time.monotonic() - started < 60
+    assert len(logged(proxy, 64)) == 64 and time.monotonic() - started < 60
+
+
+def test_a_proxy_stopped_with_a_request_under_way_logs_it_first(proxied):
+    import threading
+
+    proxy = proxied("stopping", [{"kind": "slow_write", "op": "get", "delay": 0.5}])
+    c = client(proxy.endpoint, 0)
+    c.put_object(Bucket="stopping", Key="a", Body=b"x")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(c.get_object(Bucket="stopping", Key="a")["Body"].read()))
+    reader.start()
+    time.sleep(0.2)  # the get is being slowed
+    proxy.stop()
+    reader.join(30)
+    assert got == [b"x"] and [r["op"] for r in proxy.requests()] == ["put", "get"]
