@@ -95,7 +95,7 @@ class OpLog:
                 "seq": self._seq,
                 "t": time.monotonic_ns(),
                 "path": self._absolute(path),
-                "thread": _thread(),
+                "thread": fields.pop("thread", None) or _thread(),  # the FUSE file system names its caller's
             }
             for k, v in fields.items():
                 if v is not None:

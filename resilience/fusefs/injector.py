@@ -82,6 +82,8 @@ class FuseInjector:
         """Count this request against every fault; say what to do before (and, for a write, while) doing
         it, each firing recorded. `op` is the seam operation (base.seam_op); `where` goes into the firings."""
         d = self.matcher.operation(op, paths, rank=caller.rank, thread=caller.thread, length=length)
+        if not d.slow and d.error is None and d.crash is None and not d.partial:
+            return d  # nothing fires (most requests)
         where = {"op": op, "path": paths[0], **({"dst": paths[1]} if len(paths) > 1 else {}), **where}
         for slow in d.slow:
             if slow.first:

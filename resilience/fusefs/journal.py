@@ -75,7 +75,9 @@ class Journal:
             rec["dst"] = self.where(dst)
         if error is not None:
             rec["errno"] = _errno.errorcode.get(error, str(error))
-        rec.update({k: v for k, v in fields.items() if v is not None})
+        for k, v in fields.items():
+            if v is not None:
+                rec[k] = v
         with self._lock:
             self._seq += 1
             rec["seq"], rec["t"] = self._seq, time.monotonic_ns()

@@ -100,6 +100,11 @@ def _hold(delay: float, pid: int) -> None:
         time.sleep(min(HOLD_SLICE, left))
 
 
+def _asked(op: str, flags: int, length: int, offset: int | None) -> dict:
+    """What a refused or failed request asked for, as its log line says it."""
+    return {"flags": flags or None, "offset": offset, "length": length if op == "write" else None}
+
+
 def _pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
@@ -184,19 +189,22 @@ class Passthrough(mfusepy.Operations):
         caller = self._caller()
         self._refuse(caller)
         seam = seam_op(op, flags)
-        asked = {"flags": flags or None, "offset": offset, "length": length if op == "write" else None}
         paths = (self.journal.where(rel),) + ((self.journal.where(dst),) if dst is not None else ())
         plan = self.injector.before(caller, seam, paths, length=length, offset=offset)
         if plan.delay:
             _hold(plan.delay, caller.tgid)  # outside the lock: a straggler stalls only itself
             if doomed(caller.tgid):  # killed from outside while held: its request dies with it, undone
-                self.journal.entry(op, caller, rel, dst=dst, error=errno.EINTR, died="while held", **asked)
+                self.journal.entry(
+                    op, caller, rel, dst=dst, error=errno.EINTR, died="while held", **_asked(op, flags, length, offset)
+                )
                 raise OSError(errno.EINTR, "the caller died while its request was held (injected slow)")
         with self._lock:
             self._refuse(caller)  # killed while it slept
             if plan.error is not None:
                 code, fault = plan.error.code, self.injector.faults[plan.error.index]
-                self.journal.entry(op, caller, rel, dst=dst, error=code, fault=str(fault), **asked)
+                self.journal.entry(
+                    op, caller, rel, dst=dst, error=code, fault=str(fault), **_asked(op, flags, length, offset)
+                )
                 raise OSError(code, f"{os.strerror(code)} (injected: {fault})")
             if plan.crash is not None:
                 self._crash(caller, self.injector.faults[plan.crash], rel)
@@ -205,7 +213,7 @@ class Passthrough(mfusepy.Operations):
             try:
                 yield doing
             except OSError as e:
-                self.journal.entry(op, caller, rel, dst=dst, error=e.errno, **asked)
+                self.journal.entry(op, caller, rel, dst=dst, error=e.errno, **_asked(op, flags, length, offset))
                 raise
             if not doing.crashed:
                 crash = self.injector.after(caller, seam, paths, plan)
