@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from hypothesis import strategies as st
 
-from ..faults import KINDS, Fault, fault_from_dict
+from ..faults import HTTP_OPS, KINDS, Fault, fault_from_dict
 from ..state.topology import MAX_FUZZ_WORLD as MAX_WORLD
 from ..vocab.phases import PHASES
 from . import lifecycle as lc
@@ -40,6 +40,8 @@ def _fault_dicts(kind: str, world: int) -> st.SearchStrategy[dict]:
         return _timed_dicts(kind, rank, seed)
     if kind == "writer_kill":
         return _writer_kill_dicts(kind, rank, seed)
+    if kind in HTTP_FIELDS:
+        return _http_dicts(kind, rank, nth, seed)
     return _at_rest_dicts(kind, one_rank, seed)
 
 
@@ -109,6 +111,29 @@ def _slow_write_dicts(kind: str, rank, nth, seed) -> st.SearchStrategy[dict]:
         nth,
         st.sampled_from((0.01, 0.05, 0.2)),
         st.none() | st.integers(1, 4),
+        seed,
+    )
+
+
+# the kinds of an object store's requests (faults/http.py), each with its own fields
+HTTP_FIELDS: dict[str, dict[str, st.SearchStrategy]] = {
+    "http_error": {"status": st.sampled_from((503, 500))},
+    "connection_reset": {"keep": st.none() | st.integers(0, 1 << 16)},
+    "response_lost": {},
+}
+
+
+def _http_dicts(kind: str, rank, nth, seed) -> st.SearchStrategy[dict]:
+    """A fault on the nth matching request to an object store (any request, or one operation, one key)."""
+    where = st.fixed_dictionaries(
+        {}, optional={"op": st.sampled_from(HTTP_OPS), "path": st.sampled_from(("*.pt", "*.distcp", "*"))}
+    )
+    return st.builds(
+        lambda r, n, w, e, s: {"kind": kind, "rank": r, "nth": n, **w, **e, "seed": s},
+        rank,
+        nth,
+        where,
+        st.fixed_dictionaries(HTTP_FIELDS[kind]),
         seed,
     )
 
