@@ -8,9 +8,13 @@ gets wrong or makes slow for this file system replaced.
   the operations respect: they write it to the backing file and the log before they return.
 - open and create: a file opened write-only is opened with direct_io, so the kernel hands the writer's own
   pages to the request instead of copying them into the mount's page cache first (pages nobody could
-  read back through that descriptor). Requests and their order are the writer's write(2) calls as before;
-  the kernel invalidates any cached pages of the range after such a write, so readers stay coherent. A
-  file open for reading keeps the page cache (and mmap: a write-only descriptor cannot be mapped).
+  read back through that descriptor). Each write(2) still arrives in order as requests of up to max_write;
+  where a long one splits follows the writer's buffer rather than the file's pages (1 MiB from a buffer
+  that does not start a page: a request of 1 MiB less that offset, then one of the rest). The bytes on
+  disk and the log are the same either way, and a short or torn request leaves the mount's page cache
+  holding nothing the backing file does not. The kernel invalidates cached pages of the range after such a
+  write, so readers stay coherent. A file open for reading keeps the page cache (and mmap: a write-only
+  descriptor cannot be mapped).
 - every callback: a libfuse thread keeps the Python thread state its first callback made. ctypes makes one
   for a thread Python did not start and, left alone, frees it when the callback returns, so every request
   paid for a new one (and its frame stack's memory); libfuse's threads live as long as the mount."""

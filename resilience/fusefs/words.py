@@ -2,9 +2,9 @@
 (resilience.faults.base.OPS) each one counts as when a fault record names `target.op`.
 
 The file system sees finer operations than the seam: one `torch.save` is one seam write stream but
-several FUSE write requests (up to the kernel's max_write each), and `close` is a flush per close(2)
-plus one release. The mapping below is the single place that says how a record written for the seam is
-read here, so one scenario step works either way:
+several FUSE write requests (up to the kernel's max_write each; binding.py says where they split), and
+`close` is a flush per close(2) plus one release. The mapping below is the single place that says how a
+record written for the seam is read here, so one scenario step works either way:
 
 | FUSE operation                         | counts as   | why                                             |
 |----------------------------------------|-------------|-------------------------------------------------|
