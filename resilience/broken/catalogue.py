@@ -238,6 +238,30 @@ CATALOGUE = {
             ("GLOBAL/torch_dist/sync", "GLOBAL/torch_dist/async"),
             witness="GLOBAL/torch_dist/sync",
         ),
+        # on an object store (the s3-* columns run with --storage s3): a request the fault proxy fails or a
+        # coordinator it kills at a copy
+        BrokenImpl(
+            "store_errors_swallowed",
+            "drops every failed upload and copy of the object store: a save reports done with an object missing",
+            "durability",
+            "s3-503",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "rename_commit",
+            "commits by a rename the object store emulates with copies and deletes: a re-save cut short loses "
+            "the iteration",
+            "durability",
+            "s3-resave-kill",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
+            "loader_skips_set_aside",
+            "lists iter_N folders as on a disk and never the copy a re-save set aside on an object store",
+            "durability",
+            "s3-resave-kill",
+            witness="TORCH_DCP/torch_dcp/sync",
+        ),
         BrokenImpl(
             "stale_expert_moments",
             "loads the experts' parameters but leaves their Adam moments as they were",

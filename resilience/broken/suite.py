@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import ConfigError
 from ..report.result_row import ResultRow
@@ -45,12 +45,19 @@ class SuiteResult:
         impl = self.impl
         combos = combos_of(impl, full)
         from ..runner.corners import CORNERS, EACH_FILE, is_file_column
-        from ..runner.matrix import FAULTS
+        from ..runner.matrix import FAULTS, STORE_FAULTS
 
         col = ["--faults", "none", "--transitions", "none", "--corners", "none"]
         corner = impl.column in CORNERS or is_file_column(impl.column)
-        flag = "--faults" if impl.column in FAULTS else "--corners" if corner else "--transitions"
+        flag = (
+            "--faults"
+            if impl.column in FAULTS or impl.column in STORE_FAULTS
+            else "--corners"
+            if corner
+            else "--transitions"
+        )
         col[col.index(flag) + 1] = EACH_FILE if is_file_column(impl.column) else impl.column
+        col += ["--storage", "s3"] if impl.column in STORE_FAULTS else []
         return " ".join(
             shlex.quote(a)
             for a in ["resilience", "matrix", "--backend", f"broken:{impl.name}", "--combos", *map(str, combos), *col]
@@ -91,7 +98,7 @@ def run_suite(
     from ..runner.adapters import resolve_backend
     from ..runner.case_loop import CaseSpec, judge_cases
     from ..runner.corners import CORNERS, EACH_FILE, is_file_column
-    from ..runner.matrix import FAULTS, TRANSITIONS, cases, data_files_written
+    from ..runner.matrix import FAULTS, STORE_FAULTS, TRANSITIONS, cases, data_files_written
 
     names = check_names(names)
     folder = folder if folder is not None else RunFolder(out_dir, {})
@@ -105,7 +112,7 @@ def run_suite(
                 combo, backend, os.path.join(out_dir, name, "layout", str(combo).replace("/", "-"))
             )
 
-        faults = [impl.column] if impl.column in FAULTS else []
+        faults = [impl.column] if impl.column in FAULTS or impl.column in STORE_FAULTS else []
         transitions = {impl.column: TRANSITIONS[impl.column]} if impl.column in TRANSITIONS else {}
         each_file = is_file_column(impl.column)
         corners = [EACH_FILE] if each_file else [impl.column] if impl.column in CORNERS else []
@@ -113,7 +120,7 @@ def run_suite(
         for i, case in enumerate(c for c in planned if not each_file or c.column == impl.column):
             specs.append(
                 CaseSpec(
-                    case.scenario,
+                    replace(case.scenario, storage="s3") if impl.column in STORE_FAULTS else case.scenario,
                     case.combo,
                     os.path.join(out_dir, name, f"{i:02d}-{str(case.combo).replace('/', '-')}"),
                     backend,

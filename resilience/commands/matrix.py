@@ -26,7 +26,7 @@ from .common import (
 
 def register(sub) -> None:
     from ..runner.corners import CORNERS, EACH_FILE
-    from ..runner.matrix import FAULTS, TRANSITIONS
+    from ..runner.matrix import FAULTS, STORE_FAULTS, TRANSITIONS
 
     p = sub.add_parser("matrix", help="measure every combination under every fault and topology change")
     p.add_argument("--combos", nargs="+", type=combination_arg, help="combinations (default: all six valid)")
@@ -34,7 +34,7 @@ def register(sub) -> None:
         "--faults",
         nargs="+",
         help=f"fault columns (default: all, unless only --corners names columns; none: no fault column): "
-        f"{', '.join(FAULTS)}",
+        f"{', '.join(FAULTS)}; with --storage s3 also (and by default) {', '.join(STORE_FAULTS)}",
     )
     p.add_argument(
         "--transitions",
@@ -78,7 +78,7 @@ def run(args) -> int:
 
     with heap.loading():  # torch and the runner
         from ..runner.corners import corner_names
-        from ..runner.matrix import FAULTS, cases, fault_scenario, parse_transitions
+        from ..runner.matrix import FAULTS, STORE_FAULTS, cases, fault_scenario, parse_transitions
         from ..runner.option_sweep import plan_sweep
         from ..vocab.combos import valid_combinations
 
@@ -87,7 +87,8 @@ def run(args) -> int:
     matrix_given = args.faults is not None or args.transitions is not None
     corners_named = any(c != "none" for c in args.corners or [])
     alone = ["none"] if corners_named and not matrix_given else None
-    faults = [f for f in args.faults or alone or list(FAULTS) if f != "none"]
+    every = list(FAULTS) + (list(STORE_FAULTS) if args.storage not in (None, "local") else [])
+    faults = [f for f in args.faults or alone or every if f != "none"]
     transitions = parse_transitions(args.transitions or alone)
     corners = corner_names(args.corners or (["none"] if matrix_given else None))
     # the backend resolved once for the run, and once per option set swept: a bad spec is one clear error here

@@ -105,6 +105,33 @@ FAULTS: dict[str, list[dict]] = {
         {"save": None},
     ],
 }
+
+
+def _both_tries(record: dict) -> list[dict]:
+    """A request failed on both tries of the client (botocore retries a failed request once)."""
+    return [{"fault": record}, {"fault": {**record, "nth": 2}}]
+
+
+# The columns of an object store's requests, carried out by the fault proxy before its server: run by
+# `--storage s3` beside every other column. rank 1's upload of a data file of the second save is answered
+# 503 SlowDown, or cut mid-body, on both tries: that save must not count and the same ranks save again
+# (recover); its answer lost once: the object is there, the client saw an error; and the newest iteration
+# saved again with its coordinator killed at the second object copied into place: the iteration must still
+# load whole (the copy set aside before, or the new one), never be lost.
+_UPLOAD = {"rank": 1, "path": "@data", "op": "put"}
+STORE_FAULTS: dict[str, list[dict]] = {
+    "s3-503": _TWO_SAVES
+    + [{"finalize": None}, *_both_tries({"kind": "http_error", "status": 503, **_UPLOAD}), {"save": None}]
+    + [{"recover": None}],
+    "s3-reset": _TWO_SAVES
+    + [{"finalize": None}, *_both_tries({"kind": "connection_reset", **_UPLOAD}), {"save": None}]
+    + [{"recover": None}],
+    "s3-lost-answer": _TWO_SAVES
+    + [{"finalize": None}, {"fault": {"kind": "response_lost", **_UPLOAD}}, {"save": None}, {"recover": None}],
+    "s3-resave-kill": _TWO_SAVES
+    + [{"save": None}, {"fault": {"kind": "rank_crash", "rank": 0, "op": "copy", "nth": 2, "path": "*/iter_0000003/*"}}]
+    + [{"save": None}],
+}
 TRANSITIONS: dict[str, str] = {
     "tp": "tp2pp1dp1->tp1pp1dp1",
     "pp": "tp1pp2dp1->tp1pp1dp1",
@@ -170,13 +197,14 @@ def _steps(raw: list[dict], seed: int | None = None, metadata_file: str = "") ->
 
 def fault_scenario(name: str, seed: int) -> Scenario:
     column, _, file_name = name.partition(":")
-    if column not in FAULTS or (file_name and column != "metadata"):
+    columns = {**FAULTS, **STORE_FAULTS}
+    if column not in columns or (file_name and column != "metadata"):
         raise ConfigError(
             "--faults",
             f"unknown fault column {name!r}",
-            f"use {', '.join(FAULTS)} (or metadata:FILE for one metadata file)",
+            f"use {', '.join(columns)} (or metadata:FILE for one metadata file; the s3-* ones with --storage s3)",
         )
-    steps = _steps(FAULTS[column] + [{"resume": {"continue": 2}}], seed, file_name)
+    steps = _steps(columns[column] + [{"resume": {"continue": 2}}], seed, file_name)
     return Scenario(f"matrix-{name}", steps, model_of(name), _topo(BASE), seed=seed, tags=["matrix"])
 
 

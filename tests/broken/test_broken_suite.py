@@ -13,7 +13,7 @@ import pytest
 from resilience.broken import CATALOGUE
 from resilience.cli import main
 from resilience.runner.corners import CORNERS, EACH_FILE, is_file_column
-from resilience.runner.matrix import FAULTS, TRANSITIONS
+from resilience.runner.matrix import FAULTS, STORE_FAULTS, TRANSITIONS
 from resilience.vocab.combos import valid_combinations
 
 pytestmark = pytest.mark.multiprocess
@@ -36,7 +36,7 @@ def test_catalogue_is_complete():
         "symmetry",
     }
     for impl in CATALOGUE.values():
-        assert impl.column in FAULTS or impl.column in TRANSITIONS or corner_column(impl.column), impl
+        assert impl.column in {**FAULTS, **STORE_FAULTS, **TRANSITIONS} or corner_column(impl.column), impl
         assert impl.caught_by in checkers, impl
         assert set(impl.combos) <= valid, impl
         assert impl.witness in (impl.combos or valid), impl
@@ -50,8 +50,15 @@ def _matrix_rows(tmp_path, name: str) -> list[dict]:
     impl = CATALOGUE[name]
     column = ["--faults", "none", "--transitions", "none", "--corners", "none"]
     corner = corner_column(impl.column)
-    flag = "--faults" if impl.column in FAULTS else "--corners" if corner else "--transitions"
+    flag = (
+        "--faults"
+        if impl.column in FAULTS or impl.column in STORE_FAULTS
+        else "--corners"
+        if corner
+        else "--transitions"
+    )
     column[column.index(flag) + 1] = EACH_FILE if is_file_column(impl.column) else impl.column
+    column += ["--storage", "s3"] if impl.column in STORE_FAULTS else []  # the object store's columns
     out = tmp_path / "rows.json"
     code = main(
         [

@@ -54,6 +54,7 @@ from .save_bugs import (
     swallowed_async_error,
     tracker_before_data,
 )
+from .store_bugs import loader_skips_set_aside, rename_commit, store_errors_swallowed
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
@@ -62,6 +63,9 @@ __all__ = [
     "legacy_skips_tp_ranks",
     "rank0_shard_lengths",
     "stale_expert_moments",
+    "store_errors_swallowed",
+    "rename_commit",
+    "loader_skips_set_aside",
     "unreadable_manifest_unverified",
     "padding_dropped",
     "zero_fills_missing",
