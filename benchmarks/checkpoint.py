@@ -1063,6 +1063,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="measure only the checksum runs (every combination saved with and without checksums, after "
         "--warmup rounds of the same); no loads, no other saves, no FUSE layer",
     )
+    parser.add_argument(
+        "--sizes",
+        type=positive_float,
+        nargs="+",
+        metavar="GIB",
+        help="the cost-growth series instead (benchmarks/series.py): one job per size, each measuring the raw "
+        "baseline, every combination's save and cold load, async blocking and peak memory; the cost per GiB "
+        "compared across sizes (e.g. --sizes 0.25 1 4; --sizes 0.5 1 2 for the async target)",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
 
@@ -1085,6 +1094,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return on_s3(argv)
     args = parse_args(argv)
+    if args.sizes:
+        from . import series
+
+        fig = series.main(args)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(fig, fh, indent=2)
+                fh.write("\n")
+        return 0
     spec = spec_for(args.size_gib, args.topology)
     try:
         spec.check_topology(args.topology)  # one clear error here rather than one per rank
