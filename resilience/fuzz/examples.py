@@ -224,8 +224,13 @@ class ExampleJudge:
         self.ahead = RunAhead([(self._placed(s), c) for s, c in drawn], self.opts.workers, self.work, self.opts.io)
 
     def _placed(self, scenario: Scenario) -> Scenario:
-        """The scenario with the run's --storage in place of its own (local when drawn)."""
-        return scenario if self.opts.storage is None else replace(scenario, storage=self.opts.storage)
+        """The scenario with the run's --storage in place of its own (local when drawn); on an object store,
+        its write faults made the faults of their upload requests (fuzz.on_store)."""
+        if self.opts.storage is None or self.opts.storage == "local":
+            return scenario
+        from .on_store import requests_of_writes
+
+        return requests_of_writes(replace(scenario, storage=self.opts.storage))
 
     def stop_running_ahead(self) -> None:
         if self.ahead is not None:

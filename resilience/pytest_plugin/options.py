@@ -130,20 +130,7 @@ def add_options(parser) -> None:
         "file system under every writer) or auto (default: each scenario's io, else auto: the seam "
         "for backends that declare io_through_seam, the file system otherwise)",
     )
-    group.addoption(
-        "--resilience-storage",
-        type=parse_storage,
-        default=None,
-        metavar="WHERE",
-        help="where checkpoints go: local, s3 (an S3 server the session starts on 127.0.0.1, a bucket per "
-        "case) or s3://bucket/prefix at --resilience-endpoint-url (default: each scenario's, else local)",
-    )
-    group.addoption(
-        "--resilience-endpoint-url",
-        default=None,
-        metavar="URL",
-        help="the S3 endpoint of --resilience-storage s3://bucket/prefix (default: AWS_ENDPOINT_URL)",
-    )
+    _add_storage_options(group)
     group.addoption(
         "--resilience-repeat",
         type=parse_repeat,
@@ -278,6 +265,24 @@ def read_options(config) -> ResilienceOptions:
         repeat=config.getoption("resilience_repeat"),
         storage=config.getoption("resilience_storage"),
         endpoint_url=config.getoption("resilience_endpoint_url"),
+    )
+
+
+def _add_storage_options(group) -> None:
+    """--resilience-storage and --resilience-endpoint-url: where the cases keep their checkpoints."""
+    group.addoption(
+        "--resilience-storage",
+        type=parse_storage,
+        default=None,
+        metavar="WHERE",
+        help="where checkpoints go: local, s3 (an S3 server the session starts on 127.0.0.1, a bucket per "
+        "case) or s3://bucket/prefix at --resilience-endpoint-url (default: each scenario's, else local)",
+    )
+    group.addoption(
+        "--resilience-endpoint-url",
+        default=None,
+        metavar="URL",
+        help="the S3 endpoint of --resilience-storage s3://bucket/prefix (default: AWS_ENDPOINT_URL)",
     )
 
 
