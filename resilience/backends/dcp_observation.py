@@ -165,10 +165,17 @@ def _object_store():
     return fs if hasattr(fs, "object_url") else None
 
 
-def writer(folder: str, **options) -> FileSystemWriter:
-    """DCP's writer of `folder`, observed through the seam; on an object store, DCP's own way there: its fsspec
-    writer over s3fs, reaching the bucket by HTTP like any DCP user's (faults are then the HTTP layer's)."""
+def writer(folder: str, client: str = "fsspec", **options) -> FileSystemWriter:
+    """DCP's writer of `folder`, observed through the seam; on an object store, DCP's own ways there: its fsspec
+    writer over s3fs, or multi-storage-client's writer (`client`), reaching the bucket by HTTP like any DCP
+    user's (faults are then the HTTP layer's)."""
     store = _object_store()
+    if store is not None and client == "msc":
+        from multistorageclient.contrib.torch import MultiStorageFileSystemWriter
+
+        from .msc_profile import msc_url
+
+        return MultiStorageFileSystemWriter(msc_url(store, folder), **options)
     if store is not None:
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
@@ -180,9 +187,15 @@ def writer(folder: str, **options) -> FileSystemWriter:
     return w
 
 
-def reader(folder: str) -> FileSystemReader:
+def reader(folder: str, client: str = "fsspec") -> FileSystemReader:
     """DCP's reader of `folder`, as `writer` chooses."""
     store = _object_store()
+    if store is not None and client == "msc":
+        from multistorageclient.contrib.torch import MultiStorageFileSystemReader
+
+        from .msc_profile import msc_url
+
+        return MultiStorageFileSystemReader(msc_url(store, folder))
     if store is not None:
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 

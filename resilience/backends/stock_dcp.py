@@ -150,7 +150,7 @@ class StockDcpBackend:
         }
         if o["staging"] == "cached" and self.combo.is_async:
             kwargs["cache_staged_state_dict"] = True
-        return writer(folder, **kwargs)
+        return writer(folder, self.opts["client"], **kwargs)
 
     def _coordination(self) -> dict[str, Any]:
         """dcp.save / async_save keyword arguments for the collectives option."""
@@ -251,7 +251,7 @@ class StockDcpBackend:
             if not storage.current().exists(os.path.join(folder, METADATA)):  # saved without collectives
                 raise FileNotFoundError(os.path.join(folder, METADATA))
             # the adapter's own look at the stored sizes: never with plain pickle (that is DCP's to do)
-            metadata = read_metadata_safely(reader(folder))
+            metadata = read_metadata_safely(reader(folder, self.opts["client"]))
         except IntegrityError as e:
             if e.check not in ("safe unpickling", "path safety", "metadata fields", "metadata type"):
                 raise
@@ -267,7 +267,11 @@ class StockDcpBackend:
             raise IntegrityError(folder, "read .metadata", f"{type(e).__name__}: {e}") from e
         target, after, names = self._targets(info, records, metadata)
         try:
-            dcp.load(target, storage_reader=reader(folder), no_dist=self.opts["collectives"] == "no_dist")
+            dcp.load(
+                target,
+                storage_reader=reader(folder, self.opts["client"]),
+                no_dist=self.opts["collectives"] == "no_dist",
+            )
         except CheckpointException as e:
             first = next(iter(_failures(e).values()))
             raise IntegrityError(folder, "dcp.load", first[:2000]) from e

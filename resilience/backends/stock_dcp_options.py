@@ -6,7 +6,7 @@ from __future__ import annotations
 from .options import Option
 
 # what a DCP user can pick, with torch 2.13's defaults (FileSystemWriter, dcp.save, dcp.async_save)
-OPTIONS = (
+OPTIONS: tuple[Option, ...] = (
     Option("thread_count", 1, "FileSystemWriter: writer threads per rank", between=(1, 64), sweep=(4,)),
     Option(
         "sync_files", True, "FileSystemWriter: fsync every data file before the save returns", choices=(True, False)
@@ -55,6 +55,17 @@ OPTIONS = (
         "torchtitan makes it) or default (the default group, DCP's own default, shared with training)",
         choices=("own", "default"),
         io="async",
+    ),
+)
+# on an object store (--storage s3): which client DCP writes with; on local files every value writes the same
+OPTIONS = (
+    *OPTIONS,
+    Option(
+        "client",
+        "fsspec",
+        "on an object store, DCP's writer and reader: fsspec (FsspecWriter over s3fs) or msc "
+        "(multi-storage-client's MultiStorageFileSystemWriter, an msc:// profile on the same bucket)",
+        choices=("fsspec", "msc"),
     ),
 )
 DEFAULTS = {o.name: o.default for o in OPTIONS}

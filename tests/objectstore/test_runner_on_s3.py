@@ -109,12 +109,19 @@ def test_a_cluster_store_is_checked_before_anything_runs(store, monkeypatch):
         assert place.bucket == "cluster-bucket" and place.prefix.startswith("runs/a/cases-000-kill-")
 
 
-def test_stock_dcp_writes_to_the_bucket_through_its_own_fsspec_writer(store, tmp_path):
+@pytest.mark.parametrize("client", ["fsspec", "msc"])
+def test_stock_dcp_writes_to_the_bucket_through_its_own_writer(store, tmp_path, client):
+    """DCP's fsspec writer over s3fs, and multi-storage-client's writer on an msc:// S3 profile (not its
+    default, local one), each through the fault proxy: every request signed by a rank."""
+    if client == "msc":
+        pytest.importorskip("multistorageclient", reason="multi-storage-client is not installed (pip install '.[s3]')")
     from resilience.runner.matrix import fault_scenario
 
     scenario = replace(fault_scenario("save/load", 0), storage="s3")
     combo = Combination.parse("TORCH_DCP/torch_dcp/sync")
-    result = run_case(scenario, combo, str(tmp_path / "case"), backend="dcp", store=store)
+    result = run_case(scenario, combo, str(tmp_path / "case"), backend=f"dcp:client={client}", store=store)
+    requests = [json.loads(line) for line in open(tmp_path / "case" / "s3" / "job0.jsonl")]
+    assert {r["rank"] for r in requests if r["op"] == "put"} == {0, 1}, requests
     assert result.verdict == "PASS", result.detail
     kept = sorted(os.listdir(tmp_path / "case" / "ckpt"))
     assert kept and all(k.startswith("step-") for k in kept), kept  # torchtitan's folders, pulled from the bucket
