@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..history import HISTORY_FILE, Event, case_history
 from .links import TIMELINE
+from .timeline_requests import add_requests
 
 RUNNER = "runner"
 IO_OPS = (
@@ -128,6 +129,7 @@ def read_case(case_dir: str, clock_offset: float, history: list[Event] | None = 
     for f in faults:
         _fault_mark(tl, f, float(f.get("time", 0.0)))
     _from_io_logs(tl, case_dir, clock_offset)
+    add_requests(tl, case_dir, Bar, Mark)  # an object store's, through the fault proxy
     _order_lanes(tl)
     return tl
 

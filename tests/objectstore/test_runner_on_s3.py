@@ -162,6 +162,10 @@ steps: [{{train: 2}}, save, finalize, {{train: 1}}, {{fault: {record}}}, save, f
     requests = [json.loads(line) for line in open(tmp_path / "case" / "s3" / "job0.jsonl")]
     struck = [r for r in requests if r["faults"]]
     assert len(struck) == 1 and struck[0]["rank"] == 1 and struck[0]["key"].endswith("__1_0.distcp"), struck
+    from resilience.report.timeline import read_case
+
+    lanes = {m.lane for m in read_case(str(tmp_path / "case"), 0.0).marks if m.kind == "fault"}
+    assert "rank 1 · s3" in lanes, lanes  # the request it struck, on the timeline in its rank's lane
 
 
 def test_a_power_loss_on_an_object_store_loses_an_answer_and_kills_its_rank(store, tmp_path):
