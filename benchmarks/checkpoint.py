@@ -280,7 +280,7 @@ class RankBench:
             out.append(lambda rep, name=name: self.combination(name, rep))
             if name == GLOBAL_SYNC and not self.lean:
                 out.append(self.stock_dcp)
-        return out + ([self.step_alone] if self.lean else [self.torch_save, self.step_alone])
+        return out if self.lean else [*out, self.torch_save, self.step_alone]
 
     def round(self, rep: int) -> None:
         blocks = self.blocks()

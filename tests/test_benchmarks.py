@@ -45,6 +45,26 @@ def test_checkpoint_benchmark_runs_every_method(tmp_path):
     assert set(targets["load_vs_dcp"]) == set(run)
     for a in fig["async"]:  # blocking counts save() and the copies the next step waited for
         assert a["blocking_s"] >= a["save_call_s"] and a["step_waits_s"] >= 0
+    raw = fig["raw"]  # every save and load against plain files of the same bytes, and each rank's peak memory
+    assert raw["write_s"] > 0 and raw["read_s"] > 0 and set(raw["fractions"]) >= set(run)
+    assert set(targets["raw_fraction"]) == {f"{n} load" for n in run} | {
+        "GLOBAL/torch_dist/sync save",
+        "TORCH_DCP/torch_dcp/sync save",
+    }
+    assert set(targets["memory"]) == set(run) and all(len(m["save"]["ratios"]) == 4 for m in targets["memory"].values())
+
+
+def test_checkpoint_benchmark_size_series(tmp_path, capsys):
+    out = tmp_path / "figures.json"
+    argv = ["--sizes", "0.01", "0.02", "--repeats", "1", "--warmup", "0", "--json", str(out)]
+    assert checkpoint.main(argv) == 0
+    fig = json.loads(out.read_text())
+    assert [s["size_gib"] for s in fig["sizes"]] == [0.01, 0.02]
+    assert len(fig["growth"]) == 12 and all(len(g["costs"]) == 2 for g in fig["growth"].values())
+    assert all(set(s["async"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"} for s in fig["sizes"])
+    printed = capsys.readouterr().out
+    assert "target cost per GiB within 1.2x across 0.01, 0.02 GiB" in printed
+    assert printed.count("target async save() blocks <= 3%") == 2
 
 
 def test_checkpoint_benchmark_measures_only_the_named_loads(tmp_path):
