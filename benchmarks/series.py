@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import time
 
+from resilience.errors import RankFailure
 from resilience.launch import run_ranks
 from resilience.vocab import valid_combinations
 
@@ -127,14 +128,22 @@ def report_targets(sizes: list[dict], grown: dict) -> None:
 
 
 def main(args) -> dict:
-    sizes = []
+    sizes, failed = [], {}
     for size in args.sizes:
         print(f"size {size:g} GiB: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}", flush=True)
-        sizes.append(run_size(args, size))
+        try:
+            sizes.append(run_size(args, size))
+        except RankFailure as e:  # a size too large for the machine (out of memory): the others still count
+            failed[f"{size:g}"] = str(e)
+            print(f"size {size:g} GiB failed, left out: {e}", flush=True)
+    if not sizes:
+        raise RankFailure(failed, "every size failed")
     grown = growth(sizes)
     print()
     report(sizes, grown)
     report_targets(sizes, grown)
     for s in sizes:
         s.pop("raw")
-    return {"benchmark": "checkpoint-series", "version": 1, "sizes": sizes, "growth": grown}
+    for size, why in failed.items():
+        print(f"size {size} GiB: NOT measured ({why.splitlines()[0]})")
+    return {"benchmark": "checkpoint-series", "version": 1, "sizes": sizes, "growth": grown, "failed": failed}
