@@ -256,6 +256,14 @@ CATALOGUE = {
             witness="GLOBAL/torch_dist/sync",
         ),
         BrokenImpl(
+            "marker_copy_unchecked",
+            "says a save failed when the copy of its commit marker raised, never reading it back: the store did "
+            "it, its answer lost, and the checkpoint it called failed loads",
+            "atomic_commit",
+            "s3-lost-marker",
+            witness="GLOBAL/torch_dist/sync",
+        ),
+        BrokenImpl(
             "loader_skips_set_aside",
             "lists iter_N folders as on a disk and never the copy a re-save set aside on an object store",
             "durability",

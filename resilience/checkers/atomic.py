@@ -33,6 +33,17 @@ class AtomicCommit:
                         "problem": "loaded an iteration that no save wrote",
                     }
                 )
+            elif _failed_took_effect(ld, candidates):
+                bad.append(
+                    {
+                        "load_job": ld.job,
+                        "iteration": ld.iteration,
+                        "path": ld.path,
+                        "crash_state": ld.crash_state,
+                        "problem": "loaded what a save wrote that failed on every rank: a save reported failed "
+                        "took effect (when it cannot tell, it must not say it failed)",
+                    }
+                )
             elif ld.fingerprint not in {s.fingerprint for s in candidates}:
                 bad.append(
                     {
@@ -54,8 +65,21 @@ class AtomicCommit:
             return Verdict(
                 self.name,
                 FAIL,
-                f"{len(bad)} of {len(loads)} loads returned a state no save wrote{first_culprit(bad)}",
+                f"{len(bad)} of {len(loads)} loads returned {_what(bad)}{first_culprit(bad)}",
                 bad,
             )
         crashed = " after a crash" if ev.crashes else ""
         return Verdict(self.name, PASS, f"{len(loads)} loads{crashed}, each exactly what one save wrote")
+
+
+def _failed_took_effect(ld, candidates) -> bool:
+    """The load's state is what some save of its iteration wrote, and every such save failed on every rank
+    (Jepsen's rule: a failed operation did not happen; one that may have is indeterminate, never failed)."""
+    same = [s for s in candidates if s.fingerprint is not None and s.fingerprint == ld.fingerprint]
+    return bool(same) and all(s.status == "fail" for s in same)
+
+
+def _what(bad: list[dict]) -> str:
+    if all("reported failed" in b["problem"] for b in bad):
+        return "what a failed save wrote: a save reported failed took effect"
+    return "a state no save wrote"

@@ -78,7 +78,7 @@ def run(args) -> int:
 
     with heap.loading():  # torch and the runner
         from ..runner.corners import corner_names
-        from ..runner.matrix import FAULTS, STORE_FAULTS, cases, fault_scenario, parse_transitions
+        from ..runner.matrix import FAULTS, cases, fault_scenario, parse_transitions
         from ..runner.option_sweep import plan_sweep
         from ..vocab.combos import valid_combinations
 
@@ -87,7 +87,7 @@ def run(args) -> int:
     matrix_given = args.faults is not None or args.transitions is not None
     corners_named = any(c != "none" for c in args.corners or [])
     alone = ["none"] if corners_named and not matrix_given else None
-    every = list(FAULTS) + (list(STORE_FAULTS) if args.storage not in (None, "local") else [])
+    every = list(FAULTS) + (_store_columns(args.backend) if args.storage not in (None, "local") else [])
     faults = [f for f in args.faults or alone or every if f != "none"]
     transitions = parse_transitions(args.transitions or alone)
     corners = corner_names(args.corners or (["none"] if matrix_given else None))
@@ -147,6 +147,16 @@ def _run_work(args, work, faults, transitions, corners, combos, sweep) -> int:
     code = summarize(rows, paths)
     print_coverage(Coverage().add_all(c.scenario for _, _, c in work), folder.path)
     return code
+
+
+def _store_columns(backend) -> list[str]:
+    """The object store's columns a run gives by default: those aimed at the reference's commit by copies
+    only for a backend that writes through the seam (runner.matrix.REFERENCE_STORE_COLUMNS)."""
+    from ..runner.adapters import resolve_backend
+    from ..runner.matrix import REFERENCE_STORE_COLUMNS, STORE_FAULTS
+
+    mine = resolve_backend(backend).through_seam
+    return [c for c in STORE_FAULTS if mine or c not in REFERENCE_STORE_COLUMNS]
 
 
 def _on_storage(args, work: list) -> list:

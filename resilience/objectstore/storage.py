@@ -26,7 +26,8 @@ PART_BYTES = 8 << 20  # a multipart upload's part size (S3's minimum is 5 MiB bu
 
 
 def _missing(e) -> bool:
-    error = getattr(e, "response", {}).get("Error", {})
+    # an error that never got an answer (a reset, a lost answer) has no response, or a None one
+    error = (getattr(e, "response", None) or {}).get("Error") or {}
     return str(error.get("Code")) in ("404", "NoSuchKey", "NotFound")
 
 

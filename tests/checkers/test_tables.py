@@ -255,6 +255,32 @@ TABLE = [
         FAIL,
         "no save",
     ),
+    (
+        "a save that failed on every rank, then loaded: it took effect although it said it failed",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .fault()
+        .save("0.2", 3, ok=(), fail={0: "RankFailure: nothing committed", 1: "RankFailure: nothing committed"})
+        .start(1)
+        .load(3),
+        "atomic_commit",
+        FAIL,
+        "a save reported failed took effect",
+    ),
+    (
+        "a save that failed on every rank, then the older one loaded: nothing of it took effect",
+        History()
+        .start(0)
+        .save("0.1", 2)
+        .fault()
+        .save("0.2", 3, ok=(), fail={0: "RankFailure: nothing committed", 1: "RankFailure: nothing committed"})
+        .start(1)
+        .load(2),
+        "atomic_commit",
+        PASS,
+        "",
+    ),
     # recovery: after a save that raised, the same job loads, saves and loads back (runner/rankprog.Recovery)
     (
         "recovery: the same job saved and loaded back after a failed save",

@@ -54,7 +54,7 @@ from .save_bugs import (
     swallowed_async_error,
     tracker_before_data,
 )
-from .store_bugs import loader_skips_set_aside, rename_commit, store_errors_swallowed
+from .store_bugs import loader_skips_set_aside, marker_copy_unchecked, rename_commit, store_errors_swallowed
 from .writer_process import process_writer, writer_death_hangs, writer_never_respawned
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "store_errors_swallowed",
     "rename_commit",
     "loader_skips_set_aside",
+    "marker_copy_unchecked",
     "unreadable_manifest_unverified",
     "padding_dropped",
     "zero_fills_missing",

@@ -78,6 +78,23 @@ class rename_commit(ReferenceBackend):
             return super().finalize(blocking=blocking)
 
 
+def _copy_unchecked(fs, src: str, dst: str) -> None:
+    fs.copy(src, dst)  # the bug: an error means it was not done
+
+
+class marker_copy_unchecked(ReferenceBackend):
+    """Says a save failed when the copy of its commit marker raised, never reading it back: the store may
+    have done it with its answer lost, and a checkpoint it called failed then loads."""
+
+    def save(self, state, root):
+        with patched(commit, "_copy_marker", _copy_unchecked):
+            return super().save(state, root)
+
+    def finalize(self, *, blocking=True):
+        with patched(commit, "_copy_marker", _copy_unchecked):
+            return super().finalize(blocking=blocking)
+
+
 def _no_set_aside(root: str) -> list[tuple[int, str]]:
     return []  # the bug: only iter_N names count, as on a disk
 
@@ -92,4 +109,4 @@ class loader_skips_set_aside(ReferenceBackend):
             return super().load(state, os.path.abspath(root))
 
 
-__all__ = ["loader_skips_set_aside", "rename_commit", "store_errors_swallowed"]
+__all__ = ["loader_skips_set_aside", "marker_copy_unchecked", "rename_commit", "store_errors_swallowed"]
