@@ -82,6 +82,61 @@ def as_on_store(scenario):
     return replace(scenario, steps=steps)
 
 
+_UPLOAD = "put"
+
+
+def _records(kind: str, fault: dict) -> list[dict]:
+    """The request faults a write fault becomes (none: it stays as it is)."""
+    if fault.get("op") not in (None, "write", "create", "close"):
+        return []  # a fault of an fsync or a rename: the seam in the rank still carries it
+    where = {k: fault[k] for k in ("rank", "path", "nth") if k in fault}
+    if kind == "io_error":
+        status = 500 if fault.get("errno") == "EIO" else 503
+        first = {"kind": "http_error", "status": status, **where, "op": _UPLOAD}
+        return [first, {**first, "nth": int(where.get("nth", 1)) + 1}]  # both tries of the client
+    if kind == "torn_write":
+        return [{"kind": "connection_reset", **where, "op": _UPLOAD}]
+    if kind == "short_write":
+        return [{"kind": "response_lost", **where, "op": _UPLOAD}]
+    if kind == "slow_write":
+        times = {"times": fault["times"]} if fault.get("times") else {}
+        return [{"kind": "slow_write", "delay": fault.get("delay", 0.05), **times, **where, "op": _UPLOAD}]
+    if kind == "rank_crash" and fault.get("phase") is None and fault.get("when", "before") == "before":
+        return [{"kind": "rank_crash", **where, "op": _UPLOAD}]  # killed as it uploads the file it was writing
+    return []
+
+
+def requests_of_writes(scenario):
+    """The scenario with each fault on a file's write made the fault of its upload request, carried out by
+    the fault proxy: io_error -> http_error (503, or 500 for EIO) on both tries of the client, torn_write ->
+    connection_reset, short_write -> response_lost, slow_write -> a slow upload, a crash at a byte of a file
+    -> the rank killed at its upload. What a backend outside the seam meets on a store (the seam never sees
+    its writes), and what the fuzzer draws there. Every other fault stays as it is."""
+    from dataclasses import replace
+
+    from ..faults import fault_from_dict
+    from .scenario_model import Step
+
+    steps = []
+    for s in scenario.steps:
+        args = s.fault.to_dict() if s.fault is not None and s.fault.layer == "inject" else {}
+        records = _records(str(args.get("kind")), _flat(args)) if args else []
+        if not records:
+            steps.append(s)
+            continue
+        steps += [Step("fault", r, s.line, fault_from_dict(r)) for r in records]
+    return replace(scenario, steps=steps)
+
+
+def _flat(d: dict) -> dict:
+    """A record's dict with its target and trigger fields at the top level, as a step writes them."""
+    return {
+        **{k: v for k, v in d.items() if k not in ("target", "trigger")},
+        **d.get("target", {}),
+        **d.get("trigger", {}),
+    }
+
+
 def kept_as_evidence(case) -> None:
     """Copy the case's objects into its checkpoint folder (what a loader would list at the end), then remove
     them from the store: the folder keeps the evidence, the store keeps nothing of the run."""
@@ -109,4 +164,13 @@ def at_rest(case, root: str) -> Iterator[None]:
     mirror.push(case.store, root, pulled)
 
 
-__all__ = ["CKPT", "NO_UNSYNCED", "as_on_store", "at_rest", "case_store", "check_reaches", "kept_as_evidence"]
+__all__ = [
+    "CKPT",
+    "NO_UNSYNCED",
+    "as_on_store",
+    "at_rest",
+    "case_store",
+    "check_reaches",
+    "kept_as_evidence",
+    "requests_of_writes",
+]

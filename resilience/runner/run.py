@@ -25,7 +25,7 @@ from .case_jobs import CaseJobs, load_crash_states, run_job
 from .evidence import evidence_from
 from .fault_outcomes import FaultOutcome, fault_statuses, power_loss_fired
 from .file_ops import read_file_ops
-from .on_store import NO_UNSYNCED, as_on_store, at_rest, case_store, kept_as_evidence
+from .on_store import NO_UNSYNCED, as_on_store, at_rest, case_store, kept_as_evidence, requests_of_writes
 from .oracle import never_stopped, precision_change
 from .plan import Corruption, JobSpec, plan_jobs
 from .scenario import Scenario
@@ -120,8 +120,8 @@ def run_case(
     replay = replay_command(scenario_file, combo, backend)
     if way == io_route.FUSE and (why := io_route.unavailable()) is not None:
         return _cannot_mount(scenario, combo, case_dir, replay, why, start, fault_column, transition)
-    if place is not None:
-        scenario = as_on_store(scenario)  # its power losses as a bucket has them (the file keeps the steps as given)
+    if place is not None:  # its power losses as a bucket has them (the file keeps the steps as given)
+        scenario = as_on_store(scenario) if ref.through_seam else requests_of_writes(as_on_store(scenario))
     history = EventLog(os.path.join(case_dir, HISTORY_FILE), process="runner")
     # what ran, where: the history's first line
     where = {"io": way, "contract": str(contract), **({} if place is None else {"storage": str(place)})}
