@@ -8,12 +8,14 @@ deleted. Keys come from a listing of the store, which is untrusted: each is chec
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 
 import xxhash
 
 from .store import CaseStore
+
+PULLED = ".pulled.json"  # beside a pulled folder: the relative paths the last pull brought from the store
 
 
 def _digest(path: str) -> str:
@@ -55,17 +57,38 @@ def sizes(store: CaseStore, root: str, client=None) -> dict[str, int]:
 
 
 def pull(store: CaseStore, folder: str) -> dict[str, str]:
-    """Make `folder` hold exactly the place's objects; what it holds then (relative path -> digest)."""
+    """Make `folder` hold the place's objects, and what it holds then (relative path -> digest). Files an
+    earlier pull brought that are no longer objects go; files that never were objects stay (what a rank
+    wrote locally, as the marker a hostile pickle's command leaves beside the checkpoint)."""
     client = store.client()
-    if os.path.isdir(folder):
-        shutil.rmtree(folder)
-    os.makedirs(folder)
-    for key in keys(store, client):
-        rel = store.location.relative(key)
+    record = folder.rstrip(os.sep) + PULLED
+    before = set(_read_json(record))
+    now = keys(store, client)
+    rels = [store.location.relative(k) for k in now]
+    for rel in before - set(rels):
+        path = os.path.join(folder, rel)
+        if os.path.isfile(path):
+            os.unlink(path)
+            try:
+                os.removedirs(os.path.dirname(path))  # its folders, where now empty (the folder is made again below)
+            except OSError:
+                pass
+    os.makedirs(folder, exist_ok=True)
+    for key, rel in zip(now, rels):
         path = os.path.join(folder, rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         client.download_file(store.bucket, key, path)
+    with open(record, "w") as f:
+        json.dump(sorted(rels), f)
     return _files(folder)
+
+
+def _read_json(path: str) -> list:
+    try:
+        with open(path) as f:
+            return list(json.load(f))
+    except (OSError, ValueError):
+        return []
 
 
 def push(store: CaseStore, folder: str, pulled: dict[str, str]) -> list[str]:

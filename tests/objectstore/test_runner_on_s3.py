@@ -180,3 +180,20 @@ def test_a_power_loss_on_an_object_store_loses_an_answer_and_kills_its_rank(stor
     }, result.faults
     left = [e.value for e in read_events(os.path.join(result.case_dir, "history.jsonl")) if e.f == "store_after_kill"]
     assert left and any(k.endswith("__1_0.distcp") for k in left[0]["unacknowledged"]), left
+
+
+def test_a_pull_keeps_what_a_rank_wrote_beside_the_objects_and_drops_what_the_store_no_longer_holds(store, tmp_path):
+    """The marker a hostile pickle's command leaves in the checkpoint folder is evidence: pulling the store's
+    objects into that folder must not wipe it (it hid a FAIL of stock DCP's pickle column on S3)."""
+    place = store.for_case(str(tmp_path / "case"))
+    client = place.client()
+    for key in ("iter_0000002/a.bin", "iter_0000003/b.bin"):
+        client.put_object(Bucket=place.bucket, Key=key, Body=b"x" * 10)
+    folder = str(tmp_path / "ckpt")
+    assert sorted(mirror.pull(place, folder)) == ["iter_0000002/a.bin", "iter_0000003/b.bin"]
+    with open(os.path.join(folder, "HOSTILE_PICKLE_RAN"), "w") as f:
+        f.write("ran\n")
+    client.delete_object(Bucket=place.bucket, Key="iter_0000003/b.bin")
+    assert sorted(mirror.pull(place, folder)) == ["HOSTILE_PICKLE_RAN", "iter_0000002/a.bin"]
+    assert not os.path.exists(os.path.join(folder, "iter_0000003"))
+    mirror.remove(place)
