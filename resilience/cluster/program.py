@@ -64,19 +64,38 @@ def run_attempt(env: TorchrunEnv, plan: ClusterPlan, shared_folder: SharedFolder
 
         tell(fuse_mount(), "rank", env.rank)
     try:
-        backend = resolve_backend(plan.backend)  # once in this rank process, for every phase of the attempt
-        for combo in decision["save"]:
-            _save_phase(env, plan, shared_folder, topo, groups, log, attempt, backend, combo, combo in decision["kill"])
-        # every combination saved and not yet resumed: those of earlier attempts, and any whose kill never fired
-        resume = broadcast(_resumable(plan, shared_folder) if lead else None)
-        for combo in resume:
-            _resume_phase(env, plan, shared_folder, topo, groups, log, attempt, backend, combo)
+        with _on_store(plan, shared_folder):
+            backend = resolve_backend(plan.backend)  # once in this rank process, for every phase of the attempt
+            for combo in decision["save"]:
+                kill = combo in decision["kill"]
+                _save_phase(env, plan, shared_folder, topo, groups, log, attempt, backend, combo, kill)
+            # every combination saved and not yet resumed: those of earlier attempts, and any whose kill never fired
+            resume = broadcast(_resumable(plan, shared_folder) if lead else None)
+            for combo in resume:
+                _resume_phase(env, plan, shared_folder, topo, groups, log, attempt, backend, combo)
     finally:
         log.close()
     status = None
     if lead:
         status = finish(plan, shared_folder, attempt, command)
     return int(broadcast(status))
+
+
+@contextlib.contextmanager
+def _on_store(plan: ClusterPlan, shared_folder: SharedFolder):
+    """On an object store, the checkpoints' folder of the shared folder is its prefix, through the seam, for
+    the attempt (histories and verdicts stay in the shared folder)."""
+    if plan.storage == "local":
+        yield
+        return
+    from .. import storage
+    from ..objectstore import S3Location
+    from ..objectstore.store import CaseStore
+
+    where = S3Location.parse(plan.storage)
+    store = CaseStore(plan.endpoint_url or os.environ.get("AWS_ENDPOINT_URL", ""), where.bucket, where.prefix)
+    with storage.use(store.filesystem(shared_folder.path("ckpt"))):
+        yield
 
 
 # ---- coordinator: what this attempt does --------------------------------------------------------------

@@ -49,6 +49,8 @@ class ClusterPlan:
     backend: str = "reference"
     version: int = PLAN_VERSION
     io: str = "seam"  # seam: the kill in process at kill_phase; fuse: by the file system each node mounts
+    storage: str = "local"  # local: the shared folder; s3://bucket/prefix: an object store at endpoint_url
+    endpoint_url: str | None = None
 
     def __post_init__(self):
         if not self.combos:
@@ -57,6 +59,8 @@ class ClusterPlan:
         object.__setattr__(self, "combos", tuple(str(c) for c in self.combinations))
         if len(set(self.combos)) != len(self.combos):
             raise ConfigError("combos", "a combination is given twice")
+        if self.storage != "local":
+            _check_store(self.storage, self.endpoint_url)
         if self.kill not in KILL_POLICIES:
             raise ConfigError("kill", f"unknown policy {self.kill!r}", f"use one of {', '.join(KILL_POLICIES)}")
         if self.kill_phase not in PHASES:
@@ -148,6 +152,23 @@ class ClusterPlan:
             )
         d["combos"] = tuple(d.get("combos", ()))
         return cls(**d)
+
+
+def _check_store(storage: str, endpoint_url: str | None) -> None:
+    """An object store the ranks of every node can reach: an s3:// URL that parses, and its endpoint."""
+    from ..objectstore import S3Location
+    from ..objectstore.client import check_endpoint_url
+
+    if storage == "s3":
+        raise ConfigError(
+            "--storage",
+            "s3 is a server started on this machine, which other nodes cannot reach",
+            "run with --local, or name the cluster's store: --storage s3://bucket/prefix --endpoint-url URL",
+        )
+    S3Location.parse(storage)
+    if not endpoint_url:
+        raise ConfigError("--endpoint-url", f"no endpoint for {storage}", "give --endpoint-url http://host:port")
+    check_endpoint_url(endpoint_url)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,15 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         "of its first file of the save: every writer, forked or not) or auto (default: the seam "
         "for the reference, the file system for other backends)",
     )
+    g.add_argument(
+        "--storage",
+        default="local",
+        metavar="WHERE",
+        help="where the checkpoints go: local (the shared folder) or s3://bucket/prefix at --endpoint-url, "
+        "credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with --local: s3, a server started "
+        "here); default: local",
+    )
+    g.add_argument("--endpoint-url", default=None, metavar="URL", help="the S3 endpoint of --storage s3://...")
 
 
 def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
@@ -95,6 +104,8 @@ def plan_from_args(args: argparse.Namespace) -> ClusterPlan:
         spec.to_dict(),
         args.backend,
         io=resolve(args.io, backend),
+        storage=args.storage,
+        endpoint_url=args.endpoint_url,
     )
 
 
@@ -117,6 +128,8 @@ def plan_argv(plan: ClusterPlan) -> list[str]:
     if plan.backend != "reference":
         out += ["--backend", plan.backend]
     out += ["--io", plan.io]
+    if plan.storage != "local":
+        out += ["--storage", plan.storage] + (["--endpoint-url", plan.endpoint_url] if plan.endpoint_url else [])
     return out
 
 

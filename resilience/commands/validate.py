@@ -74,6 +74,8 @@ def run(args) -> int:
             )
         print(render_summary(summary, SharedFolder(args.show).root))
         return summary["exit_status"]
+    if args.local and args.storage == "s3":  # a server here, for the node agents here
+        return _with_embedded_store(args)
     plan = plan_from_args(args)
     if args.shared and args.out:
         raise ConfigError(
@@ -173,6 +175,29 @@ def _replay() -> str:
             continue
         argv.append(a)
     return "resilience " + " ".join(shlex.quote(a) for a in argv) if argv else "resilience validate --local"
+
+
+def _with_embedded_store(args) -> int:
+    """validate --local --storage s3: an S3 server on this machine for the run, a bucket for it, stopped at the
+    end with nothing left; the ranks reach it as they would a cluster's (s3://validate/RUN at its endpoint)."""
+    from ..cluster.nodes import new_run_id
+    from ..cluster.worker import plan_from_args
+    from ..objectstore.server import ACCESS_KEY, REGION, SECRET_KEY, EmbeddedS3
+
+    args.rdzv_id = args.rdzv_id or new_run_id()
+    with EmbeddedS3() as server:
+        server.bucket("validate")
+        args.storage, args.endpoint_url = f"s3://validate/{args.rdzv_id}", server.endpoint
+        saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
+        os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_DEFAULT_REGION=REGION)
+        try:
+            return _run_local(args, plan_from_args(args))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def _run_local(args, plan) -> int:
