@@ -115,7 +115,8 @@ def _both_tries(record: dict) -> list[dict]:
 # The columns of an object store's requests, carried out by the fault proxy before its server: run by
 # `--storage s3` beside every other column. rank 1's upload of a data file of the second save is answered
 # 503 SlowDown, or cut mid-body, on both tries: that save must not count and the same ranks save again
-# (recover); its answer lost once: the object is there, the client saw an error; and the newest iteration
+# (recover); the same upload held 1.5 s (a slow store: an async save's finalize must wait for it); its
+# answer lost once: the object is there, the client saw an error; and the newest iteration
 # saved again with its coordinator killed at the second object copied into place: the iteration must still
 # load whole (the copy set aside before, or the new one), never be lost; and the copy of the commit marker
 # done on the store with its answer lost on both tries: the save must not say it failed if it took effect.
@@ -131,6 +132,9 @@ STORE_FAULTS: dict[str, list[dict]] = {
     "s3-reset": _TWO_SAVES
     + [{"finalize": None}, *_both_tries({"kind": "connection_reset", **_UPLOAD}), {"save": None}]
     + [{"recover": None}],
+    "s3-slow": _TWO_SAVES
+    + [{"finalize": None}, {"fault": {"kind": "slow_write", "delay": 1.5, **_UPLOAD}}, {"save": None}]
+    + [{"finalize": None}],
     "s3-lost-answer": _TWO_SAVES
     + [{"finalize": None}, {"fault": {"kind": "response_lost", **_UPLOAD}}, {"save": None}, {"recover": None}],
     "s3-lost-marker": _TWO_SAVES

@@ -197,3 +197,23 @@ def test_a_pull_keeps_what_a_rank_wrote_beside_the_objects_and_drops_what_the_st
     assert sorted(mirror.pull(place, folder)) == ["HOSTILE_PICKLE_RAN", "iter_0000002/a.bin"]
     assert not os.path.exists(os.path.join(folder, "iter_0000003"))
     mirror.remove(place)
+
+
+@pytest.mark.parametrize(
+    "broken, column, combo",
+    [
+        ("store_errors_swallowed", "s3-reset", "GLOBAL/torch_dist/sync"),  # a reset mid-body, swallowed
+        ("finalize_timeout", "s3-slow", "GLOBAL/torch_dist/async"),  # a slow upload taken for a finished one
+    ],
+)
+def test_the_other_http_faults_catch_a_broken_variant_on_durability(store, tmp_path, broken, column, combo):
+    from resilience.runner.matrix import fault_scenario
+
+    scenario = replace(fault_scenario(column, 0), storage="s3")
+    result = run_case(
+        scenario, Combination.parse(combo), str(tmp_path / "case"), backend=f"broken:{broken}", store=store
+    )
+    assert result.verdict == "FAIL", result.detail
+    assert "durability" in {v.checker for v in result.verdicts if v.status == "FAIL"}, result.detail
+    reference = run_case(scenario, Combination.parse(combo), str(tmp_path / "ref"), store=store)
+    assert reference.verdict == "PASS", reference.detail  # the fault itself breaks nothing the reference promises
