@@ -101,6 +101,9 @@ def parse():
     p.add_argument("--save-every", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--async-save", action="store_true")
+    # Megatron-LM's own switch: megatron-core writes through multi-storage-client whenever it is installed
+    # (its default profile: a temporary file renamed into place); this job writes plain files unless --msc
+    p.add_argument("--msc", action="store_true", help="write through multi-storage-client when it is installed")
     return p.parse_args()
 
 
@@ -356,6 +359,10 @@ class Saver:
 
 def main() -> None:
     args = parse()
+    if not args.msc:
+        from megatron.core.msc_utils import MultiStorageClientFeature
+
+        MultiStorageClientFeature.disable()  # what Megatron-LM's --disable-msc does
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # a hung run's stacks, on request
     torch.use_deterministic_algorithms(True)
     dist.init_process_group("gloo")

@@ -105,6 +105,14 @@ OPTIONS = (
         sweep=("raise_all",),
     ),
     Option(
+        "msc",
+        False,
+        "MultiStorageClientFeature: file I/O through multi-storage-client (its default profile writes a temporary "
+        "file and renames it into place), as megatron-core does whenever the package is installed; false: "
+        "plain files, Megatron-LM's --disable-msc",
+        choices=(True, False),
+    ),
+    Option(
         "persistent_queue",
         False,
         "AsyncCallsQueue(persistent=True): one long-lived writer process per rank instead of a new one per async save",
@@ -118,6 +126,18 @@ OPTIONS = (
     ),
 )
 DEFAULTS = {o.name: o.default for o in OPTIONS}
+
+
+def _use_msc(on: bool) -> None:
+    """megatron-core's switch for multi-storage-client, process-wide (on only where the package is installed)."""
+    try:
+        from megatron.core.msc_utils import MultiStorageClientFeature
+    except ImportError:  # a megatron-core without it: plain files
+        return
+    if on:
+        MultiStorageClientFeature.enable()
+    else:
+        MultiStorageClientFeature.disable()
 
 
 def available() -> bool:
@@ -247,6 +267,7 @@ class MegatronBackend:
         self.opts = {**DEFAULTS, **options}
         chosen = ",".join(f"{k}={v}" for k, v in options.items() if v != DEFAULTS[k])
         self.name = f"megatron({chosen}):{combo}" if chosen else f"megatron:{combo}"
+        _use_msc(self.opts["msc"])
         self._queue: Any = None  # megatron's AsyncCallsQueue, made on the first async save
         self._strategy: Any = None  # the save strategy the options make (False: megatron-core's default)
         self._pending: int | None = None

@@ -76,7 +76,12 @@ def _failed_took_effect(ld, candidates) -> bool:
     """The load's state is what some save of its iteration wrote, and every such save failed on every rank
     (Jepsen's rule: a failed operation did not happen; one that may have is indeterminate, never failed)."""
     same = [s for s in candidates if s.fingerprint is not None and s.fingerprint == ld.fingerprint]
-    return bool(same) and all(s.status == "fail" for s in same)
+    return bool(same) and all(_failed_everywhere(s) for s in same)
+
+
+def _failed_everywhere(s) -> bool:
+    """Every rank of the save raised: none was killed or left without an answer (then it is indeterminate)."""
+    return s.status == "fail" and bool(s.world) and len(s.errors) >= s.world
 
 
 def _what(bad: list[dict]) -> str:

@@ -31,6 +31,7 @@ def test_all_is_the_defaults_then_each_value_one_at_a_time():
         "staging=background",
         "staging=shared",
         "process_group=default",
+        "client=msc",
     ]
     assert plan[0].spec == "dcp" and plan[1].spec == "dcp:thread_count=4"
     by = {c.label: c for c in plan}
