@@ -3,9 +3,9 @@ what the runner does at rest through a local copy of it, and the copy kept in th
 
 Rank processes reach the store through the seam (runner.arming.use_store) and the fault proxy before its
 server (runner.io_route: the s3 way), which carries the faults aimed at requests; the fault-injecting file
-system mounts over a folder, not a bucket. A backend that writes its own
-files, outside the seam, would write them to the local disk and never reach the store: it is refused
-before the case, unless it says it reaches object stores itself (`object_store = True` on its factory)."""
+system mounts over a folder, not a bucket. A backend that writes its own files, outside the seam, would
+write them to the local disk and never reach the store: it is refused before the case, unless it says it
+reaches object stores itself (`object_store = True` on its factory, as stock DCP's fsspec path does)."""
 
 from __future__ import annotations
 
