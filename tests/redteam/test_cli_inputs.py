@@ -5,7 +5,7 @@ valid, a correct run; within a bound, and leaving nothing behind.
 `OUT/` in a line is a scratch folder of the test holding `afile` (a regular file), `nonempty` (a folder
 with no checkpoint) and `corpus_garbage` (a folder whose corpus.json is not JSON); `scenarios/tNN.yaml`
 are the bad scenario files beside this module. Each line runs in its own process, forked by one driver
-process that imported the command line once (tests/redteam/cli_driver.py): 91 lines, one torch import."""
+process that imported the command line once (tests/redteam/cli_driver.py): 97 lines, one torch import."""
 
 from __future__ import annotations
 
