@@ -8,6 +8,10 @@
   reference does; an adapter says so with `io_through_seam = True` on its factory), the file system
   otherwise.
 
+A case on an object store (`--storage s3`) takes a third way, `s3`: each job behind the fault-injecting HTTP
+proxy before the S3 server (objectstore.proxy), which carries the faults aimed at requests, the seam in the
+ranks carrying the rest; no file system mounts over a bucket, so `--io fuse` is refused there.
+
 A case whose faults are all outside the ranks (kills from the nemesis, damage at rest) needs no mount
 and runs the seam's way whatever was asked; a fuse case on a machine that cannot mount is UNPROBED, with
 the reason. Each way has its carriers (`CARRIERS`, each stating what it carries); an in-process fault no
@@ -145,6 +149,8 @@ def job_way(
 
 @contextlib.contextmanager
 def _proxied(root: str, case_dir: str, job_no: int, faults: list[ArmedFault], fault_log: str, store):
+    """The job behind the fault proxy, which takes the records it carries (armed at their rank operation, as
+    the ranks tell it) and logs every request into the case's s3/jobN.jsonl."""
     from ..objectstore.proxy import FaultProxy
 
     to_proxy = [f for f in faults if f.fault.layer == "inject" and ProxyCarrier.CARRIES.carries(f.fault)]
