@@ -12,14 +12,28 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 # op names: create (open for writing; truncates an existing file), write, fsync (a file), close,
 # fsync_dir, rename (src -> dst, replacing dst), exchange (a <-> b), mkdir (one folder), unlink, rmtree;
 # in the files only: cancel (an op recorded ahead did not happen; read_ops drops both)
 LOGGED = ("create", "write", "fsync", "close", "fsync_dir", "rename", "exchange", "mkdir", "unlink", "rmtree")
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps with options makes one per call
+
+
+def _line_encoder() -> Callable[[dict], str]:
+    """The JSON of one log line (a flat record: str, int, float, bool, None), compact, with an encoder made
+    once: json.dumps with options makes a JSONEncoder per call, and JSONEncoder.encode a C encoder per call."""
+    slow = json.JSONEncoder(separators=(",", ":"))
+    c_make_encoder = getattr(json.encoder, "c_make_encoder", None)  # CPython's C accelerator, the one encode uses
+    if c_make_encoder is None:
+        return slow.encode
+    ascii_str = json.encoder.encode_basestring_ascii
+    make = c_make_encoder(None, slow.default, ascii_str, None, ":", ",", False, False, True)
+    return lambda rec: "".join(make(rec, 0))
+
+
+encode_line = _line_encoder()
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,7 @@ class OpLog:
                 while done < len(view):
                     done += os.write(self._data, view[done:])
                 self._pos += len(view)
-            os.write(self._meta, (_ENCODE(rec) + "\n").encode())
+            os.write(self._meta, (encode_line(rec) + "\n").encode())
             return self._seq
 
     def _absolute(self, path: str) -> str:

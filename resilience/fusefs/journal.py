@@ -19,16 +19,13 @@ Paths are written as the writers saw them: the mount point joined with the path 
 from __future__ import annotations
 
 import errno as _errno
-import json
 import os
 import threading
 import time
 
 from ..faults.fuse_log import FUSE_LOG
-from ..faults.oplog import OpLog
+from ..faults.oplog import OpLog, encode_line
 from .words import NO_RANK, Caller
-
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # made once: json.dumps with options makes one per call
 
 
 class Journal:
@@ -81,7 +78,7 @@ class Journal:
         with self._lock:
             self._seq += 1
             rec["seq"], rec["t"] = self._seq, time.monotonic_ns()
-            os.write(self._fd, (_ENCODE(rec) + "\n").encode())
+            os.write(self._fd, (encode_line(rec) + "\n").encode())
 
     def seam(self, op: str, caller: Caller, path: str, *, dst: str | None = None, data=None, **fields) -> None:
         """One operation of the seam's log (faults.oplog vocabulary), under the caller's rank."""
