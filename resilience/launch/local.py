@@ -290,6 +290,8 @@ class Job:
                 if failed and pending:
                     self._wait_or_blocked(pending, readers, deadline)
                     for r in pending.values():
+                        if self.outcome.outcomes[r].status == "running" and not self.procs[r].is_alive():
+                            self._exited(r)  # it ended on its own (a signal from outside) before the teardown
                         if self.outcome.outcomes[r].status == "running":  # not one that reported (and lingers)
                             self._ended_unfinished(r, "torn_down", limit)
                     break
@@ -331,8 +333,7 @@ class Job:
             out.stacks = self._stacks(r)
 
     def _stacks(self, rank: int) -> str:
-        """The Python stacks of a running rank (every thread), which its faulthandler appends to its log on
-        SIGUSR1."""
+        """A running rank's Python stacks (every thread): its faulthandler appends them to its log on SIGUSR1."""
         assert self.log_dir is not None
         path = os.path.join(self.log_dir, f"rank{rank}.log")
         try:
@@ -442,8 +443,7 @@ class Job:
 
 
 def _wait_gone(pids: list[int], timeout: float) -> None:
-    """Until each process is dead or a zombie (reaping it is its new parent's business, and some
-    containers' PID 1 never does it)."""
+    """Until each process is dead or a zombie (reaping it is its new parent's; a container's PID 1 may not)."""
     end = time.monotonic() + timeout
     while pids and time.monotonic() < end:
         pids = [p for p in pids if running(p)]
