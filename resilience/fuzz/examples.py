@@ -225,10 +225,10 @@ class ExampleJudge:
 
     def _placed(self, scenario: Scenario) -> Scenario:
         """The scenario with the run's --storage in place of its own (local when drawn); on an object store,
-        its write faults made the faults of their upload requests (fuzz.on_store)."""
+        its write faults made the faults of their upload requests (runner.on_store.requests_of_writes)."""
         if self.opts.storage is None or self.opts.storage == "local":
             return scenario
-        from .on_store import requests_of_writes
+        from ..runner.on_store import requests_of_writes
 
         return requests_of_writes(replace(scenario, storage=self.opts.storage))
 

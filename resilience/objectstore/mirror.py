@@ -36,24 +36,24 @@ def _files(folder: str) -> dict[str, str]:
     return out
 
 
+def _listed(store: CaseStore, client) -> list[dict]:
+    """Every object under the place's prefix, as the store lists them (Key, Size, ...)."""
+    head = f"{store.prefix}/" if store.prefix else ""
+    found: list[dict] = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=head):
+        found += page.get("Contents", [])
+    return found
+
+
 def keys(store: CaseStore, client=None) -> list[str]:
     """Every key under the place's prefix."""
-    client = client or store.client()
-    head = f"{store.prefix}/" if store.prefix else ""
-    found: list[str] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=head):
-        found += [o["Key"] for o in page.get("Contents", [])]
-    return found
+    return [o["Key"] for o in _listed(store, client or store.client())]
 
 
 def sizes(store: CaseStore, root: str, client=None) -> dict[str, int]:
     """path under `root` -> size of every object of the place: what a watcher of the folder would see."""
-    client = client or store.client()
-    head = f"{store.prefix}/" if store.prefix else ""
-    out = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=head):
-        out.update({os.path.join(root, store.location.relative(o["Key"])): o["Size"] for o in page.get("Contents", [])})
-    return out
+    listed = _listed(store, client or store.client())
+    return {os.path.join(root, store.location.relative(o["Key"])): o["Size"] for o in listed}
 
 
 def pull(store: CaseStore, folder: str) -> dict[str, str]:

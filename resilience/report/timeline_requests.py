@@ -6,20 +6,16 @@ Times are the proxy's wall clock, as the history's."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 
 MAX_REQUESTS = 20_000  # requests drawn per case; past that the timeline says it stopped
 
 
 def _requests(case_dir: str):
-    for path in sorted(glob.glob(os.path.join(case_dir, "s3", "job*.jsonl"))):
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue  # a torn last line
+    from ..objectstore.journal import read_requests
+
+    for path in sorted(glob.glob(os.path.join(case_dir, "s3", "job*.jsonl"))):  # runner.io_route.PROXY_LOGS
+        yield from read_requests(path)
 
 
 def add_requests(tl, case_dir: str, bar, mark) -> None:

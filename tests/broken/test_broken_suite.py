@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 import pytest
 
 from resilience.broken import CATALOGUE
+from resilience.broken.suite import SuiteResult
 from resilience.cli import main
-from resilience.runner.corners import CORNERS, EACH_FILE, is_file_column
+from resilience.runner.corners import CORNERS, is_file_column
 from resilience.runner.matrix import FAULTS, STORE_FAULTS, TRANSITIONS
 from resilience.vocab.combos import valid_combinations
 
@@ -47,33 +49,11 @@ def corner_column(column: str) -> bool:
 
 
 def _matrix_rows(tmp_path, name: str) -> list[dict]:
+    """The matrix `resilience broken` prints for the implementation (SuiteResult.matrix_command), run."""
     impl = CATALOGUE[name]
-    column = ["--faults", "none", "--transitions", "none", "--corners", "none"]
-    corner = corner_column(impl.column)
-    flag = (
-        "--faults"
-        if impl.column in FAULTS or impl.column in STORE_FAULTS
-        else "--corners"
-        if corner
-        else "--transitions"
-    )
-    column[column.index(flag) + 1] = EACH_FILE if is_file_column(impl.column) else impl.column
-    column += ["--storage", "s3"] if impl.column in STORE_FAULTS else []  # the object store's columns
+    argv = shlex.split(SuiteResult(impl).matrix_command(full=False))[1:]  # after `resilience`
     out = tmp_path / "rows.json"
-    code = main(
-        [
-            "matrix",
-            "--backend",
-            f"broken:{name}",
-            "--combos",
-            impl.witness,
-            *column,
-            "--out",
-            str(tmp_path / "runs"),
-            "--json",
-            str(out),
-        ]
-    )
+    code = main([*argv, "--out", str(tmp_path / "runs"), "--json", str(out)])
     assert code == 1, "a matrix with a FAIL exits 1"
     rows = json.loads(out.read_text())
     return [r for r in rows if r["column"] == impl.column] if is_file_column(impl.column) else rows

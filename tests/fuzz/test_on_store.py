@@ -1,6 +1,6 @@
 """Drawn write faults on an object store become the faults of their upload requests, one to one (pure)."""
 
-from resilience.fuzz.on_store import requests_of_writes
+from resilience.runner.on_store import requests_of_writes
 from resilience.runner.scenario import load_text
 
 DRAWN = """
