@@ -42,6 +42,7 @@ class AtomicCommit:
                         "crash_state": ld.crash_state,
                         "problem": "loaded what a save wrote that failed on every rank: a save reported failed "
                         "took effect (when it cannot tell, it must not say it failed)",
+                        "failed_save": True,
                     }
                 )
             elif ld.fingerprint not in {s.fingerprint for s in candidates}:
@@ -85,6 +86,6 @@ def _failed_everywhere(s) -> bool:
 
 
 def _what(bad: list[dict]) -> str:
-    if all("reported failed" in b["problem"] for b in bad):
+    if all(b.get("failed_save") for b in bad):
         return "what a failed save wrote: a save reported failed took effect"
     return "a state no save wrote"

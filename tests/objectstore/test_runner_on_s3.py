@@ -20,6 +20,7 @@ from resilience.objectstore.server import ACCESS_KEY, SECRET_KEY  # noqa: E402
 from resilience.objectstore.store import check_storage, run_store  # noqa: E402
 from resilience.runner.run import run_case  # noqa: E402
 from resilience.runner.scenario import load_file, load_text as loads  # noqa: E402
+from resilience.runner.scenario_schema import ScenarioError  # noqa: E402
 from resilience.vocab.combos import Combination  # noqa: E402
 
 pytestmark = pytest.mark.multiprocess
@@ -84,7 +85,7 @@ steps:
 def test_a_scenario_file_names_its_storage_and_a_bad_one_is_refused():
     assert loads("name: s\nstorage: s3\nsteps: [{train: 1}]\n").storage == "s3"
     assert loads("name: s\nstorage: s3://bucket/run\nsteps: [{train: 1}]\n").storage == "s3://bucket/run"
-    with pytest.raises(Exception, match="storage"):
+    with pytest.raises(ScenarioError, match=r"storage: unknown storage 'ftp://host/x'"):
         loads("name: s\nstorage: ftp://host/x\nsteps: [{train: 1}]\n")
     with pytest.raises(ConfigError, match="bucket name"):
         check_storage("s3://UP/x")
