@@ -37,12 +37,69 @@ def barrier(group: Any = None) -> None:
 
 
 def all_gather(obj: T, group: Any = None) -> list[T]:
-    """Every rank's `obj`, in rank order, on every rank (picklable objects)."""
+    """Every rank's `obj`, in rank order, on every rank (picklable objects). Gloo's all-gather is a ring:
+    each rank takes part in world - 1 steps and unpickles every object; where one rank needs them, `gather`
+    costs the others one small all-reduce and one send."""
     if world_size() == 1:
         return [obj]
     out: list[Any] = [None] * tdist.get_world_size(group)
     tdist.all_gather_object(out, obj, group=group)
     return out
+
+
+def gather(obj: T, group: Any = None) -> list[T] | None:
+    """Every rank's `obj`, in rank order, on the group's first rank; None on the others. One MAX
+    all-reduce of the pickled sizes, then one gather of buffers of that size (torch's gather_object
+    learns the sizes with an all-gather, whose cost on each rank grows with the world)."""
+    if world_size() == 1:
+        return [obj]
+    data = pickle.dumps(obj)
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    tdist.all_reduce(size, op=tdist.ReduceOp.MAX, group=group)
+    width = 8 + int(size.item())
+    buf = torch.zeros(width, dtype=torch.uint8)
+    buf[: 8 + len(data)] = torch.frombuffer(bytearray(len(data).to_bytes(8, "little") + data), dtype=torch.uint8)
+    first = tdist.get_group_rank(cast(Any, group or tdist.group.WORLD), tdist.get_rank()) == 0
+    into = [torch.empty(width, dtype=torch.uint8) for _ in range(tdist.get_world_size(group))] if first else None
+    tdist.gather(buf, into, group=group, group_dst=0)
+    if into is None:
+        return None
+    out = []
+    for t in into:
+        raw = t.numpy().tobytes()
+        out.append(pickle.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")]))
+    return out
+
+
+def scatter(per_rank: list | None, group: Any = None) -> Any:
+    """Rank i of the group gets per_rank[i], a list given on the group's first rank (None elsewhere).
+    An object that sits in the list more than once is pickled once (one sent to a rank and its replicas
+    costs the sender once)."""
+    if world_size() == 1:
+        return per_rank[0] if per_rank else None
+    group = group if group is not None else tdist.group.WORLD
+    first = tdist.get_group_rank(cast(Any, group), tdist.get_rank()) == 0
+    width = torch.zeros(1, dtype=torch.int64)
+    buffers: list[torch.Tensor] | None = None
+    if first:
+        assert per_rank is not None and len(per_rank) == tdist.get_world_size(group)
+        pickled: dict[int, bytes] = {}
+        data = [pickled.setdefault(id(obj), pickle.dumps(obj)) for obj in per_rank]
+        width[0] = 8 + max(len(d) for d in data)
+    tdist.broadcast(width, group=group, group_src=0)
+    size = int(width.item())
+    if first:
+        made: dict[int, torch.Tensor] = {}
+        buffers = []
+        for d in data:
+            if id(d) not in made:
+                t = made[id(d)] = torch.zeros(size, dtype=torch.uint8)
+                t[: 8 + len(d)] = torch.frombuffer(bytearray(len(d).to_bytes(8, "little") + d), dtype=torch.uint8)
+            buffers.append(made[id(d)])
+    out = torch.empty(size, dtype=torch.uint8)
+    tdist.scatter(out, buffers, group=group, group_src=0)
+    raw = out.numpy().tobytes()
+    return pickle.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
 
 
 INLINE_BYTES = 1 << 16  # what a broadcast carries in its first collective: every object sent here fits
@@ -80,5 +137,8 @@ def all_agree(ok: bool, group: Any = None) -> bool:
 
 
 def gather_failures(error: str | None, group: Any = None) -> dict[int, str]:
-    """{rank: error} of every rank whose `error` is not None (or empty), the same on every rank."""
+    """{rank: error} of every rank whose `error` is not None (or empty), the same on every rank: one small
+    all-reduce when no rank has one, an all-gather only when some has."""
+    if all_agree(not error, group):
+        return {}
     return {rank: e for rank, e in enumerate(all_gather(error, group)) if e}

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from .. import storage
-from ..dist import all_gather, broadcast, this_rank
+from ..dist import broadcast, gather, this_rank
 from ..errors import AsyncSaveFailed, RankFailure
 from ..state import TrainingState
 from ..vocab import phases
@@ -46,9 +46,9 @@ class GlobalSave(Driver):
     ) -> None:
         """Gather every rank's files (or error); the coordinator commits them all with one manifest, or
         removes the staging folder; the outcome reaches every rank, and a failure raises on each."""
-        gathered = all_gather((files, error), group)
+        gathered = gather((files, error), group)  # the coordinator's alone: it decides
         outcome: tuple[str, dict[int, Any]] | None = None
-        if this_rank() == 0:
+        if gathered is not None:
             errors = {r: err for r, (_, err) in enumerate(gathered) if err}
             if errors:
                 storage.current().rmtree(staging)

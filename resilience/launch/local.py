@@ -20,13 +20,12 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-import psutil
 import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError, RankFailure, RankTimeout
 from ..stopping import check as check_stop, held
-from . import scratch
+from . import rendezvous, scratch
 from .lifetime import die_with_parent, guard_process_group
 from .outcomes import JobOutcome, RankContext, RankOutcome, check_seconds
 from .proctable import descendants, running, state
@@ -35,13 +34,6 @@ TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (i
 BLOCKED_AFTER = 10.0  # seconds the other ranks get to end after one raised, before they count as blocked
 STACKS_WAIT = 3.0  # seconds to wait for a rank's faulthandler to write its stacks
 LINGER = BLOCKED_AFTER + STACKS_WAIT + 5.0  # seconds a rank that raised stays alive for the runner to end it
-
-
-def _loopback_interface() -> str:
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
-            return name
-    return "lo"
 
 
 def _rank_main(
@@ -81,19 +73,19 @@ def _rank_main(
             os.dup2(fd, 2)
             os.close(fd)
         torch.set_num_threads(1)  # the parent's OpenMP pool does not survive fork; ranks share 2 cores anyway
-        store = _store(rank, world, listener, init_timeout)
+        store = rendezvous.open_store(rank, world, listener, init_timeout)
         # every rank is on this host: without this gloo looks up the host name, which a slow DNS stalls
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", rendezvous.loopback_interface())
         dist.init_process_group(
             "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=init_timeout)
         )
-        store.add(_JOINED, 1)
+        rendezvous.joined(store, world)
         if log_dir:  # the runner asks for this rank's stacks (into its log) with SIGUSR1 when it may be blocked
             # fd 2 itself (the rank log): sys.stderr may be a caller's capture object (pytest's)
             faulthandler.register(signal.SIGUSR1, file=open(2, "w", closefd=False), all_threads=True)  # noqa: SIM115
         result = fn(RankContext(rank, world, os.getpid()), *args, **kwargs)
         conn.send(("ok", result))
-        _leave(store, rank, world, init_timeout)
+        rendezvous.leave(store, rank, world, init_timeout)
     except BaseException as e:  # a rank reports everything, SystemExit included
         status = 1
         try:
@@ -112,24 +104,6 @@ def _rank_main(
             os._exit(status)  # never run the parent's atexit handlers (pytest's, the store's) in a child
 
 
-def _store(rank: int, world: int, listener: socket.socket, init_timeout: float):
-    """The job's TCPStore: rank 0 serves it on the socket the parent bound (no port race), the others join."""
-    port = listener.getsockname()[1]
-    if rank != 0:
-        listener.close()
-        return dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=timedelta(seconds=init_timeout))
-    return dist.TCPStore(
-        "127.0.0.1",
-        port,
-        world,
-        is_master=True,
-        timeout=timedelta(seconds=init_timeout),
-        wait_for_workers=False,
-        master_listen_fd=listener.fileno(),
-        use_libuv=False,
-    )
-
-
 def _pin(rank: int, world: int) -> None:
     """With more ranks than usable CPUs, keep each rank (all its threads) on one CPU, round-robin.
     Unpinned, every collective's hand-offs between oversubscribed ranks wake threads on the other core:
@@ -140,22 +114,6 @@ def _pin(rank: int, world: int) -> None:
         return
     if world > len(cpus):
         os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
-
-
-_JOINED, _LEFT = "resilience/joined", "resilience/left"
-
-
-def _leave(store, rank: int, world: int, timeout: float) -> None:
-    """A rank that exits while another is still joining the group (gloo connects every pair) makes
-    that one fail, and rank 0 serves the store: wait until all joined; rank 0 also until all left."""
-    deadline = time.monotonic() + timeout
-    while store.add(_JOINED, 0) < world and time.monotonic() < deadline:
-        time.sleep(0.001)
-    if rank != 0:
-        store.add(_LEFT, 1)
-        return
-    while store.add(_LEFT, 0) < world - 1 and time.monotonic() < deadline:
-        time.sleep(0.001)  # every job ends here: a short wait, not a long poll
 
 
 class Job:
@@ -216,7 +174,8 @@ class Job:
         # The parent only binds the store's socket; it starts no thread, so forking it stays safe.
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(128)
+        # room for every rank's connection at once: a full queue drops a connect, retried a second or more later
+        self._listener.listen(max(socket.SOMAXCONN, 4 * self.world))
         self._started = time.monotonic()
         # a forkserver's children have the forkserver as parent (it exits with us): nothing to compare with
         runner = os.getpid() if self.start_method != "forkserver" else None

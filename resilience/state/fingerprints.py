@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 import xxhash
 
+from .. import dist as collectives
 from .sharding import Record, ShardedObject, ShardedTensor
 
 
@@ -131,7 +132,12 @@ def gather_pieces(records: list[Record], *, dst: int | None = None) -> list[tupl
     gathered: list[Any] = [None] * dist.get_world_size()
     if dst is None:
         dist.all_gather_object(gathered, _to_bytes(pieces))
-    else:  # the gathering rank's own pieces never travel: it sends nothing and keeps them as they are
+    elif dst == 0:  # the gathering rank's own pieces never travel: it sends nothing and keeps them as they are
+        got = collectives.gather(b"" if me == dst else _to_bytes(pieces))
+        if got is None:
+            return None
+        gathered = got
+    else:
         dist.gather_object(b"" if me == dst else _to_bytes(pieces), gathered if me == dst else None, dst=dst)
         if me != dst:
             return None

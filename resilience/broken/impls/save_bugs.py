@@ -86,7 +86,7 @@ class commit_before_all_ranks(ReferenceBackend):
         if this_rank() != 0:
             return
         with (
-            patched(global_save, "all_gather", lambda obj, group=None: [obj]),
+            patched(global_save, "gather", lambda obj, group=None: [obj]),
             patched(global_save, "broadcast", lambda obj, group=None, src=0: obj),
         ):
             return super()._commit(state, iteration, root, staging, files, error, group)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch._dynamo  # noqa: F401  DTensor imports it on first use (~1.5 s): a parent that forks ranks pays once
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
@@ -32,12 +32,12 @@ from ...state.model import is_expert_key
 from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import RNG_KEY
 from ...storage.dcp import SeamReader, SeamWriter
+from . import dcp_steps
 from .base import RankInfo
 from .dcpio import (
     CheckedLoadPlanner,
     CheckpointContentError,
     check_dtype,
-    dcp_errors,
     dcp_reader_of,
     stored_tensor,
 )
@@ -173,10 +173,9 @@ class TorchDcpFormat:
 
     # ---- write -----------------------------------------------------------------------------------
     def write(self, info: RankInfo, records, folder: str) -> None:
-        """Collective over info.group (and the mesh's dp group): gather split optimizer state, dcp.save."""
+        """Collective over info.group (and the mesh's dp group): gather split optimizer state, then DCP's save."""
         state = self.state_dict(info, records)
-        with dcp_errors(f"torch_dcp save into {folder}"):
-            dcp.save(state, storage_writer=SeamWriter(folder), process_group=info.group)
+        dcp_steps.save(state, SeamWriter(folder), DefaultSavePlanner(), info.group, f"torch_dcp save into {folder}")
 
     def state_dict(self, info: RankInfo, records) -> dict:
         """The nested DTensor state dict a DCP user saves (collective: split optimizer rows are gathered)."""
@@ -254,8 +253,7 @@ class TorchDcpFormat:
             return pieces
 
         planner = CheckedLoadPlanner(folder, targets)
-        with dcp_errors(f"torch_dcp load from {folder}"):
-            dcp.load({}, storage_reader=SeamReader(folder), planner=planner, process_group=info.group)
+        dcp_steps.load({}, SeamReader(folder), planner, info.group, f"torch_dcp load from {folder}")
         for step in after:
             step()
         state = planner.original_state_dict

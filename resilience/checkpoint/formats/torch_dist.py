@@ -16,7 +16,6 @@ import os
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
 from torch.distributed.checkpoint.planner import (
@@ -36,12 +35,12 @@ from ...state import Topology, validate_sharding_integrity
 from ...state.sharding import ShardedObject, ShardedTensor
 from ...state.training import TOPOLOGY_BOUND_KEYS
 from ...storage.dcp import SeamReader, SeamWriter
+from . import dcp_steps
 from .base import RankInfo
 from .dcpio import (
     CheckedLoadPlanner,
     CheckpointContentError,
     check_plan,
-    dcp_errors,
     dcp_reader_of,
     is_bytes,
     stored_tensor,
@@ -174,10 +173,9 @@ class TorchDistFormat:
         return pieces, state
 
     def write(self, info: RankInfo, records, folder: str) -> None:
-        """Collective over info.group: dcp.save; rank 0 adds metadata.json."""
+        """Collective over info.group: DCP's save (dcp_steps); rank 0 adds metadata.json."""
         pieces, state = self.pieces_to_write(records)
-        with dcp_errors(f"torch_dist save into {folder}"):
-            dcp.save(state, storage_writer=SeamWriter(folder), planner=self.planner(pieces), process_group=info.group)
+        dcp_steps.save(state, SeamWriter(folder), self.planner(pieces), info.group, f"torch_dist save into {folder}")
         if info.rank == 0:
             with storage.current().open_write(os.path.join(folder, METADATA_JSON)) as f:
                 f.write(json.dumps(BACKEND).encode())
@@ -211,8 +209,8 @@ class TorchDistFormat:
                 state[r.unique_key] = None
                 names[r.unique_key] = r.key
         planner = _PieceLoadPlanner(folder, offsets)
-        with dcp_errors(f"torch_dist load from {folder}"):
-            dcp.load(state, storage_reader=SeamReader(folder), planner=planner, process_group=info.group)
+        what = f"torch_dist load from {folder}"
+        dcp_steps.load(state, SeamReader(folder), planner, info.group, what, keys=list(state))
         return {names[k]: v for k, v in planner.state_dict.items() if k in names}
 
 
