@@ -16,10 +16,11 @@ BYTES_PER_ELEMENT = 64
 MEMORY_FRACTION = 0.25  # of the machine's physical memory, for all ranks and the runner together
 # Memory of one rank process of its own (forked: torch's pages are shared), and what it grows by per rank of
 # the world (gloo keeps a connection to every peer of every group): the machine's peak in use over a whole
-# kill-and-resume case with experts (`python -m benchmarks scenario --moe-worlds 64 128 256`) was 10-12 MiB
-# per rank at 64 ranks, 21 at 128 and 28 at 256; 16 MiB + 64 KiB per peer bounds each.
-PROCESS_BYTES = 16 << 20
-PEER_BYTES = 64 << 10
+# kill-and-resume case with experts (`python -m benchmarks scenario --moe-worlds 64 128 256`) was 7 MiB per
+# rank at 64 ranks, 12 at 128 and 15.5 at 256 (since no rank unpickles every rank's plans and metadata:
+# checkpoint/formats/dcp_steps.py); 12 MiB + 20 KiB per peer bounds each.
+PROCESS_BYTES = 12 << 20
+PEER_BYTES = 20 << 10
 
 
 def process_bytes(world: int) -> int:
