@@ -8,7 +8,10 @@ a collective: a rank that raised alone would leave the others waiting in the nex
 
 from __future__ import annotations
 
+import os
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 import torch
@@ -142,3 +145,22 @@ def gather_failures(error: str | None, group: Any = None) -> dict[int, str]:
     if all_agree(not error, group):
         return {}
     return {rank: e for rank, e in enumerate(all_gather(error, group)) if e}
+
+
+@contextmanager
+def lazy_gloo() -> Iterator[None]:
+    """Gloo process groups made inside connect each pair of ranks on its first exchange (torch's
+    TORCH_GLOO_LAZY_INIT), unless the environment already says; the environment is as it was after. For the
+    framework's own groups: a checkpoint's collectives (gathers to a coordinator, broadcasts) touch few of
+    a group's pairs, and connecting every pair at start costs each of 128 ranks three times its CPU at 16
+    (python -m benchmarks scenario). The groups and processes a backend makes connect as they would anywhere."""
+    before = os.environ.get(_LAZY)
+    os.environ.setdefault(_LAZY, "1")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_LAZY, None)
+
+
+_LAZY = "TORCH_GLOO_LAZY_INIT"

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..dist import lazy_gloo
 from ..errors import ConfigError, RankFailure, RankTimeout
 from ..stopping import check as check_stop, held
 from . import rendezvous, scratch
@@ -76,9 +77,11 @@ def _rank_main(
         store = rendezvous.open_store(rank, world, listener, init_timeout)
         # every rank is on this host: without this gloo looks up the host name, which a slow DNS stalls
         os.environ.setdefault("GLOO_SOCKET_IFNAME", rendezvous.loopback_interface())
-        dist.init_process_group(
-            "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=init_timeout)
-        )
+        # the job's group connects each pair of ranks on its first exchange (dist.lazy_gloo says why)
+        with lazy_gloo():
+            dist.init_process_group(
+                "gloo", store=store, rank=rank, world_size=world, timeout=timedelta(seconds=init_timeout)
+            )
         rendezvous.joined(store, world)
         if log_dir:  # the runner asks for this rank's stacks (into its log) with SIGUSR1 when it may be blocked
             # fd 2 itself (the rank log): sys.stderr may be a caller's capture object (pytest's)

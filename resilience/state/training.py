@@ -17,6 +17,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..dist import lazy_gloo
 from .model import ModelSpec, ParamLayout
 from .precision import Precision
 from .sharding import Record, ShardedObject, ShardedTensor
@@ -79,10 +80,11 @@ class ParallelGroups:
 
 def _my_group(all_ranks: list[list[int]], rank: int):
     mine: tuple = (None, [rank])
-    for ranks in all_ranks:
-        group = dist.new_group(ranks)
-        if rank in ranks:
-            mine = (group, ranks)
+    with lazy_gloo():  # a pair of the group connects when it first exchanges data
+        for ranks in all_ranks:
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine = (group, ranks)
     return mine
 
 

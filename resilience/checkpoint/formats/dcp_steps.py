@@ -26,7 +26,7 @@ from ...errors import RankFailure
 
 
 def _said(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"  # as dcpio.dcp_errors words DCP's failures
+    return f"{type(e).__name__}: {e}"  # how a failed rank is named in RankFailure
 
 
 def _where(group: Any) -> tuple[int, int]:

@@ -1,16 +1,14 @@
-"""What the two DCP-based formats share: DCP's errors as ordinary exceptions, load plans that are
+"""What the two DCP-based formats share: load plans that are
 checked for full coverage and dtype (DCP checks neither), and objects loaded with weights_only=True."""
 
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from math import prod
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
@@ -22,24 +20,13 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 from torch.distributed.checkpoint.planner_helpers import _create_read_items, create_read_items_for_chunk_list
 
-from ...errors import RankFailure, ResilienceError
+from ...errors import ResilienceError
 from ...storage import torch_load
 
 
 class CheckpointContentError(ResilienceError, ValueError):
     """The checkpoint does not hold what this rank needs. A plain one-message exception: DCP pickles
     exceptions raised inside its steps to send them to the coordinator, so it keeps one argument."""
-
-
-@contextlib.contextmanager
-def dcp_errors(what: str) -> Iterator[None]:
-    """DCP raises CheckpointException, a BaseException that `except Exception` misses (and that would
-    end a background writer thread silently): re-raise it as RankFailure naming every failed rank."""
-    try:
-        yield
-    except CheckpointException as e:
-        failures = {rank: f"{type(exc).__name__}: {exc}" for rank, (exc, _) in e.failures.items()}
-        raise RankFailure(failures or {-1: str(e)}, what) from e
 
 
 def stored_tensor(metadata: Metadata, fqn: str, where: str) -> TensorStorageMetadata:
