@@ -50,6 +50,25 @@ def all_gather(obj: T, group: Any = None) -> list[T]:
     return out
 
 
+def _packed(data: bytes, width: int) -> torch.Tensor:
+    """`data` behind its length (8 bytes), in a byte tensor of `width` (zeros after it)."""
+    out = torch.zeros(width, dtype=torch.uint8)
+    head = len(data).to_bytes(8, "little") + data
+    out[: len(head)] = torch.frombuffer(bytearray(head), dtype=torch.uint8)
+    return out
+
+
+def _unpacked(t: torch.Tensor) -> Any:
+    """The object `_packed` put in `t`."""
+    raw = t.numpy().tobytes()
+    return pickle.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+
+
+def _first_of(group: Any) -> bool:
+    """Whether this rank is the group's first."""
+    return tdist.get_group_rank(cast(Any, group or tdist.group.WORLD), tdist.get_rank()) == 0
+
+
 def gather(obj: T, group: Any = None) -> list[T] | None:
     """Every rank's `obj`, in rank order, on the group's first rank; None on the others. One MAX
     all-reduce of the pickled sizes, then one gather of buffers of that size (torch's gather_object
@@ -60,18 +79,13 @@ def gather(obj: T, group: Any = None) -> list[T] | None:
     size = torch.tensor([len(data)], dtype=torch.int64)
     tdist.all_reduce(size, op=tdist.ReduceOp.MAX, group=group)
     width = 8 + int(size.item())
-    buf = torch.zeros(width, dtype=torch.uint8)
-    buf[: 8 + len(data)] = torch.frombuffer(bytearray(len(data).to_bytes(8, "little") + data), dtype=torch.uint8)
-    first = tdist.get_group_rank(cast(Any, group or tdist.group.WORLD), tdist.get_rank()) == 0
-    into = [torch.empty(width, dtype=torch.uint8) for _ in range(tdist.get_world_size(group))] if first else None
-    tdist.gather(buf, into, group=group, group_dst=0)
-    if into is None:
-        return None
-    out = []
-    for t in into:
-        raw = t.numpy().tobytes()
-        out.append(pickle.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")]))
-    return out
+    into = (
+        [torch.empty(width, dtype=torch.uint8) for _ in range(tdist.get_world_size(group))]
+        if _first_of(group)
+        else None
+    )
+    tdist.gather(_packed(data, width), into, group=group, group_dst=0)
+    return None if into is None else [_unpacked(t) for t in into]
 
 
 def scatter(per_rank: list | None, group: Any = None) -> Any:
@@ -80,10 +94,9 @@ def scatter(per_rank: list | None, group: Any = None) -> Any:
     costs the sender once)."""
     if world_size() == 1:
         return per_rank[0] if per_rank else None
-    group = group if group is not None else tdist.group.WORLD
-    first = tdist.get_group_rank(cast(Any, group), tdist.get_rank()) == 0
+    first = _first_of(group)
     width = torch.zeros(1, dtype=torch.int64)
-    buffers: list[torch.Tensor] | None = None
+    data: list[bytes] = []
     if first:
         assert per_rank is not None and len(per_rank) == tdist.get_world_size(group)
         pickled: dict[int, bytes] = {}
@@ -91,18 +104,16 @@ def scatter(per_rank: list | None, group: Any = None) -> Any:
         width[0] = 8 + max(len(d) for d in data)
     tdist.broadcast(width, group=group, group_src=0)
     size = int(width.item())
+    buffers: list[torch.Tensor] | None = None
     if first:
-        made: dict[int, torch.Tensor] = {}
-        buffers = []
+        made: dict[int, torch.Tensor] = {}  # one buffer per object, however many ranks get it
         for d in data:
             if id(d) not in made:
-                t = made[id(d)] = torch.zeros(size, dtype=torch.uint8)
-                t[: 8 + len(d)] = torch.frombuffer(bytearray(len(d).to_bytes(8, "little") + d), dtype=torch.uint8)
-            buffers.append(made[id(d)])
+                made[id(d)] = _packed(d, size)
+        buffers = [made[id(d)] for d in data]
     out = torch.empty(size, dtype=torch.uint8)
     tdist.scatter(out, buffers, group=group, group_src=0)
-    raw = out.numpy().tobytes()
-    return pickle.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+    return _unpacked(out)
 
 
 INLINE_BYTES = 1 << 16  # what a broadcast carries in its first collective: every object sent here fits

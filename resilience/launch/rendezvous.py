@@ -47,8 +47,8 @@ def joined(store, world: int) -> None:
 
 
 def leave(store, rank: int, world: int, timeout: float) -> None:
-    """A rank that exits while another is still joining the group (gloo connects every pair) makes
-    that one fail, and rank 0 serves the store: wait until all joined; rank 0 also until all left.
+    """A rank that exits while another is still joining the group makes that one fail (its connections to
+    the rank gone), and rank 0 serves the store: wait until all joined; rank 0 also until all left.
     The waits are the store's own (a key the last one sets), not polls: a hundred ranks polling rank 0's
     store every millisecond starve the ranks still joining through it."""
     wait = timedelta(seconds=max(timeout, 1.0))

@@ -411,9 +411,7 @@ def _failed_ranks(ok: bool) -> list[int]:
     """The ranks whose load raised; collective (every rank calls it once per load, whatever its outcome)."""
     from .. import dist
 
-    if dist.all_agree(ok):  # one small all-reduce when every rank loaded (the common case)
-        return []
-    return [rank for rank, fine in enumerate(dist.all_gather(ok)) if not fine]
+    return sorted(dist.gather_failures(None if ok else "failed"))
 
 
 MAX_CAPTURED, MAX_CAPTURED_CHARS = 20, 500
