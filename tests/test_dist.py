@@ -1,5 +1,6 @@
 """resilience.dist: the collectives alone in one process, and across real rank processes."""
 
+import os
 import pickle
 
 import pytest
@@ -48,3 +49,40 @@ def test_across_ranks_every_rank_gets_the_same_answer():
         assert r["exact"] == _FILLS_ONE
         assert r["all"] is True and r["one_false"] is False
         assert r["failures"] == {2: "boom"}
+
+
+def _to_first(ctx):
+    rank = dist.this_rank()
+    shared = {"same": "for every rank"}
+    return {
+        # sizes differ by rank: each is cut back to its own
+        "gathered": dist.gather("x" * (rank * 1000)),
+        "scattered": dist.scatter([f"to {r}" * (r + 1) for r in range(3)] if rank == 0 else None),
+        "shared": dist.scatter([shared, shared, "one of its own"] if rank == 0 else None),
+        "lazy": dist.all_gather(rank),  # the job's group connected pairs on first use (dist.lazy_gloo)
+    }
+
+
+@pytest.mark.multiprocess
+def test_gather_reaches_the_first_rank_only_and_scatter_gives_each_rank_its_own():
+    results = run_ranks(_to_first, 3, timeout=60)
+    assert results[0]["gathered"] == ["", "x" * 1000, "x" * 2000]
+    assert [r["gathered"] for r in results[1:]] == [None, None]
+    assert [r["scattered"] for r in results] == ["to 0", "to 1to 1", "to 2to 2to 2"]
+    assert [r["shared"] for r in results] == [{"same": "for every rank"}] * 2 + ["one of its own"]
+    assert all(r["lazy"] == [0, 1, 2] for r in results)
+
+
+def test_alone_gather_and_scatter_are_the_process_s_own():
+    assert dist.gather("a") == ["a"] and dist.scatter(["b"]) == "b"
+
+
+def test_lazy_gloo_sets_the_variable_inside_only_and_keeps_one_already_set(monkeypatch):
+    monkeypatch.delenv("TORCH_GLOO_LAZY_INIT", raising=False)
+    with dist.lazy_gloo():
+        assert os.environ["TORCH_GLOO_LAZY_INIT"] == "1"
+    assert "TORCH_GLOO_LAZY_INIT" not in os.environ  # a backend's own groups and processes connect eagerly
+    monkeypatch.setenv("TORCH_GLOO_LAZY_INIT", "0")
+    with dist.lazy_gloo():
+        assert os.environ["TORCH_GLOO_LAZY_INIT"] == "0"  # the user's choice wins
+    assert os.environ["TORCH_GLOO_LAZY_INIT"] == "0"

@@ -209,3 +209,29 @@ def test_experts_sit_on_their_expert_parallel_rank_split_over_etp():
         else:
             assert fc1 == []
     assert held == {0: {0, 1}, 1: {0, 1}, 2: {2, 3}, 3: {2, 3}}
+
+
+def _piece(offset, shape, key="w", whole=(8, 8)):
+    return {
+        "key": key,
+        "global_shape": list(whole),
+        "replica_id": 0,
+        "global_offset": list(offset),
+        "local_shape": list(shape),
+    }
+
+
+def test_the_overlap_check_finds_pieces_sharing_elements_whichever_dimension_is_split():
+    """The check sweeps along the dimension split most: column pieces (dim 1) with one overlap, row
+    pieces (dim 0) with one, and a small piece lying across four blocks."""
+    columns = [_piece((0, c), (8, 1)) for c in range(8)]
+    validate_sharding_integrity(columns)
+    with pytest.raises(ShardingIntegrityError, match="same elements"):
+        validate_sharding_integrity(columns[:-1] + [_piece((0, 6), (8, 2))])
+    rows = [_piece((r, 0), (1, 8)) for r in range(8)]
+    with pytest.raises(ShardingIntegrityError, match="same elements"):
+        validate_sharding_integrity(rows[:3] + [_piece((2, 0), (2, 8))] + rows[4:])
+    blocks = [_piece((r, c), (4, 4)) for r in (0, 4) for c in (0, 4)]
+    validate_sharding_integrity(blocks)
+    with pytest.raises(ShardingIntegrityError, match="same elements"):  # a wide piece over two blocks
+        validate_sharding_integrity(blocks + [_piece((3, 3), (2, 2))])
