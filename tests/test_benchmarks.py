@@ -125,6 +125,9 @@ def test_world_growth_is_against_the_smallest_world_and_skips_refused_ones():
     fig = {"16": ran, "64": {"per_rank_s": 1.2, "cpu_per_rank_s": 1.4}, "256": {"refused": "too large"}}
     target = scenario.world_growth(fig, base=16, up_to=128)
     assert target is not None and target["largest"] == "64" and target["met"]
+    # round by round: each round's own ratio, their median (here rounds of 2.0x, 0.5x and 1.0x)
+    fig = {"16": {**ran, "runs": [16.0, 16.0, 16.0]}, "64": {**ran, "runs": [128.0, 32.0, 64.0]}}
+    assert scenario.world_growth(fig, base=16)["paired"] == 1.0
     assert scenario.world_growth({"16": ran, "64": {"refused": "too large"}}, base=16) is None  # nothing to compare
 
 
