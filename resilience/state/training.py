@@ -245,9 +245,6 @@ class TrainingState:
         keys = [piece.layout.key for piece in self.pieces]
         rows = [self._opt_slice(piece) for piece in self.pieces]
         mains = [self.main[k] if k in self.main else self.params[k][lo:hi] for k, (lo, hi) in zip(keys, rows)]
-        if self.write_guard is not None:
-            for k, main in zip(keys, mains):
-                self.write_guard.before_write((self.params[k], main, self.exp_avg[k], self.exp_avg_sq[k]))
         grad = self._grads(keys, rows, scale, 7919 + position % 3)
         if self.spec.optimizer != "distributed":
             self._reduce_grads(grad, sum(m.numel() for m in mains[: self.dense_count]))
@@ -264,6 +261,10 @@ class TrainingState:
         for k, (lo, hi), old, m, v, w in zip(
             keys, rows, mains, m_new.split(sizes), v_new.split(sizes), main_new.split(sizes)
         ):
+            # the first write to this piece's tensors: an async save's copy of them must exist by now, and
+            # the arithmetic above (a real step's forward and backward) gave the writer time to make it
+            if self.write_guard is not None:
+                self.write_guard.before_write((self.params[k], old, self.exp_avg[k], self.exp_avg_sq[k]))
             self.exp_avg[k].copy_(m.view(old.shape))
             self.exp_avg_sq[k].copy_(v.view(old.shape))
             old.copy_(w.view(old.shape))

@@ -91,3 +91,42 @@ def test_padding_rows_with_values_train_alike_on_every_layout_of_one_padded_voca
     assert on_tp2 == _fingerprint(spec, Topology(2, 2, 1))
     assert on_tp2 != _fingerprint(spec, Topology(1, 1, 1))  # 105 rows: another state
     assert spec.whole_on_one_rank(1) == spec and ModelSpec().whole_on_one_rank(4) == ModelSpec()
+
+
+class _CheckingGuard:
+    """An async save's write guard that checks the step's announcements: a tensor is announced while it still
+    holds the value the save saw, and every tensor the step changed was announced."""
+
+    def __init__(self, records):
+        from resilience.checkpoint.staging import storage_key
+
+        self.key = storage_key
+        self.saved = [(r.data, r.data.clone()) for r in records if hasattr(r, "data")]
+        self.announced: set[int] = set()
+
+    def before_write(self, tensors) -> None:
+        new = {self.key(t) for t in tensors} - self.announced
+        for live, saved in self.saved:
+            if self.key(live) in new:
+                assert live.equal(saved), "a tensor changed before the step announced it"
+        self.announced |= new
+
+    def unannounced_changes(self) -> int:
+        return sum(1 for live, saved in self.saved if not live.equal(saved) and self.key(live) not in self.announced)
+
+
+@pytest.mark.parametrize("spec", [ModelSpec(), ModelSpec(dtype="bf16", optimizer="distributed", skip_every=3)])
+def test_a_step_announces_every_tensor_before_it_changes_it(spec):
+    """The step tells an async save's guard about a tensor before its first write to it (the copy must
+    exist by then) and only then; a change it never announced would reach the snapshot."""
+    from resilience.state import ParallelGroups, TrainingState
+
+    state = TrainingState(spec, Topology(), 0, groups=ParallelGroups.without_collectives())
+    state.train(1)
+    for _ in range(3):  # a skipped iteration changes the loss scale alone
+        guard = _CheckingGuard(state.sharded_state_dict())
+        state.write_guard = guard
+        state.step()
+        state.stamp(state.iteration)
+        assert guard.announced and guard.unannounced_changes() == 0
+        state.write_guard = None
