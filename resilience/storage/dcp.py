@@ -189,6 +189,7 @@ class SeamReader(FileSystemReader):
                             f"req {item.storage_index} mismatch sizes {target.size()} vs {tensor.size()}"
                         )
                     target.copy_(tensor)
+                    torch_load.release(tensor)
                     planner.commit_tensor(item, target)
         done: Future = Future()
         done.set_result(None)

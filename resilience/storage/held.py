@@ -7,9 +7,11 @@ hashing each piece right after it is read (as LocalWriteStream does on write); `
 
 from __future__ import annotations
 
+import ctypes
 import io
 import mmap
 import os
+import weakref
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -30,7 +32,11 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
     buffer of our own. The mapping is private and writable (copy on write: nothing reaches the file), so
     tensors loaded as views of it (storage.torch_load) are ordinary writable tensors. Anything else (a
     file object with no descriptor, an empty file) is read in cache-sized pieces, each hashed right after
-    it is read."""
+    it is read.
+
+    A hashed piece of a mapping leaves this process's memory at once, and a loaded one once copied into
+    place (`release_span`): the page cache keeps the bytes, and the load faults them in again from there,
+    so a rank's resident memory stays near its state instead of its state plus every file it reads."""
     with seam.current().open_read(path) as f:
         mapped = _mapped(f, path)
         if mapped is not None:
@@ -38,8 +44,33 @@ def read_hashed(path: str, size_hint: int) -> tuple[Buffer, str]:
             with memoryview(mapped) as view:
                 for at in range(0, len(view), MAP_PIECE):
                     h.update(view[at : at + MAP_PIECE])
+                    mapped.madvise(mmap.MADV_DONTNEED, at, min(MAP_PIECE, len(view) - at))
+            _held_mappings.append((_address(mapped), len(mapped), weakref.ref(mapped)))
             return mapped, h.hexdigest()
         return _read_pieces(f, size_hint)
+
+
+_held_mappings: list[tuple[int, int, weakref.ref]] = []  # (address, length, mapping) of each mapping made here
+
+
+def _address(m: mmap.mmap) -> int:
+    _held_mappings[:] = [e for e in _held_mappings if e[2]() is not None]  # closed or collected: forgotten
+    return ctypes.addressof(ctypes.c_char.from_buffer(m))  # the ctypes object goes at once: m stays closable
+
+
+def release_span(start: int, nbytes: int) -> None:
+    """Drop the whole pages of `start`..`start + nbytes` (addresses) that lie in a mapping of read_hashed
+    from this process: their bytes were copied into place. Private and never written, so touching them
+    again reads the file's bytes back from the page cache. Memory that is not such a mapping is left alone."""
+    page = mmap.PAGESIZE
+    for at, length, ref in _held_mappings:
+        m = ref()
+        if m is not None and not m.closed and at <= start < at + length:  # a closed one's range may be reused
+            lo = -(-(start - at) // page) * page
+            hi = min(start - at + nbytes, length) // page * page
+            if hi > lo:
+                m.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            return
 
 
 def _mapped(f, path: str) -> mmap.mmap | None:

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 import torch
 from torch import serialization
 
-from .held import MemoryFile
+from .held import MemoryFile, release_span
 
 _LOAD_STEP = getattr(serialization, "_load", None)
 
@@ -58,6 +58,13 @@ def load(f: BinaryIO) -> Any:
         if known is not None and recipe is None:
             _learn(known, archive, whole, result)
         return result
+
+
+def release(t: torch.Tensor) -> None:
+    """`t`, loaded as a view of a held mapping and now copied into place, leaves this process's memory
+    (storage.held.release_span); any other tensor is left alone."""
+    storage = t.untyped_storage()
+    release_span(storage.data_ptr(), storage.nbytes())
 
 
 _DATA = "data/0"  # the record torch.save writes a lone tensor's storage to

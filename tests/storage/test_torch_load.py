@@ -155,3 +155,26 @@ def test_a_size_past_the_end_of_the_file_gets_no_buffer_of_that_size():
     raw = b"x" * 100
     # an index claiming a terabyte: what the file holds comes back, nothing is allocated for the rest
     assert read_buffer(io.BufferedReader(io.BytesIO(raw)), 1 << 40) == raw
+
+
+def _rss_file_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:"))
+
+
+def test_a_held_file_leaves_the_process_memory_once_hashed_and_each_tensor_once_released(tmp_path):
+    """A verified load holds no more than its state: the hash pass drops each piece of the mapping after
+    hashing it, and a tensor copied into place drops its pages (the bytes stay right when touched again)."""
+    big = torch.arange(8 << 20, dtype=torch.float32)  # 32 MiB
+    path = _saved(tmp_path, {"big": big, "small": torch.ones(10)})
+    before = _rss_file_kib()
+    data, _ = read_hashed(path, (tmp_path / "f.pt").stat().st_size)
+    assert _rss_file_kib() - before < 8 << 10  # hashed, 32 MiB read, under 8 MiB of it left resident
+    loaded = torch_load.load(MemoryFile(data))
+    target = torch.empty_like(big)
+    target.copy_(loaded["big"])  # faults the file's pages in again
+    assert _rss_file_kib() - before > 24 << 10
+    torch_load.release(loaded["big"])
+    assert _rss_file_kib() - before < 8 << 10
+    torch_load.release(target)  # memory of its own: left alone
+    assert torch.equal(loaded["big"], big) and torch.equal(target, big)  # read back from the page cache

@@ -67,6 +67,7 @@ def fill(records: list[Record], tensors: dict[str, dict], where: str) -> None:
         if data.dtype != r.data.dtype:
             raise IntegrityError(where, "content", f"{r.key}: stored {data.dtype}, expected {r.data.dtype}")
         r.data.copy_(data[tuple(index)])
+        torch_load.release(data)  # copied: a held file's pages under it leave this process's memory
 
 
 def objects_of(records: list[Record]) -> dict[str, Any]:
