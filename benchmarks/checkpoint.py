@@ -19,7 +19,8 @@ moments, one training step taken so every moment is non-zero) and, round after r
   only; the rounds' own comparison is printed, not judged (fewer rounds, each beside the other methods).
   The load side's checksum cost is the verification pass alone (every file of a GLOBAL checkpoint hashed,
   split over ranks);
-- a diagnostic: GLOBAL/torch_dist/sync saved with torch.save's own CRC32 turned off.
+- a diagnostic: GLOBAL/torch_dist/sync saved with torch.save's own CRC32 kept on (the reference's writes
+  turn it off: storage/torch_save.py).
 
 A warm-up round (not counted) first runs every path once: allocator, page cache, DCP's first plans, the
 device mesh; an async save's first, cold staging is reported from it. Rounds alternate the order of the
@@ -200,16 +201,17 @@ def _remove(rank: int, path: str) -> None:
 
 
 @contextlib.contextmanager
-def _torch_crc32(on: bool):
-    """torch.save's own CRC32 of every zip record (on by default; torch.load never checks it)."""
-    from torch.utils.serialization import config
+def _torch_crc32_kept():
+    """The reference's writes as they were before they turned torch.save's CRC32 off (storage.torch_save;
+    torch.load never checks it): the write step's switch replaced by one that changes nothing."""
+    from resilience.checkpoint import driver
 
-    before = config.save.compute_crc32
-    config.save.compute_crc32 = on
+    before = driver.without_crc32
+    driver.without_crc32 = contextlib.nullcontext  # type: ignore[assignment]
     try:
         yield
     finally:
-        config.save.compute_crc32 = before
+        driver.without_crc32 = before
 
 
 def _stock_state(records, group=None) -> dict:
@@ -319,7 +321,7 @@ class RankBench:
             self._async_save(name, folder)
             self._load(name, folder)
             return
-        variants = ["save", "save unhashed"] + (["save crc32 off"] if name == GLOBAL_SYNC else [])
+        variants = ["save", "save unhashed"] + (["save crc32 on"] if name == GLOBAL_SYNC else [])
         if self.lean:
             variants = ["save"]
         for variant in variants[::-1] if rep % 2 else variants:
@@ -333,10 +335,10 @@ class RankBench:
                 clock.progress(f"{name:<27} save, hashing off {clock.last(f'{name} save unhashed'):6.3f} s")
                 _remove(self.rank, folder)
             else:
-                with _torch_crc32(False):
-                    clock.run(f"{name} save crc32 off", lambda: backend.save(state, folder))
-                seconds = clock.last(f"{name} save crc32 off")
-                clock.progress(f"{name:<27} save, torch.save's CRC32 off {seconds:6.3f} s")
+                with _torch_crc32_kept():
+                    clock.run(f"{name} save crc32 on", lambda: backend.save(state, folder))
+                seconds = clock.last(f"{name} save crc32 on")
+                clock.progress(f"{name:<27} save, torch.save's CRC32 on {seconds:6.3f} s")
                 _remove(self.rank, folder)
 
     def checksum_run(self, run: int, rep: int) -> None:
@@ -654,15 +656,15 @@ def summarize(raw: dict) -> dict:
             }
         )
     checksum_runs = _checksum_runs(f, raw)
-    crc = f"{GLOBAL_SYNC} save crc32 off"
+    crc = f"{GLOBAL_SYNC} save crc32 on"
     crc32 = {
         "method": GLOBAL_SYNC,
         "save_s": f.wall(f"{GLOBAL_SYNC} save"),
-        "save_crc32_off_s": f.wall(crc),
-        "crc32_off_vs_dcp": f.wall(crc) / dcp_save,
-        "crc32_off_vs_dcp_paired": _paired(f.walls(crc), f.walls("dcp save")),
+        "save_crc32_on_s": f.wall(crc),
+        "crc32_on_vs_dcp": f.wall(crc) / dcp_save,
+        "crc32_on_vs_dcp_paired": _paired(f.walls(crc), f.walls("dcp save")),
         "cpu_s": f.cpu(f"{GLOBAL_SYNC} save"),
-        "cpu_crc32_off_s": f.cpu(crc),
+        "cpu_crc32_on_s": f.cpu(crc),
         "dcp_cpu_s": f.cpu("dcp save"),
         "runs": f.walls(crc),
     }
@@ -971,9 +973,9 @@ def report(fig: dict, loads: list[float]) -> None:
         f"({v['share_of_load']:.0%} of its {v['load_s']:.3f} s load)"
     )
     print(
-        f"  torch.save's own CRC32 (never checked by torch.load) off: {k['method']} saves in "
-        f"{k['save_crc32_off_s']:.3f} s ({k['crc32_off_vs_dcp']:.2f}x stock dcp.save; "
-        f"cpu {k['cpu_crc32_off_s']:.2f} s against {k['cpu_s']:.2f} s with it and {k['dcp_cpu_s']:.2f} s "
+        f"  torch.save's own CRC32 (never checked by torch.load; the reference's writes skip it) kept on: "
+        f"{k['method']} saves in {k['save_crc32_on_s']:.3f} s ({k['crc32_on_vs_dcp']:.2f}x stock dcp.save; "
+        f"cpu {k['cpu_crc32_on_s']:.2f} s against {k['cpu_s']:.2f} s without it and {k['dcp_cpu_s']:.2f} s "
         f"for stock dcp.save)"
     )
     _report_checksum_runs(fig)
@@ -1122,7 +1124,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch_save": "per rank torch.save of every tensor record and object to its own file, no fsync "
         "(timed apart); torch.load(weights_only=True) + copy_ into the state",
         "checksum_off": "storage seam: LocalFileSystem whose write streams skip xxh3 (benchmark-only)",
-        "crc32_off": "torch.utils.serialization.config.save.compute_crc32 = False around one GLOBAL save "
+        "crc32_on": "one GLOBAL save with torch.save's CRC32 computed, as before the reference turned it off "
         "(diagnostic, benchmark-only)",
         "timed": "wall time until the last rank finished, median over interleaved repeats; async blocking: "
         "the slowest rank's save() call plus the staging copies the next training step waited for",
