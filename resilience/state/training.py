@@ -232,9 +232,10 @@ class TrainingState:
         self.grad_scale.mul_(factor)
 
     def _update(self) -> None:
-        """One Adam step over the optimizer rows of every piece at once: each piece's rows are copied into
-        one flat tensor, the arithmetic runs on it, and the results are copied back (element by element
-        the same operations as piece by piece, so bit for bit the same state, for a fraction of the calls)."""
+        """One Adam step over the optimizer rows of every piece, in passes over runs of pieces (_spans): each
+        run's rows copied into one flat tensor, the arithmetic run on it, the results copied back. Element by
+        element the same operations as piece by piece, so bit for bit the same state, for a fraction of the
+        calls; the runs bound the step's temporaries (a few times one run, not the whole state)."""
         self.opt_step += 1
         if not self.pieces:
             return
@@ -245,18 +246,30 @@ class TrainingState:
         keys = [piece.layout.key for piece in self.pieces]
         rows = [self._opt_slice(piece) for piece in self.pieces]
         mains = [self.main[k] if k in self.main else self.params[k][lo:hi] for k, (lo, hi) in zip(keys, rows)]
-        grad = self._grads(keys, rows, scale, 7919 + position % 3)
+        sizes = [m.numel() for m in mains]
+        grad = self._grads(keys, rows, scale, 7919 + position % 3, sizes)
         if self.spec.optimizer != "distributed":
-            self._reduce_grads(grad, sum(m.numel() for m in mains[: self.dense_count]))
-        # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded as copied back)
-        m_new = _flat(self.exp_avg[k].float() for k in keys) * BETA1 + grad * (1.0 - BETA1)
-        v_new = _flat(self.exp_avg_sq[k].float() for k in keys) * BETA2 + (grad * grad) * (1.0 - BETA2)
-        update = (m_new / bc1) / ((v_new / bc2).sqrt() + EPS)
-        main = _flat(mains)
-        if self.spec.value_range == "wide":
-            main_new = main - (update * lr) * main.abs()  # a relative step keeps every magnitude
-        else:
-            main_new = main - update * lr
+            self._reduce_grads(grad, sum(sizes[: self.dense_count]))
+        at = 0
+        for a, b in _spans(sizes):
+            n = sum(sizes[a:b])
+            g = grad[at : at + n]
+            at += n
+            # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded as copied back)
+            m_new = _flat(self.exp_avg[k].float() for k in keys[a:b]) * BETA1 + g * (1.0 - BETA1)
+            v_new = _flat(self.exp_avg_sq[k].float() for k in keys[a:b]) * BETA2 + (g * g) * (1.0 - BETA2)
+            update = (m_new / bc1) / ((v_new / bc2).sqrt() + EPS)
+            main = _flat(mains[a:b])
+            if self.spec.value_range == "wide":
+                main_new = main - (update * lr) * main.abs()  # a relative step keeps every magnitude
+            else:
+                main_new = main - update * lr
+            del update, main
+            self._write_back(keys[a:b], rows[a:b], mains[a:b], m_new, v_new, main_new)
+        if self.spec.optimizer == "distributed":
+            self._gather_rows()
+
+    def _write_back(self, keys, rows, mains, m_new, v_new, main_new) -> None:
         sizes = [m.numel() for m in mains]
         for k, (lo, hi), old, m, v, w in zip(
             keys, rows, mains, m_new.split(sizes), v_new.split(sizes), main_new.split(sizes)
@@ -271,8 +284,6 @@ class TrainingState:
             if k in self.main:
                 param = self.params[k]
                 param[lo:hi].copy_(old.to(param.dtype))
-        if self.spec.optimizer == "distributed":
-            self._gather_rows()
 
     def _reduce_grads(self, grad: torch.Tensor, dense: int) -> None:
         """Replicas computed equal gradients; MAX keeps them bit-exact while running the collective, one per
@@ -282,19 +293,26 @@ class TrainingState:
             if group is not None and part.numel():
                 dist.all_reduce(part, op=dist.ReduceOp.MAX, group=group)
 
-    def _grads(self, keys: list[str], rows: list[tuple[int, int]], scale: float, salt: int) -> torch.Tensor:
+    def _grads(
+        self, keys: list[str], rows: list[tuple[int, int]], scale: float, salt: int, sizes: list[int]
+    ) -> torch.Tensor:
         """This rank's gradient of the optimizer rows of every piece, flat (zero on padding rows), towards
         their values for this batch, bounded (|grad| < scale) so wide values never overflow Adam's second
-        moment."""
-        target = element_values_flat(
-            self.spec.seed + salt, self._indices(self.pieces, True), self.spec.value_range == "wide"
-        )
-        diff = _flat(self.params[k][lo:hi].float() for k, (lo, hi) in zip(keys, rows)) - target
-        grad = diff / (diff.abs() + 1.0) * scale
-        real = self._real_rows()
-        if real is not None:  # padding rows are never looked up: zero gradient
-            grad = torch.where(real, grad, torch.zeros((), dtype=grad.dtype))
-        return grad
+        moment. Made run by run (the values' integer arithmetic needs several times the rows' memory)."""
+        real, spans = self._real_rows(), _spans(sizes)
+        out = torch.empty(sum(sizes), dtype=torch.float32)
+        at = 0
+        for a, b in spans:
+            target = element_values_flat(
+                self.spec.seed + salt, self._indices(self.pieces[a:b], True), self.spec.value_range == "wide"
+            )
+            diff = _flat(self.params[k][lo:hi].float() for k, (lo, hi) in zip(keys[a:b], rows[a:b])) - target
+            grad = diff / (diff.abs() + 1.0) * scale
+            if real is not None:  # padding rows are never looked up: zero gradient
+                grad = torch.where(real[at : at + grad.numel()], grad, torch.zeros((), dtype=grad.dtype))
+            out[at : at + grad.numel()] = grad
+            at += grad.numel()
+        return out
 
     def _real_rows(self) -> torch.Tensor | None:
         """True on every element of the optimizer rows that is not padding, flat as _grads orders them;
@@ -452,6 +470,21 @@ class TrainingState:
             self.consumed_samples = int(objects["data.consumed_samples"])
         if objects.get(RNG_KEY) is not None:
             self.rng.set_state(objects[RNG_KEY])
+
+
+STEP_RUN = 1 << 20  # elements of optimizer rows a pass of the step takes at most (a larger piece: alone)
+
+
+def _spans(sizes: list[int]) -> list[tuple[int, int]]:
+    """Runs [a, b) of consecutive pieces of at most STEP_RUN elements together (a larger piece alone)."""
+    limit, spans, start, total = STEP_RUN, [], 0, 0
+    for i, n in enumerate(sizes):
+        if i > start and total + n > limit:
+            spans.append((start, i))
+            start, total = i, 0
+        total += n
+    spans.append((start, len(sizes)))
+    return spans
 
 
 def _flat(tensors) -> torch.Tensor:
