@@ -320,6 +320,8 @@ class RankBench:
         if backend.combo.is_async:
             self._async_save(name, folder)
             self._load(name, folder)
+            if self.lean:  # one async staging copy alive at a time: a large size fits the machine
+                backend.release_staging()
             return
         variants = ["save", "save unhashed"] + (["save crc32 on"] if name == GLOBAL_SYNC else [])
         if self.lean:

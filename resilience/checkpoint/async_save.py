@@ -80,6 +80,12 @@ class AsyncSave(GlobalSave):
         )
         return True
 
+    def release_staging(self) -> None:
+        """Free the host copies kept for the next async save (a state's size); that save makes them again.
+        A save in flight is finalized first: its writer may still read them."""
+        self.finalize()
+        self._staging_buffers.clear()
+
     @property
     def in_flight(self) -> bool:
         return self._pending is not None

@@ -82,3 +82,25 @@ def test_a_failed_copy_fails_the_snapshot_and_wakes_the_other_thread():
         snap.before_write([tensors[1]])
     with pytest.raises(RuntimeError, match="staging copy failed"):
         snap.copy_all()
+
+
+def test_an_async_backend_releases_its_staging_copies_and_makes_them_again(tmp_path):
+    from resilience.checkpoint.reference import ReferenceBackend
+    from resilience.state import ModelSpec, ParallelGroups, Topology, TrainingState
+    from resilience.vocab import Combination
+
+    state = TrainingState(ModelSpec(), Topology(), 0, groups=ParallelGroups.without_collectives())
+    backend = ReferenceBackend(Combination.parse("GLOBAL/torch_dist/async"))
+    backend.save(state, str(tmp_path))
+    backend.release_staging()  # finalizes the save in flight first
+    assert not backend.in_flight and not backend._staging_buffers
+    state.train(1)
+    backend.save(state, str(tmp_path))
+    assert backend._staging_buffers  # made again for this save
+    backend.finalize()
+    assert (
+        backend.load(
+            TrainingState(ModelSpec(), Topology(), 0, groups=ParallelGroups.without_collectives()), str(tmp_path)
+        ).iteration
+        == 1
+    )
