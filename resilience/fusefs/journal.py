@@ -14,18 +14,27 @@ mkdir, unlink and rmtree. A hard link, a symlink, a truncate to a length other t
 file that was already there before the mount and opened without O_TRUNC have no counterpart there: they
 are done, and logged with modelled: false so a crash state built without them says so (power.py).
 
-Paths are written as the writers saw them: the mount point joined with the path inside the mount."""
+Paths are written as the writers saw them: the mount point joined with the path inside the mount.
+
+The seam's log is written by a thread of its own, in the order the operations ran and with the times
+they ran at: a write request returns once its bytes are on the backing file and copied for the log, and
+the log's copy reaches its own file while the next request runs (the copy to the log's file was a third
+of a logged write's time). At most PENDING records wait; a record the thread failed to write fails the
+next operation and the unmount, so nothing is lost unsaid. The log is whole once the mount is gone."""
 
 from __future__ import annotations
 
 import errno as _errno
 import os
+import queue
 import threading
 import time
 
 from ..faults.fuse_log import FUSE_LOG
 from ..faults.oplog import OpLog, encode_line
 from .words import NO_RANK, Caller
+
+PENDING = 64  # records of the seam's log waiting for its thread, at most (64 MiB of 1 MiB writes)
 
 
 class Journal:
@@ -39,9 +48,14 @@ class Journal:
         self._streams = 0
         self._oplogs: dict[int, OpLog] = {}
         self._fd: int | None = None
+        self._pending: queue.Queue = queue.Queue(PENDING)
+        self._writer: threading.Thread | None = None
+        self._failed: BaseException | None = None
         if self.folder is not None:
             os.makedirs(self.folder, exist_ok=True)
             self._fd = os.open(os.path.join(self.folder, FUSE_LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._writer = threading.Thread(target=self._write_seam, name="fusefs-oplog", daemon=True)
+            self._writer.start()
 
     def where(self, rel: str) -> str:
         """The path a writer used, from the path inside the mount ("/a/b")."""
@@ -91,9 +105,27 @@ class Journal:
                 log = self._oplogs[rank] = OpLog(self.folder, rank)
         if dst is not None:
             fields["dst"] = self.where(dst)
-        log.record(op, self.where(path), data=data, thread=caller.thread, **fields)
+        if self._failed is not None:
+            raise OSError(_errno.EIO, f"the operation log could not be written: {self._failed}")
+        fields["t"] = time.monotonic_ns()  # when the operation ran, not when its record is written
+        if data is not None:
+            data = bytes(data)  # libfuse reuses the request's buffer once the request returns
+        self._pending.put((log, op, self.where(path), data, caller.thread, fields))
+
+    def _write_seam(self) -> None:
+        while (record := self._pending.get()) is not None:
+            log, op, path, data, thread, fields = record
+            try:
+                log.record(op, path, data=data, thread=thread, **fields)
+            except Exception as e:  # said at the next operation and at the unmount
+                self._failed = self._failed or e
 
     def close(self) -> None:
+        """Write what waits, close both logs; raises OSError when a record of the seam's log was lost."""
+        if self._writer is not None:
+            self._pending.put(None)
+            self._writer.join()
+            self._writer = None
         with self._lock:
             for log in self._oplogs.values():
                 log.close()
@@ -101,6 +133,8 @@ class Journal:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+        if self._failed is not None:
+            raise OSError(_errno.EIO, f"the operation log lost a record: {self._failed}")
 
 
 __all__ = ["Journal"]
