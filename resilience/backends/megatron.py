@@ -10,13 +10,15 @@ What it does, as Megatron-LM's training loop does (written here, not imported fr
   gathered over dp to the whole tp piece first (replica_id = dp rank). One ShardedObject per object
   record (RNG: global shape (pp, tp), replica_id = dp rank). The topology goes into the common state
   ("args", common.pt) as Megatron-LM stores its args;
-- save: `dist_checkpointing.save(sd, <root>/iter_%07d)` (default torch_dist strategy); then a barrier
-  and rank 0 writes `latest_checkpointed_iteration.txt` with a plain open('w') (no temp file, rename or
-  fsync), Megatron-LM's commit point. Async: `save(..., async_sharded_save=True)`, the request given
-  to an `AsyncCallsQueue` with the tracker write as a finalize function, finalized with
-  `maybe_finalize_async_calls(blocking=True)`;
-- load: read the tracker, load `iter_%07d` with `dist_checkpointing.load`; the RNG only when the saved
-  args have this tp and pp (Megatron-LM's rule). No fallback: a missing or unreadable tracker means no
+- save: `dist_checkpointing.save(sd, <root>/iter_%07d)` (default torch_dist strategy); then a barrier,
+  rank 0 writes `latest_checkpointed_iteration.txt` with a plain open('w') (no temp file, rename or
+  fsync), Megatron-LM's commit point, and another barrier. Async: `save(..., async_sharded_save=True)`,
+  the request given to an `AsyncCallsQueue` with the tracker write as a finalize function (no barrier
+  after it, as in Megatron-LM), finalized with `maybe_finalize_async_calls(blocking=True)`;
+- load: every rank reads the tracker and takes the largest iteration any rank read (Megatron-LM's
+  read_metadata all-reduces it: a rank that read the file before rank 0 rewrote it loads the newer
+  save too), then loads `iter_%07d` with `dist_checkpointing.load`; the RNG only when the saved args
+  have this tp and pp (Megatron-LM's rule). No fallback: a missing or unreadable tracker means no
   checkpoint (Megatron-LM then starts from scratch).
 - options (OPTIONS, given in the spec: `--backend megatron:fully_parallel_save=true`): the strategies
   Megatron-LM builds from its flags - the torch_dist save strategy's writer threads and cached metadata
@@ -48,7 +50,7 @@ from torch.distributed.checkpoint import CheckpointException
 
 from .. import storage
 from ..checkpoint.formats.base import RankInfo
-from ..dist import barrier, this_rank
+from ..dist import all_gather, barrier, this_rank
 from ..errors import AsyncSaveFailed, CheckpointNotFound, ConfigError, IntegrityError, RankFailure
 from ..state import TrainingState
 from ..state.sharding import ShardedObject, ShardedTensor
@@ -386,6 +388,7 @@ class MegatronBackend:
             except Exception as e:
                 raise RankFailure(_failures(e), f"megatron save into {folder}") from e
         self._commit(root, iteration)
+        barrier()  # Megatron-LM's "wait so everyone is done (not necessary)"
 
     def _commit(self, root: str, iteration: int) -> None:
         """Megatron-LM: barrier, then rank 0 writes the tracker with a plain open('w')."""
@@ -419,6 +422,9 @@ class MegatronBackend:
             self.finalize()
         root = os.path.abspath(root)
         iteration, folder = tracked_folder(root)
+        newest = max(all_gather(iteration))  # Megatron-LM's read_metadata: the max over ranks, with a warning
+        if iteration and newest != iteration:
+            iteration, folder = newest, iter_folder(root, newest)
         records = state.sharded_state_dict()
         with megatron_calls():
             try:

@@ -84,3 +84,33 @@ def test_the_tracker_is_read_as_megatron_lm_reads_it(tmp_path):
         tracker.write_text(text)
         with pytest.raises(IntegrityError, match=why):
             tracked_folder(str(tmp_path))
+
+
+def _load_with_a_stale_tracker_on_rank_1(ctx, root: str) -> dict:
+    """Save iterations 2 and 3; rank 1 then reads the tracker as it was before rank 0 rewrote it."""
+    from resilience.backends import megatron
+    from resilience.state import ModelSpec, Topology, TrainingState, fingerprint
+    from resilience.vocab import Combination
+
+    spec, topo = ModelSpec(num_layers=2, hidden=16, ffn_hidden=32, heads=2, vocab=50), Topology(2, 1, 1)
+    backend = megatron.MegatronBackend(Combination.parse("GLOBAL/torch_dist/sync"))
+    state = TrainingState(spec, topo, ctx.rank)
+    for _ in range(2):
+        state.train(1 if state.iteration else 2)
+        backend.save(state, root)
+    saved = fingerprint(state.sharded_state_dict())
+    if ctx.rank == 1:
+        megatron._tracker_text = lambda root: "2"  # this rank's stale view of the file
+    fresh = TrainingState(spec, topo, ctx.rank)
+    result = backend.load(fresh, root)
+    return {"iteration": result.iteration, "same": fingerprint(fresh.sharded_state_dict()) == saved}
+
+
+@pytest.mark.multiprocess
+def test_every_rank_loads_the_newest_iteration_any_rank_read_as_megatron_lm_does(tmp_path):
+    """Megatron-LM's read_metadata all-reduces the tracker's iteration (max): a rank that read the file
+    before rank 0 rewrote it loads the newer save with the others, not a mix of two saves."""
+    from resilience.launch import run_ranks
+
+    results = run_ranks(_load_with_a_stale_tracker_on_rank_1, 2, args=(str(tmp_path),), timeout=120)
+    assert results == [{"iteration": 3, "same": True}] * 2
