@@ -21,7 +21,8 @@ from .command import RANK_ENV, RUN_ENV
 RESTART_ENV = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun's agent in every worker it starts
 KILL_ROUNDS = 10  # rounds of SIGKILL until nothing of the run is left (a process forked while we killed)
 SCAN_WAIT = 5.0  # seconds for one scan of the process table for the run's token
-STACKS_WAIT = 3.0  # seconds for faulthandler to write the stacks of a job that asked for them
+STACKS_WAIT = 5.0  # seconds, at most, for faulthandler to write the stacks of a job that asked for them
+STACKS_QUIET = 0.5  # seconds without a new line of output after which the dumps are taken as written
 _SIGUSR1_BIT = 1 << (signal.SIGUSR1 - 1)
 
 
@@ -160,10 +161,7 @@ def hang_report(root: int, token: str, output_lines) -> dict:
     for pid in asked:
         _signal(pid, signal.SIGUSR1)
     if asked:
-        deadline = time.monotonic() + STACKS_WAIT
-        while time.monotonic() < deadline and output_lines() == before:
-            time.sleep(0.05)
-        time.sleep(0.2)  # the rest of the dump
+        _wait_for_dumps(output_lines, before)
     return {
         "processes": tree,
         "stacks_from": asked,
@@ -172,6 +170,21 @@ def hang_report(root: int, token: str, output_lines) -> dict:
         if asked
         else "no process of the job catches SIGUSR1 (faulthandler.register): its process tree only",
     }
+
+
+def _wait_for_dumps(output_lines, before: int) -> None:
+    """Until the output has grown and then stayed quiet for STACKS_QUIET (each process's dump is many small
+    writes, several processes dump at once, and a loaded machine schedules them late: a fixed pause after
+    the first line cut the stacks short), or STACKS_WAIT in all."""
+    start = time.monotonic()
+    seen, changed = before, start
+    while time.monotonic() - start < STACKS_WAIT:
+        now = output_lines()
+        if now != seen:
+            seen, changed = now, time.monotonic()
+        elif seen != before and time.monotonic() - changed >= STACKS_QUIET:
+            return
+        time.sleep(0.05)
 
 
 def _env(pid: int, name: str, wait: float = 1.0) -> str | None:
