@@ -250,11 +250,8 @@ class TrainingState:
         grad = self._grads(keys, rows, scale, 7919 + position % 3, sizes)
         if self.spec.optimizer != "distributed":
             self._reduce_grads(grad, sum(sizes[: self.dense_count]))
-        at = 0
-        for a, b in _spans(sizes):
-            n = sum(sizes[a:b])
+        for a, b, at, n in _spans(sizes):
             g = grad[at : at + n]
-            at += n
             # moments computed in fp32 and stored in their own dtype (bf16 moments are rounded as copied back)
             m_new = _flat(self.exp_avg[k].float() for k in keys[a:b]) * BETA1 + g * (1.0 - BETA1)
             v_new = _flat(self.exp_avg_sq[k].float() for k in keys[a:b]) * BETA2 + (g * g) * (1.0 - BETA2)
@@ -299,19 +296,17 @@ class TrainingState:
         """This rank's gradient of the optimizer rows of every piece, flat (zero on padding rows), towards
         their values for this batch, bounded (|grad| < scale) so wide values never overflow Adam's second
         moment. Made run by run (the values' integer arithmetic needs several times the rows' memory)."""
-        real, spans = self._real_rows(), _spans(sizes)
+        real = self._real_rows()
         out = torch.empty(sum(sizes), dtype=torch.float32)
-        at = 0
-        for a, b in spans:
+        for a, b, at, n in _spans(sizes):
             target = element_values_flat(
                 self.spec.seed + salt, self._indices(self.pieces[a:b], True), self.spec.value_range == "wide"
             )
             diff = _flat(self.params[k][lo:hi].float() for k, (lo, hi) in zip(keys[a:b], rows[a:b])) - target
             grad = diff / (diff.abs() + 1.0) * scale
             if real is not None:  # padding rows are never looked up: zero gradient
-                grad = torch.where(real[at : at + grad.numel()], grad, torch.zeros((), dtype=grad.dtype))
-            out[at : at + grad.numel()] = grad
-            at += grad.numel()
+                grad = torch.where(real[at : at + n], grad, torch.zeros((), dtype=grad.dtype))
+            out[at : at + n] = grad
         return out
 
     def _real_rows(self) -> torch.Tensor | None:
@@ -475,15 +470,16 @@ class TrainingState:
 STEP_RUN = 1 << 20  # elements of optimizer rows a pass of the step takes at most (a larger piece: alone)
 
 
-def _spans(sizes: list[int]) -> list[tuple[int, int]]:
-    """Runs [a, b) of consecutive pieces of at most STEP_RUN elements together (a larger piece alone)."""
-    limit, spans, start, total = STEP_RUN, [], 0, 0
+def _spans(sizes: list[int]) -> list[tuple[int, int, int, int]]:
+    """Runs of consecutive pieces of at most STEP_RUN elements together (a larger piece alone), each as
+    (first piece, end piece, its first element in the flat rows, its elements)."""
+    limit, spans, start, total, at = STEP_RUN, [], 0, 0, 0
     for i, n in enumerate(sizes):
         if i > start and total + n > limit:
-            spans.append((start, i))
-            start, total = i, 0
+            spans.append((start, i, at, total))
+            start, at, total = i, at + total, 0
         total += n
-    spans.append((start, len(sizes)))
+    spans.append((start, len(sizes), at, total))
     return spans
 
 

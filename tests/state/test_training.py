@@ -146,5 +146,5 @@ def test_the_step_in_runs_of_pieces_gives_the_state_of_one_pass(spec, monkeypatc
 
     one_pass = trained()
     monkeypatch.setattr(training, "STEP_RUN", 1000)  # smaller than most pieces of these models
-    assert len(training._spans([600, 300, 5000, 10, 10])) == 3
+    assert training._spans([600, 300, 5000, 10, 10]) == [(0, 2, 0, 900), (2, 3, 900, 5000), (3, 5, 5900, 20)]
     assert trained() == one_pass
