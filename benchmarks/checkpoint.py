@@ -101,13 +101,15 @@ def held_bytes(spec: ModelSpec, topo: Topology) -> int:
     return total
 
 
-def spec_for(size_gib: float, topo: Topology) -> ModelSpec:
+def spec_for(size_gib: float, topo: Topology, hidden: int | None = None) -> ModelSpec:
     """A GPT-like spec (hidden 768, ffn 3072, 12 heads, vocab 32000) with the fewest layers (a multiple of
-    pp) whose fp32 Adam state is at least `size_gib`; below that size the width shrinks instead."""
+    pp) whose fp32 Adam state is at least `size_gib`; below that size the width shrinks instead. `hidden`
+    fixes the width (a series of sizes of one model family: only the number of layers differs)."""
     want = size_gib * (1 << 30)
-    hidden = 768
-    while hidden > 64 and held_bytes(_spec(hidden, topo.pp), topo) > 2 * want:
-        hidden //= 2
+    if hidden is None:
+        hidden = 768
+        while hidden > 64 and held_bytes(_spec(hidden, topo.pp), topo) > 2 * want:
+            hidden //= 2
     layers = topo.pp
     while held_bytes(_spec(hidden, layers), topo) < want:
         layers += topo.pp

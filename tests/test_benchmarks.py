@@ -60,6 +60,9 @@ def test_checkpoint_benchmark_size_series(tmp_path, capsys):
     assert checkpoint.main(argv) == 0
     fig = json.loads(out.read_text())
     assert [s["size_gib"] for s in fig["sizes"]] == [0.01, 0.02]
+    # one model family: the same width at every size, the larger one with more layers
+    (small, large) = (s["model"] for s in fig["sizes"])
+    assert small["hidden"] == large["hidden"] and small["layers"] < large["layers"]
     assert len(fig["growth"]) == 12 and all(len(g["costs"]) == 2 for g in fig["growth"].values())
     assert all(set(s["async"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"} for s in fig["sizes"])
     printed = capsys.readouterr().out

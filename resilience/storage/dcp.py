@@ -15,16 +15,24 @@ import errno
 import functools
 import os
 import pickle
+import queue
 import threading
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from torch.distributed._shard._utils import narrow_tensor_by_index
-from torch.distributed.checkpoint.filesystem import FileSystemBase, FileSystemReader, FileSystemWriter
-from torch.distributed.checkpoint.planner import LoadItemType
+from torch.distributed.checkpoint.filesystem import (
+    FileSystemBase,
+    FileSystemReader,
+    FileSystemWriter,
+    SerializationFormat,
+    _StorageInfo,
+)
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from . import base, safe_pickle, seam, torch_load
+from . import base, safe_pickle, seam, torch_load, torch_save
 from .buffered import unmasked
 from .contained import check_inside
 from .held import HeldFiles, MemoryFile, read_buffer
@@ -123,15 +131,46 @@ class SeamFileSystem(FileSystemBase):
         return [os.path.join(folder, name) for name in seam.current().listdir(folder)]
 
 
+TORCH_SAVE = SerializationFormat.TORCH_SAVE
+
+
 class SeamWriter(FileSystemWriter):
     """DCP's stock file writer, writing through the storage seam. Files are fsynced by the seam's
-    streams on close, so DCP's own fsync is off."""
+    streams on close, so DCP's own fsync is off. Tensor items are torch.save archives written by
+    torch_save.TensorArchives: the same bytes, without a torch.save call for every tensor."""
 
     def __init__(self, path, **kwargs) -> None:
         kwargs["sync_files"] = False
         super().__init__(path, **kwargs)
         self.fs = SeamFileSystem()  # type: ignore[assignment]  # DCP's FileSystem, through the seam
         self.path = self.fs.init_path(path)
+
+    def _write_data(self, planner, file_queue: queue.Queue) -> Future:
+        """DCP's _write_data (one writer thread, no stream extensions): every file of the queue, its byte
+        items first and then its tensors, each item's place recorded as DCP records it. Any other setting
+        takes DCP's own."""
+        if self.thread_count != 1 or self.transforms.extensions or self.serialization_format != TORCH_SAVE:
+            return super()._write_data(planner, file_queue)
+        archives = torch_save.TensorArchives()
+        results: list[WriteResult] = []
+        while not file_queue.empty():
+            path, storage_key, items = file_queue.get_nowait()
+            ordered = [wi for wi in items if wi.type == WriteItemType.BYTE_IO]
+            ordered += [wi for wi in items if wi.type != WriteItemType.BYTE_IO]
+            with self.fs.create_stream(path, "wb") as opened:
+                stream = cast(base.WriteStream, opened)
+                for item in ordered:
+                    offset = stream.tell()
+                    data = planner.resolve_data(item)
+                    if item.type == WriteItemType.BYTE_IO:
+                        base.write_all(stream, data.getbuffer())
+                    else:
+                        archives.save(_compact(data), stream)
+                    length = stream.tell() - offset
+                    results.append(WriteResult(item.index, length, _StorageInfo(storage_key, offset, length)))
+        done: Future = Future()
+        done.set_result(results)
+        return done
 
 
 class SeamReader(FileSystemReader):
@@ -203,6 +242,15 @@ class SeamReader(FileSystemReader):
         # zip reader and unpickler for every item
         file.seek(sinfo.offset)
         return MemoryFile(read_buffer(file, sinfo.length))
+
+
+def _compact(tensor):
+    """A tensor item as DCP writes it: on the CPU, and cloned when it views part of a larger storage
+    (torch.save writes a tensor's whole storage)."""
+    tensor = tensor.detach().cpu()
+    if tensor.untyped_storage().nbytes() != tensor.numel() * tensor.element_size():
+        tensor = tensor.clone()
+    return tensor
 
 
 def read_metadata_safely(reader: FileSystemReader, rank=None):

@@ -8,7 +8,7 @@ import zipfile
 import torch
 from torch.utils.serialization import config
 
-from resilience.storage.torch_save import without_crc32
+from resilience.storage.torch_save import TensorArchives, without_crc32
 
 
 def _crcs(obj) -> list[int]:
@@ -60,3 +60,57 @@ def test_a_reference_save_writes_no_crc_and_loads_back(tmp_path):
     fresh = TrainingState(ModelSpec(), Topology(), 0, groups=ParallelGroups.without_collectives())
     assert backend.load(fresh, str(tmp_path)).iteration == 1
     assert fingerprint(fresh.sharded_state_dict()) == fingerprint(state.sharded_state_dict())
+
+
+def _torch_save(t) -> bytes:
+    b = io.BytesIO()
+    torch.save(t, b)
+    return b.getvalue()
+
+
+def _archives_save(archives: TensorArchives, t) -> bytes:
+    b = io.BytesIO()
+    archives.save(t, b)
+    return b.getvalue()
+
+
+_SHAPES = [
+    (torch.float32, (3,)),  # its bytes too small to be left out of the template: found in the archive
+    (torch.float32, (300, 100)),
+    (torch.bfloat16, (257, 300)),
+    (torch.int64, (7,)),
+    (torch.bool, (5,)),
+    (torch.complex64, (4, 4)),
+]
+
+
+def test_tensor_archives_are_torch_saves_bytes_for_every_tensor_of_a_shape():
+    archives = TensorArchives()
+    gen = torch.Generator().manual_seed(0)
+    with without_crc32():
+        for dtype, shape in _SHAPES:
+            for _ in range(3):  # the first takes the shape's template; the others are written around it
+                t = (torch.rand(shape, generator=gen) * 10).to(dtype)
+                written = _archives_save(archives, t)
+                assert written == _torch_save(t), (dtype, shape)
+                assert torch.equal(torch.load(io.BytesIO(written), weights_only=True), t)
+    assert all(archives._templates.values())  # every one of them was written from its template
+
+
+def test_tensors_a_template_cannot_stand_for_are_torch_saves_own():
+    base = torch.arange(60.0).reshape(6, 10)
+    others = [
+        base[1:3],  # a view into a larger storage
+        base.t(),  # not contiguous
+        torch.nn.Parameter(base.clone()),  # a subclass
+        torch.ones(3, requires_grad=True),
+        torch.zeros(0),
+    ]
+    archives = TensorArchives()
+    with without_crc32():
+        for t in others:
+            assert _archives_save(archives, t) == _torch_save(t)
+    assert not archives._templates
+    t = torch.arange(100000.0)
+    assert _archives_save(archives, t) == _torch_save(t)  # CRC on (torch's default): torch.save, CRCs and all
+    assert not archives._templates and any(_crcs(t))
