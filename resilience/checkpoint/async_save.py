@@ -15,7 +15,7 @@ from ..dist import all_agree, world_size
 from ..state import TrainingState
 from ..vocab import phases
 from .global_save import GlobalSave
-from .staging import StagedCopy
+from .staging import StagedCopy, return_freed_memory
 
 
 class PendingSave:
@@ -81,10 +81,12 @@ class AsyncSave(GlobalSave):
         return True
 
     def release_staging(self) -> None:
-        """Free the host copies kept for the next async save (a state's size); that save makes them again.
-        A save in flight is finalized first: its writer may still read them."""
+        """Free the host copies kept for the next async save (a state's size), and give their memory back
+        to the kernel; that save makes them again. A save in flight is finalized first: its writer may
+        still read them."""
         self.finalize()
         self._staging_buffers.clear()
+        return_freed_memory()
 
     @property
     def in_flight(self) -> bool:
