@@ -137,7 +137,7 @@ TORCH_SAVE = SerializationFormat.TORCH_SAVE
 class SeamWriter(FileSystemWriter):
     """DCP's stock file writer, writing through the storage seam. Files are fsynced by the seam's
     streams on close, so DCP's own fsync is off. Tensor items are torch.save archives written by
-    torch_save.TensorArchives: the same bytes, without a torch.save call for every tensor."""
+    torch_save.save_tensor: the same bytes, without a torch.save call for every tensor."""
 
     def __init__(self, path, **kwargs) -> None:
         kwargs["sync_files"] = False
@@ -151,7 +151,6 @@ class SeamWriter(FileSystemWriter):
         takes DCP's own."""
         if self.thread_count != 1 or self.transforms.extensions or self.serialization_format != TORCH_SAVE:
             return super()._write_data(planner, file_queue)
-        archives = torch_save.TensorArchives()
         results: list[WriteResult] = []
         while not file_queue.empty():
             path, storage_key, items = file_queue.get_nowait()
@@ -165,7 +164,7 @@ class SeamWriter(FileSystemWriter):
                     if item.type == WriteItemType.BYTE_IO:
                         base.write_all(stream, data.getbuffer())
                     else:
-                        archives.save(_compact(data), stream)
+                        torch_save.save_tensor(_compact(data), stream)
                     length = stream.tell() - offset
                     results.append(WriteResult(item.index, length, _StorageInfo(storage_key, offset, length)))
         done: Future = Future()

@@ -7,7 +7,10 @@ second pass over every byte that nothing reads, some 40% of a save's CPU (0.54 o
 torch.load, dcp.load and megatron-core alike; only zip tools that test archives (`unzip -t`) complain.
 
 torch's switch (torch.utils.serialization.config) holds per thread: it is off in the thread that writes,
-for as long as it writes, and nothing else in the process sees it."""
+for as long as it writes, and nothing else in the process sees it.
+
+Without the CRC, torch.save's archive of a tensor is its shape's bytes around its own: `save_tensor`
+writes a DCP format's thousands of tensor items from one template per shape."""
 
 from __future__ import annotations
 
@@ -37,8 +40,8 @@ def without_crc32() -> Iterator[None]:
 HOLE_MIN = 64 << 10  # a write this large while a template is taken is the tensor's bytes: never copied
 
 
-class TensorArchives:
-    """torch.save(t, stream) for plain CPU tensors, byte for byte, in three writes: the archive's bytes
+def save_tensor(t: torch.Tensor, stream) -> None:
+    """torch.save(t, stream), byte for byte; for a plain CPU tensor, in three writes: the archive's bytes
     before the tensor's, the tensor's own, and the rest.
 
     Without the CRC32 (without_crc32), an archive of one plain tensor is a function of its dtype and shape
@@ -48,27 +51,26 @@ class TensorArchives:
     taken once, from torch.save itself (its tensor bytes left out), and written around every later tensor
     of that shape (storage.torch_load does the same on the read side). Anything else, and every tensor
     while the CRC is on, is torch.save's."""
+    from torch.utils.serialization import config
 
-    def __init__(self) -> None:
-        self._templates: dict[tuple, tuple[bytes, bytes] | None] = {}
+    key = _template_key(t)
+    if key is None or config.save.compute_crc32:
+        torch.save(t, stream)
+        return
+    if key not in _TEMPLATES and len(_TEMPLATES) < _MAX_TEMPLATES:
+        _TEMPLATES[key] = _template(t)
+    template = _TEMPLATES.get(key)
+    if template is None:
+        torch.save(t, stream)
+        return
+    head, tail = template
+    write_all(stream, head)
+    write_all(stream, _bytes_of(t))
+    write_all(stream, tail)
 
-    def save(self, t: torch.Tensor, stream) -> None:
-        from torch.utils.serialization import config
 
-        key = _template_key(t)
-        if key is None or config.save.compute_crc32:
-            torch.save(t, stream)
-            return
-        if key not in self._templates:
-            self._templates[key] = _template(t)
-        template = self._templates[key]
-        if template is None:
-            torch.save(t, stream)
-            return
-        head, tail = template
-        write_all(stream, head)
-        write_all(stream, _bytes_of(t))
-        write_all(stream, tail)
+_TEMPLATES: dict[tuple, tuple[bytes, bytes] | None] = {}  # _template_key -> (head, tail), None: torch.save's
+_MAX_TEMPLATES = 4096  # shapes remembered (a model has a few dozen)
 
 
 def _template_key(t: torch.Tensor) -> tuple | None:

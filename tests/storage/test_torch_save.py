@@ -8,7 +8,8 @@ import zipfile
 import torch
 from torch.utils.serialization import config
 
-from resilience.storage.torch_save import TensorArchives, without_crc32
+from resilience.storage import torch_save
+from resilience.storage.torch_save import save_tensor, without_crc32
 
 
 def _crcs(obj) -> list[int]:
@@ -68,9 +69,9 @@ def _torch_save(t) -> bytes:
     return b.getvalue()
 
 
-def _archives_save(archives: TensorArchives, t) -> bytes:
+def _save_tensor(t) -> bytes:
     b = io.BytesIO()
-    archives.save(t, b)
+    save_tensor(t, b)
     return b.getvalue()
 
 
@@ -85,16 +86,16 @@ _SHAPES = [
 
 
 def test_tensor_archives_are_torch_saves_bytes_for_every_tensor_of_a_shape():
-    archives = TensorArchives()
+    torch_save._TEMPLATES.clear()
     gen = torch.Generator().manual_seed(0)
     with without_crc32():
         for dtype, shape in _SHAPES:
             for _ in range(3):  # the first takes the shape's template; the others are written around it
                 t = (torch.rand(shape, generator=gen) * 10).to(dtype)
-                written = _archives_save(archives, t)
+                written = _save_tensor(t)
                 assert written == _torch_save(t), (dtype, shape)
                 assert torch.equal(torch.load(io.BytesIO(written), weights_only=True), t)
-    assert all(archives._templates.values())  # every one of them was written from its template
+    assert len(torch_save._TEMPLATES) == len(_SHAPES) and all(torch_save._TEMPLATES.values())  # all from templates
 
 
 def test_tensors_a_template_cannot_stand_for_are_torch_saves_own():
@@ -106,11 +107,11 @@ def test_tensors_a_template_cannot_stand_for_are_torch_saves_own():
         torch.ones(3, requires_grad=True),
         torch.zeros(0),
     ]
-    archives = TensorArchives()
+    torch_save._TEMPLATES.clear()
     with without_crc32():
         for t in others:
-            assert _archives_save(archives, t) == _torch_save(t)
-    assert not archives._templates
+            assert _save_tensor(t) == _torch_save(t)
+    assert not torch_save._TEMPLATES
     t = torch.arange(100000.0)
-    assert _archives_save(archives, t) == _torch_save(t)  # CRC on (torch's default): torch.save, CRCs and all
-    assert not archives._templates and any(_crcs(t))
+    assert _save_tensor(t) == _torch_save(t)  # CRC on (torch's default): torch.save, CRCs and all
+    assert not torch_save._TEMPLATES and any(_crcs(t))
