@@ -1102,7 +1102,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.sizes:
         from . import series
 
-        fig = series.main(args)
+        try:
+            fig = series.main(args)
+        except ConfigError as e:
+            print(f"python -m benchmarks checkpoint: {e}", file=sys.stderr)
+            return 2
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(fig, fh, indent=2)

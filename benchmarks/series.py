@@ -1,9 +1,11 @@
 """`python -m benchmarks checkpoint --sizes 0.25 1 4`: how the cost grows with the state.
 
-One job per size (fresh rank processes, the state built for that size), each measuring what the size
-targets need and nothing else: the raw baseline (benchmarks.raw_io), every combination's save and cold
-load (async: save() blocking, a step, finalize()), and each rank's peak memory (benchmarks.memory). The
-stock DCP, torch.save and checksum comparisons stay in the run at one size.
+One job for every size: each rank builds every size's state, measures each one's peak memory
+(benchmarks.memory), then runs rounds; a round measures every size in turn (the order alternating), what
+the size targets need and nothing else: the raw baseline (benchmarks.raw_io), every combination's save and
+cold load (async: save() blocking, a step, finalize(), and the whole save). Rounds put the shared
+machine's drift on every size alike, as the raw baseline measured beside each size shows. The stock
+DCP, torch.save and checksum comparisons stay in the run at one size.
 
 Every size is a state of one model family: the width of the smallest size, with layers added, so the
 sizes differ in the number of tensors and not in their shapes. An async save's cost is the whole save:
@@ -19,7 +21,10 @@ import shutil
 import tempfile
 import time
 
-from resilience.errors import RankFailure
+import psutil
+import torch.distributed as dist
+
+from resilience.errors import ConfigError
 from resilience.launch import run_ranks
 from resilience.vocab import valid_combinations
 
@@ -28,25 +33,103 @@ from . import checkpoint as ck, memory
 TARGET_GROWTH = 1.2  # the largest cost per GiB over the smallest, across sizes, at most
 
 
-def run_size(args, size: float) -> dict:
+def series_rank(ctx, specs: list, topo, root: str, repeats: int, warmup: int) -> list[dict] | None:
+    """Every size's state on this rank at once, measured in rounds: each round runs every size in turn
+    (the order alternating), so a change in the shared machine's load lands on every size alike rather
+    than on whichever size ran then. Each size's measurements are those of a lean RankBench."""
+    benches = [ck.RankBench(ctx, spec, topo, os.path.join(root, f"size{i}"), lean=True) for i, spec in enumerate(specs)]
+    sizes, peaks = [], []
+    for bench in benches:
+        gathered: list = [None] * ctx.world
+        dist.all_gather_object(gathered, bench.sizes())
+        sizes.append(gathered)
+        mine = memory.measure(bench, lambda name, b=bench: b._folder(-99, f"memory-{name}"), ck._remove)
+        for backend in bench.backends.values():
+            if backend.combo.is_async:  # one staging copy alive at a time, whichever size measures
+                backend.release_staging()
+        gathered = [None] * ctx.world
+        dist.all_gather_object(gathered, mine)
+        peaks.append(gathered)
+    warm: list[dict] = [{} for _ in benches]
+    loads = []
+    for rep in range(-warmup, repeats):
+        loads.append(os.getloadavg()[0])
+        benches[0].clock.progress(
+            f"round {rep + warmup + 1}/{warmup + repeats}{', warm-up, not counted' if rep < 0 else ''} "
+            f"(load average {loads[-1]:.1f})"
+        )
+        order = list(enumerate(benches))
+        for i, bench in order[::-1] if rep % 2 else order:
+            if rep == 0 and warmup:
+                warm[i], bench.clock.runs = bench.clock.runs, {}
+            bench.clock.progress(f"size {i + 1}/{len(benches)}: {specs[i].num_layers} layers")
+            bench.round(rep)
+    if ctx.rank != 0:
+        return None
+    return [
+        {
+            "runs": bench.clock.runs,
+            "warmup": warm[i],
+            "load_average_1min": loads[warmup:],
+            "held_bytes": sum(s[0] for s in sizes[i]),
+            "written_bytes": sum(s[1] for s in sizes[i]),
+            "per_rank_bytes": [s[0] for s in sizes[i]],
+            "per_rank_written_bytes": [s[1] for s in sizes[i]],
+            "memory": peaks[i],
+        }
+        for i, bench in enumerate(benches)
+    ]
+
+
+RANK_BASE = 600 << 20  # a rank process before its state: torch, the launcher, the backends
+MEMORY_SHARE = 0.8  # of the memory available when the run starts
+
+
+def check_memory(held: list[int], world: int) -> None:
+    """ConfigError when every size's state, the largest one's async staging copy and step temporaries,
+    and the rank processes would not fit the memory available now: one job holds every size at once."""
+    need = sum(held) + 2 * max(held) + world * RANK_BASE
+    have = psutil.virtual_memory().available
+    if need > MEMORY_SHARE * have:
+        raise ConfigError(
+            "--sizes",
+            f"states of {', '.join(f'{b / (1 << 30):.2f}' for b in held)} GiB: the series holds every size at "
+            f"once and needs about {need / (1 << 30):.1f} GiB, more than {MEMORY_SHARE:.0%} of the "
+            f"{have / (1 << 30):.1f} GiB available",
+            "leave out the largest size, or measure it alone with --size-gib",
+        )
+
+
+def run_sizes(args) -> list[dict]:
     # one model family for every size: the smallest size's width, layers added (the series measures the
     # size, not a change of tensor shapes; spec_for alone narrows the model below 0.7 GiB)
-    spec = ck.spec_for(size, args.topology, hidden=ck.spec_for(min(args.sizes), args.topology).hidden)
+    hidden = ck.spec_for(min(args.sizes), args.topology).hidden
+    specs = []
+    for size in args.sizes:
+        try:
+            specs.append(ck.spec_for(size, args.topology, hidden=hidden))
+            specs[-1].check_topology(args.topology)
+        except ConfigError as e:
+            raise ConfigError("--sizes", f"{size:g} GiB at hidden {hidden}: {e}", "choose smaller sizes") from None
+    check_memory([ck.held_bytes(spec, args.topology) for spec in specs], args.topology.world)
     tmp = tempfile.mkdtemp(prefix="bench-checkpoint-series-", dir=args.dir)
     started = time.monotonic()
     try:
-        raw = run_ranks(
-            ck.bench_rank,
+        raws = run_ranks(
+            series_rank,
             args.topology.world,
-            args=(spec, args.topology, tmp, args.repeats, args.warmup, 0),
-            kwargs={"lean": True},
+            args=(specs, args.topology, tmp, args.repeats, args.warmup),
             timeout=args.timeout,
             init_timeout=120.0,
         )[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    model = {"layers": spec.num_layers, "hidden": spec.hidden, "vocab": spec.vocab}
-    return {"size_gib": size, "model": model, "seconds": time.monotonic() - started, "raw": raw, **summarize_size(raw)}
+    seconds = time.monotonic() - started
+    out = []
+    for size, spec, raw in zip(args.sizes, specs, raws):
+        model = {"layers": spec.num_layers, "hidden": spec.hidden, "vocab": spec.vocab}
+        out.append({"size_gib": size, "model": model, "seconds": seconds, "raw": raw, **summarize_size(raw)})
+    return out
 
 
 def summarize_size(raw: dict) -> dict:
@@ -95,10 +178,8 @@ def report(sizes: list[dict], grown: dict) -> None:
     print()
     for s in sizes:
         m = s["model"]
-        print(
-            f"---- {s['size_gib']:g} GiB ({s['written_gib']:.3f} GiB written; {m['layers']} layers, hidden "
-            f"{m['hidden']}; {s['seconds']:.0f} s) ----"
-        )
+        written = f"{s['written_gib']:.3f} GiB written"
+        print(f"---- {s['size_gib']:g} GiB ({written}; {m['layers']} layers, hidden {m['hidden']}) ----")
         ck.report_raw(s["raw_fig"])
         for name, a in s["async"].items():
             print(f"async {name} save() blocks {a['value']:.1%} of the sync save (run by run {a['paired']:.1%})")
@@ -139,22 +220,16 @@ def report_targets(sizes: list[dict], grown: dict) -> None:
 
 
 def main(args) -> dict:
-    sizes, failed = [], {}
-    for size in args.sizes:
-        print(f"size {size:g} GiB: {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.1f}", flush=True)
-        try:
-            sizes.append(run_size(args, size))
-        except RankFailure as e:  # a size too large for the machine (out of memory): the others still count
-            failed[f"{size:g}"] = str(e)
-            print(f"size {size:g} GiB failed, left out: {e}", flush=True)
-    if not sizes:
-        raise RankFailure(failed, "every size failed")
+    print(
+        f"sizes {', '.join(f'{x:g}' for x in args.sizes)} GiB in one job, in rounds: {os.cpu_count()} cpus, "
+        f"load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    sizes = run_sizes(args)
     grown = growth(sizes)
     print()
     report(sizes, grown)
     report_targets(sizes, grown)
     for s in sizes:
         s.pop("raw")
-    for size, why in failed.items():
-        print(f"size {size} GiB: NOT measured ({why.splitlines()[0]})")
-    return {"benchmark": "checkpoint-series", "version": 1, "sizes": sizes, "growth": grown, "failed": failed}
+    return {"benchmark": "checkpoint-series", "version": 2, "sizes": sizes, "growth": grown}

@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks import checkpoint, launcher, scenario
 from benchmarks.__main__ import main as bench_main
+from resilience.errors import ConfigError
 
 pytestmark = pytest.mark.multiprocess
 
@@ -68,6 +69,16 @@ def test_checkpoint_benchmark_size_series(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "target cost per GiB within 1.2x across 0.01, 0.02 GiB" in printed
     assert printed.count("target async save() blocks <= 3%") == 2
+
+
+def test_a_size_series_too_large_for_the_machine_is_refused_before_any_rank_starts(capsys):
+    from benchmarks import series
+
+    series.check_memory([1 << 20, 2 << 20], 4)  # a few MiB: fits
+    with pytest.raises(ConfigError, match=r"--sizes: states of .* \(leave out the largest size"):
+        series.check_memory([1 << 30, 1 << 50], 4)
+    assert checkpoint.main(["--sizes", "0.01", "100"]) == 2  # more layers than a model may have
+    assert "--sizes: 100 GiB at hidden" in capsys.readouterr().err
 
 
 def test_checkpoint_benchmark_measures_only_the_named_loads(tmp_path):
