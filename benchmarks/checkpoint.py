@@ -1073,9 +1073,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=positive_float,
         nargs="+",
         metavar="GIB",
-        help="the cost-growth series instead (benchmarks/series.py): one job per size, each measuring the raw "
-        "baseline, every combination's save and cold load, async blocking and peak memory; the cost per GiB "
-        "compared across sizes (e.g. --sizes 0.25 1 4; --sizes 0.5 1 2 for the async target)",
+        help="the cost-growth series instead (benchmarks/series.py): every size in one job, in rounds, each "
+        "measuring the raw baseline, every combination's save and cold load, async blocking and peak memory; "
+        "the cost per GiB compared across sizes (e.g. --sizes 0.25 1 4; --sizes 0.5 1 2 for the async target)",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     return parser.parse_args(argv)
