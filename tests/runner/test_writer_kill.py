@@ -69,8 +69,11 @@ def test_the_reference_writer_is_a_thread_so_the_case_is_not_applicable(tmp_path
 @pytest.mark.multiprocess
 def test_a_writer_that_dies_unseen_is_a_hang_and_done_right_it_passes(tmp_path):
     """broken:writer_death_hangs keeps the dead writer's pipe end open: every rank waits in finalize until
-    the job's timeout (shortened here). The same process writer done right passes every checker."""
-    s = replace(load_file(SCENARIO), timeout=45.0)
+    the job's timeout (shortened here). The same process writer done right passes every checker. The model
+    is wide enough that a data file takes the writer tens of milliseconds: a writer killed after its last
+    answer hangs nothing (the file was done), and the tiny default model's files are done in a few."""
+    s = load_file(SCENARIO)
+    s = replace(s, timeout=45.0, model=replace(s.model, hidden=256, ffn_hidden=1024, vocab=1000))
     combo = Combination.parse("GLOBAL/torch_dist/async")
     hung = run_case(s, combo, str(tmp_path / "hung"), backend="broken:writer_death_hangs")
     v = _verdicts(hung)
