@@ -28,6 +28,7 @@ import torch
 from torch import serialization
 
 from .held import MemoryFile, release_span
+from .torch_save import is_plain
 
 _LOAD_STEP = getattr(serialization, "_load", None)
 
@@ -111,19 +112,7 @@ def _recipe_key(archive) -> bytes | None:
 
 def _learn(known: bytes, archive, whole, result: Any) -> None:
     """Remember what `known` built when it is one plain CPU tensor over exactly this archive's data/0."""
-    if (
-        type(result) is not torch.Tensor
-        or result.layout != torch.strided
-        or result.device.type != "cpu"
-        or result.requires_grad
-        or result.is_quantized
-        or result.is_conj()
-        or result.is_neg()
-        or result.__dict__
-        or result._backward_hooks
-        or not archive.has_record(_DATA)
-        or len(_RECIPES) >= _MAX_RECIPES
-    ):
+    if not is_plain(result) or not archive.has_record(_DATA) or len(_RECIPES) >= _MAX_RECIPES:
         return
     storage = result.untyped_storage()
     if storage.data_ptr() != whole.data_ptr() + archive.get_record_offset(_DATA):

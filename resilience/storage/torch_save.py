@@ -73,19 +73,27 @@ _TEMPLATES: dict[tuple, tuple[bytes, bytes] | None] = {}  # _template_key -> (he
 _MAX_TEMPLATES = 4096  # shapes remembered (a model has a few dozen)
 
 
+def is_plain(t) -> bool:
+    """A plain CPU tensor: what torch.save pickles as its dtype, shape, strides and storage alone (no
+    subclass, autograd, quantization, conjugate or negative bit, attributes or hooks)."""
+    return (
+        type(t) is torch.Tensor
+        and t.layout == torch.strided
+        and t.device.type == "cpu"
+        and not t.requires_grad
+        and not t.is_quantized
+        and not t.is_conj()
+        and not t.is_neg()
+        and not t.__dict__
+        and not t._backward_hooks
+    )
+
+
 def _template_key(t: torch.Tensor) -> tuple | None:
     """What torch.save's bytes around a tensor depend on, for a tensor whose archive is its dtype, its
     shape and its bytes alone; None for any other (a subclass, a view into a larger storage, autograd...)."""
     if (
-        type(t) is not torch.Tensor
-        or t.layout != torch.strided
-        or t.device.type != "cpu"
-        or t.requires_grad
-        or t.is_quantized
-        or t.is_conj()
-        or t.is_neg()
-        or t.__dict__
-        or t._backward_hooks
+        not is_plain(t)
         or not t.is_contiguous()
         or t.storage_offset() != 0
         or t.numel() == 0
