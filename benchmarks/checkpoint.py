@@ -517,11 +517,18 @@ def bench_rank(
         "load_average_1min": loads,
         "checksum_runs": checksum_runs,
         "checksum_load_average_1min": checksum_loads,
+        **state_bytes(sizes),
+        "memory": peaks if peaks[0] is not None else None,
+    }
+
+
+def state_bytes(sizes: list[tuple[int, int]]) -> dict:
+    """The figures of every rank's RankBench.sizes() (held bytes, replica-0 bytes written), gathered."""
+    return {
         "held_bytes": sum(s[0] for s in sizes),
         "written_bytes": sum(s[1] for s in sizes),
         "per_rank_bytes": [s[0] for s in sizes],
         "per_rank_written_bytes": [s[1] for s in sizes],
-        "memory": peaks if peaks[0] is not None else None,
     }
 
 

@@ -71,10 +71,7 @@ def series_rank(ctx, specs: list, topo, root: str, repeats: int, warmup: int) ->
             "runs": bench.clock.runs,
             "warmup": warm[i],
             "load_average_1min": loads[warmup:],
-            "held_bytes": sum(s[0] for s in sizes[i]),
-            "written_bytes": sum(s[1] for s in sizes[i]),
-            "per_rank_bytes": [s[0] for s in sizes[i]],
-            "per_rank_written_bytes": [s[1] for s in sizes[i]],
+            **ck.state_bytes(sizes[i]),
             "memory": peaks[i],
         }
         for i, bench in enumerate(benches)
@@ -100,7 +97,8 @@ def check_memory(held: list[int], world: int) -> None:
         )
 
 
-def run_sizes(args) -> list[dict]:
+def run_sizes(args) -> tuple[list[dict], float]:
+    """Each size's figures, and the seconds the one job took."""
     # one model family for every size: the smallest size's width, layers added (the series measures the
     # size, not a change of tensor shapes; spec_for alone narrows the model below 0.7 GiB)
     hidden = ck.spec_for(min(args.sizes), args.topology).hidden
@@ -124,12 +122,11 @@ def run_sizes(args) -> list[dict]:
         )[0]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    seconds = time.monotonic() - started
     out = []
     for size, spec, raw in zip(args.sizes, specs, raws):
         model = {"layers": spec.num_layers, "hidden": spec.hidden, "vocab": spec.vocab}
-        out.append({"size_gib": size, "model": model, "seconds": seconds, "raw": raw, **summarize_size(raw)})
-    return out
+        out.append({"size_gib": size, "model": model, "raw": raw, **summarize_size(raw)})
+    return out, time.monotonic() - started
 
 
 def summarize_size(raw: dict) -> dict:
@@ -225,11 +222,12 @@ def main(args) -> dict:
         f"load average {os.getloadavg()[0]:.1f}",
         flush=True,
     )
-    sizes = run_sizes(args)
+    sizes, seconds = run_sizes(args)
+    print(f"one job for every size: {seconds:.0f} s")
     grown = growth(sizes)
     print()
     report(sizes, grown)
     report_targets(sizes, grown)
     for s in sizes:
         s.pop("raw")
-    return {"benchmark": "checkpoint-series", "version": 2, "sizes": sizes, "growth": grown}
+    return {"benchmark": "checkpoint-series", "version": 2, "seconds": seconds, "sizes": sizes, "growth": grown}

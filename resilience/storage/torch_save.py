@@ -159,9 +159,6 @@ class _Capture(io.RawIOBase):
             self.tail += view
         return view.nbytes
 
-    def tell(self) -> int:
-        return len(self.head) + (self.hole[1] if self.hole else 0) + len(self.tail)
-
     def reader(self) -> _Holey:
         return _Holey(bytes(self.head), self.hole[1] if self.hole else 0, bytes(self.tail))
 
