@@ -4,7 +4,9 @@ One job for every size: each rank builds every size's state, measures each one's
 (benchmarks.memory), then runs rounds; a round measures every size in turn (the order alternating), what
 the size targets need and nothing else: the raw baseline (benchmarks.raw_io), every combination's save and
 cold load (async: save() blocking, a step, finalize(), and the whole save). Rounds put the shared
-machine's drift on every size alike, as the raw baseline measured beside each size shows. The stock
+machine's drift on every size alike, as the raw baseline measured beside each size shows. A smaller size
+runs in more of the rounds (--repeats is the largest size's count): its saves are short, and a median of a
+few of them moves with every hiccup of the machine. The stock
 DCP, torch.save and checksum comparisons stay in the run at one size.
 
 Every size is a state of one model family: the width of the smallest size, with layers added, so the
@@ -16,6 +18,7 @@ at every size the async save() blocking <= 3% of the sync save, the raw fraction
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -52,23 +55,27 @@ def series_rank(ctx, specs: list, topo, root: str, repeats: int, warmup: int) ->
         peaks.append(gathered)
     warm: list[dict] = [{} for _ in benches]
     loads = []
-    for rep in range(-warmup, repeats):
+    counts = rounds_per_size([ck.state_bytes(g)["written_bytes"] for g in sizes], repeats)
+    total, done = max(counts), [0] * len(benches)
+    for rep in range(-warmup, total):
         loads.append(os.getloadavg()[0])
         benches[0].clock.progress(
-            f"round {rep + warmup + 1}/{warmup + repeats}{', warm-up, not counted' if rep < 0 else ''} "
+            f"round {rep + warmup + 1}/{warmup + total}{', warm-up, not counted' if rep < 0 else ''} "
             f"(load average {loads[-1]:.1f})"
         )
-        order = list(enumerate(benches))
+        order = [(i, b) for i, b in enumerate(benches) if rep < 0 or in_round(rep, counts[i], total)]
         for i, bench in order[::-1] if rep % 2 else order:
-            if rep == 0 and warmup:
+            if rep >= 0 and done[i] == 0 and warmup:
                 warm[i], bench.clock.runs = bench.clock.runs, {}
             bench.clock.progress(f"size {i + 1}/{len(benches)}: {specs[i].num_layers} layers")
-            bench.round(rep)
+            bench.round(rep if rep < 0 else done[i])  # a size's own count: its blocks' order alternates
+            done[i] += rep >= 0
     if ctx.rank != 0:
         return None
     return [
         {
             "runs": bench.clock.runs,
+            "rounds": counts[i],
             "warmup": warm[i],
             "load_average_1min": loads[warmup:],
             **ck.state_bytes(sizes[i]),
@@ -76,6 +83,23 @@ def series_rank(ctx, specs: list, topo, root: str, repeats: int, warmup: int) ->
         }
         for i, bench in enumerate(benches)
     ]
+
+
+MORE_ROUNDS = 4  # a smaller size's rounds, at most this many times the largest size's
+
+
+def rounds_per_size(written: list[int], repeats: int) -> list[int]:
+    """Counted rounds per size: `repeats` for the largest, more for a smaller one (sqrt of the ratio, at
+    most MORE_ROUNDS times): a small size's save takes a fraction of a second, and its median over a few
+    rounds moves with every hiccup of the shared machine; its extra rounds cost little."""
+    largest = max(written)
+    return [repeats * min(MORE_ROUNDS, max(1, round(math.sqrt(largest / w)))) for w in written]
+
+
+def in_round(rep: int, count: int, total: int) -> bool:
+    """Whether a size measured `count` of `total` rounds runs in round `rep`: its rounds spread evenly
+    over the run, so each size meets the machine's drift over the whole of it."""
+    return (rep * count) // total != ((rep + 1) * count) // total
 
 
 RANK_BASE = 600 << 20  # a rank process before its state: torch, the launcher, the backends
@@ -125,7 +149,7 @@ def run_sizes(args) -> tuple[list[dict], float]:
     out = []
     for size, spec, raw in zip(args.sizes, specs, raws):
         model = {"layers": spec.num_layers, "hidden": spec.hidden, "vocab": spec.vocab}
-        out.append({"size_gib": size, "model": model, "raw": raw, **summarize_size(raw)})
+        out.append({"size_gib": size, "model": model, "rounds": raw["rounds"], "raw": raw, **summarize_size(raw)})
     return out, time.monotonic() - started
 
 
@@ -149,7 +173,8 @@ def summarize_size(raw: dict) -> dict:
         }
         asyncs[name]["met"] = asyncs[name]["value"] <= ck.TARGET_ASYNC_BLOCKING
     fig_raw = ck.raw_figures(f, methods, raw)
-    return {"written_gib": gib, "cost_s_per_gib": cost, "async": asyncs, "raw_fig": fig_raw}
+    measured = len(f.walls("raw write"))  # the rounds this size's medians come from
+    return {"written_gib": gib, "measured": measured, "cost_s_per_gib": cost, "async": asyncs, "raw_fig": fig_raw}
 
 
 def growth(sizes: list[dict]) -> dict:
@@ -176,7 +201,8 @@ def report(sizes: list[dict], grown: dict) -> None:
     for s in sizes:
         m = s["model"]
         written = f"{s['written_gib']:.3f} GiB written"
-        print(f"---- {s['size_gib']:g} GiB ({written}; {m['layers']} layers, hidden {m['hidden']}) ----")
+        shape = f"{m['layers']} layers, hidden {m['hidden']}"
+        print(f"---- {s['size_gib']:g} GiB ({written}; {shape}; medians of {s['rounds']} rounds) ----")
         ck.report_raw(s["raw_fig"])
         for name, a in s["async"].items():
             print(f"async {name} save() blocks {a['value']:.1%} of the sync save (run by run {a['paired']:.1%})")

@@ -57,18 +57,35 @@ def test_checkpoint_benchmark_runs_every_method(tmp_path):
 
 def test_checkpoint_benchmark_size_series(tmp_path, capsys):
     out = tmp_path / "figures.json"
-    argv = ["--sizes", "0.01", "0.02", "--repeats", "1", "--warmup", "0", "--json", str(out)]
+    argv = ["--sizes", "0.01", "0.05", "--repeats", "1", "--warmup", "0", "--json", str(out)]
     assert checkpoint.main(argv) == 0
     fig = json.loads(out.read_text())
-    assert [s["size_gib"] for s in fig["sizes"]] == [0.01, 0.02]
+    assert [s["size_gib"] for s in fig["sizes"]] == [0.01, 0.05]
     # one model family: the same width at every size, the larger one with more layers
     (small, large) = (s["model"] for s in fig["sizes"])
     assert small["hidden"] == large["hidden"] and small["layers"] < large["layers"]
+    # the smaller size in more rounds; each size's figures are medians over its own rounds
+    assert [s["rounds"] for s in fig["sizes"]] == [2, 1]
+    assert [s["measured"] for s in fig["sizes"]] == [2, 1]
     assert len(fig["growth"]) == 12 and all(len(g["costs"]) == 2 for g in fig["growth"].values())
     assert all(set(s["async"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"} for s in fig["sizes"])
     printed = capsys.readouterr().out
-    assert "target cost per GiB within 1.2x across 0.01, 0.02 GiB" in printed
+    assert "target cost per GiB within 1.2x across 0.01, 0.05 GiB" in printed
     assert printed.count("target async save() blocks <= 3%") == 2
+
+
+def test_a_smaller_size_runs_in_more_rounds_spread_over_the_whole_series():
+    from benchmarks import series
+
+    gib = 1 << 30
+    assert series.rounds_per_size([gib // 4, gib, 4 * gib], 2) == [8, 4, 2]
+    assert series.rounds_per_size([1, gib], 3) == [3 * series.MORE_ROUNDS, 3]  # at most MORE_ROUNDS times
+    for count in (1, 2, 3, 4, 8):
+        runs = [rep for rep in range(8) if series.in_round(rep, count, 8)]
+        assert len(runs) == count
+        if count > 1:  # evenly spread: every gap between two of its rounds is the same, give or take one
+            gaps = {b - a for a, b in zip(runs, runs[1:])}
+            assert max(gaps) - min(gaps) <= 1 and max(gaps) <= 8 // count + 1
 
 
 def test_a_size_series_too_large_for_the_machine_is_refused_before_any_rank_starts(capsys):
