@@ -209,20 +209,29 @@ def report(sizes: list[dict], grown: dict) -> None:
         print()
 
 
+ASYNC_TARGET_GIB = (0.5, 2.0)  # where the async blocking target is set; below, save()'s fixed cost weighs more
+
+
 def report_targets(sizes: list[dict], grown: dict) -> None:
+    """The targets this series is for (cost growth; async blocking from 0.5 to 2 GiB; peak memory), and
+    beside them, marked as figures, what the series measures outside its targets."""
+    lo, hi = ASYNC_TARGET_GIB
     for s in sizes:
         worst_name, worst = max(s["async"].items(), key=lambda item: item[1]["value"])
-        print(
-            f"target async save() blocks <= {ck.TARGET_ASYNC_BLOCKING:.0%} of the sync save at {s['size_gib']:g} GiB: "
-            f"worst {worst['value']:.1%} ({worst_name}), {ck._met({'met': all(a['met'] for a in s['async'].values())})}"
-        )
+        what = f"async save() blocks <= {ck.TARGET_ASYNC_BLOCKING:.0%} of the sync save at {s['size_gib']:g} GiB"
+        value = f"worst {worst['value']:.1%} ({worst_name})"
+        if lo <= s["size_gib"] <= hi:
+            print(f"target {what}: {value}, {ck._met({'met': all(a['met'] for a in s['async'].values())})}")
+        else:
+            print(f"figure, not a target ({what} is set from {lo:g} to {hi:g} GiB): {value}")
     for s in sizes:
-        t = ck.raw_targets(s["raw_fig"])
-        bad = [n for n, c in t.items() if not c["met"]]
-        low = min(t.items(), key=lambda item: item[1]["value"])
+        # the raw-fraction target is the default run's, on its own model; this one is the series' family
+        low = min(ck.raw_targets(s["raw_fig"]).items(), key=lambda item: item[1]["value"])
+        m = s["model"]
         print(
-            f"target saves and loads >= {ck.TARGET_RAW_FRACTION:.0%} of the raw bandwidth at {s['size_gib']:g} GiB: "
-            f"lowest {low[1]['value']:.0%} ({low[0]}), {ck._met({'met': not bad})}"
+            f"figure, not a target (>= {ck.TARGET_RAW_FRACTION:.0%} is the default run's, on its own model): "
+            f"saves and loads of the raw bandwidth at {s['size_gib']:g} GiB ({m['layers']} layers, hidden "
+            f"{m['hidden']}): lowest {low[1]['value']:.0%} ({low[0]})"
         )
         mem = s["raw_fig"]["memory"]
         if mem:
