@@ -31,7 +31,7 @@ shared machine they show the work done whatever else runs. Loads read files just
 Every checkpoint is written to a fresh folder under a temp dir that is removed at the end.
 
     python -m benchmarks checkpoint [--size-gib 1.0] [--repeats 3] [--warmup 1] [--checksum-runs 3]
-        [--checksum-repeats 11] [--fusefs-mib 256] [--loads COMBOS | --checksums] [--dir DIR] [--json FILE]
+        [--checksum-repeats 21] [--fusefs-mib 256] [--loads COMBOS | --checksums] [--dir DIR] [--json FILE]
 
 Each target prints one line ending `met` or `NOT met`, with the machine's load average while it was measured.
 
@@ -1050,9 +1050,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--checksum-repeats",
         type=positive_int,
-        default=11,  # hashing costs 3-4%, a save on a shared disk varies about 6%: 5 or 7 rounds were too few
+        # hashing costs 3-4% and a save on a shared disk varies about 7%: with 11 rounds the difference of two
+        # medians still moved by +-4%, and one of 18 (6 combinations, 3 runs) went past 10% in most runs
+        default=21,
         metavar="N",
-        help="rounds in each checksum run (default: 11)",
+        help="rounds in each checksum run (default: 21)",
     )
     parser.add_argument(
         "--fusefs-mib",
