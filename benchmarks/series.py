@@ -225,11 +225,12 @@ def report_targets(sizes: list[dict], grown: dict) -> None:
         else:
             print(f"figure, not a target ({what} is set from {lo:g} to {hi:g} GiB): {value}")
     for s in sizes:
-        # the raw-fraction target is the default run's, on its own model; this one is the series' family
+        # the raw-fraction target is judged by the default run (its model at 1 GiB, more rounds); the series'
+        # family is the smallest size's width, narrower than the default model below 0.7 GiB
         low = min(ck.raw_targets(s["raw_fig"]).items(), key=lambda item: item[1]["value"])
         m = s["model"]
         print(
-            f"figure, not a target (>= {ck.TARGET_RAW_FRACTION:.0%} is the default run's, on its own model): "
+            f"figure, not a target (>= {ck.TARGET_RAW_FRACTION:.0%} is judged by the default run): "
             f"saves and loads of the raw bandwidth at {s['size_gib']:g} GiB ({m['layers']} layers, hidden "
             f"{m['hidden']}): lowest {low[1]['value']:.0%} ({low[0]})"
         )
