@@ -71,7 +71,7 @@ def test_checkpoint_benchmark_size_series(tmp_path, capsys):
     assert all(set(s["async"]) == {"GLOBAL/torch_dist/async", "TORCH_DCP/torch_dcp/async"} for s in fig["sizes"])
     printed = capsys.readouterr().out
     assert "target cost per GiB within 1.2x across 0.01, 0.05 GiB" in printed
-    # the async target is set from 0.5 to 2 GiB and the raw fraction on the default run's model: figures here
+    # the async target is set from 0.5 to 2 GiB and the raw fraction is judged by the default run: figures here
     assert printed.count("figure, not a target (async save() blocks <= 3% of the sync save at 0.0") == 2
     assert printed.count("figure, not a target (>= 70% is judged by the default run)") == 2
     assert "target peak memory at 0.01 GiB" in printed

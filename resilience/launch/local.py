@@ -33,6 +33,7 @@ from .proctable import descendants, running, state
 
 TEARDOWN_GRACE = 1.0  # seconds between SIGTERM and SIGKILL, as torchrun does (it waits longer)
 BLOCKED_AFTER = 10.0  # seconds the other ranks get to end after one raised, before they count as blocked
+DYING_GRACE = 0.5  # seconds the ranks still running get to end on their own after one failed, before teardown
 STACKS_WAIT = 3.0  # seconds to wait for a rank's faulthandler to write its stacks
 LINGER = BLOCKED_AFTER + STACKS_WAIT + 5.0  # seconds a rank that raised stays alive for the runner to end it
 
@@ -251,6 +252,7 @@ class Job:
                         failed = failed or not self.outcome.outcomes[rank].ok
                 if failed and pending:
                     self._wait_or_blocked(pending, readers, deadline)
+                    self._let_dying_ranks_end(pending, readers, deadline)
                     for r in pending.values():
                         if self.outcome.outcomes[r].status == "running" and not self.procs[r].is_alive():
                             self._exited(r)  # it ended on its own (a signal from outside) before the teardown
@@ -293,6 +295,26 @@ class Job:
                 f"{raised[0].error.splitlines()[0][:200] if raised[0].error else 'an error'}; killed"
             )
             out.stacks = self._stacks(r)
+
+    def _let_dying_ranks_end(self, pending: dict, readers: dict, deadline: float) -> None:
+        """A rank SIGKILLed from outside closes its sockets before it can be reaped: a peer's error can reach
+        us first, with the killed rank still exiting. Give the ranks still running DYING_GRACE seconds to end
+        on their own, so such a rank is reported with its signal rather than as torn down."""
+        end = min(deadline, time.monotonic() + DYING_GRACE)
+        while True:
+            left = end - time.monotonic()
+            running = {s: r for s, r in pending.items() if self.outcome.outcomes[r].status == "running"}
+            if left <= 0 or not running:
+                return
+            conns = [c for c, r in readers.items() if r in running.values()]  # one that reports stops the wait
+            for obj in wait(list(running) + conns, timeout=left):
+                if obj in readers:
+                    self._receive(readers.pop(obj), obj)
+                elif obj in pending:
+                    rank = pending.pop(obj)
+                    if self.conns[rank] in readers:
+                        self._receive(readers.pop(self.conns[rank]), self.conns[rank])
+                    self._exited(rank)
 
     def _stacks(self, rank: int) -> str:
         """A running rank's Python stacks (every thread): its faulthandler appends them to its log on SIGUSR1."""

@@ -65,6 +65,26 @@ def test_killed_rank_is_reported_with_its_signal_and_others_torn_down():
     assert {outcome.outcomes[r].status for r in (0, 2)} <= {"torn_down", "error", "signal"}
 
 
+def _rank_0_fails_then_rank_1_is_killed(ctx, marker):
+    if ctx.rank == 0:
+        open(marker, "w").close()
+        raise ValueError("rank 0 fails first")
+    deadline = time.monotonic() + 30  # a bound on the wait, not a timing assertion
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.1)  # rank 0's error reaches the runner first; this rank is still alive when it does
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_rank_killed_just_after_a_peer_failed_is_reported_with_its_signal(tmp_path):
+    # a rank killed from outside closes its sockets before it is reaped, so a peer's error can arrive first:
+    # the runner lets the ranks still running end on their own before it tears them down
+    outcome = Job(_rank_0_fails_then_rank_1_is_killed, 2, args=(str(tmp_path / "failed"),), timeout=60).start().wait()
+    assert outcome.outcomes[0].status == "error"
+    assert outcome.outcomes[1].status == "signal", outcome.outcomes[1].describe()
+    assert outcome.outcomes[1].signal == signal.SIGKILL
+
+
 def _sigint_rank_1(ctx):
     if ctx.rank == 1:
         os.kill(os.getpid(), signal.SIGINT)
