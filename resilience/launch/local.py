@@ -276,13 +276,7 @@ class Job:
         while time.monotonic() < end and any(self.outcome.outcomes[r].status == "running" for r in pending.values()):
             check_stop()
             for obj in wait(list(pending) + list(readers), timeout=min(0.5, max(0.0, end - time.monotonic()))):
-                if obj in readers:
-                    self._receive(readers.pop(obj), obj)
-                elif obj in pending:
-                    rank = pending.pop(obj)
-                    if self.conns[rank] in readers:
-                        self._receive(readers.pop(self.conns[rank]), self.conns[rank])
-                    self._exited(rank)
+                self._take(obj, pending, readers)
         if self.outcome.killed:
             return  # peers waiting on a dead rank are expected; the caller tears them down
         for r in list(pending.values()):
@@ -308,13 +302,17 @@ class Job:
                 return
             conns = [c for c, r in readers.items() if r in running.values()]  # one that reports stops the wait
             for obj in wait(list(running) + conns, timeout=left):
-                if obj in readers:
-                    self._receive(readers.pop(obj), obj)
-                elif obj in pending:
-                    rank = pending.pop(obj)
-                    if self.conns[rank] in readers:
-                        self._receive(readers.pop(self.conns[rank]), self.conns[rank])
-                    self._exited(rank)
+                self._take(obj, pending, readers)
+
+    def _take(self, obj, pending: dict, readers: dict) -> None:
+        """One object a wait found ready: a rank's report read, or an ended rank reaped (its report first)."""
+        if obj in readers:
+            self._receive(readers.pop(obj), obj)
+        elif obj in pending:
+            rank = pending.pop(obj)
+            if self.conns[rank] in readers:
+                self._receive(readers.pop(self.conns[rank]), self.conns[rank])
+            self._exited(rank)
 
     def _stacks(self, rank: int) -> str:
         """A running rank's Python stacks (every thread): its faulthandler appends them to its log on SIGUSR1."""
