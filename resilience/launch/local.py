@@ -252,7 +252,9 @@ class Job:
                         failed = failed or not self.outcome.outcomes[rank].ok
                 if failed and pending:
                     self._wait_or_blocked(pending, readers, deadline)
-                    self._let_dying_ranks_end(pending, readers, deadline)
+                    # a rank SIGKILLed from outside closes its sockets before it can be reaped: a peer's error
+                    # can come first, the killed rank still exiting; let it end, to report it with its signal
+                    self._wait_while_running(pending, readers, min(deadline, time.monotonic() + DYING_GRACE))
                     for r in pending.values():
                         if self.outcome.outcomes[r].status == "running" and not self.procs[r].is_alive():
                             self._exited(r)  # it ended on its own (a signal from outside) before the teardown
@@ -272,11 +274,7 @@ class Job:
         raised = [o for o in self.outcome.outcomes if o.status == "error"]
         if not raised or not self.log_dir:
             return
-        end = min(deadline, time.monotonic() + BLOCKED_AFTER)
-        while time.monotonic() < end and any(self.outcome.outcomes[r].status == "running" for r in pending.values()):
-            check_stop()
-            for obj in wait(list(pending) + list(readers), timeout=min(0.5, max(0.0, end - time.monotonic()))):
-                self._take(obj, pending, readers)
+        self._wait_while_running(pending, readers, min(deadline, time.monotonic() + BLOCKED_AFTER))
         if self.outcome.killed:
             return  # peers waiting on a dead rank are expected; the caller tears them down
         for r in list(pending.values()):
@@ -290,18 +288,11 @@ class Job:
             )
             out.stacks = self._stacks(r)
 
-    def _let_dying_ranks_end(self, pending: dict, readers: dict, deadline: float) -> None:
-        """A rank SIGKILLed from outside closes its sockets before it can be reaped: a peer's error can reach
-        us first, with the killed rank still exiting. Give the ranks still running DYING_GRACE seconds to end
-        on their own, so such a rank is reported with its signal rather than as torn down."""
-        end = min(deadline, time.monotonic() + DYING_GRACE)
-        while True:
-            left = end - time.monotonic()
-            running = {s: r for s, r in pending.items() if self.outcome.outcomes[r].status == "running"}
-            if left <= 0 or not running:
-                return
-            conns = [c for c, r in readers.items() if r in running.values()]  # one that reports stops the wait
-            for obj in wait(list(running) + conns, timeout=left):
+    def _wait_while_running(self, pending: dict, readers: dict, end: float) -> None:
+        """Read the ranks' reports and reap the ranks that end, until none is still running or `end`."""
+        while time.monotonic() < end and any(self.outcome.outcomes[r].status == "running" for r in pending.values()):
+            check_stop()
+            for obj in wait(list(pending) + list(readers), timeout=min(0.5, max(0.0, end - time.monotonic()))):
                 self._take(obj, pending, readers)
 
     def _take(self, obj, pending: dict, readers: dict) -> None:
